@@ -1,0 +1,122 @@
+// SafetensorsReader: memory-mapped, validated reader for the safetensors format
+// (https://github.com/huggingface/safetensors, format spec in its README), plus the sharded
+// `*.safetensors.index.json` layout written by diffusers/transformers `save_pretrained`.
+//
+// No Torch here: this header is included by the GUI and the tokenizer code too. Conversion to
+// at::Tensor lives in backend/tensor_io.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace dit {
+
+/// Element types the safetensors format defines (names as in the file header).
+enum class DType { BOOL, U8, I8, U16, I16, F16, BF16, U32, I32, F32, U64, I64, F64, F8_E4M3, F8_E5M2 };
+
+/// Bytes per element of `t`.
+size_t dtypeSize(DType t);
+/// Header spelling ("F32", "BF16", ...).
+const char* dtypeName(DType t);
+/// Parses a header spelling; throws std::invalid_argument naming the unknown dtype.
+DType parseDType(const std::string& s);
+
+/// Error in a model file. what() always names the file and the cause.
+class ModelFileError : public std::runtime_error {
+ public:
+  ModelFileError(const std::string& file, const std::string& cause)
+      : std::runtime_error(file + ": " + cause), file_(file), cause_(cause) {}
+  const std::string& file() const { return file_; }
+  const std::string& cause() const { return cause_; }
+
+ private:
+  std::string file_, cause_;
+};
+
+/// One tensor entry of a safetensors header. Offsets are absolute byte offsets in the file.
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0;  ///< absolute file offset of the first byte
+  uint64_t end = 0;    ///< absolute file offset one past the last byte
+  int64_t numel() const;
+  uint64_t nbytes() const { return end - begin; }
+};
+
+/// Read-only, memory-mapped safetensors file.
+///
+/// Validation done in the constructor (each failure throws ModelFileError naming the file):
+/// missing/unreadable file, file shorter than 8 bytes, git-lfs pointer file, header length past
+/// the end of the file, header that is not a JSON object, unknown dtype, data_offsets out of range,
+/// reversed, overlapping, or disagreeing with dtype x shape. No accessor reads outside the mapping.
+class SafetensorsReader {
+ public:
+  explicit SafetensorsReader(const std::string& path);
+  ~SafetensorsReader();
+  SafetensorsReader(const SafetensorsReader&) = delete;
+  SafetensorsReader& operator=(const SafetensorsReader&) = delete;
+
+  const std::string& path() const { return path_; }
+  bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
+  /// Throws ModelFileError if `name` is absent.
+  const TensorInfo& info(const std::string& name) const;
+  std::vector<std::string> names() const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  /// Pointer to the first byte of the tensor inside the mapping (valid while the reader lives).
+  const uint8_t* data(const TensorInfo& t) const { return base_ + t.begin; }
+  uint64_t fileSize() const { return size_; }
+
+ private:
+  std::string path_;
+  const uint8_t* base_ = nullptr;
+  uint64_t size_ = 0;
+  std::map<std::string, TensorInfo> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+/// A set of safetensors files viewed as one: either a single file or a sharded checkpoint with
+/// `<name>.safetensors.index.json` ({"weight_map": {tensor: shard-file}}).
+///
+/// Errors (ModelFileError): index that is not JSON or lacks weight_map, a shard file the index
+/// names that is missing or corrupt, a tensor the index names that its shard does not contain.
+class SafetensorsCollection {
+ public:
+  /// Opens `dir/<stem>.safetensors.index.json` if present, else `dir/<stem>.safetensors`, else the
+  /// only `*.safetensors` file in `dir`. Throws ModelFileError when none exists.
+  static SafetensorsCollection openFolder(const std::string& dir, const std::string& stem);
+  /// Opens a single file or an index file (by extension `.json`).
+  explicit SafetensorsCollection(const std::string& path);
+
+  bool contains(const std::string& name) const { return where_.count(name) != 0; }
+  /// Throws ModelFileError naming the component folder and the missing tensor.
+  const TensorInfo& info(const std::string& name) const;
+  const SafetensorsReader& reader(const std::string& name) const;
+  std::vector<std::string> names() const;
+  const std::string& path() const { return path_; }
+  /// Total bytes of all tensors.
+  uint64_t totalBytes() const;
+
+ private:
+  SafetensorsCollection() = default;
+  std::string path_;
+  std::vector<std::shared_ptr<SafetensorsReader>> shards_;
+  std::map<std::string, size_t> where_;
+};
+
+/// Writes a safetensors file. `tensors` maps name -> (dtype, shape, raw little-endian bytes).
+/// Writes to `path.tmp` then renames (atomic). Throws std::runtime_error on I/O failure.
+struct RawTensor {
+  DType dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+void writeSafetensors(const std::string& path, const std::map<std::string, RawTensor>& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace dit
