@@ -13,7 +13,11 @@ endif()
 add_executable(test_tokenizers ${CMAKE_CURRENT_LIST_DIR}/test_tokenizers.cpp)
 target_link_libraries(test_tokenizers PRIVATE dit_core GTest::gtest_main)
 target_compile_definitions(test_tokenizers PRIVATE TOKENIZER_TEST_FIXTURE="${_tok_fixture}")
-gtest_discover_tests(test_tokenizers
-  DISCOVERY_MODE PRE_TEST
-  PROPERTIES LABELS "unit;backend;golden" TIMEOUT 120)
+# One ctest test per TEST() (found in the source at configure time). LABELS is set afterwards:
+# gtest_discover_tests' PROPERTIES would flatten the label list.
+gtest_add_tests(TARGET test_tokenizers
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tokenizers.cpp
+  TEST_LIST _tok_tests)
+set_tests_properties(${_tok_tests} PROPERTIES LABELS "unit;backend;golden" TIMEOUT 120)
+unset(_tok_tests)
 unset(_tok_fixture)
