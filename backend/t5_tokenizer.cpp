@@ -1,7 +1,6 @@
 // T5Tokenizer: see t5_tokenizer.h.
 #include "backend/t5_tokenizer.h"
 
-#include <sentencepiece_processor.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -13,11 +12,12 @@
 #include <utility>
 
 #include "backend/safetensors.h"  // dit::ModelFileError
+#include "backend/spm_loader.h"
 
 namespace dit {
 
 struct T5Tokenizer::Impl {
-  sentencepiece::SentencePieceProcessor sp;
+  std::unique_ptr<SentencePieceModel> sp;
   int64_t eosId = 1, padId = 0, unkId = 2;
   int modelMaxLength = 512;
   size_t vocabSize = 0;
@@ -25,10 +25,7 @@ struct T5Tokenizer::Impl {
 
   void encodeSegment(std::string_view s, std::vector<int64_t>& out) const {
     if (s.empty()) return;
-    std::vector<int> ids;
-    const auto status = sp.Encode(s, &ids);
-    if (!status.ok()) throw std::runtime_error("T5Tokenizer: SentencePiece encode failed: " +
-                                               status.ToString());
+    const std::vector<int> ids = sp->encode(s);
     out.insert(out.end(), ids.begin(), ids.end());
   }
 };
@@ -67,12 +64,13 @@ T5Tokenizer::T5Tokenizer(const std::string& folder) : impl_(std::make_unique<Imp
     if (bytes.rfind("version https://git-lfs", 0) == 0)
       throw ModelFileError(modelPath.string(),
                            "is a git-lfs pointer file, not the SentencePiece model (run git lfs pull)");
-    const auto status = m.sp.LoadFromSerializedProto(bytes);
-    if (!status.ok())
-      throw ModelFileError(modelPath.string(),
-                           "not a valid SentencePiece model: " + status.ToString());
+    try {
+      m.sp = std::make_unique<SentencePieceModel>(bytes);
+    } catch (const std::exception& e) {
+      throw ModelFileError(modelPath.string(), std::string("not a valid SentencePiece model: ") + e.what());
+    }
   }
-  const int pieces = m.sp.GetPieceSize();
+  const int pieces = m.sp->pieceSize();
   if (pieces <= 0) throw ModelFileError(modelPath.string(), "SentencePiece model has no pieces");
 
   std::string eos = "</s>", pad = "<pad>", unk = "<unk>";
@@ -108,8 +106,8 @@ T5Tokenizer::T5Tokenizer(const std::string& folder) : impl_(std::make_unique<Imp
   }
 
   auto pieceId = [&](const std::string& tok, const char* what) -> int64_t {
-    const int id = m.sp.PieceToId(tok);
-    if (id < 0 || id >= pieces || (m.sp.IdToPiece(id) != tok))
+    const int id = m.sp->pieceToId(tok);
+    if (id < 0 || id >= pieces || (m.sp->idToPiece(id) != tok))
       throw ModelFileError(modelPath.string(),
                            std::string(what) + " \"" + tok + "\" is not a piece of the model");
     return id;
@@ -133,8 +131,8 @@ T5Tokenizer::T5Tokenizer(const std::string& folder) : impl_(std::make_unique<Imp
     if (std::any_of(m.specials.begin(), m.specials.end(),
                     [&](const auto& s) { return s.first == tok; }))
       continue;
-    const int id = m.sp.PieceToId(tok);
-    if (id >= 0 && id < pieces && m.sp.IdToPiece(id) == tok && id != m.unkId)
+    const int id = m.sp->pieceToId(tok);
+    if (id >= 0 && id < pieces && m.sp->idToPiece(id) == tok && id != m.unkId)
       addSpecial(tok, id);
     else
       addSpecial(tok, next++);  // transformers appends unknown added tokens to the vocabulary

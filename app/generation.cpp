@@ -1,0 +1,87 @@
+#include "app/generation.h"
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <random>
+
+#include "backend/png_io.h"
+#include "backend/tensor_io.h"
+
+namespace dit {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+template <typename T>
+static void field(const json& j, const char* k, T& out) {
+  auto it = j.find(k);
+  if (it == j.end() || it->is_null()) return;
+  try {
+    out = it->get<T>();
+  } catch (const json::exception&) {
+    throw std::invalid_argument(std::string("request field '") + k + "' has the wrong type: " + it->dump());
+  }
+}
+
+GenerationParams paramsFromJson(const json& j) {
+  GenerationParams p;
+  field(j, "prompt", p.prompt);
+  field(j, "negative_prompt", p.negative_prompt);
+  field(j, "true_cfg_scale", p.true_cfg_scale);
+  field(j, "width", p.width);
+  field(j, "height", p.height);
+  field(j, "steps", p.steps);
+  field(j, "guidance", p.guidance);
+  field(j, "seed", p.seed);
+  field(j, "max_sequence_length", p.max_sequence_length);
+  return p;
+}
+
+json paramsToJson(const GenerationParams& p) {
+  return json{{"prompt", p.prompt},
+              {"negative_prompt", p.negative_prompt},
+              {"true_cfg_scale", p.true_cfg_scale},
+              {"width", p.width},
+              {"height", p.height},
+              {"steps", p.steps},
+              {"guidance", p.guidance},
+              {"seed", p.seed},
+              {"max_sequence_length", p.max_sequence_length}};
+}
+
+static void makeParent(const std::string& path) {
+  fs::path parent = fs::path(path).parent_path();
+  if (!parent.empty()) fs::create_directories(parent);
+}
+
+void writeImagePng(const std::string& path, const GenerationResult& r, const json& extra) {
+  makeParent(path);
+  json meta = paramsToJson(r.params);
+  for (auto it = extra.begin(); it != extra.end(); ++it) meta[it.key()] = *it;
+  meta["generator"] = "DiT Studio";
+  auto rgb = toRGB8(r.image);
+  // ensure_ascii: the tEXt chunk is Latin-1; non-ASCII prompt text is \u-escaped JSON.
+  writePng(path, rgb.data(), static_cast<int>(r.image.size(2)), static_cast<int>(r.image.size(1)),
+           {{"parameters", meta.dump(-1, ' ', true)}, {"Software", "DiT Studio"}});
+}
+
+void writeResultTensors(const std::string& path, const GenerationResult& r) {
+  makeParent(path);
+  std::map<std::string, at::Tensor> t{{"initial_latents", r.initial_latents},
+                                      {"final_latents", r.final_latents}};
+  if (r.image.defined()) t["image"] = r.image;
+  saveTensors(path, t, {{"parameters", paramsToJson(r.params).dump(-1, ' ', true)}});
+}
+
+std::string indexedPath(const std::string& path, int index, int count) {
+  if (count <= 1) return path;
+  fs::path p(path);
+  return (p.parent_path() / (p.stem().string() + "-" + std::to_string(index) + p.extension().string())).string();
+}
+
+int64_t randomSeed() {
+  std::random_device rd;
+  return static_cast<int64_t>(((uint64_t(rd()) << 32) | rd()) & 0x7fffffffffffffffULL);
+}
+
+}  // namespace dit

@@ -1,0 +1,32 @@
+// Request <-> GenerationParams conversion and output writing shared by ditstudio-cli (in-process,
+// one rank) and ditstudio-worker (the MPI rank program). Torch types stay in the .cpp.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "backend/flux_pipeline.h"
+
+namespace dit {
+
+/// Reads a generate request object (PROTOCOL.md field names). Missing fields keep the defaults
+/// of GenerationParams (resolved later against the model). Throws std::invalid_argument naming a
+/// field of the wrong type.
+GenerationParams paramsFromJson(const nlohmann::json& j);
+nlohmann::json paramsToJson(const GenerationParams& p);
+
+/// Writes the PNG (8-bit RGB, text chunk "parameters" = JSON of the resolved parameters plus
+/// `extra`, e.g. model path and strategy). Creates parent folders. Throws std::runtime_error.
+void writeImagePng(const std::string& path, const GenerationResult& r, const nlohmann::json& extra);
+
+/// Writes `image` [3,H,W] float32 in [0,1], `initial_latents` and `final_latents` (packed,
+/// float32) to a safetensors file, with the parameters as metadata.
+void writeResultTensors(const std::string& path, const GenerationResult& r);
+
+/// "out.png" with index 2 of 3 -> "out-2.png"; with count 1 the path is unchanged.
+std::string indexedPath(const std::string& path, int index, int count);
+
+/// Random 63-bit seed from std::random_device (for seed < 0).
+int64_t randomSeed();
+
+}  // namespace dit

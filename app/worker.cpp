@@ -1,0 +1,425 @@
+// ditstudio-worker: the rank program. Started by mpirun (by the GUI or ditstudio-cli), it builds
+// the DeviceMesh for the chosen strategy, loads this rank's shard of the model, then serves
+// requests read by rank 0 from stdin and broadcast to every rank (app/PROTOCOL.md). Events are
+// JSON lines prefixed "@@DIT " on stdout. Any exception inside a rank ends the whole group
+// through abortGroup (error event naming the rank, then MPI_Abort).
+#include <ATen/ATen.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "app/generation.h"
+#include "backend/flux_pipeline.h"
+#include "backend/model_config.h"
+#include "backend/png_io.h"
+#include "backend/tensor_io.h"
+#include "parallel/context_parallel.h"
+#include "parallel/device_mesh.h"
+#include "parallel/runtime.h"
+#include "parallel/strategy.h"
+
+#if DITSTUDIO_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
+using namespace dit;
+using nlohmann::json;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// ------------------------------------------------------------------ stdin reader (rank 0)
+class RequestReader {
+ public:
+  void start() {
+    std::thread([this] {
+      std::string line;
+      while (std::getline(std::cin, line)) {
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        json j;
+        try {
+          j = json::parse(line);
+        } catch (const std::exception& e) {
+          emitEvent(json{{"event", "error"}, {"id", nullptr}, {"rank", 0}, {"fatal", false},
+                         {"message", std::string("request is not valid JSON: ") + e.what()}});
+          continue;
+        }
+        std::lock_guard<std::mutex> lk(m_);
+        if (j.value("type", "") == "cancel") {
+          const std::string id = j.value("id", "");
+          bool queued = false;
+          for (auto it = q_.begin(); it != q_.end(); ++it)
+            if (it->value("id", "") == id) {
+              q_.erase(it);
+              queued = true;
+              break;
+            }
+          if (queued) emitEvent(json{{"event", "cancelled"}, {"id", id}, {"step", 0}});
+          else cancelled_.insert(id);
+          continue;
+        }
+        q_.push_back(j);
+        if (j.value("type", "") == "generate")
+          emitEvent(json{{"event", "accepted"}, {"id", j.value("id", "")}, {"queue_position", q_.size() - 1}});
+        cv_.notify_one();
+      }
+      std::lock_guard<std::mutex> lk(m_);
+      q_.push_back(json{{"type", "shutdown"}, {"reason", "stdin closed"}});
+      cv_.notify_one();
+    }).detach();
+  }
+  /// Next request, or a heartbeat {"type":"noop"} after `wait` so idle ranks are checked.
+  json next(std::chrono::milliseconds wait) {
+    std::unique_lock<std::mutex> lk(m_);
+    if (!cv_.wait_for(lk, wait, [this] { return !q_.empty(); })) return json{{"type", "noop"}};
+    json j = q_.front();
+    q_.pop_front();
+    return j;
+  }
+  bool isCancelled(const std::string& id) {
+    std::lock_guard<std::mutex> lk(m_);
+    return cancelled_.count(id) != 0;
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<json> q_;
+  std::set<std::string> cancelled_;
+};
+
+// ------------------------------------------------------------------ memory
+struct DeviceMem {
+  uint64_t cur = 0, peak = 0;
+};
+DeviceMem deviceMemory(const std::string& device) {
+  DeviceMem m;
+#if DITSTUDIO_WITH_CUDA
+  if (device.rfind("cuda", 0) == 0) {
+    auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
+    const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    m.cur = st.allocated_bytes[agg].current;
+    m.peak = st.allocated_bytes[agg].peak;
+  }
+#else
+  (void)device;
+#endif
+  return m;
+}
+
+const char* kStages[] = {"idle", "loading", "encoding", "denoising", "decoding"};
+int stageIndex(const std::string& s) {
+  for (int i = 0; i < 5; ++i)
+    if (s == kStages[i]) return i;
+  return 0;
+}
+
+// ------------------------------------------------------------------ worker
+class Worker {
+ public:
+  Worker(Strategy s, std::string modelDir, std::string dtype) : s_(std::move(s)), modelDir_(std::move(modelDir)), dtype_(std::move(dtype)) {}
+
+  int run() {
+    rank_ = worldRank();
+    // 1. Everything that can be refused is refused before any weight is read (every rank
+    //    computes the same verdict, so all exit without a collective).
+    auto issues = validateDegrees(s_);
+    ModelFolder model;
+    try {
+      model = ModelFolder::open(modelDir_);
+    } catch (const std::exception& e) {
+      return refuse(e.what());
+    }
+    if (issues.empty()) issues = validateForModel(s_, dims(model));
+    if (!issues.empty()) return refuse(joinIssues(issues));
+    emitEvent(json{{"event", "hello"}, {"rank", rank_}, {"world", worldSize()}, {"pid", ::getpid()},
+                   {"host", hostname()}});
+
+    // 2. Mesh and groups, created in the same order on every rank.
+    mesh_ = std::make_unique<DeviceMesh>(s_);
+    PipelineOptions po;
+    po.dtype = parseComputeDType(dtype_);
+    po.device = s_.device;
+    if (s_.device == "cuda") po.device = "cuda:" + std::to_string(localRank());
+    device_ = po.device;
+    if (s_.tp_degree > 1) po.parallel.tp = mesh_->group("tp");
+    if (s_.cpDegree() > 1) {
+      ContextParallelOptions co{s_.ring_degree, s_.ulysses_degree, s_.ulysses_anything, s_.ring_anything};
+      po.parallel.cp = std::make_shared<ContextParallel>(mesh_->group("ring"), mesh_->group("ulysses"),
+                                                         mesh_->group("cp"), co);
+    }
+    if (s_.cfg_degree == 2) po.cfg = mesh_->group("cfg");
+    world_ = mesh_->world();
+
+    stage_ = "loading";
+    if (rank_ == 0) emitEvent(json{{"event", "status"}, {"stage", "loading"}, {"message", "loading " + modelDir_}});
+    auto t0 = Clock::now();
+    pipe_ = std::make_unique<FluxPipeline>(model, po);
+    const double loadS = std::chrono::duration<double>(Clock::now() - t0).count();
+    stage_ = "idle";
+    auto weights = pipe_->weightBytes();
+    json wb = json::object();
+    for (auto& [k, v] : weights) wb[k] = v;
+    syncStats(0, 0, 0.0, /*emit=*/true);
+    if (rank_ == 0) {
+      const auto& t = model.transformer;
+      emitEvent(json{{"event", "ready"},
+                     {"world", worldSize()},
+                     {"strategy", s_},
+                     {"load_seconds", loadS},
+                     {"weight_bytes_rank0", wb},
+                     {"model", {{"path", modelDir_}, {"heads", t.num_attention_heads},
+                                {"inner_dim", t.innerDim()}, {"layers", t.num_layers},
+                                {"single_layers", t.num_single_layers},
+                                {"vae_scale_factor", model.vae.vaeScaleFactor()},
+                                {"default_steps", 28}, {"guidance_embeds", t.guidance_embeds},
+                                {"max_sequence_length", std::min(512, model.t5_max_length)}}}});
+      reader_.start();
+    }
+    // 3. Serve.
+    for (;;) {
+      json req = rank_ == 0 ? reader_.next(std::chrono::seconds(5)) : json{};
+      req = broadcastJson(req);
+      const std::string type = req.value("type", "");
+      if (type == "noop") continue;
+      if (type == "shutdown") break;
+      if (type == "generate") {
+        handleGenerate(req);
+        continue;
+      }
+      if (rank_ == 0)
+        emitEvent(json{{"event", "error"}, {"id", req.value("id", json())}, {"rank", 0}, {"fatal", false},
+                       {"message", "unknown request type '" + type + "'"}});
+    }
+    world_->barrier();
+    if (rank_ == 0) emitEvent(json{{"event", "bye"}});
+    return 0;
+  }
+
+ private:
+  static std::string hostname() {
+    char h[256] = {0};
+    gethostname(h, sizeof h - 1);
+    return h;
+  }
+  ModelDims dims(const ModelFolder& m) const {
+    ModelDims d;
+    d.num_attention_heads = m.transformer.num_attention_heads;
+    d.attention_head_dim = m.transformer.attention_head_dim;
+    d.mlp_ratio_hidden = m.transformer.mlpHidden();
+    d.joint_attention_dim = m.transformer.joint_attention_dim;
+    d.vae_scale_factor = m.vae.vaeScaleFactor();
+    return d;
+  }
+  int refuse(const std::string& msg) {
+    if (rank_ == 0)
+      emitEvent(json{{"event", "error"}, {"id", nullptr}, {"rank", 0}, {"fatal", true},
+                     {"message", "strategy refused: " + msg}});
+    return 2;
+  }
+
+  json broadcastJson(const json& j) {
+    std::string s = rank_ == 0 ? j.dump() : std::string();
+    at::Tensor len = at::full({1}, static_cast<int64_t>(s.size()), at::kLong);
+    world_->broadcast(len, 0);
+    at::Tensor buf = at::empty({len.item<int64_t>()}, at::kByte);
+    if (rank_ == 0) std::memcpy(buf.data_ptr(), s.data(), s.size());
+    world_->broadcast(buf, 0);
+    return json::parse(std::string(static_cast<const char*>(buf.data_ptr()), buf.numel()));
+  }
+
+  uint64_t bytesSent() const { return mesh_->bytesSent(); }
+
+  // One world collective per step: every rank's stats, plus rank 0's cancel flag. Returns true
+  // when rank 0 says cancel.
+  bool syncStats(int step, int steps, double stepMs, bool emit, const std::string& id = "",
+                 int imageIndex = 0) {
+    auto dm = deviceMemory(device_);
+    const bool cancel = rank_ == 0 && !id.empty() && reader_.isCancelled(id);
+    const std::vector<int64_t> row{stageIndex(stage_), step, steps, (int64_t)residentSetBytes(),
+                                   (int64_t)peakResidentSetBytes(), (int64_t)dm.cur, (int64_t)dm.peak,
+                                   (int64_t)bytesSent(), (int64_t)(stepMs * 1000.0), cancel ? 1 : 0};
+    at::Tensor mine = at::tensor(row, at::kLong).unsqueeze(0);
+    at::Tensor all = world_->allgather(mine, 0);
+    const bool cancelled = all[0][9].item<int64_t>() != 0;
+    if (emit && rank_ == 0) {
+      json ranks = json::array();
+      for (int r = 0; r < all.size(0); ++r) {
+        auto row = all[r];
+        auto v = [&](int i) { return static_cast<double>(row[i].item<int64_t>()); };
+        ranks.push_back(json{{"rank", r}, {"stage", kStages[static_cast<int>(v(0))]},
+                             {"step", (int)v(1)}, {"steps", (int)v(2)}, {"rss", (uint64_t)v(3)},
+                             {"rss_peak", (uint64_t)v(4)}, {"dev", (uint64_t)v(5)},
+                             {"dev_peak", (uint64_t)v(6)}, {"bytes_sent", (uint64_t)v(7)},
+                             {"step_ms", v(8) / 1000.0}});
+      }
+      emitEvent(json{{"event", "ranks"}, {"ranks", ranks}});
+      if (!id.empty() && step > 0)
+        emitEvent(json{{"event", "progress"}, {"id", id}, {"step", step}, {"steps", steps},
+                       {"step_ms", stepMs}, {"image_index", imageIndex},
+                       {"eta_s", stepMs * (steps - step) / 1000.0}});
+    }
+    return cancelled;
+  }
+
+  void handleGenerate(const json& req) {
+    const std::string id = req.value("id", "request");
+    GenerationParams base;
+    std::vector<std::string> prompts;
+    int numImages = 1;
+    try {
+      base = paramsFromJson(req);
+      if (req.contains("prompts") && req["prompts"].is_array())
+        for (auto& p : req["prompts"]) prompts.push_back(p.get<std::string>());
+      numImages = prompts.empty() ? req.value("num_images", 1) : static_cast<int>(prompts.size());
+      if (numImages < 1) throw std::invalid_argument("num_images must be at least 1");
+      if (base.seed < 0) base.seed = 0;  // replaced below by rank 0's random seed
+      base = pipe_->resolve(base);
+      RequestDims rd;
+      rd.width = base.width;
+      rd.height = base.height;
+      rd.text_len = base.max_sequence_length;
+      rd.true_cfg = base.trueCfg();
+      rd.num_images = numImages;
+      auto issues = validateForRequest(s_, dims(pipe_->model()), rd);
+      if (!issues.empty()) throw std::invalid_argument(joinIssues(issues));
+    } catch (const std::exception& e) {
+      // Identical verdict on every rank: report once, keep serving.
+      if (rank_ == 0)
+        emitEvent(json{{"event", "error"}, {"id", id}, {"rank", 0}, {"fatal", false}, {"message", e.what()}});
+      return;
+    }
+    // A random seed is drawn on rank 0 and shared, so every rank starts from the same noise.
+    if (req.value("seed", int64_t(0)) < 0) {
+      at::Tensor sd = at::full({1}, rank_ == 0 ? randomSeed() : int64_t(0), at::kLong);
+      world_->broadcast(sd, 0);
+      base.seed = sd.item<int64_t>();
+    }
+    const std::string output = req.value("output", "");
+    const std::string outputDir = req.value("output_dir", "");
+    const std::string outputTensors = req.value("output_tensors", "");
+    const int previewEvery = req.value("preview_every", 0);
+    const int dp = s_.dp_degree, dpi = mesh_->coord("dp");
+    const bool leader = mesh_->coord("cfg") == 0 && mesh_->coord("ring") == 0 &&
+                        mesh_->coord("ulysses") == 0 && mesh_->coord("tp") == 0;
+    const auto tReq = Clock::now();
+    bool cancelled = false;
+    const int rounds = (numImages + dp - 1) / dp;
+    for (int round = 0; round < rounds && !cancelled; ++round) {
+      const int index = round * dp + dpi;  // this replica's image
+      const bool mine = index < numImages;
+      GenerationParams p = base;
+      if (!prompts.empty() && mine) p.prompt = prompts[index];
+      if (prompts.empty()) p.seed = base.seed + index;
+      int stepSeen = 0;
+      PipelineCallbacks cb;
+      cb.onStage = [&](const std::string& st) {
+        stage_ = st == "encode" ? "encoding" : st == "denoise" ? "denoising" : st == "decode" ? "decoding" : st;
+      };
+      cb.onStep = [&](int step, int steps, const at::Tensor&, const at::Tensor& x0, double ms) {
+        stepSeen = step;
+        if (leader && previewEvery > 0 && (step % previewEvery == 0) && step < steps) {
+          at::Tensor img = pipe_->decode(x0, p.height, p.width);
+          auto rgb = toRGB8(img);
+          emitEvent(json{{"event", "preview"}, {"id", id}, {"step", step}, {"image_index", index},
+                         {"png", base64Encode(encodePng(rgb.data(), p.width, p.height))}});
+        }
+        if (syncStats(step, steps, ms, true, id, index)) {
+          cancelled = true;
+          return false;
+        }
+        return true;
+      };
+      const auto tImg = Clock::now();
+      GenerationResult res;
+      if (mine) {
+        res = pipe_->generate(p, cb);
+      } else {
+        // Idle replica in the last round: keep the per-step collectives in lockstep.
+        for (int s = 1; s <= p.steps && !cancelled; ++s) cancelled = syncStats(s, p.steps, 0.0, true, id, index);
+      }
+      if (cancelled) {
+        if (rank_ == 0) emitEvent(json{{"event", "cancelled"}, {"id", id}, {"step", stepSeen}});
+        break;
+      }
+      stage_ = "idle";
+      if (mine && leader) {
+        std::string path;
+        if (!output.empty()) path = indexedPath(output, index, numImages);
+        else
+          path = (fs::path(outputDir.empty() ? fs::temp_directory_path().string() : outputDir) /
+                  (id + "-" + std::to_string(index) + ".png")).string();
+        json extra{{"model", modelDir_}, {"strategy", s_.describe()}, {"dtype", dtype_}};
+        writeImagePng(path, res, extra);
+        if (!outputTensors.empty()) writeResultTensors(indexedPath(outputTensors, index, numImages), res);
+        json params = paramsToJson(res.params);
+        emitEvent(json{{"event", "image"}, {"id", id}, {"image_index", index}, {"path", path},
+                       {"seed", res.params.seed}, {"params", params}, {"rank", rank_},
+                       {"seconds", std::chrono::duration<double>(Clock::now() - tImg).count()}});
+      }
+    }
+    // All images of the request are written before "done" (a world barrier orders the replicas).
+    world_->barrier();
+    stage_ = "idle";
+    if (rank_ == 0 && !cancelled)
+      emitEvent(json{{"event", "done"}, {"id", id},
+                     {"seconds", std::chrono::duration<double>(Clock::now() - tReq).count()}});
+  }
+
+  Strategy s_;
+  std::string modelDir_, dtype_, device_ = "cpu", stage_ = "idle";
+  int rank_ = 0;
+  std::unique_ptr<DeviceMesh> mesh_;
+  std::shared_ptr<ProcessGroup> world_;
+  std::unique_ptr<FluxPipeline> pipe_;
+  RequestReader reader_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  initRuntime(argc, argv);
+  const int rank = worldRank();
+  auto logger = spdlog::stderr_logger_mt("worker");
+  logger->set_pattern("[%H:%M:%S] [rank " + std::to_string(rank) + "/" + std::to_string(worldSize()) + "] %v");
+  spdlog::set_default_logger(logger);
+  CLI::App app{"DiT Studio rank program (start with mpirun)", "ditstudio-worker"};
+  Strategy s;
+  std::string model, dtype = "float32";
+  app.add_option("--model", model, "diffusers FLUX.1 folder (default: embedded tiny model)");
+  app.add_option("--dtype", dtype, "float32 | bfloat16 | float16");
+  app.add_option("--device", s.device, "cpu | cuda");
+  app.add_option("--tp-degree", s.tp_degree);
+  app.add_option("--ring-degree", s.ring_degree);
+  app.add_option("--ulysses-degree", s.ulysses_degree);
+  app.add_flag("--ulysses-anything", s.ulysses_anything);
+  app.add_flag("--ring-anything", s.ring_anything);
+  app.add_option("--cfg-degree", s.cfg_degree);
+  app.add_option("--dp-degree", s.dp_degree);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (rank == 0) emitEvent(json{{"event", "error"}, {"id", nullptr}, {"rank", rank}, {"fatal", true},
+                                  {"message", std::string("bad worker arguments: ") + e.what()}});
+    finalizeRuntime();
+    return 2;
+  }
+  if (model.empty()) model = defaultModelDir();
+  s.world = worldSize();
+  int rc = runOrAbort([&] { return Worker(s, model, dtype).run(); });
+  finalizeRuntime();
+  return rc;
+}

@@ -1,0 +1,212 @@
+// Model-file and request errors: each case asserts that loading fails with a message naming the
+// file and the cause (never reading past the mapped file).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "backend/flux_pipeline.h"
+#include "backend/model_config.h"
+#include "backend/safetensors.h"
+#include "backend/tensor_io.h"
+#include "backend/weights.h"
+#include "golden_util.h"
+
+using namespace dit;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path tempDir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("ditstudio-errors-" + std::to_string(::getpid())) / name;
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+// Writes a safetensors file with the given header text and `dataBytes` zero bytes of data.
+std::string writeRaw(const fs::path& file, const std::string& header, size_t dataBytes,
+                     int64_t headerLenOverride = -1) {
+  std::ofstream o(file, std::ios::binary);
+  uint64_t n = headerLenOverride >= 0 ? static_cast<uint64_t>(headerLenOverride) : header.size();
+  for (int i = 0; i < 8; ++i) o.put(static_cast<char>((n >> (8 * i)) & 0xff));
+  o << header;
+  o << std::string(dataBytes, '\0');
+  return file.string();
+}
+
+// Expects `fn` to throw ModelFileError whose message contains every `parts`.
+template <typename F>
+void expectError(F fn, std::initializer_list<std::string> parts) {
+  try {
+    fn();
+    FAIL() << "no error thrown";
+  } catch (const std::exception& e) {
+    const std::string msg = e.what();
+    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "message: " << msg << "\nmissing: " << p;
+  }
+}
+
+fs::path copyFixture(const std::string& name) {
+  fs::path d = tempDir(name);
+  fs::copy(test::fixtureDir(), d, fs::copy_options::recursive);
+  fs::remove_all(d / "golden");
+  for (auto& e : fs::recursive_directory_iterator(d))
+    fs::permissions(e.path(), fs::perms::owner_write, fs::perm_options::add);
+  return d;
+}
+
+}  // namespace
+
+TEST(SafetensorsErrors, MissingFile) {
+  expectError([] { SafetensorsReader r("/nonexistent/x.safetensors"); },
+              {"/nonexistent/x.safetensors", "cannot open"});
+}
+
+TEST(SafetensorsErrors, ShorterThanHeaderLength) {
+  auto f = tempDir("short") / "a.safetensors";
+  std::ofstream(f) << "abc";
+  expectError([&] { SafetensorsReader r(f.string()); }, {f.string(), "truncated"});
+}
+
+TEST(SafetensorsErrors, HeaderLengthPastEnd) {
+  auto f = writeRaw(tempDir("hlen") / "a.safetensors", "{}", 0, 1 << 20);
+  expectError([&] { SafetensorsReader r(f); }, {f, "header length 1048576 runs past the end"});
+}
+
+TEST(SafetensorsErrors, BadJson) {
+  auto f = writeRaw(tempDir("json") / "a.safetensors", "{\"a\": [1, 2", 0);
+  expectError([&] { SafetensorsReader r(f); }, {f, "not valid JSON"});
+}
+
+TEST(SafetensorsErrors, OffsetsOutOfRange) {
+  auto f = writeRaw(tempDir("range") / "a.safetensors",
+                    R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8);
+  expectError([&] { SafetensorsReader r(f); }, {f, "tensor 'w'", "outside the data section"});
+}
+
+TEST(SafetensorsErrors, Overlapping) {
+  auto f = writeRaw(tempDir("overlap") / "a.safetensors",
+                    R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})",
+                    24);
+  expectError([&] { SafetensorsReader r(f); }, {f, "'a' and 'b' overlap"});
+}
+
+TEST(SafetensorsErrors, ShapeAndByteSizeDisagree) {
+  auto f = writeRaw(tempDir("size") / "a.safetensors",
+                    R"({"w":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,8]}})", 8);
+  expectError([&] { SafetensorsReader r(f); }, {f, "tensor 'w'", "need 12 bytes but data_offsets span 8"});
+}
+
+TEST(SafetensorsErrors, UnknownDtype) {
+  auto f = writeRaw(tempDir("dtype") / "a.safetensors",
+                    R"({"w":{"dtype":"F12","shape":[1],"data_offsets":[0,2]}})", 2);
+  expectError([&] { SafetensorsReader r(f); }, {f, "unknown dtype 'F12'"});
+}
+
+TEST(SafetensorsErrors, GitLfsPointer) {
+  auto f = tempDir("lfs") / "diffusion_pytorch_model.safetensors";
+  std::ofstream(f) << "version https://git-lfs.github.com/spec/v1\noid sha256:abc\nsize 123\n";
+  expectError([&] { SafetensorsReader r(f.string()); }, {f.string(), "git-lfs pointer"});
+}
+
+TEST(SafetensorsErrors, TruncatedRealFile) {
+  auto d = tempDir("trunc");
+  auto src = fs::path(test::fixtureDir()) / "vae/diffusion_pytorch_model.safetensors";
+  auto f = d / "diffusion_pytorch_model.safetensors";
+  fs::copy_file(src, f);
+  fs::permissions(f, fs::perms::owner_write, fs::perm_options::add);
+  fs::resize_file(f, fs::file_size(f) - 1000);
+  expectError([&] { SafetensorsReader r(f.string()); }, {f.string(), "outside the data section"});
+}
+
+TEST(SafetensorsErrors, IndexNamesMissingShard) {
+  auto d = tempDir("index-shard");
+  std::ofstream(d / "m.safetensors.index.json") << R"({"weight_map":{"w":"m-00001-of-00002.safetensors"}})";
+  expectError([&] { SafetensorsCollection c((d / "m.safetensors.index.json").string()); },
+              {"m.safetensors.index.json", "shard 'm-00001-of-00002.safetensors'", "does not exist"});
+}
+
+TEST(SafetensorsErrors, IndexNamesMissingTensor) {
+  auto d = tempDir("index-tensor");
+  writeRaw(d / "s.safetensors", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4);
+  std::ofstream(d / "m.safetensors.index.json") << R"({"weight_map":{"a":"s.safetensors","b":"s.safetensors"}})";
+  expectError([&] { SafetensorsCollection c((d / "m.safetensors.index.json").string()); },
+              {"m.safetensors.index.json", "tensor 'b'", "does not contain it"});
+}
+
+TEST(SafetensorsErrors, IndexNotJson) {
+  auto d = tempDir("index-json");
+  std::ofstream(d / "m.safetensors.index.json") << "{weight_map";
+  expectError([&] { SafetensorsCollection c((d / "m.safetensors.index.json").string()); },
+              {"m.safetensors.index.json", "not valid JSON"});
+}
+
+TEST(SafetensorsRoundTrip, SliceReadsOnlyTheSlice) {
+  auto d = tempDir("roundtrip");
+  at::Tensor w = at::arange(24, at::kFloat).view({4, 6});
+  saveTensors((d / "t.safetensors").string(), {{"w", w}, {"b", w.to(at::kBFloat16)}});
+  SafetensorsCollection c((d / "t.safetensors").string());
+  EXPECT_TRUE(loadTensor(c, "w", at::kFloat).equal(w));
+  EXPECT_TRUE(loadSlice(c, "w", 0, 1, 2, at::kFloat).equal(w.slice(0, 1, 3)));
+  EXPECT_TRUE(loadSlice(c, "w", 1, 2, 3, at::kFloat).equal(w.slice(1, 2, 5)));
+  EXPECT_TRUE(loadSlice(c, "b", 1, 3, 3, at::kFloat).equal(w.slice(1, 3, 6)));
+  EXPECT_TRUE(loadPackedSlice(c, "w", 1, {4, 2}, 1, 2, at::kFloat)
+                  .equal(at::cat({w.slice(1, 2, 4), w.slice(1, 5, 6)}, 1)));
+  expectError([&] { loadSlice(c, "w", 1, 4, 3, at::kFloat); }, {"t.safetensors", "does not fit"});
+}
+
+TEST(ModelFolderErrors, MissingFolder) {
+  expectError([] { ModelFolder::open("/nonexistent/model"); }, {"/nonexistent/model", "does not exist"});
+}
+
+TEST(ModelFolderErrors, MissingComponent) {
+  auto d = copyFixture("nocomp");
+  fs::remove_all(d / "vae");
+  expectError([&] { ModelFolder::open(d.string()); }, {(d / "vae").string(), "component folder is missing"});
+}
+
+TEST(ModelFolderErrors, MissingModelIndex) {
+  auto d = copyFixture("noindex");
+  fs::remove(d / "model_index.json");
+  expectError([&] { ModelFolder::open(d.string()); }, {"model_index.json", "missing"});
+}
+
+TEST(ModelFolderErrors, MissingWeightsFile) {
+  auto d = copyFixture("noweights");
+  fs::remove(d / "transformer/diffusion_pytorch_model.safetensors");
+  auto m = ModelFolder::open(d.string());
+  expectError([&] { FluxPipeline p(m, {}); }, {(d / "transformer").string(), "no diffusion_pytorch_model.safetensors"});
+}
+
+TEST(ModelFolderErrors, ConfigDisagreesWithWeights) {
+  auto d = copyFixture("mismatch");
+  {
+    std::ifstream in(d / "transformer/config.json");
+    auto j = nlohmann::json::parse(in);
+    j["joint_attention_dim"] = 48;
+    std::ofstream(d / "transformer/config.json") << j.dump();
+  }
+  auto m = ModelFolder::open(d.string());
+  expectError([&] { FluxPipeline p(m, {}); }, {"context_embedder.weight", "has shape [64, 32]", "[64, 48]"});
+}
+
+TEST(ModelFolderErrors, CorruptTransformerWeights) {
+  auto d = copyFixture("corrupt");
+  auto f = d / "transformer/diffusion_pytorch_model.safetensors";
+  fs::resize_file(f, fs::file_size(f) / 2);
+  auto m = ModelFolder::open(d.string());
+  expectError([&] { FluxPipeline p(m, {}); }, {f.string(), "outside the data section"});
+}
+
+TEST(RequestErrors, SizeNotMultipleOfPatch) {
+  static FluxPipeline p(ModelFolder::open(test::fixtureDir()), {});
+  GenerationParams g;
+  g.width = 30;
+  g.height = 32;
+  expectError([&] { p.resolve(g); }, {"multiples of 4", "2 x vae_scale_factor 2", "30x32", "try 28x32"});
+}
+
+TEST(RequestErrors, UnknownDtype) {
+  expectError([] { parseComputeDType("float64"); }, {"unknown dtype 'float64'", "float32, bfloat16 or float16"});
+}
