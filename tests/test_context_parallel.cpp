@@ -1,0 +1,516 @@
+// Context-parallel attention: localAttention / attentionWithLse / mergeAttention against
+// hand-written references, partition and strict-mode errors (single process), and RingAttention,
+// UlyssesAttention, unified (USP) and the anything variants across MPI ranks against full
+// attention on one rank.
+//
+// Run under mpirun with 1, 2 or 4 ranks; each multi-rank test runs only at its world size (the
+// others skip it). Every rank generates the same q, k, v from a fixed seed.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "parallel/attention.h"
+#include "parallel/context_parallel.h"
+#include "parallel/device_mesh.h"
+#include "parallel/strategy.h"
+
+namespace {
+
+using dit::ContextParallel;
+using dit::ContextParallelOptions;
+
+int worldSize() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+int worldRank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+double maxAbs(const at::Tensor& a, const at::Tensor& b) {
+  if (a.numel() == 0) return 0.0;
+  return (a.to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>();
+}
+
+double allMax(double v) {
+  double out = 0.0;
+  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return out;
+}
+
+// Reference: softmax(Q K^T / sqrt(D)) V in float64.
+at::Tensor referenceAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  auto qd = q.to(at::kDouble), kd = k.to(at::kDouble), vd = v.to(at::kDouble);
+  auto s = at::matmul(qd, kd.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
+  return at::matmul(at::softmax(s, -1), vd);
+}
+
+// A group that knows its rank and size but refuses to communicate: proves that errors are raised
+// before the first collective.
+struct NoCommunication : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+class StubGroup final : public dit::ProcessGroup {
+ public:
+  StubGroup(int rank, int size) : rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "stub"; }
+  void allreduce(at::Tensor&, dit::ReduceOp) override { fail(); }
+  at::Tensor allgather(const at::Tensor&, int64_t, const std::vector<int64_t>&) override { fail(); }
+  at::Tensor reduceScatter(const at::Tensor&, dit::ReduceOp) override { fail(); }
+  std::vector<at::Tensor> allToAll(const std::vector<at::Tensor>&,
+                                   const std::vector<std::vector<int64_t>>&) override {
+    fail();
+  }
+  void broadcast(at::Tensor&, int) override { fail(); }
+  at::Tensor sendRecv(const at::Tensor&, int, const std::vector<int64_t>&, int) override { fail(); }
+  void send(const at::Tensor&, int, int) override { fail(); }
+  void recv(at::Tensor&, int, int) override { fail(); }
+  void barrier() override { fail(); }
+  uint64_t bytesSent() const override { return 0; }
+
+ private:
+  [[noreturn]] static void fail() { throw NoCommunication("stub group: no communication"); }
+  int rank_, size_;
+};
+
+// ContextParallel over stub groups for cp rank `cpRank` of a ring x ulysses grid.
+ContextParallel stubCp(int ring, int uly, int cpRank, bool ringAny = false, bool ulyAny = false) {
+  return ContextParallel(std::make_shared<StubGroup>(cpRank / uly, ring),
+                         std::make_shared<StubGroup>(cpRank % uly, uly),
+                         std::make_shared<StubGroup>(cpRank, ring * uly),
+                         ContextParallelOptions{ring, uly, ulyAny, ringAny});
+}
+
+template <class F>
+std::string errorOf(F&& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "<no std::invalid_argument>";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Local kernels (every rank runs them independently).
+
+TEST(LocalAttention, MatchesHandWrittenSoftmax) {
+  at::manual_seed(1);
+  auto q = at::randn({2, 3, 7, 16}), k = at::randn({2, 3, 11, 16}), v = at::randn({2, 3, 11, 16});
+  auto out = dit::localAttention(q, k, v);
+  ASSERT_EQ(out.sizes(), q.sizes());
+  EXPECT_EQ(out.scalar_type(), at::kFloat);
+  EXPECT_LT(maxAbs(out, referenceAttention(q, k, v)), 1e-5);
+}
+
+TEST(LocalAttention, LargeQueryCountIsChunkedConsistently) {
+  // Enough queries x keys that the math path splits the queries into several chunks (about 3 s,
+  // so only in the single-rank run).
+  if (worldSize() != 1) GTEST_SKIP() << "runs in the 1-rank invocation";
+  at::manual_seed(2);
+  auto q = at::randn({1, 2, 4200, 8}), k = at::randn({1, 2, 8200, 8}), v = at::randn({1, 2, 8200, 8});
+  auto out = dit::localAttention(q, k, v);
+  auto [out2, lse] = dit::attentionWithLse(q, k, v);
+  auto rows = at::arange(0, 4200, 997);
+  auto ref = referenceAttention(q.index_select(2, rows), k, v);
+  EXPECT_LT(maxAbs(out.index_select(2, rows), ref), 1e-5);
+  EXPECT_LT(maxAbs(out2.index_select(2, rows), ref), 1e-5);
+}
+
+TEST(LocalAttention, ReducedPrecision) {
+  at::manual_seed(3);
+  auto q = at::randn({1, 2, 9, 16}), k = at::randn({1, 2, 9, 16}), v = at::randn({1, 2, 9, 16});
+  auto ref = referenceAttention(q, k, v);
+  for (auto dt : {at::kBFloat16, at::kHalf}) {
+    auto out = dit::localAttention(q.to(dt), k.to(dt), v.to(dt));
+    EXPECT_EQ(out.scalar_type(), dt);
+    EXPECT_LT(maxAbs(out, ref), 3e-2) << dt;
+    auto [o2, lse] = dit::attentionWithLse(q.to(dt), k.to(dt), v.to(dt));
+    EXPECT_EQ(o2.scalar_type(), dt);
+    EXPECT_EQ(lse.scalar_type(), at::kFloat);
+    EXPECT_LT(maxAbs(o2, ref), 3e-2) << dt;
+  }
+}
+
+TEST(LocalAttention, RejectsBadShapes) {
+  auto q = at::randn({1, 2, 4, 8});
+  EXPECT_THROW(dit::localAttention(q, at::randn({1, 3, 4, 8}), at::randn({1, 3, 4, 8})),
+               std::invalid_argument);
+  EXPECT_THROW(dit::localAttention(q, at::randn({1, 2, 4, 4}), at::randn({1, 2, 4, 8})),
+               std::invalid_argument);
+  EXPECT_THROW(dit::localAttention(q.view({2, 4, 8}), q, q), std::invalid_argument);
+  EXPECT_THROW(dit::localAttention(q, q.to(at::kDouble), q), std::invalid_argument);
+}
+
+TEST(AttentionWithLse, LseMatchesLogsumexp) {
+  at::manual_seed(4);
+  auto q = at::randn({2, 3, 5, 8}), k = at::randn({2, 3, 13, 8}), v = at::randn({2, 3, 13, 8});
+  auto [out, lse] = dit::attentionWithLse(q, k, v);
+  ASSERT_EQ(lse.sizes(), (std::vector<int64_t>{2, 3, 5}));
+  EXPECT_EQ(lse.scalar_type(), at::kFloat);
+  auto scores = at::matmul(q.to(at::kDouble), k.to(at::kDouble).transpose(-2, -1)) / std::sqrt(8.0);
+  EXPECT_LT(maxAbs(lse, at::logsumexp(scores, -1)), 1e-5);
+  EXPECT_LT(maxAbs(out, referenceAttention(q, k, v)), 1e-5);
+}
+
+TEST(AttentionWithLse, EmptyKeysAndQueries) {
+  auto q = at::randn({1, 2, 3, 8});
+  auto none = at::empty({1, 2, 0, 8});
+  auto [out, lse] = dit::attentionWithLse(q, none, none);
+  EXPECT_EQ(out.sizes(), q.sizes());
+  EXPECT_EQ(out.abs().max().item<float>(), 0.0f);
+  EXPECT_TRUE(at::all(at::isneginf(lse)).item<bool>());
+  auto [out0, lse0] = dit::attentionWithLse(none, q, q);
+  EXPECT_EQ(out0.size(2), 0);
+  EXPECT_EQ(lse0.sizes(), (std::vector<int64_t>{1, 2, 0}));
+  EXPECT_EQ(dit::localAttention(none, q, q).size(2), 0);
+}
+
+TEST(MergeAttention, BlocksMergeToFullAttention) {
+  at::manual_seed(5);
+  auto q = at::randn({1, 4, 6, 8}), k = at::randn({1, 4, 17, 8}), v = at::randn({1, 4, 17, 8});
+  // Blocks of 5, 0 (empty) and 12 keys, merged in an arbitrary order.
+  auto [out, lse] = dit::attentionWithLse(q, k.narrow(2, 5, 12), v.narrow(2, 5, 12));
+  out = out.to(at::kFloat);
+  for (auto [start, len] : {std::pair<int64_t, int64_t>{0, 0}, {0, 5}}) {
+    auto [bo, bl] = dit::attentionWithLse(q, k.narrow(2, start, len), v.narrow(2, start, len));
+    dit::mergeAttention(out, lse, bo, bl);
+  }
+  auto [fullOut, fullLse] = dit::attentionWithLse(q, k, v);
+  EXPECT_LT(maxAbs(out, fullOut), 1e-5);
+  EXPECT_LT(maxAbs(lse, fullLse), 1e-5);
+  // Starting from the neutral element (zeros, -inf).
+  auto acc = at::zeros({1, 4, 6, 8});
+  auto accLse = at::full({1, 4, 6}, -INFINITY);
+  dit::mergeAttention(acc, accLse, fullOut, fullLse);
+  EXPECT_LT(maxAbs(acc, fullOut), 1e-6);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Partition and validation (stub groups: no communication allowed).
+
+TEST(Partition, TensorSplitSemantics) {
+  EXPECT_EQ(dit::tensorSplitSizes(10, 4), (std::vector<int64_t>{3, 3, 2, 2}));
+  EXPECT_EQ(dit::tensorSplitSizes(3, 4), (std::vector<int64_t>{1, 1, 1, 0}));
+  EXPECT_EQ(dit::tensorSplitSizes(8, 2), (std::vector<int64_t>{4, 4}));
+  auto cp = stubCp(1, 4, 2, false, /*ulyAny=*/true);
+  EXPECT_EQ(cp.partition(3969), (std::vector<int64_t>{993, 992, 992, 992}));
+  EXPECT_EQ(cp.localRange(3969), (std::pair<int64_t, int64_t>{1985, 992}));
+  auto ringAny = stubCp(4, 1, 3, /*ringAny=*/true);
+  EXPECT_EQ(ringAny.localRange(10), (std::pair<int64_t, int64_t>{8, 2}));
+  auto strict = stubCp(2, 2, 1);
+  EXPECT_EQ(strict.degree(), 4);
+  EXPECT_EQ(strict.cpRank(), 1);
+  EXPECT_EQ(strict.partition(4096), (std::vector<int64_t>{1024, 1024, 1024, 1024}));
+  EXPECT_EQ(strict.localRange(4096), (std::pair<int64_t, int64_t>{1024, 1024}));
+  const std::string msg = errorOf([&] { strict.partition(3969); });
+  EXPECT_NE(msg.find("3969"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("degree 4"), std::string::npos) << msg;
+  EXPECT_THROW(stubCp(2, 1, 0).localRange(7), std::invalid_argument);
+  EXPECT_EQ(stubCp(1, 1, 0).partition(7), (std::vector<int64_t>{7}));
+}
+
+TEST(ContextParallelValidation, StrictModesThrowBeforeAnyCollective) {
+  auto q = at::randn({1, 4, 3, 8});
+  {
+    auto ring = stubCp(2, 1, 0);
+    const std::string msg = errorOf([&] { ring.attention(q, q, q, {3, 2}); });
+    EXPECT_NE(msg.find("sequence length 5"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("degree 2"), std::string::npos) << msg;
+  }
+  {
+    auto uly = stubCp(1, 2, 0);
+    EXPECT_THROW(uly.attention(q, q, q, {3, 2}), std::invalid_argument);
+    auto q3 = at::randn({1, 3, 3, 8});
+    const std::string msg = errorOf([&] { uly.attention(q3, q3, q3, {3, 3}); });
+    EXPECT_NE(msg.find("head count 3"), std::string::npos) << msg;
+  }
+  {
+    auto usp = stubCp(2, 2, 3);
+    EXPECT_THROW(usp.attention(q, q, q, {3, 3, 3, 2}), std::invalid_argument);
+  }
+  // Wrong bookkeeping is refused in every mode.
+  auto any = stubCp(1, 2, 1, false, true);
+  EXPECT_THROW(any.attention(q, q, q, {3, 2}), std::invalid_argument);      // says 2, holds 3
+  EXPECT_THROW(any.attention(q, q, q, {3, 3, 3}), std::invalid_argument);   // 3 entries
+  EXPECT_THROW(any.gatherSequence(at::randn({1, 3, 4}), {3, 2}), std::invalid_argument);
+  // A valid call reaches the (stub) communication.
+  EXPECT_THROW(any.attention(q, q, q, {2, 3}), NoCommunication);
+}
+
+TEST(ContextParallelValidation, ConstructorChecksGroupsAndModes) {
+  auto g = [](int r, int n) { return std::make_shared<StubGroup>(r, n); };
+  EXPECT_THROW(ContextParallel(g(0, 2), g(0, 1), g(0, 2), {2, 1, true, false}),
+               std::invalid_argument);  // ulysses_anything with ring 2
+  EXPECT_THROW(ContextParallel(g(0, 1), g(0, 2), g(0, 2), {1, 2, false, true}),
+               std::invalid_argument);  // ring_anything with ulysses 2
+  EXPECT_THROW(ContextParallel(g(0, 2), g(0, 1), g(0, 2), {1, 2, false, false}),
+               std::invalid_argument);  // sizes do not match degrees
+  EXPECT_THROW(ContextParallel(g(1, 2), g(0, 2), g(1, 4), {2, 2, false, false}),
+               std::invalid_argument);  // cp rank 1 != ring 1 * 2 + uly 0
+  EXPECT_THROW(ContextParallel(nullptr, g(0, 1), g(0, 1), {}), std::invalid_argument);
+  EXPECT_NO_THROW(ContextParallel(g(1, 2), g(1, 2), g(3, 4), {2, 2, false, false}));
+}
+
+TEST(ContextParallelSingle, DegreeOneIsLocalAttention) {
+  auto local = dit::makeLocalProcessGroup();
+  ContextParallel cp(local, local, local, {});
+  at::manual_seed(6);
+  auto q = at::randn({1, 3, 10, 8}), k = at::randn({1, 3, 10, 8}), v = at::randn({1, 3, 10, 8});
+  EXPECT_LT(maxAbs(cp.attention(q, k, v, {10}), dit::localAttention(q, k, v)), 1e-7);
+  auto x = at::randn({1, 10, 5});
+  EXPECT_TRUE(at::equal(cp.gatherSequence(x, {10}), x));
+  EXPECT_EQ(cp.partition(7), (std::vector<int64_t>{7}));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Multi-rank: the whole world is one cp group (dp = cfg = tp = 1).
+
+struct Case {
+  int ring = 1, uly = 1;
+  bool ringAny = false, ulyAny = false;
+  int64_t heads = 4, txt = 8, img = 24, dim = 16;
+  at::ScalarType dtype = at::kFloat;
+};
+
+struct Result {
+  double attnErr = 0;    // max over ranks of |cp attention - full attention| on local queries
+  double gatherErr = 0;  // max over ranks of |gatherSequence(out) - expected cp-order sequence|
+  uint64_t bytes = 0;
+};
+
+std::unique_ptr<dit::DeviceMesh> makeMesh(const Case& c) {
+  dit::Strategy s;
+  s.world = worldSize();
+  s.ring_degree = c.ring;
+  s.ulysses_degree = c.uly;
+  s.ring_anything = c.ringAny;
+  s.ulysses_anything = c.ulyAny;
+  dit::DeviceMeshOptions o;
+  o.timeout_s = 120;
+  return std::make_unique<dit::DeviceMesh>(s, MPI_COMM_WORLD, o);
+}
+
+Result runCase(const Case& c) {
+  auto mesh = makeMesh(c);
+  ContextParallel cp(mesh->group("ring"), mesh->group("ulysses"), mesh->group("cp"),
+                     {c.ring, c.uly, c.ulyAny, c.ringAny});
+  const int n = cp.degree();
+  const int me = cp.cpRank();
+  EXPECT_EQ(me, mesh->coord("cp"));
+
+  at::manual_seed(1234);
+  const int64_t S = c.txt + c.img;
+  auto q = at::randn({1, c.heads, S, c.dim}), k = at::randn({1, c.heads, S, c.dim}),
+       v = at::randn({1, c.heads, S, c.dim});
+  auto ref = referenceAttention(q, k, v).to(at::kFloat);  // full sequence [txt, img]
+
+  // Text and image are split separately (tensor_split); a rank holds its text then image slice.
+  const auto txtParts = cp.partition(c.txt), imgParts = cp.partition(c.img);
+  std::vector<int64_t> lens(n);
+  for (int r = 0; r < n; ++r) lens[r] = txtParts[r] + imgParts[r];
+  auto slice = [&](const at::Tensor& x, int r) {
+    int64_t t0 = 0, i0 = 0;
+    for (int j = 0; j < r; ++j) t0 += txtParts[j], i0 += imgParts[j];
+    return at::cat({x.narrow(2, t0, txtParts[r]), x.narrow(2, c.txt + i0, imgParts[r])}, 2);
+  };
+  auto lq = slice(q, me).to(c.dtype), lk = slice(k, me).to(c.dtype), lv = slice(v, me).to(c.dtype);
+  auto out = cp.attention(lq, lk, lv, lens);
+  EXPECT_EQ(out.sizes(), lq.sizes());
+  EXPECT_EQ(out.scalar_type(), c.dtype);
+
+  Result res;
+  res.attnErr = allMax(maxAbs(out, slice(ref, me)));
+  // Gather the per-rank outputs as [B, S_local, H*D] into the cp-order joint sequence.
+  auto toSeq = [&](const at::Tensor& x) {
+    return x.to(at::kFloat).transpose(1, 2).reshape({1, x.size(2), c.heads * c.dim});
+  };
+  auto gathered = cp.gatherSequence(toSeq(out), lens);
+  std::vector<at::Tensor> expected;
+  for (int r = 0; r < n; ++r) expected.push_back(toSeq(slice(ref, r)));
+  EXPECT_EQ(gathered.sizes(), (std::vector<int64_t>{1, S, c.heads * c.dim}));
+  res.gatherErr = allMax(gathered.sizes() == at::cat(expected, 1).sizes()
+                             ? maxAbs(gathered, at::cat(expected, 1))
+                             : 1e9);
+  res.bytes = cp.bytesSent();
+  return res;
+}
+
+#define REQUIRE_WORLD(n)                                                                  \
+  do {                                                                                    \
+    if (worldSize() != (n)) GTEST_SKIP() << "needs mpirun -np " << (n);                   \
+  } while (0)
+
+constexpr double kTol = 1e-5;
+
+TEST(RingAttention, Ring2) {
+  REQUIRE_WORLD(2);
+  auto r = runCase({.ring = 2});
+  EXPECT_LT(r.attnErr, kTol);
+  EXPECT_LT(r.gatherErr, kTol);
+  EXPECT_GT(r.bytes, 0u);
+}
+
+TEST(RingAttention, Ring4) {
+  REQUIRE_WORLD(4);
+  auto r = runCase({.ring = 4, .txt = 8, .img = 32});
+  EXPECT_LT(r.attnErr, kTol);
+  EXPECT_LT(r.gatherErr, kTol);
+}
+
+TEST(RingAttention, Ring2BFloat16MergesInFloat32) {
+  REQUIRE_WORLD(2);
+  auto r = runCase({.ring = 2, .dtype = at::kBFloat16});
+  EXPECT_LT(r.attnErr, 3e-2);
+}
+
+TEST(RingAttention, RingAnythingUneven2) {
+  REQUIRE_WORLD(2);
+  auto r = runCase({.ring = 2, .ringAny = true, .txt = 5, .img = 26});  // 31 tokens: 16 + 15
+  EXPECT_LT(r.attnErr, kTol);
+  EXPECT_LT(r.gatherErr, kTol);
+}
+
+TEST(RingAttention, RingAnythingUneven4) {
+  REQUIRE_WORLD(4);
+  auto r = runCase({.ring = 4, .ringAny = true, .txt = 7, .img = 30});  // 37 tokens
+  EXPECT_LT(r.attnErr, kTol);
+  EXPECT_LT(r.gatherErr, kTol);
+}
+
+TEST(RingAttention, RingAnythingRankWithoutTokens) {
+  REQUIRE_WORLD(4);
+  auto r = runCase({.ring = 4, .ringAny = true, .txt = 1, .img = 2});  // lens 2, 1, 0, 0
+  EXPECT_LT(r.attnErr, kTol);
+  EXPECT_LT(r.gatherErr, kTol);
+}
+
+TEST(UlyssesAttention, Ulysses2) {
+  REQUIRE_WORLD(2);
+  auto r = runCase({.uly = 2});
+  EXPECT_LT(r.attnErr, kTol);
+  EXPECT_LT(r.gatherErr, kTol);
+  EXPECT_GT(r.bytes, 0u);
+}
+
+TEST(UlyssesAttention, Ulysses4) {
+  REQUIRE_WORLD(4);
+  auto r = runCase({.uly = 4, .heads = 8, .txt = 8, .img = 32});
+  EXPECT_LT(r.attnErr, kTol);
+  EXPECT_LT(r.gatherErr, kTol);
+}
+
+TEST(UlyssesAttention, UlyssesAnythingUnevenTokensAndHeads2) {
+  REQUIRE_WORLD(2);
+  auto r = runCase({.uly = 2, .ulyAny = true, .heads = 3, .txt = 13, .img = 63});
+  EXPECT_LT(r.attnErr, kTol);
+  EXPECT_LT(r.gatherErr, kTol);
+}
+
+TEST(UlyssesAttention, UlyssesAnythingOddSequence4) {
+  REQUIRE_WORLD(4);
+  auto r = runCase({.uly = 4, .ulyAny = true, .heads = 5, .txt = 7, .img = 30});  // 37 tokens
+  EXPECT_LT(r.attnErr, kTol);
+  EXPECT_LT(r.gatherErr, kTol);
+}
+
+TEST(UlyssesAttention, UlyssesAnythingFewerHeadsThanRanks) {
+  REQUIRE_WORLD(4);
+  auto r = runCase({.uly = 4, .ulyAny = true, .heads = 3, .txt = 5, .img = 18});  // heads 1,1,1,0
+  EXPECT_LT(r.attnErr, kTol);
+}
+
+TEST(UnifiedAttention, Ring2xUlysses2) {
+  REQUIRE_WORLD(4);
+  auto r = runCase({.ring = 2, .uly = 2, .heads = 4, .txt = 8, .img = 24});
+  EXPECT_LT(r.attnErr, kTol);
+  EXPECT_LT(r.gatherErr, kTol);
+}
+
+TEST(UnifiedAttention, Ring2xUlysses2BFloat16) {
+  REQUIRE_WORLD(4);
+  auto r = runCase({.ring = 2, .uly = 2, .heads = 4, .txt = 8, .img = 24, .dtype = at::kBFloat16});
+  EXPECT_LT(r.attnErr, 3e-2);
+}
+
+TEST(StrictModes, RefuseIndivisibleOnEveryRank) {
+  if (worldSize() < 2) GTEST_SKIP() << "needs mpirun -np 2 or 4";
+  const int n = worldSize();
+  for (Case c : {Case{.ring = n}, Case{.uly = n}}) {
+    auto mesh = makeMesh(c);
+    ContextParallel cp(mesh->group("ring"), mesh->group("ulysses"), mesh->group("cp"),
+                       {c.ring, c.uly, false, false});
+    EXPECT_THROW(cp.partition(3969), std::invalid_argument);
+    std::vector<int64_t> lens(n, 4);
+    lens[0] = 5;
+    const int64_t mine = lens[cp.cpRank()];
+    auto q = at::randn({1, 4, mine, 8});
+    EXPECT_THROW(cp.attention(q, q, q, lens), std::invalid_argument);
+    if (c.uly > 1) {
+      auto q3 = at::randn({1, 3, 4, 8});
+      EXPECT_THROW(cp.attention(q3, q3, q3, std::vector<int64_t>(n, 4)), std::invalid_argument);
+    }
+    mesh->world()->barrier();  // still in step: nothing was left half-done
+  }
+}
+
+TEST(GatherSequence, Uneven) {
+  if (worldSize() < 2) GTEST_SKIP() << "needs mpirun -np 2 or 4";
+  const int n = worldSize();
+  auto mesh = makeMesh({.uly = n, .ulyAny = true});
+  ContextParallel cp(mesh->group("ring"), mesh->group("ulysses"), mesh->group("cp"),
+                     {1, n, true, false});
+  std::vector<int64_t> sizes;
+  for (int r = 0; r < n; ++r) sizes.push_back(r + 1);  // 1, 2, ...
+  std::vector<at::Tensor> pieces;
+  for (int r = 0; r < n; ++r)
+    pieces.push_back(at::full({2, sizes[r], 3}, static_cast<float>(r)) +
+                     at::arange(sizes[r]).view({1, -1, 1}).to(at::kFloat) * 0.5);
+  auto out = cp.gatherSequence(pieces[cp.cpRank()], sizes);
+  EXPECT_TRUE(at::equal(out, at::cat(pieces, 1)));
+}
+
+// Prints failures of ranks > 0 (their default printer is removed to keep the log readable).
+class RankFailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (r.failed())
+      fprintf(stderr, "[rank %d] FAILED %s:%d\n%s\n", rank_, r.file_name() ? r.file_name() : "?",
+              r.line_number(), r.summary());
+  }
+
+ private:
+  int rank_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  if (worldRank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new RankFailurePrinter(worldRank()));
+  }
+  int rc = RUN_ALL_TESTS();
+  // Every rank's verdict decides the exit status of every rank.
+  int worst = 0;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return worst;
+}
