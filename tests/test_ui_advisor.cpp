@@ -1,0 +1,190 @@
+// Advisor (ui/advisor.h): the DESIGN.md "Choosing a strategy" rules, and every recommendation
+// passes the worker's own validation (dit::validateForRequest).
+#include <QtTest>
+
+#include "parallel/strategy.h"
+#include "ui/advisor.h"
+
+using namespace dit::ui;
+
+namespace {
+
+AdvisorInput flux(int gpus, double mem, Interconnect ic, int w = 1024, int h = 1024) {
+  AdvisorInput in;  // FLUX.1-dev sizes: 11.9 B transformer, T5-XXL + CLIP + VAE about 4.9 B
+  in.num_devices = gpus;
+  in.memory_gib_per_device = mem;
+  in.interconnect = ic;
+  in.width = w;
+  in.height = h;
+  return in;
+}
+
+QString issuesOf(const Advice& a, const AdvisorInput& in) {
+  dit::ModelDims m;
+  m.num_attention_heads = in.num_attention_heads;
+  m.attention_head_dim = in.attention_head_dim;
+  m.mlp_ratio_hidden = 4 * m.innerDim();
+  m.joint_attention_dim = 4096;
+  m.vae_scale_factor = in.vae_scale_factor;
+  dit::RequestDims r;
+  r.width = in.width;
+  r.height = in.height;
+  r.text_len = in.text_len;
+  r.true_cfg = in.true_cfg;
+  r.num_images = in.images_per_request;
+  return QString::fromStdString(dit::joinIssues(dit::validateForRequest(a.strategy, m, r)));
+}
+
+}  // namespace
+
+class TestAdvisor : public QObject {
+  Q_OBJECT
+ private Q_SLOTS:
+  void singleGpu() {
+    const AdvisorInput in = flux(1, 80, Interconnect::NVLink);
+    const Advice a = adviseStrategy(in);
+    QCOMPARE(a.strategy.world, 1);
+    QCOMPARE(a.strategy.tp_degree, 1);
+    QCOMPARE(a.strategy.cpDegree(), 1);
+    QCOMPARE(a.strategy.device, std::string("cuda"));
+    QVERIFY(a.fits);
+    QVERIFY(a.total_gib > 30 && a.total_gib < 40);  // 16.8 B params in bf16 + activations
+    QCOMPARE(issuesOf(a, in), QString());
+  }
+
+  void fitsSoContextParallelOnNvlink() {
+    const AdvisorInput in = flux(4, 80, Interconnect::NVLink);
+    const Advice a = adviseStrategy(in);
+    QCOMPARE(a.strategy.ulysses_degree, 4);
+    QCOMPARE(a.strategy.ring_degree, 1);
+    QCOMPARE(a.strategy.tp_degree, 1);
+    QVERIFY(!a.strategy.ulysses_anything);
+    QCOMPARE(issuesOf(a, in), QString());
+    QVERIFY(a.reasons.join(' ').contains("Ulysses"));
+  }
+
+  void pcieUsesRingAndAvoidsTp() {
+    const AdvisorInput in = flux(4, 48, Interconnect::PCIe);
+    const Advice a = adviseStrategy(in);
+    QCOMPARE(a.strategy.ring_degree, 4);
+    QCOMPARE(a.strategy.ulysses_degree, 1);
+    QCOMPARE(a.strategy.tp_degree, 1);
+    QVERIFY(a.warnings.join(' ').indexOf("Tensor parallel") < 0);
+    QCOMPARE(issuesOf(a, in), QString());
+  }
+
+  void weightsDoNotFitNeedTp() {
+    AdvisorInput in = flux(2, 24, Interconnect::NVLink);
+    in.other_params = 0.2e9;  // text encoders offloaded: only the transformer counts
+    const Advice a = adviseStrategy(in);
+    QCOMPARE(a.strategy.tp_degree, 2);
+    QCOMPARE(a.strategy.world, 2);
+    QVERIFY(a.fits);
+    QVERIFY(a.warnings.isEmpty());
+    QCOMPARE(issuesOf(a, in), QString());
+  }
+
+  void tpOverPcieIsWarned() {
+    AdvisorInput in = flux(2, 24, Interconnect::PCIe);
+    in.other_params = 0.2e9;
+    const Advice a = adviseStrategy(in);
+    QCOMPARE(a.strategy.tp_degree, 2);
+    QVERIFY(a.warnings.join(' ').contains("PCIe"));
+  }
+
+  void tpTakesOnlyWhatIsNeeded() {
+    AdvisorInput in = flux(8, 24, Interconnect::NVLink);
+    in.other_params = 0.2e9;
+    const Advice a = adviseStrategy(in);
+    QCOMPARE(a.strategy.tp_degree, 2);  // tp 2 fits; the other factor 4 goes to Ulysses
+    QCOMPARE(a.strategy.ulysses_degree, 4);
+    QCOMPARE(a.strategy.world, 8);
+    QCOMPARE(issuesOf(a, in), QString());
+  }
+
+  void doesNotFitAtAll() {
+    const Advice a = adviseStrategy(flux(1, 8, Interconnect::NVLink));
+    QVERIFY(!a.fits);
+    QVERIFY(!a.warnings.isEmpty());
+  }
+
+  void indivisibleSequenceUsesAnything() {
+    // 1008x1008 -> 63x63 = 3969 image tokens: only the anything modes run (DESIGN.md section 3).
+    const AdvisorInput nv = flux(4, 80, Interconnect::NVLink, 1008, 1008);
+    const Advice a = adviseStrategy(nv);
+    QCOMPARE(a.strategy.ulysses_degree, 4);
+    QVERIFY(a.strategy.ulysses_anything);
+    QCOMPARE(issuesOf(a, nv), QString());
+    const AdvisorInput pc = flux(4, 80, Interconnect::PCIe, 1008, 1008);
+    const Advice b = adviseStrategy(pc);
+    QCOMPARE(b.strategy.ring_degree, 4);
+    QVERIFY(b.strategy.ring_anything);
+    QCOMPARE(issuesOf(b, pc), QString());
+  }
+
+  void headsDoNotDivideUsesUnified() {
+    const AdvisorInput in = flux(16, 80, Interconnect::NVLink);  // 24 heads, 16 ranks
+    const Advice a = adviseStrategy(in);
+    QCOMPARE(a.strategy.ring_degree * a.strategy.ulysses_degree, 16);
+    QVERIFY(a.strategy.ring_degree > 1);
+    QVERIFY(a.strategy.ulysses_degree > 1);
+    QCOMPARE(24 % a.strategy.ulysses_degree, 0);
+    QCOMPARE(issuesOf(a, in), QString());
+  }
+
+  void trueCfgUsesCfgParallel() {
+    AdvisorInput in = flux(8, 80, Interconnect::NVLink);
+    in.true_cfg = true;
+    const Advice a = adviseStrategy(in);
+    QCOMPARE(a.strategy.cfg_degree, 2);
+    QCOMPARE(a.strategy.ulysses_degree, 4);
+    QCOMPARE(issuesOf(a, in), QString());
+    // Without true CFG, cfg stays 1 and the reason says why.
+    in.true_cfg = false;
+    const Advice b = adviseStrategy(in);
+    QCOMPARE(b.strategy.cfg_degree, 1);
+    QVERIFY(b.reasons.join(' ').contains("idle"));
+  }
+
+  void manyImagesUseDataParallel() {
+    AdvisorInput in = flux(4, 80, Interconnect::NVLink);
+    in.images_per_request = 4;
+    const Advice a = adviseStrategy(in);
+    QCOMPARE(a.strategy.dp_degree, 4);
+    QCOMPARE(a.strategy.cpDegree(), 1);
+    QCOMPARE(issuesOf(a, in), QString());
+    in.images_per_request = 2;  // 2 replicas x Ulysses 2
+    const Advice b = adviseStrategy(in);
+    QCOMPARE(b.strategy.dp_degree, 2);
+    QCOMPARE(b.strategy.ulysses_degree, 2);
+  }
+
+  void cpuRanks() {
+    AdvisorInput in;
+    in.transformer_params = 0.5e6;
+    in.other_params = 1.7e6;
+    in.bytes_per_param = 4;
+    in.num_attention_heads = 4;
+    in.attention_head_dim = 16;
+    in.vae_scale_factor = 2;
+    in.num_devices = 2;
+    in.memory_gib_per_device = 4;
+    in.interconnect = Interconnect::CPU;
+    in.width = in.height = 64;
+    const Advice a = adviseStrategy(in);
+    QCOMPARE(a.strategy.device, std::string("cpu"));
+    QCOMPARE(a.strategy.ring_degree, 2);
+    QVERIFY(a.fits);
+    QCOMPARE(issuesOf(a, in), QString());
+    QVERIFY(a.title.contains("CPU"));
+  }
+
+  void imageTokenCount() {
+    QCOMPARE(imageTokens(1024, 1024, 8), 4096);
+    QCOMPARE(imageTokens(1008, 1008, 8), 3969);
+    QCOMPARE(imageTokens(64, 32, 2), 128);
+  }
+};
+
+QTEST_GUILESS_MAIN(TestAdvisor)
+#include "test_ui_advisor.moc"

@@ -1,0 +1,95 @@
+// mpirun command construction and program/model lookup (ui/worker_command.h).
+#include <QtTest>
+
+#include "ui/worker_command.h"
+
+using namespace dit::ui;
+
+class TestCommand : public QObject {
+  Q_OBJECT
+ private Q_SLOTS:
+  void init() {
+    qunsetenv("DITSTUDIO_MPIRUN");
+    qunsetenv("DITSTUDIO_WORKER");
+    qunsetenv("DITSTUDIO_MODEL_DIR");
+  }
+
+  void plainCpu() {
+    LaunchConfig c;
+    c.strategy.world = 2;
+    c.strategy.ring_degree = 2;
+    c.modelDir = "/models/tiny-flux";
+    c.workerPath = "/opt/ditstudio/bin/ditstudio-worker";
+    const LaunchCommand cmd = buildLaunchCommand(c);
+    QCOMPARE(cmd.program, QString("mpirun"));
+    const QStringList expected = {"--allow-run-as-root", "--oversubscribe", "-np", "2",
+                                  "-x", "OMP_NUM_THREADS=1",
+                                  "/opt/ditstudio/bin/ditstudio-worker",
+                                  "--model", "/models/tiny-flux",
+                                  "--tp-degree", "1", "--ring-degree", "2", "--ulysses-degree", "1",
+                                  "--cfg-degree", "1", "--dp-degree", "1", "--device", "cpu"};
+    QCOMPARE(cmd.arguments, expected);
+  }
+
+  void everyOption() {
+    LaunchConfig c;
+    c.strategy.world = 16;
+    c.strategy.dp_degree = 2;
+    c.strategy.cfg_degree = 2;
+    c.strategy.ulysses_degree = 2;
+    c.strategy.tp_degree = 2;
+    c.strategy.ulysses_anything = true;
+    c.strategy.ring_anything = true;  // not a valid combination, but the flags are passed as set
+    c.strategy.device = "cuda";
+    c.modelDir = "/m/FLUX.1 dev";
+    c.hostfile = " /etc/mpi hosts ";
+    c.workerPath = "/w";
+    c.mpirunPath = "/usr/local/bin/mpirun";
+    c.extraWorkerArgs = {"--dtype", "bfloat16"};
+    const LaunchCommand cmd = buildLaunchCommand(c);
+    QCOMPARE(cmd.program, QString("/usr/local/bin/mpirun"));
+    const QStringList expected = {"--allow-run-as-root", "--oversubscribe", "-np", "16",
+                                  "--hostfile", "/etc/mpi hosts",
+                                  "-x", "OMP_NUM_THREADS=1", "/w",
+                                  "--model", "/m/FLUX.1 dev",
+                                  "--tp-degree", "2", "--ring-degree", "1", "--ulysses-degree", "2",
+                                  "--ulysses-anything", "--ring-anything",
+                                  "--cfg-degree", "2", "--dp-degree", "2", "--device", "cuda",
+                                  "--dtype", "bfloat16"};
+    QCOMPARE(cmd.arguments, expected);
+    // Display quotes what needs quoting.
+    QVERIFY(cmd.display().contains("'/m/FLUX.1 dev'"));
+    QVERIFY(cmd.display().startsWith("/usr/local/bin/mpirun --allow-run-as-root"));
+  }
+
+  void environmentOverrides() {
+    qputenv("DITSTUDIO_MPIRUN", "/opt/openmpi/bin/mpirun");
+    qputenv("DITSTUDIO_WORKER", "/tmp/my-worker");
+    LaunchConfig c;
+    c.modelDir = "/m";
+    const LaunchCommand cmd = buildLaunchCommand(c);
+    QCOMPARE(cmd.program, QString("/opt/openmpi/bin/mpirun"));
+    QVERIFY(cmd.arguments.contains("/tmp/my-worker"));
+    QCOMPARE(cmd.arguments.at(cmd.arguments.indexOf("-np") + 1), QString("1"));
+  }
+
+  void siblingLookup() {
+    const QString exeDir = QCoreApplication::applicationDirPath();
+    QCOMPARE(defaultWorkerPath(), QDir(exeDir).filePath("ditstudio-worker"));
+    QCOMPARE(siblingExecutable("ditstudio-cli"), QDir(exeDir).filePath("ditstudio-cli"));
+    LaunchConfig c;
+    c.modelDir = "/m";
+    QVERIFY(buildLaunchCommand(c).arguments.contains(QDir(exeDir).filePath("ditstudio-worker")));
+  }
+
+  void defaultModel() {
+    QCOMPARE(defaultModelDirFor("/usr/bin"), QString("/usr/share/ditstudio/models/tiny-flux"));
+    QCOMPARE(defaultModelDirFor("/work/build/bin"), QString("/work/build/share/ditstudio/models/tiny-flux"));
+    qputenv("DITSTUDIO_MODEL_DIR", "/data/models/flux-dev");
+    QCOMPARE(defaultModelDirFor("/usr/bin"), QString("/data/models/flux-dev"));
+    QCOMPARE(defaultModelDir(), QString("/data/models/flux-dev"));
+  }
+};
+
+QTEST_GUILESS_MAIN(TestCommand)
+#include "test_ui_command.moc"

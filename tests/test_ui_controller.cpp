@@ -1,0 +1,258 @@
+// WorkerController (ui/worker_controller.h) process plumbing against a scripted stand-in for
+// mpirun + worker (a POSIX sh script written at run time that speaks app/PROTOCOL.md): start,
+// events among noise, queue, cancel, stop (shutdown, then terminate), crash reports naming the
+// rank, failed start. The real worker is exercised by test_ui_integration.
+#include <QtTest>
+
+#include <QBuffer>
+#include <QDir>
+#include <QElapsedTimer>
+#include <QJsonDocument>
+#include <QFile>
+#include <QImage>
+#include <QSignalSpy>
+#include <QTemporaryDir>
+
+#include "ui/worker_controller.h"
+
+using namespace dit::ui;
+
+namespace dit::ui::testing {
+/// Writes the scripted mpirun stand-in into `dir` and sets FAKE_DIR/FAKE_IMAGE/FAKE_PREVIEW
+/// (test_ui_fake_worker.cpp). Returns the script path.
+QString writeFakeMpirun(const QString& dir);
+}  // namespace dit::ui::testing
+
+namespace {
+QByteArray fileBytes(const QString& path) {
+  QFile f(path);
+  return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+}
+}  // namespace
+
+class TestController : public QObject {
+  Q_OBJECT
+  QTemporaryDir dir_;
+  QString fake_;
+
+  LaunchConfig config(int world = 2) const {
+    LaunchConfig c;
+    c.strategy.world = world;
+    c.strategy.ring_degree = world;
+    c.modelDir = "/models/tiny";
+    c.workerPath = "/bin/ditstudio-worker";
+    c.mpirunPath = fake_;
+    return c;
+  }
+
+ private Q_SLOTS:
+  void initTestCase() {
+    QVERIFY(dir_.isValid());
+    fake_ = dit::ui::testing::writeFakeMpirun(dir_.path());
+    QVERIFY(!fake_.isEmpty());
+  }
+
+  void init() {
+    qputenv("FAKE_MODE", "ok");
+    QFile::remove(dir_.filePath("requests.txt"));
+  }
+
+  void generateOne() {
+    WorkerController c;
+    c.setOutputDir(dir_.filePath("images"));
+    QSignalSpy ready(&c, &WorkerController::readyReceived);
+    QSignalSpy ranks(&c, &WorkerController::ranksUpdated);
+    QSignalSpy progress(&c, &WorkerController::progressReceived);
+    QSignalSpy preview(&c, &WorkerController::previewReceived);
+    QSignalSpy image(&c, &WorkerController::imageReceived);
+    QSignalSpy done(&c, &WorkerController::requestDone);
+    QSignalSpy stopped(&c, &WorkerController::groupStopped);
+    QSignalSpy failed(&c, &WorkerController::groupFailed);
+    QSignalSpy logs(&c, &WorkerController::logLine);
+    // Submitted before the group is ready: held until `ready`.
+    GenerationParams p;
+    p.steps = 3;
+    QVERIFY(c.start(config()));
+    QVERIFY(!c.start(config()));  // already running
+    QCOMPARE(c.state(), WorkerController::State::Starting);
+    const QString id = c.submit(p);
+    QCOMPARE(c.queue().size(), 1);
+    QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, 10000);
+    QCOMPARE(done.first().at(0).toString(), id);
+    QCOMPARE(ready.count(), 1);
+    QCOMPARE(progress.count(), 3);
+    QCOMPARE(preview.count(), 3);
+    QCOMPARE(ranks.count(), 3);
+    QCOMPARE(image.count(), 1);
+    QCOMPARE(image.first().at(0).value<ImageResult>().seed, 4242);
+    QCOMPARE(c.rankPids(), (QMap<int, qint64>{{0, 5000}, {1, 5001}}));
+    QCOMPARE(c.state(), WorkerController::State::Ready);
+    QVERIFY(c.queue().isEmpty());
+    // The mpirun command line reached the launcher.
+    QFile args(dir_.filePath("args.txt"));
+    QVERIFY(args.open(QIODevice::ReadOnly));
+    QCOMPARE(QString::fromLocal8Bit(args.readAll()).trimmed(),
+             QString("--allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 /bin/ditstudio-worker "
+                     "--model /models/tiny --tp-degree 1 --ring-degree 2 --ulysses-degree 1 --cfg-degree 1 "
+                     "--dp-degree 1 --device cpu"));
+    // The request line is the protocol's.
+    QFile req(dir_.filePath("requests.txt"));
+    QVERIFY(req.open(QIODevice::ReadOnly));
+    const QJsonObject sent = QJsonDocument::fromJson(req.readLine()).object();
+    QCOMPARE(sent.value("type").toString(), QString("generate"));
+    QCOMPARE(sent.value("id").toString(), id);
+    QCOMPARE(sent.value("steps").toInt(), 3);
+    QCOMPARE(sent.value("seed").toInt(), 42);
+    QCOMPARE(sent.value("output_dir").toString(), dir_.filePath("images"));
+    QCOMPARE(sent.value("prompt").toString(), p.prompt);
+    // Noise and stderr reached the log; stderr attributed to rank 1 by its "[rank 1/2]" tag.
+    bool noise = false, rank1 = false;
+    for (const auto& l : logs) {
+      noise |= l.at(2).toString() == "library noise: loading kernels";
+      rank1 |= l.at(0).toInt() == 1 && l.at(1).toString() == "stderr";
+    }
+    QVERIFY(noise);
+    QVERIFY(rank1);
+    c.stop();
+    QTRY_COMPARE_WITH_TIMEOUT(stopped.count(), 1, 10000);
+    QCOMPARE(c.state(), WorkerController::State::Stopped);
+    QCOMPARE(failed.count(), 0);
+    req.close();
+    QVERIFY(req.open(QIODevice::ReadOnly));
+    QVERIFY(req.readAll().contains("{\"type\":\"shutdown\"}"));
+  }
+
+  void cancelQueuedAndSent() {
+    WorkerController c;
+    QSignalSpy cancelled(&c, &WorkerController::requestCancelled);
+    QSignalSpy ready(&c, &WorkerController::readyReceived);
+    QVERIFY(c.start(config()));
+    GenerationParams p;
+    p.steps = 1;
+    const QString a = c.submit(p);
+    QVERIFY(c.cancel(a));  // not yet sent: dropped locally
+    QCOMPARE(cancelled.count(), 1);
+    QVERIFY(c.queue().isEmpty());
+    QVERIFY(!c.cancel("nope"));
+    QTRY_COMPARE_WITH_TIMEOUT(ready.count(), 1, 10000);
+    // Sent requests get {"type":"cancel","id":...} (what the worker does with it is
+    // test_ui_integration's business; the fake finishes the request first).
+    p.steps = 1;
+    const QString b = c.submit(p);
+    QVERIFY(c.queue().first().sent);
+    QVERIFY(c.cancel(b));
+    const QByteArray cancelLine = QString("{\"id\":\"%1\",\"type\":\"cancel\"}").arg(b).toUtf8();
+    QTRY_VERIFY_WITH_TIMEOUT(fileBytes(dir_.filePath("requests.txt")).contains(cancelLine), 5000);
+    QTRY_VERIFY_WITH_TIMEOUT(c.queue().isEmpty(), 5000);
+    QCOMPARE(cancelled.count(), 1);  // the late `cancelled` for a finished request is ignored
+    c.stop();
+    QTRY_COMPARE_WITH_TIMEOUT(c.state(), WorkerController::State::Stopped, 10000);
+  }
+
+  void crashNamesRank() {
+    qputenv("FAKE_MODE", "crash");
+    WorkerController c;
+    QSignalSpy failed(&c, &WorkerController::groupFailed);
+    QSignalSpy reqFailed(&c, &WorkerController::requestFailed);
+    QSignalSpy ranks(&c, &WorkerController::ranksUpdated);
+    QVERIFY(c.start(config()));
+    c.submit(GenerationParams{});
+    c.submit(GenerationParams{});
+    QTRY_COMPARE_WITH_TIMEOUT(failed.count(), 1, 10000);
+    const WorkerFailure f = failed.first().at(0).value<WorkerFailure>();
+    QCOMPARE(f.rank, 1);
+    QCOMPARE(f.pid, 5001);
+    QVERIFY(f.fatal);
+    QVERIFY2(f.message.contains("rank 1") && f.message.contains("signal 9"), qPrintable(f.message));
+    QCOMPARE(c.state(), WorkerController::State::Failed);
+    QCOMPARE(reqFailed.count(), 2);
+    QVERIFY(c.queue().isEmpty());
+    // Recovers: start again.
+    qputenv("FAKE_MODE", "ok");
+    QSignalSpy done(&c, &WorkerController::requestDone);
+    QVERIFY(c.start(config()));
+    GenerationParams p;
+    p.steps = 1;
+    c.submit(p);
+    QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, 10000);
+    c.stop();
+    QTRY_COMPARE_WITH_TIMEOUT(c.state(), WorkerController::State::Stopped, 10000);
+  }
+
+  void errorEventNamesRank() {
+    qputenv("FAKE_MODE", "error");
+    WorkerController c;
+    QSignalSpy failed(&c, &WorkerController::groupFailed);
+    QSignalSpy errors(&c, &WorkerController::errorReported);
+    QVERIFY(c.start(config()));
+    c.submit(GenerationParams{});
+    QTRY_COMPARE_WITH_TIMEOUT(failed.count(), 1, 10000);
+    QCOMPARE(errors.count(), 1);
+    const WorkerFailure f = failed.first().at(0).value<WorkerFailure>();
+    QCOMPARE(f.rank, 1);
+    QVERIFY2(f.message.contains("out of memory in attention"), qPrintable(f.message));
+    QVERIFY(f.detail.contains("rank 1"));
+  }
+
+  void nonFatalErrorKeepsServing() {
+    qputenv("FAKE_MODE", "badrequest");
+    WorkerController c;
+    QSignalSpy reqFailed(&c, &WorkerController::requestFailed);
+    QSignalSpy failed(&c, &WorkerController::groupFailed);
+    QVERIFY(c.start(config(1)));
+    const QString id = c.submit(GenerationParams{});
+    QTRY_COMPARE_WITH_TIMEOUT(reqFailed.count(), 1, 10000);
+    QCOMPARE(reqFailed.first().at(0).toString(), id);
+    QVERIFY(reqFailed.first().at(1).toString().contains("multiple of 4"));
+    QCOMPARE(c.state(), WorkerController::State::Ready);
+    QVERIFY(c.isRunning());
+    c.stop();
+    QTRY_COMPARE_WITH_TIMEOUT(c.state(), WorkerController::State::Stopped, 10000);
+    QCOMPARE(failed.count(), 0);
+  }
+
+  void stopTerminatesAHungGroup() {
+    qputenv("FAKE_MODE", "hang");
+    WorkerController c;
+    QSignalSpy ready(&c, &WorkerController::readyReceived);
+    QSignalSpy stopped(&c, &WorkerController::groupStopped);
+    QVERIFY(c.start(config()));
+    QTRY_COMPARE_WITH_TIMEOUT(ready.count(), 1, 10000);
+    QElapsedTimer t;
+    t.start();
+    c.stop(300);
+    QCOMPARE(c.state(), WorkerController::State::Stopping);
+    QTRY_COMPARE_WITH_TIMEOUT(stopped.count(), 1, 10000);
+    QVERIFY(t.elapsed() < 5000);
+    QCOMPARE(c.state(), WorkerController::State::Stopped);
+  }
+
+  void restartAppliesNewConfig() {
+    WorkerController c;
+    QSignalSpy hello(&c, &WorkerController::helloReceived);
+    QSignalSpy ready(&c, &WorkerController::readyReceived);
+    QVERIFY(c.start(config(2)));
+    QTRY_COMPARE_WITH_TIMEOUT(ready.count(), 1, 10000);
+    c.restart(config(4));
+    QTRY_COMPARE_WITH_TIMEOUT(ready.count(), 2, 10000);
+    QCOMPARE(c.world(), 4);
+    QCOMPARE(c.config().strategy.world, 4);
+    QCOMPARE(hello.count(), 6);
+    c.stop();
+    QTRY_COMPARE_WITH_TIMEOUT(c.state(), WorkerController::State::Stopped, 10000);
+  }
+
+  void failedStart() {
+    WorkerController c;
+    QSignalSpy failed(&c, &WorkerController::groupFailed);
+    LaunchConfig cfg = config();
+    cfg.mpirunPath = dir_.filePath("no-such-mpirun");
+    c.start(cfg);
+    QTRY_COMPARE_WITH_TIMEOUT(failed.count(), 1, 10000);
+    QVERIFY(failed.first().at(0).value<WorkerFailure>().message.contains("no-such-mpirun"));
+    QCOMPARE(c.state(), WorkerController::State::Failed);
+  }
+};
+
+QTEST_GUILESS_MAIN(TestController)
+#include "test_ui_controller.moc"

@@ -1,0 +1,227 @@
+// Model folder reading (ui/model_info.h), live validation identical to the worker's
+// (ui/validation.h vs dit::validate*), generation parameters JSON and PNG "parameters" chunks.
+#include <QtTest>
+
+#include <QDir>
+#include <QFile>
+#include <QImage>
+#include <QJsonDocument>
+#include <QTemporaryDir>
+
+#include "backend/safetensors.h"
+#include "ui/history_store.h"
+#include "ui/model_info.h"
+#include "ui/validation.h"
+
+using namespace dit::ui;
+
+namespace {
+
+QString fixture() { return qEnvironmentVariable("DITSTUDIO_TEST_FIXTURE"); }
+
+bool copyTree(const QString& from, const QString& to) {
+  QDir().mkpath(to);
+  const QDir src(from);
+  for (const QFileInfo& fi : src.entryInfoList(QDir::Files | QDir::Dirs | QDir::NoDotAndDotDot)) {
+    const QString dest = QDir(to).filePath(fi.fileName());
+    if (fi.isDir()) {
+      if (!copyTree(fi.filePath(), dest)) return false;
+    } else if (!QFile::copy(fi.filePath(), dest)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+QStringList toList(const std::vector<dit::StrategyIssue>& v) {
+  QStringList l;
+  for (const auto& i : v) l << QString::fromStdString(i.message);
+  return l;
+}
+
+}  // namespace
+
+class TestModel : public QObject {
+  Q_OBJECT
+ private Q_SLOTS:
+  void initTestCase() {
+    if (fixture().isEmpty() || !QFileInfo::exists(fixture() + "/model_index.json"))
+      QSKIP("DITSTUDIO_TEST_FIXTURE does not point at tests/data/tiny-flux-A");
+  }
+
+  void readsFixture() {
+    const ModelInfo m = readModelInfo(fixture());
+    QVERIFY2(m.ok, qPrintable(m.error));
+    QCOMPARE(m.num_layers, 2);
+    QCOMPARE(m.num_single_layers, 2);
+    QCOMPARE(m.num_attention_heads, 4);
+    QCOMPARE(m.attention_head_dim, 16);
+    QCOMPARE(m.innerDim(), 64);
+    QCOMPARE(m.joint_attention_dim, 32);
+    QVERIFY(m.guidance_embeds);
+    QCOMPARE(m.vae_scale_factor, 2);  // block_out_channels [8, 16]
+    QCOMPARE(m.sizeMultiple(), 4);
+    // Parameter count equals the sum over the safetensors header (SafetensorsReader).
+    const dit::SafetensorsReader r((fixture() + "/transformer/diffusion_pytorch_model.safetensors").toStdString());
+    qint64 expect = 0;
+    for (const auto& n : r.names()) expect += r.info(n).numel();
+    QCOMPARE(m.component("transformer")->parameters, expect);
+    QCOMPARE(m.component("transformer")->dtype, QString("F32"));
+    QVERIFY(m.component("transformer")->bytes > expect * 4);
+    QVERIFY(m.totalParameters() > expect);
+    QVERIFY(m.summary().contains("4 heads x 16 head dim"));
+    const dit::ModelDims d = m.dims();
+    QCOMPARE(d.num_attention_heads, 4);
+    QCOMPARE(d.mlp_ratio_hidden, 256);
+    QCOMPARE(d.vae_scale_factor, 2);
+  }
+
+  void brokenFolders() {
+    QCOMPARE(readModelInfo("/nonexistent/model").ok, false);
+    QVERIFY(readModelInfo("/nonexistent/model").error.contains("does not exist"));
+    QVERIFY(!readModelInfo("").ok);
+    QTemporaryDir dir;
+    ModelInfo m = readModelInfo(dir.path());
+    QVERIFY(!m.ok);
+    QVERIFY(m.error.contains("model_index.json"));
+    QVERIFY(copyTree(fixture(), dir.path()));
+    QVERIFY(readModelInfo(dir.path()).ok);
+    // A git-lfs pointer in place of the weights.
+    QFile w(dir.path() + "/transformer/diffusion_pytorch_model.safetensors");
+    QVERIFY(w.open(QIODevice::WriteOnly | QIODevice::Truncate));
+    w.write("version https://git-lfs.github.com/spec/v1\noid sha256:abc\nsize 123\n");
+    w.close();
+    m = readModelInfo(dir.path());
+    QVERIFY(!m.ok);
+    QVERIFY(m.error.contains("git-lfs"));
+    // Broken config.
+    QFile c(dir.path() + "/transformer/config.json");
+    QVERIFY(c.open(QIODevice::WriteOnly | QIODevice::Truncate));
+    c.write("{broken");
+    c.close();
+    m = readModelInfo(dir.path());
+    QVERIFY(!m.ok);
+    QVERIFY(m.error.contains("config.json"));
+  }
+
+  void validationMatchesWorker() {
+    const ModelInfo m = readModelInfo(fixture());
+    GenerationParams p;
+    p.width = 64;
+    p.height = 64;
+    dit::Strategy s;
+    s.world = 2;
+    s.ring_degree = 2;
+    Validation v = validate(s, m, p, 512);
+    QVERIFY2(v.canGenerate(), qPrintable(v.all().join("; ")));
+
+    // tp 3 on 4 heads: the worker's messages, verbatim, block Start.
+    s = dit::Strategy{};
+    s.world = 3;
+    s.tp_degree = 3;
+    v = validate(s, m, p, 512);
+    QVERIFY(!v.canStart());
+    QCOMPARE(v.startIssues, toList(dit::validateForModel(s, m.dims())));
+    QVERIFY(v.startIssues.join(' ').contains("num_attention_heads 4"));
+
+    // Product != world.
+    s = dit::Strategy{};
+    s.world = 2;
+    s.tp_degree = 1;
+    s.ulysses_degree = 4;
+    v = validate(s, m, p, 512);
+    QVERIFY(!v.canStart());
+    QCOMPARE(v.startIssues.first(), toList(dit::validateDegrees(s)).first());
+
+    // Request-only problems (cfg 2 without true CFG, size not a multiple) leave Start enabled.
+    s = dit::Strategy{};
+    s.world = 2;
+    s.cfg_degree = 2;
+    p.width = 66;
+    v = validate(s, m, p, 512);
+    QVERIFY(v.canStart());
+    QVERIFY(!v.canGenerate());
+    dit::RequestDims rd = requestDims(p, 512);
+    QStringList all = toList(dit::validateForRequest(s, m.dims(), rd));
+    QCOMPARE(v.requestIssues, all);
+    p.width = 64;
+    p.negative_prompt = "ugly";
+    p.true_cfg_scale = 4;
+    QVERIFY(validate(s, m, p, 512).canGenerate());
+
+    // Strict ring on an odd token count: 36x36 px -> 9x9 = 81 image tokens.
+    s = dit::Strategy{};
+    s.world = 2;
+    s.ring_degree = 2;
+    p = GenerationParams{};
+    p.width = p.height = 36;
+    v = validate(s, m, p, 512);
+    QVERIFY(v.canStart());
+    QVERIFY(!v.canGenerate());
+    s.ring_anything = true;
+    QVERIFY(validate(s, m, p, 512).canGenerate());
+
+    // Missing model and hostfile block Start.
+    v = validate(dit::Strategy{}, readModelInfo("/nope"), p, 512, "/no/such/hostfile");
+    QVERIFY(!v.canStart());
+    QCOMPARE(v.startIssues.size(), 2);
+    QVERIFY(v.startIssues.join(' ').contains("hostfile"));
+  }
+
+  void paramsJson() {
+    GenerationParams p;
+    p.prompt = "x";
+    p.random_seed = true;
+    QJsonObject j = p.toJson();
+    QCOMPARE(j.value("seed").toInteger(), -1);
+    GenerationParams q = GenerationParams::fromJson(j);
+    QVERIFY(q.random_seed);
+    QVERIFY(q == p);
+    p.random_seed = false;
+    p.seed = 9007199254740991LL;  // 2^53 - 1 survives JSON
+    QCOMPARE(GenerationParams::fromJson(p.toJson()).seed, p.seed);
+    // Partial objects keep defaults.
+    GenerationParams base;
+    base.steps = 33;
+    q = GenerationParams::fromJson(QJsonObject{{"prompt", "only"}}, base);
+    QCOMPARE(q.prompt, QString("only"));
+    QCOMPARE(q.steps, 33);
+    QVERIFY(!q.trueCfg());
+    q.negative_prompt = "n";
+    q.true_cfg_scale = 1.0;
+    QVERIFY(!q.trueCfg());
+    q.true_cfg_scale = 1.5;
+    QVERIFY(q.trueCfg());
+  }
+
+  void pngParameters() {
+    QTemporaryDir dir;
+    const QString path = dir.filePath("img.png");
+    QImage img(8, 8, QImage::Format_RGB888);
+    img.fill(Qt::blue);
+    const QJsonObject params{{"prompt", "a red fox"}, {"negative_prompt", ""}, {"true_cfg_scale", 1.0},
+                             {"width", 8}, {"height", 8}, {"steps", 4}, {"guidance", 3.5}, {"seed", 1234},
+                             {"model", "/m"}, {"strategy", QJsonObject{{"ring_degree", 2}}}};
+    img.setText("parameters", QString::fromUtf8(QJsonDocument(params).toJson(QJsonDocument::Compact)));
+    QVERIFY(img.save(path));
+    QString err;
+    const QJsonObject back = readPngParameters(path, &err);
+    QCOMPARE(back, params);
+    HistoryEntry e;
+    e.params = back;
+    const GenerationParams g = e.generation();
+    QCOMPARE(g.prompt, QString("a red fox"));
+    QCOMPARE(g.seed, 1234);
+    QCOMPARE(g.steps, 4);
+    // No chunk / not an image.
+    QImage plain(4, 4, QImage::Format_RGB888);
+    plain.fill(Qt::black);
+    QVERIFY(plain.save(dir.filePath("plain.png")));
+    QVERIFY(readPngParameters(dir.filePath("plain.png"), &err).isEmpty());
+    QVERIFY(err.contains("parameters"));
+    QVERIFY(readPngParameters(dir.filePath("missing.png"), &err).isEmpty());
+  }
+};
+
+QTEST_GUILESS_MAIN(TestModel)
+#include "test_ui_model.moc"

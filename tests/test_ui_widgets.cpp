@@ -1,0 +1,277 @@
+// The main window offscreen (QT_QPA_PLATFORM=offscreen): live validation with the worker's
+// messages, presets, size stepping, mesh, advisor, gallery parameters; and a whole session
+// against the scripted mpirun stand-in (image in the gallery, per-rank monitor, crash banner
+// naming the rank, restart). The real worker: test_ui_integration.
+#include <QtTest>
+
+#include <QAction>
+#include <QDir>
+#include <QListWidget>
+#include <QPlainTextEdit>
+#include <QSpinBox>
+#include <QTemporaryDir>
+
+#include "ui/advisor_dialog.h"
+#include "ui/main_window.h"
+#include "ui/theme.h"
+
+using namespace dit::ui;
+
+namespace dit::ui::testing {
+QString writeFakeMpirun(const QString& dir);
+}
+
+namespace {
+QString fixture() { return qEnvironmentVariable("DITSTUDIO_TEST_FIXTURE"); }
+
+dit::Strategy strat(int world, int tp = 1, int ring = 1, int uly = 1, int cfg = 1, int dp = 1) {
+  dit::Strategy s;
+  s.world = world;
+  s.tp_degree = tp;
+  s.ring_degree = ring;
+  s.ulysses_degree = uly;
+  s.cfg_degree = cfg;
+  s.dp_degree = dp;
+  return s;
+}
+}  // namespace
+
+class TestWidgets : public QObject {
+  Q_OBJECT
+  QTemporaryDir fakeDir_;
+  QString fake_;
+
+  std::unique_ptr<MainWindow> makeWindow(QTemporaryDir& data) {
+    MainWindowOptions o;
+    o.dataDir = data.path();
+    o.modelDir = fixture();
+    o.mpirunPath = fake_;
+    o.workerPath = "/opt/fake/ditstudio-worker";
+    auto w = std::make_unique<MainWindow>(o);
+    w->show();
+    return w;
+  }
+
+ private Q_SLOTS:
+  void initTestCase() {
+    if (fixture().isEmpty() || !QFileInfo::exists(fixture() + "/model_index.json"))
+      QSKIP("DITSTUDIO_TEST_FIXTURE does not point at tests/data/tiny-flux-A");
+    fake_ = dit::ui::testing::writeFakeMpirun(fakeDir_.path());
+    QVERIFY(!fake_.isEmpty());
+  }
+
+  void init() { qputenv("FAKE_MODE", "ok"); }
+
+  void startsWithCpuDemo() {
+    QTemporaryDir data;
+    auto w = makeWindow(data);
+    QVERIFY(w->generationPanel()->modelInfo().ok);
+    const dit::Strategy s = w->strategyEditor()->strategy();
+    QCOMPARE(s.world, 2);
+    QCOMPARE(s.device, std::string("cpu"));
+    QVERIFY(w->validation().canGenerate());
+    QVERIFY(w->startAction()->isEnabled());
+    QVERIFY(w->generateAction()->isEnabled());
+    QVERIFY(!w->stopAction()->isEnabled());
+    QVERIFY(w->statusText().contains("stopped"));
+    QCOMPARE(w->strategyEditor()->meshView()->layout().cells.size(), 2);
+  }
+
+  void invalidStrategyBlocksStart() {
+    QTemporaryDir data;
+    auto w = makeWindow(data);
+    const dit::Strategy bad = strat(2, 3);
+    w->strategyEditor()->setStrategy(bad);
+    const auto expected = dit::validateForModel(bad, w->generationPanel()->modelInfo().dims());
+    QVERIFY(!expected.empty());
+    QVERIFY(!w->startAction()->isEnabled());
+    QVERIFY(!w->generateAction()->isEnabled());
+    for (const auto& i : expected)
+      QVERIFY2(w->strategyEditor()->issuesText().contains(QString::fromStdString(i.message)),
+               qPrintable(w->strategyEditor()->issuesText()));
+    QVERIFY(!w->strategyEditor()->meshView()->layout().valid);
+    QVERIFY(!w->startGroup());
+    QVERIFY(w->generate().isEmpty());
+    QVERIFY(!w->controller()->isRunning());
+    QCOMPARE(w->controller()->state(), WorkerController::State::Stopped);
+    QVERIFY(w->bannerVisible());
+    QVERIFY(w->bannerText().contains(QString::fromStdString(expected.front().message)));
+    // Fixing it enables Start again, live.
+    w->strategyEditor()->tpSpin()->setValue(2);
+    QVERIFY(w->startAction()->isEnabled());
+  }
+
+  void requestIssuesBlockGenerateOnly() {
+    QTemporaryDir data;
+    auto w = makeWindow(data);
+    w->strategyEditor()->setStrategy(strat(2, 1, 1, 1, 2));
+    QVERIFY(w->startAction()->isEnabled());
+    QVERIFY(!w->generateAction()->isEnabled());
+    QVERIFY(w->strategyEditor()->issuesText().contains("cfg_degree 2 needs true CFG"));
+    GenerationParams p = w->generationPanel()->params();
+    p.negative_prompt = "blurry";
+    p.true_cfg_scale = 3;
+    w->generationPanel()->setParams(p);
+    QVERIFY(w->generateAction()->isEnabled());
+    QVERIFY(w->strategyEditor()->issuesText().isEmpty());
+  }
+
+  void missingModel() {
+    QTemporaryDir data;
+    auto w = makeWindow(data);
+    w->generationPanel()->setModelDir(data.filePath("nothing-here"));
+    QVERIFY(!w->generationPanel()->modelInfo().ok);
+    QVERIFY(!w->startAction()->isEnabled());
+    QVERIFY(!w->startGroup());
+    QVERIFY(w->bannerText().contains("does not exist"));
+    QVERIFY(!w->controller()->isRunning());
+  }
+
+  void sizeStepsByModelMultiple() {
+    QTemporaryDir data;
+    auto w = makeWindow(data);
+    QSpinBox* width = w->generationPanel()->widthSpin();
+    QCOMPARE(width->singleStep(), 4);  // 2 x vae_scale_factor 2
+    width->setValue(66);
+    QMetaObject::invokeMethod(width, "editingFinished");
+    QCOMPARE(width->value(), 68);
+    width->stepBy(1);
+    QCOMPARE(width->value(), 72);
+  }
+
+  void presets() {
+    QTemporaryDir data;
+    auto w = makeWindow(data);
+    PresetPanel* pp = w->presetPanel();
+    QCOMPARE(pp->list()->count(), 6);
+    pp->select("4 GPUs, Ulysses");
+    w->applyPreset(*w->presetStore()->find(pp->selectedName()));
+    QCOMPARE(w->strategyEditor()->strategy().ulysses_degree, 4);
+    QCOMPARE(w->strategyEditor()->strategy().device, std::string("cuda"));
+    QCOMPARE(w->generationPanel()->params().width, 1024);
+    QCOMPARE(w->strategyEditor()->meshView()->layout().cols, 4);
+    w->strategyEditor()->ringSpin()->setValue(2);
+    w->strategyEditor()->worldSpin()->setValue(8);
+    QVERIFY(pp->saveCurrentAs("my rig"));
+    QCOMPARE(pp->list()->count(), 7);
+    QCOMPARE(pp->selectedName(), QString("my rig"));
+    QVERIFY(pp->renameSelected("my 8-GPU rig"));
+    QVERIFY(!pp->renameSelected("1 GPU"));
+    QVERIFY(!pp->lastError().isEmpty());
+    QVERIFY(pp->exportSelected(data.filePath("rig.json")));
+    QVERIFY(pp->deleteSelected());
+    QCOMPARE(pp->list()->count(), 6);
+    QVERIFY(pp->importFile(data.filePath("rig.json")));
+    auto p = w->presetStore()->find("my 8-GPU rig");
+    QVERIFY(p);
+    QCOMPARE(p->strategy.world, 8);
+    QCOMPARE(p->strategy.ring_degree, 2);
+    pp->select("1 GPU");
+    QVERIFY(!pp->deleteSelected());
+  }
+
+  void advisorApplies() {
+    QTemporaryDir data;
+    auto w = makeWindow(data);
+    Q_EMIT w->strategyEditor()->advisorRequested();
+    auto* dlg = w->findChild<AdvisorDialog*>();
+    QVERIFY(dlg);
+    AdvisorInput in = dlg->input();
+    QCOMPARE(in.num_attention_heads, 4);
+    QCOMPARE(in.interconnect, Interconnect::CPU);
+    in.num_devices = 4;
+    dlg->setInput(in);
+    QCOMPARE(dlg->advice().strategy.world, 4);
+    Q_EMIT dlg->applyRequested(dlg->advice().strategy);
+    QCOMPARE(w->strategyEditor()->strategy().world, 4);
+    QCOMPARE(w->strategyEditor()->strategy().ring_degree, 4);
+    QVERIFY(w->validation().canGenerate());
+  }
+
+  void sessionWithFakeWorker() {
+    QTemporaryDir data;
+    auto w = makeWindow(data);
+    GenerationParams p = w->generationPanel()->params();
+    p.steps = 3;
+    w->generationPanel()->setParams(p);
+    const QString id = w->generate();
+    QVERIFY(!id.isEmpty());
+    QVERIFY(w->controller()->isRunning());
+    QTRY_COMPARE_WITH_TIMEOUT(w->gallery()->count(), 1, 15000);
+    QCOMPARE(w->historyStore()->entries().first().seed, 4242);
+    QCOMPARE(w->generationPanel()->lastSeed(), 4242);
+    QVERIFY(!w->gallery()->currentImage().isNull());
+    // Per-rank monitor.
+    RankMonitorModel* m = w->rankModel();
+    QCOMPARE(m->world(), 2);
+    QCOMPARE(m->pid(1), 5001);
+    QVERIFY(m->samples(0).size() >= 3);
+    QCOMPARE(m->stats(1).steps, 3);
+    QVERIFY(m->stats(0).rss > 0);
+    QVERIFY(w->rankMonitor()->seriesCount() >= 2);
+    QVERIFY(w->logPanel()->text().contains("starting:"));
+    QTRY_VERIFY_WITH_TIMEOUT(w->statusText().contains("ready"), 5000);
+    QVERIFY(w->stopAction()->isEnabled());
+    // History persisted.
+    HistoryStore h(data.path());
+    QVERIFY(h.load());
+    QCOMPARE(h.entries().size(), 1);
+    // Strategy changed while running: Generate restarts the group with it.
+    w->strategyEditor()->setStrategy(strat(4, 1, 4));
+    QVERIFY(w->statusText().contains("strategy changed"));
+    QVERIFY(!w->generate().isEmpty());
+    QTRY_COMPARE_WITH_TIMEOUT(w->gallery()->count(), 2, 15000);
+    QCOMPARE(w->controller()->config().strategy.world, 4);
+    QCOMPARE(w->rankModel()->world(), 4);
+    w->stopGroup();
+    QTRY_COMPARE_WITH_TIMEOUT(w->controller()->state(), WorkerController::State::Stopped, 10000);
+  }
+
+  void crashShowsRankAndRecovers() {
+    qputenv("FAKE_MODE", "crash");
+    QTemporaryDir data;
+    auto w = makeWindow(data);
+    QVERIFY(!w->generate().isEmpty());
+    QTRY_COMPARE_WITH_TIMEOUT(w->controller()->state(), WorkerController::State::Failed, 15000);
+    QVERIFY(w->bannerVisible());
+    QVERIFY2(w->bannerText().contains("Rank 1"), qPrintable(w->bannerText()));
+    QVERIFY(w->bannerText().contains("signal 9"));
+    QVERIFY(w->rankModel()->failed(1));
+    QVERIFY(w->restartAction()->isEnabled());
+    QVERIFY(w->startAction()->isEnabled());
+    qputenv("FAKE_MODE", "ok");
+    QVERIFY(w->restartGroup());
+    QVERIFY(!w->bannerVisible());
+    QTRY_COMPARE_WITH_TIMEOUT(w->controller()->state(), WorkerController::State::Ready, 15000);
+    QVERIFY(!w->rankModel()->failed(1));
+    QVERIFY(!w->generate().isEmpty());
+    QTRY_COMPARE_WITH_TIMEOUT(w->gallery()->count(), 1, 15000);
+  }
+
+  void openParametersFromPng() {
+    QTemporaryDir data;
+    auto w = makeWindow(data);
+    QString err;
+    QVERIFY2(w->gallery()->openPng(fakeDir_.filePath("out.png"), &err), qPrintable(err));
+    const GenerationParams p = w->generationPanel()->params();
+    QCOMPARE(p.prompt, QString("fake"));
+    QCOMPARE(p.seed, 4242);
+    QCOMPARE(p.steps, 1);
+    QVERIFY(!p.random_seed);
+  }
+
+  void closeStopsTheGroup() {
+    QTemporaryDir data;
+    auto w = makeWindow(data);
+    QVERIFY(w->startGroup());
+    QTRY_COMPARE_WITH_TIMEOUT(w->controller()->state(), WorkerController::State::Ready, 15000);
+    w->close();
+    QTRY_COMPARE_WITH_TIMEOUT(w->controller()->state(), WorkerController::State::Stopped, 10000);
+    QTRY_VERIFY_WITH_TIMEOUT(!w->isVisible(), 5000);
+    // The session was saved.
+    QVERIFY(QFileInfo::exists(data.filePath("session.json")));
+  }
+};
+
+QTEST_MAIN(TestWidgets)
+#include "test_ui_widgets.moc"

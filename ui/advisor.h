@@ -1,0 +1,66 @@
+// Strategy advisor: recommends degrees from model size, per-device memory, interconnect and
+// resolution, encoding DESIGN.md section 3 ("Choosing a strategy" and the context-parallel
+// variants table). Pure function, no Qt widgets; unit-tested in tests/test_ui_advisor.cpp.
+#pragma once
+
+#include <QString>
+#include <QStringList>
+
+#include "parallel/strategy.h"
+
+namespace dit::ui {
+
+/// Link between the devices. NVLink: fast (tp and Ulysses all-to-all pay off); PCIe: limited
+/// bandwidth (prefer ring attention, avoid tp unless the weights do not fit); CPU: ranks on host
+/// cores talking over MPI (device "cpu", treated like a slow link).
+enum class Interconnect { NVLink, PCIe, CPU };
+
+/// Advisor input. Parameter counts are elements, memory in GiB, sizes in pixels.
+struct AdvisorInput {
+  double transformer_params = 11.9e9;  ///< FluxTransformer2DModel parameters (sharded by tp)
+  double other_params = 4.9e9;         ///< text encoders + VAE (replicated on every rank)
+  double bytes_per_param = 2.0;        ///< 2 for bf16/fp16, 4 for fp32
+  int num_attention_heads = 24;
+  int attention_head_dim = 128;
+  int vae_scale_factor = 8;
+  int text_len = 512;  ///< T5 max_sequence_length (text tokens, split by context parallel)
+  int num_devices = 1;             ///< GPUs, or CPU ranks for Interconnect::CPU
+  double memory_gib_per_device = 80;  ///< GPU memory (host memory per rank on CPU)
+  Interconnect interconnect = Interconnect::NVLink;
+  int width = 1024;
+  int height = 1024;
+  bool true_cfg = false;       ///< negative prompt with true_cfg_scale > 1
+  int images_per_request = 1;  ///< > 1 (many prompts/seeds) favours data parallel
+};
+
+/// The recommendation: a complete strategy (world = num_devices), a one-line title, the reasons
+/// (one sentence each) and warnings, and the memory estimate per rank in GiB.
+struct Advice {
+  dit::Strategy strategy;
+  QString title;
+  QStringList reasons;
+  QStringList warnings;
+  double weights_gib = 0;      ///< weights held by one rank
+  double activations_gib = 0;  ///< activation estimate of one rank
+  double total_gib = 0;        ///< weights + activations + runtime overhead
+  double usable_gib = 0;       ///< 90% of memory_gib_per_device
+  bool fits = true;            ///< total_gib <= usable_gib
+};
+
+/// Recommends a strategy. Rules, in order:
+/// 1. true CFG with an even device count -> cfg 2 (one half conditional, one half unconditional);
+///    at CFG 1 cfg parallel would idle half the group.
+/// 2. tensor parallel only when the weights do not fit: the smallest tp (dividing the head count
+///    and the devices) that fits; warned about on PCIe/CPU (per-layer AllReduce traffic).
+/// 3. several images per request -> data parallel replicas (throughput, not latency).
+/// 4. the remaining devices -> context parallel: Ulysses on NVLink (unified ring x Ulysses when the
+///    head count does not divide), ring on PCIe/CPU; the "anything" variants when the image or
+///    text tokens do not divide (e.g. 1008x1008 -> 3969 tokens).
+Advice adviseStrategy(const AdvisorInput& in);
+
+/// Image tokens of a request: (height / (2 vsf)) * (width / (2 vsf)).
+int imageTokens(int width, int height, int vae_scale_factor);
+/// Display name ("NVLink", "PCIe", "CPU (MPI)").
+QString interconnectName(Interconnect ic);
+
+}  // namespace dit::ui

@@ -1,0 +1,141 @@
+#include "ui/advisor_dialog.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDialogButtonBox>
+#include <QDoubleSpinBox>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QTextBrowser>
+#include <QVBoxLayout>
+
+namespace dit::ui {
+
+AdvisorDialog::AdvisorDialog(QWidget* parent) : QDialog(parent) {
+  setWindowTitle(tr("Strategy advisor"));
+  auto* lay = new QHBoxLayout(this);
+  auto* form = new QFormLayout;
+  transformerB_ = new QDoubleSpinBox(this);
+  transformerB_->setRange(0.000001, 1000);
+  transformerB_->setDecimals(6);
+  transformerB_->setSuffix(" B");
+  form->addRow(tr("Transformer params"), transformerB_);
+  otherB_ = new QDoubleSpinBox(this);
+  otherB_->setRange(0, 1000);
+  otherB_->setDecimals(6);
+  otherB_->setSuffix(" B");
+  otherB_->setToolTip(tr("Text encoders + VAE: replicated on every rank"));
+  form->addRow(tr("Other params"), otherB_);
+  dtype_ = new QComboBox(this);
+  dtype_->addItem("bf16 / fp16", 2.0);
+  dtype_->addItem("fp32", 4.0);
+  dtype_->addItem("fp8", 1.0);
+  form->addRow(tr("Weights dtype"), dtype_);
+  devices_ = new QSpinBox(this);
+  devices_->setRange(1, 1024);
+  form->addRow(tr("Devices"), devices_);
+  memory_ = new QDoubleSpinBox(this);
+  memory_->setRange(0.5, 4096);
+  memory_->setSuffix(" GiB");
+  form->addRow(tr("Memory per device"), memory_);
+  interconnect_ = new QComboBox(this);
+  interconnect_->addItem(tr("NVLink"), int(Interconnect::NVLink));
+  interconnect_->addItem(tr("PCIe"), int(Interconnect::PCIe));
+  interconnect_->addItem(tr("CPU ranks (MPI)"), int(Interconnect::CPU));
+  form->addRow(tr("Interconnect"), interconnect_);
+  width_ = new QSpinBox(this);
+  height_ = new QSpinBox(this);
+  for (QSpinBox* b : {width_, height_}) {
+    b->setRange(16, 8192);
+    b->setSingleStep(16);
+  }
+  auto* sz = new QHBoxLayout;
+  sz->addWidget(width_);
+  sz->addWidget(new QLabel("×", this));
+  sz->addWidget(height_);
+  form->addRow(tr("Resolution"), sz);
+  trueCfg_ = new QCheckBox(tr("negative prompt with CFG > 1"), this);
+  form->addRow(tr("True CFG"), trueCfg_);
+  images_ = new QSpinBox(this);
+  images_->setRange(1, 1024);
+  form->addRow(tr("Images per request"), images_);
+  lay->addLayout(form);
+
+  auto* right = new QVBoxLayout;
+  result_ = new QTextBrowser(this);
+  result_->setMinimumWidth(380);
+  right->addWidget(result_, 1);
+  auto* bb = new QDialogButtonBox(this);
+  auto* apply = bb->addButton(tr("Apply to editor"), QDialogButtonBox::AcceptRole);
+  bb->addButton(QDialogButtonBox::Close);
+  right->addWidget(bb);
+  lay->addLayout(right, 1);
+  connect(apply, &QPushButton::clicked, this, [this] { Q_EMIT applyRequested(advice_.strategy); });
+  connect(bb, &QDialogButtonBox::rejected, this, &QDialog::reject);
+
+  for (QDoubleSpinBox* b : {transformerB_, otherB_, memory_})
+    connect(b, &QDoubleSpinBox::valueChanged, this, [this] { recompute(); });
+  for (QSpinBox* b : {devices_, width_, height_, images_})
+    connect(b, &QSpinBox::valueChanged, this, [this] { recompute(); });
+  connect(dtype_, &QComboBox::currentIndexChanged, this, [this] { recompute(); });
+  connect(interconnect_, &QComboBox::currentIndexChanged, this, [this] { recompute(); });
+  connect(trueCfg_, &QCheckBox::toggled, this, [this] { recompute(); });
+  setInput(AdvisorInput{});
+}
+
+void AdvisorDialog::setInput(const AdvisorInput& in) {
+  loading_ = true;
+  base_ = in;
+  transformerB_->setValue(in.transformer_params / 1e9);
+  otherB_->setValue(in.other_params / 1e9);
+  dtype_->setCurrentIndex(in.bytes_per_param >= 4 ? 1 : in.bytes_per_param <= 1 ? 2 : 0);
+  devices_->setValue(in.num_devices);
+  memory_->setValue(in.memory_gib_per_device);
+  interconnect_->setCurrentIndex(interconnect_->findData(int(in.interconnect)));
+  width_->setValue(in.width);
+  height_->setValue(in.height);
+  trueCfg_->setChecked(in.true_cfg);
+  images_->setValue(in.images_per_request);
+  loading_ = false;
+  recompute();
+}
+
+AdvisorInput AdvisorDialog::input() const {
+  AdvisorInput in = base_;
+  in.transformer_params = transformerB_->value() * 1e9;
+  in.other_params = otherB_->value() * 1e9;
+  in.bytes_per_param = dtype_->currentData().toDouble();
+  in.num_devices = devices_->value();
+  in.memory_gib_per_device = memory_->value();
+  in.interconnect = static_cast<Interconnect>(interconnect_->currentData().toInt());
+  in.width = width_->value();
+  in.height = height_->value();
+  in.true_cfg = trueCfg_->isChecked();
+  in.images_per_request = images_->value();
+  return in;
+}
+
+void AdvisorDialog::recompute() {
+  if (loading_) return;
+  advice_ = adviseStrategy(input());
+  QString html = QStringLiteral("<h3>%1</h3><ul>").arg(advice_.title.toHtmlEscaped());
+  for (const QString& r : advice_.reasons) html += "<li>" + r.toHtmlEscaped() + "</li>";
+  html += "</ul>";
+  if (!advice_.warnings.isEmpty()) {
+    html += "<p style='color:#ffb74d'><b>Warnings</b></p><ul>";
+    for (const QString& w : advice_.warnings) html += "<li style='color:#ffb74d'>" + w.toHtmlEscaped() + "</li>";
+    html += "</ul>";
+  }
+  html += QStringLiteral("<p>Per rank: weights %1 GiB, activations %2 GiB, total about %3 GiB of %4 GiB usable%5.</p>")
+              .arg(advice_.weights_gib, 0, 'f', 2)
+              .arg(advice_.activations_gib, 0, 'f', 2)
+              .arg(advice_.total_gib, 0, 'f', 2)
+              .arg(advice_.usable_gib, 0, 'f', 1)
+              .arg(advice_.fits ? QString() : QStringLiteral(" — <b>does not fit</b>"));
+  result_->setHtml(html);
+}
+
+}  // namespace dit::ui

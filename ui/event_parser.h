@@ -1,0 +1,78 @@
+// Parsing of the worker's stdout event stream and of mpirun's failure reports (app/PROTOCOL.md).
+// Pure functions, no I/O: unit-tested with noise lines and partial chunks.
+#pragma once
+
+#include <QByteArray>
+#include <QJsonObject>
+#include <QList>
+#include <QString>
+
+#include <optional>
+
+namespace dit::ui {
+
+/// The prefix that marks an event line on the worker's stdout.
+inline constexpr char kEventPrefix[] = "@@DIT ";
+
+/// One event: `type` is the JSON "type" field ("hello", "ready", "ranks", "image", ...), `data`
+/// the whole JSON object.
+struct WorkerEvent {
+  QString type;
+  QJsonObject data;
+};
+
+/// Parses one stdout line (with or without its trailing "\n" / "\r\n"). Returns nullopt for any
+/// line that is not `@@DIT {json object with a string "type"}` (library noise, truncated JSON).
+/// Tolerates leading whitespace and an OpenMPI --tag-output prefix such as "[1,0]<stdout>:".
+std::optional<WorkerEvent> parseEventLine(const QByteArray& line);
+
+/// Splits a byte stream into complete lines; keeps a trailing partial line for the next chunk.
+class LineSplitter {
+ public:
+  /// Appends `chunk` and returns the complete lines in it (without "\n"; "\r" stripped).
+  QList<QByteArray> feed(const QByteArray& chunk);
+  /// Returns and clears what is left (a last line without "\n"), empty if none.
+  QByteArray flush();
+
+ private:
+  QByteArray buffer_;
+};
+
+/// Per-rank figures of a `ranks` event. Bytes and milliseconds; -1 when the worker omitted one.
+struct RankStats {
+  int rank = -1;
+  QString stage;
+  int step = 0;
+  int steps = 0;
+  qint64 rss = -1;
+  qint64 rss_peak = -1;
+  qint64 dev = -1;
+  qint64 dev_peak = -1;
+  qint64 bytes_sent = -1;
+  double step_ms = -1;
+};
+
+/// Parses the `ranks` array of a `ranks` event (entries without "rank" are skipped).
+QList<RankStats> parseRanks(const QJsonObject& event);
+
+/// A failed rank as reported by mpirun on stderr.
+struct RankFailure {
+  int rank = -1;       ///< MPI_COMM_WORLD rank, -1 when mpirun did not name one
+  qint64 pid = -1;     ///< pid of the rank, -1 when not reported
+  int signal = -1;     ///< terminating signal, -1 when it exited
+  int exit_code = -1;  ///< exit status, -1 when not reported
+  QString node;        ///< host name when reported
+  QString reason;      ///< one-sentence summary, e.g. "rank 1 (pid 4242) was killed by signal 9 (Killed)"
+};
+
+/// Finds mpirun's report of a failed rank in `stderrText` (OpenMPI 4 wording: "mpirun noticed
+/// that process rank 1 with PID 123 on node h exited on signal 9 (Killed)", "MPI_ABORT was invoked
+/// on rank 1", "Primary job terminated normally, but 1 process returned a non-zero exit code" with
+/// "Process name: [[x,y],r]" / "Exit code: c"). Returns nullopt when none is present.
+std::optional<RankFailure> parseMpirunFailure(const QString& stderrText);
+
+/// Rank named by a log line, from the worker's spdlog pattern "[rank r/N]" or an OpenMPI tag
+/// "[job,r]<stderr>:"; -1 if none.
+int rankOfLogLine(const QString& line);
+
+}  // namespace dit::ui

@@ -1,0 +1,229 @@
+#include "ui/gallery.h"
+
+#include <QFile>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QHBoxLayout>
+#include <QJsonDocument>
+#include <QLabel>
+#include <QListWidget>
+#include <QMessageBox>
+#include <QPainter>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QVBoxLayout>
+
+namespace dit::ui {
+namespace {
+
+QString describe(const QJsonObject& p, qint64 seed, double seconds) {
+  QStringList parts;
+  if (seed >= 0) parts << QStringLiteral("seed %1").arg(seed);
+  if (p.contains("width"))
+    parts << QStringLiteral("%1×%2").arg(p.value("width").toInt()).arg(p.value("height").toInt());
+  if (p.contains("steps")) parts << QStringLiteral("%1 steps").arg(p.value("steps").toInt());
+  if (p.contains("guidance")) parts << QStringLiteral("guidance %1").arg(p.value("guidance").toDouble());
+  if (p.value("true_cfg_scale").toDouble(1) > 1)
+    parts << QStringLiteral("true CFG %1").arg(p.value("true_cfg_scale").toDouble());
+  if (seconds > 0) parts << QStringLiteral("%1 s").arg(seconds, 0, 'f', 1);
+  QString s = parts.join(QStringLiteral(" · "));
+  const QString prompt = p.value("prompt").toString();
+  if (!prompt.isEmpty()) s += "\n" + prompt;
+  return s;
+}
+
+}  // namespace
+
+ImageView::ImageView(QWidget* parent) : QWidget(parent) {
+  setMinimumSize(256, 256);
+  setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Expanding);
+  placeholder_ = tr("No image yet: press Generate");
+}
+
+void ImageView::setImage(const QImage& image) {
+  image_ = image;
+  update();
+}
+
+void ImageView::setPlaceholder(const QString& text) {
+  placeholder_ = text;
+  update();
+}
+
+void ImageView::paintEvent(QPaintEvent*) {
+  QPainter p(this);
+  p.fillRect(rect(), QColor(0x13, 0x14, 0x17));
+  if (image_.isNull()) {
+    p.setPen(QColor(0x6a, 0x6f, 0x78));
+    p.drawText(rect(), Qt::AlignCenter, placeholder_);
+    return;
+  }
+  const QSize target = image_.size().scaled(size() - QSize(16, 16), Qt::KeepAspectRatio);
+  const QRect r(QPoint((width() - target.width()) / 2, (height() - target.height()) / 2), target);
+  const bool smooth = image_.width() >= 256 || target.width() < image_.width();
+  p.setRenderHint(QPainter::SmoothPixmapTransform, smooth);
+  p.drawImage(r, image_);
+}
+
+Gallery::Gallery(HistoryStore* history, QWidget* parent) : QWidget(parent), history_(history) {
+  auto* lay = new QVBoxLayout(this);
+  lay->setContentsMargins(0, 0, 0, 0);
+  view_ = new ImageView(this);
+  lay->addWidget(view_, 1);
+  caption_ = new QLabel(this);
+  caption_->setWordWrap(true);
+  caption_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  lay->addWidget(caption_);
+  auto* prow = new QHBoxLayout;
+  progress_ = new QProgressBar(this);
+  progress_->setRange(0, 1000);
+  progress_->setTextVisible(false);
+  progress_->setMaximumHeight(10);
+  progressText_ = new QLabel(this);
+  progressText_->setObjectName("hint");
+  prow->addWidget(progress_, 1);
+  prow->addWidget(progressText_);
+  lay->addLayout(prow);
+  setProgress(-1, {});
+
+  list_ = new QListWidget(this);
+  list_->setObjectName("gallery");
+  list_->setViewMode(QListView::IconMode);
+  list_->setFlow(QListView::LeftToRight);
+  list_->setWrapping(false);
+  list_->setIconSize(QSize(96, 96));
+  list_->setFixedHeight(128);
+  list_->setMovement(QListView::Static);
+  list_->setSpacing(4);
+  lay->addWidget(list_);
+
+  auto* brow = new QHBoxLayout;
+  use_ = new QPushButton(tr("Use parameters"), this);
+  use_->setToolTip(tr("Load this image's prompt, size, steps, guidance and seed into the panel"));
+  auto* open = new QPushButton(tr("Open PNG…"), this);
+  open->setToolTip(tr("Read the parameters stored in any DiT Studio PNG"));
+  save_ = new QPushButton(tr("Save as…"), this);
+  remove_ = new QPushButton(tr("Remove"), this);
+  auto* clear = new QPushButton(tr("Clear history"), this);
+  brow->addWidget(use_);
+  brow->addWidget(open);
+  brow->addWidget(save_);
+  brow->addStretch(1);
+  brow->addWidget(remove_);
+  brow->addWidget(clear);
+  lay->addLayout(brow);
+
+  connect(list_, &QListWidget::currentRowChanged, this, [this] {
+    if (const HistoryEntry* e = selected()) showEntry(*e);
+    const bool has = selected() != nullptr;
+    use_->setEnabled(has);
+    save_->setEnabled(has);
+    remove_->setEnabled(has);
+  });
+  connect(use_, &QPushButton::clicked, this, [this] {
+    if (const HistoryEntry* e = selected()) Q_EMIT useParameters(*e);
+  });
+  connect(open, &QPushButton::clicked, this, [this] {
+    const QString f = QFileDialog::getOpenFileName(this, tr("Open a generated PNG"), QString(), tr("PNG images (*.png)"));
+    QString err;
+    if (!f.isEmpty() && !openPng(f, &err)) Q_EMIT errorMessage(err);
+  });
+  connect(save_, &QPushButton::clicked, this, [this] {
+    const HistoryEntry* e = selected();
+    if (!e) return;
+    const QString dest = QFileDialog::getSaveFileName(this, tr("Save image"), QFileInfo(e->path).fileName(), tr("PNG images (*.png)"));
+    if (dest.isEmpty()) return;
+    if (QFile::exists(dest)) QFile::remove(dest);
+    // A byte copy keeps the parameters text chunk.
+    if (!QFile::copy(e->path, dest)) Q_EMIT errorMessage(tr("cannot save %1").arg(dest));
+  });
+  connect(remove_, &QPushButton::clicked, this, [this] {
+    const HistoryEntry* e = selected();
+    if (!e) return;
+    QString err;
+    if (!history_->remove(e->path, &err)) Q_EMIT errorMessage(err);
+    reload();
+  });
+  connect(clear, &QPushButton::clicked, this, [this] {
+    if (QMessageBox::question(this, tr("Clear history"), tr("Forget all images? The PNG files stay on disk.")) != QMessageBox::Yes)
+      return;
+    QString err;
+    if (!history_->clear(&err)) Q_EMIT errorMessage(err);
+    reload();
+  });
+  reload();
+}
+
+void Gallery::reload() {
+  list_->clear();
+  for (const HistoryEntry& e : history_->entries()) {
+    auto* item = new QListWidgetItem(list_);
+    QImage thumb(e.path);
+    item->setIcon(QPixmap::fromImage(thumb.isNull() ? QImage() : thumb.scaled(96, 96, Qt::KeepAspectRatio, Qt::SmoothTransformation)));
+    item->setText(e.seed >= 0 ? QString::number(e.seed) : QString());
+    item->setToolTip(describe(e.params, e.seed, e.seconds) + "\n" + e.path);
+    item->setData(Qt::UserRole, e.path);
+  }
+  if (list_->count() > 0) list_->setCurrentRow(0);
+  else {
+    view_->setImage({});
+    caption_->clear();
+    currentPath_.clear();
+  }
+  use_->setEnabled(list_->count() > 0);
+  save_->setEnabled(list_->count() > 0);
+  remove_->setEnabled(list_->count() > 0);
+}
+
+void Gallery::addImage(const HistoryEntry&) { reload(); }
+
+const HistoryEntry* Gallery::selected() const {
+  const int row = list_->currentRow();
+  const auto& es = history_->entries();
+  return row >= 0 && row < es.size() ? &es[row] : nullptr;
+}
+
+void Gallery::showEntry(const HistoryEntry& e) {
+  currentPath_ = e.path;
+  QImage img(e.path);
+  if (img.isNull()) view_->setPlaceholder(tr("%1 is missing").arg(e.path));
+  view_->setImage(img);
+  caption_->setText(describe(e.params, e.seed, e.seconds));
+}
+
+void Gallery::showPreview(const QImage& image, const QString& caption) {
+  view_->setImage(image);
+  caption_->setText(caption);
+}
+
+void Gallery::setProgress(int perMille, const QString& text) {
+  progress_->setVisible(perMille >= 0);
+  progressText_->setVisible(perMille >= 0);
+  if (perMille >= 0) progress_->setValue(std::min(1000, perMille));
+  progressText_->setText(text);
+}
+
+int Gallery::count() const { return list_->count(); }
+
+const QImage& Gallery::currentImage() const { return view_->image(); }
+
+QString Gallery::caption() const { return caption_->text(); }
+
+bool Gallery::openPng(const QString& path, QString* error) {
+  QString err;
+  const QJsonObject params = readPngParameters(path, &err);
+  if (params.isEmpty()) {
+    if (error) *error = err;
+    return false;
+  }
+  HistoryEntry e;
+  e.path = path;
+  e.params = params;
+  e.seed = static_cast<qint64>(params.value("seed").toDouble(-1));
+  view_->setImage(QImage(path));
+  caption_->setText(describe(params, e.seed, 0));
+  Q_EMIT useParameters(e);
+  return true;
+}
+
+}  // namespace dit::ui

@@ -1,0 +1,228 @@
+#include "ui/generation_panel.h"
+
+#include <QCheckBox>
+#include <QDoubleSpinBox>
+#include <QFileDialog>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QRegularExpressionValidator>
+#include <QSpinBox>
+#include <QStyle>
+#include <QDir>
+#include <QVBoxLayout>
+
+#include "ui/worker_command.h"
+
+namespace dit::ui {
+
+GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
+  auto* outer = new QVBoxLayout(this);
+
+  auto* modelBox = new QGroupBox(tr("Model"), this);
+  auto* ml = new QVBoxLayout(modelBox);
+  auto* row = new QHBoxLayout;
+  modelEdit_ = new QLineEdit(modelBox);
+  modelEdit_->setPlaceholderText(tr("diffusers FLUX.1 model folder"));
+  auto* browse = new QPushButton(tr("Browse…"), modelBox);
+  auto* deflt = new QPushButton(tr("Default"), modelBox);
+  deflt->setToolTip(tr("The embedded default model"));
+  row->addWidget(modelEdit_, 1);
+  row->addWidget(browse);
+  row->addWidget(deflt);
+  ml->addLayout(row);
+  modelSummary_ = new QLabel(modelBox);
+  modelSummary_->setObjectName("hint");
+  modelSummary_->setWordWrap(true);
+  modelSummary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  ml->addWidget(modelSummary_);
+  outer->addWidget(modelBox);
+
+  auto* genBox = new QGroupBox(tr("Generation"), this);
+  auto* form = new QFormLayout(genBox);
+  prompt_ = new QPlainTextEdit(genBox);
+  prompt_->setPlaceholderText(tr("Prompt"));
+  prompt_->setMinimumHeight(70);
+  form->addRow(tr("Prompt"), prompt_);
+  negative_ = new QPlainTextEdit(genBox);
+  negative_->setPlaceholderText(tr("Negative prompt (used with true CFG scale > 1)"));
+  negative_->setMaximumHeight(48);
+  form->addRow(tr("Negative"), negative_);
+  cfgScale_ = new QDoubleSpinBox(genBox);
+  cfgScale_->setRange(1.0, 30.0);
+  cfgScale_->setSingleStep(0.5);
+  cfgScale_->setToolTip(tr("True CFG scale: > 1 with a negative prompt runs the model twice per step"));
+  form->addRow(tr("True CFG scale"), cfgScale_);
+
+  auto* sizeRow = new QHBoxLayout;
+  width_ = new QSpinBox(genBox);
+  height_ = new QSpinBox(genBox);
+  for (QSpinBox* b : {width_, height_}) {
+    b->setRange(16, 4096);
+    b->setSuffix(tr(" px"));
+    b->setKeyboardTracking(false);
+  }
+  sizeRow->addWidget(width_);
+  sizeRow->addWidget(new QLabel(QStringLiteral("×"), genBox));
+  sizeRow->addWidget(height_);
+  form->addRow(tr("Size"), sizeRow);
+  sizeHint_ = new QLabel(genBox);
+  sizeHint_->setObjectName("hint");
+  sizeHint_->setWordWrap(true);
+  form->addRow(QString(), sizeHint_);
+
+  steps_ = new QSpinBox(genBox);
+  steps_->setRange(1, 500);
+  form->addRow(tr("Steps"), steps_);
+  guidance_ = new QDoubleSpinBox(genBox);
+  guidance_->setRange(0.0, 30.0);
+  guidance_->setSingleStep(0.5);
+  form->addRow(tr("Guidance"), guidance_);
+
+  auto* seedRow = new QHBoxLayout;
+  seed_ = new QLineEdit(genBox);
+  seed_->setValidator(new QRegularExpressionValidator(QRegularExpression("[0-9]{1,18}"), seed_));
+  randomSeed_ = new QCheckBox(tr("Random"), genBox);
+  seedRow->addWidget(seed_, 1);
+  seedRow->addWidget(randomSeed_);
+  form->addRow(tr("Seed"), seedRow);
+  auto* lastRow = new QHBoxLayout;
+  lastSeedLabel_ = new QLabel(tr("last seed: -"), genBox);
+  lastSeedLabel_->setObjectName("hint");
+  lastSeedLabel_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  reuseSeed_ = new QPushButton(tr("Reuse"), genBox);
+  reuseSeed_->setEnabled(false);
+  lastRow->addWidget(lastSeedLabel_, 1);
+  lastRow->addWidget(reuseSeed_);
+  form->addRow(QString(), lastRow);
+
+  images_ = new QSpinBox(genBox);
+  images_->setRange(1, 64);
+  images_->setToolTip(tr("Images per request (split across data-parallel replicas)"));
+  form->addRow(tr("Images"), images_);
+  outer->addWidget(genBox);
+  outer->addStretch(1);
+
+  setParams(GenerationParams{});
+
+  auto emitChanged = [this] {
+    if (!loading_) Q_EMIT changed();
+  };
+  connect(prompt_, &QPlainTextEdit::textChanged, this, emitChanged);
+  connect(negative_, &QPlainTextEdit::textChanged, this, emitChanged);
+  connect(cfgScale_, &QDoubleSpinBox::valueChanged, this, emitChanged);
+  connect(steps_, &QSpinBox::valueChanged, this, emitChanged);
+  connect(guidance_, &QDoubleSpinBox::valueChanged, this, emitChanged);
+  connect(seed_, &QLineEdit::textChanged, this, emitChanged);
+  connect(images_, &QSpinBox::valueChanged, this, emitChanged);
+  connect(randomSeed_, &QCheckBox::toggled, this, [this, emitChanged](bool on) {
+    seed_->setEnabled(!on);
+    emitChanged();
+  });
+  for (QSpinBox* b : {width_, height_}) {
+    connect(b, &QSpinBox::valueChanged, this, emitChanged);
+    connect(b, &QSpinBox::editingFinished, this, [this, b] { snapSize(b); });
+  }
+  connect(reuseSeed_, &QPushButton::clicked, this, [this] {
+    if (lastSeed_ < 0) return;
+    randomSeed_->setChecked(false);
+    seed_->setText(QString::number(lastSeed_));
+  });
+  connect(browse, &QPushButton::clicked, this, [this] {
+    const QString d = QFileDialog::getExistingDirectory(this, tr("Choose a diffusers model folder"), modelDir());
+    if (!d.isEmpty()) setModelDir(d);
+  });
+  connect(deflt, &QPushButton::clicked, this, [this] { setModelDir(defaultModelDir()); });
+  connect(modelEdit_, &QLineEdit::editingFinished, this, [this] {
+    if (QDir::cleanPath(modelEdit_->text()) != model_.path) applyModel();
+  });
+}
+
+GenerationParams GenerationPanel::params() const {
+  GenerationParams p;
+  p.prompt = prompt_->toPlainText();
+  p.negative_prompt = negative_->toPlainText();
+  p.true_cfg_scale = cfgScale_->value();
+  p.width = width_->value();
+  p.height = height_->value();
+  p.steps = steps_->value();
+  p.guidance = guidance_->value();
+  p.seed = seed_->text().toLongLong();
+  p.random_seed = randomSeed_->isChecked();
+  p.num_images = images_->value();
+  return p;
+}
+
+void GenerationPanel::setParams(const GenerationParams& p) {
+  loading_ = true;
+  prompt_->setPlainText(p.prompt);
+  negative_->setPlainText(p.negative_prompt);
+  cfgScale_->setValue(p.true_cfg_scale);
+  width_->setValue(p.width);
+  height_->setValue(p.height);
+  steps_->setValue(p.steps);
+  guidance_->setValue(p.guidance);
+  seed_->setText(QString::number(p.seed));
+  randomSeed_->setChecked(p.random_seed);
+  seed_->setEnabled(!p.random_seed);
+  images_->setValue(p.num_images);
+  loading_ = false;
+  snapSize(width_);
+  snapSize(height_);
+  Q_EMIT changed();
+}
+
+QString GenerationPanel::modelDir() const { return modelEdit_->text().trimmed(); }
+
+void GenerationPanel::setModelDir(const QString& dir) {
+  modelEdit_->setText(dir);
+  applyModel();
+}
+
+void GenerationPanel::applyModel() {
+  model_ = readModelInfo(modelDir());
+  if (model_.ok) {
+    modelSummary_->setText(model_.summary());
+    modelSummary_->setObjectName("hint");
+  } else {
+    modelSummary_->setText(tr("Model problem: %1").arg(model_.error));
+    modelSummary_->setObjectName("issues");
+  }
+  modelSummary_->style()->unpolish(modelSummary_);
+  modelSummary_->style()->polish(modelSummary_);
+  const int step = model_.ok ? model_.sizeMultiple() : 16;
+  for (QSpinBox* b : {width_, height_}) {
+    b->setSingleStep(step);
+    b->setMinimum(step);
+  }
+  sizeHint_->clear();
+  snapSize(width_);
+  snapSize(height_);
+  Q_EMIT modelChanged(model_.path);
+  Q_EMIT changed();
+}
+
+void GenerationPanel::snapSize(QSpinBox* box) {
+  const int step = box->singleStep();
+  const int v = box->value();
+  if (step <= 1 || v % step == 0) return;
+  const int snapped = std::max(step, (v + step / 2) / step * step);
+  box->setValue(snapped);
+  sizeHint_->setText(tr("%1 rounded from %2 to %3 px (a multiple of %4 = 2 × vae_scale_factor)")
+                         .arg(box == width_ ? tr("Width") : tr("Height"))
+                         .arg(v)
+                         .arg(snapped)
+                         .arg(step));
+}
+
+void GenerationPanel::setLastSeed(qint64 seed) {
+  lastSeed_ = seed;
+  lastSeedLabel_->setText(tr("last seed: %1").arg(seed));
+  reuseSeed_->setEnabled(seed >= 0);
+}
+
+}  // namespace dit::ui

@@ -1,0 +1,71 @@
+// Generation panel: model folder chooser with the model's sizes, prompt, negative prompt + true
+// CFG scale, width/height (stepping by the model's 2 * vae_scale_factor), steps, guidance, seed
+// (fixed or random, with the seed of the last image), images per request.
+#pragma once
+
+#include <QWidget>
+
+#include "ui/generation_params.h"
+#include "ui/model_info.h"
+
+class QCheckBox;
+class QDoubleSpinBox;
+class QLabel;
+class QLineEdit;
+class QPlainTextEdit;
+class QPushButton;
+class QSpinBox;
+
+namespace dit::ui {
+
+/// Edits GenerationParams and the model folder. Emits changed() on every edit.
+class GenerationPanel : public QWidget {
+  Q_OBJECT
+ public:
+  explicit GenerationPanel(QWidget* parent = nullptr);
+
+  GenerationParams params() const;
+  void setParams(const GenerationParams& p);
+  QString modelDir() const;
+  /// Sets and reads the model folder (the size step follows its vae_scale_factor).
+  void setModelDir(const QString& dir);
+  const ModelInfo& modelInfo() const { return model_; }
+  /// Shows the seed used by the last image ("reuse" copies it into the seed field).
+  void setLastSeed(qint64 seed);
+  qint64 lastSeed() const { return lastSeed_; }
+
+  // Widgets exposed for tests.
+  QPlainTextEdit* promptEdit() const { return prompt_; }
+  QSpinBox* widthSpin() const { return width_; }
+  QSpinBox* heightSpin() const { return height_; }
+  QLineEdit* modelEdit() const { return modelEdit_; }
+
+ Q_SIGNALS:
+  void changed();
+  void modelChanged(const QString& dir);
+
+ private:
+  void applyModel();
+  void snapSize(QSpinBox* box);
+
+  ModelInfo model_;
+  qint64 lastSeed_ = -1;
+  QLineEdit* modelEdit_;
+  QLabel* modelSummary_;
+  QPlainTextEdit* prompt_;
+  QPlainTextEdit* negative_;
+  QDoubleSpinBox* cfgScale_;
+  QSpinBox* width_;
+  QSpinBox* height_;
+  QLabel* sizeHint_;
+  QSpinBox* steps_;
+  QDoubleSpinBox* guidance_;
+  QLineEdit* seed_;
+  QCheckBox* randomSeed_;
+  QLabel* lastSeedLabel_;
+  QPushButton* reuseSeed_;
+  QSpinBox* images_;
+  bool loading_ = false;
+};
+
+}  // namespace dit::ui

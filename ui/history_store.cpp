@@ -1,0 +1,107 @@
+#include "ui/history_store.h"
+
+#include <QDir>
+#include <QFileInfo>
+#include <QImageReader>
+#include <QJsonArray>
+#include <QJsonDocument>
+
+#include "ui/json_io.h"
+
+namespace dit::ui {
+
+QJsonObject HistoryEntry::toJson() const {
+  return QJsonObject{{"path", path},
+                     {"id", requestId},
+                     {"seed", static_cast<double>(seed)},
+                     {"params", params},
+                     {"seconds", seconds},
+                     {"created", created.toString(Qt::ISODateWithMs)}};
+}
+
+HistoryEntry HistoryEntry::fromJson(const QJsonObject& j) {
+  HistoryEntry e;
+  e.path = j.value("path").toString();
+  e.requestId = j.value("id").toString();
+  e.seed = static_cast<qint64>(j.value("seed").toDouble(-1));
+  e.params = j.value("params").toObject();
+  e.seconds = j.value("seconds").toDouble(0);
+  e.created = QDateTime::fromString(j.value("created").toString(), Qt::ISODateWithMs);
+  return e;
+}
+
+GenerationParams HistoryEntry::generation(const GenerationParams& defaults) const {
+  GenerationParams p = GenerationParams::fromJson(params, defaults);
+  if (seed >= 0) {
+    p.seed = seed;
+    p.random_seed = false;
+  }
+  return p;
+}
+
+HistoryStore::HistoryStore(QString dataDir, int maxEntries)
+    : dataDir_(dataDir.isEmpty() ? appDataDir() : dataDir), max_(maxEntries) {}
+
+QString HistoryStore::file() const { return QDir(dataDir_).filePath(QStringLiteral("history.json")); }
+
+bool HistoryStore::load(QString* error) {
+  entries_.clear();
+  if (!QFileInfo::exists(file())) return true;
+  QJsonDocument doc;
+  if (!readJsonFile(file(), &doc, error)) return false;
+  for (const QJsonValue& v : doc.object().value("images").toArray()) entries_.append(HistoryEntry::fromJson(v.toObject()));
+  return true;
+}
+
+bool HistoryStore::persist(QString* error) {
+  QJsonArray arr;
+  for (const HistoryEntry& e : entries_) arr.append(e.toJson());
+  return writeJsonAtomic(file(), QJsonDocument(QJsonObject{{"format", "ditstudio-history"}, {"version", 1}, {"images", arr}}),
+                         error);
+}
+
+bool HistoryStore::add(const HistoryEntry& e, QString* error) {
+  HistoryEntry copy = e;
+  if (!copy.created.isValid()) copy.created = QDateTime::currentDateTime();
+  entries_.prepend(copy);
+  while (entries_.size() > max_) entries_.removeLast();
+  return persist(error);
+}
+
+bool HistoryStore::remove(const QString& path, QString* error) {
+  for (int i = 0; i < entries_.size(); ++i) {
+    if (entries_[i].path == path) {
+      entries_.removeAt(i);
+      return persist(error);
+    }
+  }
+  if (error) *error = QStringLiteral("%1 is not in the history").arg(path);
+  return false;
+}
+
+bool HistoryStore::clear(QString* error) {
+  entries_.clear();
+  return persist(error);
+}
+
+QJsonObject readPngParameters(const QString& path, QString* error) {
+  QImageReader reader(path);
+  if (!reader.canRead()) {
+    if (error) *error = QStringLiteral("%1 is not a readable image: %2").arg(path, reader.errorString());
+    return {};
+  }
+  const QString text = reader.text(QStringLiteral("parameters"));
+  if (text.isEmpty()) {
+    if (error) *error = QStringLiteral("%1 has no \"parameters\" text chunk").arg(path);
+    return {};
+  }
+  QJsonParseError pe;
+  const QJsonDocument doc = QJsonDocument::fromJson(text.toUtf8(), &pe);
+  if (!doc.isObject()) {
+    if (error) *error = QStringLiteral("the parameters of %1 are not a JSON object: %2").arg(path, pe.errorString());
+    return {};
+  }
+  return doc.object();
+}
+
+}  // namespace dit::ui

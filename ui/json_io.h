@@ -1,0 +1,18 @@
+// Small JSON file helpers. Writes are atomic (QSaveFile: temporary file + rename), so a crash or a
+// full disk never leaves a half-written presets or history file behind.
+#pragma once
+
+#include <QJsonDocument>
+#include <QString>
+
+namespace dit::ui {
+
+/// Writes `doc` (indented) to `path` atomically, creating the parent folder. Returns false and
+/// sets `error` (if given) on failure; the previous file is then untouched.
+bool writeJsonAtomic(const QString& path, const QJsonDocument& doc, QString* error = nullptr);
+/// Reads a JSON document. Returns false and sets `error` for a missing file or invalid JSON.
+bool readJsonFile(const QString& path, QJsonDocument* doc, QString* error = nullptr);
+/// The application data folder (QStandardPaths::AppDataLocation), or $DITSTUDIO_DATA_DIR if set.
+QString appDataDir();
+
+}  // namespace dit::ui

@@ -1,0 +1,568 @@
+#include "ui/main_window.h"
+
+#include <QAction>
+#include <QApplication>
+#include <QCloseEvent>
+#include <QDir>
+#include <QFileInfo>
+#include <QFrame>
+#include <QHBoxLayout>
+#include <QJsonDocument>
+#include <QLabel>
+#include <QListWidget>
+#include <QPushButton>
+#include <QScrollArea>
+#include <QSplitter>
+#include <QStatusBar>
+#include <QStyle>
+#include <QTabWidget>
+#include <QTimer>
+#include <QToolBar>
+#include <QVBoxLayout>
+
+#include "ui/advisor_dialog.h"
+#include "ui/json_io.h"
+#include "ui/strategy_json.h"
+
+namespace dit::ui {
+
+MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent)
+    : QMainWindow(parent),
+      options_(options),
+      dataDir_(options.dataDir.isEmpty() ? appDataDir() : options.dataDir),
+      presets_(dataDir_, options.builtinPresets),
+      history_(dataDir_) {
+  setWindowTitle(tr("DiT Studio"));
+  setWindowIcon(QIcon(QStringLiteral(":/ditstudio/icons/ditstudio.svg")));
+  controller_ = new WorkerController(this);
+  controller_->setOutputDir(QDir(dataDir_).filePath(QStringLiteral("images")));
+  rankModel_ = new RankMonitorModel(this);
+  QString err;
+  presets_.load(&err);
+  QString herr;
+  history_.load(&herr);
+  buildUi();
+  connectController();
+  loadSession();
+  if (!err.isEmpty()) log_->append(-1, "error", tr("presets: %1").arg(err));
+  if (!herr.isEmpty()) log_->append(-1, "error", tr("history: %1").arg(herr));
+  revalidate();
+  resize(1500, 900);
+}
+
+MainWindow::~MainWindow() = default;
+
+void MainWindow::buildUi() {
+  // Toolbar.
+  auto* tb = addToolBar(tr("Group"));
+  tb->setMovable(false);
+  tb->setObjectName("maintoolbar");
+  startAct_ = tb->addAction(tr("▶ Start group"), this, &MainWindow::startGroup);
+  stopAct_ = tb->addAction(tr("■ Stop"), this, &MainWindow::stopGroup);
+  restartAct_ = tb->addAction(tr("⟳ Restart"), this, &MainWindow::restartGroup);
+  tb->addSeparator();
+  generateAct_ = tb->addAction(tr("✦ Generate"), this, [this] { generate(); });
+  generateAct_->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Return));
+  cancelAct_ = tb->addAction(tr("✕ Cancel"), this, &MainWindow::cancelCurrent);
+  startAct_->setToolTip(tr("Start the worker process group (mpirun) with this strategy"));
+  generateAct_->setToolTip(tr("Queue a request (Ctrl+Enter); starts or restarts the group if needed"));
+
+  auto* split = new QSplitter(Qt::Horizontal, this);
+  setCentralWidget(split);
+
+  // Left: tabs.
+  leftTabs_ = new QTabWidget(split);
+  genPanel_ = new GenerationPanel;
+  auto* genScroll = new QScrollArea;
+  genScroll->setWidget(genPanel_);
+  genScroll->setWidgetResizable(true);
+  genScroll->setFrameShape(QFrame::NoFrame);
+  leftTabs_->addTab(genScroll, tr("Generate"));
+  editor_ = new StrategyEditor;
+  auto* edScroll = new QScrollArea;
+  edScroll->setWidget(editor_);
+  edScroll->setWidgetResizable(true);
+  edScroll->setFrameShape(QFrame::NoFrame);
+  leftTabs_->addTab(edScroll, tr("Strategy"));
+  presetPanel_ = new PresetPanel(&presets_, [this] { return currentPreset(); });
+  leftTabs_->addTab(presetPanel_, tr("Presets"));
+  leftTabs_->setMinimumWidth(380);
+
+  // Center: banner + gallery.
+  auto* center = new QWidget(split);
+  auto* cl = new QVBoxLayout(center);
+  cl->setContentsMargins(4, 0, 4, 0);
+  banner_ = new QFrame(center);
+  banner_->setObjectName("banner");
+  auto* bl = new QHBoxLayout(banner_);
+  auto* btext = new QVBoxLayout;
+  bannerLabel_ = new QLabel(banner_);
+  bannerLabel_->setWordWrap(true);
+  bannerLabel_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  QFont bf = bannerLabel_->font();
+  bf.setBold(true);
+  bannerLabel_->setFont(bf);
+  bannerDetail_ = new QLabel(banner_);
+  bannerDetail_->setWordWrap(true);
+  bannerDetail_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  btext->addWidget(bannerLabel_);
+  btext->addWidget(bannerDetail_);
+  bl->addLayout(btext, 1);
+  bannerRestart_ = new QPushButton(tr("Restart group"), banner_);
+  auto* dismiss = new QPushButton(tr("Dismiss"), banner_);
+  bl->addWidget(bannerRestart_);
+  bl->addWidget(dismiss);
+  connect(bannerRestart_, &QPushButton::clicked, this, [this] { restartGroup(); });
+  connect(dismiss, &QPushButton::clicked, this, &MainWindow::hideBanner);
+  banner_->hide();
+  cl->addWidget(banner_);
+  gallery_ = new Gallery(&history_, center);
+  cl->addWidget(gallery_, 1);
+
+  // Right: monitor + queue/log.
+  auto* right = new QSplitter(Qt::Vertical, split);
+  rankMonitor_ = new RankMonitor(rankModel_, right);
+  auto* rtabs = new QTabWidget(right);
+  log_ = new LogPanel;
+  rtabs->addTab(log_, tr("Log"));
+  auto* qw = new QWidget;
+  auto* ql = new QVBoxLayout(qw);
+  queueList_ = new QListWidget(qw);
+  ql->addWidget(queueList_, 1);
+  auto* qb = new QHBoxLayout;
+  auto* cancelSel = new QPushButton(tr("Cancel selected"), qw);
+  auto* cancelAllBtn = new QPushButton(tr("Cancel all"), qw);
+  qb->addWidget(cancelSel);
+  qb->addWidget(cancelAllBtn);
+  ql->addLayout(qb);
+  rtabs->addTab(qw, tr("Queue"));
+  connect(cancelSel, &QPushButton::clicked, this, [this] {
+    if (auto* it = queueList_->currentItem()) controller_->cancel(it->data(Qt::UserRole).toString());
+  });
+  connect(cancelAllBtn, &QPushButton::clicked, this, &MainWindow::cancelAll);
+  right->setStretchFactor(0, 3);
+  right->setStretchFactor(1, 2);
+  split->setStretchFactor(0, 0);
+  split->setStretchFactor(1, 3);
+  split->setStretchFactor(2, 2);
+  split->setSizes({420, 680, 480});
+
+  // Status bar.
+  stateLabel_ = new QLabel(this);
+  groupLabel_ = new QLabel(this);
+  groupLabel_->setObjectName("hint");
+  statusBar()->addWidget(stateLabel_);
+  statusBar()->addPermanentWidget(groupLabel_);
+
+  connect(genPanel_, &GenerationPanel::changed, this, &MainWindow::revalidate);
+  connect(editor_, &StrategyEditor::changed, this, &MainWindow::revalidate);
+  connect(editor_, &StrategyEditor::advisorRequested, this, &MainWindow::openAdvisor);
+  connect(presetPanel_, &PresetPanel::applyRequested, this, &MainWindow::applyPreset);
+  connect(gallery_, &Gallery::useParameters, this, [this](const HistoryEntry& e) {
+    genPanel_->setParams(e.generation(genPanel_->params()));
+    if (e.params.value("strategy").isObject())
+      log_->append(-1, "info", tr("image strategy: %1").arg(strategyText(strategyFromJson(e.params.value("strategy").toObject()))));
+    leftTabs_->setCurrentIndex(0);
+  });
+  connect(gallery_, &Gallery::errorMessage, this, [this](const QString& m) { showBanner(m, {}, false, false); });
+}
+
+void MainWindow::connectController() {
+  WorkerController* c = controller_;
+  connect(c, &WorkerController::stateChanged, this, [this](WorkerController::State s) {
+    if (s == WorkerController::State::Starting) {  // a new group: fresh monitor
+      rankModel_->reset(controller_->config().strategy.world);
+      log_->setWorld(controller_->config().strategy.world);
+    }
+    updateActions();
+    updateStatus();
+    if (s == WorkerController::State::Stopped && closing_) close();
+  });
+  connect(c, &WorkerController::logLine, log_, &LogPanel::append);
+  connect(c, &WorkerController::helloReceived, this, [this](int rank, int world, qint64 pid) {
+    if (world > rankModel_->world()) rankModel_->reset(world);
+    rankModel_->setPid(rank, pid);
+    log_->setWorld(world);
+  });
+  connect(c, &WorkerController::readyReceived, this, [this](const QJsonObject& info) {
+    log_->append(-1, "info", tr("group ready (%1 ranks, model loaded in %2 s)")
+                                 .arg(info.value("world").toInt(controller_->world()))
+                                 .arg(info.value("load_seconds").toDouble(), 0, 'f', 1));
+    revalidate();
+  });
+  connect(c, &WorkerController::statusReceived, this, [this](const QString& stage, const QString& msg) {
+    stateLabel_->setToolTip(msg);
+    updateStatus();
+    if (!msg.isEmpty()) statusBar()->showMessage(stage + ": " + msg, 4000);
+  });
+  connect(c, &WorkerController::ranksUpdated, this, [this](const QList<RankStats>& ranks) {
+    rankModel_->update(ranks, controller_->elapsedSeconds());
+  });
+  connect(c, &WorkerController::queueChanged, this, [this] {
+    refreshQueue();
+    updateActions();
+  });
+  connect(c, &WorkerController::progressReceived, this, &MainWindow::onProgress);
+  connect(c, &WorkerController::previewReceived, this,
+          [this](const QString& id, int step, int imageIndex, const QImage& img) {
+            const int steps = requestParams_.value(id).steps;
+            gallery_->showPreview(img, tr("preview of %1 · image %2 · step %3/%4").arg(id).arg(imageIndex + 1).arg(step).arg(steps));
+          });
+  connect(c, &WorkerController::imageReceived, this, &MainWindow::onImage);
+  connect(c, &WorkerController::requestDone, this, [this](const QString& id, double seconds) {
+    log_->append(-1, "info", tr("%1 done in %2 s").arg(id).arg(seconds, 0, 'f', 2));
+    requestParams_.remove(id);
+    if (controller_->queue().isEmpty()) gallery_->setProgress(-1, {});
+  });
+  connect(c, &WorkerController::requestCancelled, this, [this](const QString& id, int step) {
+    log_->append(-1, "info", tr("%1 cancelled at step %2").arg(id).arg(step));
+    requestParams_.remove(id);
+    if (controller_->queue().isEmpty()) gallery_->setProgress(-1, {});
+    statusBar()->showMessage(tr("%1 cancelled").arg(id), 4000);
+  });
+  connect(c, &WorkerController::requestFailed, this, [this](const QString& id, const QString& msg) {
+    requestParams_.remove(id);
+    gallery_->setProgress(-1, {});
+    if (controller_->state() != WorkerController::State::Failed)
+      showBanner(tr("Request %1 failed").arg(id), msg, true, false);
+    if (autoActive_) finishAuto(false, msg);
+  });
+  connect(c, &WorkerController::errorReported, this, [this](const WorkerFailure& f) {
+    if (f.rank >= 0 && f.fatal) rankModel_->markFailed(f.rank, f.message);
+  });
+  connect(c, &WorkerController::groupFailed, this, &MainWindow::onGroupFailed);
+  connect(c, &WorkerController::groupStopped, this, [this](int) {
+    gallery_->setProgress(-1, {});
+    if (closing_) close();
+  });
+}
+
+LaunchConfig MainWindow::launchConfig() const {
+  LaunchConfig c;
+  c.strategy = editor_->strategy();
+  c.modelDir = genPanel_->modelInfo().ok ? genPanel_->modelInfo().path : genPanel_->modelDir();
+  c.hostfile = editor_->hostfile();
+  c.workerPath = options_.workerPath;
+  c.mpirunPath = options_.mpirunPath;
+  return c;
+}
+
+int MainWindow::textLength() const {
+  const QJsonObject model = controller_->readyInfo().value("model").toObject();
+  if (model.contains("max_sequence_length") && !configDiffers())
+    return model.value("max_sequence_length").toInt();
+  return genPanel_->modelInfo().max_sequence_length;
+}
+
+bool MainWindow::configDiffers() const {
+  if (!controller_->isRunning()) return false;
+  const LaunchConfig now = launchConfig();
+  const LaunchConfig& run = controller_->config();
+  return !sameStrategy(now.strategy, run.strategy) || QDir::cleanPath(now.modelDir) != QDir::cleanPath(run.modelDir) ||
+         now.hostfile != run.hostfile;
+}
+
+void MainWindow::revalidate() {
+  validation_ = validate(editor_->strategy(), genPanel_->modelInfo(), genPanel_->params(), textLength(), editor_->hostfile());
+  editor_->setIssues(validation_.startIssues, validation_.requestIssues);
+  rankMonitor_->setDevice(QString::fromStdString(editor_->strategy().device));
+  updateActions();
+  updateStatus();
+}
+
+void MainWindow::updateActions() {
+  using S = WorkerController::State;
+  const S s = controller_->state();
+  const bool running = controller_->isRunning();
+  startAct_->setEnabled(!running && validation_.canStart());
+  stopAct_->setEnabled(running && s != S::Stopping);
+  restartAct_->setEnabled(validation_.canStart() && s != S::Stopping && (running || s == S::Failed));
+  generateAct_->setEnabled(validation_.canGenerate() && s != S::Stopping);
+  cancelAct_->setEnabled(!controller_->queue().isEmpty());
+  QStringList tips = validation_.all();
+  startAct_->setToolTip(tips.isEmpty() ? tr("Start the worker process group (mpirun) with this strategy") : tips.join('\n'));
+  generateAct_->setToolTip(tips.isEmpty() ? tr("Queue a request (Ctrl+Enter); starts or restarts the group if needed") : tips.join('\n'));
+}
+
+void MainWindow::updateStatus() {
+  const WorkerController::State s = controller_->state();
+  QString text = tr("Group: %1").arg(WorkerController::stateName(s));
+  if (controller_->isRunning()) {
+    text += QStringLiteral(" · %1").arg(strategyText(controller_->config().strategy));
+    if (configDiffers()) text += tr(" · strategy changed: Restart (or Generate) applies it");
+  } else if (!validation_.canStart()) {
+    text += tr(" · %1 problem(s) in the strategy/model").arg(validation_.startIssues.size());
+  }
+  stateLabel_->setText(text);
+  const ModelInfo& m = genPanel_->modelInfo();
+  groupLabel_->setText(m.ok ? tr("model %1 · %2 params").arg(QFileInfo(m.path).fileName(), formatCount(m.totalParameters()))
+                            : tr("no model"));
+}
+
+void MainWindow::refreshQueue() {
+  queueList_->clear();
+  for (const auto& r : controller_->queue()) {
+    QString t = QStringLiteral("%1  %2  %3").arg(r.id, r.sent ? (r.step > 0 ? tr("step %1/%2").arg(r.step).arg(r.steps) : tr("sent"))
+                                                             : tr("waiting"),
+                                                r.params.prompt.left(60));
+    auto* it = new QListWidgetItem(t, queueList_);
+    it->setData(Qt::UserRole, r.id);
+  }
+}
+
+bool MainWindow::bannerVisible() const { return !banner_->isHidden(); }
+
+QString MainWindow::bannerText() const {
+  return bannerLabel_->text() + (bannerDetail_->text().isEmpty() ? QString() : "\n" + bannerDetail_->text());
+}
+
+QString MainWindow::statusText() const { return stateLabel_->text(); }
+
+void MainWindow::showBanner(const QString& text, const QString& detail, bool error, bool offerRestart) {
+  bannerLabel_->setText(text);
+  bannerDetail_->setText(detail);
+  bannerDetail_->setVisible(!detail.isEmpty());
+  bannerRestart_->setVisible(offerRestart);
+  banner_->setProperty("severity", error ? "error" : "warning");
+  banner_->style()->unpolish(banner_);
+  banner_->style()->polish(banner_);
+  banner_->show();
+}
+
+void MainWindow::hideBanner() { banner_->hide(); }
+
+bool MainWindow::startGroup() {
+  revalidate();
+  if (!validation_.canStart()) {
+    showBanner(tr("Cannot start: the strategy is invalid"), validation_.startIssues.join('\n'), true, false);
+    leftTabs_->setCurrentIndex(1);
+    return false;
+  }
+  if (controller_->isRunning()) return false;
+  hideBanner();
+  const bool ok = controller_->start(launchConfig());
+  saveSession();
+  updateStatus();
+  return ok;
+}
+
+void MainWindow::stopGroup() { controller_->stop(); }
+
+bool MainWindow::restartGroup() {
+  revalidate();
+  if (!validation_.canStart()) {
+    showBanner(tr("Cannot restart: the strategy is invalid"), validation_.startIssues.join('\n'), true, false);
+    return false;
+  }
+  hideBanner();
+  const LaunchConfig cfg = launchConfig();
+  if (controller_->isRunning()) {
+    log_->append(-1, "info", tr("restarting the group with %1").arg(strategyText(cfg.strategy)));
+    controller_->restart(cfg);
+    saveSession();
+    return true;
+  }
+  return startGroup();
+}
+
+QString MainWindow::generate() {
+  revalidate();
+  if (!validation_.canGenerate()) {
+    showBanner(tr("Cannot generate"), validation_.all().join('\n'), true, false);
+    return {};
+  }
+  using S = WorkerController::State;
+  if (!controller_->isRunning()) {
+    if (!startGroup()) return {};
+  } else if (configDiffers()) {
+    if (!restartGroup()) return {};
+  } else if (controller_->state() == S::Stopping) {
+    return {};
+  }
+  hideBanner();
+  const GenerationParams p = genPanel_->params();
+  controller_->setMaxSequenceLength(0);
+  const QString id = controller_->submit(p);
+  requestParams_[id] = p;
+  gallery_->setProgress(0, tr("%1 queued").arg(id));
+  saveSession();
+  return id;
+}
+
+void MainWindow::cancelCurrent() {
+  const QString id = controller_->activeId();
+  if (!id.isEmpty()) controller_->cancel(id);
+  else if (!controller_->queue().isEmpty()) controller_->cancel(controller_->queue().first().id);
+}
+
+void MainWindow::cancelAll() { controller_->cancelAll(); }
+
+void MainWindow::onProgress(const QString& id, int step, int steps, double stepMs, double eta, int imageIndex) {
+  const GenerationParams p = requestParams_.value(id);
+  const int n = std::max(1, p.num_images);
+  const int total = std::max(1, steps) * n;
+  const int done = std::min(imageIndex, n - 1) * std::max(1, steps) + step;
+  QString text = tr("%1 · image %2/%3 · step %4/%5").arg(id).arg(std::min(imageIndex, n - 1) + 1).arg(n).arg(step).arg(steps);
+  if (stepMs >= 0) text += tr(" · %1 ms/step").arg(stepMs, 0, 'f', 0);
+  if (eta >= 0) text += tr(" · ETA %1 s").arg(eta, 0, 'f', eta < 10 ? 1 : 0);
+  gallery_->setProgress(static_cast<int>(1000.0 * done / total), text);
+  refreshQueue();
+}
+
+void MainWindow::onImage(const ImageResult& r) {
+  HistoryEntry e;
+  e.path = r.path;
+  e.requestId = r.id;
+  e.seed = r.seed;
+  e.seconds = r.seconds;
+  e.params = r.params;
+  if (e.params.isEmpty()) e.params = readPngParameters(r.path);
+  if (e.params.isEmpty()) e.params = requestParams_.value(r.id).toJson();
+  if (e.seed < 0) e.seed = static_cast<qint64>(e.params.value("seed").toDouble(-1));
+  QString err;
+  if (!history_.add(e, &err)) log_->append(-1, "error", err);
+  gallery_->addImage(e);
+  if (e.seed >= 0) genPanel_->setLastSeed(e.seed);
+  log_->append(-1, "info", tr("image %1 (seed %2) in %3 s").arg(r.path).arg(e.seed).arg(r.seconds, 0, 'f', 2));
+  if (autoActive_) {
+    QTimer::singleShot(400, this, [this, path = r.path] {
+      if (!autoFile_.isEmpty()) {
+        const bool ok = grab().save(autoFile_);
+        finishAuto(ok, ok ? tr("screenshot written to %1 (image %2)").arg(autoFile_, path)
+                          : tr("cannot write the screenshot %1").arg(autoFile_));
+      } else {
+        finishAuto(true, tr("image %1").arg(path));
+      }
+    });
+  }
+}
+
+void MainWindow::onGroupFailed(const WorkerFailure& f) {
+  if (f.rank >= 0) rankModel_->markFailed(f.rank, f.message);
+  gallery_->setProgress(-1, {});
+  requestParams_.clear();
+  const QString head = f.rank >= 0 ? tr("Rank %1 failed: the process group went down").arg(f.rank)
+                                   : tr("The process group went down");
+  showBanner(head, f.message + (f.detail.isEmpty() ? QString() : "\n" + f.detail), true, true);
+  updateActions();
+  updateStatus();
+  if (autoActive_) finishAuto(false, f.message);
+  if (closing_) close();
+}
+
+void MainWindow::applyPreset(const Preset& p) {
+  editor_->setStrategy(p.strategy);
+  editor_->setHostfile(p.hostfile);
+  if (p.hasGeneration) genPanel_->setParams(p.generation);
+  log_->append(-1, "info", tr("preset \"%1\": %2").arg(p.name, strategyText(p.strategy)));
+  revalidate();
+}
+
+Preset MainWindow::currentPreset() const {
+  Preset p;
+  p.strategy = editor_->strategy();
+  p.hostfile = editor_->hostfile();
+  p.hasGeneration = true;
+  p.generation = genPanel_->params();
+  return p;
+}
+
+void MainWindow::openAdvisor() {
+  if (!advisor_) {
+    advisor_ = new AdvisorDialog(this);
+    advisor_->setAttribute(Qt::WA_DeleteOnClose);
+    connect(advisor_, &AdvisorDialog::applyRequested, this, [this](const dit::Strategy& s) {
+      editor_->setStrategy(s);
+      revalidate();
+    });
+  }
+  AdvisorInput in;
+  const ModelInfo& m = genPanel_->modelInfo();
+  const dit::Strategy s = editor_->strategy();
+  const GenerationParams p = genPanel_->params();
+  if (m.ok) {
+    const ComponentSize* t = m.component("transformer");
+    in.transformer_params = t ? double(t->parameters) : 0;
+    in.other_params = double(m.totalParameters()) - in.transformer_params;
+    in.num_attention_heads = m.num_attention_heads;
+    in.attention_head_dim = m.attention_head_dim;
+    in.vae_scale_factor = m.vae_scale_factor;
+    in.text_len = textLength();
+    in.bytes_per_param = (t && t->dtype == "F32") ? 4.0 : 2.0;
+  }
+  in.num_devices = s.world;
+  in.interconnect = s.device == "cpu" ? Interconnect::CPU : Interconnect::NVLink;
+  in.memory_gib_per_device = s.device == "cpu" ? 8 : 80;
+  in.width = p.width;
+  in.height = p.height;
+  in.true_cfg = p.trueCfg();
+  in.images_per_request = p.num_images;
+  advisor_->setInput(in);
+  advisor_->show();
+  advisor_->raise();
+}
+
+void MainWindow::autoGenerate(const QString& file, int timeoutSeconds) {
+  autoActive_ = true;
+  autoFile_ = file;
+  QTimer::singleShot(timeoutSeconds * 1000, this, [this, timeoutSeconds] {
+    if (autoActive_) finishAuto(false, tr("no image after %1 s").arg(timeoutSeconds));
+  });
+  if (generate().isEmpty()) finishAuto(false, bannerText());
+}
+
+void MainWindow::finishAuto(bool ok, const QString& message) {
+  if (!autoActive_) return;
+  autoActive_ = false;
+  Q_EMIT autoGenerateFinished(ok, message);
+}
+
+void MainWindow::loadSession() {
+  QJsonDocument doc;
+  bool have = false;
+  if (options_.restoreSession && readJsonFile(QDir(dataDir_).filePath("session.json"), &doc)) {
+    const QJsonObject s = doc.object();
+    if (auto p = Preset::fromJson(s.value("preset").toObject())) {
+      applyPreset(*p);
+      have = true;
+    }
+    if (options_.modelDir.isEmpty() && !s.value("model").toString().isEmpty() &&
+        QFileInfo::exists(s.value("model").toString()))
+      genPanel_->setModelDir(s.value("model").toString());
+  }
+  if (!have) {
+    // First run: the CPU demo preset if it exists.
+    for (const Preset& p : presets_.presets()) {
+      if (p.builtin && p.strategy.device == "cpu") {
+        applyPreset(p);
+        presetPanel_->select(p.name);
+        break;
+      }
+    }
+  }
+  if (!options_.modelDir.isEmpty()) genPanel_->setModelDir(options_.modelDir);
+  else if (genPanel_->modelDir().isEmpty()) genPanel_->setModelDir(defaultModelDir());
+}
+
+void MainWindow::saveSession() const {
+  if (!options_.restoreSession) return;
+  Preset p = currentPreset();
+  p.name = QStringLiteral("session");
+  writeJsonAtomic(QDir(dataDir_).filePath("session.json"),
+                  QJsonDocument(QJsonObject{{"preset", p.toJson()}, {"model", genPanel_->modelDir()}}));
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+  saveSession();
+  if (controller_->isRunning()) {
+    closing_ = true;
+    statusBar()->showMessage(tr("stopping the process group…"));
+    controller_->stop(3000);
+    event->ignore();
+    return;
+  }
+  if (advisor_) advisor_->close();
+  event->accept();
+}
+
+}  // namespace dit::ui

@@ -1,0 +1,151 @@
+// The main window: left = generation panel / strategy editor / presets (tabs), center = error
+// banner + gallery (current image or live preview, progress, history), right = per-rank monitor
+// and queue/log tabs; toolbar with Start/Stop/Restart/Generate/Cancel; status bar with the group
+// state. All work runs in the worker process group; the window never blocks.
+#pragma once
+
+#include <QMainWindow>
+#include <QPointer>
+
+#include "ui/gallery.h"
+#include "ui/generation_panel.h"
+#include "ui/history_store.h"
+#include "ui/log_panel.h"
+#include "ui/preset_panel.h"
+#include "ui/preset_store.h"
+#include "ui/rank_monitor.h"
+#include "ui/rank_monitor_model.h"
+#include "ui/strategy_editor.h"
+#include "ui/validation.h"
+#include "ui/worker_controller.h"
+
+class QAction;
+class QFrame;
+class QLabel;
+class QListWidget;
+class QPushButton;
+class QTabWidget;
+
+namespace dit::ui {
+
+class AdvisorDialog;
+
+/// Construction options (tests point them at temporary folders and the built worker).
+struct MainWindowOptions {
+  QString dataDir;         ///< presets, history, session and images; empty: appDataDir()
+  QString modelDir;        ///< overrides the session's model; empty: session, else defaultModelDir()
+  QString workerPath;      ///< empty: defaultWorkerPath()
+  QString mpirunPath;      ///< empty: defaultMpirun()
+  QString builtinPresets;  ///< empty: the Qt resource
+  bool restoreSession = true;  ///< read/write <dataDir>/session.json
+};
+
+/// DiT Studio's main window.
+class MainWindow : public QMainWindow {
+  Q_OBJECT
+ public:
+  explicit MainWindow(const MainWindowOptions& options = {}, QWidget* parent = nullptr);
+  ~MainWindow() override;
+
+  WorkerController* controller() const { return controller_; }
+  GenerationPanel* generationPanel() const { return genPanel_; }
+  StrategyEditor* strategyEditor() const { return editor_; }
+  PresetPanel* presetPanel() const { return presetPanel_; }
+  PresetStore* presetStore() { return &presets_; }
+  HistoryStore* historyStore() { return &history_; }
+  Gallery* gallery() const { return gallery_; }
+  RankMonitorModel* rankModel() const { return rankModel_; }
+  RankMonitor* rankMonitor() const { return rankMonitor_; }
+  LogPanel* logPanel() const { return log_; }
+  QAction* startAction() const { return startAct_; }
+  QAction* stopAction() const { return stopAct_; }
+  QAction* restartAction() const { return restartAct_; }
+  QAction* generateAction() const { return generateAct_; }
+  QAction* cancelAction() const { return cancelAct_; }
+  bool bannerVisible() const;
+  QString bannerText() const;
+  QString statusText() const;
+  /// Current validation of editor + panel.
+  Validation validation() const { return validation_; }
+  /// The group configuration the editor and panel describe.
+  LaunchConfig launchConfig() const;
+  /// Loads a preset's strategy (and generation parameters when it has them).
+  void applyPreset(const Preset& preset);
+  /// The preset "save current" stores.
+  Preset currentPreset() const;
+
+ public Q_SLOTS:
+  /// Starts the group if the strategy is valid; otherwise shows why. Returns whether it started.
+  bool startGroup();
+  void stopGroup();
+  /// Restarts with the editor's strategy (also recovers from a failed group).
+  bool restartGroup();
+  /// Queues a request with the panel's parameters, starting or restarting the group first when
+  /// needed. Returns the request id, empty when refused (the banner says why).
+  QString generate();
+  void cancelCurrent();
+  void cancelAll();
+  /// Starts the group, generates once, grabs the window to `screenshotFile` (if not empty) and
+  /// emits autoGenerateFinished. Gives up after `timeoutSeconds`.
+  void autoGenerate(const QString& screenshotFile, int timeoutSeconds = 900);
+
+ Q_SIGNALS:
+  void autoGenerateFinished(bool ok, const QString& message);
+
+ protected:
+  void closeEvent(QCloseEvent* event) override;
+
+ private:
+  void buildUi();
+  void connectController();
+  void revalidate();
+  void updateActions();
+  void updateStatus();
+  void refreshQueue();
+  bool configDiffers() const;
+  int textLength() const;
+  void showBanner(const QString& text, const QString& detail, bool error, bool offerRestart);
+  void hideBanner();
+  void onImage(const ImageResult& r);
+  void onGroupFailed(const WorkerFailure& f);
+  void onProgress(const QString& id, int step, int steps, double stepMs, double eta, int imageIndex);
+  void loadSession();
+  void saveSession() const;
+  void openAdvisor();
+  void finishAuto(bool ok, const QString& message);
+
+  MainWindowOptions options_;
+  QString dataDir_;
+  PresetStore presets_;
+  HistoryStore history_;
+  WorkerController* controller_;
+  RankMonitorModel* rankModel_;
+  Validation validation_;
+
+  GenerationPanel* genPanel_ = nullptr;
+  StrategyEditor* editor_ = nullptr;
+  PresetPanel* presetPanel_ = nullptr;
+  Gallery* gallery_ = nullptr;
+  RankMonitor* rankMonitor_ = nullptr;
+  LogPanel* log_ = nullptr;
+  QListWidget* queueList_ = nullptr;
+  QTabWidget* leftTabs_ = nullptr;
+  QFrame* banner_ = nullptr;
+  QLabel* bannerLabel_ = nullptr;
+  QLabel* bannerDetail_ = nullptr;
+  QPushButton* bannerRestart_ = nullptr;
+  QLabel* stateLabel_ = nullptr;
+  QLabel* groupLabel_ = nullptr;
+  QAction* startAct_ = nullptr;
+  QAction* stopAct_ = nullptr;
+  QAction* restartAct_ = nullptr;
+  QAction* generateAct_ = nullptr;
+  QAction* cancelAct_ = nullptr;
+  QPointer<AdvisorDialog> advisor_;
+  QMap<QString, GenerationParams> requestParams_;
+  bool closing_ = false;
+  bool autoActive_ = false;
+  QString autoFile_;
+};
+
+}  // namespace dit::ui

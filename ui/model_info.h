@@ -1,0 +1,62 @@
+// Reads the sizes of a diffusers FLUX.1 model folder for the generation panel, the strategy
+// validation (dit::ModelDims) and the advisor. Reads only JSON configs and safetensors headers,
+// never the weights.
+#pragma once
+
+#include <QString>
+#include <QStringList>
+
+#include "parallel/strategy.h"
+
+namespace dit::ui {
+
+/// Parameter count and bytes of one component (e.g. "transformer"), from its safetensors headers.
+struct ComponentSize {
+  QString name;
+  qint64 parameters = 0;  ///< sum of tensor element counts (0 when unreadable)
+  qint64 bytes = 0;       ///< sum of the .safetensors file sizes on disk
+  QString dtype;          ///< dtype of most parameters ("F32", "BF16", ...), empty when unknown
+};
+
+/// What the GUI shows and validates against. `ok` is false with `error` set for a missing or
+/// broken folder (no model_index.json / transformer/config.json, unreadable JSON, git-lfs pointer
+/// files instead of weights).
+struct ModelInfo {
+  bool ok = false;
+  QString error;
+  QString path;
+  // transformer/config.json
+  int num_layers = 0;
+  int num_single_layers = 0;
+  int num_attention_heads = 0;
+  int attention_head_dim = 0;
+  int joint_attention_dim = 0;
+  int in_channels = 0;
+  bool guidance_embeds = false;
+  // vae/config.json
+  int vae_scale_factor = 8;  ///< 2^(len(block_out_channels)-1)
+  int vae_sample_size = 0;   ///< default image size hint (0 when absent)
+  int max_sequence_length = 512;  ///< FluxPipeline default T5 length
+  QList<ComponentSize> components;
+
+  int innerDim() const { return num_attention_heads * attention_head_dim; }
+  /// Width/height step: 2 * vae_scale_factor (latents are packed 2x2).
+  int sizeMultiple() const { return 2 * vae_scale_factor; }
+  qint64 totalParameters() const;
+  qint64 totalBytes() const;
+  const ComponentSize* component(const QString& name) const;
+  /// The sizes dit::validateForModel needs.
+  dit::ModelDims dims() const;
+  /// Multi-line human summary (layers, heads, head dim, parameters).
+  QString summary() const;
+};
+
+/// Reads `dir`. Never throws; see ModelInfo::ok / error.
+ModelInfo readModelInfo(const QString& dir);
+
+/// "12.3 M", "11.9 B" style parameter count.
+QString formatCount(qint64 n);
+/// "512 MiB", "22.7 GiB" style byte count.
+QString formatBytes(qint64 bytes);
+
+}  // namespace dit::ui

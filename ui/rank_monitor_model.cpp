@@ -1,0 +1,136 @@
+#include "ui/rank_monitor_model.h"
+
+#include <QBrush>
+#include <QColor>
+
+#include "ui/model_info.h"
+
+namespace dit::ui {
+
+RankMonitorModel::RankMonitorModel(QObject* parent) : QAbstractTableModel(parent) {}
+
+void RankMonitorModel::reset(int world) {
+  beginResetModel();
+  rows_.clear();
+  for (int r = 0; r < world; ++r) {
+    Row row;
+    row.stats.rank = r;
+    rows_.append(row);
+  }
+  endResetModel();
+}
+
+void RankMonitorModel::ensure(int rank) {
+  if (rank < rows_.size()) return;
+  beginInsertRows({}, rows_.size(), rank);
+  while (rows_.size() <= rank) {
+    Row row;
+    row.stats.rank = rows_.size();
+    rows_.append(row);
+  }
+  endInsertRows();
+}
+
+void RankMonitorModel::setPid(int rank, qint64 pid) {
+  if (rank < 0) return;
+  ensure(rank);
+  rows_[rank].pid = pid;
+  Q_EMIT dataChanged(index(rank, 0), index(rank, ColumnCount - 1));
+}
+
+void RankMonitorModel::update(const QList<RankStats>& ranks, double t) {
+  for (const RankStats& s : ranks) {
+    if (s.rank < 0 || s.rank > 4096) continue;
+    ensure(s.rank);
+    Row& row = rows_[s.rank];
+    row.stats = s;
+    row.samples.append({t, std::max<qint64>(0, s.rss), std::max<qint64>(0, s.dev)});
+    if (row.samples.size() > 2000) row.samples.removeFirst();
+    Q_EMIT dataChanged(index(s.rank, 0), index(s.rank, ColumnCount - 1));
+  }
+  if (!ranks.isEmpty()) Q_EMIT samplesAdded(t);
+}
+
+void RankMonitorModel::markFailed(int rank, const QString& why) {
+  if (rank < 0) return;
+  ensure(rank);
+  rows_[rank].failed = true;
+  rows_[rank].failure = why;
+  Q_EMIT dataChanged(index(rank, 0), index(rank, ColumnCount - 1));
+}
+
+RankStats RankMonitorModel::stats(int rank) const {
+  return rank >= 0 && rank < rows_.size() ? rows_[rank].stats : RankStats{};
+}
+
+qint64 RankMonitorModel::pid(int rank) const {
+  return rank >= 0 && rank < rows_.size() ? rows_[rank].pid : -1;
+}
+
+bool RankMonitorModel::failed(int rank) const {
+  return rank >= 0 && rank < rows_.size() && rows_[rank].failed;
+}
+
+const QList<RankMonitorModel::Sample>& RankMonitorModel::samples(int rank) const {
+  static const QList<Sample> empty;
+  return rank >= 0 && rank < rows_.size() ? rows_[rank].samples : empty;
+}
+
+qint64 RankMonitorModel::totalBytesSent() const {
+  qint64 n = 0;
+  for (const Row& r : rows_) n += std::max<qint64>(0, r.stats.bytes_sent);
+  return n;
+}
+
+int RankMonitorModel::rowCount(const QModelIndex& parent) const {
+  return parent.isValid() ? 0 : static_cast<int>(rows_.size());
+}
+
+int RankMonitorModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : ColumnCount; }
+
+QVariant RankMonitorModel::data(const QModelIndex& index, int role) const {
+  if (!index.isValid() || index.row() >= rows_.size()) return {};
+  const Row& row = rows_[index.row()];
+  const RankStats& s = row.stats;
+  auto mem = [](qint64 b) { return b < 0 ? QStringLiteral("-") : formatBytes(b); };
+  if (role == Qt::DisplayRole) {
+    switch (index.column()) {
+      case Rank: return index.row();
+      case Pid: return row.pid < 0 ? QStringLiteral("-") : QString::number(row.pid);
+      case Stage: return row.failed ? QStringLiteral("FAILED") : (s.stage.isEmpty() ? QStringLiteral("-") : s.stage);
+      case Step: return s.steps > 0 ? QStringLiteral("%1/%2").arg(s.step).arg(s.steps) : QStringLiteral("-");
+      case StepMs: return s.step_ms < 0 ? QStringLiteral("-") : QString::number(s.step_ms, 'f', 1);
+      case Rss: return mem(s.rss);
+      case RssPeak: return mem(s.rss_peak);
+      case Dev: return mem(s.dev);
+      case DevPeak: return mem(s.dev_peak);
+      case Sent: return mem(s.bytes_sent);
+    }
+  } else if (role == Qt::ToolTipRole && row.failed) {
+    return row.failure;
+  } else if (role == Qt::ForegroundRole && row.failed) {
+    return QBrush(QColor(0xff, 0x6b, 0x6b));
+  } else if (role == Qt::TextAlignmentRole && index.column() != Stage) {
+    return int(Qt::AlignRight | Qt::AlignVCenter);
+  }
+  return {};
+}
+
+QVariant RankMonitorModel::headerData(int section, Qt::Orientation o, int role) const {
+  if (o != Qt::Horizontal || role != Qt::DisplayRole) return {};
+  switch (section) {
+    case Rank: return QStringLiteral("Rank");
+    case Pid: return QStringLiteral("PID");
+    case Stage: return QStringLiteral("Stage");
+    case Step: return QStringLiteral("Step");
+    case StepMs: return QStringLiteral("ms/step");
+    case Rss: return QStringLiteral("Host RSS");
+    case RssPeak: return QStringLiteral("RSS peak");
+    case Dev: return QStringLiteral("Device");
+    case DevPeak: return QStringLiteral("Dev peak");
+    case Sent: return QStringLiteral("Sent");
+  }
+  return {};
+}
+
+}  // namespace dit::ui

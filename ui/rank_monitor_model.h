@@ -1,0 +1,64 @@
+// Per-rank figures for the monitor: a table model (one row per rank) that also keeps the memory
+// time series drawn by the chart. Fed from WorkerController's `hello` and `ranks` events.
+#pragma once
+
+#include <QAbstractTableModel>
+#include <QList>
+#include <QMap>
+#include <QString>
+
+#include "ui/event_parser.h"
+
+namespace dit::ui {
+
+/// Table model of the process group's ranks.
+class RankMonitorModel : public QAbstractTableModel {
+  Q_OBJECT
+ public:
+  enum Column { Rank, Pid, Stage, Step, StepMs, Rss, RssPeak, Dev, DevPeak, Sent, ColumnCount };
+  /// One point of the memory series: t in seconds since the group started, bytes.
+  struct Sample {
+    double t = 0;
+    qint64 rss = 0;
+    qint64 dev = 0;
+  };
+
+  explicit RankMonitorModel(QObject* parent = nullptr);
+
+  /// Clears everything and shows `world` empty rows.
+  void reset(int world);
+  void setPid(int rank, qint64 pid);
+  /// Applies a `ranks` event taken at `t` seconds.
+  void update(const QList<RankStats>& ranks, double t);
+  /// Marks a rank as failed (red row, stage "failed: why").
+  void markFailed(int rank, const QString& why);
+  int world() const { return static_cast<int>(rows_.size()); }
+  RankStats stats(int rank) const;
+  qint64 pid(int rank) const;
+  bool failed(int rank) const;
+  const QList<Sample>& samples(int rank) const;
+  /// Sum of the ranks' bytes_sent.
+  qint64 totalBytesSent() const;
+
+  int rowCount(const QModelIndex& parent = {}) const override;
+  int columnCount(const QModelIndex& parent = {}) const override;
+  QVariant data(const QModelIndex& index, int role) const override;
+  QVariant headerData(int section, Qt::Orientation o, int role) const override;
+
+ Q_SIGNALS:
+  /// New samples were appended (t of the newest one).
+  void samplesAdded(double t);
+
+ private:
+  struct Row {
+    RankStats stats;
+    qint64 pid = -1;
+    bool failed = false;
+    QString failure;
+    QList<Sample> samples;
+  };
+  void ensure(int rank);
+  QList<Row> rows_;
+};
+
+}  // namespace dit::ui

@@ -1,0 +1,40 @@
+#include "ui/validation.h"
+
+#include <QFileInfo>
+
+namespace dit::ui {
+
+dit::RequestDims requestDims(const GenerationParams& p, int textLen) {
+  dit::RequestDims r;
+  r.width = p.width;
+  r.height = p.height;
+  r.text_len = textLen;
+  r.true_cfg = p.trueCfg();
+  r.num_images = p.num_images;
+  return r;
+}
+
+Validation validate(const dit::Strategy& s, const ModelInfo& model, const GenerationParams& p,
+                    int textLen, const QString& hostfile) {
+  Validation v;
+  auto add = [](QStringList& list, const std::vector<dit::StrategyIssue>& issues,
+                const QStringList& skip = {}) {
+    for (const auto& i : issues) {
+      const QString m = QString::fromStdString(i.message);
+      if (!list.contains(m) && !skip.contains(m)) list << m;
+    }
+  };
+  add(v.startIssues, dit::validateDegrees(s));
+  if (!hostfile.trimmed().isEmpty() && !QFileInfo::exists(hostfile.trimmed()))
+    v.startIssues << QStringLiteral("hostfile %1 does not exist").arg(hostfile.trimmed());
+  if (!model.ok) {
+    v.startIssues << (model.error.isEmpty() ? QStringLiteral("no model folder chosen") : model.error);
+    return v;
+  }
+  const dit::ModelDims dims = model.dims();
+  add(v.startIssues, dit::validateForModel(s, dims));
+  add(v.requestIssues, dit::validateForRequest(s, dims, requestDims(p, textLen)), v.startIssues);
+  return v;
+}
+
+}  // namespace dit::ui

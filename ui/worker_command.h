@@ -1,0 +1,47 @@
+// Construction of the mpirun command line that starts the worker process group, and lookup of
+// the sibling programs and the embedded default model. Pure functions (plus environment reads).
+#pragma once
+
+#include <QString>
+#include <QStringList>
+
+#include "parallel/strategy.h"
+
+namespace dit::ui {
+
+/// What the controller needs to start a process group.
+struct LaunchConfig {
+  dit::Strategy strategy;  ///< world = mpirun -np; degrees become the worker's strategy flags
+  QString modelDir;        ///< --model
+  QString hostfile;        ///< optional mpirun --hostfile
+  QString workerPath;      ///< ditstudio-worker executable (empty: defaultWorkerPath())
+  QString mpirunPath;      ///< mpirun executable (empty: defaultMpirun())
+  QStringList extraWorkerArgs;  ///< appended after the strategy flags (e.g. "--dtype", "float32")
+};
+
+/// A program and its arguments.
+struct LaunchCommand {
+  QString program;
+  QStringList arguments;
+  /// Shell-quoted command line for the log.
+  QString display() const;
+};
+
+/// Builds `mpirun --allow-run-as-root --oversubscribe -np N [--hostfile F] -x OMP_NUM_THREADS=1
+/// <worker> --model DIR --tp-degree .. --ring-degree .. --ulysses-degree .. [--ulysses-anything]
+/// [--ring-anything] --cfg-degree .. --dp-degree .. --device cpu|cuda [extra args]`.
+LaunchCommand buildLaunchCommand(const LaunchConfig& config);
+
+/// $DITSTUDIO_MPIRUN if set, else "mpirun".
+QString defaultMpirun();
+/// `<directory of the running executable>/<name>`.
+QString siblingExecutable(const QString& name);
+/// $DITSTUDIO_WORKER if set, else siblingExecutable("ditstudio-worker").
+QString defaultWorkerPath();
+/// The embedded default model, with the worker/CLI lookup: $DITSTUDIO_MODEL_DIR if set, else
+/// `<exe dir>/../share/ditstudio/models/tiny-flux` (the build tree mirrors the install layout).
+QString defaultModelDir();
+/// Same lookup relative to an explicit executable directory (for tests).
+QString defaultModelDirFor(const QString& exeDir);
+
+}  // namespace dit::ui
