@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <ATen/ATen.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <ATen/Parallel.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -212,7 +214,7 @@ int runBench(const CliOptions& o, int warmup) {
            {"steps", res.params.steps},
            {"dtype", o.dtype},
            {"device", o.device},
-           {"threads", at::get_num_threads()},
+           {"threads", static_cast<int>(at::get_num_threads())},
            {"load_s", loadS},
            {"tokenize_ms", res.timings_ms["tokenize"]},
            {"encode_ms", res.timings_ms["encode"]},
@@ -220,7 +222,7 @@ int runBench(const CliOptions& o, int warmup) {
            {"denoise_ms", res.timings_ms["denoise"]},
            {"decode_ms", res.timings_ms["decode"]},
            {"weight_bytes", wb},
-           {"peak_rss_bytes", peakResidentSetBytes()}};
+           {"peak_rss_bytes", static_cast<uint64_t>(peakResidentSetBytes())}};
   std::cout << out.dump(2) << std::endl;
   return 0;
 }
@@ -228,7 +230,6 @@ int runBench(const CliOptions& o, int warmup) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  spdlog::set_pattern("[%H:%M:%S] [cli] %v");
   spdlog::set_default_logger(spdlog::stderr_color_mt("cli"));
   spdlog::set_pattern("[%H:%M:%S] [cli] %v");
   CLI::App app{"DiT Studio headless generation (FLUX.1, one or many ranks)", "ditstudio-cli"};
@@ -279,6 +280,11 @@ int main(int argc, char** argv) {
     auto issues = validateDegrees(s);
     if (!issues.empty()) throw std::invalid_argument(joinIssues(issues));
     if (o.np == 1 && o.hostfile.empty()) return runLocal(o);
+    // Refuse an impossible strategy before anything starts (configs only, no weights read).
+    const auto model = ModelFolder::open(o.model);
+    const int n = o.prompts.empty() ? o.numImages : static_cast<int>(o.prompts.size());
+    if (auto msg = validateStrategyForRequest(s, model, paramsFromJson(requestJson(o)), n); !msg.empty())
+      throw std::invalid_argument("strategy refused: " + msg);
     return runMpi(o);
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << std::endl;

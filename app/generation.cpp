@@ -79,6 +79,30 @@ std::string indexedPath(const std::string& path, int index, int count) {
   return (p.parent_path() / (p.stem().string() + "-" + std::to_string(index) + p.extension().string())).string();
 }
 
+ModelDims modelDims(const ModelFolder& m) {
+  ModelDims d;
+  d.num_attention_heads = m.transformer.num_attention_heads;
+  d.attention_head_dim = m.transformer.attention_head_dim;
+  d.mlp_ratio_hidden = m.transformer.mlpHidden();
+  d.joint_attention_dim = m.transformer.joint_attention_dim;
+  d.vae_scale_factor = m.vae.vaeScaleFactor();
+  return d;
+}
+
+std::string validateStrategyForRequest(const Strategy& s, const ModelFolder& m, GenerationParams p,
+                                       int numImages) {
+  auto issues = validateDegrees(s);
+  if (!issues.empty()) return joinIssues(issues);
+  const int vsf = m.vae.vaeScaleFactor();
+  RequestDims r;
+  r.width = p.width > 0 ? p.width : 128 * vsf;
+  r.height = p.height > 0 ? p.height : 128 * vsf;
+  r.text_len = p.max_sequence_length > 0 ? p.max_sequence_length : std::min(512, m.t5_max_length);
+  r.true_cfg = p.trueCfg();
+  r.num_images = numImages;
+  return joinIssues(validateForRequest(s, modelDims(m), r));
+}
+
 int64_t randomSeed() {
   std::random_device rd;
   return static_cast<int64_t>(((uint64_t(rd()) << 32) | rd()) & 0x7fffffffffffffffULL);

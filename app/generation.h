@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backend/flux_pipeline.h"
+#include "parallel/strategy.h"
 
 namespace dit {
 
@@ -25,6 +26,16 @@ void writeResultTensors(const std::string& path, const GenerationResult& r);
 
 /// "out.png" with index 2 of 3 -> "out-2.png"; with count 1 the path is unchanged.
 std::string indexedPath(const std::string& path, int index, int count);
+
+/// The sizes strategy validation needs, from the model's configs (no weights read).
+ModelDims modelDims(const ModelFolder& m);
+
+/// Validates a strategy against a model and one request before anything is loaded: degrees,
+/// tp against heads and sharded dimensions, strict ring/Ulysses divisibility, cfg needs true
+/// CFG, sizes. Defaults of `p` are resolved as FluxPipeline::resolve does. Returns "" or the
+/// joined messages.
+std::string validateStrategyForRequest(const Strategy& s, const ModelFolder& m, GenerationParams p,
+                                       int numImages);
 
 /// Random 63-bit seed from std::random_device (for seed < 0).
 int64_t randomSeed();

@@ -215,15 +215,7 @@ class Worker {
     gethostname(h, sizeof h - 1);
     return h;
   }
-  ModelDims dims(const ModelFolder& m) const {
-    ModelDims d;
-    d.num_attention_heads = m.transformer.num_attention_heads;
-    d.attention_head_dim = m.transformer.attention_head_dim;
-    d.mlp_ratio_hidden = m.transformer.mlpHidden();
-    d.joint_attention_dim = m.transformer.joint_attention_dim;
-    d.vae_scale_factor = m.vae.vaeScaleFactor();
-    return d;
-  }
+  static ModelDims dims(const ModelFolder& m) { return modelDims(m); }
   int refuse(const std::string& msg) {
     if (rank_ == 0)
       emitEvent(json{{"event", "error"}, {"id", nullptr}, {"rank", 0}, {"fatal", true},
