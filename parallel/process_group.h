@@ -77,6 +77,31 @@ class ProcessGroup {
 
   /// Total bytes this rank has sent through this group (payload only), for per-rank reporting.
   virtual uint64_t bytesSent() const = 0;
+
+  /// Group name used in messages ("world", "tp", "cp", ...). Local, no communication.
+  virtual std::string name() const { return backend(); }
+  /// Seconds a call may wait for its peers before CollectiveTimeoutError; 0 means no deadline
+  /// (e.g. idle ranks waiting for the next request). Local, no communication.
+  virtual double timeoutSeconds() const { return 0.0; }
+  /// Sets timeoutSeconds() for later calls (a local setting: set the same value on every rank of
+  /// the group, between collectives). Ignored by groups that never wait (the local group).
+  virtual void setTimeoutSeconds(double /*seconds*/) {}
+};
+
+/// Sets a group's timeout for the lifetime of this object and restores the previous value.
+/// Example: `{ ScopedTimeout idle(*world, 0); world->broadcast(request, 0); }` for an idle wait.
+class ScopedTimeout {
+ public:
+  ScopedTimeout(ProcessGroup& g, double seconds) : g_(g), old_(g.timeoutSeconds()) {
+    g_.setTimeoutSeconds(seconds);
+  }
+  ~ScopedTimeout() { g_.setTimeoutSeconds(old_); }
+  ScopedTimeout(const ScopedTimeout&) = delete;
+  ScopedTimeout& operator=(const ScopedTimeout&) = delete;
+
+ private:
+  ProcessGroup& g_;
+  double old_;
 };
 
 /// A group of one rank (no communication). Used for degree-1 mesh dimensions and the CLI.

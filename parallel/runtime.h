@@ -1,0 +1,81 @@
+// Process-level runtime of a worker rank: MPI start-up and shutdown, the event stream on stdout
+// (app/PROTOCOL.md: one `@@DIT {json}` line per event), group-wide abort on a fatal error, and
+// per-rank memory figures for the `ranks` event.
+//
+// Threading: MPI is initialised with MPI_THREAD_FUNNELED — only the thread that called
+// initRuntime() may call MPI (or any ProcessGroup). Other threads (e.g. rank 0's stdin reader) may
+// call emitEvent(), the memory helpers and, as a last resort, abortGroup().
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <utility>
+
+namespace dit {
+
+/// Initialises MPI (MPI_Init_thread, requesting MPI_THREAD_FUNNELED) unless it already is.
+/// Every rank calls it once, first thing in main(), before any other function of parallel/.
+/// Idempotent. Throws std::runtime_error when MPI cannot be initialised or provides less than
+/// FUNNELED threading.
+void initRuntime(int& argc, char**& argv);
+
+/// Finalises MPI if initRuntime() (or anyone) initialised it and it is not finalised yet. All
+/// ranks call it last in main(), after every ProcessGroup has been released and all collectives
+/// have completed (MPI_Finalize is collective over MPI_COMM_WORLD).
+void finalizeRuntime();
+
+/// True between initRuntime() (or any MPI_Init) and finalizeRuntime().
+bool runtimeActive();
+
+/// Rank in MPI_COMM_WORLD (0 when MPI is not active: single-process use). Local, no communication.
+int worldRank();
+/// Size of MPI_COMM_WORLD (1 when MPI is not active). Local, no communication.
+int worldSize();
+/// Index of this rank among the ranks on the same host (0-based; from MPI_Comm_split_type on the
+/// first call, which is therefore collective over MPI_COMM_WORLD: all ranks call it the first time
+/// in the same order — DeviceMesh's constructor does). 0 when MPI is not active.
+int localRank();
+
+/// Formats one protocol event line without the trailing newline: "@@DIT " + event.dump().
+/// Keys of an ordered_json keep their insertion order; of a json, alphabetical order.
+std::string eventLine(const nlohmann::json& event);
+std::string eventLine(const nlohmann::ordered_json& event);
+/// Writes eventLine(event) + "\n" to stdout and flushes. Thread-safe (one line is never interleaved
+/// with another event). Local, no communication; any rank may call it.
+void emitEvent(const nlohmann::json& event);
+void emitEvent(const nlohmann::ordered_json& event);
+
+/// Fatal error on this rank: prints exactly one line
+///   @@DIT {"event":"error","id":null,"rank":R,"message":"...","fatal":true}
+/// to stdout (flushed), a human-readable "[rank R] fatal: ..." line to stderr, then calls
+/// MPI_Abort(MPI_COMM_WORLD, 1) so that mpirun ends every rank (or _Exit(1) when MPI is not
+/// active). Not collective: one failing rank calls it and the whole group goes down; any thread
+/// may call it. Never returns.
+[[noreturn]] void abortGroup(int rank, const std::string& message);
+
+/// Text for an exception: what(), or "unknown exception" for non-std exceptions.
+std::string describeException(std::exception_ptr e);
+
+/// Runs `fn()` and returns its result; any exception escaping it ends the group through
+/// abortGroup(worldRank(), what()). Typical use: `return dit::runOrAbort([&] { return run(); });`
+/// in every rank's main(). Collective semantics are those of `fn`.
+template <class F>
+auto runOrAbort(F&& fn) -> decltype(std::forward<F>(fn)()) {
+  try {
+    return std::forward<F>(fn)();
+  } catch (...) {
+    abortGroup(worldRank(), describeException(std::current_exception()));
+  }
+}
+
+/// Current resident set size of this process in bytes (VmRSS of /proc/self/status); 0 when
+/// unavailable. Local, no communication.
+uint64_t residentSetBytes();
+/// Peak resident set size of this process in bytes (VmHWM of /proc/self/status); 0 when
+/// unavailable. Local, no communication.
+uint64_t peakResidentSetBytes();
+
+}  // namespace dit

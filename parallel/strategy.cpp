@@ -1,0 +1,271 @@
+// Strategy validation: the rules of DESIGN.md section 3, shared by the worker (before any weight is
+// read or any collective runs) and the GUI's strategy editor (live). No Torch, no MPI.
+#include "parallel/strategy.h"
+
+#include <nlohmann/json.hpp>
+
+#include <sstream>
+#include <stdexcept>
+
+namespace dit {
+
+namespace {
+
+std::string str(long long v) { return std::to_string(v); }
+
+void add(std::vector<StrategyIssue>& out, std::string rule, std::string message) {
+  out.push_back({std::move(rule), std::move(message)});
+}
+
+// "dp_degree 2 x cfg_degree 1 x ring_degree 2 x ulysses_degree 1 x tp_degree 1"
+std::string degreeProduct(const Strategy& s) {
+  return "dp_degree " + str(s.dp_degree) + " x cfg_degree " + str(s.cfg_degree) + " x ring_degree " +
+         str(s.ring_degree) + " x ulysses_degree " + str(s.ulysses_degree) + " x tp_degree " +
+         str(s.tp_degree);
+}
+
+bool degreesPositive(const Strategy& s) {
+  return s.tp_degree >= 1 && s.ring_degree >= 1 && s.ulysses_degree >= 1 && s.cfg_degree >= 1 &&
+         s.dp_degree >= 1;
+}
+
+// The context-parallel layout in words: "ulysses_degree 4", "ring_degree 2 x ulysses_degree 2".
+std::string cpWords(const Strategy& s) {
+  if (s.ring_degree > 1 && s.ulysses_degree > 1)
+    return "ring_degree " + str(s.ring_degree) + " x ulysses_degree " + str(s.ulysses_degree) +
+           " (context-parallel degree " + str(s.cpDegree()) + ")";
+  if (s.ring_degree > 1) return "ring_degree " + str(s.ring_degree);
+  return "ulysses_degree " + str(s.ulysses_degree);
+}
+
+}  // namespace
+
+std::string Strategy::describe() const {
+  std::ostringstream o;
+  o << world << (world == 1 ? " rank: " : " ranks: ");
+  std::vector<std::string> parts;
+  if (tp_degree != 1) parts.push_back("tp " + str(tp_degree));
+  if (ring_degree != 1) parts.push_back("ring " + str(ring_degree) + (ring_anything ? " (anything)" : ""));
+  if (ulysses_degree != 1)
+    parts.push_back("ulysses " + str(ulysses_degree) + (ulysses_anything ? " (anything)" : ""));
+  if (cfg_degree != 1) parts.push_back("cfg " + str(cfg_degree));
+  if (dp_degree != 1) parts.push_back("dp " + str(dp_degree));
+  if (parts.empty()) {
+    o << "no parallelism";
+  } else {
+    for (size_t i = 0; i < parts.size(); ++i) o << (i ? " x " : "") << parts[i];
+  }
+  if (device != "cpu") o << " on " << device;
+  return o.str();
+}
+
+std::vector<StrategyIssue> validateDegrees(const Strategy& s) {
+  std::vector<StrategyIssue> out;
+  if (s.world < 1) add(out, "world", "world size " + str(s.world) + " must be at least 1 rank");
+  const std::pair<const char*, int> degrees[] = {{"dp_degree", s.dp_degree},
+                                                 {"cfg_degree", s.cfg_degree},
+                                                 {"ring_degree", s.ring_degree},
+                                                 {"ulysses_degree", s.ulysses_degree},
+                                                 {"tp_degree", s.tp_degree}};
+  for (const auto& [name, v] : degrees)
+    if (v < 1) add(out, "degree_range", std::string(name) + " " + str(v) + " must be at least 1");
+  if (s.cfg_degree > 2)
+    add(out, "cfg_degree",
+        "cfg_degree " + str(s.cfg_degree) +
+            " is not supported: CFG parallel splits the conditional and unconditional branch, so "
+            "cfg_degree must be 1 or 2");
+  if (degreesPositive(s) && s.world >= 1) {
+    const long long product = 1LL * s.dp_degree * s.cfg_degree * s.ring_degree * s.ulysses_degree *
+                              s.tp_degree;
+    if (product != s.world)
+      add(out, "world",
+          degreeProduct(s) + " = " + str(product) + " does not equal the world size " + str(s.world) +
+              " (mpirun -np " + str(s.world) + "); the product of the degrees must be the rank count");
+  }
+  if (s.ulysses_anything && s.ring_anything) {
+    add(out, "anything_both",
+        "ulysses_anything and ring_anything cannot be combined (ring_degree " + str(s.ring_degree) +
+            ", ulysses_degree " + str(s.ulysses_degree) + "); choose one context-parallel variant");
+  } else {
+    if (s.ulysses_anything) {
+      if (s.ulysses_degree <= 1)
+        add(out, "ulysses_anything",
+            "ulysses_anything needs ulysses_degree > 1 (got ulysses_degree " + str(s.ulysses_degree) +
+                ")");
+      if (s.ring_degree != 1)
+        add(out, "ulysses_anything",
+            "ulysses_anything needs ring_degree 1 (got ring_degree " + str(s.ring_degree) +
+                " with ulysses_degree " + str(s.ulysses_degree) + "); use strict unified ring x ulysses or drop the ring");
+    }
+    if (s.ring_anything) {
+      if (s.ring_degree <= 1)
+        add(out, "ring_anything",
+            "ring_anything needs ring_degree > 1 (got ring_degree " + str(s.ring_degree) + ")");
+      if (s.ulysses_degree != 1)
+        add(out, "ring_anything",
+            "ring_anything needs ulysses_degree 1 (got ulysses_degree " + str(s.ulysses_degree) +
+                " with ring_degree " + str(s.ring_degree) + "); use strict unified ring x ulysses or drop Ulysses");
+    }
+  }
+  if (s.ring_degree > 1 && s.ulysses_degree > 1 && s.world < 4)
+    add(out, "unified",
+        "unified ring x ulysses attention (ring_degree " + str(s.ring_degree) + " x ulysses_degree " +
+            str(s.ulysses_degree) + ") needs at least 4 ranks, world size is " + str(s.world));
+  if (s.device != "cpu" && s.device != "cuda")
+    add(out, "device", "device '" + s.device + "' is not supported; use cpu or cuda");
+  return out;
+}
+
+std::vector<StrategyIssue> validateForModel(const Strategy& s, const ModelDims& m) {
+  std::vector<StrategyIssue> out = validateDegrees(s);
+  if (m.num_attention_heads <= 0 || m.attention_head_dim <= 0) {
+    add(out, "model",
+        "model sizes unknown (num_attention_heads " + str(m.num_attention_heads) +
+            ", attention_head_dim " + str(m.attention_head_dim) + "); cannot check the strategy");
+    return out;
+  }
+  const int heads = m.num_attention_heads;
+  const int inner = m.innerDim();
+  const int mlp = m.mlp_ratio_hidden > 0 ? m.mlp_ratio_hidden : 4 * inner;
+  const int tp = s.tp_degree;
+  if (tp >= 1) {
+    if (heads % tp != 0)
+      add(out, "tp_heads",
+          "tp_degree " + str(tp) + " does not divide num_attention_heads " + str(heads) +
+              " (each tensor-parallel rank owns a whole number of heads)");
+    if (inner % tp != 0)
+      add(out, "tp_inner_dim",
+          "tp_degree " + str(tp) + " does not divide inner_dim " + str(inner) +
+              " (attn.to_q/to_k/to_v/to_out.0, attn.add_q_proj/add_k_proj/add_v_proj/to_add_out, and "
+              "block 0 of single_transformer_blocks.*.proj_out)");
+    if (mlp % tp != 0)
+      add(out, "tp_mlp_hidden",
+          "tp_degree " + str(tp) + " does not divide the mlp hidden size " + str(mlp) +
+              " (ff.net.0.proj/ff.net.2, ff_context.net.0.proj/ff_context.net.2, proj_mlp, and "
+              "block 1 of single_transformer_blocks.*.proj_out)");
+  }
+  if (s.ulysses_degree > 1 && !s.ulysses_anything && tp >= 1 && heads % tp == 0) {
+    const int local = heads / tp;
+    if (local % s.ulysses_degree != 0)
+      add(out, "ulysses_heads",
+          "ulysses_degree " + str(s.ulysses_degree) + " does not divide the " + str(local) +
+              " attention heads per tensor-parallel rank (num_attention_heads " + str(heads) +
+              " / tp_degree " + str(tp) + "); use --ulysses-anything (with ring_degree 1)");
+  }
+  return out;
+}
+
+std::vector<StrategyIssue> validateForRequest(const Strategy& s, const ModelDims& m,
+                                              const RequestDims& r) {
+  std::vector<StrategyIssue> out = validateForModel(s, m);
+  const int vsf = m.vae_scale_factor > 0 ? m.vae_scale_factor : 8;
+  const int mult = 2 * vsf;
+  bool sizeOk = true;
+  if (r.width <= 0 || r.width % mult != 0) {
+    sizeOk = false;
+    add(out, "size_multiple",
+        "width " + str(r.width) + " is not a positive multiple of " + str(mult) +
+            " (2 x vae_scale_factor " + str(vsf) + ")");
+  }
+  if (r.height <= 0 || r.height % mult != 0) {
+    sizeOk = false;
+    add(out, "size_multiple",
+        "height " + str(r.height) + " is not a positive multiple of " + str(mult) +
+            " (2 x vae_scale_factor " + str(vsf) + ")");
+  }
+  if (r.text_len <= 0)
+    add(out, "text_len", "text_len " + str(r.text_len) + " must be at least 1 token");
+  const int cp = s.cpDegree();
+  const bool anything = (s.ulysses_anything && s.ring_degree == 1 && s.ulysses_degree > 1) ||
+                        (s.ring_anything && s.ulysses_degree == 1 && s.ring_degree > 1);
+  if (cp > 1 && !anything && sizeOk && r.text_len > 0) {
+    const int image = r.imageTokens(vsf);
+    const bool textOk = r.text_len % cp == 0;
+    const bool imageOk = image % cp == 0;
+    if (!textOk || !imageOk) {
+      const int gw = r.width / mult, gh = r.height / mult;
+      std::string which = !textOk && !imageOk ? "neither is" : (!textOk ? "text_len is not" : "image tokens are not");
+      add(out, s.ring_degree > 1 && s.ulysses_degree > 1 ? "cp_tokens"
+               : (s.ring_degree > 1 ? "ring_tokens" : "ulysses_tokens"),
+          cpWords(s) + " needs text_len " + str(r.text_len) + " and image tokens " + str(image) +
+              " (" + str(r.width) + "x" + str(r.height) + " px = " + str(gw) + "x" + str(gh) +
+              " tokens) both divisible by " + str(cp) + "; " + which + " divisible by " + str(cp) +
+              "; use --ulysses-anything / --ring-anything" +
+              (s.ring_degree > 1 && s.ulysses_degree > 1
+                   ? " (each needs the other degree to be 1)"
+                   : ""));
+    }
+  }
+  if (s.cfg_degree == 2 && !r.true_cfg)
+    add(out, "cfg_true_cfg",
+        "cfg_degree 2 needs true CFG (a negative prompt and true_cfg_scale > 1): CFG parallel is "
+        "useless at true_cfg_scale 1 / without a negative prompt, one half of the ranks would idle; "
+        "use cfg_degree 1 (or dp_degree 2 for throughput)");
+  return out;
+}
+
+std::string joinIssues(const std::vector<StrategyIssue>& issues) {
+  std::string s;
+  for (size_t i = 0; i < issues.size(); ++i) {
+    if (i) s += "; ";
+    s += issues[i].message;
+  }
+  return s;
+}
+
+std::array<int, 5> meshCoords(const Strategy& s, int rank) {
+  if (!degreesPositive(s))
+    throw std::invalid_argument("meshCoords: every degree must be at least 1 (" + degreeProduct(s) + ")");
+  const long long world = 1LL * s.dp_degree * s.cfg_degree * s.ring_degree * s.ulysses_degree * s.tp_degree;
+  if (rank < 0 || rank >= world)
+    throw std::invalid_argument("meshCoords: rank " + str(rank) + " outside the mesh of " + str(world) +
+                                " ranks (" + degreeProduct(s) + ")");
+  std::array<int, 5> c{};
+  int r = rank;
+  c[4] = r % s.tp_degree;
+  r /= s.tp_degree;
+  c[3] = r % s.ulysses_degree;
+  r /= s.ulysses_degree;
+  c[2] = r % s.ring_degree;
+  r /= s.ring_degree;
+  c[1] = r % s.cfg_degree;
+  r /= s.cfg_degree;
+  c[0] = r;
+  return c;
+}
+
+std::vector<int> evenSplit(int n, int parts) {
+  if (parts < 1) throw std::invalid_argument("evenSplit: parts " + str(parts) + " must be at least 1");
+  if (n < 0) throw std::invalid_argument("evenSplit: n " + str(n) + " must not be negative");
+  std::vector<int> out(parts, n / parts);
+  for (int i = 0; i < n % parts; ++i) ++out[i];
+  return out;
+}
+
+void to_json(nlohmann::json& j, const Strategy& s) {
+  j = nlohmann::json{{"world", s.world},
+                     {"tp_degree", s.tp_degree},
+                     {"ring_degree", s.ring_degree},
+                     {"ulysses_degree", s.ulysses_degree},
+                     {"cfg_degree", s.cfg_degree},
+                     {"dp_degree", s.dp_degree},
+                     {"ulysses_anything", s.ulysses_anything},
+                     {"ring_anything", s.ring_anything},
+                     {"device", s.device}};
+}
+
+void from_json(const nlohmann::json& j, Strategy& s) {
+  if (!j.is_object()) throw std::invalid_argument("strategy JSON must be an object, got " + j.dump());
+  Strategy d;  // absent keys keep the defaults
+  s.world = j.value("world", d.world);
+  s.tp_degree = j.value("tp_degree", d.tp_degree);
+  s.ring_degree = j.value("ring_degree", d.ring_degree);
+  s.ulysses_degree = j.value("ulysses_degree", d.ulysses_degree);
+  s.cfg_degree = j.value("cfg_degree", d.cfg_degree);
+  s.dp_degree = j.value("dp_degree", d.dp_degree);
+  s.ulysses_anything = j.value("ulysses_anything", d.ulysses_anything);
+  s.ring_anything = j.value("ring_anything", d.ring_anything);
+  s.device = j.value("device", d.device);
+}
+
+}  // namespace dit
