@@ -65,7 +65,8 @@ struct CallInfo {
                                ///< rank, then numel expected from each rank (2 x size() entries)
 };
 
-/// Human-readable form of one call, e.g. "allreduce(sum, float32 [4,4], 64 B)".
+/// Human-readable form of one call, e.g. "allreduce(sum, float32 [4,4], 64 B)". Local, no
+/// communication.
 std::string describeCall(const CallInfo& c);
 
 class ProcessGroupMPI final : public ProcessGroup {
