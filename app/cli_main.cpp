@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <regex>
 #include <nlohmann/json.hpp>
 
 #include "app/generation.h"
@@ -122,6 +123,7 @@ int runMpi(const CliOptions& o) {
   if (pid == 0) {
     dup2(toChild[0], 0);
     dup2(fromChild[1], 1);
+    dup2(fromChild[1], 2);  // mpirun's own messages too: they name ranks that died
     close(toChild[1]);
     close(fromChild[0]);
     std::vector<char*> argv;
@@ -142,11 +144,23 @@ int runMpi(const CliOptions& o) {
   size_t cap = 0;
   int images = 0;
   bool fatal = false;
-  std::string firstError;
+  std::string firstError, deadRank, deadHow;
   while (getline(&line, &cap, in) > 0) {
     std::string l(line);
     if (l.rfind("@@DIT ", 0) != 0) {
       std::cerr << l;
+      // OpenMPI's reports of a rank that died: "Process name: [[job,1],R]" + "Exit code: N", or
+      // "mpirun noticed that process rank R with PID P on node H exited on signal S (...)".
+      std::smatch m;
+      static const std::regex procName(R"(Process name:\s*\[\[\d+,\d+\],(\d+)\])");
+      static const std::regex exitCode(R"(Exit code:\s*(\d+))");
+      static const std::regex noticed(R"(process rank (\d+) with PID (\d+) on node (\S+) exited on signal (\d+)(.*))");
+      if (std::regex_search(l, m, procName)) deadRank = m[1];
+      else if (std::regex_search(l, m, exitCode)) deadHow = "exited with code " + m[1].str();
+      else if (std::regex_search(l, m, noticed)) {
+        deadRank = m[1];
+        deadHow = "was killed by signal " + m[4].str() + m[5].str();
+      }
       continue;
     }
     json ev;
@@ -180,6 +194,11 @@ int runMpi(const CliOptions& o) {
   waitpid(pid, &status, 0);
   const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (!firstError.empty()) return rc ? rc : 1;
+  if (rc != 0 && !deadRank.empty()) {
+    std::cerr << "error: rank " << deadRank << " " << (deadHow.empty() ? "died" : deadHow)
+              << " without reporting an error; mpirun ended the process group" << std::endl;
+    return rc;
+  }
   if (rc != 0) {
     std::cerr << "error: the process group exited with status " << rc << std::endl;
     return rc;

@@ -139,6 +139,20 @@ int main(int argc, char** argv) {
   window.show();
 
   int exitCode = 0;
+  if (args.autoGenerate) {
+    // Unattended runs: mirror the group's log and state to stderr.
+    QObject::connect(window.controller(), &dit::ui::WorkerController::logLine, &app,
+                     [](int rank, const QString& level, const QString& message) {
+                       std::fprintf(stderr, "[%s] %s: %s\n",
+                                    rank < 0 ? "mpirun" : QStringLiteral("rank %1").arg(rank).toLocal8Bit().constData(),
+                                    level.toLocal8Bit().constData(), message.toLocal8Bit().constData());
+                     });
+    QObject::connect(window.controller(), &dit::ui::WorkerController::stateChanged, &app,
+                     [](dit::ui::WorkerController::State s) {
+                       std::fprintf(stderr, "ditstudio: group %s\n",
+                                    dit::ui::WorkerController::stateName(s).toLocal8Bit().constData());
+                     });
+  }
   if (!args.screenshot.isEmpty() && args.autoGenerate) {
     QObject::connect(&window, &dit::ui::MainWindow::autoGenerateFinished, &app,
                      [&](bool ok, const QString& message) {

@@ -101,6 +101,35 @@ class RequestReader {
   std::set<std::string> cancelled_;
 };
 
+// ------------------------------------------------------------------ fault injection
+// For the fault tests (tests/test_worker_faults.cpp) and for rehearsing failures on a demo rig:
+// DITSTUDIO_FAULT_RANK=r with DITSTUDIO_FAULT=throw_at_step:N | exit_at_step:N | hang_at_step:N |
+// model:/other/folder (that rank alone loads another — e.g. corrupt — model folder).
+struct Fault {
+  std::string kind;
+  std::string arg;
+  int step = -1;
+  static Fault fromEnv(int rank) {
+    Fault f;
+    const char* r = std::getenv("DITSTUDIO_FAULT_RANK");
+    const char* k = std::getenv("DITSTUDIO_FAULT");
+    if (!r || !k || std::atoi(r) != rank) return f;
+    std::string spec(k);
+    auto colon = spec.find(':');
+    f.kind = spec.substr(0, colon);
+    f.arg = colon == std::string::npos ? "" : spec.substr(colon + 1);
+    if (f.kind != "model" && !f.arg.empty()) f.step = std::atoi(f.arg.c_str());
+    return f;
+  }
+  void atStep(int step) const {
+    if (step != this->step) return;
+    if (kind == "throw_at_step")
+      throw std::runtime_error("injected fault: exception at step " + std::to_string(step));
+    if (kind == "exit_at_step") std::_Exit(3);
+    if (kind == "hang_at_step") std::this_thread::sleep_for(std::chrono::hours(1));
+  }
+};
+
 // ------------------------------------------------------------------ memory
 struct DeviceMem {
   uint64_t cur = 0, peak = 0;
@@ -110,7 +139,7 @@ DeviceMem deviceMemory(const std::string& device) {
 #if DITSTUDIO_WITH_CUDA
   if (device.rfind("cuda", 0) == 0) {
     auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
-    const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    const size_t agg = 0;  // StatType::AGGREGATE (the enum moved namespaces across 2.x releases)
     m.cur = st.allocated_bytes[agg].current;
     m.peak = st.allocated_bytes[agg].peak;
   }
@@ -134,6 +163,8 @@ class Worker {
 
   int run() {
     rank_ = worldRank();
+    fault_ = Fault::fromEnv(rank_);
+    if (fault_.kind == "model") modelDir_ = fault_.arg;
     // 1. Everything that can be refused is refused before any weight is read (every rank
     //    computes the same verdict, so all exit without a collective).
     auto issues = validateDegrees(s_);
@@ -323,6 +354,7 @@ class Worker {
       };
       cb.onStep = [&](int step, int steps, const at::Tensor&, const at::Tensor& x0, double ms) {
         stepSeen = step;
+        fault_.atStep(step);
         if (leader && previewEvery > 0 && (step % previewEvery == 0) && step < steps) {
           at::Tensor img = pipe_->decode(x0, p.height, p.width);
           auto rgb = toRGB8(img);
@@ -378,6 +410,7 @@ class Worker {
   std::shared_ptr<ProcessGroup> world_;
   std::unique_ptr<FluxPipeline> pipe_;
   RequestReader reader_;
+  Fault fault_;
 };
 
 }  // namespace

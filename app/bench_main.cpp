@@ -1,0 +1,592 @@
+// ditstudio-bench: load-and-step benchmark of the FLUX.1 transformer (FluxTransformer2DModel)
+// under any parallel strategy. Runs under mpirun (or alone as one rank).
+//
+// What is measured: only the transformer. It is loaded (shard-on-load under tp) from a diffusers
+// folder (--model) or defined by its config alone with random weights (--config ...
+// --random-weights: WeightSource::random generates each rank's shards directly, so per-rank
+// weight memory is ~1/tp of the sharded part). Then `--warmup` untimed and `--steps` timed
+// forwards run on random inputs drawn from a fixed-seed CPU generator (identical on every rank).
+// A timed step is what one denoising step of the pipeline costs in the transformer: the forward,
+// plus, with cfg_degree 2, the allgather of the two predictions and the CFG combination.
+// Rank 0 prints ONE JSON object on stdout (also written to --json-out when given); logs go to
+// stderr. Units are in the key names (_bytes, _ms, _s, _tflops).
+//
+// Communication figures: `bytes_sent_per_step` is the delta of DeviceMesh::bytesSent() over the
+// timed steps divided by the step count, i.e. the process groups' payload accounting (allreduce
+// counted as ring-allreduce volume 2(n-1)/n x size, allgather as own part x (n-1), all-to-all
+// and send/recv as payload sent to other ranks) — not bytes measured on a wire.
+// `expected_bytes_per_step` is the closed form of what the strategy must move per step for the
+// FLUX.1 forward (see expectedTraffic()); the two agree when the implementation issues exactly
+// the collectives the strategy needs.
+#include <ATen/ATen.h>
+#include <malloc.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "app/generation.h"
+#include "backend/flux_transformer.h"
+#include "backend/model_config.h"
+#include "backend/tensor_io.h"
+#include "backend/weights.h"
+#include "parallel/context_parallel.h"
+#include "parallel/device_mesh.h"
+#include "parallel/runtime.h"
+#include "parallel/strategy.h"
+
+#if DITSTUDIO_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
+using namespace dit;
+using nlohmann::ordered_json;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Args {
+  std::string model, config, dtype = "bfloat16", phase = "all", jsonOut;
+  bool randomWeights = false, pretty = false;
+  int width = 1024, height = 1024, textLen = 512, steps = 10, warmup = 2, batch = 1;
+  uint64_t seed = 0;
+  double peakTflops = -1.0;
+  Strategy s;
+};
+
+// ------------------------------------------------------------------ device helpers
+void deviceSync(const c10::Device& d) {
+#if DITSTUDIO_WITH_CUDA
+  if (d.is_cuda()) c10::cuda::device_synchronize();
+#else
+  (void)d;
+#endif
+}
+
+struct DeviceMem {
+  int64_t cur = 0, peak = 0;
+};
+DeviceMem deviceMemory(const c10::Device& d) {
+  DeviceMem m;
+#if DITSTUDIO_WITH_CUDA
+  if (d.is_cuda()) {
+    auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index());
+    const size_t agg = 0;  // StatType::AGGREGATE (the enum moved namespaces across 2.x releases)
+    m.cur = st.allocated_bytes[agg].current;
+    m.peak = st.allocated_bytes[agg].peak;
+  }
+#else
+  (void)d;
+#endif
+  return m;
+}
+void resetDevicePeak(const c10::Device& d) {
+#if DITSTUDIO_WITH_CUDA
+  if (d.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(d.index());
+#else
+  (void)d;
+#endif
+}
+std::string deviceName(const c10::Device& d) {
+#if DITSTUDIO_WITH_CUDA
+  if (d.is_cuda()) return at::cuda::getDeviceProperties(d.index())->name;
+#endif
+  (void)d;
+  return "cpu";
+}
+
+// Resets VmHWM to the current VmRSS (Linux: "5" to /proc/self/clear_refs), so that the peak of
+// one phase can be read afterwards. Returns false when the kernel refuses.
+bool resetPeakRss() {
+  std::ofstream f("/proc/self/clear_refs");
+  if (!f) return false;
+  f << "5";
+  f.flush();
+  return static_cast<bool>(f);
+}
+
+// ------------------------------------------------------------------ model sizes (closed form)
+struct ParamSplit {
+  int64_t total = 0;       ///< every parameter of the model
+  int64_t sharded = 0;     ///< parameters the FLUX.1 TP plan splits over tp
+  int64_t replicated() const { return total - sharded; }
+};
+// Parameter count of FluxTransformer2DModel from its config, split as the FLUX.1 TP plan
+// (fluxTensorParallelPlan) shards it: colwise weight + bias, rowwise / packed rowwise weight only.
+ParamSplit fluxParams(const FluxTransformerConfig& c) {
+  const int64_t C = c.innerDim(), M = c.mlpHidden(), hd = c.attention_head_dim;
+  ParamSplit p;
+  auto lin = [&](int64_t in, int64_t out, int sharding /*0 none, 1 colwise, 2 rowwise*/) {
+    p.total += in * out + out;
+    if (sharding == 1) p.sharded += in * out + out;
+    if (sharding == 2) p.sharded += in * out;
+  };
+  lin(c.in_channels, C, 0);
+  lin(c.joint_attention_dim, C, 0);
+  lin(256, C, 0), lin(C, C, 0);
+  if (c.guidance_embeds) lin(256, C, 0), lin(C, C, 0);
+  lin(c.pooled_projection_dim, C, 0), lin(C, C, 0);
+  for (int i = 0; i < c.num_layers; ++i) {
+    lin(C, 6 * C, 0), lin(C, 6 * C, 0);               // norm1, norm1_context
+    for (int k = 0; k < 6; ++k) lin(C, C, 1);          // to_q/k/v, add_q/k/v_proj
+    p.total += 4 * hd;                                 // QK RMSNorms
+    lin(C, C, 2), lin(C, C, 2);                        // to_out.0, to_add_out
+    lin(C, M, 1), lin(M, C, 2), lin(C, M, 1), lin(M, C, 2);  // ff, ff_context
+  }
+  for (int i = 0; i < c.num_single_layers; ++i) {
+    lin(C, 3 * C, 0);                                  // norm.linear
+    for (int k = 0; k < 3; ++k) lin(C, C, 1);          // to_q/k/v
+    p.total += 2 * hd;
+    lin(C, M, 1);                                      // proj_mlp
+    lin(C + M, C, 2);                                  // proj_out (packed rowwise)
+  }
+  lin(C, 2 * C, 0);                                    // norm_out.linear
+  lin(C, c.out_channels, 0);                           // proj_out
+  return p;
+}
+
+// ------------------------------------------------------------------ expected traffic
+struct Traffic {
+  uint64_t tp_allreduce = 0, ulysses_all_to_all = 0, ring_kv = 0, cp_gather = 0, cfg_gather = 0;
+  uint64_t total() const { return tp_allreduce + ulysses_all_to_all + ring_kv + cp_gather + cfg_gather; }
+};
+
+// What the strategy must move per step for one FLUX.1 forward (B images of S_img image and S_txt
+// text tokens, element size es), counted for world rank `rank` the way the process groups count
+// (payload this rank sends):
+//  - tp: every RowwiseParallel output is AllReduced over tp: per double block 4 ([B, S_img_l, C]
+//    for attn.to_out.0 and ff.net.2, [B, S_txt_l, C] for attn.to_add_out and ff_context.net.2),
+//    per single block 1 ([B, S_l, C] for proj_out); ring-allreduce volume 2(tp-1)/tp x size.
+//  - Ulysses (u ranks): per attention (one per block), an all-to-all of q, k, v (the parts for
+//    the other ranks' heads: 3 x B x H_other x S_l x D) and the reverse all-to-all of the output
+//    (my heads, the other ranks' tokens: B x H_mine x S_other x D).
+//  - Ring (r ranks): per attention, r-1 rotations of the packed K/V block [2, B, H_att, S_blk, D]
+//    (H_att: heads after Ulysses; S_blk: the sending block's tokens, the whole ulysses group's
+//    tokens under unified).
+//  - cp > 1: final gather of the output [B, S_img_l, out_channels] over the cp group.
+//  - cfg 2: one allgather of the prediction [B, S_img, out_channels].
+// Sequence partitions follow tensor_split (uneven only in the anything modes).
+Traffic expectedTraffic(const FluxTransformerConfig& c, const Strategy& s, int rank, int64_t B,
+                        int64_t simg, int64_t stxt, uint64_t es) {
+  Traffic t;
+  const auto co = meshCoords(s, rank);  // {dp, cfg, ring, ulysses, tp}
+  const int R = s.ring_degree, U = s.ulysses_degree, tp = s.tp_degree, cp = R * U;
+  const int ri = co[2], ui = co[3], cpr = ri * U + ui;
+  const int64_t C = c.innerDim(), D = c.attention_head_dim, Hl = c.num_attention_heads / tp;
+  const auto txt = tensorSplitSizes(stxt, cp), img = tensorSplitSizes(simg, cp);
+  std::vector<int64_t> sl(cp);
+  for (int k = 0; k < cp; ++k) sl[k] = txt[k] + img[k];
+  const int64_t attnCalls = c.num_layers + c.num_single_layers;
+  if (tp > 1) {
+    auto ar = [&](int64_t tokens) {
+      const uint64_t n = static_cast<uint64_t>(B * tokens * C) * es;
+      return static_cast<uint64_t>(2 * (tp - 1)) * n / tp;
+    };
+    t.tp_allreduce = c.num_layers * (2 * ar(img[cpr]) + 2 * ar(txt[cpr])) +
+                     c.num_single_layers * ar(sl[cpr]);
+  }
+  std::vector<int64_t> heads{Hl};
+  if (U > 1) {
+    heads = tensorSplitSizes(Hl, U);
+    uint64_t per = 0;
+    for (int j = 0; j < U; ++j) {
+      if (j == ui) continue;
+      per += static_cast<uint64_t>(3 * B * heads[j] * sl[cpr] * D) * es;            // q, k, v
+      per += static_cast<uint64_t>(B * heads[ui] * sl[ri * U + j] * D) * es;        // output back
+    }
+    t.ulysses_all_to_all = attnCalls * per;
+  }
+  if (R > 1) {
+    const int64_t hAtt = U > 1 ? heads[ui] : Hl;
+    std::vector<int64_t> blk(R, 0);
+    for (int j = 0; j < R; ++j)
+      for (int u = 0; u < U; ++u) blk[j] += sl[j * U + u];
+    uint64_t per = 0;
+    for (int st = 0; st + 1 < R; ++st) {
+      const int owner = ((ri - st) % R + R) % R;  // block held (and sent on) at step st
+      per += static_cast<uint64_t>(2 * B * hAtt * blk[owner] * D) * es;
+    }
+    t.ring_kv = attnCalls * per;
+  }
+  if (cp > 1) t.cp_gather = static_cast<uint64_t>(B * img[cpr] * c.out_channels) * es * (cp - 1);
+  if (s.cfg_degree == 2) t.cfg_gather = static_cast<uint64_t>(B * simg * c.out_channels) * es;
+  return t;
+}
+
+ordered_json trafficJson(const Traffic& t) {
+  ordered_json j;
+  j["total_bytes"] = t.total();
+  j["tp_allreduce_bytes"] = t.tp_allreduce;
+  j["ulysses_all_to_all_bytes"] = t.ulysses_all_to_all;
+  j["ring_kv_bytes"] = t.ring_kv;
+  j["cp_output_gather_bytes"] = t.cp_gather;
+  j["cfg_prediction_gather_bytes"] = t.cfg_gather;
+  return j;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// ------------------------------------------------------------------ the benchmark
+int runBench(Args a) {
+  const int rank = worldRank(), world = worldSize();
+  Strategy& s = a.s;
+  s.world = world;
+  auto fail = [&](const std::string& msg) {
+    if (rank == 0) {
+      ordered_json e;
+      e["error"] = msg;
+      std::cout << e.dump() << std::endl;
+    }
+    return 2;
+  };
+
+  // 1. Model definition (configs only; every rank reaches the same verdict without a collective).
+  FluxTransformerConfig cfg;
+  int vaeScale = 8;  // FLUX.1's VAE; used when only a transformer config is given
+  std::string source, weightsDir;
+  try {
+    if (!a.model.empty() == (a.randomWeights || !a.config.empty()))
+      throw std::invalid_argument("give either --model DIR or --config transformer_config.json --random-weights");
+    if (!a.model.empty()) {
+      if (fs::exists(fs::path(a.model) / "model_index.json")) {
+        ModelFolder m = ModelFolder::open(a.model);
+        cfg = m.transformer;
+        vaeScale = m.vae.vaeScaleFactor();
+        weightsDir = m.component("transformer");
+      } else if (fs::exists(fs::path(a.model) / "config.json")) {  // a transformer folder itself
+        cfg = parseFluxTransformerConfig((fs::path(a.model) / "config.json").string());
+        weightsDir = a.model;
+      } else {
+        throw ModelFileError(a.model, "neither a diffusers FLUX.1 folder (model_index.json) nor a "
+                                      "transformer folder (config.json)");
+      }
+      source = a.model;
+    } else {
+      if (a.config.empty() || !a.randomWeights)
+        throw std::invalid_argument("--config needs --random-weights (and vice versa)");
+      cfg = parseFluxTransformerConfig(a.config);
+      source = a.config + " (random weights)";
+    }
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
+  if (a.phase != "all" && a.phase != "load") return fail("--phase must be 'all' or 'load'");
+  if (a.steps < 1 && a.phase == "all") return fail("--steps must be at least 1");
+  if (a.warmup < 0 || a.batch < 1) return fail("--warmup must be >= 0 and --batch >= 1");
+  at::ScalarType dtype;
+  try {
+    dtype = parseComputeDType(a.dtype);
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
+  ModelDims md;
+  md.num_attention_heads = cfg.num_attention_heads;
+  md.attention_head_dim = cfg.attention_head_dim;
+  md.mlp_ratio_hidden = cfg.mlpHidden();
+  md.joint_attention_dim = cfg.joint_attention_dim;
+  md.vae_scale_factor = vaeScale;
+  RequestDims rd;
+  rd.width = a.width;
+  rd.height = a.height;
+  rd.text_len = a.textLen;
+  rd.true_cfg = s.cfg_degree == 2;  // the benchmark plays true CFG when cfg parallel is asked for
+  rd.num_images = s.dp_degree;
+  auto issues = validateDegrees(s);
+  if (issues.empty()) issues = validateForModel(s, md);
+  if (issues.empty()) issues = validateForRequest(s, md, rd);
+  if (!issues.empty()) return fail("strategy refused: " + joinIssues(issues));
+
+  // 2. Mesh and groups, as ditstudio-worker builds them.
+  DeviceMesh mesh(s);
+  auto worldG = mesh.world();
+  FluxParallelism par;
+  if (s.tp_degree > 1) par.tp = mesh.group("tp");
+  if (s.cpDegree() > 1) {
+    ContextParallelOptions co{s.ring_degree, s.ulysses_degree, s.ulysses_anything, s.ring_anything};
+    par.cp = std::make_shared<ContextParallel>(mesh.group("ring"), mesh.group("ulysses"),
+                                               mesh.group("cp"), co);
+  }
+  std::shared_ptr<ProcessGroup> cfgG = s.cfg_degree == 2 ? mesh.group("cfg") : nullptr;
+  c10::Device device(at::kCPU);
+  if (s.device == "cuda") device = c10::Device(at::kCUDA, static_cast<c10::DeviceIndex>(std::max(0, mesh.deviceIndex())));
+  else if (s.device != "cpu") return fail("--device must be cpu or cuda");
+
+  // 3. Load (the transformer only).
+  const int64_t tokH = a.height / (2 * vaeScale), tokW = a.width / (2 * vaeScale);
+  const int64_t simg = tokH * tokW, stxt = a.textLen, B = a.batch;
+  ::malloc_trim(0);
+  const bool hwmReset = resetPeakRss();
+  resetDevicePeak(device);
+  const int64_t rssBefore = static_cast<int64_t>(residentSetBytes());
+  worldG->barrier();
+  const auto tl0 = Clock::now();
+  std::unique_ptr<FluxTransformer2DModel> model;
+  int64_t weightBytes = 0;
+  {
+    std::shared_ptr<WeightSource> w =
+        weightsDir.empty() ? WeightSource::random(a.seed + 1, dtype, device)
+                           : WeightSource::fromFolder(weightsDir, "diffusion_pytorch_model", dtype, device);
+    model = std::make_unique<FluxTransformer2DModel>(cfg, *w, par);
+    weightBytes = static_cast<int64_t>(w->bytesLoaded());
+  }  // the source (and its file mappings) is released here
+  deviceSync(device);
+  const double loadRankS = std::chrono::duration<double>(Clock::now() - tl0).count();
+  const int64_t rssAfterLoad = static_cast<int64_t>(residentSetBytes());
+  const int64_t rssPeakLoad = static_cast<int64_t>(peakResidentSetBytes());
+  const DeviceMem devLoad = deviceMemory(device);
+
+  // 4. Steps.
+  std::vector<double> myStepMs;
+  int64_t bytesTimed = 0;
+  const int steps = a.phase == "all" ? a.steps : 0;
+  if (a.phase == "all") {
+    auto gen = at::detail::createCPUGenerator(a.seed + 2);
+    auto f32 = at::TensorOptions().dtype(at::kFloat);
+    at::Tensor hs = at::randn({B, simg, cfg.in_channels}, gen, f32);
+    at::Tensor encPos = at::randn({B, stxt, cfg.joint_attention_dim}, gen, f32);
+    at::Tensor encNeg = at::randn({B, stxt, cfg.joint_attention_dim}, gen, f32);
+    at::Tensor pooled = at::randn({B, cfg.pooled_projection_dim}, gen, f32);
+    at::Tensor timestep = at::full({B}, 0.75, f32);
+    at::Tensor guidance = cfg.guidance_embeds ? at::full({B}, 3.5, f32) : at::Tensor();
+    // _prepare_latent_image_ids: (0, row, col); text ids are zeros.
+    at::Tensor rows = at::arange(tokH, f32).unsqueeze(1).expand({tokH, tokW});
+    at::Tensor cols = at::arange(tokW, f32).unsqueeze(0).expand({tokH, tokW});
+    at::Tensor imgIds = at::stack({at::zeros({tokH, tokW}, f32), rows, cols}, -1).reshape({simg, 3});
+    at::Tensor txtIds = at::zeros({stxt, 3}, f32);
+    const bool negHalf = cfgG && cfgG->rank() == 1;
+    at::Tensor enc = (negHalf ? encNeg : encPos);
+    hs = hs.to(device), enc = enc.to(device), pooled = pooled.to(device), timestep = timestep.to(device);
+    imgIds = imgIds.to(device), txtIds = txtIds.to(device);
+    if (guidance.defined()) guidance = guidance.to(device);
+    const double trueCfgScale = 4.0;
+    auto step = [&] {
+      at::Tensor v = model->forward(hs, enc, pooled, timestep, imgIds, txtIds, guidance);
+      if (cfgG) {  // as FluxPipeline: exchange the two predictions, combine
+        at::Tensor both = cfgG->allgather(v.contiguous().unsqueeze(0), 0);
+        v = both[1] + trueCfgScale * (both[0] - both[1]);
+      }
+      return v;
+    };
+    for (int i = 0; i < a.warmup; ++i) step();
+    deviceSync(device);
+    worldG->barrier();
+    const uint64_t b0 = mesh.bytesSent();
+    for (int i = 0; i < steps; ++i) {
+      worldG->barrier();
+      const auto t0 = Clock::now();
+      at::Tensor v = step();
+      deviceSync(device);
+      myStepMs.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
+    bytesTimed = static_cast<int64_t>(mesh.bytesSent() - b0);
+  }
+  const DeviceMem devEnd = deviceMemory(device);
+
+  // 5. Gather per-rank figures (after the timed region and the bytes measurement).
+  const std::vector<int64_t> row{weightBytes, rssBefore, rssAfterLoad, rssPeakLoad,
+                                 static_cast<int64_t>(residentSetBytes()),
+                                 static_cast<int64_t>(peakResidentSetBytes()), devLoad.cur,
+                                 devLoad.peak, devEnd.cur, devEnd.peak, bytesTimed,
+                                 static_cast<int64_t>(loadRankS * 1e6)};
+  at::Tensor all = worldG->allgather(at::tensor(row, at::kLong).unsqueeze(0), 0);
+  at::Tensor stepNs = at::empty({std::max(steps, 1)}, at::kLong).fill_(0);
+  for (int i = 0; i < steps; ++i) stepNs[i] = static_cast<int64_t>(myStepMs[i] * 1e6);
+  worldG->allreduce(stepNs, ReduceOp::Max);
+  if (rank != 0) return 0;
+
+  // 6. Report (rank 0).
+  const uint64_t es = c10::elementSize(dtype);
+  const ParamSplit ps = fluxParams(cfg);
+  std::vector<double> stepMs;
+  for (int i = 0; i < steps; ++i) stepMs.push_back(stepNs[i].item<int64_t>() / 1e6);
+  ordered_json j;
+  j["benchmark"] = "ditstudio-bench: FluxTransformer2DModel load + forward";
+  j["source"] = source;
+  j["phase"] = a.phase;
+  ordered_json mc;
+  mc["num_layers"] = cfg.num_layers;
+  mc["num_single_layers"] = cfg.num_single_layers;
+  mc["num_attention_heads"] = cfg.num_attention_heads;
+  mc["attention_head_dim"] = cfg.attention_head_dim;
+  mc["inner_dim"] = cfg.innerDim();
+  mc["mlp_hidden_dim"] = cfg.mlpHidden();
+  mc["joint_attention_dim"] = cfg.joint_attention_dim;
+  mc["guidance_embeds"] = cfg.guidance_embeds;
+  mc["parameters"] = ps.total;
+  mc["parameters_tp_sharded"] = ps.sharded;
+  mc["parameters_replicated"] = ps.replicated();
+  j["config"] = mc;
+  j["width"] = a.width;
+  j["height"] = a.height;
+  j["batch"] = B;
+  j["image_tokens"] = simg;
+  j["text_tokens"] = stxt;
+  j["dtype"] = computeDTypeName(dtype);
+  j["device"] = s.device;
+  j["device_name"] = deviceName(device);
+  ordered_json sj;
+  sj["world"] = s.world;
+  sj["tp_degree"] = s.tp_degree;
+  sj["ring_degree"] = s.ring_degree;
+  sj["ulysses_degree"] = s.ulysses_degree;
+  sj["cfg_degree"] = s.cfg_degree;
+  sj["dp_degree"] = s.dp_degree;
+  sj["ulysses_anything"] = s.ulysses_anything;
+  sj["ring_anything"] = s.ring_anything;
+  sj["describe"] = s.describe();
+  sj["backend"] = mesh.backend();
+  j["strategy"] = sj;
+  double loadMax = 0;
+  for (int r = 0; r < world; ++r) loadMax = std::max(loadMax, all[r][11].item<int64_t>() / 1e6);
+  j["load_s"] = loadMax;
+  j["load_s_note"] = "slowest rank, transformer only (open + read/generate + copy to device)";
+  j["warmup_steps"] = steps ? a.warmup : 0;
+  j["timed_steps"] = steps;
+  // FLOPs of one step: FluxTransformer2DModel::flops per image, x batch, x cfg (both halves
+  // predict), x dp (every replica works on its own image).
+  const double flopsPerForward = FluxTransformer2DModel::flops(cfg, simg, stxt);
+  const double stepFlops = flopsPerForward * B * s.cfg_degree * s.dp_degree;
+  j["flops_per_forward"] = flopsPerForward;
+  j["flops_per_step_total"] = stepFlops;
+  if (steps > 0) {
+    const double med = median(stepMs);
+    const double mean = std::accumulate(stepMs.begin(), stepMs.end(), 0.0) / stepMs.size();
+    ordered_json sm;
+    sm["min"] = *std::min_element(stepMs.begin(), stepMs.end());
+    sm["median"] = med;
+    sm["mean"] = mean;
+    sm["max"] = *std::max_element(stepMs.begin(), stepMs.end());
+    sm["all"] = stepMs;
+    j["step_ms"] = sm;
+    j["step_ms_note"] = "per timed step, slowest rank (barrier before each step)";
+    const double tot = stepFlops / (med / 1e3) / 1e12;
+    j["achieved_tflops_total"] = tot;
+    j["achieved_tflops_per_rank"] = tot / world;
+    j["achieved_tflops_note"] = "flops_per_step_total / median step; per rank = total / world";
+  } else {
+    j["step_ms"] = nullptr;
+    j["achieved_tflops_total"] = nullptr;
+    j["achieved_tflops_per_rank"] = nullptr;
+  }
+  double peak = a.peakTflops;
+  std::string peakSource = peak > 0 ? "--peak-tflops" : "";
+  if (peak <= 0 && device.is_cuda() && dtype != at::kFloat) {
+    const std::string n = deviceName(device);
+    if (n.find("H100") != std::string::npos || n.find("H200") != std::string::npos) {
+      peak = 989.0;
+      peakSource = "default: H100/H200 SXM dense bf16/fp16";
+    }
+  }
+  j["peak_tflops_per_rank"] = peak > 0 ? ordered_json(peak) : ordered_json(nullptr);
+  j["peak_tflops_source"] = peak > 0 ? ordered_json(peakSource) : ordered_json(nullptr);
+  if (peak > 0 && steps > 0)
+    j["fraction_of_peak"] = j["achieved_tflops_per_rank"].get<double>() / peak;
+  else
+    j["fraction_of_peak"] = nullptr;
+
+  ordered_json ranks = ordered_json::array();
+  const int64_t shardedBytes = ps.sharded * static_cast<int64_t>(es);
+  const int64_t replBytes = ps.replicated() * static_cast<int64_t>(es);
+  for (int r = 0; r < world; ++r) {
+    auto v = [&](int i) { return all[r][i].item<int64_t>(); };
+    ordered_json rj;
+    rj["rank"] = r;
+    const auto co = meshCoords(s, r);
+    rj["coords"] = {{"dp", co[0]}, {"cfg", co[1]}, {"ring", co[2]}, {"ulysses", co[3]}, {"tp", co[4]}};
+    rj["weight_bytes"] = v(0);
+    rj["expected_weight_bytes"] = replBytes + shardedBytes / s.tp_degree;
+    rj["rss_before_load_bytes"] = v(1);
+    rj["rss_after_load_bytes"] = v(2);
+    rj["rss_peak_load_bytes"] = v(3);
+    rj["rss_peak_load_growth_bytes"] = v(3) - v(1);
+    rj["rss_bytes"] = v(4);
+    rj["rss_peak_bytes"] = v(5);
+    rj["dev_after_load_bytes"] = v(6);
+    rj["dev_peak_load_bytes"] = v(7);
+    rj["dev_bytes"] = v(8);
+    rj["dev_peak_bytes"] = v(9);
+    rj["load_s"] = v(11) / 1e6;
+    if (steps > 0) {
+      rj["bytes_sent_per_step"] = v(10) / steps;
+      const Traffic t = expectedTraffic(cfg, s, r, B, simg, stxt, es);
+      rj["expected_bytes_per_step"] = t.total();
+      rj["expected_bytes_per_step_breakdown"] = trafficJson(t);
+    }
+    ranks.push_back(rj);
+  }
+  j["ranks"] = ranks;
+  j["notes"] = {
+      {"weight_bytes", "WeightSource::bytesLoaded(): this rank's transformer weights in the compute dtype; "
+                       "expected = replicated + tp-sharded/tp_degree (closed form from the config)"},
+      {"rss", "VmRSS/VmHWM of the process (host). VmHWM was reset (clear_refs) just before loading: " +
+                  std::string(hwmReset ? "yes" : "no (lifetime peak)") +
+                  "; rss_peak_load_bytes is VmHWM right after the load, rss_peak_bytes at the end"},
+      {"dev", "CUDA caching allocator allocated_bytes (aggregate), current and peak; 0 on cpu; peak reset "
+              "before loading"},
+      {"bytes_sent_per_step", "DeviceMesh::bytesSent() delta over the timed steps / steps: process-group payload "
+                              "accounting (allreduce = 2(n-1)/n x size), not measured on the wire"},
+      {"expected_bytes_per_step", "closed form of what the strategy must send per step for the FLUX.1 forward"}};
+  const std::string out = a.pretty ? j.dump(2) : j.dump();
+  std::cout << out << std::endl;
+  if (!a.jsonOut.empty()) {
+    std::ofstream f(a.jsonOut);
+    f << out << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  initRuntime(argc, argv);
+  CLI::App app{"Benchmark the FLUX.1 transformer (load + timed forwards) under a parallel strategy",
+               "ditstudio-bench"};
+  Args a;
+  app.add_option("--model", a.model, "diffusers FLUX.1 folder (or its transformer folder): real weights");
+  app.add_option("--config", a.config, "transformer config.json (with --random-weights)");
+  app.add_flag("--random-weights", a.randomWeights, "random weights from the config alone (shards generated directly)");
+  app.add_option("--width", a.width, "image width in pixels");
+  app.add_option("--height", a.height, "image height in pixels");
+  app.add_option("--text-len", a.textLen, "text tokens (T5 sequence length)");
+  app.add_option("--batch", a.batch, "images per forward");
+  app.add_option("--steps", a.steps, "timed forwards");
+  app.add_option("--warmup", a.warmup, "untimed forwards before timing");
+  app.add_option("--dtype", a.dtype, "float32 | bfloat16 | float16");
+  app.add_option("--device", a.s.device, "cpu | cuda");
+  app.add_option("--seed", a.seed, "seed of the random weights and inputs");
+  app.add_option("--phase", a.phase, "all (load + steps) | load (memory figures only)");
+  app.add_option("--peak-tflops", a.peakTflops, "device peak TFLOP/s per rank for fraction_of_peak");
+  app.add_option("--json-out", a.jsonOut, "also write the JSON to this file");
+  app.add_flag("--pretty", a.pretty, "indent the JSON");
+  app.add_option("--tp-degree", a.s.tp_degree);
+  app.add_option("--ring-degree", a.s.ring_degree);
+  app.add_option("--ulysses-degree", a.s.ulysses_degree);
+  app.add_flag("--ulysses-anything", a.s.ulysses_anything);
+  app.add_flag("--ring-anything", a.s.ring_anything);
+  app.add_option("--cfg-degree", a.s.cfg_degree);
+  app.add_option("--dp-degree", a.s.dp_degree);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = worldRank() == 0 ? app.exit(e) : (e.get_exit_code() ? 2 : 0);
+    finalizeRuntime();
+    return rc;
+  }
+  const int rc = runOrAbort([&] { return runBench(a); });
+  finalizeRuntime();
+  return rc;
+}
