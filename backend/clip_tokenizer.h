@@ -27,9 +27,12 @@ namespace dit {
 ///     the last symbol and the merges of `merges.txt` are applied by rank. Results are cached per
 ///     piece (the cache is shared by all threads; encode() is thread-safe).
 ///
-/// Input strings are UTF-8; invalid byte sequences are read as U+FFFD.
+/// Input strings are UTF-8; each maximal ill-formed subsequence is read as one U+FFFD (as Python's
+/// and Rust's lossy decoders do).
 ///
-/// Unicode data (NFC and lower-case tables) is Unicode 14.0, generated from Python's unicodedata.
+/// Unicode data (NFC, lower-case mappings) comes from the system ICU (Debian 12: ICU 72, Unicode
+/// 15.0): NFC is ICU's Normalizer2, lower-casing maps each character on its own (u_tolower, or
+/// ICU's full mapping where that is longer, as for U+0130), like Rust's char::to_lowercase.
 class CLIPTokenizer {
  public:
   /// Loads a tokenizer folder holding `vocab.json` ({token: id}), `merges.txt` (optional

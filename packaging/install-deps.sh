@@ -11,7 +11,7 @@ PKGS=(
   libopenmpi-dev openmpi-bin
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev libgl-dev libxkbcommon-dev
   libspdlog-dev libfmt-dev libstb-dev nlohmann-json3-dev
-  libsentencepiece-dev libpcre2-dev libcli11-dev
+  libsentencepiece-dev libpcre2-dev libicu-dev libcli11-dev
   libgtest-dev libgmock-dev
   xvfb xauth fonts-dejavu-core
   file dpkg-dev

@@ -155,6 +155,38 @@ TEST(CLIPTokenizer, Normalization) {
   EXPECT_NO_THROW(clip().encode(std::string("a\xff\xfe b\xc3")));
 }
 
+// Details of the normalizer (ICU): what HF `tokenizers` does with NFC and Rust's per-character
+// char::to_lowercase, and how ill-formed UTF-8 is read.
+TEST(CLIPTokenizer, UnicodeNormalizationDetails) {
+  // Full lower-case mapping per character: U+0130 'İ' -> 'i' + U+0307 COMBINING DOT ABOVE.
+  EXPECT_EQ(clip().encode("\xc4\xb0stanbul"), clip().encode("i\xcc\x87stanbul"));
+  EXPECT_NE(clip().encode("\xc4\xb0stanbul"), clip().encode("istanbul"));
+  // No locale rules: 'I' -> 'i' also next to Turkish letters (non-ASCII path).
+  EXPECT_EQ(clip().encode("I\xc4\x9e" "DIR"), clip().encode("i\xc4\x9f" "dir"));
+  // Character by character: no Final_Sigma context, 'Σ' -> 'σ' even at the end of a word.
+  EXPECT_EQ(clip().encode("\xce\x9f\xce\x94\xce\x9f\xce\xa3"),
+            clip().encode("\xce\xbf\xce\xb4\xce\xbf\xcf\x83"));
+  EXPECT_NE(clip().encode("\xce\x9f\xce\x94\xce\x9f\xce\xa3"),
+            clip().encode("\xce\xbf\xce\xb4\xce\xbf\xcf\x82"));
+  // Supplementary plane: DESERET CAPITAL LONG I U+10400 -> U+10428.
+  EXPECT_EQ(clip().encode("\xf0\x90\x90\x80"), clip().encode("\xf0\x90\x90\xa8"));
+  // NFC: canonical reordering before composition (a + U+0302 + U+0323 and a + U+0323 + U+0302
+  // are both U+1EAD), singletons (ANGSTROM SIGN U+212B -> U+00C5, then lower-cased to U+00E5).
+  EXPECT_EQ(clip().encode("a\xcc\x82\xcc\xa3"), clip().encode("\xe1\xba\xad"));
+  EXPECT_EQ(clip().encode("a\xcc\xa3\xcc\x82"), clip().encode("\xe1\xba\xad"));
+  EXPECT_EQ(clip().encode("\xe2\x84\xab"), clip().encode("\xc3\xa5"));
+  // NFC, not NFKC: the ligature U+FB01 stays itself.
+  EXPECT_NE(clip().encode("\xef\xac\x81"), clip().encode("fi"));
+  // Ill-formed UTF-8: each maximal subpart becomes one U+FFFD (as Python's
+  // bytes.decode("utf-8", "replace") and Rust's String::from_utf8_lossy).
+  const std::string fffd = "\xef\xbf\xbd";
+  EXPECT_EQ(clip().encode("\xe0\xa0x"), clip().encode(fffd + "x"));          // truncated
+  EXPECT_EQ(clip().encode("\xe0\x80x"), clip().encode(fffd + fffd + "x"));   // overlong
+  EXPECT_EQ(clip().encode("\xed\xa0\x80"), clip().encode(fffd + fffd + fffd));  // surrogate
+  EXPECT_EQ(clip().encode("\xf4\x90\x80\x80"), clip().encode(fffd + fffd + fffd + fffd));
+  EXPECT_EQ(clip().encode("\xc3(\xff"), clip().encode(fffd + "(" + fffd));
+}
+
 TEST(CLIPTokenizer, ConcurrentEncodeIsConsistent) {
   const auto& prompts = goldens().prompts;
   std::vector<std::vector<int64_t>> expected;
