@@ -5,8 +5,19 @@ target_compile_definitions(test_strategies PRIVATE DITSTUDIO_FIXTURE="${DITSTUDI
   DITSTUDIO_CLI="$<TARGET_FILE:ditstudio-cli>")
 target_precompile_headers(test_strategies REUSE_FROM dit_engine)
 add_dependencies(test_strategies ditstudio-cli ditstudio-worker)
-gtest_add_tests(TARGET test_strategies TEST_LIST _strategy_tests)
-set_tests_properties(${_strategy_tests} PROPERTIES LABELS "parallel;mpi;strategy" TIMEOUT 240)
+# One ctest entry per strategy (names as in INSTANTIATE_TEST_SUITE_P in test_strategies.cpp).
+set(_strategy_cases tp2 tp2_odd tp4 ring2 ring4 ulysses2 ulysses4 unified2x2 ulysses_anything2
+    ulysses_anything4 ulysses_anything3_heads ring_anything2 ring_anything4
+    ulysses_anything4_text47 ring_anything4_text47 tp2_ulysses2 tp2_ring2 cfg2 cfg2_tp2)
+foreach(_c IN LISTS _strategy_cases)
+  add_test(NAME strategy_${_c} COMMAND test_strategies --gtest_filter=Cpu/Strategies.MatchesSingleRank/${_c})
+  set_tests_properties(strategy_${_c} PROPERTIES LABELS "parallel;mpi;strategy" TIMEOUT 240
+                       FAIL_REGULAR_EXPRESSION "0 tests, listed below|Running 0 tests")
+endforeach()
+add_test(NAME strategy_dp2 COMMAND test_strategies --gtest_filter=DataParallel.*)
+add_test(NAME strategy_strict_refusals COMMAND test_strategies --gtest_filter=StrictModes.*)
+set_tests_properties(strategy_dp2 strategy_strict_refusals PROPERTIES LABELS "parallel;mpi;strategy" TIMEOUT 240
+                     FAIL_REGULAR_EXPRESSION "Running 0 tests")
 
 # Failure handling of the real process group (fault injection through the worker).
 add_executable(test_worker_faults test_worker_faults.cpp)
