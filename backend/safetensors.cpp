@@ -161,6 +161,30 @@ SafetensorsReader::~SafetensorsReader() {
   if (base_) ::munmap(const_cast<uint8_t*>(base_), size_);
 }
 
+uint64_t SafetensorsReader::releaseGranularity() {
+  static const uint64_t g = [] {
+    const long v = ::sysconf(_SC_PAGESIZE);
+    const uint64_t page = v > 0 ? static_cast<uint64_t>(v) : uint64_t(4096);
+    return std::max<uint64_t>(page, uint64_t(2) << 20);
+  }();
+  return g;
+}
+
+void SafetensorsReader::releaseRange(uint64_t begin, uint64_t end) const {
+  if (!base_) return;
+  const long pv = ::sysconf(_SC_PAGESIZE);
+  const uint64_t page = pv > 0 ? static_cast<uint64_t>(pv) : uint64_t(4096);
+  const uint64_t mapped = (size_ + page - 1) / page * page;  // the mapping's length
+  const uint64_t g = releaseGranularity();
+  const uint64_t b = begin / g * g;
+  const uint64_t e = std::min((std::min(end, size_) + g - 1) / g * g, mapped);
+  if (b >= e) return;
+  // Read-only MAP_PRIVATE file mapping that is never written: MADV_DONTNEED only drops the page
+  // table entries (no private copies exist), so the contents stay those of the file. A failure
+  // (which would only mean the pages stay resident) is deliberately ignored.
+  (void)::madvise(const_cast<uint8_t*>(base_) + b, static_cast<size_t>(e - b), MADV_DONTNEED);
+}
+
 const TensorInfo& SafetensorsReader::info(const std::string& name) const {
   auto it = tensors_.find(name);
   if (it == tensors_.end()) throw ModelFileError(path_, "has no tensor named '" + name + "'");

@@ -72,6 +72,27 @@ class SafetensorsReader {
   const uint8_t* data(const TensorInfo& t) const { return base_ + t.begin; }
   uint64_t fileSize() const { return size_; }
 
+  /// Returns to the kernel this process's pages of the mapping around `t` (madvise MADV_DONTNEED
+  /// on the range rounded outward to releaseGranularity()). Call it after copying a tensor (or a
+  /// slice of it) out of the mapping: file pages touched through the mapping count in this
+  /// process's VmRSS/VmHWM for as long as they stay mapped, so without it loading a model costs
+  /// its copies *plus* every page read — and a rowwise (dim 1) shard touches nearly every page of
+  /// the full tensor, which would defeat shard-on-load. The mapping is read-only and file-backed,
+  /// so nothing is lost: data() stays valid and a later access faults the page back in from the
+  /// page cache (shared by every rank on the host and reclaimable; not this process's memory).
+  /// Pages of neighbouring tensors inside the rounded range are dropped too and simply re-faulted
+  /// if read later. Cheap (one syscall); never throws.
+  void releasePages(const TensorInfo& t) const { releaseRange(t.begin, t.end); }
+  /// Same for the absolute file byte range [begin, end), rounded outward to
+  /// releaseGranularity() and clamped to the mapping.
+  void releaseRange(uint64_t begin, uint64_t end) const;
+  /// Alignment of released ranges: 2 MiB (at least one page). Not just the page: a read fault
+  /// maps the already-cached neighbours of the faulting page too ("fault-around", up to
+  /// /sys/kernel/mm/.../fault_around_bytes = 64 KiB by default, never beyond the 2 MiB page-table
+  /// block), so pages *outside* the bytes copied — other ranks' slices — get mapped and would
+  /// stay resident if only the copied pages were released.
+  static uint64_t releaseGranularity();
+
  private:
   std::string path_;
   const uint8_t* base_ = nullptr;

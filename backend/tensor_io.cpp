@@ -61,11 +61,32 @@ static at::Tensor fromRaw(const uint8_t* src, DType dt, const std::vector<int64_
   return st == dtype ? raw : raw.to(dtype);
 }
 
+// Shard-on-load memory. Reads go through the reader's read-only mapping, and every page copied
+// out of it is handed back right after the copy (SafetensorsReader::releasePages/releaseRange:
+// madvise MADV_DONTNEED). Mapped file pages count in VmRSS/VmHWM while they stay mapped, so
+// without the release a rank would peak at its copies *plus* every page it read: ~2x its shard
+// for colwise/replicated tensors, and the *full* tensor for rowwise (dim 1) slices, whose row
+// segments touch nearly every page. We release rather than switch to pread(2) because the
+// mapping remains the single read path (whole tensors, dim 0 and dim 1 slices, FP8 decoding),
+// the reader needs no file descriptor or bounce buffer, and a rowwise slice stays one memcpy per
+// row instead of one syscall per row; the release costs one madvise per tensor (per chunk for
+// rowwise slices) and the pages stay in the shared, reclaimable page cache. What remains
+// transient per rank is at most one tensor's slice of mapped pages (kReleaseChunk for rowwise
+// slices), widened to SafetensorsReader::releaseGranularity() blocks (the kernel's fault-around
+// maps cached neighbours of each faulting page), plus the conversion copy of one tensor.
+namespace {
+// Rowwise slices walk the whole tensor: release the pages already passed every this many bytes,
+// so at most this much of the mapping is resident at once.
+constexpr uint64_t kReleaseChunk = uint64_t(8) << 20;
+}  // namespace
+
 at::Tensor loadTensor(const SafetensorsCollection& st, const std::string& name,
                       at::ScalarType dtype) {
   const auto& r = st.reader(name);
   const auto& i = r.info(name);
-  return fromRaw(r.data(i), i.dtype, i.shape, dtype);
+  at::Tensor t = fromRaw(r.data(i), i.dtype, i.shape, dtype);
+  r.releasePages(i);
+  return t;
 }
 
 at::Tensor loadSlice(const SafetensorsCollection& st, const std::string& name, int64_t dim,
@@ -84,15 +105,43 @@ at::Tensor loadSlice(const SafetensorsCollection& st, const std::string& name, i
   if (dim == 0) {
     int64_t inner = 1;
     for (int64_t d = 1; d < nd; ++d) inner *= i.shape[d];
-    return fromRaw(r.data(i) + start * inner * es, i.dtype, shape, dtype);
+    const uint64_t off = static_cast<uint64_t>(start * inner) * es;
+    const uint64_t n = static_cast<uint64_t>(length * inner) * es;
+    at::Tensor t = fromRaw(r.data(i) + off, i.dtype, shape, dtype);
+    r.releaseRange(i.begin + off, i.begin + off + n);
+    return t;
   }
-  // dim == 1 on a 2-D tensor: gather the row segments into one buffer (only the slice's bytes).
+  // dim == 1 on a 2-D tensor: gather the row segments (only the slice's bytes are copied, but
+  // their pages span the whole tensor: release them as we go, see above).
   const int64_t rows = i.shape[0], cols = i.shape[1];
-  std::vector<uint8_t> buf(static_cast<size_t>(rows * length) * es);
+  const bool f8 = i.dtype == DType::F8_E4M3 || i.dtype == DType::F8_E5M2;
+  std::vector<uint8_t> f8buf;
+  at::Tensor raw;
+  uint8_t* dst;
+  if (f8) {
+    f8buf.resize(static_cast<size_t>(rows * length) * es);
+    dst = f8buf.data();
+  } else {
+    raw = at::empty(shape, scalarTypeFor(i.dtype));
+    dst = static_cast<uint8_t*>(raw.data_ptr());
+  }
   const uint8_t* base = r.data(i);
-  for (int64_t row = 0; row < rows; ++row)
-    std::memcpy(buf.data() + row * length * es, base + (row * cols + start) * es, length * es);
-  return fromRaw(buf.data(), i.dtype, shape, dtype);
+  const uint64_t g = SafetensorsReader::releaseGranularity();
+  uint64_t released = i.begin;  // absolute file offset up to which pages were released
+  for (int64_t row = 0; row < rows; ++row) {
+    std::memcpy(dst + row * length * es, base + (row * cols + start) * es, length * es);
+    // Whole release blocks before the next row's segment are done with (aligned down, so the
+    // outward rounding of releaseRange does not drop the pages still to be read).
+    const uint64_t nextAbs = i.begin + static_cast<uint64_t>(((row + 1) * cols + start) * es);
+    const uint64_t doneUpTo = nextAbs / g * g;
+    if (doneUpTo > released && doneUpTo - released >= kReleaseChunk) {
+      r.releaseRange(released, doneUpTo);
+      released = doneUpTo;
+    }
+  }
+  r.releaseRange(released, i.end);
+  if (f8) return fromRaw(f8buf.data(), i.dtype, shape, dtype);
+  return raw.scalar_type() == dtype ? raw : raw.to(dtype);
 }
 
 at::Tensor loadPackedSlice(const SafetensorsCollection& st, const std::string& name, int64_t dim,

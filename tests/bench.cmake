@@ -1,0 +1,103 @@
+# Benchmark program smoke tests (label "bench"; nothing here is timed or compares timings) and the
+# shard-on-load memory test (label "memory").
+if(NOT DEFINED DITSTUDIO_MPIRUN)
+  find_program(MPIEXEC_PROGRAM NAMES mpirun mpiexec REQUIRED)
+  set(DITSTUDIO_MPIRUN ${MPIEXEC_PROGRAM} --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1)
+endif()
+if(NOT TARGET GTest::gtest)
+  find_package(GTest REQUIRED)
+endif()
+
+# --- shard-on-load memory: tp = world size, peak RSS during the load near the shard ---
+add_executable(test_load_memory ${CMAKE_CURRENT_LIST_DIR}/test_load_memory.cpp)
+target_link_libraries(test_load_memory PRIVATE dit_engine GTest::gtest)
+target_compile_definitions(test_load_memory PRIVATE DITSTUDIO_FIXTURE="${DITSTUDIO_FIXTURE}"
+  DITSTUDIO_MAKE_MODEL="$<TARGET_FILE:ditstudio-make-model>")
+target_precompile_headers(test_load_memory REUSE_FROM dit_engine)
+add_dependencies(test_load_memory ditstudio-make-model)
+foreach(_np 2 4)
+  add_test(NAME load_memory_np${_np} COMMAND ${DITSTUDIO_MPIRUN} -np ${_np} $<TARGET_FILE:test_load_memory>)
+  set_tests_properties(load_memory_np${_np} PROPERTIES LABELS "parallel;mpi;memory" TIMEOUT 300
+    PROCESSORS ${_np} ENVIRONMENT "OMP_NUM_THREADS=1")
+endforeach()
+
+# --- ditstudio-bench smoke: 1 step on the fixture, the JSON must parse and hold its keys ---
+# The checker runs the command given as a |-separated list (ditstudio-bench writes its JSON to
+# JSON_FILE through --json-out), parses it and checks the keys (and, with EXPECT_BYTES=1, that every rank's measured bytes per step
+# equal the closed-form expectation; with NP=n that there are n per-rank entries).
+set(_bench_check ${CMAKE_CURRENT_BINARY_DIR}/bench_check_json.cmake)
+file(WRITE ${_bench_check} [=[
+string(REPLACE "|" ";" _cmd "${CMD}")
+file(REMOVE "${JSON_FILE}")
+execute_process(COMMAND ${_cmd} OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "ditstudio-bench exited with ${rc}\nstdout:\n${out}\nstderr:\n${err}")
+endif()
+if(NOT EXISTS "${JSON_FILE}")
+  message(FATAL_ERROR "no JSON written to ${JSON_FILE}\nstdout:\n${out}\nstderr:\n${err}")
+endif()
+file(READ "${JSON_FILE}" json)
+macro(get var)
+  string(JSON ${var} ERROR_VARIABLE _e GET "${json}" ${ARGN})
+  if(_e)
+    message(FATAL_ERROR "JSON lacks ${ARGN}: ${_e}\n${json}")
+  endif()
+endmacro()
+foreach(_k source dtype image_tokens text_tokens load_s flops_per_forward strategy)
+  get(_v ${_k})
+endforeach()
+get(_params config parameters)
+if(_params LESS_EQUAL 0)
+  message(FATAL_ERROR "config.parameters is ${_params}")
+endif()
+get(_phase phase)
+if(_phase STREQUAL "all")
+  get(_med step_ms median)
+  get(_all step_ms all)
+  get(_tf achieved_tflops_total)
+  get(_tfr achieved_tflops_per_rank)
+endif()
+string(JSON _n ERROR_VARIABLE _e LENGTH "${json}" ranks)
+if(_e OR (DEFINED NP AND NOT _n EQUAL NP))
+  message(FATAL_ERROR "ranks: ${_n} entries (${_e}), expected ${NP}\n${json}")
+endif()
+math(EXPR _last "${_n} - 1")
+foreach(_r RANGE ${_last})
+  get(_w ranks ${_r} weight_bytes)
+  get(_we ranks ${_r} expected_weight_bytes)
+  get(_rss ranks ${_r} rss_peak_load_bytes)
+  if(NOT _w EQUAL _we)
+    message(FATAL_ERROR "rank ${_r}: weight_bytes ${_w} != expected_weight_bytes ${_we}")
+  endif()
+  if(_phase STREQUAL "all")
+    get(_b ranks ${_r} bytes_sent_per_step)
+    get(_be ranks ${_r} expected_bytes_per_step)
+    if(EXPECT_BYTES AND NOT _b EQUAL _be)
+      message(FATAL_ERROR "rank ${_r}: bytes_sent_per_step ${_b} != expected_bytes_per_step ${_be}\n${json}")
+    endif()
+  endif()
+endforeach()
+message(STATUS "bench JSON ok (${_n} ranks)")
+]=])
+
+set(_bench_common $<TARGET_FILE:ditstudio-bench> --model ${DITSTUDIO_FIXTURE} --width 32 --height 32
+  --text-len 8 --steps 1 --warmup 0 --dtype float32)
+list(JOIN _bench_common "|" _bench_common)
+string(REPLACE ";" "|" _bench_mpirun "${DITSTUDIO_MPIRUN}")
+add_test(NAME bench_smoke_np1 COMMAND ${CMAKE_COMMAND} -DNP=1 -DJSON_FILE=${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_np1.json
+  "-DCMD=${_bench_common}|--json-out|${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_np1.json" -P ${_bench_check})
+add_test(NAME bench_smoke_tp2 COMMAND ${CMAKE_COMMAND} -DNP=2 -DEXPECT_BYTES=1
+  -DJSON_FILE=${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_tp2.json
+  "-DCMD=${_bench_mpirun}|-np|2|${_bench_common}|--tp-degree|2|--json-out|${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_tp2.json" -P ${_bench_check})
+add_test(NAME bench_smoke_ring2 COMMAND ${CMAKE_COMMAND} -DNP=2 -DEXPECT_BYTES=1
+  -DJSON_FILE=${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_ring2.json
+  "-DCMD=${_bench_mpirun}|-np|2|${_bench_common}|--ring-degree|2|--json-out|${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_ring2.json" -P ${_bench_check})
+add_test(NAME bench_smoke_load_np2 COMMAND ${CMAKE_COMMAND} -DNP=2
+  -DJSON_FILE=${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_load_np2.json
+  "-DCMD=${_bench_mpirun}|-np|2|${_bench_common}|--tp-degree|2|--phase|load|--json-out|${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_load_np2.json" -P ${_bench_check})
+set_tests_properties(bench_smoke_np1 bench_smoke_tp2 bench_smoke_ring2 bench_smoke_load_np2 PROPERTIES
+  LABELS "bench" TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1")
+set_tests_properties(bench_smoke_tp2 bench_smoke_ring2 bench_smoke_load_np2 PROPERTIES PROCESSORS 2)
+unset(_bench_common)
+unset(_bench_mpirun)
+unset(_bench_check)
