@@ -249,6 +249,7 @@ int runBench(const CliOptions& o, int warmup) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tuneHostAllocator();
   spdlog::set_default_logger(spdlog::stderr_color_mt("cli"));
   spdlog::set_pattern("[%H:%M:%S] [cli] %v");
   CLI::App app{"DiT Studio headless generation (FLUX.1, one or many ranks)", "ditstudio-cli"};

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <malloc.h>
+
 #include <filesystem>
 #include <random>
 
@@ -101,6 +103,13 @@ std::string validateStrategyForRequest(const Strategy& s, const ModelFolder& m, 
   r.true_cfg = p.trueCfg();
   r.num_images = numImages;
   return joinIssues(validateForRequest(s, modelDims(m), r));
+}
+
+void tuneHostAllocator() {
+  // 32 MiB is the largest mmap threshold glibc accepts on 64-bit (HEAP_MAX_SIZE / 2); setting it
+  // also turns off the dynamic threshold. Keep up to 1 GiB of free heap before trimming.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
 int64_t randomSeed() {

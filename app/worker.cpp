@@ -416,6 +416,7 @@ class Worker {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tuneHostAllocator();
   initRuntime(argc, argv);
   const int rank = worldRank();
   auto logger = spdlog::stderr_logger_mt("worker");
