@@ -23,8 +23,9 @@ endforeach()
 
 # --- ditstudio-bench smoke: 1 step on the fixture, the JSON must parse and hold its keys ---
 # The checker runs the command given as a |-separated list (ditstudio-bench writes its JSON to
-# JSON_FILE through --json-out), parses it and checks the keys (and, with EXPECT_BYTES=1, that every rank's measured bytes per step
-# equal the closed-form expectation; with NP=n that there are n per-rank entries).
+# JSON_FILE through --json-out), parses it and checks the keys, that every rank's weight_bytes
+# equal expected_weight_bytes, with NP=n that there are n per-rank entries, and with
+# EXPECT_BYTES=1 that every rank's measured bytes per step equal the closed-form expectation.
 set(_bench_check ${CMAKE_CURRENT_BINARY_DIR}/bench_check_json.cmake)
 file(WRITE ${_bench_check} [=[
 string(REPLACE "|" ";" _cmd "${CMD}")
