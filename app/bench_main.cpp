@@ -552,6 +552,7 @@ int runBench(Args a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tuneHostAllocator();
   initRuntime(argc, argv);
   CLI::App app{"Benchmark the FLUX.1 transformer (load + timed forwards) under a parallel strategy",
                "ditstudio-bench"};

@@ -1,6 +1,7 @@
 #include "app/generation.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
 
 #include <malloc.h>
 
@@ -106,10 +107,12 @@ std::string validateStrategyForRequest(const Strategy& s, const ModelFolder& m, 
 }
 
 void tuneHostAllocator() {
-  // 32 MiB is the largest mmap threshold glibc accepts on 64-bit (HEAP_MAX_SIZE / 2); setting it
-  // also turns off the dynamic threshold. Keep up to 1 GiB of free heap before trimming.
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  // No mmap-backed chunks at all (the mmap threshold cannot exceed 32 MiB, and attention scores
+  // are larger); keep up to 1 GiB of free heap before trimming.
+  mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  // Denormal floats (tiny activations of random-weight models) slow CPU math several-fold.
+  at::globalContext().setFlushDenormal(true);
 }
 
 int64_t randomSeed() {

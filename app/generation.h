@@ -39,7 +39,7 @@ std::string validateStrategyForRequest(const Strategy& s, const ModelFolder& m, 
 
 /// Keeps freed tensor memory in the process instead of returning it to the kernel after every
 /// op: glibc serves blocks above M_MMAP_THRESHOLD with fresh mmaps whose page faults and zeroing
-/// dominated CPU step time (measured 2.2x slower per step on the tiny model at 128x128). Call
+/// dominated CPU step time (measured 3.3x slower per step on the tiny model at 128x128). Call
 /// once at program start.
 void tuneHostAllocator();
 
