@@ -56,14 +56,26 @@ std::string checkFluxTensorParallel(const FluxTransformerConfig& c, int tp) {
 
 namespace {
 
+// Projections that share an input are fused at load time into one GEMM (weights concatenated
+// along the output dimension, after tensor-parallel sharding): to_q/to_k/to_v,
+// add_q/k/v_proj, and in single blocks to_q/to_k/to_v/proj_mlp. Numerically the same products.
 struct DoubleBlock {
-  Linear norm1, norm1c, q, k, v, aq, ak, av, out, addOut, ff0, ff2, ffc0, ffc2;
+  Linear norm1, norm1c, qkv, aqkv, out, addOut, ff0, ff2, ffc0, ffc2;
   at::Tensor nq, nk, naq, nak;
 };
 struct SingleBlock {
-  Linear norm, q, k, v, mlp, out;
+  Linear norm, qkvm, out;
   at::Tensor nq, nk;
 };
+
+Linear fuse(std::initializer_list<Linear> parts) {
+  std::vector<at::Tensor> w, b;
+  for (const auto& p : parts) {
+    w.push_back(p.weight);
+    b.push_back(p.bias);
+  }
+  return Linear{at::cat(w, 0), at::cat(b, 0)};
+}
 struct MLPEmbed {
   Linear l1, l2;
   at::Tensor operator()(const at::Tensor& x) const { return l2(at::silu(l1(x))); }
@@ -144,7 +156,7 @@ struct FluxTransformer2DModel::Impl {
   }
 
   at::Tensor heads(const at::Tensor& x) const {
-    return x.view({x.size(0), x.size(1), headsLocal, cfg.attention_head_dim});
+    return x.reshape({x.size(0), x.size(1), headsLocal, cfg.attention_head_dim});
   }
 };
 
@@ -175,12 +187,10 @@ FluxTransformer2DModel::FluxTransformer2DModel(const FluxTransformerConfig& cfg,
     DoubleBlock b;
     b.norm1 = loadLinear(w, p + "norm1.linear", C, 6 * C);
     b.norm1c = loadLinear(w, p + "norm1_context.linear", C, 6 * C);
-    b.q = D.col(w, p + "attn.to_q", C, C);
-    b.k = D.col(w, p + "attn.to_k", C, C);
-    b.v = D.col(w, p + "attn.to_v", C, C);
-    b.aq = D.col(w, p + "attn.add_q_proj", C, C);
-    b.ak = D.col(w, p + "attn.add_k_proj", C, C);
-    b.av = D.col(w, p + "attn.add_v_proj", C, C);
+    b.qkv = fuse({D.col(w, p + "attn.to_q", C, C), D.col(w, p + "attn.to_k", C, C),
+                  D.col(w, p + "attn.to_v", C, C)});
+    b.aqkv = fuse({D.col(w, p + "attn.add_q_proj", C, C), D.col(w, p + "attn.add_k_proj", C, C),
+                   D.col(w, p + "attn.add_v_proj", C, C)});
     b.nq = w.get(p + "attn.norm_q.weight", {hd});
     b.nk = w.get(p + "attn.norm_k.weight", {hd});
     b.naq = w.get(p + "attn.norm_added_q.weight", {hd});
@@ -197,12 +207,10 @@ FluxTransformer2DModel::FluxTransformer2DModel(const FluxTransformerConfig& cfg,
     const std::string p = "single_transformer_blocks." + std::to_string(i) + ".";
     SingleBlock b;
     b.norm = loadLinear(w, p + "norm.linear", C, 3 * C);
-    b.q = D.col(w, p + "attn.to_q", C, C);
-    b.k = D.col(w, p + "attn.to_k", C, C);
-    b.v = D.col(w, p + "attn.to_v", C, C);
+    b.qkvm = fuse({D.col(w, p + "attn.to_q", C, C), D.col(w, p + "attn.to_k", C, C),
+                   D.col(w, p + "attn.to_v", C, C), D.col(w, p + "proj_mlp", C, M)});
     b.nq = w.get(p + "attn.norm_q.weight", {hd});
     b.nk = w.get(p + "attn.norm_k.weight", {hd});
-    b.mlp = D.col(w, p + "proj_mlp", C, M);
     b.out = D.packedRow(w, p + "proj_out", {C, M}, C);
     D.singles.push_back(std::move(b));
   }
@@ -280,10 +288,13 @@ at::Tensor FluxTransformer2DModel::forward(const at::Tensor& hidden_states,
     auto ec = b.norm1c(stemb).chunk(6, 1);
     at::Tensor nh = mod(hs, e[1], e[0]);
     at::Tensor nc = mod(enc, ec[1], ec[0]);
-    at::Tensor q = rmsNorm(D.heads(b.q(nh)), b.nq), k = rmsNorm(D.heads(b.k(nh)), b.nk),
-               v = D.heads(b.v(nh));
-    at::Tensor cq = rmsNorm(D.heads(b.aq(nc)), b.naq), ck = rmsNorm(D.heads(b.ak(nc)), b.nak),
-               cv = D.heads(b.av(nc));
+    const int64_t Cl = static_cast<int64_t>(D.headsLocal) * cfg.attention_head_dim;
+    auto x3 = b.qkv(nh).split(Cl, -1);
+    auto c3 = b.aqkv(nc).split(Cl, -1);
+    at::Tensor q = rmsNorm(D.heads(x3[0]), b.nq), k = rmsNorm(D.heads(x3[1]), b.nk),
+               v = D.heads(x3[2]);
+    at::Tensor cq = rmsNorm(D.heads(c3[0]), b.naq), ck = rmsNorm(D.heads(c3[1]), b.nak),
+               cv = D.heads(c3[2]);
     q = applyRope(at::cat({cq, q}, 1), cos, sin);
     k = applyRope(at::cat({ck, k}, 1), cos, sin);
     v = at::cat({cv, v}, 1);
@@ -301,10 +312,12 @@ at::Tensor FluxTransformer2DModel::forward(const at::Tensor& hidden_states,
   for (const auto& b : D.singles) {
     auto e = b.norm(stemb).chunk(3, 1);
     at::Tensor nx = mod(x, e[1], e[0]);
-    at::Tensor mlp = gelu(b.mlp(nx));
-    at::Tensor q = applyRope(rmsNorm(D.heads(b.q(nx)), b.nq), cos, sin);
-    at::Tensor k = applyRope(rmsNorm(D.heads(b.k(nx)), b.nk), cos, sin);
-    at::Tensor v = D.heads(b.v(nx));
+    const int64_t Cl = static_cast<int64_t>(D.headsLocal) * cfg.attention_head_dim;
+    auto parts = b.qkvm(nx).split_with_sizes({Cl, Cl, Cl, b.qkvm.weight.size(0) - 3 * Cl}, -1);
+    at::Tensor mlp = gelu(parts[3]);
+    at::Tensor q = applyRope(rmsNorm(D.heads(parts[0]), b.nq), cos, sin);
+    at::Tensor k = applyRope(rmsNorm(D.heads(parts[1]), b.nk), cos, sin);
+    at::Tensor v = D.heads(parts[2]);
     at::Tensor a = D.attend(q, k, v, localLens).to(dt);
     x = x + e[2].unsqueeze(1) * D.rowwise(b.out, at::cat({a, mlp}, 2));
     if (dt == at::kHalf) x = x.clamp(-65504, 65504);
