@@ -15,7 +15,12 @@ class TestEvents : public QObject {
   Q_OBJECT
  private Q_SLOTS:
   void parsesEvents() {
-    auto ev = parseEventLine(R"(@@DIT {"type":"hello","rank":1,"world":2,"pid":4242})");
+    // The worker names the event in "event"; "type" is accepted too.
+    auto ev = parseEventLine(R"(@@DIT {"event":"hello","host":"vm","pid":4242,"rank":1,"world":2})");
+    QVERIFY(ev);
+    QCOMPARE(ev->type, QString("hello"));
+    QCOMPARE(ev->data.value("host").toString(), QString("vm"));
+    ev = parseEventLine(R"(@@DIT {"type":"hello","rank":1,"world":2,"pid":4242})");
     QVERIFY(ev);
     QCOMPARE(ev->type, QString("hello"));
     QCOMPARE(ev->data.value("rank").toInt(), 1);
@@ -46,6 +51,8 @@ class TestEvents : public QObject {
         "@@DIT [1,2,3]",                       // not an object
         "@@DIT {\"rank\":0}",                  // no type
         "@@DIT {\"type\":42}",                 // type not a string
+        "@@DIT {\"event\":null}",              // event not a string
+        "@@DIT {\"event\":\"\"}",              // empty name
         "@@DITX {\"type\":\"hello\"}",         // wrong prefix
         "@@dit {\"type\":\"hello\"}",          // case matters
         "prefix @@DIT {\"type\":\"hello\"}",   // prefix must start the line
@@ -182,14 +189,14 @@ class TestEvents : public QObject {
     }
     const QByteArray stream =
         "noise before\n"
-        "@@DIT {\"type\":\"hello\",\"rank\":0,\"world\":2,\"pid\":100}\n"
-        "@@DIT {\"type\":\"hello\",\"rank\":1,\"world\":2,\"pid\":101}\n"
-        "@@DIT {\"type\":\"ready\",\"world\":2,\"strategy\":{\"ring_degree\":2},\"model\":{\"heads\":4},\"load_seconds\":0.5}\n"
-        "@@DIT {\"type\":\"ranks\",\"ranks\":[{\"rank\":0,\"rss\":1},{\"rank\":1,\"rss\":2}]}\n"
-        "@@DIT {\"type\":\"progress\",\"id\":\"r1\",\"step\":1,\"steps\":4,\"step_ms\":10,\"eta_s\":0.03,\"image_index\":0}\n"
-        "@@DIT {\"type\":\"preview\",\"id\":\"r1\",\"step\":1,\"image_index\":0,\"png\":\"" + png.toBase64() + "\"}\n"
-        "@@DIT {\"type\":\"image\",\"id\":\"r1\",\"image_index\":0,\"path\":\"/tmp/x.png\",\"seed\":77,\"params\":{\"prompt\":\"p\"},\"seconds\":1.5}\n"
-        "@@DIT {\"type\":\"error\",\"id\":\"r9\",\"rank\":1,\"message\":\"bad request\",\"fatal\":false}\n"
+        "@@DIT {\"event\":\"hello\",\"rank\":0,\"world\":2,\"pid\":100}\n"
+        "@@DIT {\"event\":\"hello\",\"rank\":1,\"world\":2,\"pid\":101}\n"
+        "@@DIT {\"event\":\"ready\",\"world\":2,\"strategy\":{\"ring_degree\":2},\"model\":{\"heads\":4},\"load_seconds\":0.5}\n"
+        "@@DIT {\"event\":\"ranks\",\"ranks\":[{\"rank\":0,\"rss\":1},{\"rank\":1,\"rss\":2}]}\n"
+        "@@DIT {\"event\":\"progress\",\"id\":\"r1\",\"step\":1,\"steps\":4,\"step_ms\":10,\"eta_s\":0.03,\"image_index\":0}\n"
+        "@@DIT {\"event\":\"preview\",\"id\":\"r1\",\"step\":1,\"image_index\":0,\"png\":\"" + png.toBase64() + "\"}\n"
+        "@@DIT {\"event\":\"image\",\"id\":\"r1\",\"image_index\":0,\"path\":\"/tmp/x.png\",\"seed\":77,\"params\":{\"prompt\":\"p\"},\"seconds\":1.5}\n"
+        "@@DIT {\"event\":\"error\",\"id\":\"r9\",\"rank\":1,\"message\":\"bad request\",\"fatal\":false}\n"
         "@@DIT {\"type\":\"log\",\"rank\":1,\"level\":\"warn\",\"message\":\"hi\"}\n";
     // Feed in awkward chunks.
     for (int i = 0; i < stream.size(); i += 7) c.feedStdoutForTest(stream.mid(i, 7));

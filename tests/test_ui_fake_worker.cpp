@@ -24,25 +24,25 @@ echo "$args" > "$FAKE_DIR/args.txt"
 echo "library noise: loading kernels"
 r=0
 while [ $r -lt $np ]; do
-  echo "@@DIT {\"type\":\"hello\",\"rank\":$r,\"world\":$np,\"pid\":$((5000 + r))}"
+  echo "@@DIT {\"event\":\"hello\",\"rank\":$r,\"world\":$np,\"pid\":$((5000 + r))}"
   r=$((r + 1))
 done
 echo "[12:00:00] [rank 1/$np] loading shard" >&2
-echo "@@DIT {\"type\":\"ready\",\"world\":$np,\"strategy\":{},\"model\":{\"max_sequence_length\":512},\"load_seconds\":0.1}"
+echo "@@DIT {\"event\":\"ready\",\"world\":$np,\"strategy\":{},\"model\":{\"max_sequence_length\":512},\"load_seconds\":0.1}"
 while IFS= read -r line; do
   echo "$line" >> "$FAKE_DIR/requests.txt"
   case "$line" in
     *'"type":"shutdown"'*)
       if [ "$mode" = hang ]; then continue; fi
-      echo '@@DIT {"type":"bye"}'
+      echo '@@DIT {"event":"bye"}'
       exit 0 ;;
     *'"type":"cancel"'*)
       id=$(printf '%s' "$line" | sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
-      echo "@@DIT {\"type\":\"cancelled\",\"id\":\"$id\",\"step\":1}" ;;
+      echo "@@DIT {\"event\":\"cancelled\",\"id\":\"$id\",\"step\":1}" ;;
     *'"type":"generate"'*)
       id=$(printf '%s' "$line" | sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
       steps=$(printf '%s' "$line" | sed -n 's/.*"steps":\([0-9]*\).*/\1/p')
-      echo "@@DIT {\"type\":\"accepted\",\"id\":\"$id\",\"queue_position\":0}"
+      echo "@@DIT {\"event\":\"accepted\",\"id\":\"$id\",\"queue_position\":0}"
       if [ "$mode" = crash ]; then
         echo "--------------------------------------------------------------------------" >&2
         echo "Primary job  terminated normally, but 1 process returned" >&2
@@ -52,25 +52,25 @@ while IFS= read -r line; do
         exit 137
       fi
       if [ "$mode" = error ]; then
-        echo "@@DIT {\"type\":\"error\",\"id\":\"$id\",\"rank\":1,\"message\":\"out of memory in attention\",\"fatal\":true}"
+        echo "@@DIT {\"event\":\"error\",\"id\":\"$id\",\"rank\":1,\"message\":\"out of memory in attention\",\"fatal\":true}"
         echo "MPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD" >&2
         echo "with errorcode 1." >&2
         exit 1
       fi
       if [ "$mode" = badrequest ]; then
-        echo "@@DIT {\"type\":\"error\",\"id\":\"$id\",\"rank\":0,\"message\":\"width 66 is not a multiple of 4\",\"fatal\":false}"
+        echo "@@DIT {\"event\":\"error\",\"id\":\"$id\",\"rank\":0,\"message\":\"width 66 is not a multiple of 4\",\"fatal\":false}"
         continue
       fi
       s=1
       while [ $s -le $steps ]; do
         echo "noise between steps"
-        echo "@@DIT {\"type\":\"progress\",\"id\":\"$id\",\"step\":$s,\"steps\":$steps,\"step_ms\":5,\"eta_s\":0.1,\"image_index\":0}"
-        echo "@@DIT {\"type\":\"ranks\",\"ranks\":[{\"rank\":0,\"stage\":\"denoising\",\"step\":$s,\"steps\":$steps,\"rss\":$((100000000 + s)),\"rss_peak\":200000000,\"dev\":0,\"dev_peak\":0,\"bytes_sent\":$((s * 1000)),\"step_ms\":5},{\"rank\":1,\"stage\":\"denoising\",\"step\":$s,\"steps\":$steps,\"rss\":90000000,\"rss_peak\":90000000,\"dev\":0,\"dev_peak\":0,\"bytes_sent\":$((s * 1000)),\"step_ms\":5}]}"
-        echo "@@DIT {\"type\":\"preview\",\"id\":\"$id\",\"step\":$s,\"image_index\":0,\"png\":\"$FAKE_PREVIEW\"}"
+        echo "@@DIT {\"event\":\"progress\",\"id\":\"$id\",\"step\":$s,\"steps\":$steps,\"step_ms\":5,\"eta_s\":0.1,\"image_index\":0}"
+        echo "@@DIT {\"event\":\"ranks\",\"ranks\":[{\"rank\":0,\"stage\":\"denoising\",\"step\":$s,\"steps\":$steps,\"rss\":$((100000000 + s)),\"rss_peak\":200000000,\"dev\":0,\"dev_peak\":0,\"bytes_sent\":$((s * 1000)),\"step_ms\":5},{\"rank\":1,\"stage\":\"denoising\",\"step\":$s,\"steps\":$steps,\"rss\":90000000,\"rss_peak\":90000000,\"dev\":0,\"dev_peak\":0,\"bytes_sent\":$((s * 1000)),\"step_ms\":5}]}"
+        echo "@@DIT {\"event\":\"preview\",\"id\":\"$id\",\"step\":$s,\"image_index\":0,\"png\":\"$FAKE_PREVIEW\"}"
         s=$((s + 1))
       done
-      echo "@@DIT {\"type\":\"image\",\"id\":\"$id\",\"image_index\":0,\"path\":\"$FAKE_IMAGE\",\"seed\":4242,\"params\":{\"prompt\":\"fake\",\"seed\":4242},\"seconds\":0.2}"
-      echo "@@DIT {\"type\":\"done\",\"id\":\"$id\",\"seconds\":0.2}" ;;
+      echo "@@DIT {\"event\":\"image\",\"id\":\"$id\",\"image_index\":0,\"path\":\"$FAKE_IMAGE\",\"seed\":4242,\"params\":{\"prompt\":\"fake\",\"seed\":4242},\"seconds\":0.2}"
+      echo "@@DIT {\"event\":\"done\",\"id\":\"$id\",\"seconds\":0.2}" ;;
   esac
 done
 # stdin closed

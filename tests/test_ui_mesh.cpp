@@ -1,5 +1,5 @@
-// Mesh layout of the strategy editor (ui/mesh_layout.h): rows = dp x cfg replicas, columns =
-// ring x ulysses x tp, coordinates identical to the worker's dit::meshCoords.
+// Mesh layout of the strategy editor (ui/mesh_layout.h): rows = dp x cfg x ring groups, columns =
+// ulysses x tp, coordinates identical to the worker's dit::meshCoords.
 #include <QtTest>
 
 #include <QSet>
@@ -39,8 +39,8 @@ class TestMesh : public QObject {
     const dit::Strategy s = make(2, 2, 2, 2, 2);
     const MeshLayout L = computeMeshLayout(s);
     QVERIFY(L.valid);
-    QCOMPARE(L.rows, 4);
-    QCOMPARE(L.cols, 8);
+    QCOMPARE(L.rows, 8);
+    QCOMPARE(L.cols, 4);
     QCOMPARE(L.cells.size(), 32);
     QSet<QPair<int, int>> positions;
     for (const MeshCell& c : L.cells) {
@@ -48,14 +48,18 @@ class TestMesh : public QObject {
       const auto& k = c.coords;
       QCOMPARE(c.rank, (((k[0] * 2 + k[1]) * 2 + k[2]) * 2 + k[3]) * 2 + k[4]);
       QVERIFY(k == dit::meshCoords(s, c.rank));
-      QCOMPARE(c.row, k[0] * 2 + k[1]);
-      QCOMPARE(c.col, c.rank % 8);
+      QCOMPARE(c.row, (k[0] * 2 + k[1]) * 2 + k[2]);
+      QCOMPARE(c.row, c.rank / 4);
+      QCOMPARE(c.col, c.rank % 4);
       positions.insert({c.row, c.col});
     }
     QCOMPARE(positions.size(), 32);  // one box per cell
     const MeshCell& r13 = L.cells[13];  // 13 = 0b01101: dp0 cfg1 ring1 uly0 tp1
     QCOMPARE(r13.label, QString("rank 13\ndp 0 cfg 1 ring 1 uly 0 tp 1"));
-    QCOMPARE(L.rowLabels, (QStringList{"dp 0 / cfg 0", "dp 0 / cfg 1", "dp 1 / cfg 0", "dp 1 / cfg 1"}));
+    QCOMPARE(L.rowLabels.size(), 8);
+    QCOMPARE(L.rowLabels.first(), QString("dp 0 / cfg 0 / ring 0"));
+    QCOMPARE(L.rowLabels.at(3), QString("dp 0 / cfg 1 / ring 1"));
+    QCOMPARE(L.rowLabels.last(), QString("dp 1 / cfg 1 / ring 1"));
   }
 
   void tpInnermost() {
@@ -70,12 +74,22 @@ class TestMesh : public QObject {
   }
 
   void cfgRows() {
-    const MeshLayout L = computeMeshLayout(make(1, 2, 2, 1, 1));
+    const MeshLayout L = computeMeshLayout(make(1, 2, 1, 2, 1));
     QCOMPARE(L.rows, 2);
     QCOMPARE(L.cols, 2);
-    QCOMPARE(L.cells[2].row, 1);
+    QCOMPARE(L.cells[2].row, 1);  // rank 2: cfg 1, ulysses 0
     QCOMPARE(L.cells[2].col, 0);
     QCOMPARE(L.rowLabels, (QStringList{"cfg 0", "cfg 1"}));
+  }
+
+  void ringRunsDown() {
+    const MeshLayout L = computeMeshLayout(make(1, 1, 2, 4, 1));  // unified, 8 ranks
+    QCOMPARE(L.rows, 2);
+    QCOMPARE(L.cols, 4);
+    QCOMPARE(L.cells[5].row, 1);
+    QCOMPARE(L.cells[5].col, 1);
+    QCOMPARE(L.cells[5].label, QString("rank 5\nring 1 uly 1"));
+    QCOMPARE(L.rowLabels, (QStringList{"ring 0", "ring 1"}));
   }
 
   void invalid() {

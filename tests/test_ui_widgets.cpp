@@ -9,6 +9,7 @@
 #include <QListWidget>
 #include <QPlainTextEdit>
 #include <QSpinBox>
+#include <QTabWidget>
 #include <QTemporaryDir>
 
 #include "ui/advisor_dialog.h"
@@ -23,6 +24,12 @@ QString writeFakeMpirun(const QString& dir);
 
 namespace {
 QString fixture() { return qEnvironmentVariable("DITSTUDIO_TEST_FIXTURE"); }
+
+// With DITSTUDIO_UI_SNAPSHOT_DIR set, saves the window as <dir>/<name>.png (for docs and review).
+void snapshot(QWidget* w, const QString& name) {
+  const QString dir = qEnvironmentVariable("DITSTUDIO_UI_SNAPSHOT_DIR");
+  if (!dir.isEmpty()) w->grab().save(QDir(dir).filePath(name + ".png"));
+}
 
 dit::Strategy strat(int world, int tp = 1, int ring = 1, int uly = 1, int cfg = 1, int dp = 1) {
   dit::Strategy s;
@@ -91,6 +98,7 @@ class TestWidgets : public QObject {
                qPrintable(w->strategyEditor()->issuesText()));
     QVERIFY(!w->strategyEditor()->meshView()->layout().valid);
     QVERIFY(!w->startGroup());
+    snapshot(w.get(), "invalid-strategy");
     QVERIFY(w->generate().isEmpty());
     QVERIFY(!w->controller()->isRunning());
     QCOMPARE(w->controller()->state(), WorkerController::State::Stopped);
@@ -150,6 +158,12 @@ class TestWidgets : public QObject {
     QCOMPARE(w->strategyEditor()->strategy().device, std::string("cuda"));
     QCOMPARE(w->generationPanel()->params().width, 1024);
     QCOMPARE(w->strategyEditor()->meshView()->layout().cols, 4);
+    w->applyPreset(*w->presetStore()->find("8 GPUs, unified (ring 2 x Ulysses 4)"));
+    w->findChild<QTabWidget*>()->setCurrentIndex(1);
+    snapshot(w.get(), "strategy-tab");
+    w->findChild<QTabWidget*>()->setCurrentIndex(2);
+    snapshot(w.get(), "presets-tab");
+    w->applyPreset(*w->presetStore()->find("4 GPUs, Ulysses"));
     w->strategyEditor()->ringSpin()->setValue(2);
     w->strategyEditor()->worldSpin()->setValue(8);
     QVERIFY(pp->saveCurrentAs("my rig"));
@@ -237,6 +251,7 @@ class TestWidgets : public QObject {
     QVERIFY2(w->bannerText().contains("Rank 1"), qPrintable(w->bannerText()));
     QVERIFY(w->bannerText().contains("signal 9"));
     QVERIFY(w->rankModel()->failed(1));
+    snapshot(w.get(), "rank-failed");
     QVERIFY(w->restartAction()->isEnabled());
     QVERIFY(w->startAction()->isEnabled());
     qputenv("FAKE_MODE", "ok");

@@ -11,6 +11,7 @@ target_compile_definitions(test_ui_fake_worker PRIVATE QT_NO_KEYWORDS)
 
 set(_ui_env
   "QT_QPA_PLATFORM=offscreen"
+  "QTEST_DISABLE_STACK_DUMP=1"
   "DITSTUDIO_TEST_FIXTURE=${DITSTUDIO_FIXTURE}"
   "DITSTUDIO_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/ui-data"
   "XDG_RUNTIME_DIR=${CMAKE_CURRENT_BINARY_DIR}/ui-runtime")

@@ -24,7 +24,9 @@ std::optional<WorkerEvent> parseEventLine(const QByteArray& lineIn) {
   if (pe.error != QJsonParseError::NoError || !doc.isObject()) return std::nullopt;
   WorkerEvent ev;
   ev.data = doc.object();
-  const QJsonValue t = ev.data.value("type");
+  // The event name is in "event" (the worker's spelling); "type" is accepted too.
+  QJsonValue t = ev.data.value("event");
+  if (!t.isString()) t = ev.data.value("type");
   if (!t.isString() || t.toString().isEmpty()) return std::nullopt;
   ev.type = t.toString();
   return ev;

@@ -14,15 +14,16 @@ namespace dit::ui {
 /// The prefix that marks an event line on the worker's stdout.
 inline constexpr char kEventPrefix[] = "@@DIT ";
 
-/// One event: `type` is the JSON "type" field ("hello", "ready", "ranks", "image", ...), `data`
-/// the whole JSON object.
+/// One event: `type` is the event name ("hello", "ready", "ranks", "image", ...) from the JSON
+/// "event" field (or "type"), `data` the whole JSON object.
 struct WorkerEvent {
   QString type;
   QJsonObject data;
 };
 
 /// Parses one stdout line (with or without its trailing "\n" / "\r\n"). Returns nullopt for any
-/// line that is not `@@DIT {json object with a string "type"}` (library noise, truncated JSON).
+/// line that is not `@@DIT {json object with a string "event" (or "type")}` (library noise,
+/// truncated JSON).
 /// Tolerates leading whitespace and an OpenMPI --tag-output prefix such as "[1,0]<stdout>:".
 std::optional<WorkerEvent> parseEventLine(const QByteArray& line);
 

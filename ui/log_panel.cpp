@@ -15,7 +15,7 @@ LogPanel::LogPanel(QWidget* parent) : QWidget(parent) {
   auto* row = new QHBoxLayout;
   filter_ = new QComboBox(this);
   filter_->addItem(tr("all ranks"), -2);
-  filter_->addItem(tr("launcher"), -1);
+  filter_->addItem(tr("launcher (mpirun, GUI)"), -1);
   auto* clearBtn = new QPushButton(tr("Clear"), this);
   row->addWidget(filter_);
   row->addStretch(1);
@@ -32,7 +32,7 @@ LogPanel::LogPanel(QWidget* parent) : QWidget(parent) {
 }
 
 QString LogPanel::format(const Line& l) const {
-  const QString who = l.rank < 0 ? QStringLiteral("mpirun") : QStringLiteral("rank %1").arg(l.rank);
+  const QString who = l.rank < 0 ? QStringLiteral("group") : QStringLiteral("rank %1").arg(l.rank);
   return QStringLiteral("[%1] %2: %3").arg(who, l.level, l.text);
 }
 

@@ -142,6 +142,7 @@ void MainWindow::buildUi() {
   connect(cancelAllBtn, &QPushButton::clicked, this, &MainWindow::cancelAll);
   right->setStretchFactor(0, 3);
   right->setStretchFactor(1, 2);
+  right->setSizes({480, 330});
   split->setStretchFactor(0, 0);
   split->setStretchFactor(1, 3);
   split->setStretchFactor(2, 2);
@@ -171,6 +172,7 @@ void MainWindow::connectController() {
   WorkerController* c = controller_;
   connect(c, &WorkerController::stateChanged, this, [this](WorkerController::State s) {
     if (s == WorkerController::State::Starting) {  // a new group: fresh monitor
+      stage_.clear();
       rankModel_->reset(controller_->config().strategy.world);
       log_->setWorld(controller_->config().strategy.world);
     }
@@ -191,9 +193,9 @@ void MainWindow::connectController() {
     revalidate();
   });
   connect(c, &WorkerController::statusReceived, this, [this](const QString& stage, const QString& msg) {
+    stage_ = stage;
     stateLabel_->setToolTip(msg);
     updateStatus();
-    if (!msg.isEmpty()) statusBar()->showMessage(stage + ": " + msg, 4000);
   });
   connect(c, &WorkerController::ranksUpdated, this, [this](const QList<RankStats>& ranks) {
     rankModel_->update(ranks, controller_->elapsedSeconds());
@@ -218,7 +220,7 @@ void MainWindow::connectController() {
     log_->append(-1, "info", tr("%1 cancelled at step %2").arg(id).arg(step));
     requestParams_.remove(id);
     if (controller_->queue().isEmpty()) gallery_->setProgress(-1, {});
-    statusBar()->showMessage(tr("%1 cancelled").arg(id), 4000);
+    statusBar()->showMessage(tr("%1 cancelled").arg(id), 3000);
   });
   connect(c, &WorkerController::requestFailed, this, [this](const QString& id, const QString& msg) {
     requestParams_.remove(id);
@@ -288,6 +290,7 @@ void MainWindow::updateStatus() {
   const WorkerController::State s = controller_->state();
   QString text = tr("Group: %1").arg(WorkerController::stateName(s));
   if (controller_->isRunning()) {
+    if (!stage_.isEmpty() && s != WorkerController::State::Ready) text += QStringLiteral(" (%1)").arg(stage_);
     text += QStringLiteral(" · %1").arg(strategyText(controller_->config().strategy));
     if (configDiffers()) text += tr(" · strategy changed: Restart (or Generate) applies it");
   } else if (!validation_.canStart()) {

@@ -143,6 +143,7 @@ class MainWindow : public QMainWindow {
   QAction* cancelAct_ = nullptr;
   QPointer<AdvisorDialog> advisor_;
   QMap<QString, GenerationParams> requestParams_;
+  QString stage_;  ///< last `status` stage of the group
   bool closing_ = false;
   bool autoActive_ = false;
   QString autoFile_;

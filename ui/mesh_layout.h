@@ -1,6 +1,7 @@
-// Layout of the device mesh for the strategy editor's picture: one box per rank, one row per
-// (dp, cfg) replica, ranks of a replica left to right in mesh order (tp innermost). Coordinates
-// come from dit::meshCoords, the worker's own mapping.
+// Layout of the device mesh for the strategy editor's picture: one box per rank; one row per
+// (dp, cfg, ring) group, its ulysses x tp ranks left to right in mesh order (tp innermost), so a
+// Ulysses/tp group reads as a row and the ring runs down the rows of a replica. Coordinates come
+// from dit::meshCoords, the worker's own mapping.
 #pragma once
 
 #include <QList>
@@ -17,8 +18,8 @@ namespace dit::ui {
 struct MeshCell {
   int rank = 0;
   std::array<int, 5> coords{};  ///< {dp, cfg, ring, ulysses, tp}
-  int row = 0;                  ///< dp_i * cfg + cfg_i
-  int col = 0;                  ///< (ring_i * ulysses + ulysses_i) * tp + tp_i
+  int row = 0;                  ///< (dp_i * cfg + cfg_i) * ring + ring_i
+  int col = 0;                  ///< ulysses_i * tp + tp_i
   QString label;                ///< "rank 3" + the coordinates of the dimensions > 1
 };
 
@@ -28,7 +29,7 @@ struct MeshLayout {
   int rows = 0;
   int cols = 0;
   QList<MeshCell> cells;   ///< in rank order
-  QStringList rowLabels;   ///< "dp 0 / cfg 1" per row
+  QStringList rowLabels;   ///< "dp 0 / cfg 1 / ring 0" per row (dimensions > 1 only)
   QString dims;            ///< "dp 1 x cfg 2 x ring 1 x ulysses 2 x tp 1"
 };
 

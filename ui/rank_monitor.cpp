@@ -29,7 +29,7 @@ RankMonitor::RankMonitor(RankMonitorModel* model, QWidget* parent) : QWidget(par
   chart_ = new QChart;
   chart_->setTheme(QChart::ChartThemeDark);
   chart_->setBackgroundBrush(QColor(0x16, 0x18, 0x1b));
-  chart_->setTitle(tr("Memory per rank (MiB)"));
+  chart_->setTitle(tr("Host memory (RSS) per rank; dashed: device memory"));
   chart_->legend()->setAlignment(Qt::AlignBottom);
   chart_->setMargins(QMargins(4, 4, 4, 4));
   axisX_ = new QValueAxis(chart_);
@@ -41,11 +41,25 @@ RankMonitor::RankMonitor(RankMonitorModel* model, QWidget* parent) : QWidget(par
   axisY_->setRange(0, 1);
   chart_->addAxis(axisX_, Qt::AlignBottom);
   chart_->addAxis(axisY_, Qt::AlignLeft);
+  QFont small = chart_->font();
+  small.setPointSizeF(std::max(6.5, small.pointSizeF() - 2));
+  for (QValueAxis* a : {axisX_, axisY_}) {
+    a->setLabelsFont(small);
+    a->setTitleFont(small);
+    a->setTickCount(5);
+  }
+  axisY_->setTitleText(tr("MiB"));
+  chart_->legend()->setFont(small);
+  QFont titleFont = small;
+  titleFont.setBold(true);
+  chart_->setTitleFont(titleFont);
   chartView_ = new QChartView(chart_, split);
   chartView_->setRenderHint(QPainter::Antialiasing);
-  chartView_->setMinimumHeight(160);
+  chartView_->setMinimumHeight(200);
   split->addWidget(table_);
   split->addWidget(chartView_);
+  split->setStretchFactor(0, 1);
+  split->setStretchFactor(1, 2);
   lay->addWidget(split, 1);
   totals_ = new QLabel(this);
   totals_->setObjectName("hint");
@@ -104,7 +118,9 @@ void RankMonitor::rebuildSeries() {
     }
   }
   axisX_->setRange(0, tmax);
+  axisX_->applyNiceNumbers();
   axisY_->setRange(0, maxY_ * 1.1);
+  axisY_->applyNiceNumbers();
 }
 
 void RankMonitor::appendSamples(double t) {
@@ -122,7 +138,9 @@ void RankMonitor::appendSamples(double t) {
     }
   }
   axisX_->setRange(0, std::max(10.0, t));
+  axisX_->applyNiceNumbers();
   axisY_->setRange(0, maxY_ * 1.1);
+  axisY_->applyNiceNumbers();
   totals_->setText(tr("sent by all ranks: %1").arg(formatBytes(model_->totalBytesSent())));
 }
 

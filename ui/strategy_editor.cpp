@@ -19,7 +19,7 @@
 
 namespace dit::ui {
 namespace {
-constexpr int kBoxW = 96, kBoxH = 46, kGap = 6, kLabelW = 84;
+constexpr int kBoxW = 96, kMinBoxW = 58, kBoxH = 46, kGap = 6, kLabelW = 92;
 }
 
 MeshView::MeshView(QWidget* parent) : QWidget(parent) {
@@ -37,7 +37,16 @@ QSize MeshView::sizeHint() const {
   return {kLabelW + layout_.cols * (kBoxW + kGap) + 8, layout_.rows * (kBoxH + kGap) + 8};
 }
 
-QSize MeshView::minimumSizeHint() const { return sizeHint(); }
+QSize MeshView::minimumSizeHint() const {
+  if (!layout_.valid) return {200, 40};
+  return {kLabelW + layout_.cols * (kMinBoxW + kGap) + 8, layout_.rows * (kBoxH + kGap) + 8};
+}
+
+int MeshView::boxWidth() const {
+  if (layout_.cols <= 0) return kBoxW;
+  const int fit = (width() - kLabelW - 8) / layout_.cols - kGap;
+  return std::clamp(fit, kMinBoxW, kBoxW);
+}
 
 void MeshView::paintEvent(QPaintEvent*) {
   QPainter p(this);
@@ -59,8 +68,11 @@ void MeshView::paintEvent(QPaintEvent*) {
                layout_.rowLabels.value(row));
   }
   for (const MeshCell& c : layout_.cells) {
-    const QRect r(kLabelW + c.col * (kBoxW + kGap), 4 + c.row * (kBoxH + kGap), kBoxW, kBoxH);
-    QColor fill = rowColors[c.row % 4];
+    const int bw = boxWidth();
+    const QRect r(kLabelW + c.col * (bw + kGap), 4 + c.row * (kBoxH + kGap), bw, kBoxH);
+    // One colour per replica (dp, cfg); ring rows of a replica share it.
+    QColor fill = rowColors[(c.coords[0] * 2 + c.coords[1]) % 4];
+    if (c.coords[2] % 2 == 1) fill = fill.darker(115);
     if (c.coords[4] % 2 == 1) fill = fill.lighter(125);  // alternate shade inside a tp group
     p.setPen(QPen(fill.lighter(160), 1));
     p.setBrush(fill);
@@ -136,7 +148,7 @@ StrategyEditor::StrategyEditor(QWidget* parent) : QWidget(parent) {
   issues_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   outer->addWidget(issues_);
 
-  auto* meshBox = new QGroupBox(tr("Mesh (rank order: tp innermost)"), this);
+  auto* meshBox = new QGroupBox(tr("Mesh: a row per dp/cfg/ring group, ulysses × tp across"), this);
   auto* mlay = new QVBoxLayout(meshBox);
   mesh_ = new MeshView(meshBox);
   auto* scroll = new QScrollArea(meshBox);

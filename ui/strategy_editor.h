@@ -32,6 +32,7 @@ class MeshView : public QWidget {
   void paintEvent(QPaintEvent*) override;
 
  private:
+  int boxWidth() const;
   MeshLayout layout_;
 };
 
