@@ -18,7 +18,7 @@ set(_ui_env
 file(MAKE_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}/ui-runtime")
 
 function(ditstudio_ui_test name)
-  cmake_parse_arguments(T "" "LABELS;TIMEOUT" "ENV;LIBS" ${ARGN})
+  cmake_parse_arguments(T "" "TIMEOUT" "LABELS;ENV;LIBS" ${ARGN})
   add_executable(${name} ${CMAKE_CURRENT_LIST_DIR}/${name}.cpp)
   set_target_properties(${name} PROPERTIES AUTOMOC ON)
   target_link_libraries(${name} PRIVATE dit_ui Qt6::Test ${T_LIBS})
@@ -49,7 +49,7 @@ ditstudio_ui_test(test_ui_widgets LIBS test_ui_fake_worker TIMEOUT 300)
 # The real worker: 2 CPU ranks under mpirun, the embedded tiny model.
 if(TARGET ditstudio-worker)
   ditstudio_ui_test(test_ui_integration
-    LABELS "ui;integration"
+    LABELS ui integration
     TIMEOUT 1500
     ENV "DITSTUDIO_TEST_WORKER=$<TARGET_FILE:ditstudio-worker>"
         "DITSTUDIO_TEST_MODEL=${DITSTUDIO_BUILD_MODEL_DIR}/tiny-flux")
