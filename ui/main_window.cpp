@@ -231,6 +231,8 @@ void MainWindow::connectController() {
   });
   connect(c, &WorkerController::errorReported, this, [this](const WorkerFailure& f) {
     if (f.rank >= 0 && f.fatal) rankModel_->markFailed(f.rank, f.message);
+    // Request errors arrive through requestFailed, fatal ones through groupFailed.
+    if (!f.fatal && f.id.isEmpty()) showBanner(tr("The worker reported an error"), f.message, false, false);
   });
   connect(c, &WorkerController::groupFailed, this, &MainWindow::onGroupFailed);
   connect(c, &WorkerController::groupStopped, this, [this](int) {
@@ -385,6 +387,7 @@ QString MainWindow::generate() {
   hideBanner();
   const GenerationParams p = genPanel_->params();
   controller_->setMaxSequenceLength(0);
+  controller_->setPreviewEvery(std::max(1, p.steps / 25));  // about 25 previews per image at most
   const QString id = controller_->submit(p);
   requestParams_[id] = p;
   gallery_->setProgress(0, tr("%1 queued").arg(id));
