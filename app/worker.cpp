@@ -398,6 +398,7 @@ class Worker {
     // All images of the request are written before "done" (a world barrier orders the replicas).
     world_->barrier();
     stage_ = "idle";
+    syncStats(0, 0, 0.0, /*emit=*/true);  // every rank back to idle, final memory figures
     if (rank_ == 0 && !cancelled)
       emitEvent(json{{"event", "done"}, {"id", id},
                      {"seconds", std::chrono::duration<double>(Clock::now() - tReq).count()}});

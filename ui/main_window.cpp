@@ -433,6 +433,8 @@ void MainWindow::onImage(const ImageResult& r) {
   if (autoActive_) {
     QTimer::singleShot(400, this, [this, path = r.path] {
       if (!autoFile_.isEmpty()) {
+        // Show the strategy editor (with its mesh) beside the image and the per-rank monitor.
+        leftTabs_->setCurrentIndex(1);
         const bool ok = grab().save(autoFile_);
         finishAuto(ok, ok ? tr("screenshot written to %1 (image %2)").arg(autoFile_, path)
                           : tr("cannot write the screenshot %1").arg(autoFile_));
