@@ -8,6 +8,7 @@
 #include "parallel/attention.h"
 #include "parallel/context_parallel.h"
 #include "parallel/process_group.h"
+#include "parallel/strategy.h"
 
 namespace dit {
 
@@ -31,27 +32,17 @@ const std::vector<TensorParallelRule>& fluxTensorParallelPlan() {
 }
 
 std::string checkFluxTensorParallel(const FluxTransformerConfig& c, int tp) {
-  if (tp < 1) return "tp_degree must be at least 1";
-  if (c.num_attention_heads % tp != 0)
-    return "tp_degree " + std::to_string(tp) + " does not divide num_attention_heads " +
-           std::to_string(c.num_attention_heads) + " (attention under tensor parallel splits heads)";
-  const int inner = c.innerDim(), mlp = c.mlpHidden();
-  for (const auto& r : fluxTensorParallelPlan()) {
-    const std::string layer = std::string(r.singleBlock ? "single_transformer_blocks.*." : "transformer_blocks.*.") + r.suffix;
-    std::vector<std::pair<std::string, int>> dims;
-    if (r.style == TensorParallelRule::PackedRowwise) {
-      dims = {{"packed block inner_dim", inner}, {"packed block mlp_hidden_dim", mlp}};
-    } else if (r.suffix.find("ff") == 0 || r.suffix == "proj_mlp" || r.suffix.find("ff_context") == 0) {
-      dims = {{r.style == TensorParallelRule::Colwise ? "output features" : "input features", mlp}};
-    } else {
-      dims = {{r.style == TensorParallelRule::Colwise ? "output features" : "input features", inner}};
-    }
-    for (auto& [what, n] : dims)
-      if (n % tp != 0)
-        return "tp_degree " + std::to_string(tp) + " does not divide " + layer + " " + what + " " +
-               std::to_string(n);
-  }
-  return "";
+  // One set of rules and messages for the worker, the CLI, the GUI and the model itself.
+  Strategy s;
+  s.world = s.tp_degree = tp;
+  ModelDims m;
+  m.num_attention_heads = c.num_attention_heads;
+  m.attention_head_dim = c.attention_head_dim;
+  m.mlp_ratio_hidden = c.mlpHidden();
+  m.joint_attention_dim = c.joint_attention_dim;
+  auto issues = validateDegrees(s);
+  if (issues.empty()) issues = validateForModel(s, m);
+  return joinIssues(issues);
 }
 
 namespace {

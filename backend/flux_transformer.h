@@ -70,9 +70,9 @@ class FluxTransformer2DModel {
   std::unique_ptr<Impl> d_;
 };
 
-/// Checks the TP plan against the config: tp divides heads, each colwise output dim, each
-/// rowwise input dim, each packed block. Returns "" when fine, else a message naming the layer,
-/// size and degree.
+/// Checks tensor parallel against the config with the strategy rules of parallel/strategy.h
+/// (validateForModel): tp divides heads, each colwise output dim, each rowwise input dim, each
+/// packed block. Returns "" when fine, else the messages naming the layers, sizes and degree.
 std::string checkFluxTensorParallel(const FluxTransformerConfig& c, int tp);
 
 }  // namespace dit

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "backend/flux_pipeline.h"
+#include "backend/flux_transformer.h"
 #include "backend/model_config.h"
 #include "backend/safetensors.h"
 #include "backend/tensor_io.h"
@@ -209,4 +210,15 @@ TEST(RequestErrors, SizeNotMultipleOfPatch) {
 
 TEST(RequestErrors, UnknownDtype) {
   expectError([] { parseComputeDType("float64"); }, {"unknown dtype 'float64'", "float32, bfloat16 or float16"});
+}
+
+TEST(TensorParallelPlan, RefusesDegreesThatDoNotDivide) {
+  auto m = ModelFolder::open(test::fixtureDir());
+  EXPECT_EQ(checkFluxTensorParallel(m.transformer, 1), "");
+  EXPECT_EQ(checkFluxTensorParallel(m.transformer, 4), "");
+  const std::string msg = checkFluxTensorParallel(m.transformer, 3);
+  EXPECT_NE(msg.find("tp_degree 3 does not divide num_attention_heads 4"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("inner_dim 64"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("proj_out"), std::string::npos) << msg;
+  EXPECT_NE(checkFluxTensorParallel(m.transformer, 8).find("does not divide num_attention_heads 4"), std::string::npos);
 }
