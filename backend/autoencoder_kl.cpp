@@ -11,8 +11,11 @@ namespace {
 
 struct Conv {
   at::Tensor w, b;
-  int pad = 1;
-  at::Tensor operator()(const at::Tensor& x) const { return at::conv2d(x, w, b, 1, pad); }
+  int64_t pad = 1;
+  at::Tensor operator()(const at::Tensor& x) const {
+    const int64_t stride[2] = {1, 1}, padding[2] = {pad, pad};
+    return at::conv2d(x, w, b, at::IntArrayRef(stride), at::IntArrayRef(padding));
+  }
 };
 struct GroupNorm {
   at::Tensor w, b;
@@ -144,7 +147,8 @@ at::Tensor AutoencoderKL::decode(const at::Tensor& z0) const {
       // Upsample2D: nearest x2 (computed in float32 for bf16 as diffusers does), then conv.
       const auto dt = x.scalar_type();
       at::Tensor xf = dt == at::kBFloat16 ? x.to(at::kFloat) : x;
-      xf = at::upsample_nearest2d(xf, {xf.size(2) * 2, xf.size(3) * 2});
+      const int64_t size[2] = {xf.size(2) * 2, xf.size(3) * 2};
+      xf = at::upsample_nearest2d(xf, at::IntArrayRef(size), c10::nullopt, c10::nullopt);
       x = ub.up(xf.to(dt));
     }
   }
