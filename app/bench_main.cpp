@@ -31,6 +31,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "app/device_stats.h"
 #include "app/generation.h"
 #include "backend/flux_transformer.h"
 #include "backend/model_config.h"
@@ -41,11 +42,6 @@
 #include "parallel/runtime.h"
 #include "parallel/strategy.h"
 
-#if DITSTUDIO_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAFunctions.h>
-#endif
 
 using namespace dit;
 using nlohmann::ordered_json;
@@ -62,47 +58,6 @@ struct Args {
   double peakTflops = -1.0;
   Strategy s;
 };
-
-// ------------------------------------------------------------------ device helpers
-void deviceSync(const c10::Device& d) {
-#if DITSTUDIO_WITH_CUDA
-  if (d.is_cuda()) c10::cuda::device_synchronize();
-#else
-  (void)d;
-#endif
-}
-
-struct DeviceMem {
-  int64_t cur = 0, peak = 0;
-};
-DeviceMem deviceMemory(const c10::Device& d) {
-  DeviceMem m;
-#if DITSTUDIO_WITH_CUDA
-  if (d.is_cuda()) {
-    auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index());
-    const size_t agg = 0;  // StatType::AGGREGATE (the enum moved namespaces across 2.x releases)
-    m.cur = st.allocated_bytes[agg].current;
-    m.peak = st.allocated_bytes[agg].peak;
-  }
-#else
-  (void)d;
-#endif
-  return m;
-}
-void resetDevicePeak(const c10::Device& d) {
-#if DITSTUDIO_WITH_CUDA
-  if (d.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(d.index());
-#else
-  (void)d;
-#endif
-}
-std::string deviceName(const c10::Device& d) {
-#if DITSTUDIO_WITH_CUDA
-  if (d.is_cuda()) return at::cuda::getDeviceProperties(d.index())->name;
-#endif
-  (void)d;
-  return "cpu";
-}
 
 // Resets VmHWM to the current VmRSS (Linux: "5" to /proc/self/clear_refs), so that the peak of
 // one phase can be read afterwards. Returns false when the kernel refuses.
@@ -438,15 +393,7 @@ int runBench(Args a) {
   j["dtype"] = computeDTypeName(dtype);
   j["device"] = s.device;
   j["device_name"] = deviceName(device);
-  ordered_json sj;
-  sj["world"] = s.world;
-  sj["tp_degree"] = s.tp_degree;
-  sj["ring_degree"] = s.ring_degree;
-  sj["ulysses_degree"] = s.ulysses_degree;
-  sj["cfg_degree"] = s.cfg_degree;
-  sj["dp_degree"] = s.dp_degree;
-  sj["ulysses_anything"] = s.ulysses_anything;
-  sj["ring_anything"] = s.ring_anything;
+  ordered_json sj = ordered_json::parse(nlohmann::json(s).dump());  // to_json(Strategy)
   sj["describe"] = s.describe();
   sj["backend"] = mesh.backend();
   j["strategy"] = sj;

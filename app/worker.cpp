@@ -19,6 +19,7 @@
 #include <set>
 #include <thread>
 
+#include "app/device_stats.h"
 #include "app/generation.h"
 #include "backend/flux_pipeline.h"
 #include "backend/model_config.h"
@@ -29,10 +30,6 @@
 #include "parallel/runtime.h"
 #include "parallel/strategy.h"
 
-#if DITSTUDIO_WITH_CUDA
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAFunctions.h>
-#endif
 
 using namespace dit;
 using nlohmann::json;
@@ -129,25 +126,6 @@ struct Fault {
     if (kind == "hang_at_step") std::this_thread::sleep_for(std::chrono::hours(1));
   }
 };
-
-// ------------------------------------------------------------------ memory
-struct DeviceMem {
-  uint64_t cur = 0, peak = 0;
-};
-DeviceMem deviceMemory(const std::string& device) {
-  DeviceMem m;
-#if DITSTUDIO_WITH_CUDA
-  if (device.rfind("cuda", 0) == 0) {
-    auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
-    const size_t agg = 0;  // StatType::AGGREGATE (the enum moved namespaces across 2.x releases)
-    m.cur = st.allocated_bytes[agg].current;
-    m.peak = st.allocated_bytes[agg].peak;
-  }
-#else
-  (void)device;
-#endif
-  return m;
-}
 
 const char* kStages[] = {"idle", "loading", "encoding", "denoising", "decoding"};
 int stageIndex(const std::string& s) {
@@ -270,7 +248,7 @@ class Worker {
   // when rank 0 says cancel.
   bool syncStats(int step, int steps, double stepMs, bool emit, const std::string& id = "",
                  int imageIndex = 0) {
-    auto dm = deviceMemory(device_);
+    auto dm = deviceMemory(c10::Device(device_));
     const bool cancel = rank_ == 0 && !id.empty() && reader_.isCancelled(id);
     const std::vector<int64_t> row{stageIndex(stage_), step, steps, (int64_t)residentSetBytes(),
                                    (int64_t)peakResidentSetBytes(), (int64_t)dm.cur, (int64_t)dm.peak,

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "backend/safetensors.h"  // dit::ModelFileError
+#include "backend/token_split.h"
 #include "backend/spm_loader.h"
 
 namespace dit {
@@ -148,24 +149,9 @@ std::vector<int64_t> T5Tokenizer::encode(const std::string& text) const {
   const Impl& m = *impl_;
   std::vector<int64_t> ids;
   ids.reserve(text.size() / 2 + 1);
-  // Split on the special tokens (matched verbatim in the raw text: leftmost, then longest).
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    size_t best = std::string::npos, bestLen = 0;
-    int64_t bestId = -1;
-    for (const auto& [tok, id] : m.specials) {
-      const size_t f = text.find(tok, pos);
-      if (f == std::string::npos) continue;
-      if (f < best || (f == best && tok.size() > bestLen)) best = f, bestLen = tok.size(), bestId = id;
-    }
-    if (best == std::string::npos) {
-      m.encodeSegment(std::string_view(text).substr(pos), ids);
-      break;
-    }
-    m.encodeSegment(std::string_view(text).substr(pos, best - pos), ids);
-    ids.push_back(bestId);
-    pos = best + bestLen;
-  }
+  encodeAroundSpecials(
+      text, m.specials, [&m](std::string_view seg, std::vector<int64_t>& out) { m.encodeSegment(seg, out); },
+      ids);
   ids.push_back(m.eosId);
   return ids;
 }
@@ -174,14 +160,7 @@ std::vector<int64_t> T5Tokenizer::encodePadded(const std::string& text, int max_
   if (max_length < 1)
     throw std::invalid_argument("T5Tokenizer::encodePadded: max_length must be >= 1, got " +
                                 std::to_string(max_length));
-  std::vector<int64_t> ids = encode(text);
-  const auto n = static_cast<size_t>(max_length);
-  if (ids.size() > n) {
-    ids.resize(n - 1);
-    ids.push_back(impl_->eosId);
-  }
-  ids.resize(n, impl_->padId);
-  return ids;
+  return truncateAndPad(encode(text), static_cast<size_t>(max_length), impl_->eosId, impl_->padId);
 }
 
 int64_t T5Tokenizer::eosId() const { return impl_->eosId; }

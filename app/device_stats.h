@@ -1,0 +1,26 @@
+// Device helpers shared by ditstudio-worker and ditstudio-bench: synchronisation and the CUDA
+// caching allocator's memory figures. On CPU builds (or CPU devices) they are no-ops / zeros.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <string>
+
+namespace dit {
+
+struct DeviceMem {
+  int64_t cur = 0;   ///< bytes allocated by the CUDA caching allocator now (aggregate)
+  int64_t peak = 0;  ///< peak since start or the last resetDevicePeak
+};
+
+/// Waits for the device's queued work (cudaDeviceSynchronize); no-op on CPU.
+void deviceSync(const c10::Device& d);
+/// Allocated bytes on `d` (CUDA caching allocator stats); zeros on CPU.
+DeviceMem deviceMemory(const c10::Device& d);
+/// Resets the peak of deviceMemory(d).
+void resetDevicePeak(const c10::Device& d);
+/// The device's marketing name ("NVIDIA H200"), or "cpu".
+std::string deviceName(const c10::Device& d);
+
+}  // namespace dit
