@@ -15,28 +15,17 @@ namespace dit {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-template <typename T>
-static void field(const json& j, const char* k, T& out) {
-  auto it = j.find(k);
-  if (it == j.end() || it->is_null()) return;
-  try {
-    out = it->get<T>();
-  } catch (const json::exception&) {
-    throw std::invalid_argument(std::string("request field '") + k + "' has the wrong type: " + it->dump());
-  }
-}
-
 GenerationParams paramsFromJson(const json& j) {
   GenerationParams p;
-  field(j, "prompt", p.prompt);
-  field(j, "negative_prompt", p.negative_prompt);
-  field(j, "true_cfg_scale", p.true_cfg_scale);
-  field(j, "width", p.width);
-  field(j, "height", p.height);
-  field(j, "steps", p.steps);
-  field(j, "guidance", p.guidance);
-  field(j, "seed", p.seed);
-  field(j, "max_sequence_length", p.max_sequence_length);
+  p.prompt = requestField(j, "prompt", p.prompt);
+  p.negative_prompt = requestField(j, "negative_prompt", p.negative_prompt);
+  p.true_cfg_scale = requestField(j, "true_cfg_scale", p.true_cfg_scale);
+  p.width = requestField(j, "width", p.width);
+  p.height = requestField(j, "height", p.height);
+  p.steps = requestField(j, "steps", p.steps);
+  p.guidance = requestField(j, "guidance", p.guidance);
+  p.seed = requestField(j, "seed", p.seed);
+  p.max_sequence_length = requestField(j, "max_sequence_length", p.max_sequence_length);
   return p;
 }
 

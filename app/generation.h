@@ -14,6 +14,19 @@ namespace dit {
 /// of GenerationParams (resolved later against the model). Throws std::invalid_argument naming a
 /// field of the wrong type.
 GenerationParams paramsFromJson(const nlohmann::json& j);
+
+/// Field `key` of a request as T, `fallback` when absent or null. Throws std::invalid_argument
+/// naming the field and its value when it has the wrong type.
+template <typename T>
+T requestField(const nlohmann::json& j, const char* key, T fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  try {
+    return it->get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw std::invalid_argument(std::string("request field '") + key + "' has the wrong type: " + it->dump());
+  }
+}
 nlohmann::json paramsToJson(const GenerationParams& p);
 
 /// Writes the PNG (8-bit RGB, text chunk "parameters" = JSON of the resolved parameters plus

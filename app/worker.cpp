@@ -46,31 +46,29 @@ class RequestReader {
       std::string line;
       while (std::getline(std::cin, line)) {
         if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        // A bad line gets an error event; the worker keeps serving (nothing here may throw).
+        std::string why;
         json j;
         try {
           j = json::parse(line);
+          why = validate(j);
         } catch (const std::exception& e) {
-          emitEvent(json{{"event", "error"}, {"id", nullptr}, {"rank", 0}, {"fatal", false},
-                         {"message", std::string("request is not valid JSON: ") + e.what()}});
+          why = std::string("request is not valid JSON: ") + e.what();
+        }
+        if (!why.empty()) {
+          json idv = j.is_object() && j.contains("id") && j["id"].is_string() ? j["id"] : json();
+          emitEvent(json{{"event", "error"}, {"id", idv}, {"rank", 0}, {"fatal", false}, {"message", why}});
           continue;
         }
+        const std::string type = j["type"].get<std::string>();
         std::lock_guard<std::mutex> lk(m_);
-        if (j.value("type", "") == "cancel") {
-          const std::string id = j.value("id", "");
-          bool queued = false;
-          for (auto it = q_.begin(); it != q_.end(); ++it)
-            if (it->value("id", "") == id) {
-              q_.erase(it);
-              queued = true;
-              break;
-            }
-          if (queued) emitEvent(json{{"event", "cancelled"}, {"id", id}, {"step", 0}});
-          else cancelled_.insert(id);
+        if (type == "cancel") {
+          cancel(j["id"].get<std::string>());
           continue;
         }
         q_.push_back(j);
-        if (j.value("type", "") == "generate")
-          emitEvent(json{{"event", "accepted"}, {"id", j.value("id", "")}, {"queue_position", q_.size() - 1}});
+        if (type == "generate")
+          emitEvent(json{{"event", "accepted"}, {"id", j["id"]}, {"queue_position", q_.size() - 1}});
         cv_.notify_one();
       }
       std::lock_guard<std::mutex> lk(m_);
@@ -79,12 +77,20 @@ class RequestReader {
     }).detach();
   }
   /// Next request, or a heartbeat {"type":"noop"} after `wait` so idle ranks are checked.
+  /// A generate request becomes the running one (cancel then applies to it).
   json next(std::chrono::milliseconds wait) {
     std::unique_lock<std::mutex> lk(m_);
     if (!cv_.wait_for(lk, wait, [this] { return !q_.empty(); })) return json{{"type", "noop"}};
     json j = q_.front();
     q_.pop_front();
+    if (j.value("type", "") == "generate") running_ = j["id"].get<std::string>();
     return j;
+  }
+  /// The running request ended: later requests may reuse its id.
+  void finished(const std::string& id) {
+    std::lock_guard<std::mutex> lk(m_);
+    cancelled_.erase(id);
+    if (running_ == id) running_.clear();
   }
   bool isCancelled(const std::string& id) {
     std::lock_guard<std::mutex> lk(m_);
@@ -92,10 +98,38 @@ class RequestReader {
   }
 
  private:
+  // Shape checks of a request line; "" when it can be queued.
+  static std::string validate(const json& j) {
+    if (!j.is_object()) return "request must be a JSON object, got " + j.dump();
+    if (!j.contains("type") || !j["type"].is_string())
+      return "request needs a string \"type\" (generate, cancel or shutdown)";
+    const std::string type = j["type"].get<std::string>();
+    if (type != "generate" && type != "cancel" && type != "shutdown")
+      return "unknown request type '" + type + "' (generate, cancel or shutdown)";
+    if ((type == "generate" || type == "cancel") && (!j.contains("id") || !j["id"].is_string()))
+      return "a " + type + " request needs a string \"id\"";
+    return "";
+  }
+  void cancel(const std::string& id) {
+    for (auto it = q_.begin(); it != q_.end(); ++it)
+      if ((*it)["id"] == id) {
+        q_.erase(it);
+        emitEvent(json{{"event", "cancelled"}, {"id", id}, {"step", 0}});
+        return;
+      }
+    if (id == running_) {
+      cancelled_.insert(id);  // acknowledged by the "cancelled" event at the next step
+      return;
+    }
+    emitEvent(json{{"event", "error"}, {"id", id}, {"rank", 0}, {"fatal", false},
+                   {"message", "cancel: no queued or running request with id '" + id + "'"}});
+  }
+
   std::mutex m_;
   std::condition_variable cv_;
   std::deque<json> q_;
   std::set<std::string> cancelled_;
+  std::string running_;
 };
 
 // ------------------------------------------------------------------ fault injection
@@ -277,15 +311,26 @@ class Worker {
   }
 
   void handleGenerate(const json& req) {
-    const std::string id = req.value("id", "request");
+    const std::string id = req["id"].get<std::string>();  // checked by RequestReader::validate
+    struct Done {  // the request's id may be reused once this returns
+      Worker* w;
+      std::string id;
+      ~Done() {
+        if (w->rank_ == 0) w->reader_.finished(id);
+      }
+    } done{this, id};
     GenerationParams base;
     std::vector<std::string> prompts;
-    int numImages = 1;
+    std::string output, outputDir, outputTensors;
+    int numImages = 1, previewEvery = 0;
     try {
       base = paramsFromJson(req);
-      if (req.contains("prompts") && req["prompts"].is_array())
-        for (auto& p : req["prompts"]) prompts.push_back(p.get<std::string>());
-      numImages = prompts.empty() ? req.value("num_images", 1) : static_cast<int>(prompts.size());
+      output = requestField<std::string>(req, "output", "");
+      outputDir = requestField<std::string>(req, "output_dir", "");
+      outputTensors = requestField<std::string>(req, "output_tensors", "");
+      previewEvery = requestField<int>(req, "preview_every", 0);
+      prompts = requestField<std::vector<std::string>>(req, "prompts", {});
+      numImages = prompts.empty() ? requestField<int>(req, "num_images", 1) : static_cast<int>(prompts.size());
       if (numImages < 1) throw std::invalid_argument("num_images must be at least 1");
       if (base.seed < 0) base.seed = 0;  // replaced below by rank 0's random seed
       base = pipe_->resolve(base);
@@ -304,15 +349,11 @@ class Worker {
       return;
     }
     // A random seed is drawn on rank 0 and shared, so every rank starts from the same noise.
-    if (req.value("seed", int64_t(0)) < 0) {
+    if (requestField<int64_t>(req, "seed", 0) < 0) {
       at::Tensor sd = at::full({1}, rank_ == 0 ? randomSeed() : int64_t(0), at::kLong);
       world_->broadcast(sd, 0);
       base.seed = sd.item<int64_t>();
     }
-    const std::string output = req.value("output", "");
-    const std::string outputDir = req.value("output_dir", "");
-    const std::string outputTensors = req.value("output_tensors", "");
-    const int previewEvery = req.value("preview_every", 0);
     const int dp = s_.dp_degree, dpi = mesh_->coord("dp");
     const bool leader = mesh_->coord("cfg") == 0 && mesh_->coord("ring") == 0 &&
                         mesh_->coord("ulysses") == 0 && mesh_->coord("tp") == 0;

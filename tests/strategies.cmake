@@ -28,3 +28,8 @@ target_precompile_headers(test_worker_faults REUSE_FROM dit_engine)
 add_dependencies(test_worker_faults ditstudio-cli ditstudio-worker)
 gtest_add_tests(TARGET test_worker_faults TEST_LIST _fault_tests)
 set_tests_properties(${_fault_tests} PROPERTIES LABELS "parallel;mpi;fault" TIMEOUT 150)
+
+# Malformed requests: error events, the group keeps serving.
+add_test(NAME worker_bad_requests COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/worker_protocol_check.sh
+         ${MPIEXEC_PROGRAM} $<TARGET_FILE:ditstudio-worker> ${DITSTUDIO_FIXTURE})
+set_tests_properties(worker_bad_requests PROPERTIES LABELS "parallel;mpi;errors" TIMEOUT 150)
