@@ -12,6 +12,7 @@
 #include <ATen/Parallel.h>
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -135,6 +136,15 @@ int runMpi(const CliOptions& o) {
   }
   close(toChild[0]);
   close(fromChild[1]);
+  // Ctrl-C / SIGTERM on the CLI ends the process group too (mpirun forwards it to every rank).
+  static pid_t child = 0;
+  child = pid;
+  struct sigaction sa {};
+  sa.sa_handler = [](int sig) {
+    if (child > 0) ::kill(child, sig);
+  };
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
   std::string req = requestJson(o).dump() + "\n" + json{{"type", "shutdown"}}.dump() + "\n";
   if (write(toChild[1], req.data(), req.size()) != static_cast<ssize_t>(req.size()))
     spdlog::warn("could not write the whole request to the worker");
@@ -159,7 +169,10 @@ int runMpi(const CliOptions& o) {
       else if (std::regex_search(l, m, exitCode)) deadHow = "exited with code " + m[1].str();
       else if (std::regex_search(l, m, noticed)) {
         deadRank = m[1];
-        deadHow = "was killed by signal " + m[4].str() + m[5].str();
+        std::string detail = m[5].str();
+        while (!detail.empty() && (detail.back() == '.' || std::isspace(static_cast<unsigned char>(detail.back()))))
+          detail.pop_back();
+        deadHow = "was killed by signal " + m[4].str() + detail;
       }
       continue;
     }
@@ -299,6 +312,12 @@ int main(int argc, char** argv) {
     s.device = o.device;
     auto issues = validateDegrees(s);
     if (!issues.empty()) throw std::invalid_argument(joinIssues(issues));
+    // Refuse what every rank would refuse, before any process starts.
+    const at::ScalarType dtype = parseComputeDType(o.dtype);
+    if (o.device != "cpu" && o.device != "cuda")
+      throw std::invalid_argument("unknown device '" + o.device + "' (use cpu or cuda)");
+    if (o.device == "cpu" && dtype == at::kHalf)
+      throw std::invalid_argument("float16 is not supported on the CPU; use float32 or bfloat16 (float16 on GPUs)");
     if (o.np == 1 && o.hostfile.empty()) return runLocal(o);
     // Refuse an impossible strategy before anything starts (configs only, no weights read).
     const auto model = ModelFolder::open(o.model);

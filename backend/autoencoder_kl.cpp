@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "backend/weights.h"
+#include "parallel/attention.h"
 
 namespace dit {
 namespace {
@@ -82,9 +83,10 @@ struct AutoencoderKL::Impl {
   at::Tensor attention(const at::Tensor& x) const {
     const int64_t B = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
     at::Tensor h = attn.gn(x).view({B, C, H * W}).transpose(1, 2);  // [B, HW, C], one head
-    at::Tensor q = attn.q(h), k = attn.k(h), v = attn.v(h);
-    at::Tensor s = at::matmul(q, k.transpose(-1, -2)) / std::sqrt(static_cast<double>(C));
-    at::Tensor o = attn.o(at::matmul(at::softmax(s, -1), v));
+    // One head of size C over the H*W positions; localAttention works through the queries in
+    // chunks, so the score matrix never has to exist whole (it is (H*W)^2 at the mid block).
+    at::Tensor q = attn.q(h).unsqueeze(1), k = attn.k(h).unsqueeze(1), v = attn.v(h).unsqueeze(1);
+    at::Tensor o = attn.o(localAttention(q, k, v).squeeze(1));
     return o.transpose(1, 2).reshape({B, C, H, W}) + x;  // residual_connection, rescale 1
   }
 };

@@ -38,6 +38,11 @@ FluxPipeline::FluxPipeline(const ModelFolder& model, const PipelineOptions& opts
   D.model = model;
   D.opts = opts;
   D.device = c10::Device(opts.device);
+  if (D.device.is_cuda() && !at::hasCUDA())
+    throw std::invalid_argument("--device cuda: this build of DiT Studio has no CUDA support (LibTorch " +
+                                std::string("without CUDA); use --device cpu or a CUDA build"));
+  if (D.device.is_cpu() && opts.dtype == at::kHalf)
+    throw std::invalid_argument("float16 is not supported on the CPU (LibTorch has no CPU half LayerNorm/GroupNorm kernels); use float32 or bfloat16 on the CPU, float16 on GPUs");
   // Validate the parallel plan before reading any weight.
   if (auto msg = checkFluxTensorParallel(model.transformer, opts.parallel.tpSize()); !msg.empty())
     throw std::invalid_argument(msg);
@@ -74,6 +79,8 @@ std::map<std::string, uint64_t> FluxPipeline::weightBytes() const { return d_->b
 GenerationParams FluxPipeline::resolve(GenerationParams p) const {
   const int vsf = d_->model.vae.vaeScaleFactor();
   const int mult = 2 * vsf;
+  if (p.width < 0 || p.height < 0 || p.steps < 0 || p.max_sequence_length < 0)
+    throw std::invalid_argument("width, height, steps and max_sequence_length cannot be negative (0 = the model's default)");
   if (p.width <= 0) p.width = 128 * vsf;
   if (p.height <= 0) p.height = 128 * vsf;
   if (p.steps <= 0) p.steps = 28;
@@ -85,6 +92,11 @@ GenerationParams FluxPipeline::resolve(GenerationParams p) const {
         std::to_string(p.width) + "x" + std::to_string(p.height) + " — try " +
         std::to_string(std::max(mult, p.width / mult * mult)) + "x" +
         std::to_string(std::max(mult, p.height / mult * mult)));
+  constexpr int kMaxSide = 16384;
+  if (p.width > kMaxSide || p.height > kMaxSide)
+    throw std::invalid_argument("width and height are limited to " + std::to_string(kMaxSide) +
+                                " pixels; got " + std::to_string(p.width) + "x" + std::to_string(p.height));
+  if (p.steps > 1000) throw std::invalid_argument("steps are limited to 1000; got " + std::to_string(p.steps));
   if (p.max_sequence_length > 512)
     throw std::invalid_argument("max_sequence_length cannot be greater than 512, got " +
                                 std::to_string(p.max_sequence_length));

@@ -14,7 +14,7 @@ PKGS=(
   libsentencepiece-dev libpcre2-dev libicu-dev libcli11-dev
   libgtest-dev libgmock-dev
   xvfb xauth fonts-dejavu-core
-  file dpkg-dev jq
+  zlib1g-dev file dpkg-dev jq
 )
 missing=()
 for p in "${PKGS[@]}"; do

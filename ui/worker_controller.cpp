@@ -329,8 +329,11 @@ WorkerFailure WorkerController::buildCrashFailure(int exitCode, QProcess::ExitSt
     if (mp && !mp->reason.isEmpty()) f.detail = QStringLiteral("mpirun: %1").arg(mp->reason);
   } else if (mp) {
     f.rank = mp->rank;
-    f.pid = mp->pid >= 0 ? mp->pid : pids_.value(mp->rank, -1);
+    f.pid = mp->pid > 0 ? mp->pid : pids_.value(mp->rank, -1);
     f.message = mp->reason;
+    // OpenMPI sometimes reports "PID 0"; the rank's hello event has the real one.
+    if (mp->pid <= 0 && f.pid > 0)
+      f.message.replace(QStringLiteral("(pid %1 ").arg(mp->pid), QStringLiteral("(pid %1 ").arg(f.pid));
     if (f.rank >= 0 && lastRanks_.contains(f.rank)) {
       const RankStats& r = lastRanks_[f.rank];
       if (!r.stage.isEmpty())
