@@ -222,3 +222,23 @@ TEST(TensorParallelPlan, RefusesDegreesThatDoNotDivide) {
   EXPECT_NE(msg.find("proj_out"), std::string::npos) << msg;
   EXPECT_NE(checkFluxTensorParallel(m.transformer, 8).find("does not divide num_attention_heads 4"), std::string::npos);
 }
+
+TEST(RequestErrors, NegativeAndHugeSizes) {
+  static FluxPipeline p(ModelFolder::open(test::fixtureDir()), {});
+  GenerationParams g;
+  g.width = -64;
+  expectError([&] { p.resolve(g); }, {"cannot be negative"});
+  g.width = 100000;
+  g.height = 64;
+  expectError([&] { p.resolve(g); }, {"limited to 16384 pixels", "100000x64"});
+  g.width = 64;
+  g.steps = -3;
+  expectError([&] { p.resolve(g); }, {"cannot be negative"});
+}
+
+TEST(RequestErrors, HalfOnCpuRefused) {
+  PipelineOptions o;
+  o.dtype = at::kHalf;
+  expectError([&] { FluxPipeline p(ModelFolder::open(test::fixtureDir()), o); },
+              {"float16 is not supported on the CPU"});
+}
