@@ -12,10 +12,15 @@ target_compile_definitions(test_ui_fake_worker PRIVATE QT_NO_KEYWORDS)
 set(_ui_env
   "QT_QPA_PLATFORM=offscreen"
   "QTEST_DISABLE_STACK_DUMP=1"
+  # QtTest's per-function watchdog (default 300 s) above the tests' own waits, so a hang ends as
+  # a test failure with its message rather than "Subprocess aborted".
+  "QTEST_FUNCTION_TIMEOUT=900000"
   "DITSTUDIO_TEST_FIXTURE=${DITSTUDIO_FIXTURE}"
   "DITSTUDIO_DATA_DIR=${CMAKE_CURRENT_BINARY_DIR}/ui-data"
   "XDG_RUNTIME_DIR=${CMAKE_CURRENT_BINARY_DIR}/ui-runtime")
 file(MAKE_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}/ui-runtime")
+# QStandardPaths wants the runtime directory private (0700).
+file(CHMOD "${CMAKE_CURRENT_BINARY_DIR}/ui-runtime" DIRECTORY_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE)
 
 function(ditstudio_ui_test name)
   cmake_parse_arguments(T "" "TIMEOUT" "LABELS;ENV;LIBS" ${ARGN})
