@@ -59,16 +59,6 @@ struct Args {
   Strategy s;
 };
 
-// Resets VmHWM to the current VmRSS (Linux: "5" to /proc/self/clear_refs), so that the peak of
-// one phase can be read afterwards. Returns false when the kernel refuses.
-bool resetPeakRss() {
-  std::ofstream f("/proc/self/clear_refs");
-  if (!f) return false;
-  f << "5";
-  f.flush();
-  return static_cast<bool>(f);
-}
-
 // ------------------------------------------------------------------ model sizes (closed form)
 struct ParamSplit {
   int64_t total = 0;       ///< every parameter of the model
@@ -284,7 +274,7 @@ int runBench(Args a) {
   const int64_t tokH = a.height / (2 * vaeScale), tokW = a.width / (2 * vaeScale);
   const int64_t simg = tokH * tokW, stxt = a.textLen, B = a.batch;
   ::malloc_trim(0);
-  const bool hwmReset = resetPeakRss();
+  const bool hwmReset = resetPeakResidentSet();
   resetDevicePeak(device);
   const int64_t rssBefore = static_cast<int64_t>(residentSetBytes());
   worldG->barrier();

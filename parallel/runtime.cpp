@@ -144,4 +144,12 @@ std::string describeException(std::exception_ptr e) {
 uint64_t residentSetBytes() { return procStatusBytes("VmRSS"); }
 uint64_t peakResidentSetBytes() { return procStatusBytes("VmHWM"); }
 
+bool resetPeakResidentSet() {
+  std::ofstream f("/proc/self/clear_refs");
+  if (!f) return false;
+  f << "5";
+  f.flush();
+  return static_cast<bool>(f);
+}
+
 }  // namespace dit

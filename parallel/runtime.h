@@ -77,5 +77,8 @@ uint64_t residentSetBytes();
 /// Peak resident set size of this process in bytes (VmHWM of /proc/self/status); 0 when
 /// unavailable. Local, no communication.
 uint64_t peakResidentSetBytes();
+/// Resets VmHWM to the current VmRSS (Linux: "5" written to /proc/self/clear_refs) so the peak of
+/// one phase (e.g. loading) can be read afterwards. Returns false when the kernel refuses.
+bool resetPeakResidentSet();
 
 }  // namespace dit

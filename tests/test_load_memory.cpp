@@ -57,14 +57,6 @@ constexpr int64_t kSlackBytes = int64_t(16) << 20;
 std::string g_dir;  // the generated model folder (same path on every rank)
 int g_rank = 0, g_world = 1;
 
-bool resetPeakRss() {
-  std::ofstream f("/proc/self/clear_refs");
-  if (!f) return false;
-  f << "5";
-  f.flush();
-  return static_cast<bool>(f);
-}
-
 struct Split {
   int64_t replicated = 0, sharded = 0, largest = 0, total = 0;
 };
@@ -120,7 +112,7 @@ struct LoadFigures {
 LoadFigures loadOnce(const FluxTransformerConfig& cfg, FluxParallelism par) {
   LoadFigures f;
   ::malloc_trim(0);
-  EXPECT_TRUE(resetPeakRss()) << "cannot reset VmHWM through /proc/self/clear_refs";
+  EXPECT_TRUE(resetPeakResidentSet()) << "cannot reset VmHWM through /proc/self/clear_refs";
   f.rssBefore = static_cast<int64_t>(residentSetBytes());
   f.fileBefore = rssFileBytes();
   const auto t0 = std::chrono::steady_clock::now();
