@@ -121,6 +121,7 @@ void RankMonitor::rebuildSeries() {
   axisX_->applyNiceNumbers();
   axisY_->setRange(0, maxY_ * 1.1);
   axisY_->applyNiceNumbers();
+  axisY_->setLabelFormat(axisY_->max() < 10 ? "%.1f" : "%.0f");  // no repeated labels on small ranges
 }
 
 void RankMonitor::appendSamples(double t) {
@@ -141,6 +142,7 @@ void RankMonitor::appendSamples(double t) {
   axisX_->applyNiceNumbers();
   axisY_->setRange(0, maxY_ * 1.1);
   axisY_->applyNiceNumbers();
+  axisY_->setLabelFormat(axisY_->max() < 10 ? "%.1f" : "%.0f");  // no repeated labels on small ranges
   totals_->setText(tr("sent by all ranks: %1").arg(formatBytes(model_->totalBytesSent())));
 }
 
