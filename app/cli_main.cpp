@@ -145,6 +145,7 @@ int runMpi(const CliOptions& o) {
   };
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a group that dies before reading stdin must not kill the CLI silently
   std::string req = requestJson(o).dump() + "\n" + json{{"type", "shutdown"}}.dump() + "\n";
   if (write(toChild[1], req.data(), req.size()) != static_cast<ssize_t>(req.size()))
     spdlog::warn("could not write the whole request to the worker");

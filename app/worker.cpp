@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
+#include <mpi.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -42,7 +43,22 @@ namespace {
 class RequestReader {
  public:
   void start() {
+    // The thread may still be blocked in getline when the Worker is destroyed at shutdown, so
+    // the reader lives for the whole process (see the static in Worker::reader()).
     std::thread([this] {
+      try {
+        readLoop();
+      } catch (...) {
+        // Never let the reader take rank 0 down; end the session cleanly instead.
+      }
+      std::lock_guard<std::mutex> lk(m_);
+      q_.push_back(json{{"type", "shutdown"}, {"reason", "stdin closed"}});
+      cv_.notify_one();
+    }).detach();
+  }
+
+ private:
+  void readLoop() {
       std::string line;
       while (std::getline(std::cin, line)) {
         if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -71,11 +87,9 @@ class RequestReader {
           emitEvent(json{{"event", "accepted"}, {"id", j["id"]}, {"queue_position", q_.size() - 1}});
         cv_.notify_one();
       }
-      std::lock_guard<std::mutex> lk(m_);
-      q_.push_back(json{{"type", "shutdown"}, {"reason", "stdin closed"}});
-      cv_.notify_one();
-    }).detach();
   }
+
+ public:
   /// Next request, or a heartbeat {"type":"noop"} after `wait` so idle ranks are checked.
   /// A generate request becomes the running one (cancel then applies to it).
   json next(std::chrono::milliseconds wait) {
@@ -179,15 +193,17 @@ class Worker {
     if (fault_.kind == "model") modelDir_ = fault_.arg;
     // 1. Everything that can be refused is refused before any weight is read (every rank
     //    computes the same verdict, so all exit without a collective).
-    auto issues = validateDegrees(s_);
+    std::string refusal;
     ModelFolder model;
     try {
       model = ModelFolder::open(modelDir_);
+      refusal = joinIssues(validateDegrees(s_));
+      if (refusal.empty()) refusal = joinIssues(validateForModel(s_, dims(model)));
+      if (!refusal.empty()) refusal = "strategy refused: " + refusal;
     } catch (const std::exception& e) {
-      return refuse(e.what());
+      refusal = e.what();
     }
-    if (issues.empty()) issues = validateForModel(s_, dims(model));
-    if (!issues.empty()) return refuse(joinIssues(issues));
+    if (refuseTogether(refusal)) return 2;
     emitEvent(json{{"event", "hello"}, {"rank", rank_}, {"world", worldSize()}, {"pid", ::getpid()},
                    {"host", hostname()}});
 
@@ -259,11 +275,17 @@ class Worker {
     return h;
   }
   static ModelDims dims(const ModelFolder& m) { return modelDims(m); }
-  int refuse(const std::string& msg) {
-    if (rank_ == 0)
-      emitEvent(json{{"event", "error"}, {"id", nullptr}, {"rank", 0}, {"fatal", true},
-                     {"message", "strategy refused: " + msg}});
-    return 2;
+  // Every rank learns whether any rank refuses to start (e.g. a model folder that differs on
+  // one node), so all of them exit together instead of some waiting in the mesh set-up. The
+  // message is printed once: by rank 0 if it refuses, else by each refusing rank.
+  bool refuseTogether(const std::string& refusal) {
+    int mine = refusal.empty() ? 0 : 1, any = 0, root = mine;
+    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Bcast(&root, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (!any) return false;
+    if (mine && (rank_ == 0 || !root))
+      emitEvent(json{{"event", "error"}, {"id", nullptr}, {"rank", rank_}, {"fatal", true}, {"message", refusal}});
+    return true;
   }
 
   json broadcastJson(const json& j) {
@@ -365,7 +387,8 @@ class Worker {
       const bool mine = index < numImages;
       GenerationParams p = base;
       if (!prompts.empty() && mine) p.prompt = prompts[index];
-      if (prompts.empty()) p.seed = base.seed + index;
+      // seed + image index, wrapping in the unsigned domain (no signed overflow near INT64_MAX).
+      if (prompts.empty()) p.seed = static_cast<int64_t>(static_cast<uint64_t>(base.seed) + static_cast<uint64_t>(index));
       int stepSeen = 0;
       PipelineCallbacks cb;
       cb.onStage = [&](const std::string& st) {
@@ -406,8 +429,16 @@ class Worker {
           path = (fs::path(outputDir.empty() ? fs::temp_directory_path().string() : outputDir) /
                   (id + "-" + std::to_string(index) + ".png")).string();
         json extra{{"model", modelDir_}, {"strategy", s_.describe()}, {"dtype", dtype_}};
-        writeImagePng(path, res, extra);
-        if (!outputTensors.empty()) writeResultTensors(indexedPath(outputTensors, index, numImages), res);
+        // Leader-only I/O: a bad path is the user's error, not the group's (no collective is
+        // skipped; every rank still meets at the barrier below).
+        try {
+          writeImagePng(path, res, extra);
+          if (!outputTensors.empty()) writeResultTensors(indexedPath(outputTensors, index, numImages), res);
+        } catch (const std::exception& e) {
+          emitEvent(json{{"event", "error"}, {"id", id}, {"rank", rank_}, {"fatal", false},
+                         {"message", std::string("cannot write image ") + std::to_string(index) + ": " + e.what()}});
+          continue;
+        }
         json params = paramsToJson(res.params);
         emitEvent(json{{"event", "image"}, {"id", id}, {"image_index", index}, {"path", path},
                        {"seed", res.params.seed}, {"params", params}, {"rank", rank_},
@@ -429,7 +460,8 @@ class Worker {
   std::unique_ptr<DeviceMesh> mesh_;
   std::shared_ptr<ProcessGroup> world_;
   std::unique_ptr<FluxPipeline> pipe_;
-  RequestReader reader_;
+  // Process-lifetime: its detached stdin thread may outlive this Worker.
+  RequestReader& reader_ = *new RequestReader;
   Fault fault_;
 };
 

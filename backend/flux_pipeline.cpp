@@ -213,10 +213,12 @@ GenerationResult FluxPipeline::generate(const GenerationParams& params0, const P
     }
     // FlowMatchEulerDiscreteScheduler.step: in float32, x += (sigma_next - sigma) * v.
     const float sigma = sched.sigmas[i], sigmaNext = sched.sigmas[i + 1];
+    // As diffusers: the product (sigma_next - sigma) * v is formed in the model's dtype, the sum
+    // in float32, the result cast back (identical in float32; matches bf16/fp16 rounding).
     at::Tensor lf = latents.to(at::kFloat);
-    at::Tensor vf = v.to(at::kFloat);
-    at::Tensor next = lf + (sigmaNext - sigma) * vf;
+    at::Tensor next = lf + ((sigmaNext - sigma) * v).to(at::kFloat);
     latents = next.to(v.scalar_type());
+    at::Tensor vf = v.to(at::kFloat);
     const double ms = msSince(ts);
     res.timings_ms["step." + std::to_string(i + 1)] = ms;
     res.steps_done = i + 1;

@@ -102,8 +102,13 @@ int localRank() {
   return r;
 }
 
-std::string eventLine(const nlohmann::json& event) { return "@@DIT " + event.dump(); }
-std::string eventLine(const nlohmann::ordered_json& event) { return "@@DIT " + event.dump(); }
+// Invalid UTF-8 (e.g. echoed from a bad request line) is replaced, never thrown.
+std::string eventLine(const nlohmann::json& event) {
+  return "@@DIT " + event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+std::string eventLine(const nlohmann::ordered_json& event) {
+  return "@@DIT " + event.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
 
 void emitEvent(const nlohmann::json& event) { writeLine(eventLine(event)); }
 void emitEvent(const nlohmann::ordered_json& event) { writeLine(eventLine(event)); }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Bad request lines get a non-fatal error event each and the worker group keeps serving: a valid
+# Bad request lines (including invalid UTF-8) and an unwritable output path get a non-fatal error
+# event each and the worker group keeps serving: a valid
 # request afterwards produces its image, cancel of an unknown id is answered, shutdown is clean.
 # Usage: worker_protocol_check.sh MPIRUN WORKER MODEL
 set -uo pipefail
@@ -9,18 +10,20 @@ trap 'rm -rf "$OUT"' EXIT
 printf '%s\n' '42' '[1,2]' 'null' '{"type":5}' '{"type":"cancel","id":5}' '{"type":"generate","id":5}' \
   '{"type":"generate","id":"x","output_dir":5}' '{"type":"generate","id":"y","preview_every":"a"}' \
   '{"type":"generate","id":"z","prompts":[1,2]}' '{}' 'garbage' '{"type":"cancel","id":"nope"}' \
-  '{"type":"generate","id":"w","width":30,"height":32}' \
+  '{"type":"generate","id":"w","width":30,"height":32}' "$(printf '{"type":"gen\xff"}')" \
+  '{"type":"generate","id":"ro","width":32,"height":32,"steps":1,"max_sequence_length":48,"output":"/proc/nope/x.png"}' \
   '{"type":"generate","id":"ok","width":32,"height":32,"steps":2,"max_sequence_length":48,"output":"'"$OUT"'/ok.png"}' \
   '{"type":"shutdown"}' |
   timeout 120 $MPIRUN --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 "$WORKER" --model "$MODEL" --ring-degree 2 > "$OUT/log" 2>&1
 rc=$?
 fail() { echo "FAIL: $1"; cat "$OUT/log"; exit 1; }
 [ $rc -eq 0 ] || fail "worker group exited with $rc"
-[ "$(grep -c '"event":"error","fatal":false' "$OUT/log")" -eq 13 ] || fail "expected 13 non-fatal error events"
+[ "$(grep -c '"event":"error","fatal":false' "$OUT/log")" -eq 15 ] || fail "expected 15 non-fatal error events"
 grep -q 'request must be a JSON object, got 42' "$OUT/log" || fail "non-object line"
 grep -q "request field 'output_dir' has the wrong type: 5" "$OUT/log" || fail "field type"
 grep -q "cancel: no queued or running request with id 'nope'" "$OUT/log" || fail "unknown cancel"
 grep -q 'multiples of 4' "$OUT/log" || fail "size refusal"
+grep -q 'cannot write image 0' "$OUT/log" || fail "unwritable output is not fatal"
 grep -q '"event":"done","id":"ok"' "$OUT/log" || fail "valid request after bad ones"
 [ -s "$OUT/ok.png" ] || fail "no image"
 grep -q '"event":"bye"' "$OUT/log" || fail "no clean shutdown"
