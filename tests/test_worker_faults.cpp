@@ -86,3 +86,13 @@ TEST(WorkerFaults, HungRankEndsAtCollectiveTimeout) {
   EXPECT_NE(o.log.find("collective timeout"), std::string::npos) << o.log;
   EXPECT_NE(o.log.find("rank(s) 1 (world 1) never arrived"), std::string::npos) << o.log;
 }
+
+TEST(WorkerFaults, ModelMissingOnOneRankOnlyEndsTogether) {
+  // One node's model folder differs (here: missing on rank 1): every rank learns it before the
+  // mesh is built and exits; nothing waits for a rank that will never arrive.
+  auto o = runWithFault("DITSTUDIO_FAULT_RANK=1 DITSTUDIO_FAULT=model:/nonexistent/model", "--tp-degree 2",
+                        dit::test::fixtureDir());
+  EXPECT_EQ(o.rc, 2) << o.log;
+  EXPECT_LT(o.seconds, 60.0);
+  EXPECT_NE(o.log.find("rank 1: /nonexistent/model: model folder does not exist"), std::string::npos) << o.log;
+}
