@@ -146,10 +146,16 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
     }
     std::sort(order.begin(), order.end(),
               [](auto* a, auto* b) { return a->begin < b->begin; });
-    for (size_t i = 1; i < order.size(); ++i)
-      if (order[i]->begin < order[i - 1]->end && order[i]->nbytes() && order[i - 1]->nbytes())
-        throw ModelFileError(path, "tensors '" + order[i - 1]->name + "' and '" + order[i]->name +
+    // Sorted by start: a tensor overlaps an earlier one iff it starts before the furthest end so
+    // far (empty tensors occupy nothing and are skipped).
+    const TensorInfo* furthest = nullptr;
+    for (const TensorInfo* t : order) {
+      if (t->nbytes() == 0) continue;
+      if (furthest && t->begin < furthest->end)
+        throw ModelFileError(path, "tensors '" + furthest->name + "' and '" + t->name +
                                        "' overlap in the data section");
+      if (!furthest || t->end > furthest->end) furthest = t;
+    }
   } catch (...) {
     ::munmap(const_cast<uint8_t*>(base_), size_);
     base_ = nullptr;
