@@ -1,98 +1,36 @@
 #include "ui/model_info.h"
 
 #include <QDir>
-#include <QFile>
-#include <QFileInfo>
-#include <QJsonArray>
-#include <QJsonDocument>
-#include <QJsonObject>
-#include <QMap>
-#include <QtEndian>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+#include "backend/model_config.h"
+#include "backend/safetensors.h"
 
 namespace dit::ui {
 namespace {
 
-bool readJson(const QString& path, QJsonObject* out, QString* error) {
-  QFile f(path);
-  if (!f.open(QIODevice::ReadOnly)) {
-    *error = QStringLiteral("cannot read %1: %2").arg(path, f.errorString());
-    return false;
-  }
-  QJsonParseError pe;
-  const QJsonDocument doc = QJsonDocument::fromJson(f.readAll(), &pe);
-  if (pe.error != QJsonParseError::NoError || !doc.isObject()) {
-    *error = QStringLiteral("%1 is not a JSON object: %2").arg(path, pe.errorString());
-    return false;
-  }
-  *out = doc.object();
-  return true;
-}
-
-int dtypeBytes(const QString& dt) {
-  if (dt == "F64" || dt == "I64" || dt == "U64") return 8;
-  if (dt == "F32" || dt == "I32" || dt == "U32") return 4;
-  if (dt == "F16" || dt == "BF16" || dt == "I16" || dt == "U16") return 2;
-  return 1;
-}
-
-/// Adds one safetensors file's header to `c`. Returns false with `error` on a broken header.
-bool addSafetensors(const QString& path, ComponentSize* c, QMap<QString, qint64>* byDtype,
-                    QString* error) {
-  QFile f(path);
-  if (!f.open(QIODevice::ReadOnly)) {
-    *error = QStringLiteral("cannot read %1: %2").arg(path, f.errorString());
-    return false;
-  }
-  c->bytes += f.size();
-  const QByteArray head = f.read(8);
-  if (head.startsWith("version ")) {
-    *error = QStringLiteral("%1 is a git-lfs pointer, not the weights (run git lfs pull)").arg(path);
-    return false;
-  }
-  if (head.size() != 8) {
-    *error = QStringLiteral("%1 is truncated").arg(path);
-    return false;
-  }
-  const quint64 n = qFromLittleEndian<quint64>(head.constData());
-  if (n == 0 || n > quint64(f.size()) - 8 || n > (100u << 20)) {
-    *error = QStringLiteral("%1: header length %2 is past the end of the file").arg(path).arg(n);
-    return false;
-  }
-  QJsonParseError pe;
-  const QJsonDocument doc = QJsonDocument::fromJson(f.read(qint64(n)).trimmed(), &pe);
-  if (!doc.isObject()) {
-    *error = QStringLiteral("%1: unreadable header: %2").arg(path, pe.errorString());
-    return false;
-  }
-  const QJsonObject o = doc.object();
-  for (auto it = o.begin(); it != o.end(); ++it) {
-    if (it.key() == "__metadata__") continue;
-    const QJsonObject t = it.value().toObject();
-    qint64 count = 1;
-    for (const QJsonValue& d : t.value("shape").toArray()) count *= d.toInteger();
-    c->parameters += count;
-    (*byDtype)[t.value("dtype").toString()] += count;
-  }
-  return true;
-}
-
-ComponentSize readComponent(const QString& dir, const QString& name, QString* error) {
+// One component's size from its safetensors headers, read and validated by the same
+// SafetensorsCollection the worker loads with (so a file the worker would refuse is refused here,
+// with the same message). Throws dit::ModelFileError.
+ComponentSize readComponent(const ModelFolder& m, const char* name, const char* stem) {
   ComponentSize c;
-  c.name = name;
-  QMap<QString, qint64> byDtype;
-  const QDir d(QDir(dir).filePath(name));
-  const QStringList files = d.entryList({"*.safetensors"}, QDir::Files, QDir::Name);
-  for (const QString& f : files) {
-    if (!addSafetensors(d.filePath(f), &c, &byDtype, error)) break;
+  c.name = QString::fromLatin1(name);
+  const auto st = SafetensorsCollection::openFolder(m.component(name), stem);
+  std::map<std::string, qint64> byDtype;
+  for (const auto& t : st.names()) {
+    const auto& info = st.info(t);
+    c.parameters += info.numel();
+    byDtype[dtypeName(info.dtype)] += info.numel();
   }
+  namespace fs = std::filesystem;
+  for (const auto& e : fs::directory_iterator(m.component(name)))
+    if (e.path().extension() == ".safetensors") c.bytes += static_cast<qint64>(fs::file_size(e.path()));
   qint64 best = -1;
-  for (auto it = byDtype.begin(); it != byDtype.end(); ++it) {
-    if (it.value() > best) {
-      best = it.value();
-      c.dtype = it.key();
-    }
-  }
-  if (c.parameters == 0 && c.bytes > 0) c.parameters = c.bytes / dtypeBytes(c.dtype);
+  for (const auto& [dt, n] : byDtype)
+    if (n > best) best = n, c.dtype = QString::fromStdString(dt);
   return c;
 }
 
@@ -150,45 +88,29 @@ QString ModelInfo::summary() const {
 ModelInfo readModelInfo(const QString& dirIn) {
   ModelInfo info;
   info.path = QDir::cleanPath(dirIn);
-  const QDir dir(info.path);
-  if (dirIn.trimmed().isEmpty() || !dir.exists()) {
+  if (dirIn.trimmed().isEmpty()) {
     info.error = QStringLiteral("model folder %1 does not exist").arg(dirIn);
     return info;
   }
-  if (!QFileInfo::exists(dir.filePath("model_index.json"))) {
-    info.error = QStringLiteral("%1 is not a diffusers model folder (no model_index.json)").arg(info.path);
-    return info;
-  }
-  QJsonObject tc;
-  if (!readJson(dir.filePath("transformer/config.json"), &tc, &info.error)) return info;
-  info.num_layers = tc.value("num_layers").toInt(19);
-  info.num_single_layers = tc.value("num_single_layers").toInt(38);
-  info.num_attention_heads = tc.value("num_attention_heads").toInt(24);
-  info.attention_head_dim = tc.value("attention_head_dim").toInt(128);
-  info.joint_attention_dim = tc.value("joint_attention_dim").toInt(4096);
-  info.in_channels = tc.value("in_channels").toInt(64);
-  info.guidance_embeds = tc.value("guidance_embeds").toBool(false);
-  QJsonObject vc;
-  if (!readJson(dir.filePath("vae/config.json"), &vc, &info.error)) return info;
-  const int nBlocks = vc.value("block_out_channels").toArray().size();
-  info.vae_scale_factor = nBlocks > 0 ? (1 << (nBlocks - 1)) : 8;
-  info.vae_sample_size = vc.value("sample_size").toInt(0);
-  QJsonObject t2;
-  QString ignored;
-  if (readJson(dir.filePath("tokenizer_2/tokenizer_config.json"), &t2, &ignored)) {
-    const int len = t2.value("model_max_length").toInt(512);
-    if (len > 0 && len < 512) info.max_sequence_length = len;
-  }
-  for (const char* name : {"transformer", "text_encoder", "text_encoder_2", "vae"}) {
-    QString err;
-    info.components << readComponent(info.path, name, &err);
-    if (!err.isEmpty()) {
-      info.error = err;
-      return info;
-    }
-  }
-  if (info.component("transformer")->bytes == 0) {
-    info.error = QStringLiteral("%1/transformer has no .safetensors weights").arg(info.path);
+  try {
+    // The worker's own reader: same checks, same messages (configs and headers only).
+    const ModelFolder m = ModelFolder::open(info.path.toStdString());
+    const auto& t = m.transformer;
+    info.num_layers = t.num_layers;
+    info.num_single_layers = t.num_single_layers;
+    info.num_attention_heads = t.num_attention_heads;
+    info.attention_head_dim = t.attention_head_dim;
+    info.joint_attention_dim = t.joint_attention_dim;
+    info.in_channels = t.in_channels;
+    info.guidance_embeds = t.guidance_embeds;
+    info.vae_scale_factor = m.vae.vaeScaleFactor();
+    info.max_sequence_length = std::min(512, m.t5_max_length);
+    info.components << readComponent(m, "transformer", "diffusion_pytorch_model")
+                    << readComponent(m, "text_encoder", "model")
+                    << readComponent(m, "text_encoder_2", "model")
+                    << readComponent(m, "vae", "diffusion_pytorch_model");
+  } catch (const std::exception& e) {
+    info.error = QString::fromStdString(e.what());
     return info;
   }
   info.ok = true;

@@ -1,6 +1,6 @@
 // Reads the sizes of a diffusers FLUX.1 model folder for the generation panel, the strategy
-// validation (dit::ModelDims) and the advisor. Reads only JSON configs and safetensors headers,
-// never the weights.
+// validation (dit::ModelDims) and the advisor, through the worker's own readers
+// (dit::ModelFolder, dit::SafetensorsCollection): configs and safetensors headers only.
 #pragma once
 
 #include <QString>
@@ -35,7 +35,6 @@ struct ModelInfo {
   bool guidance_embeds = false;
   // vae/config.json
   int vae_scale_factor = 8;  ///< 2^(len(block_out_channels)-1)
-  int vae_sample_size = 0;   ///< default image size hint (0 when absent)
   int max_sequence_length = 512;  ///< FluxPipeline default T5 length
   QList<ComponentSize> components;
 
