@@ -463,7 +463,7 @@ TEST(StrictModes, RefuseIndivisibleOnEveryRank) {
       auto q3 = at::randn({1, 3, 4, 8});
       EXPECT_THROW(cp.attention(q3, q3, q3, std::vector<int64_t>(n, 4)), std::invalid_argument);
     }
-    mesh->world()->barrier();  // still in step: nothing was left half-done
+    mesh->world()->barrier()->wait();  // still in step: nothing was left half-done
   }
 }
 
