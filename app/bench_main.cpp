@@ -277,7 +277,7 @@ int runBench(Args a) {
   const bool hwmReset = resetPeakResidentSet();
   resetDevicePeak(device);
   const int64_t rssBefore = static_cast<int64_t>(residentSetBytes());
-  worldG->barrier();
+  worldG->barrier()->wait();
   const auto tl0 = Clock::now();
   std::unique_ptr<FluxTransformer2DModel> model;
   int64_t weightBytes = 0;
@@ -321,17 +321,17 @@ int runBench(Args a) {
     auto step = [&] {
       at::Tensor v = model->forward(hs, enc, pooled, timestep, imgIds, txtIds, guidance);
       if (cfgG) {  // as FluxPipeline: exchange the two predictions, combine
-        at::Tensor both = cfgG->allgather(v.contiguous().unsqueeze(0), 0);
+        at::Tensor both = cfgG->allgather(v.contiguous().unsqueeze(0), 0)->result();
         v = both[1] + trueCfgScale * (both[0] - both[1]);
       }
       return v;
     };
     for (int i = 0; i < a.warmup; ++i) step();
     deviceSync(device);
-    worldG->barrier();
+    worldG->barrier()->wait();
     const uint64_t b0 = mesh.bytesSent();
     for (int i = 0; i < steps; ++i) {
-      worldG->barrier();
+      worldG->barrier()->wait();
       const auto t0 = Clock::now();
       at::Tensor v = step();
       deviceSync(device);
@@ -347,10 +347,10 @@ int runBench(Args a) {
                                  static_cast<int64_t>(peakResidentSetBytes()), devLoad.cur,
                                  devLoad.peak, devEnd.cur, devEnd.peak, bytesTimed,
                                  static_cast<int64_t>(loadRankS * 1e6)};
-  at::Tensor all = worldG->allgather(at::tensor(row, at::kLong).unsqueeze(0), 0);
+  at::Tensor all = worldG->allgather(at::tensor(row, at::kLong).unsqueeze(0), 0)->result();
   at::Tensor stepNs = at::empty({std::max(steps, 1)}, at::kLong).fill_(0);
   for (int i = 0; i < steps; ++i) stepNs[i] = static_cast<int64_t>(myStepMs[i] * 1e6);
-  worldG->allreduce(stepNs, ReduceOp::Max);
+  worldG->allreduce(stepNs, ReduceOp::Max)->wait();
   if (rank != 0) return 0;
 
   // 6. Report (rank 0).

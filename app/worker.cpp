@@ -212,7 +212,7 @@ class Worker {
     PipelineOptions po;
     po.dtype = parseComputeDType(dtype_);
     po.device = s_.device;
-    if (s_.device == "cuda") po.device = "cuda:" + std::to_string(localRank());
+    if (s_.device == "cuda") po.device = "cuda:" + std::to_string(mesh_->deviceIndex());
     device_ = po.device;
     if (s_.tp_degree > 1) po.parallel.tp = mesh_->group("tp");
     if (s_.cpDegree() > 1) {
@@ -263,7 +263,7 @@ class Worker {
         emitEvent(json{{"event", "error"}, {"id", req.value("id", json())}, {"rank", 0}, {"fatal", false},
                        {"message", "unknown request type '" + type + "'"}});
     }
-    world_->barrier();
+    world_->barrier()->wait();
     if (rank_ == 0) emitEvent(json{{"event", "bye"}});
     return 0;
   }
@@ -291,10 +291,10 @@ class Worker {
   json broadcastJson(const json& j) {
     std::string s = rank_ == 0 ? j.dump() : std::string();
     at::Tensor len = at::full({1}, static_cast<int64_t>(s.size()), at::kLong);
-    world_->broadcast(len, 0);
+    world_->broadcast(len, 0)->wait();
     at::Tensor buf = at::empty({len.item<int64_t>()}, at::kByte);
     if (rank_ == 0) std::memcpy(buf.data_ptr(), s.data(), s.size());
-    world_->broadcast(buf, 0);
+    world_->broadcast(buf, 0)->wait();
     return json::parse(std::string(static_cast<const char*>(buf.data_ptr()), buf.numel()));
   }
 
@@ -310,7 +310,7 @@ class Worker {
                                    (int64_t)peakResidentSetBytes(), (int64_t)dm.cur, (int64_t)dm.peak,
                                    (int64_t)bytesSent(), (int64_t)(stepMs * 1000.0), cancel ? 1 : 0};
     at::Tensor mine = at::tensor(row, at::kLong).unsqueeze(0);
-    at::Tensor all = world_->allgather(mine, 0);
+    at::Tensor all = world_->allgather(mine, 0)->result();
     const bool cancelled = all[0][9].item<int64_t>() != 0;
     if (emit && rank_ == 0) {
       json ranks = json::array();
@@ -373,7 +373,7 @@ class Worker {
     // A random seed is drawn on rank 0 and shared, so every rank starts from the same noise.
     if (requestField<int64_t>(req, "seed", 0) < 0) {
       at::Tensor sd = at::full({1}, rank_ == 0 ? randomSeed() : int64_t(0), at::kLong);
-      world_->broadcast(sd, 0);
+      world_->broadcast(sd, 0)->wait();
       base.seed = sd.item<int64_t>();
     }
     const int dp = s_.dp_degree, dpi = mesh_->coord("dp");
@@ -446,7 +446,7 @@ class Worker {
       }
     }
     // All images of the request are written before "done" (a world barrier orders the replicas).
-    world_->barrier();
+    world_->barrier()->wait();
     stage_ = "idle";
     syncStats(0, 0, 0.0, /*emit=*/true);  // every rank back to idle, final memory figures
     if (rank_ == 0 && !cancelled)

@@ -207,7 +207,7 @@ GenerationResult FluxPipeline::generate(const GenerationParams& params0, const P
       // CFG parallel: rank 0 of the cfg group predicts the conditional, rank 1 the
       // unconditional branch; exchange and combine identically on both.
       at::Tensor mine = run(cfgRank == 0 ? pos : neg).contiguous();
-      at::Tensor both = D.opts.cfg->allgather(mine.unsqueeze(0), 0);
+      at::Tensor both = D.opts.cfg->allgather(mine.unsqueeze(0), 0)->result();
       at::Tensor vp = both[0], vn = both[1];
       v = vn + p.true_cfg_scale * (vp - vn);
     }

@@ -134,7 +134,7 @@ struct FluxTransformer2DModel::Impl {
   at::Tensor rowwise(const Linear& l, const at::Tensor& x) const {
     if (tp == 1) return l(x);
     at::Tensor y = l.noBias(x).contiguous();
-    par.tp->allreduce(y);
+    par.tp->allreduce(y)->wait();
     return y + l.bias;
   }
 

@@ -170,7 +170,8 @@ at::Tensor ContextParallel::ringAttention(const at::Tensor& q, const at::Tensor&
   at::Tensor out, lse;
   const int next = (r + 1) % R, prev = (r - 1 + R) % R;
   for (int step = 0; step < R; ++step) {
-    at::Tensor incoming;
+    // The rotation runs while this block's attention is computed (cur is only read meanwhile).
+    std::shared_ptr<Work> incoming;
     if (step + 1 < R) {
       const int nextOwner = ((r - step - 1) % R + R) % R;
       incoming = ring_->sendRecv(cur, next, {2, B, H, blockLens[static_cast<size_t>(nextOwner)], D},
@@ -183,7 +184,7 @@ at::Tensor ContextParallel::ringAttention(const at::Tensor& q, const at::Tensor&
     } else {
       mergeAttention(out, lse, blockOut, blockLse);
     }
-    if (incoming.defined()) cur = incoming;
+    if (incoming) cur = incoming->result();
   }
   return out.to(q.scalar_type());
 }
@@ -212,7 +213,7 @@ at::Tensor ContextParallel::ulyssesAttention(const at::Tensor& q, const at::Tens
                        .contiguous());
     recvShapes.push_back({3, B, myHeads, groupLens[static_cast<size_t>(j)], D});
   }
-  std::vector<at::Tensor> recv = ulysses_->allToAll(send, recvShapes);
+  std::vector<at::Tensor> recv = ulysses_->allToAll(send, recvShapes)->results();
   send.clear();
   at::Tensor qkv = at::cat(recv, 3);  // [3, B, myHeads, S_group, D]
   recv.clear();
@@ -228,7 +229,7 @@ at::Tensor ContextParallel::ulyssesAttention(const at::Tensor& q, const at::Tens
                        .contiguous());
     recvShapes[static_cast<size_t>(j)] = {B, heads[static_cast<size_t>(j)], S, D};
   }
-  recv = ulysses_->allToAll(send, recvShapes);
+  recv = ulysses_->allToAll(send, recvShapes)->results();
   return at::cat(recv, 1);
 }
 
@@ -249,7 +250,7 @@ at::Tensor ContextParallel::gatherSequence(const at::Tensor& local,
   if (degree() == 1) return local.contiguous();
   bool even = true;
   for (int64_t s : sizes) even = even && s == sizes[0];
-  return cp_->allgather(local, 1, even ? std::vector<int64_t>{} : sizes);
+  return cp_->allgather(local, 1, even ? std::vector<int64_t>{} : sizes)->result();
 }
 
 uint64_t ContextParallel::bytesSent() const {

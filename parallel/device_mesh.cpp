@@ -2,9 +2,11 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdlib>
 #include <set>
 #include <stdexcept>
 
+#include "parallel/process_group_checked.h"
 #include "parallel/process_group_mpi.h"
 #include "parallel/process_group_nccl.h"
 #include "parallel/runtime.h"
@@ -24,6 +26,16 @@ std::array<int, 5> degreesOf(const Strategy& s) {
 }
 
 }  // namespace
+
+bool collectiveChecksEnabled(const std::string& backend, int option) {
+  if (option == 0 || option == 1) return option == 1;
+  const char* v = std::getenv("DITSTUDIO_CHECK_COLLECTIVES");
+  if (!v || !*v) return backend == "mpi";
+  const std::string s = v;
+  if (s == "1") return true;
+  if (s == "0") return false;
+  throw std::invalid_argument("DITSTUDIO_CHECK_COLLECTIVES='" + s + "' is not 0 or 1");
+}
 
 #ifndef DITSTUDIO_HAVE_NCCL
 std::shared_ptr<ProcessGroup> makeNCCLProcessGroup(std::shared_ptr<ProcessGroupMPI>, int) {
@@ -54,13 +66,14 @@ DeviceMesh::DeviceMesh(const Strategy& s, MPI_Comm world, const DeviceMeshOption
     throw std::invalid_argument("DeviceMesh: backend nccl needs device cuda (strategy device is " + s.device + ")");
   const bool useNccl = cuda && kHaveNCCL && opts.backend != "mpi";
   backend_ = worldSize == 1 ? "local" : (useNccl ? "nccl" : "mpi");
+  checked_ = worldSize > 1 && collectiveChecksEnabled(backend_, opts.check_collectives);
   if (cuda) {
     const int local = localRank();  // collective on first use; every rank reaches this line
     const size_t n = at::getNumGPUs();
     if (n == 0)
       throw std::runtime_error("device cuda requested on world rank " + std::to_string(rank_) +
                                " but no CUDA device is visible (CPU-only LibTorch, or CUDA_VISIBLE_DEVICES empty)");
-    deviceIndex_ = local % static_cast<int>(n);
+    deviceIndex_ = localDeviceIndex(local, static_cast<int>(n));
     if (useNccl) setCurrentCudaDevice(deviceIndex_);
   }
 
@@ -119,8 +132,10 @@ DeviceMesh::~DeviceMesh() = default;
 
 std::shared_ptr<ProcessGroup> DeviceMesh::makeGroup(MPI_Comm comm, const std::string& name) {
   auto mpi = std::make_shared<ProcessGroupMPI>(comm, name, timeout_);
-  if (backend_ == "nccl") return makeNCCLProcessGroup(mpi, deviceIndex_);
-  return mpi;
+  std::shared_ptr<ProcessGroup> g = mpi;
+  if (backend_ == "nccl") g = makeNCCLProcessGroup(mpi, deviceIndex_);
+  if (checked_) g = makeCheckedProcessGroup(std::move(g), comm);
+  return g;
 }
 
 int DeviceMesh::rankOf(const std::array<int, 5>& c) const {

@@ -11,6 +11,17 @@
 //
 // Backend: "mpi" for device cpu; for cuda, ProcessGroupNCCL when built with NCCL
 // (DITSTUDIO_HAVE_NCCL), else ProcessGroupMPI staging through host memory.
+//
+// Agreement checks: every multi-rank group is wrapped in ProcessGroupChecked
+// (parallel/process_group_checked.h: CollectiveMismatchError naming ranks and calls, timeouts
+// naming the missing ranks) when collectiveChecksEnabled() says so: by default on for the MPI
+// backend and off for NCCL (a blocking host round trip per call would serialise the GPU path);
+// the environment variable DITSTUDIO_CHECK_COLLECTIVES=1 turns it on for NCCL (debugging), =0
+// turns it off for MPI.
+//
+// Device: for cuda, this rank uses device localDeviceIndex(localRank(), device count)
+// (parallel/runtime.h), the one rule shared by the NCCL communicator and the pipeline (which
+// takes deviceIndex() from the mesh).
 #pragma once
 
 #include <mpi.h>
@@ -32,7 +43,16 @@ struct DeviceMeshOptions {
   /// "auto" (see above), "mpi" (force MPI, also for cuda tensors) or "nccl" (throws when NCCL is
   /// not compiled in).
   std::string backend = "auto";
+  /// Wrap the groups in ProcessGroupChecked: -1 from the environment / backend default (see
+  /// collectiveChecksEnabled()), 0 off, 1 on.
+  int check_collectives = -1;
 };
+
+/// Whether DeviceMesh wraps its groups of `backend` ("mpi", "nccl", "local") in
+/// ProcessGroupChecked: `option` 0/1 forces it; -1 reads DITSTUDIO_CHECK_COLLECTIVES ("1" on, "0"
+/// off; unset or empty: on for "mpi", off otherwise). Throws std::invalid_argument for another
+/// value of the variable. Local, no communication.
+bool collectiveChecksEnabled(const std::string& backend, int option = -1);
 
 class DeviceMesh {
  public:
@@ -43,7 +63,8 @@ class DeviceMesh {
   /// point with the same strategy (sub-communicators are split in the fixed order dp, cfg, ring,
   /// ulysses, tp, cp). Throws std::invalid_argument when validateDegrees(s) reports an issue or
   /// s.world differs from the size of `world` (message: joinIssues); std::runtime_error when the
-  /// requested backend is unavailable. For cuda, selects CUDA device localRank() % device count.
+  /// requested backend is unavailable. For cuda, selects CUDA device
+  /// localDeviceIndex(localRank(), device count) (std::runtime_error when none is visible).
   DeviceMesh(const Strategy& s, MPI_Comm world = MPI_COMM_WORLD, const DeviceMeshOptions& opts = {});
   ~DeviceMesh();
   DeviceMesh(const DeviceMesh&) = delete;
@@ -64,8 +85,10 @@ class DeviceMesh {
   int rank() const { return rank_; }
   /// Backend of the multi-rank groups: "mpi" or "nccl" ("local" for a 1-rank world).
   const std::string& backend() const { return backend_; }
-  /// CUDA device index used by this rank (-1 for cpu).
+  /// CUDA device index used by this rank (-1 for cpu): the device the pipeline must run on.
   int deviceIndex() const { return deviceIndex_; }
+  /// True when the multi-rank groups are wrapped in ProcessGroupChecked.
+  bool checksCollectives() const { return checked_; }
   /// World rank of the mesh coordinates {dp, cfg, ring, ulysses, tp}.
   int rankOf(const std::array<int, 5>& coords) const;
   /// Sum of bytesSent() over the distinct groups of the mesh (payload bytes this rank sent).
@@ -79,6 +102,7 @@ class DeviceMesh {
   Strategy strategy_;
   int rank_ = 0;
   int deviceIndex_ = -1;
+  bool checked_ = false;
   std::string backend_;
   double timeout_ = 300.0;
   std::array<int, 5> coords_{};

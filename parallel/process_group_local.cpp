@@ -24,9 +24,12 @@ class LocalProcessGroup final : public ProcessGroup {
   int size() const override { return 1; }
   std::string backend() const override { return "local"; }
 
-  void allreduce(at::Tensor& t, ReduceOp) override { checkDefined(t, "allreduce"); }
+  std::shared_ptr<Work> allreduce(at::Tensor& t, ReduceOp) override {
+    checkDefined(t, "allreduce");
+    return Work::completed({t});
+  }
 
-  at::Tensor allgather(const at::Tensor& t, int64_t dim, const std::vector<int64_t>& sizes) override {
+  std::shared_ptr<Work> allgather(const at::Tensor& t, int64_t dim, const std::vector<int64_t>& sizes) override {
     checkDefined(t, "allgather");
     const int64_t d = normDim(t, dim, "allgather");
     if (!sizes.empty() && (sizes.size() != 1 || sizes[0] != t.size(d)))
@@ -35,17 +38,17 @@ class LocalProcessGroup final : public ProcessGroup {
                                     (sizes.empty() ? std::string("-") : std::to_string(sizes[0])) +
                                     ") but the group has 1 rank contributing " +
                                     std::to_string(t.size(d)) + " along dim " + std::to_string(d));
-    return t.clone(at::MemoryFormat::Contiguous);
+    return Work::completed({t.clone(at::MemoryFormat::Contiguous)});
   }
 
-  at::Tensor reduceScatter(const at::Tensor& t, ReduceOp) override {
+  std::shared_ptr<Work> reduceScatter(const at::Tensor& t, ReduceOp) override {
     checkDefined(t, "reduceScatter");
     if (t.dim() < 1) throw std::invalid_argument("reduceScatter needs a tensor with at least 1 dimension");
-    return t.clone(at::MemoryFormat::Contiguous);
+    return Work::completed({t.clone(at::MemoryFormat::Contiguous)});
   }
 
-  std::vector<at::Tensor> allToAll(const std::vector<at::Tensor>& inputs,
-                                   const std::vector<std::vector<int64_t>>& outputShapes) override {
+  std::shared_ptr<Work> allToAll(const std::vector<at::Tensor>& inputs,
+                                 const std::vector<std::vector<int64_t>>& outputShapes) override {
     if (inputs.size() != 1 || outputShapes.size() != 1)
       throw std::invalid_argument("allToAll on the local group needs exactly 1 input and 1 output shape, got " +
                                   std::to_string(inputs.size()) + " and " + std::to_string(outputShapes.size()));
@@ -57,15 +60,17 @@ class LocalProcessGroup final : public ProcessGroup {
                                     std::to_string(inputs[0].numel()) + " elements " +
                                     shapeStr(inputs[0].sizes()) + " to itself but expects " +
                                     shapeStr(outputShapes[0]));
-    return {inputs[0].contiguous().view(outputShapes[0]).clone()};
+    return Work::completed({inputs[0].contiguous().view(outputShapes[0]).clone()});
   }
 
-  void broadcast(at::Tensor& t, int root) override {
+  std::shared_ptr<Work> broadcast(at::Tensor& t, int root) override {
     checkDefined(t, "broadcast");
     if (root != 0) throw std::invalid_argument("broadcast root " + std::to_string(root) + " outside the local group of 1 rank");
+    return Work::completed({t});
   }
 
-  at::Tensor sendRecv(const at::Tensor& send, int dst, const std::vector<int64_t>& recvShape, int src) override {
+  std::shared_ptr<Work> sendRecv(const at::Tensor& send, int dst, const std::vector<int64_t>& recvShape,
+                                 int src) override {
     checkDefined(send, "sendRecv");
     if (dst != 0 || src != 0)
       throw std::invalid_argument("sendRecv on the local group: dst " + std::to_string(dst) + " / src " +
@@ -75,19 +80,19 @@ class LocalProcessGroup final : public ProcessGroup {
     if (n != send.numel())
       throw CollectiveMismatchError("sendRecv on the local group: rank 0 sends " + shapeStr(send.sizes()) +
                                     " to itself but expects " + shapeStr(recvShape));
-    return send.contiguous().view(recvShape).clone();
+    return Work::completed({send.contiguous().view(recvShape).clone()});
   }
 
-  void send(const at::Tensor&, int dst, int) override {
+  std::shared_ptr<Work> send(const at::Tensor&, int dst, int) override {
     throw std::invalid_argument("send to rank " + std::to_string(dst) +
                                 " on the local group of 1 rank (a rank cannot send to itself)");
   }
-  void recv(at::Tensor&, int src, int) override {
+  std::shared_ptr<Work> recv(at::Tensor&, int src, int) override {
     throw std::invalid_argument("recv from rank " + std::to_string(src) +
                                 " on the local group of 1 rank (a rank cannot receive from itself)");
   }
 
-  void barrier() override {}
+  std::shared_ptr<Work> barrier() override { return Work::completed(); }
   uint64_t bytesSent() const override { return 0; }
 
  private:

@@ -1,18 +1,24 @@
 // ProcessGroupMPI: the ProcessGroup collectives over an MPI communicator (OpenMPI), for host
 // tensors; CUDA tensors are staged through host memory.
 //
-// Robustness (DESIGN.md section 1: no hung collectives):
-//  - Agreement: before every call the ranks exchange a small fixed-size header (op, call number,
-//    dtype, shapes, root/dim/peers, per-rank sizes) over a private control communicator. Every
-//    rank receives every header, so every rank reaches the same verdict: on disagreement all of
-//    them throw CollectiveMismatchError naming the ranks, their calls and the sizes, and the group
-//    stays usable. Argument errors that only show up by comparing ranks (e.g. reduce-scatter rows
-//    not divisible by the group size) throw std::invalid_argument the same way.
-//  - Deadline: all MPI operations are nonblocking (MPI_I*) and polled with MPI_Test plus a short
-//    yield/sleep (little CPU while idle, which matters on oversubscribed machines); past
-//    timeoutSeconds() they throw CollectiveTimeoutError naming the op, the group and the ranks
-//    that never arrived. After a timeout the group is unusable (calls throw std::runtime_error):
-//    the normal reaction is abortGroup() (parallel/runtime.h).
+// Asynchronous (parallel/work.h): each call starts one nonblocking MPI operation (MPI_Iallreduce,
+// MPI_Iallgatherv, MPI_Ireduce_scatter_block, MPI_Ialltoallv, MPI_Ibcast, MPI_Isend/MPI_Irecv,
+// MPI_Ibarrier) and returns its Work; Work::wait() completes it. Nonblocking collectives on one
+// communicator match in issue order, so several may be in flight and be waited in any order.
+//
+// Same-order rule (process_group.h): all ranks issue the group's collectives in the same order
+// with agreeing arguments. This class does not check it (no extra round trip per call); wrap it
+// in ProcessGroupChecked (parallel/process_group_checked.h) for CollectiveMismatchError naming
+// the ranks and calls, and for timeouts naming the ranks that never arrived. DeviceMesh does so by
+// default.
+//
+// Deadline (DESIGN.md section 1: no hung collectives): Work::wait() polls with MPI_Test plus a
+// short yield/sleep (little CPU while idle, which matters on oversubscribed machines); when the
+// operation has not completed timeoutSeconds() after wait() started polling, it throws
+// CollectiveTimeoutError naming the op and the group. The deadline counts from wait(), not from
+// the issue, so host compute overlapped with the transfer never counts as a hang. After a timeout
+// the group is unusable (calls throw std::runtime_error): the normal reaction is abortGroup()
+// (parallel/runtime.h).
 //
 // Every member function that communicates is collective: all ranks of the group call it in the
 // same order (send/recv: the two ranks involved, in matching order).
@@ -24,6 +30,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,47 +43,24 @@ namespace dit {
 /// the environment, else 300 s. Local, no communication.
 double defaultCollectiveTimeoutSeconds();
 
-/// Kinds of call checked by the agreement exchange.
-enum class CallOp : int64_t {
-  AllReduce = 1,
-  AllGather = 2,
-  ReduceScatter = 3,
-  AllToAll = 4,
-  Broadcast = 5,
-  SendRecv = 6,
-  Barrier = 7,
-  Send = 8,
-  Recv = 9,
-};
-
-/// What one rank is about to do, as exchanged before the payload. Shapes of up to 8 dimensions
-/// are shown in messages; longer shapes are still compared exactly (by hash).
-struct CallInfo {
-  CallOp op = CallOp::Barrier;
-  int64_t dtype = -1;          ///< at::ScalarType as an integer, -1: none
-  std::vector<int64_t> shape;  ///< the tensor this rank contributes / sends
-  int64_t a = 0;               ///< allreduce/reduceScatter: ReduceOp; allgather: dim; broadcast: root;
-                               ///< sendRecv/send: dst; recv: src
-  int64_t b = 0;               ///< allgather: number of per-rank sizes given; allToAll: inputs.size();
-                               ///< sendRecv: src; send/recv: tag
-  int64_t c = 0;               ///< allToAll: outputShapes.size()
-  std::vector<int64_t> shape2; ///< sendRecv: recvShape
-  std::vector<int64_t> perRank;///< allgather: sizes (size() entries); allToAll: numel sent to each
-                               ///< rank, then numel expected from each rank (2 x size() entries)
-};
-
-/// Human-readable form of one call, e.g. "allreduce(sum, float32 [4,4], 64 B)". Local, no
-/// communication.
-std::string describeCall(const CallInfo& c);
+/// Polls `reqs` with MPI_Test until all completed (true) or `timeoutSeconds` passed (false, the
+/// unfinished requests left pending; timeoutSeconds <= 0: no deadline). Spins briefly, then
+/// yields, then sleeps up to 1 ms between tests. Throws std::runtime_error if MPI_Test fails.
+/// Local (progresses only this rank's requests).
+bool pollRequests(std::vector<MPI_Request>& reqs, double timeoutSeconds);
+/// World ranks (in MPI_COMM_WORLD) of the ranks of `comm`, in `comm` rank order. Local.
+std::vector<int> worldRanksOf(MPI_Comm comm);
+/// "group 'tp' (2 ranks: world 0,1)". Local.
+std::string describeGroup(const std::string& name, const std::vector<int>& worldRanks);
 
 class ProcessGroupMPI final : public ProcessGroup {
  public:
-  /// Builds the group over the ranks of `comm` (which it duplicates twice: payload and control
-  /// traffic; the caller keeps ownership of `comm`). Collective over `comm`: all its ranks
-  /// construct their groups in the same order. `name` appears in every error message.
-  /// timeoutSeconds <= 0: no deadline.
+  /// Builds the group over the ranks of `comm` (which it duplicates twice: collectives and
+  /// point-to-point on one, sendRecv on the other so its tag never matches a user send; the caller
+  /// keeps ownership of `comm`). Collective over `comm`: all its ranks construct their groups in
+  /// the same order. `name` appears in every error message. timeoutSeconds <= 0: no deadline.
   ProcessGroupMPI(MPI_Comm comm, std::string name, double timeoutSeconds = defaultCollectiveTimeoutSeconds());
-  /// Frees the duplicated communicators (locally, if MPI is still active).
+  /// Frees the duplicated communicators (locally, if MPI is still active and nothing is pending).
   ~ProcessGroupMPI() override;
   ProcessGroupMPI(const ProcessGroupMPI&) = delete;
   ProcessGroupMPI& operator=(const ProcessGroupMPI&) = delete;
@@ -88,84 +72,70 @@ class ProcessGroupMPI final : public ProcessGroup {
   double timeoutSeconds() const override { return timeout_; }
   void setTimeoutSeconds(double seconds) override { timeout_ = seconds; }
 
-  /// See ProcessGroup. Sum/Max/Min over float32, float64, int64, int32, int16, int8, uint8;
-  /// float16 and bfloat16 are reduced in float32 and rounded back. Bytes counted: 2(n-1)/n of
-  /// the buffer handed to MPI (ring-algorithm equivalent).
-  void allreduce(at::Tensor& t, ReduceOp op = ReduceOp::Sum) override;
+  /// See ProcessGroup (MPI_Iallreduce, in place in `t` after wait()). Sum/Max/Min over float32,
+  /// float64, int64, int32, int16, int8, uint8; float16 and bfloat16 are reduced in float32 and
+  /// rounded back. Bytes counted: 2(n-1)/n of the buffer handed to MPI (ring-algorithm equivalent).
+  std::shared_ptr<Work> allreduce(at::Tensor& t, ReduceOp op = ReduceOp::Sum) override;
   /// See ProcessGroup (MPI_Iallgatherv). Any dtype. Bytes counted: (n-1) x this rank's part.
-  at::Tensor allgather(const at::Tensor& t, int64_t dim, const std::vector<int64_t>& sizes = {}) override;
+  std::shared_ptr<Work> allgather(const at::Tensor& t, int64_t dim, const std::vector<int64_t>& sizes = {}) override;
   /// See ProcessGroup (MPI_Ireduce_scatter_block); dtypes as allreduce. t.size(0) must divide by
-  /// size() (std::invalid_argument on every rank otherwise). Bytes counted: (n-1)/n x buffer.
-  at::Tensor reduceScatter(const at::Tensor& t, ReduceOp op = ReduceOp::Sum) override;
+  /// size() (std::invalid_argument otherwise). Bytes counted: (n-1)/n x buffer.
+  std::shared_ptr<Work> reduceScatter(const at::Tensor& t, ReduceOp op = ReduceOp::Sum) override;
   /// See ProcessGroup (MPI_Ialltoallv). inputs.size() and outputShapes.size() must equal size();
   /// the numel rank i sends to j must equal the numel of rank j's outputShapes[i]. Bytes counted:
   /// everything sent to other ranks.
-  std::vector<at::Tensor> allToAll(const std::vector<at::Tensor>& inputs,
-                                   const std::vector<std::vector<int64_t>>& outputShapes) override;
+  std::shared_ptr<Work> allToAll(const std::vector<at::Tensor>& inputs,
+                                 const std::vector<std::vector<int64_t>>& outputShapes) override;
   /// See ProcessGroup (MPI_Ibcast). Bytes counted on the root: (n-1) x tensor.
-  void broadcast(at::Tensor& t, int root) override;
-  /// See ProcessGroup. Collective over the whole group: every rank calls it in the same step;
-  /// the (dst, src) pairs must form a consistent permutation and each recvShape must equal the
-  /// shape its sender sends. Bytes counted: the tensor sent (0 when dst is this rank).
-  at::Tensor sendRecv(const at::Tensor& send, int dst, const std::vector<int64_t>& recvShape, int src) override;
-  /// Blocking point-to-point send; the receiver must call recv(…, this rank, same tag) with the
-  /// same dtype and shape; sends between one pair are matched in order (a shape/dtype/tag
-  /// disagreement throws CollectiveMismatchError on both ranks). 0 <= tag <= MPI_TAG_UB.
-  void send(const at::Tensor& t, int dst, int tag = 0) override;
-  /// Blocking point-to-point receive into `t` (its dtype and shape define what is expected).
-  void recv(at::Tensor& t, int src, int tag = 0) override;
-  /// All ranks have arrived (the agreement exchange itself synchronises). No payload.
-  void barrier() override;
+  std::shared_ptr<Work> broadcast(at::Tensor& t, int root) override;
+  /// See ProcessGroup (MPI_Isend + MPI_Irecv on the second communicator). dst == rank() requires
+  /// src == rank() (a local copy). Bytes counted: the tensor sent (0 when dst is this rank).
+  std::shared_ptr<Work> sendRecv(const at::Tensor& send, int dst, const std::vector<int64_t>& recvShape,
+                                 int src) override;
+  /// MPI_Isend of `t` to `dst` with `tag` (0 <= tag <= MPI_TAG_UB); the receiver calls
+  /// recv(…, this rank, same tag) with the same dtype and shape.
+  std::shared_ptr<Work> send(const at::Tensor& t, int dst, int tag = 0) override;
+  /// MPI_Irecv into `t` (its dtype and shape define what is expected; filled after wait()).
+  std::shared_ptr<Work> recv(at::Tensor& t, int src, int tag = 0) override;
+  /// MPI_Ibarrier. No payload.
+  std::shared_ptr<Work> barrier() override;
   uint64_t bytesSent() const override { return bytes_.load(); }
 
-  /// The payload communicator (a duplicate of the constructor's; do not free).
+  /// The collective communicator (a duplicate of the constructor's; do not free).
   MPI_Comm comm() const { return data_; }
   /// World rank of group rank `r`.
   int worldRankOf(int r) const { return worldRanks_.at(static_cast<size_t>(r)); }
   /// "group 'tp' (2 ranks: world 0,1)".
   std::string describeGroup() const;
-
-  // ---- Agreement control plane (also used by ProcessGroupNCCL for its checks) ----
-
-  /// Exchanges `mine` with every rank of the group and checks that the calls agree; returns all
-  /// ranks' calls (index = group rank). Collective: all ranks call it for the same logical call.
-  /// Throws CollectiveMismatchError / std::invalid_argument (same verdict on every rank) or
-  /// CollectiveTimeoutError.
-  std::vector<CallInfo> agree(const CallInfo& mine);
-  /// Pairwise agreement for a point-to-point transfer (`mine.op` Send or Recv, peer `peer`).
-  /// Returns the peer's call. Both ranks throw CollectiveMismatchError on disagreement.
-  CallInfo agreePair(const CallInfo& mine, int peer);
-  /// Adds to bytesSent() (for a backend that moves the payload itself).
+  /// Adds to bytesSent() (for a backend that moves the payload itself, e.g. ProcessGroupNCCL).
   void addBytesSent(uint64_t n) { bytes_ += n; }
   /// Throws std::runtime_error if a previous call timed out (the group state is undefined).
   void ensureUsable() const;
 
  private:
-  /// Polls until every request completes or the deadline passes (false, requests left pending).
-  bool poll(std::vector<MPI_Request>& reqs) const;
-  /// Marks the group broken, cancels/frees what MPI allows (reqKind: 0 collective, 1 receive,
-  /// 2 send) and throws CollectiveTimeoutError.
+  friend class MPIWork;
+  /// Wraps started requests into a Work. kinds[i]: 0 collective (cannot be cancelled or freed),
+  /// 1 receive, 2 send. `keep`: buffers MPI reads or writes until completion. `finish` runs once
+  /// after success and returns the outputs.
+  std::shared_ptr<Work> makeWork(std::string what, std::vector<MPI_Request> reqs, std::vector<int> kinds,
+                                 std::vector<at::Tensor> keep, std::function<std::vector<at::Tensor>()> finish);
+  /// Marks the group broken, cancels/frees what MPI allows, keeps `keep` alive and throws
+  /// CollectiveTimeoutError.
   [[noreturn]] void timeout(const std::string& what, const std::string& detail, std::vector<MPI_Request>& reqs,
-                            const std::vector<int>& reqKind);
-  /// Waits for requests; on timeout marks the group broken, keeps `keep` alive and throws.
-  void wait(std::vector<MPI_Request>& reqs, const std::string& what, std::vector<at::Tensor> keep);
-  std::vector<int64_t> encode(const CallInfo& c, int64_t seq) const;
+                            const std::vector<int>& reqKind, std::vector<at::Tensor> keep);
   void check(int rc, const char* fn) const;
 
   MPI_Comm data_ = MPI_COMM_NULL;
-  MPI_Comm ctrl_ = MPI_COMM_NULL;
+  MPI_Comm ring_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   std::string name_;
   double timeout_ = 300.0;
-  int64_t seq_ = 0;
-  std::vector<int64_t> sendSeq_, recvSeq_;
   std::vector<int> worldRanks_;
   std::atomic<uint64_t> bytes_{0};
   bool broken_ = false;
   std::string brokenReason_;
   // Buffers of operations abandoned at a timeout (MPI may still write into them).
   std::vector<at::Tensor> graveyard_;
-  std::vector<std::shared_ptr<std::vector<int64_t>>> graveyardHeaders_;
 };
 
 }  // namespace dit

@@ -4,12 +4,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 
 namespace dit {
 
@@ -92,6 +94,14 @@ int localRank() {
   static int cached = -1;
   if (cached >= 0) return cached;
   if (!mpiActive()) return 0;
+  if (const char* env = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"); env && *env) {
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && v >= 0 && v < INT_MAX) {
+      cached = static_cast<int>(v);
+      return cached;
+    }
+  }
   MPI_Comm node;
   if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS)
     return 0;
@@ -100,6 +110,14 @@ int localRank() {
   MPI_Comm_free(&node);
   cached = r;
   return r;
+}
+
+int localDeviceIndex(int localRank, int deviceCount) {
+  if (deviceCount < 1)
+    throw std::invalid_argument("no CUDA device is visible on this host (device count " + std::to_string(deviceCount) +
+                                "; CPU-only LibTorch, or CUDA_VISIBLE_DEVICES empty)");
+  if (localRank < 0) throw std::invalid_argument("local rank " + std::to_string(localRank) + " is negative");
+  return localRank % deviceCount;
 }
 
 // Invalid UTF-8 (e.g. echoed from a bad request line) is replaced, never thrown.

@@ -34,10 +34,19 @@ bool runtimeActive();
 int worldRank();
 /// Size of MPI_COMM_WORLD (1 when MPI is not active). Local, no communication.
 int worldSize();
-/// Index of this rank among the ranks on the same host (0-based; from MPI_Comm_split_type on the
-/// first call, which is therefore collective over MPI_COMM_WORLD: all ranks call it the first time
-/// in the same order — DeviceMesh's constructor does). 0 when MPI is not active.
+/// Index of this rank among the ranks on the same host (0-based). From the launcher's
+/// OMPI_COMM_WORLD_LOCAL_RANK when set (OpenMPI's mpirun sets it on every rank; no
+/// communication), else from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) on the first call, which is
+/// then collective over MPI_COMM_WORLD: all ranks call it the first time in the same order —
+/// DeviceMesh's constructor does. 0 when MPI is not active. Cached after the first call.
 int localRank();
+
+/// The one rule for which CUDA device a rank uses: local rank `localRank` on a host with
+/// `deviceCount` visible devices uses device localRank % deviceCount (ranks share devices
+/// round-robin when a host runs more ranks than it has GPUs). Used by DeviceMesh (and through
+/// DeviceMesh::deviceIndex() by the pipeline and the NCCL communicator). Pure function. Throws
+/// std::invalid_argument when deviceCount < 1 or localRank < 0.
+int localDeviceIndex(int localRank, int deviceCount);
 
 /// Formats one protocol event line without the trailing newline: "@@DIT " + event.dump().
 /// Keys of an ordered_json keep their insertion order; of a json, alphabetical order.

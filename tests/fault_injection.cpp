@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/safetensors.h"
+#include "parallel/process_group_checked.h"
 #include "parallel/process_group_mpi.h"
 #include "parallel/runtime.h"
 
@@ -49,36 +50,38 @@ void corruptRead(int rank) {
 }
 
 int run(const std::string& mode) {
-  auto world = std::make_shared<dit::ProcessGroupMPI>(MPI_COMM_WORLD, "world");
+  // The agreement checks name the ranks in mismatch and timeout messages (as DeviceMesh does by default).
+  auto world = dit::makeCheckedProcessGroup(std::make_shared<dit::ProcessGroupMPI>(MPI_COMM_WORLD, "world"),
+                                            MPI_COMM_WORLD);
   const int rank = world->rank();
   if (world->size() < 2) throw std::runtime_error("fault_injection needs at least 2 ranks");
 
   at::Tensor t = at::full({4}, static_cast<double>(rank + 1), at::kFloat);
-  world->allreduce(t);  // a healthy first collective: the fault happens mid-run
+  world->allreduce(t)->wait();  // a healthy first collective: the fault happens mid-run
 
   if (mode == "throw") {
     if (rank == 1) throw std::runtime_error("fault injection: rank 1 throws before allreduce #2");
-    world->allreduce(t);
+    world->allreduce(t)->wait();
   } else if (mode == "exit") {
     if (rank == 1) {
       dit::emitEvent(nlohmann::json{{"event", "log"}, {"rank", rank}, {"level", "error"},
                                     {"message", "fault injection: rank 1 calls exit(3)"}});
       std::exit(3);
     }
-    world->allreduce(t);
+    world->allreduce(t)->wait();
   } else if (mode == "mismatch") {
     at::Tensor x = at::ones({4 + rank}, at::kFloat);
-    world->allgather(x, 0);
+    world->allgather(x, 0)->wait();
   } else if (mode == "corrupt") {
     if (rank == 1) corruptRead(rank);
-    world->barrier();
+    world->barrier()->wait();
   } else if (mode == "hang") {
     if (rank == 1) std::this_thread::sleep_for(std::chrono::seconds(120));
-    world->allreduce(t);
+    world->allreduce(t)->wait();
   } else if (mode != "none") {
     throw std::invalid_argument("fault_injection: unknown mode '" + mode + "'");
   }
-  world->barrier();
+  world->barrier()->wait();
   if (rank == 0) std::printf("fault_injection: rank 0 finished without a fault (%s)\n", mode.c_str());
   std::fflush(stdout);
   return 0;

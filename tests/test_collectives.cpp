@@ -1,4 +1,5 @@
-// ProcessGroupMPI collectives, agreement checks, timeouts, DeviceMesh and runtime helpers.
+// ProcessGroupMPI collectives (asynchronous Work), ProcessGroupChecked agreement checks, timeouts,
+// DeviceMesh and runtime helpers.
 // Run under mpirun with 2 or 4 ranks: every rank runs every test and asserts; only rank 0 prints
 // the gtest report, other ranks print their failures prefixed with "[rank r]". The exit status is
 // non-zero on every rank when any rank failed.
@@ -8,7 +9,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <thread>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +21,7 @@
 
 #include "parallel/device_mesh.h"
 #include "parallel/process_group.h"
+#include "parallel/process_group_checked.h"
 #include "parallel/process_group_mpi.h"
 #include "parallel/runtime.h"
 
@@ -27,9 +32,16 @@ using dit::ReduceOp;
 
 namespace {
 
-std::shared_ptr<ProcessGroupMPI> g_world;
+// The world group as DeviceMesh builds it for MPI: ProcessGroupMPI wrapped in ProcessGroupChecked.
+std::shared_ptr<dit::ProcessGroup> g_world;
+// The same ranks without the checks (the payload path alone).
+std::shared_ptr<ProcessGroupMPI> g_raw;
 
-ProcessGroupMPI& W() { return *g_world; }
+dit::ProcessGroup& W() { return *g_world; }
+ProcessGroupMPI& Raw() { return *g_raw; }
+std::shared_ptr<dit::ProcessGroup> checked(std::shared_ptr<dit::ProcessGroup> g) {
+  return dit::makeCheckedProcessGroup(std::move(g), MPI_COMM_WORLD);
+}
 int R() { return g_world->rank(); }
 int N() { return g_world->size(); }
 
@@ -81,18 +93,18 @@ TEST(LocalGroup, NoCommunication) {
   EXPECT_EQ(g->backend(), "local");
   at::Tensor t = at::arange(6, at::kFloat).view({2, 3});
   at::Tensor before = t.clone();
-  g->allreduce(t);
+  g->allreduce(t)->wait();
   EXPECT_TRUE(at::equal(t, before));
-  EXPECT_TRUE(at::equal(g->allgather(t, 1, {3}), before));
-  EXPECT_TRUE(at::equal(g->reduceScatter(t), before));
-  auto outs = g->allToAll({t}, {{3, 2}});
+  EXPECT_TRUE(at::equal(g->allgather(t, 1, {3})->result(), before));
+  EXPECT_TRUE(at::equal(g->reduceScatter(t)->result(), before));
+  auto outs = g->allToAll({t}, {{3, 2}})->results();
   ASSERT_EQ(outs.size(), 1u);
   EXPECT_TRUE(at::equal(outs[0], before.view({3, 2})));
-  g->broadcast(t, 0);
-  EXPECT_TRUE(at::equal(g->sendRecv(t, 0, {6}, 0), before.view({6})));
-  g->barrier();
-  EXPECT_THROW(g->send(t, 0), std::invalid_argument);
-  EXPECT_THROW(g->allgather(t, 0, {5}), CollectiveMismatchError);
+  g->broadcast(t, 0)->wait();
+  EXPECT_TRUE(at::equal(g->sendRecv(t, 0, {6}, 0)->result(), before.view({6})));
+  g->barrier()->wait();
+  EXPECT_THROW(g->send(t, 0)->wait(), std::invalid_argument);
+  EXPECT_THROW(g->allgather(t, 0, {5})->result(), CollectiveMismatchError);
   EXPECT_EQ(g->bytesSent(), 0u);
 }
 
@@ -100,32 +112,32 @@ TEST(LocalGroup, NoCommunication) {
 
 TEST(Allreduce, SumFloat32) {
   at::Tensor t = at::full({3, 5}, R() + 1.0, at::kFloat);
-  W().allreduce(t);
+  W().allreduce(t)->wait();
   EXPECT_TRUE(at::allclose(t, at::full({3, 5}, sumTo(N()), at::kFloat))) << t;
 }
 
 TEST(Allreduce, MaxMinInt64) {
   at::Tensor mx = at::full({4}, int64_t(R()) * 1000 + 7, at::kLong);
   at::Tensor mn = mx.clone();
-  W().allreduce(mx, ReduceOp::Max);
-  W().allreduce(mn, ReduceOp::Min);
+  W().allreduce(mx, ReduceOp::Max)->wait();
+  W().allreduce(mn, ReduceOp::Min)->wait();
   EXPECT_EQ(mx.dtype(), at::kLong);
   EXPECT_EQ(mx[0].item<int64_t>(), int64_t(N() - 1) * 1000 + 7);
   EXPECT_EQ(mn[3].item<int64_t>(), 7);
   at::Tensor big = at::full({2}, (int64_t(1) << 40) * (R() + 1), at::kLong);
-  W().allreduce(big);
+  W().allreduce(big)->wait();
   EXPECT_EQ(big[1].item<int64_t>(), (int64_t(1) << 40) * int64_t(sumTo(N())));
 }
 
 TEST(Allreduce, BFloat16AndFloat16StageThroughFloat32) {
   for (auto dt : {at::kBFloat16, at::kHalf}) {
     at::Tensor t = at::full({1000}, R() + 1.0, at::TensorOptions().dtype(dt));
-    W().allreduce(t);
+    W().allreduce(t)->wait();
     EXPECT_EQ(t.scalar_type(), dt);
     EXPECT_TRUE(at::equal(t, at::full({1000}, sumTo(N()), at::TensorOptions().dtype(dt))));
     // Many small addends: the float32 accumulation keeps 0.25*(1+...+n) exact.
     at::Tensor q = at::full({8}, 0.25 * (R() + 1), at::TensorOptions().dtype(dt));
-    W().allreduce(q, ReduceOp::Max);
+    W().allreduce(q, ReduceOp::Max)->wait();
     EXPECT_FLOAT_EQ(q[0].item<float>(), 0.25f * N());
   }
 }
@@ -134,7 +146,7 @@ TEST(Allreduce, NonContiguousInPlace) {
   at::Tensor base = at::arange(12, at::kFloat).view({3, 4}) * (R() + 1);
   at::Tensor view = base.t();  // non-contiguous view into base
   ASSERT_FALSE(view.is_contiguous());
-  W().allreduce(view);
+  W().allreduce(view)->wait();
   at::Tensor expected = at::arange(12, at::kFloat).view({3, 4}) * sumTo(N());
   EXPECT_TRUE(at::allclose(base, expected)) << base;
   EXPECT_TRUE(at::allclose(view, expected.t()));
@@ -144,9 +156,9 @@ TEST(Allreduce, NonContiguousInPlace) {
 
 TEST(Allgather, EvenDim0AndDim1) {
   at::Tensor t = at::full({2, 3}, double(R()), at::kFloat);
-  at::Tensor g0 = W().allgather(t, 0);
+  at::Tensor g0 = W().allgather(t, 0)->result();
   ASSERT_EQ(g0.sizes(), (std::vector<int64_t>{2 * N(), 3}));
-  at::Tensor g1 = W().allgather(t, -1);
+  at::Tensor g1 = W().allgather(t, -1)->result();
   ASSERT_EQ(g1.sizes(), (std::vector<int64_t>{2, 3 * N()}));
   for (int r = 0; r < N(); ++r) {
     EXPECT_TRUE(at::equal(g0.narrow(0, 2 * r, 2), at::full({2, 3}, double(r), at::kFloat)));
@@ -165,7 +177,7 @@ TEST(Allgather, UnevenSizesDependingOnRank) {
   }
   std::vector<int64_t> sizes;
   for (int r = 0; r < N(); ++r) sizes.push_back(r + 1);
-  at::Tensor g = W().allgather(t, 0, sizes);
+  at::Tensor g = W().allgather(t, 0, sizes)->result();
   ASSERT_EQ(g.size(0), int64_t(sumTo(N())));
   int64_t row = 0;
   for (int r = 0; r < N(); ++r)
@@ -177,7 +189,7 @@ TEST(Allgather, UnevenSizesDependingOnRank) {
   at::Tensor u = at::full({2, 2 - R() % 2, 3}, double(R()), at::TensorOptions().dtype(at::kBFloat16));
   std::vector<int64_t> cols;
   for (int r = 0; r < N(); ++r) cols.push_back(2 - r % 2);
-  at::Tensor gu = W().allgather(u, 1, cols);
+  at::Tensor gu = W().allgather(u, 1, cols)->result();
   EXPECT_EQ(gu.scalar_type(), at::kBFloat16);
   int64_t c = 0;
   for (int r = 0; r < N(); ++r)
@@ -188,7 +200,7 @@ TEST(Allgather, UnevenSizesDependingOnRank) {
 
 TEST(Allgather, Int64) {
   at::Tensor t = at::arange(3, at::kLong) + int64_t(100) * R();
-  at::Tensor g = W().allgather(t, 0);
+  at::Tensor g = W().allgather(t, 0)->result();
   for (int r = 0; r < N(); ++r)
     for (int i = 0; i < 3; ++i) EXPECT_EQ(g[3 * r + i].item<int64_t>(), 100 * r + i);
 }
@@ -200,19 +212,19 @@ TEST(ReduceScatter, SumRowsPerRank) {
   for (auto dt : {at::kFloat, at::kBFloat16}) {
     at::Tensor t = (at::arange(2 * N(), at::kFloat) + 1).unsqueeze(1).repeat({1, 3}) * (R() + 1);
     t = t.to(dt);
-    at::Tensor out = W().reduceScatter(t);
+    at::Tensor out = W().reduceScatter(t)->result();
     ASSERT_EQ(out.sizes(), (std::vector<int64_t>{2, 3}));
     EXPECT_EQ(out.scalar_type(), dt);
     for (int i = 0; i < 2; ++i)
       EXPECT_FLOAT_EQ(out[i][2].item<float>(), float((2 * R() + i + 1) * sumTo(N())));
   }
   at::Tensor m = at::full({N()}, double(R()), at::kFloat);
-  EXPECT_FLOAT_EQ(W().reduceScatter(m, ReduceOp::Max)[0].item<float>(), float(N() - 1));
+  EXPECT_FLOAT_EQ(W().reduceScatter(m, ReduceOp::Max)->result()[0].item<float>(), float(N() - 1));
 }
 
 TEST(ReduceScatter, RowsNotDivisibleIsInvalidOnEveryRank) {
   at::Tensor t = at::ones({N() + 1, 2}, at::kFloat);
-  const auto msg = messageOf<std::invalid_argument>([&] { W().reduceScatter(t); });
+  const auto msg = messageOf<std::invalid_argument>([&] { W().reduceScatter(t)->result(); });
   EXPECT_TRUE(contains(msg, "dim 0 size " + std::to_string(N() + 1) + " is not divisible by the group size " +
                                 std::to_string(N())))
       << msg;
@@ -228,7 +240,7 @@ TEST(AllToAll, UnevenShapesFromCaller) {
     in.push_back(at::arange(R() + j + 1, at::kFloat) + 1000.0 * R() + 10.0 * j);
     shapes.push_back({j + R() + 1});
   }
-  auto out = W().allToAll(in, shapes);
+  auto out = W().allToAll(in, shapes)->results();
   ASSERT_EQ(out.size(), size_t(N()));
   for (int j = 0; j < N(); ++j) {
     ASSERT_EQ(out[j].numel(), j + R() + 1);
@@ -247,7 +259,7 @@ TEST(AllToAll, UlyssesStyleHeadsAndTokens) {
     in.push_back(x.select(1, j));  // non-contiguous [R()+1, 2]
     shapes.push_back({j + 1, 2});
   }
-  auto out = W().allToAll(in, shapes);
+  auto out = W().allToAll(in, shapes)->results();
   for (int j = 0; j < N(); ++j)
     for (int t = 0; t <= j; ++t) EXPECT_FLOAT_EQ(out[j][t][1].item<float>(), 100.0f * j + 10.0f * t + R());
 }
@@ -257,10 +269,10 @@ TEST(AllToAll, UlyssesStyleHeadsAndTokens) {
 TEST(Broadcast, FromLastRank) {
   const int root = N() - 1;
   at::Tensor t = R() == root ? at::arange(6, at::kFloat) + 42 : at::zeros({6}, at::kFloat);
-  W().broadcast(t, root);
+  W().broadcast(t, root)->wait();
   EXPECT_TRUE(at::equal(t, at::arange(6, at::kFloat) + 42));
   at::Tensor i = at::full({2, 2}, int64_t(R() == 0 ? 77 : -1), at::kLong);
-  W().broadcast(i, 0);
+  W().broadcast(i, 0)->wait();
   EXPECT_EQ(i.sum().item<int64_t>(), 4 * 77);
 }
 
@@ -270,53 +282,53 @@ TEST(SendRecv, AroundTheRing) {
   const int dst = (R() + 1) % N(), src = (R() + N() - 1) % N();
   // Sizes depend on the sender: rank r sends r+1 rows.
   at::Tensor send = at::full({R() + 1, 2}, double(R()), at::kFloat);
-  at::Tensor got = W().sendRecv(send, dst, {src + 1, 2}, src);
+  at::Tensor got = W().sendRecv(send, dst, {src + 1, 2}, src)->result();
   EXPECT_TRUE(at::equal(got, at::full({src + 1, 2}, double(src), at::kFloat)));
   // A token passed around the ring n times comes back to its origin (ring-attention K/V rotation).
   at::Tensor tok = at::full({3}, double(R()), at::kFloat);
-  for (int step = 0; step < N(); ++step) tok = W().sendRecv(tok, dst, {3}, src);
+  for (int step = 0; step < N(); ++step) tok = W().sendRecv(tok, dst, {3}, src)->result();
   EXPECT_TRUE(at::equal(tok, at::full({3}, double(R()), at::kFloat)));
 }
 
 TEST(SendRecv, PointToPoint) {
   if (R() == 0) {
-    W().send(at::arange(5, at::kFloat) * 7, 1);
+    W().send(at::arange(5, at::kFloat) * 7, 1)->wait();
     at::Tensor back = at::zeros({2}, at::kLong);
-    W().recv(back, 1, 3);
+    W().recv(back, 1, 3)->wait();
     EXPECT_EQ(back[1].item<int64_t>(), 99);
   } else if (R() == 1) {
     at::Tensor t = at::zeros({5}, at::kFloat);
-    W().recv(t, 0);
+    W().recv(t, 0)->wait();
     EXPECT_TRUE(at::equal(t, at::arange(5, at::kFloat) * 7));
-    W().send(at::full({2}, int64_t(99), at::kLong), 0, 3);
+    W().send(at::full({2}, int64_t(99), at::kLong), 0, 3)->wait();
   }
-  W().barrier();
+  W().barrier()->wait();
 }
 
 TEST(SendRecv, PointToPointMismatchThrowsOnBothEnds) {
   if (R() == 0) {
-    const auto msg = messageOf<CollectiveMismatchError>([&] { W().send(at::ones({3}, at::kFloat), 1); });
+    const auto msg = messageOf<CollectiveMismatchError>([&] { W().send(at::ones({3}, at::kFloat), 1)->wait(); });
     EXPECT_TRUE(contains(msg, "rank 0 sends float32 [3] (12 B) but rank 1 receives into float32 [4] (16 B)")) << msg;
   } else if (R() == 1) {
     at::Tensor t = at::zeros({4}, at::kFloat);
-    const auto msg = messageOf<CollectiveMismatchError>([&] { W().recv(t, 0); });
+    const auto msg = messageOf<CollectiveMismatchError>([&] { W().recv(t, 0)->wait(); });
     EXPECT_TRUE(contains(msg, "rank 0 sends float32 [3] (12 B) but rank 1 receives into float32 [4] (16 B)")) << msg;
   }
-  W().barrier();
+  W().barrier()->wait();
 }
 
 // ---------------------------------------------------------------- agreement (mismatch) checks
 
 TEST(Mismatch, AllreduceSizesDifferThrowsEverywhereAndGroupStaysUsable) {
   at::Tensor t = at::ones({4 + R()}, at::kFloat);
-  const auto msg = messageOf<CollectiveMismatchError>([&] { W().allreduce(t); });
+  const auto msg = messageOf<CollectiveMismatchError>([&] { W().allreduce(t)->wait(); });
   EXPECT_TRUE(contains(msg, "collective mismatch on group 'world'")) << msg;
   EXPECT_TRUE(contains(msg, "shapes differ: rank 0 [4] (16 B), rank 1 [5] (20 B)")) << msg;
   EXPECT_TRUE(contains(msg, "rank 0 allreduce(sum, float32 [4], 16 B)")) << msg;
   EXPECT_TRUE(contains(msg, "rank 1 allreduce(sum, float32 [5], 20 B)")) << msg;
   // Still in step afterwards.
   at::Tensor ok = at::full({2}, R() + 1.0, at::kFloat);
-  W().allreduce(ok);
+  W().allreduce(ok)->wait();
   EXPECT_FLOAT_EQ(ok[0].item<float>(), float(sumTo(N())));
 }
 
@@ -324,25 +336,25 @@ TEST(Mismatch, DifferentOps) {
   at::Tensor t = at::zeros({2}, at::kFloat);
   const auto msg = messageOf<CollectiveMismatchError>([&] {
     if (R() == 0)
-      W().barrier();
+      W().barrier()->wait();
     else
-      W().broadcast(t, 0);
+      W().broadcast(t, 0)->wait();
   });
   EXPECT_TRUE(contains(msg, "rank 0 called barrier but rank 1 called broadcast")) << msg;
 }
 
 TEST(Mismatch, DtypesDiffer) {
   at::Tensor t = at::ones({2}, R() == 0 ? at::kFloat : at::kBFloat16);
-  const auto msg = messageOf<CollectiveMismatchError>([&] { W().allgather(t, 0); });
+  const auto msg = messageOf<CollectiveMismatchError>([&] { W().allgather(t, 0)->result(); });
   EXPECT_TRUE(contains(msg, "dtypes differ: rank 0 float32, rank 1 bfloat16")) << msg;
 }
 
 TEST(Mismatch, AllgatherSizesWithoutPerRankSizes) {
   at::Tensor t = at::ones({4 + R()}, at::kFloat);
-  const auto msg = messageOf<CollectiveMismatchError>([&] { W().allgather(t, 0); });
+  const auto msg = messageOf<CollectiveMismatchError>([&] { W().allgather(t, 0)->result(); });
   EXPECT_TRUE(contains(msg, "(rank 0: 4, rank 1: 5) and no per-rank sizes were given")) << msg;
   std::vector<int64_t> wrong(N(), 4);  // rank 1 really has 5
-  const auto msg2 = messageOf<CollectiveMismatchError>([&] { W().allgather(t, 0, wrong); });
+  const auto msg2 = messageOf<CollectiveMismatchError>([&] { W().allgather(t, 0, wrong)->result(); });
   EXPECT_TRUE(contains(msg2, "rank 1 contributes 5 along dim 0 but the per-rank sizes say 4")) << msg2;
 }
 
@@ -353,7 +365,7 @@ TEST(Mismatch, AllToAllPairwiseSizes) {
     in.push_back(at::ones({1}, at::kFloat));
     shapes.push_back({(R() == 1 && j == 0) ? 2 : 1});  // rank 1 expects 2 elements from rank 0
   }
-  const auto msg = messageOf<CollectiveMismatchError>([&] { W().allToAll(in, shapes); });
+  const auto msg = messageOf<CollectiveMismatchError>([&] { W().allToAll(in, shapes)->results(); });
   EXPECT_TRUE(contains(msg, "rank 0 sends 1 elements (4 B) to rank 1 but rank 1 expects 2 elements (8 B) from rank 0"))
       << msg;
 }
@@ -363,7 +375,7 @@ TEST(Mismatch, SendRecvPermutation) {
   const int dst = (R() + 1) % N();
   const int src = R() == 1 ? 1 : (R() + N() - 1) % N();
   const auto msg = messageOf<CollectiveMismatchError>(
-      [&] { W().sendRecv(at::ones({2}, at::kFloat), dst, {2}, src); });
+      [&] { W().sendRecv(at::ones({2}, at::kFloat), dst, {2}, src)->result(); });
   EXPECT_TRUE(contains(msg, "rank 0 sends to rank 1 but rank 1 receives from rank 1")) << msg;
 }
 
@@ -371,11 +383,11 @@ TEST(Mismatch, SendRecvPermutation) {
 
 TEST(Timeout, MissingRankIsNamed) {
   // A private group with a short deadline; only rank 0 calls it.
-  auto g = std::make_shared<ProcessGroupMPI>(MPI_COMM_WORLD, "timeout-test", 0.5);
+  auto g = checked(std::make_shared<ProcessGroupMPI>(MPI_COMM_WORLD, "timeout-test", 0.5));
   EXPECT_DOUBLE_EQ(g->timeoutSeconds(), 0.5);
   if (R() == 0) {
     at::Tensor t = at::ones({3}, at::kFloat);
-    const auto msg = messageOf<CollectiveTimeoutError>([&] { g->allreduce(t); });
+    const auto msg = messageOf<CollectiveTimeoutError>([&] { g->allreduce(t)->wait(); });
     EXPECT_TRUE(contains(msg, "collective timeout: allreduce(sum, float32 [3], 12 B) (call #1) on group 'timeout-test'"))
         << msg;
     EXPECT_TRUE(contains(msg, "within 0.5 s on rank 0")) << msg;
@@ -383,19 +395,19 @@ TEST(Timeout, MissingRankIsNamed) {
     for (int r = 2; r < N(); ++r) missing += "," + std::to_string(r);
     EXPECT_TRUE(contains(msg, missing + " (world " + missing.substr(8) + ") never arrived")) << msg;
     // The group is unusable afterwards.
-    EXPECT_THROW(g->barrier(), std::runtime_error);
+    EXPECT_THROW(g->barrier()->wait(), std::runtime_error);
   }
-  W().barrier();
+  W().barrier()->wait();
   // Point-to-point: rank 1 waits for a send from rank 0 that never comes.
-  auto p = std::make_shared<ProcessGroupMPI>(MPI_COMM_WORLD, "p2p-timeout", 0.3);
+  auto p = checked(std::make_shared<ProcessGroupMPI>(MPI_COMM_WORLD, "p2p-timeout", 0.3));
   if (R() == 1) {
     at::Tensor t = at::zeros({2}, at::kFloat);
-    const auto msg = messageOf<CollectiveTimeoutError>([&] { p->recv(t, 0); });
+    const auto msg = messageOf<CollectiveTimeoutError>([&] { p->recv(t, 0)->wait(); });
     EXPECT_TRUE(contains(msg, "rank 0 (world 0) never posted the matching send")) << msg;
   }
-  W().barrier();
+  W().barrier()->wait();
   // Keep both groups alive until exit: their abandoned requests must not be freed collectively.
-  static std::vector<std::shared_ptr<ProcessGroupMPI>> keep;
+  static std::vector<std::shared_ptr<dit::ProcessGroup>> keep;
   keep.push_back(g);
   keep.push_back(p);
 }
@@ -411,15 +423,170 @@ TEST(BytesSent, CountsPayload) {
   auto g = std::make_shared<ProcessGroupMPI>(MPI_COMM_WORLD, "bytes");
   EXPECT_EQ(g->bytesSent(), 0u);
   at::Tensor t = at::zeros({100}, at::kFloat);
-  g->broadcast(t, 0);
+  g->broadcast(t, 0)->wait();
   EXPECT_EQ(g->bytesSent(), R() == 0 ? 400u * (N() - 1) : 0u);
   const uint64_t before = g->bytesSent();
   std::vector<at::Tensor> in(N(), at::zeros({10}, at::kFloat));
   std::vector<std::vector<int64_t>> shapes(N(), std::vector<int64_t>{10});
-  g->allToAll(in, shapes);
+  g->allToAll(in, shapes)->results();
   EXPECT_EQ(g->bytesSent() - before, 40u * (N() - 1));
-  g->barrier();  // no payload
+  g->barrier()->wait();  // no payload
   EXPECT_EQ(g->bytesSent() - before, 40u * (N() - 1));
+}
+
+// ---------------------------------------------------------------- asynchronous Work
+
+TEST(Work, BackToBackWaitedOutOfOrder) {
+  // Four collectives in flight at once on the unchecked group, waited in reverse order.
+  at::Tensor a = at::full({3}, R() + 1.0, at::kFloat);
+  at::Tensor b = at::full({2}, double(R()), at::kFloat);
+  at::Tensor c = at::full({4}, double(R()), at::kFloat);
+  at::Tensor d = R() == 0 ? at::arange(5, at::kLong) + 10 : at::zeros({5}, at::kLong);
+  const int dst = (R() + 1) % N(), src = (R() + N() - 1) % N();
+  auto wa = Raw().allreduce(a);
+  auto wb = Raw().allgather(b, 0);
+  auto wc = Raw().sendRecv(c, dst, {4}, src);
+  auto wd = Raw().broadcast(d, 0);
+  wd->wait();
+  EXPECT_TRUE(at::equal(d, at::arange(5, at::kLong) + 10));
+  EXPECT_TRUE(at::equal(wc->result(), at::full({4}, double(src), at::kFloat)));
+  at::Tensor gb = wb->result();
+  ASSERT_EQ(gb.numel(), 2 * N());
+  for (int r = 0; r < N(); ++r) EXPECT_TRUE(at::equal(gb.narrow(0, 2 * r, 2), at::full({2}, double(r), at::kFloat)));
+  wa->wait();
+  EXPECT_TRUE(at::equal(a, at::full({3}, sumTo(N()), at::kFloat)));
+  EXPECT_TRUE(at::equal(wa->result(), a));
+  for (const auto& w : {wa, wb, wc, wd}) {
+    EXPECT_TRUE(w->isCompleted());
+    EXPECT_TRUE(w->isSuccess());
+    EXPECT_EQ(w->exception(), nullptr);
+  }
+  EXPECT_EQ(wd->results().size(), 1u);
+}
+
+TEST(Work, IsCompletedTurnsTrueWithoutWait) {
+  at::Tensor t = at::full({8}, R() + 1.0, at::kFloat);
+  auto w = Raw().allreduce(t);
+  // Polling isCompleted() progresses the operation; every rank polls, so it finishes.
+  const auto start = std::chrono::steady_clock::now();
+  while (!w->isCompleted() && std::chrono::steady_clock::now() - start < std::chrono::seconds(30))
+    std::this_thread::yield();
+  ASSERT_TRUE(w->isCompleted());
+  EXPECT_TRUE(at::equal(t, at::full({8}, sumTo(N()), at::kFloat)));  // outputs valid after isCompleted
+  w->wait();                                                          // idempotent
+  at::Tensor x = at::full({1}, double(R()), at::kFloat);
+  auto all = Raw().allToAll(std::vector<at::Tensor>(N(), x), std::vector<std::vector<int64_t>>(N(), {1}));
+  const auto& outs = all->results();
+  ASSERT_EQ(outs.size(), size_t(N()));
+  for (int j = 0; j < N(); ++j) EXPECT_FLOAT_EQ(outs[j].item<float>(), float(j));
+  EXPECT_THROW(all->result(), std::logic_error);  // several outputs: results() only
+  auto b = Raw().barrier();
+  b->wait();
+  EXPECT_TRUE(b->results().empty());
+}
+
+TEST(Work, TimedOutWorkThrowsFromWait) {
+  // Unchecked private group with a short deadline: only rank 0 issues; its wait() times out.
+  auto g = std::make_shared<ProcessGroupMPI>(MPI_COMM_WORLD, "work-timeout", 0.4);
+  if (R() == 0) {
+    at::Tensor t = at::ones({3}, at::kFloat);
+    auto w = g->allreduce(t);  // issued: nothing thrown yet
+    const auto msg = messageOf<CollectiveTimeoutError>([&] { w->wait(); });
+    EXPECT_TRUE(contains(msg, "collective timeout: allreduce(sum, float32 [3], 12 B) on group 'work-timeout'")) << msg;
+    EXPECT_TRUE(contains(msg, "within 0.4 s on rank 0")) << msg;
+    EXPECT_TRUE(w->isCompleted());
+    EXPECT_FALSE(w->isSuccess());
+    EXPECT_NE(w->exception(), nullptr);
+    EXPECT_THROW(w->wait(), CollectiveTimeoutError);  // again on every wait
+    EXPECT_THROW(g->barrier(), std::runtime_error);   // the group is unusable afterwards
+    W().barrier()->wait();
+    W().barrier()->wait();  // polling here progresses the abandoned allreduce for the late ranks
+  } else {
+    W().barrier()->wait();  // only after rank 0 timed out: join the allreduce late
+    g->setTimeoutSeconds(60);
+    at::Tensor t = at::ones({3}, at::kFloat);
+    g->allreduce(t)->wait();
+    EXPECT_TRUE(at::equal(t, at::full({3}, double(N()), at::kFloat)));  // rank 0's buffer took part
+    W().barrier()->wait();
+  }
+  static std::vector<std::shared_ptr<ProcessGroupMPI>> keep;  // rank 0 marked it broken: never freed
+  keep.push_back(g);
+}
+
+TEST(Checked, DisabledGroupStillComputes) {
+  // Without the wrapper, the same collectives give the same values (only the checks are gone).
+  at::Tensor t = at::full({3, 5}, R() + 1.0, at::kFloat);
+  Raw().allreduce(t)->wait();
+  EXPECT_TRUE(at::allclose(t, at::full({3, 5}, sumTo(N()), at::kFloat)));
+  std::vector<int64_t> sizes;
+  for (int r = 0; r < N(); ++r) sizes.push_back(r + 1);
+  at::Tensor g = Raw().allgather(at::full({R() + 1, 2}, double(R()), at::kFloat), 0, sizes)->result();
+  ASSERT_EQ(g.size(0), int64_t(sumTo(N())));
+  EXPECT_FLOAT_EQ(g[g.size(0) - 1][1].item<float>(), float(N() - 1));
+  at::Tensor rs = Raw().reduceScatter(at::ones({2 * N()}, at::kFloat))->result();
+  EXPECT_TRUE(at::equal(rs, at::full({2}, double(N()), at::kFloat)));
+  // Local argument errors are still caught on the unchecked group.
+  EXPECT_THROW(Raw().reduceScatter(at::ones({N() + 1}, at::kFloat)), std::invalid_argument);
+  EXPECT_THROW(Raw().allToAll({at::ones({1}, at::kFloat)}, {{1}}), std::invalid_argument);
+}
+
+TEST(Checked, WrapperReportsTheWrappedGroup) {
+  auto& c = dynamic_cast<dit::ProcessGroupChecked&>(W());
+  EXPECT_EQ(c.backend(), "mpi");
+  EXPECT_EQ(c.name(), "world");
+  EXPECT_EQ(c.size(), N());
+  EXPECT_EQ(c.rank(), R());
+  EXPECT_DOUBLE_EQ(c.timeoutSeconds(), 60.0);
+  EXPECT_EQ(c.bytesSent(), c.wrapped()->bytesSent());
+  EXPECT_EQ(c.describeGroup().rfind("group 'world' (" + std::to_string(N()) + " ranks: world 0,1", 0), 0u);
+}
+
+TEST(Checked, MeshWrapsByDefaultForMpiAndHonoursTheSwitch) {
+  ::unsetenv("DITSTUDIO_CHECK_COLLECTIVES");
+  EXPECT_TRUE(dit::collectiveChecksEnabled("mpi"));
+  EXPECT_FALSE(dit::collectiveChecksEnabled("nccl"));
+  EXPECT_FALSE(dit::collectiveChecksEnabled("mpi", 0));
+  EXPECT_TRUE(dit::collectiveChecksEnabled("nccl", 1));
+  ::setenv("DITSTUDIO_CHECK_COLLECTIVES", "1", 1);
+  EXPECT_TRUE(dit::collectiveChecksEnabled("nccl"));
+  ::setenv("DITSTUDIO_CHECK_COLLECTIVES", "0", 1);
+  EXPECT_FALSE(dit::collectiveChecksEnabled("mpi"));
+  ::setenv("DITSTUDIO_CHECK_COLLECTIVES", "yes", 1);
+  EXPECT_THROW(dit::collectiveChecksEnabled("mpi"), std::invalid_argument);
+  ::unsetenv("DITSTUDIO_CHECK_COLLECTIVES");
+
+  dit::Strategy s;
+  s.world = N();
+  s.tp_degree = N();
+  {
+    dit::DeviceMesh mesh(s);
+    EXPECT_TRUE(mesh.checksCollectives());
+    EXPECT_NE(dynamic_cast<dit::ProcessGroupChecked*>(mesh.group("tp").get()), nullptr);
+    EXPECT_NE(dynamic_cast<dit::ProcessGroupChecked*>(mesh.world().get()), nullptr);
+    at::Tensor t = at::ones({4 + R()}, at::kFloat);
+    const auto msg = messageOf<CollectiveMismatchError>([&] { mesh.group("tp")->allreduce(t)->wait(); });
+    EXPECT_TRUE(contains(msg, "collective mismatch on group 'tp'")) << msg;
+  }
+  dit::DeviceMeshOptions off;
+  off.check_collectives = 0;
+  dit::DeviceMesh mesh(s, MPI_COMM_WORLD, off);
+  EXPECT_FALSE(mesh.checksCollectives());
+  EXPECT_NE(dynamic_cast<ProcessGroupMPI*>(mesh.group("tp").get()), nullptr);
+  at::Tensor t = at::full({2}, double(R()), at::kFloat);
+  mesh.group("tp")->allreduce(t)->wait();
+  EXPECT_TRUE(at::equal(t, at::full({2}, double(N() * (N() - 1) / 2), at::kFloat)));
+}
+
+TEST(Device, LocalDeviceIndexRule) {
+  EXPECT_EQ(dit::localDeviceIndex(0, 1), 0);
+  EXPECT_EQ(dit::localDeviceIndex(3, 8), 3);
+  EXPECT_EQ(dit::localDeviceIndex(9, 8), 1);  // more ranks than GPUs: round-robin
+  EXPECT_EQ(dit::localDeviceIndex(5, 2), 1);
+  EXPECT_THROW(dit::localDeviceIndex(0, 0), std::invalid_argument);
+  EXPECT_THROW(dit::localDeviceIndex(-1, 4), std::invalid_argument);
+  // Under OpenMPI's mpirun the local rank comes from OMPI_COMM_WORLD_LOCAL_RANK; all ranks of
+  // these tests run on one host, so it equals the world rank.
+  EXPECT_EQ(dit::localRank(), R());
 }
 
 // ---------------------------------------------------------------- device mesh
@@ -438,7 +605,7 @@ dit::Strategy strat(int tp, int ring, int uly, int cfg, int dp) {
 // Sum over the group of the world ranks.
 int64_t groupSumOfWorldRanks(dit::ProcessGroup& g) {
   at::Tensor t = at::full({1}, int64_t(R()), at::kLong);
-  g.allreduce(t);
+  g.allreduce(t)->wait();
   return t.item<int64_t>();
 }
 }  // namespace
@@ -517,7 +684,7 @@ TEST(DeviceMesh, World4UnifiedRingTimesUlysses) {
   EXPECT_EQ(mesh.group("cp")->rank(), ring * 2 + uly);
   EXPECT_NE(mesh.group("cp").get(), mesh.group("ring").get());
   at::Tensor mine = at::full({1}, int64_t(R()), at::kLong);
-  at::Tensor all = mesh.group("cp")->allgather(mine, 0);
+  at::Tensor all = mesh.group("cp")->allgather(mine, 0)->result();
   EXPECT_TRUE(at::equal(all, at::arange(4, at::kLong)));
   EXPECT_EQ(groupSumOfWorldRanks(*mesh.group("ring")), 2 * uly + 2);   // {u, u+2}
   EXPECT_EQ(groupSumOfWorldRanks(*mesh.group("ulysses")), 4 * ring + 1);  // {2r, 2r+1}
@@ -557,10 +724,10 @@ TEST(Runtime, RanksMemoryAndEvents) {
 TEST(Cuda, StagedThroughHost) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA";
   at::Tensor t = at::full({4}, R() + 1.0, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA));
-  W().allreduce(t);
+  W().allreduce(t)->wait();
   EXPECT_TRUE(t.is_cuda());
   EXPECT_FLOAT_EQ(t.cpu()[0].item<float>(), float(sumTo(N())));
-  at::Tensor g = W().allgather(t, 0);
+  at::Tensor g = W().allgather(t, 0)->result();
   EXPECT_TRUE(g.is_cuda());
   EXPECT_EQ(g.numel(), 4 * N());
 }
@@ -575,7 +742,8 @@ int main(int argc, char** argv) {
     listeners.Append(new RankFailurePrinter(rank));
   }
   // Short deadline: a broken test fails in a minute instead of hanging ctest.
-  g_world = std::make_shared<ProcessGroupMPI>(MPI_COMM_WORLD, "world", 60.0);
+  g_raw = std::make_shared<ProcessGroupMPI>(MPI_COMM_WORLD, "world", 60.0);
+  g_world = checked(std::make_shared<ProcessGroupMPI>(MPI_COMM_WORLD, "world", 60.0));
   if (g_world->size() < 2) {
     std::fprintf(stderr, "test_collectives needs at least 2 ranks (mpirun -np 2)\n");
     return 2;
@@ -585,6 +753,7 @@ int main(int argc, char** argv) {
   MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (rank == 0 && any != 0 && rc == 0) std::printf("FAILED on another rank (see the [rank r] lines above)\n");
   g_world.reset();
+  g_raw.reset();
   dit::finalizeRuntime();
   return any;
 }

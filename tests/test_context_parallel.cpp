@@ -67,18 +67,18 @@ class StubGroup final : public dit::ProcessGroup {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "stub"; }
-  void allreduce(at::Tensor&, dit::ReduceOp) override { fail(); }
-  at::Tensor allgather(const at::Tensor&, int64_t, const std::vector<int64_t>&) override { fail(); }
-  at::Tensor reduceScatter(const at::Tensor&, dit::ReduceOp) override { fail(); }
-  std::vector<at::Tensor> allToAll(const std::vector<at::Tensor>&,
-                                   const std::vector<std::vector<int64_t>>&) override {
+  std::shared_ptr<dit::Work> allreduce(at::Tensor&, dit::ReduceOp) override { fail(); }
+  std::shared_ptr<dit::Work> allgather(const at::Tensor&, int64_t, const std::vector<int64_t>&) override { fail(); }
+  std::shared_ptr<dit::Work> reduceScatter(const at::Tensor&, dit::ReduceOp) override { fail(); }
+  std::shared_ptr<dit::Work> allToAll(const std::vector<at::Tensor>&,
+                                      const std::vector<std::vector<int64_t>>&) override {
     fail();
   }
-  void broadcast(at::Tensor&, int) override { fail(); }
-  at::Tensor sendRecv(const at::Tensor&, int, const std::vector<int64_t>&, int) override { fail(); }
-  void send(const at::Tensor&, int, int) override { fail(); }
-  void recv(at::Tensor&, int, int) override { fail(); }
-  void barrier() override { fail(); }
+  std::shared_ptr<dit::Work> broadcast(at::Tensor&, int) override { fail(); }
+  std::shared_ptr<dit::Work> sendRecv(const at::Tensor&, int, const std::vector<int64_t>&, int) override { fail(); }
+  std::shared_ptr<dit::Work> send(const at::Tensor&, int, int) override { fail(); }
+  std::shared_ptr<dit::Work> recv(at::Tensor&, int, int) override { fail(); }
+  std::shared_ptr<dit::Work> barrier() override { fail(); }
   uint64_t bytesSent() const override { return 0; }
 
  private:
@@ -463,7 +463,7 @@ TEST(StrictModes, RefuseIndivisibleOnEveryRank) {
       auto q3 = at::randn({1, 3, 4, 8});
       EXPECT_THROW(cp.attention(q3, q3, q3, std::vector<int64_t>(n, 4)), std::invalid_argument);
     }
-    mesh->world()->barrier();  // still in step: nothing was left half-done
+    mesh->world()->barrier()->wait();  // still in step: nothing was left half-done
   }
 }
 

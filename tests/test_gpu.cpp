@@ -77,17 +77,17 @@ TEST(Gpu, NcclCollectivesWorldOne) {
   ASSERT_EQ(pg->backend(), "nccl");
   auto opt = at::TensorOptions().device(at::kCUDA, 0);
   at::Tensor t = at::arange(8, opt.dtype(at::kFloat));
-  pg->allreduce(t);
+  pg->allreduce(t)->wait();
   EXPECT_TRUE(t.cpu().equal(at::arange(8, at::kFloat)));
   at::Tensor b = at::full({4}, 3.0, opt.dtype(at::kBFloat16));
-  pg->allreduce(b);
+  pg->allreduce(b)->wait();
   EXPECT_EQ(b.sum().item<float>(), 12.0f);
-  at::Tensor g = pg->allgather(at::ones({2, 3}, opt), 0);
+  at::Tensor g = pg->allgather(at::ones({2, 3}, opt), 0)->result();
   EXPECT_EQ(g.sizes(), (at::IntArrayRef{2, 3}));
-  auto outs = pg->allToAll({at::full({5}, 7.0, opt)}, {{5}});
+  auto outs = pg->allToAll({at::full({5}, 7.0, opt)}, {{5}})->results();
   EXPECT_EQ(outs[0].sum().item<float>(), 35.0f);
   at::Tensor c = at::full({3}, 2, opt.dtype(at::kLong));
-  pg->broadcast(c, 0);
+  pg->broadcast(c, 0)->wait();
   EXPECT_EQ(c.sum().item<int64_t>(), 6);
   EXPECT_GT(pg->bytesSent(), 0u);
 }
