@@ -33,6 +33,8 @@
 
 #include "app/device_stats.h"
 #include "app/generation.h"
+#include "app/protocol/launch.h"
+#include "app/protocol/protocol.h"
 #include "backend/flux_transformer.h"
 #include "backend/model_config.h"
 #include "backend/tensor_io.h"
@@ -383,7 +385,7 @@ int runBench(Args a) {
   j["dtype"] = computeDTypeName(dtype);
   j["device"] = s.device;
   j["device_name"] = deviceName(device);
-  ordered_json sj = ordered_json::parse(nlohmann::json(s).dump());  // to_json(Strategy)
+  ordered_json sj = ordered_json::parse(protocol::strategyToJson(s).dump());
   sj["describe"] = s.describe();
   sj["backend"] = mesh.backend();
   j["strategy"] = sj;
@@ -510,13 +512,7 @@ int main(int argc, char** argv) {
   app.add_option("--peak-tflops", a.peakTflops, "device peak TFLOP/s per rank for fraction_of_peak");
   app.add_option("--json-out", a.jsonOut, "also write the JSON to this file");
   app.add_flag("--pretty", a.pretty, "indent the JSON");
-  app.add_option("--tp-degree", a.s.tp_degree);
-  app.add_option("--ring-degree", a.s.ring_degree);
-  app.add_option("--ulysses-degree", a.s.ulysses_degree);
-  app.add_flag("--ulysses-anything", a.s.ulysses_anything);
-  app.add_flag("--ring-anything", a.s.ring_anything);
-  app.add_option("--cfg-degree", a.s.cfg_degree);
-  app.add_option("--dp-degree", a.s.dp_degree);
+  protocol::addStrategyOptions(app, a.s);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

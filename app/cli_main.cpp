@@ -17,10 +17,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
-#include <regex>
 #include <nlohmann/json.hpp>
 
 #include "app/generation.h"
+#include "app/protocol/launch.h"
+#include "app/protocol/protocol.h"
 #include "backend/flux_pipeline.h"
 #include "backend/model_config.h"
 #include "backend/tensor_io.h"
@@ -34,15 +35,34 @@ namespace fs = std::filesystem;
 namespace {
 
 struct CliOptions {
-  std::string model, prompt = "a photo of a cat", negative, output = "ditstudio-output.png",
-                     outputTensors, dtype = "float32", device = "cpu", hostfile;
-  double trueCfg = 1.0, guidance = 3.5;
-  int width = 0, height = 0, steps = 0, maxSeq = 0, numImages = 1, np = 0, ompThreads = 0;
-  int64_t seed = 0;
+  std::string model, output = "ditstudio-output.png", outputTensors, dtype = "float32", device = "cpu",
+                     hostfile, seed;
+  protocol::GenerationParams gen;  ///< the protocol's defaults (protocol.h), set by the options
+  int np = 0, ompThreads = 0;
   Strategy strategy;
   bool jsonEvents = false;
   std::vector<std::string> prompts;
 };
+
+// --seed: a 64-bit integer (0 .. 2^64-1, exactly) or a negative number for a random seed.
+void applySeed(CliOptions& o) {
+  if (o.seed.empty()) return;
+  try {
+    if (o.seed[0] != '-' && !std::isdigit(static_cast<unsigned char>(o.seed[0]))) throw std::invalid_argument(o.seed);
+    size_t used = 0;
+    if (o.seed[0] == '-') {
+      (void)std::stoll(o.seed, &used);
+      if (used != o.seed.size()) throw std::invalid_argument(o.seed);
+      o.gen.random_seed = true;
+    } else {
+      o.gen.seed = std::stoull(o.seed, &used);
+      if (used != o.seed.size()) throw std::invalid_argument(o.seed);
+      o.gen.random_seed = false;
+    }
+  } catch (const std::logic_error&) {
+    throw std::invalid_argument("--seed '" + o.seed + "' is not an integer in 0 .. 18446744073709551615 (or -1: random)");
+  }
+}
 
 std::string exeDir() {
   std::error_code ec;
@@ -50,23 +70,14 @@ std::string exeDir() {
   return ec ? std::string(".") : p.parent_path().string();
 }
 
-json requestJson(const CliOptions& o) {
-  json r{{"type", "generate"},
-         {"id", "cli"},
-         {"prompt", o.prompt},
-         {"negative_prompt", o.negative},
-         {"true_cfg_scale", o.trueCfg},
-         {"width", o.width},
-         {"height", o.height},
-         {"steps", o.steps},
-         {"guidance", o.guidance},
-         {"seed", o.seed},
-         {"num_images", o.numImages},
-         {"max_sequence_length", o.maxSeq},
-         {"output", fs::absolute(o.output).string()},
-         {"preview_every", 0}};
-  if (!o.outputTensors.empty()) r["output_tensors"] = fs::absolute(o.outputTensors).string();
-  if (!o.prompts.empty()) r["prompts"] = o.prompts;
+protocol::GenerateRequest request(const CliOptions& o) {
+  protocol::GenerateRequest r;
+  r.id = "cli";
+  r.params = o.gen;
+  r.prompts = o.prompts;
+  if (!r.prompts.empty()) r.params.num_images = static_cast<int>(r.prompts.size());
+  r.output = fs::absolute(o.output).string();
+  if (!o.outputTensors.empty()) r.output_tensors = fs::absolute(o.outputTensors).string();
   return r;
 }
 
@@ -80,22 +91,25 @@ int runLocal(const CliOptions& o) {
   auto t0 = std::chrono::steady_clock::now();
   FluxPipeline pipe(model, po);
   spdlog::info("loaded in {:.2f} s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  const int n = o.prompts.empty() ? o.numImages : static_cast<int>(o.prompts.size());
+  const protocol::GenerateRequest req = request(o);
+  const int n = req.imageCount();
+  const uint64_t seed0 = req.params.random_seed ? randomSeed() : req.params.seed;
   for (int i = 0; i < n; ++i) {
-    GenerationParams p = paramsFromJson(requestJson(o));
-    if (!o.prompts.empty()) p.prompt = o.prompts[i];
-    if (p.seed < 0) p.seed = randomSeed();
-    else if (o.prompts.empty()) p.seed += i;
+    GenerationParams p = pipelineParams(req.params);
+    if (!req.prompts.empty()) p.prompt = req.prompts[i];
+    // seed + image index (mod 2^64), as the worker does; one seed for a prompt list.
+    p.seed = static_cast<int64_t>(req.prompts.empty() ? seed0 + static_cast<uint64_t>(i) : seed0);
     PipelineCallbacks cb;
     cb.onStep = [&](int step, int steps, const at::Tensor&, const at::Tensor&, double ms) {
       spdlog::info("image {}/{} step {}/{} ({:.1f} ms)", i + 1, n, step, steps, ms);
       return true;
     };
     auto res = pipe.generate(p, cb);
+    const protocol::GenerationParams made = imageParams(req.params, res.params);
     const std::string out = indexedPath(o.output, i, n);
-    writeImagePng(out, res, json{{"model", o.model}, {"strategy", "1 rank"}, {"dtype", o.dtype}});
-    if (!o.outputTensors.empty()) writeResultTensors(indexedPath(o.outputTensors, i, n), res);
-    std::cout << "wrote " << out << " (seed " << res.params.seed << ", " << res.params.width << "x"
+    writeImagePng(out, res, made, json{{"model", o.model}, {"strategy", "1 rank"}, {"dtype", o.dtype}});
+    if (!o.outputTensors.empty()) writeResultTensors(indexedPath(o.outputTensors, i, n), res, made);
+    std::cout << "wrote " << out << " (seed " << made.seed << ", " << res.params.width << "x"
               << res.params.height << ", " << res.params.steps << " steps)" << std::endl;
   }
   return 0;
@@ -103,20 +117,15 @@ int runLocal(const CliOptions& o) {
 
 // Several ranks: mpirun + ditstudio-worker, request written to its stdin.
 int runMpi(const CliOptions& o) {
-  const char* mpirunEnv = std::getenv("DITSTUDIO_MPIRUN");
-  std::vector<std::string> args{mpirunEnv && *mpirunEnv ? mpirunEnv : "mpirun", "--allow-run-as-root",
-                                "--oversubscribe", "-np", std::to_string(o.np)};
-  if (!o.hostfile.empty()) args.insert(args.end(), {"--hostfile", o.hostfile});
-  const int threads = o.ompThreads > 0 ? o.ompThreads : 1;
-  args.insert(args.end(), {"-x", "OMP_NUM_THREADS=" + std::to_string(threads)});
-  const auto& s = o.strategy;
-  args.insert(args.end(), {exeDir() + "/ditstudio-worker", "--model", o.model, "--dtype", o.dtype,
-                           "--device", o.device, "--tp-degree", std::to_string(s.tp_degree),
-                           "--ring-degree", std::to_string(s.ring_degree), "--ulysses-degree",
-                           std::to_string(s.ulysses_degree), "--cfg-degree",
-                           std::to_string(s.cfg_degree), "--dp-degree", std::to_string(s.dp_degree)});
-  if (s.ulysses_anything) args.push_back("--ulysses-anything");
-  if (s.ring_anything) args.push_back("--ring-anything");
+  protocol::MpirunLaunch launch;
+  launch.strategy = o.strategy;
+  launch.strategy.world = o.np;
+  launch.hostfile = o.hostfile;
+  launch.omp_threads = o.ompThreads > 0 ? o.ompThreads : 1;
+  launch.worker = exeDir() + "/ditstudio-worker";
+  launch.model = o.model;
+  launch.extra_worker_args = {"--dtype", o.dtype};
+  const std::vector<std::string> args = protocol::mpirunArgv(launch);
 
   int toChild[2], fromChild[2];
   if (pipe(toChild) != 0 || pipe(fromChild) != 0) throw std::runtime_error("pipe() failed");
@@ -146,7 +155,7 @@ int runMpi(const CliOptions& o) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a group that dies before reading stdin must not kill the CLI silently
-  std::string req = requestJson(o).dump() + "\n" + json{{"type", "shutdown"}}.dump() + "\n";
+  std::string req = protocol::requestLine(request(o)) + "\n" + protocol::requestLine(protocol::ShutdownRequest{}) + "\n";
   if (write(toChild[1], req.data(), req.size()) != static_cast<ssize_t>(req.size()))
     spdlog::warn("could not write the whole request to the worker");
   close(toChild[1]);
@@ -155,48 +164,33 @@ int runMpi(const CliOptions& o) {
   size_t cap = 0;
   int images = 0;
   bool fatal = false;
-  std::string firstError, deadRank, deadHow;
+  std::string firstError, otherOutput;
   while (getline(&line, &cap, in) > 0) {
     std::string l(line);
-    if (l.rfind("@@DIT ", 0) != 0) {
+    auto parsed = protocol::parseEventLine(l);
+    if (!parsed) {
+      // Library noise and mpirun's own report of a rank that died (parsed once it has exited);
+      // only the tail is kept, where mpirun writes its report.
       std::cerr << l;
-      // OpenMPI's reports of a rank that died: "Process name: [[job,1],R]" + "Exit code: N", or
-      // "mpirun noticed that process rank R with PID P on node H exited on signal S (...)".
-      std::smatch m;
-      static const std::regex procName(R"(Process name:\s*\[\[\d+,\d+\],(\d+)\])");
-      static const std::regex exitCode(R"(Exit code:\s*(\d+))");
-      static const std::regex noticed(R"(process rank (\d+) with PID (\d+) on node (\S+) exited on signal (\d+)(.*))");
-      if (std::regex_search(l, m, procName)) deadRank = m[1];
-      else if (std::regex_search(l, m, exitCode)) deadHow = "exited with code " + m[1].str();
-      else if (std::regex_search(l, m, noticed)) {
-        deadRank = m[1];
-        std::string detail = m[5].str();
-        while (!detail.empty() && (detail.back() == '.' || std::isspace(static_cast<unsigned char>(detail.back()))))
-          detail.pop_back();
-        deadHow = "was killed by signal " + m[4].str() + detail;
-      }
+      otherOutput += l;
+      if (otherOutput.size() > (1u << 20)) otherOutput.erase(0, otherOutput.size() - (1u << 19));
       continue;
     }
-    json ev;
-    try {
-      ev = json::parse(l.substr(6));
-    } catch (...) {
-      continue;
-    }
+    const json& ev = parsed->data;
     if (o.jsonEvents) std::cout << ev.dump() << std::endl;
-    const std::string e = ev.value("event", "");
+    const std::string& e = parsed->type;
     if (e == "ready") {
       spdlog::info("process group ready: {} ranks, {} (loaded in {:.2f} s)", ev.value("world", 0),
-                   ev["strategy"].dump(), ev.value("load_seconds", 0.0));
+                   ev.value("strategy", json()).dump(), ev.value("load_seconds", 0.0));
     } else if (e == "progress") {
       spdlog::info("image {} step {}/{} ({:.1f} ms)", ev.value("image_index", 0), ev.value("step", 0),
                    ev.value("steps", 0), ev.value("step_ms", 0.0));
     } else if (e == "image") {
       ++images;
       if (!o.jsonEvents)
-        std::cout << "wrote " << ev.value("path", "") << " (seed " << ev.value("seed", 0) << ")" << std::endl;
+        std::cout << "wrote " << ev.value("path", "") << " (seed " << ev.value("seed", json()).dump() << ")" << std::endl;
     } else if (e == "error") {
-      const std::string msg = "rank " + ev["rank"].dump() + ": " + ev.value("message", "");
+      const std::string msg = "rank " + ev.value("rank", json()).dump() + ": " + ev.value("message", "");
       if (firstError.empty()) firstError = msg;
       fatal = fatal || ev.value("fatal", false);
       std::cerr << "error: " << msg << std::endl;
@@ -208,16 +202,18 @@ int runMpi(const CliOptions& o) {
   waitpid(pid, &status, 0);
   const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (!firstError.empty()) return rc ? rc : 1;
-  if (rc != 0 && !deadRank.empty()) {
-    std::cerr << "error: rank " << deadRank << " " << (deadHow.empty() ? "died" : deadHow)
-              << " without reporting an error; mpirun ended the process group" << std::endl;
-    return rc;
+  if (rc != 0) {
+    if (auto f = protocol::parseMpirunFailure(otherOutput); f && f->rank >= 0) {
+      std::cerr << "error: " << f->reason << " without reporting an error; mpirun ended the process group"
+                << std::endl;
+      return rc;
+    }
   }
   if (rc != 0) {
     std::cerr << "error: the process group exited with status " << rc << std::endl;
     return rc;
   }
-  const int expected = o.prompts.empty() ? o.numImages : static_cast<int>(o.prompts.size());
+  const int expected = request(o).imageCount();
   if (images < expected) {
     std::cerr << "error: expected " << expected << " images, got " << images << std::endl;
     return 1;
@@ -234,7 +230,8 @@ int runBench(const CliOptions& o, int warmup) {
   auto t0 = std::chrono::steady_clock::now();
   FluxPipeline pipe(model, po);
   const double loadS = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  GenerationParams p = paramsFromJson(requestJson(o));
+  GenerationParams p = pipelineParams(o.gen);
+  if (o.gen.random_seed) p.seed = static_cast<int64_t>(randomSeed());
   for (int i = 0; i < warmup; ++i) pipe.generate(p);
   auto res = pipe.generate(p);
   json steps = json::array();
@@ -271,32 +268,26 @@ int main(int argc, char** argv) {
   int warmup = 0;
   auto addGen = [&](CLI::App* a) {
     a->add_option("--model", o.model, "diffusers FLUX.1 folder (default: the embedded tiny model)");
-    a->add_option("--prompt", o.prompt, "prompt");
-    a->add_option("--negative-prompt", o.negative, "negative prompt (true CFG when --true-cfg-scale > 1)");
-    a->add_option("--true-cfg-scale", o.trueCfg, "true CFG scale")->check(CLI::PositiveNumber);
-    a->add_option("--width", o.width, "width in pixels (multiple of 2 x vae_scale_factor; default 128 x vae_scale_factor)");
-    a->add_option("--height", o.height, "height in pixels");
-    a->add_option("--steps", o.steps, "denoising steps (default 28)");
-    a->add_option("--guidance", o.guidance, "distilled guidance scale (guidance_embeds models)");
-    a->add_option("--seed", o.seed, "seed of the CPU noise generator (-1: random)");
-    a->add_option("--max-sequence-length", o.maxSeq, "T5 tokens (default from tokenizer_2, at most 512)");
+    a->add_option("--prompt", o.gen.prompt, "prompt")->capture_default_str();
+    a->add_option("--negative-prompt", o.gen.negative_prompt, "negative prompt (true CFG when --true-cfg-scale > 1)");
+    a->add_option("--true-cfg-scale", o.gen.true_cfg_scale, "true CFG scale")->check(CLI::PositiveNumber);
+    a->add_option("--width", o.gen.width, "width in pixels (multiple of 2 x vae_scale_factor; default 128 x vae_scale_factor)");
+    a->add_option("--height", o.gen.height, "height in pixels");
+    a->add_option("--steps", o.gen.steps, "denoising steps (default 28)");
+    a->add_option("--guidance", o.gen.guidance, "distilled guidance scale (guidance_embeds models)");
+    a->add_option("--seed", o.seed, "seed of the CPU noise generator, 0 .. 2^64-1 (default 42; -1: random)");
+    a->add_option("--max-sequence-length", o.gen.max_sequence_length, "T5 tokens (default from tokenizer_2, at most 512)");
     a->add_option("--dtype", o.dtype, "float32 | bfloat16 | float16");
     a->add_option("--device", o.device, "cpu | cuda");
     a->add_option("--output", o.output, "output PNG (with data parallel / several images: FILE-i.png)");
     a->add_option("--output-tensors", o.outputTensors, "safetensors with image, initial_latents, final_latents");
-    a->add_option("--num-images", o.numImages, "images per request")->check(CLI::PositiveNumber);
+    a->add_option("--num-images", o.gen.num_images, "images per request")->check(CLI::PositiveNumber);
     a->add_option("--prompts", o.prompts, "several prompts (split across data-parallel replicas)");
     a->add_option("--omp-threads", o.ompThreads, "OpenMP threads per rank (mpirun; default 1)");
   };
   addGen(&app);
   app.add_option("--np", o.np, "number of ranks (mpirun -np); default: product of the degrees");
-  app.add_option("--tp-degree", o.strategy.tp_degree, "tensor parallel degree");
-  app.add_option("--ring-degree", o.strategy.ring_degree, "ring attention degree");
-  app.add_option("--ulysses-degree", o.strategy.ulysses_degree, "Ulysses attention degree");
-  app.add_flag("--ulysses-anything", o.strategy.ulysses_anything, "Ulysses with uneven sequence/heads");
-  app.add_flag("--ring-anything", o.strategy.ring_anything, "ring attention with uneven sequence");
-  app.add_option("--cfg-degree", o.strategy.cfg_degree, "CFG parallel degree (1 or 2)");
-  app.add_option("--dp-degree", o.strategy.dp_degree, "data parallel replicas");
+  protocol::addStrategyOptions(app, o.strategy);
   app.add_option("--hostfile", o.hostfile, "mpirun hostfile for several machines");
   app.add_flag("--json", o.jsonEvents, "print the worker's events as JSON lines");
   auto* bench = app.add_subcommand("bench", "time each stage (tokenize, encode, each step, decode) and peak memory; prints JSON");
@@ -305,6 +296,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (o.model.empty()) o.model = defaultModelDir();
+    applySeed(o);
     if (*bench) return runBench(o, warmup);
     auto& s = o.strategy;
     const int product = s.tp_degree * s.ring_degree * s.ulysses_degree * s.cfg_degree * s.dp_degree;
@@ -322,8 +314,7 @@ int main(int argc, char** argv) {
     if (o.np == 1 && o.hostfile.empty()) return runLocal(o);
     // Refuse an impossible strategy before anything starts (configs only, no weights read).
     const auto model = ModelFolder::open(o.model);
-    const int n = o.prompts.empty() ? o.numImages : static_cast<int>(o.prompts.size());
-    if (auto msg = validateStrategyForRequest(s, model, paramsFromJson(requestJson(o)), n); !msg.empty())
+    if (auto msg = validateStrategyForRequest(s, model, o.gen, request(o).imageCount()); !msg.empty())
       throw std::invalid_argument("strategy refused: " + msg);
     return runMpi(o);
   } catch (const std::exception& e) {

@@ -15,30 +15,30 @@ namespace dit {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-GenerationParams paramsFromJson(const json& j) {
-  GenerationParams p;
-  p.prompt = requestField(j, "prompt", p.prompt);
-  p.negative_prompt = requestField(j, "negative_prompt", p.negative_prompt);
-  p.true_cfg_scale = requestField(j, "true_cfg_scale", p.true_cfg_scale);
-  p.width = requestField(j, "width", p.width);
-  p.height = requestField(j, "height", p.height);
-  p.steps = requestField(j, "steps", p.steps);
-  p.guidance = requestField(j, "guidance", p.guidance);
-  p.seed = requestField(j, "seed", p.seed);
-  p.max_sequence_length = requestField(j, "max_sequence_length", p.max_sequence_length);
-  return p;
+GenerationParams pipelineParams(const protocol::GenerationParams& p) {
+  GenerationParams g;
+  g.prompt = p.prompt;
+  g.negative_prompt = p.negative_prompt;
+  g.true_cfg_scale = p.true_cfg_scale;
+  g.width = p.width;
+  g.height = p.height;
+  g.steps = p.steps;
+  g.guidance = p.guidance;
+  g.seed = static_cast<int64_t>(p.seed);  // two's complement: the generator gets the same uint64
+  g.max_sequence_length = p.max_sequence_length;
+  return g;
 }
 
-json paramsToJson(const GenerationParams& p) {
-  return json{{"prompt", p.prompt},
-              {"negative_prompt", p.negative_prompt},
-              {"true_cfg_scale", p.true_cfg_scale},
-              {"width", p.width},
-              {"height", p.height},
-              {"steps", p.steps},
-              {"guidance", p.guidance},
-              {"seed", p.seed},
-              {"max_sequence_length", p.max_sequence_length}};
+protocol::GenerationParams imageParams(protocol::GenerationParams request, const GenerationParams& resolved) {
+  request.prompt = resolved.prompt;
+  request.width = resolved.width;
+  request.height = resolved.height;
+  request.steps = resolved.steps;
+  request.max_sequence_length = resolved.max_sequence_length;
+  request.seed = static_cast<uint64_t>(resolved.seed);
+  request.random_seed = false;
+  request.num_images = 1;
+  return request;
 }
 
 static void makeParent(const std::string& path) {
@@ -46,9 +46,10 @@ static void makeParent(const std::string& path) {
   if (!parent.empty()) fs::create_directories(parent);
 }
 
-void writeImagePng(const std::string& path, const GenerationResult& r, const json& extra) {
+void writeImagePng(const std::string& path, const GenerationResult& r, const protocol::GenerationParams& params,
+                   const json& extra) {
   makeParent(path);
-  json meta = paramsToJson(r.params);
+  json meta = protocol::toJson(params);
   for (auto it = extra.begin(); it != extra.end(); ++it) meta[it.key()] = *it;
   meta["generator"] = "DiT Studio";
   auto rgb = toRGB8(r.image);
@@ -57,12 +58,12 @@ void writeImagePng(const std::string& path, const GenerationResult& r, const jso
            {{"parameters", meta.dump(-1, ' ', true)}, {"Software", "DiT Studio"}});
 }
 
-void writeResultTensors(const std::string& path, const GenerationResult& r) {
+void writeResultTensors(const std::string& path, const GenerationResult& r, const protocol::GenerationParams& params) {
   makeParent(path);
   std::map<std::string, at::Tensor> t{{"initial_latents", r.initial_latents},
                                       {"final_latents", r.final_latents}};
   if (r.image.defined()) t["image"] = r.image;
-  saveTensors(path, t, {{"parameters", paramsToJson(r.params).dump(-1, ' ', true)}});
+  saveTensors(path, t, {{"parameters", protocol::toJson(params).dump(-1, ' ', true)}});
 }
 
 std::string indexedPath(const std::string& path, int index, int count) {
@@ -81,7 +82,7 @@ ModelDims modelDims(const ModelFolder& m) {
   return d;
 }
 
-std::string validateStrategyForRequest(const Strategy& s, const ModelFolder& m, GenerationParams p,
+std::string validateStrategyForRequest(const Strategy& s, const ModelFolder& m, const protocol::GenerationParams& p,
                                        int numImages) {
   auto issues = validateDegrees(s);
   if (!issues.empty()) return joinIssues(issues);
@@ -104,9 +105,9 @@ void tuneHostAllocator() {
   at::globalContext().setFlushDenormal(true);
 }
 
-int64_t randomSeed() {
+uint64_t randomSeed() {
   std::random_device rd;
-  return static_cast<int64_t>(((uint64_t(rd()) << 32) | rd()) & 0x7fffffffffffffffULL);
+  return ((uint64_t(rd()) << 32) | rd()) & 0x7fffffffffffffffULL;
 }
 
 }  // namespace dit

@@ -1,41 +1,36 @@
-// Request <-> GenerationParams conversion and output writing shared by ditstudio-cli (in-process,
-// one rank) and ditstudio-worker (the MPI rank program). Torch types stay in the .cpp.
+// The Torch side shared by ditstudio-cli (in-process, one rank), ditstudio-worker (the MPI rank
+// program) and ditstudio-bench (target dit_app): protocol request parameters -> pipeline
+// parameters, output writing, strategy checks against a model. The request format itself is
+// app/protocol/ (dit_protocol). Torch types stay in the .cpp.
 #pragma once
 
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "app/protocol/protocol.h"
 #include "backend/flux_pipeline.h"
 #include "parallel/strategy.h"
 
 namespace dit {
 
-/// Reads a generate request object (PROTOCOL.md field names). Missing fields keep the defaults
-/// of GenerationParams (resolved later against the model). Throws std::invalid_argument naming a
-/// field of the wrong type.
-GenerationParams paramsFromJson(const nlohmann::json& j);
+/// The pipeline's parameters for one image of a request (backend GenerationParams: 0 = model
+/// default, resolved by FluxPipeline::resolve). The 64-bit seed is carried bit for bit (the
+/// pipeline seeds its CPU generator with the same uint64 value); random_seed and num_images are
+/// the caller's business (the worker draws the seed and loops over the images).
+GenerationParams pipelineParams(const protocol::GenerationParams& p);
+/// The request parameters of one made image: `request` with the pipeline's resolved values
+/// (width, height, steps, max_sequence_length, seed) and num_images 1. What image events and the
+/// PNG "parameters" chunk report.
+protocol::GenerationParams imageParams(protocol::GenerationParams request, const GenerationParams& resolved);
 
-/// Field `key` of a request as T, `fallback` when absent or null. Throws std::invalid_argument
-/// naming the field and its value when it has the wrong type.
-template <typename T>
-T requestField(const nlohmann::json& j, const char* key, T fallback) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  try {
-    return it->get<T>();
-  } catch (const nlohmann::json::exception&) {
-    throw std::invalid_argument(std::string("request field '") + key + "' has the wrong type: " + it->dump());
-  }
-}
-nlohmann::json paramsToJson(const GenerationParams& p);
-
-/// Writes the PNG (8-bit RGB, text chunk "parameters" = JSON of the resolved parameters plus
-/// `extra`, e.g. model path and strategy). Creates parent folders. Throws std::runtime_error.
-void writeImagePng(const std::string& path, const GenerationResult& r, const nlohmann::json& extra);
+/// Writes the PNG (8-bit RGB, text chunk "parameters" = protocol::toJson(params) plus `extra`, e.g.
+/// model path and strategy). Creates parent folders. Throws std::runtime_error.
+void writeImagePng(const std::string& path, const GenerationResult& r, const protocol::GenerationParams& params,
+                   const nlohmann::json& extra);
 
 /// Writes `image` [3,H,W] float32 in [0,1], `initial_latents` and `final_latents` (packed,
-/// float32) to a safetensors file, with the parameters as metadata.
-void writeResultTensors(const std::string& path, const GenerationResult& r);
+/// float32) to a safetensors file, with protocol::toJson(params) as metadata "parameters".
+void writeResultTensors(const std::string& path, const GenerationResult& r, const protocol::GenerationParams& params);
 
 /// "out.png" with index 2 of 3 -> "out-2.png"; with count 1 the path is unchanged.
 std::string indexedPath(const std::string& path, int index, int count);
@@ -45,9 +40,9 @@ ModelDims modelDims(const ModelFolder& m);
 
 /// Validates a strategy against a model and one request before anything is loaded: degrees,
 /// tp against heads and sharded dimensions, strict ring/Ulysses divisibility, cfg needs true
-/// CFG, sizes. Defaults of `p` are resolved as FluxPipeline::resolve does. Returns "" or the
-/// joined messages.
-std::string validateStrategyForRequest(const Strategy& s, const ModelFolder& m, GenerationParams p,
+/// CFG, sizes. Defaults of `p` (0 = model default) are resolved as FluxPipeline::resolve does.
+/// Returns "" or the joined messages.
+std::string validateStrategyForRequest(const Strategy& s, const ModelFolder& m, const protocol::GenerationParams& p,
                                        int numImages);
 
 /// Keeps freed tensor memory in the process instead of returning it to the kernel after every
@@ -56,7 +51,7 @@ std::string validateStrategyForRequest(const Strategy& s, const ModelFolder& m, 
 /// once at program start.
 void tuneHostAllocator();
 
-/// Random 63-bit seed from std::random_device (for seed < 0).
-int64_t randomSeed();
+/// Random 63-bit seed from std::random_device (for random_seed requests).
+uint64_t randomSeed();
 
 }  // namespace dit

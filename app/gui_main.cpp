@@ -77,10 +77,10 @@ int runHeadless(int argc, char** argv, const Args& args) {
   QCoreApplication app(argc, argv);
   const QString cli = dit::ui::siblingExecutable(QStringLiteral("ditstudio-cli"));
   const QString model = args.model.isEmpty() ? dit::ui::defaultModelDir() : args.model;
-  const dit::ui::GenerationParams p;
+  const dit::ui::GenerationParams p = dit::ui::startingParams();
   const QStringList cliArgs = {cli,
                                QStringLiteral("--model"), model,
-                               QStringLiteral("--prompt"), p.prompt,
+                               QStringLiteral("--prompt"), QString::fromStdString(p.prompt),
                                QStringLiteral("--width"), QString::number(p.width),
                                QStringLiteral("--height"), QString::number(p.height),
                                QStringLiteral("--steps"), QString::number(p.steps),

@@ -1,7 +1,7 @@
 // ditstudio-worker: the rank program. Started by mpirun (by the GUI or ditstudio-cli), it builds
 // the DeviceMesh for the chosen strategy, loads this rank's shard of the model, then serves
-// requests read by rank 0 from stdin and broadcast to every rank (app/PROTOCOL.md). Events are
-// JSON lines prefixed "@@DIT " on stdout. Any exception inside a rank ends the whole group
+// requests read by rank 0 from stdin and broadcast to every rank (app/PROTOCOL.md; requests and
+// events are read and written through app/protocol/). Events are prefixed JSON lines on stdout. Any exception inside a rank ends the whole group
 // through abortGroup (error event naming the rank, then MPI_Abort).
 #include <ATen/ATen.h>
 #include <spdlog/sinks/stdout_sinks.h>
@@ -19,9 +19,12 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
+#include <variant>
 
 #include "app/device_stats.h"
 #include "app/generation.h"
+#include "app/protocol/launch.h"
+#include "app/protocol/protocol.h"
 #include "backend/flux_pipeline.h"
 #include "backend/model_config.h"
 #include "backend/png_io.h"
@@ -52,53 +55,47 @@ class RequestReader {
         // Never let the reader take rank 0 down; end the session cleanly instead.
       }
       std::lock_guard<std::mutex> lk(m_);
-      q_.push_back(json{{"type", "shutdown"}, {"reason", "stdin closed"}});
+      q_.push_back(protocol::ShutdownRequest{"stdin closed"});
       cv_.notify_one();
     }).detach();
   }
 
  private:
   void readLoop() {
-      std::string line;
-      while (std::getline(std::cin, line)) {
-        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-        // A bad line gets an error event; the worker keeps serving (nothing here may throw).
-        std::string why;
-        json j;
-        try {
-          j = json::parse(line);
-          why = validate(j);
-        } catch (const std::exception& e) {
-          why = std::string("request is not valid JSON: ") + e.what();
-        }
-        if (!why.empty()) {
-          json idv = j.is_object() && j.contains("id") && j["id"].is_string() ? j["id"] : json();
-          emitEvent(json{{"event", "error"}, {"id", idv}, {"rank", 0}, {"fatal", false}, {"message", why}});
-          continue;
-        }
-        const std::string type = j["type"].get<std::string>();
-        std::lock_guard<std::mutex> lk(m_);
-        if (type == "cancel") {
-          cancel(j["id"].get<std::string>());
-          continue;
-        }
-        q_.push_back(j);
-        if (type == "generate")
-          emitEvent(json{{"event", "accepted"}, {"id", j["id"]}, {"queue_position", q_.size() - 1}});
-        cv_.notify_one();
+    std::string line;
+    while (std::getline(std::cin, line)) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      // A bad line gets an error event naming the field; the worker keeps serving (nothing here
+      // may throw).
+      protocol::Request req;
+      try {
+        req = protocol::parseRequestLine(line);
+      } catch (const protocol::ProtocolError& e) {
+        emitEvent(protocol::errorEvent(e.requestId(), 0, e.what(), false));
+        continue;
       }
+      std::lock_guard<std::mutex> lk(m_);
+      if (const auto* c = std::get_if<protocol::CancelRequest>(&req)) {
+        cancel(c->id);
+        continue;
+      }
+      q_.push_back(req);
+      if (const auto* g = std::get_if<protocol::GenerateRequest>(&req))
+        emitEvent(json{{"event", "accepted"}, {"id", g->id}, {"queue_position", q_.size() - 1}});
+      cv_.notify_one();
+    }
   }
 
  public:
-  /// Next request, or a heartbeat {"type":"noop"} after `wait` so idle ranks are checked.
-  /// A generate request becomes the running one (cancel then applies to it).
+  /// Next request as its JSON line, or a heartbeat {"type":"noop"} after `wait` so idle ranks
+  /// are checked. A generate request becomes the running one (cancel then applies to it).
   json next(std::chrono::milliseconds wait) {
     std::unique_lock<std::mutex> lk(m_);
     if (!cv_.wait_for(lk, wait, [this] { return !q_.empty(); })) return json{{"type", "noop"}};
-    json j = q_.front();
+    protocol::Request r = q_.front();
     q_.pop_front();
-    if (j.value("type", "") == "generate") running_ = j["id"].get<std::string>();
-    return j;
+    if (const auto* g = std::get_if<protocol::GenerateRequest>(&r)) running_ = g->id;
+    return protocol::toJson(r);
   }
   /// The running request ended: later requests may reuse its id.
   void finished(const std::string& id) {
@@ -112,21 +109,9 @@ class RequestReader {
   }
 
  private:
-  // Shape checks of a request line; "" when it can be queued.
-  static std::string validate(const json& j) {
-    if (!j.is_object()) return "request must be a JSON object, got " + j.dump();
-    if (!j.contains("type") || !j["type"].is_string())
-      return "request needs a string \"type\" (generate, cancel or shutdown)";
-    const std::string type = j["type"].get<std::string>();
-    if (type != "generate" && type != "cancel" && type != "shutdown")
-      return "unknown request type '" + type + "' (generate, cancel or shutdown)";
-    if ((type == "generate" || type == "cancel") && (!j.contains("id") || !j["id"].is_string()))
-      return "a " + type + " request needs a string \"id\"";
-    return "";
-  }
   void cancel(const std::string& id) {
     for (auto it = q_.begin(); it != q_.end(); ++it)
-      if ((*it)["id"] == id) {
+      if (const auto* g = std::get_if<protocol::GenerateRequest>(&*it); g && g->id == id) {
         q_.erase(it);
         emitEvent(json{{"event", "cancelled"}, {"id", id}, {"step", 0}});
         return;
@@ -135,13 +120,12 @@ class RequestReader {
       cancelled_.insert(id);  // acknowledged by the "cancelled" event at the next step
       return;
     }
-    emitEvent(json{{"event", "error"}, {"id", id}, {"rank", 0}, {"fatal", false},
-                   {"message", "cancel: no queued or running request with id '" + id + "'"}});
+    emitEvent(protocol::errorEvent(id, 0, "cancel: no queued or running request with id '" + id + "'", false));
   }
 
   std::mutex m_;
   std::condition_variable cv_;
-  std::deque<json> q_;
+  std::deque<protocol::Request> q_;
   std::set<std::string> cancelled_;
   std::string running_;
 };
@@ -252,16 +236,11 @@ class Worker {
     for (;;) {
       json req = rank_ == 0 ? reader_.next(std::chrono::seconds(5)) : json{};
       req = broadcastJson(req);
-      const std::string type = req.value("type", "");
-      if (type == "noop") continue;
-      if (type == "shutdown") break;
-      if (type == "generate") {
-        handleGenerate(req);
-        continue;
-      }
-      if (rank_ == 0)
-        emitEvent(json{{"event", "error"}, {"id", req.value("id", json())}, {"rank", 0}, {"fatal", false},
-                       {"message", "unknown request type '" + type + "'"}});
+      if (req.value("type", "") == "noop") continue;
+      // Checked by rank 0's reader; every rank reads the same bytes the same way.
+      const protocol::Request r = protocol::parseRequest(req);
+      if (std::holds_alternative<protocol::ShutdownRequest>(r)) break;
+      if (const auto* g = std::get_if<protocol::GenerateRequest>(&r)) handleGenerate(*g);
     }
     world_->barrier()->wait();
     if (rank_ == 0) emitEvent(json{{"event", "bye"}});
@@ -284,7 +263,7 @@ class Worker {
     MPI_Bcast(&root, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (!any) return false;
     if (mine && (rank_ == 0 || !root))
-      emitEvent(json{{"event", "error"}, {"id", nullptr}, {"rank", rank_}, {"fatal", true}, {"message", refusal}});
+      emitEvent(protocol::errorEvent(std::nullopt, rank_, refusal, true));
     return true;
   }
 
@@ -332,8 +311,8 @@ class Worker {
     return cancelled;
   }
 
-  void handleGenerate(const json& req) {
-    const std::string id = req["id"].get<std::string>();  // checked by RequestReader::validate
+  void handleGenerate(const protocol::GenerateRequest& req) {
+    const std::string& id = req.id;
     struct Done {  // the request's id may be reused once this returns
       Worker* w;
       std::string id;
@@ -341,21 +320,12 @@ class Worker {
         if (w->rank_ == 0) w->reader_.finished(id);
       }
     } done{this, id};
+    const std::vector<std::string>& prompts = req.prompts;
+    const int numImages = req.imageCount();
+    protocol::GenerationParams request = req.params;
     GenerationParams base;
-    std::vector<std::string> prompts;
-    std::string output, outputDir, outputTensors;
-    int numImages = 1, previewEvery = 0;
     try {
-      base = paramsFromJson(req);
-      output = requestField<std::string>(req, "output", "");
-      outputDir = requestField<std::string>(req, "output_dir", "");
-      outputTensors = requestField<std::string>(req, "output_tensors", "");
-      previewEvery = requestField<int>(req, "preview_every", 0);
-      prompts = requestField<std::vector<std::string>>(req, "prompts", {});
-      numImages = prompts.empty() ? requestField<int>(req, "num_images", 1) : static_cast<int>(prompts.size());
-      if (numImages < 1) throw std::invalid_argument("num_images must be at least 1");
-      if (base.seed < 0) base.seed = 0;  // replaced below by rank 0's random seed
-      base = pipe_->resolve(base);
+      base = pipe_->resolve(pipelineParams(request));
       RequestDims rd;
       rd.width = base.width;
       rd.height = base.height;
@@ -366,16 +336,19 @@ class Worker {
       if (!issues.empty()) throw std::invalid_argument(joinIssues(issues));
     } catch (const std::exception& e) {
       // Identical verdict on every rank: report once, keep serving.
-      if (rank_ == 0)
-        emitEvent(json{{"event", "error"}, {"id", id}, {"rank", 0}, {"fatal", false}, {"message", e.what()}});
+      if (rank_ == 0) emitEvent(protocol::errorEvent(id, 0, e.what(), false));
       return;
     }
     // A random seed is drawn on rank 0 and shared, so every rank starts from the same noise.
-    if (requestField<int64_t>(req, "seed", 0) < 0) {
-      at::Tensor sd = at::full({1}, rank_ == 0 ? randomSeed() : int64_t(0), at::kLong);
+    if (request.random_seed) {
+      at::Tensor sd = at::full({1}, rank_ == 0 ? static_cast<int64_t>(randomSeed()) : int64_t(0), at::kLong);
       world_->broadcast(sd, 0)->wait();
       base.seed = sd.item<int64_t>();
     }
+    const std::string& output = req.output;
+    const std::string& outputDir = req.output_dir;
+    const std::string& outputTensors = req.output_tensors;
+    const int previewEvery = req.preview_every;
     const int dp = s_.dp_degree, dpi = mesh_->coord("dp");
     const bool leader = mesh_->coord("cfg") == 0 && mesh_->coord("ring") == 0 &&
                         mesh_->coord("ulysses") == 0 && mesh_->coord("tp") == 0;
@@ -428,20 +401,19 @@ class Worker {
         else
           path = (fs::path(outputDir.empty() ? fs::temp_directory_path().string() : outputDir) /
                   (id + "-" + std::to_string(index) + ".png")).string();
+        const protocol::GenerationParams made = imageParams(request, res.params);
         json extra{{"model", modelDir_}, {"strategy", s_.describe()}, {"dtype", dtype_}};
         // Leader-only I/O: a bad path is the user's error, not the group's (no collective is
         // skipped; every rank still meets at the barrier below).
         try {
-          writeImagePng(path, res, extra);
-          if (!outputTensors.empty()) writeResultTensors(indexedPath(outputTensors, index, numImages), res);
+          writeImagePng(path, res, made, extra);
+          if (!outputTensors.empty()) writeResultTensors(indexedPath(outputTensors, index, numImages), res, made);
         } catch (const std::exception& e) {
-          emitEvent(json{{"event", "error"}, {"id", id}, {"rank", rank_}, {"fatal", false},
-                         {"message", std::string("cannot write image ") + std::to_string(index) + ": " + e.what()}});
+          emitEvent(protocol::errorEvent(id, rank_, "cannot write image " + std::to_string(index) + ": " + e.what(), false));
           continue;
         }
-        json params = paramsToJson(res.params);
         emitEvent(json{{"event", "image"}, {"id", id}, {"image_index", index}, {"path", path},
-                       {"seed", res.params.seed}, {"params", params}, {"rank", rank_},
+                       {"seed", made.seed}, {"params", protocol::toJson(made)}, {"rank", rank_},
                        {"seconds", std::chrono::duration<double>(Clock::now() - tImg).count()}});
       }
     }
@@ -480,18 +452,11 @@ int main(int argc, char** argv) {
   app.add_option("--model", model, "diffusers FLUX.1 folder (default: embedded tiny model)");
   app.add_option("--dtype", dtype, "float32 | bfloat16 | float16");
   app.add_option("--device", s.device, "cpu | cuda");
-  app.add_option("--tp-degree", s.tp_degree);
-  app.add_option("--ring-degree", s.ring_degree);
-  app.add_option("--ulysses-degree", s.ulysses_degree);
-  app.add_flag("--ulysses-anything", s.ulysses_anything);
-  app.add_flag("--ring-anything", s.ring_anything);
-  app.add_option("--cfg-degree", s.cfg_degree);
-  app.add_option("--dp-degree", s.dp_degree);
+  protocol::addStrategyOptions(app, s);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (rank == 0) emitEvent(json{{"event", "error"}, {"id", nullptr}, {"rank", rank}, {"fatal", true},
-                                  {"message", std::string("bad worker arguments: ") + e.what()}});
+    if (rank == 0) emitEvent(protocol::errorEvent(std::nullopt, rank, std::string("bad worker arguments: ") + e.what(), true));
     finalizeRuntime();
     return 2;
   }

@@ -5,6 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include <climits>
+
+#include "app/protocol/protocol.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -120,16 +123,9 @@ int localDeviceIndex(int localRank, int deviceCount) {
   return localRank % deviceCount;
 }
 
-// Invalid UTF-8 (e.g. echoed from a bad request line) is replaced, never thrown.
-std::string eventLine(const nlohmann::json& event) {
-  return "@@DIT " + event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-std::string eventLine(const nlohmann::ordered_json& event) {
-  return "@@DIT " + event.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-}
-
-void emitEvent(const nlohmann::json& event) { writeLine(eventLine(event)); }
-void emitEvent(const nlohmann::ordered_json& event) { writeLine(eventLine(event)); }
+// Invalid UTF-8 (e.g. echoed from a bad request line) is replaced, never thrown (protocol::eventLine).
+void emitEvent(const nlohmann::json& event) { writeLine(protocol::eventLine(event)); }
+void emitEvent(const nlohmann::ordered_json& event) { writeLine(protocol::eventLine(event)); }
 
 void abortGroup(int rank, const std::string& message) {
   nlohmann::ordered_json ev;
@@ -141,9 +137,9 @@ void abortGroup(int rank, const std::string& message) {
   std::string line;
   try {
     // Replace invalid UTF-8 instead of throwing from dump().
-    line = "@@DIT " + ev.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+    line = protocol::eventLine(ev);
   } catch (...) {
-    line = "@@DIT {\"event\":\"error\",\"id\":null,\"rank\":" + std::to_string(rank) +
+    line = std::string(protocol::kEventPrefix) + "{\"event\":\"error\",\"id\":null,\"rank\":" + std::to_string(rank) +
            ",\"message\":\"(unprintable message)\",\"fatal\":true}";
   }
   writeLine(line);

@@ -1,5 +1,5 @@
 // Process-level runtime of a worker rank: MPI start-up and shutdown, the event stream on stdout
-// (app/PROTOCOL.md: one `@@DIT {json}` line per event), group-wide abort on a fatal error, and
+// (app/PROTOCOL.md: one line per event, formatted by dit_protocol, which this links as a leaf), group-wide abort on a fatal error, and
 // per-rank memory figures for the `ranks` event.
 //
 // Threading: MPI is initialised with MPI_THREAD_FUNNELED — only the thread that called
@@ -48,11 +48,8 @@ int localRank();
 /// std::invalid_argument when deviceCount < 1 or localRank < 0.
 int localDeviceIndex(int localRank, int deviceCount);
 
-/// Formats one protocol event line without the trailing newline: "@@DIT " + event.dump().
-/// Keys of an ordered_json keep their insertion order; of a json, alphabetical order.
-std::string eventLine(const nlohmann::json& event);
-std::string eventLine(const nlohmann::ordered_json& event);
-/// Writes eventLine(event) + "\n" to stdout and flushes. Thread-safe (one line is never interleaved
+/// Writes dit::protocol::eventLine(event) + "\n" (app/protocol/protocol.h: the prefix, then the
+/// object on one line) to stdout and flushes. Thread-safe (one line is never interleaved
 /// with another event). Local, no communication; any rank may call it.
 void emitEvent(const nlohmann::json& event);
 void emitEvent(const nlohmann::ordered_json& event);

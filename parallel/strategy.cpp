@@ -2,8 +2,6 @@
 // read or any collective runs) and the GUI's strategy editor (live). No Torch, no MPI.
 #include "parallel/strategy.h"
 
-#include <nlohmann/json.hpp>
-
 #include <sstream>
 #include <stdexcept>
 
@@ -240,32 +238,6 @@ std::vector<int> evenSplit(int n, int parts) {
   std::vector<int> out(parts, n / parts);
   for (int i = 0; i < n % parts; ++i) ++out[i];
   return out;
-}
-
-void to_json(nlohmann::json& j, const Strategy& s) {
-  j = nlohmann::json{{"world", s.world},
-                     {"tp_degree", s.tp_degree},
-                     {"ring_degree", s.ring_degree},
-                     {"ulysses_degree", s.ulysses_degree},
-                     {"cfg_degree", s.cfg_degree},
-                     {"dp_degree", s.dp_degree},
-                     {"ulysses_anything", s.ulysses_anything},
-                     {"ring_anything", s.ring_anything},
-                     {"device", s.device}};
-}
-
-void from_json(const nlohmann::json& j, Strategy& s) {
-  if (!j.is_object()) throw std::invalid_argument("strategy JSON must be an object, got " + j.dump());
-  Strategy d;  // absent keys keep the defaults
-  s.world = j.value("world", d.world);
-  s.tp_degree = j.value("tp_degree", d.tp_degree);
-  s.ring_degree = j.value("ring_degree", d.ring_degree);
-  s.ulysses_degree = j.value("ulysses_degree", d.ulysses_degree);
-  s.cfg_degree = j.value("cfg_degree", d.cfg_degree);
-  s.dp_degree = j.value("dp_degree", d.dp_degree);
-  s.ulysses_anything = j.value("ulysses_anything", d.ulysses_anything);
-  s.ring_anything = j.value("ring_anything", d.ring_anything);
-  s.device = j.value("device", d.device);
 }
 
 }  // namespace dit

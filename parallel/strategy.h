@@ -9,8 +9,6 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
-
 namespace dit {
 
 struct Strategy {
@@ -74,8 +72,6 @@ std::array<int, 5> meshCoords(const Strategy& s, int rank);
 /// tensor_split partition: sizes of `n` split into `parts` (first n % parts get one more).
 std::vector<int> evenSplit(int n, int parts);
 
-/// JSON round trip (keys as in the CLI flags: tp_degree, ring_degree, ...).
-void to_json(nlohmann::json& j, const Strategy& s);
-void from_json(const nlohmann::json& j, Strategy& s);
+// Strategy <-> JSON (and nlohmann's to_json/from_json for it) live in app/protocol/protocol.h.
 
 }  // namespace dit

@@ -11,7 +11,7 @@ endif()
 
 # --- strategy validation (dit_core only) ---
 add_executable(test_strategy test_strategy.cpp)
-target_link_libraries(test_strategy PRIVATE dit_core GTest::gmock GTest::gtest GTest::gtest_main)
+target_link_libraries(test_strategy PRIVATE dit_core dit_protocol GTest::gmock GTest::gtest GTest::gtest_main)
 add_test(NAME strategy COMMAND test_strategy)
 set_tests_properties(strategy PROPERTIES LABELS "unit;parallel" TIMEOUT 60)
 

@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/protocol/protocol.h"
 #include "parallel/device_mesh.h"
 #include "parallel/process_group.h"
 #include "parallel/process_group_checked.h"
@@ -717,7 +718,7 @@ TEST(Runtime, RanksMemoryAndEvents) {
   nlohmann::ordered_json ev;
   ev["event"] = "hello";
   ev["rank"] = R();
-  EXPECT_EQ(dit::eventLine(ev), "@@DIT {\"event\":\"hello\",\"rank\":" + std::to_string(R()) + "}");
+  EXPECT_EQ(dit::protocol::eventLine(ev), "@@DIT {\"event\":\"hello\",\"rank\":" + std::to_string(R()) + "}");
   EXPECT_GE(dit::localRank(), 0);
 }
 

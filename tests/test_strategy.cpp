@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/protocol/protocol.h"
 #include "parallel/strategy.h"
 
 using dit::ModelDims;
@@ -297,8 +298,10 @@ TEST(Strategy, DescribeAndJson) {
   EXPECT_TRUE(b.ulysses_anything);
   EXPECT_EQ(b.device, "cuda");
 
+  // Without "world" the strategy fills the product of its degrees (one rule for the worker,
+  // the CLI and the GUI: app/protocol/protocol.h).
   Strategy partial = nlohmann::json{{"tp_degree", 2}}.get<Strategy>();
   EXPECT_EQ(partial.tp_degree, 2);
-  EXPECT_EQ(partial.world, 1);
+  EXPECT_EQ(partial.world, 2);
   EXPECT_EQ(partial.device, "cpu");
 }

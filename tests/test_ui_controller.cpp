@@ -104,7 +104,7 @@ class TestController : public QObject {
     QCOMPARE(sent.value("steps").toInt(), 3);
     QCOMPARE(sent.value("seed").toInt(), 42);
     QCOMPARE(sent.value("output_dir").toString(), dir_.filePath("images"));
-    QCOMPARE(sent.value("prompt").toString(), p.prompt);
+    QCOMPARE(sent.value("prompt").toString(), QString::fromStdString(p.prompt));
     // Noise and stderr reached the log; stderr attributed to rank 1 by its "[rank 1/2]" tag.
     bool noise = false, rank1 = false;
     for (const auto& l : logs) {

@@ -80,7 +80,7 @@ class TestIntegration : public QObject {
     QString err;
     const QJsonObject png = readPngParameters(e.path, &err);
     QVERIFY2(!png.isEmpty(), qPrintable(err));
-    QCOMPARE(png.value("prompt").toString(), p.prompt);
+    QCOMPARE(png.value("prompt").toString(), QString::fromStdString(p.prompt));
     QCOMPARE(png.value("width").toInt(), 64);
     QCOMPARE(png.value("steps").toInt(), 4);
     QCOMPARE(static_cast<qint64>(png.value("seed").toDouble()), 1234);

@@ -172,19 +172,23 @@ class TestModel : public QObject {
     GenerationParams p;
     p.prompt = "x";
     p.random_seed = true;
-    QJsonObject j = p.toJson();
+    QJsonObject j = paramsToQJson(p);
     QCOMPARE(j.value("seed").toInteger(), -1);
-    GenerationParams q = GenerationParams::fromJson(j);
+    GenerationParams q = paramsFromQJson(j);
     QVERIFY(q.random_seed);
     QVERIFY(q == p);
     p.random_seed = false;
     p.seed = 9007199254740991LL;  // 2^53 - 1 survives JSON
-    QCOMPARE(GenerationParams::fromJson(p.toJson()).seed, p.seed);
+    QCOMPARE(paramsFromQJson(paramsToQJson(p)).seed, p.seed);
+    p.seed = 9007199254740993ULL;  // 2^53 + 1 and 2^63 - 1: integers, never a double
+    QCOMPARE(paramsFromQJson(paramsToQJson(p)).seed, p.seed);
+    p.seed = 9223372036854775807ULL;
+    QCOMPARE(paramsFromQJson(paramsToQJson(p)).seed, p.seed);
     // Partial objects keep defaults.
     GenerationParams base;
     base.steps = 33;
-    q = GenerationParams::fromJson(QJsonObject{{"prompt", "only"}}, base);
-    QCOMPARE(q.prompt, QString("only"));
+    q = paramsFromQJson(QJsonObject{{"prompt", "only"}}, base);
+    QCOMPARE(QString::fromStdString(q.prompt), QString("only"));
     QCOMPARE(q.steps, 33);
     QVERIFY(!q.trueCfg());
     q.negative_prompt = "n";
@@ -210,8 +214,8 @@ class TestModel : public QObject {
     HistoryEntry e;
     e.params = back;
     const GenerationParams g = e.generation();
-    QCOMPARE(g.prompt, QString("a red fox"));
-    QCOMPARE(g.seed, 1234);
+    QCOMPARE(QString::fromStdString(g.prompt), QString("a red fox"));
+    QCOMPARE(g.seed, std::uint64_t(1234));
     QCOMPARE(g.steps, 4);
     // No chunk / not an image.
     QImage plain(4, 4, QImage::Format_RGB888);

@@ -249,7 +249,7 @@ class TestPresets : public QObject {
     QCOMPARE(again.entries().first().seed, 104);
     QVERIFY(again.entries().first().created.isValid());
     const GenerationParams g = again.entries().first().generation();
-    QCOMPARE(g.seed, 104);  // the used seed, not "random"
+    QCOMPARE(g.seed, std::uint64_t(104));  // the used seed, not "random"
     QVERIFY(!g.random_seed);
     QCOMPARE(g.width, 64);
     QVERIFY(again.remove("/tmp/img3.png"));

@@ -269,8 +269,8 @@ class TestWidgets : public QObject {
     QString err;
     QVERIFY2(w->gallery()->openPng(fakeDir_.filePath("out.png"), &err), qPrintable(err));
     const GenerationParams p = w->generationPanel()->params();
-    QCOMPARE(p.prompt, QString("fake"));
-    QCOMPARE(p.seed, 4242);
+    QCOMPARE(QString::fromStdString(p.prompt), QString("fake"));
+    QCOMPARE(p.seed, std::uint64_t(4242));
     QCOMPARE(p.steps, 1);
     QVERIFY(!p.random_seed);
   }

@@ -1,5 +1,6 @@
-// Parsing of the worker's stdout event stream and of mpirun's failure reports (app/PROTOCOL.md).
-// Pure functions, no I/O: unit-tested with noise lines and partial chunks.
+// Qt adapters over the protocol module (app/protocol/): the worker's stdout event stream and
+// mpirun's failure reports (app/PROTOCOL.md). Parsing itself is dit::protocol's; this header
+// converts to Qt types. Pure functions, no I/O: unit-tested with noise lines and partial chunks.
 #pragma once
 
 #include <QByteArray>
@@ -8,11 +9,15 @@
 #include <QString>
 
 #include <optional>
+#include <string_view>
+
+#include "app/protocol/launch.h"
+#include "app/protocol/protocol.h"
 
 namespace dit::ui {
 
-/// The prefix that marks an event line on the worker's stdout.
-inline constexpr char kEventPrefix[] = "@@DIT ";
+/// The prefix that marks an event line on the worker's stdout (dit::protocol::kEventPrefix).
+inline constexpr std::string_view kEventPrefix = dit::protocol::kEventPrefix;
 
 /// One event: `type` is the event name ("hello", "ready", "ranks", "image", ...) from the JSON
 /// "event" field (or "type"), `data` the whole JSON object.
@@ -21,10 +26,9 @@ struct WorkerEvent {
   QJsonObject data;
 };
 
-/// Parses one stdout line (with or without its trailing "\n" / "\r\n"). Returns nullopt for any
-/// line that is not `@@DIT {json object with a string "event" (or "type")}` (library noise,
-/// truncated JSON).
-/// Tolerates leading whitespace and an OpenMPI --tag-output prefix such as "[1,0]<stdout>:".
+/// dit::protocol::parseEventLine with the object as a QJsonObject (integers up to 2^63-1 exact):
+/// nullopt for library noise and truncated JSON; tolerates "\r\n", leading whitespace and an
+/// OpenMPI --tag-output prefix such as "[1,0]<stdout>:".
 std::optional<WorkerEvent> parseEventLine(const QByteArray& line);
 
 /// Splits a byte stream into complete lines; keeps a trailing partial line for the next chunk.
@@ -53,7 +57,7 @@ struct RankStats {
   double step_ms = -1;
 };
 
-/// Parses the `ranks` array of a `ranks` event (entries without "rank" are skipped).
+/// dit::protocol::parseRanks of a `ranks` event (entries without "rank" are skipped).
 QList<RankStats> parseRanks(const QJsonObject& event);
 
 /// A failed rank as reported by mpirun on stderr.
@@ -66,10 +70,8 @@ struct RankFailure {
   QString reason;      ///< one-sentence summary, e.g. "rank 1 (pid 4242) was killed by signal 9 (Killed)"
 };
 
-/// Finds mpirun's report of a failed rank in `stderrText` (OpenMPI 4 wording: "mpirun noticed
-/// that process rank 1 with PID 123 on node h exited on signal 9 (Killed)", "MPI_ABORT was invoked
-/// on rank 1", "Primary job terminated normally, but 1 process returned a non-zero exit code" with
-/// "Process name: [[x,y],r]" / "Exit code: c"). Returns nullopt when none is present.
+/// dit::protocol::parseMpirunFailure (OpenMPI 4 wording; the CLI uses the same parser) with Qt
+/// types. Returns nullopt when no report is present.
 std::optional<RankFailure> parseMpirunFailure(const QString& stderrText);
 
 /// Rank named by a log line, from the worker's spdlog pattern "[rank r/N]" or an OpenMPI tag

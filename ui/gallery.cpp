@@ -219,7 +219,7 @@ bool Gallery::openPng(const QString& path, QString* error) {
   HistoryEntry e;
   e.path = path;
   e.params = params;
-  e.seed = static_cast<qint64>(params.value("seed").toDouble(-1));
+  e.seed = params.value("seed").toInteger(-1);
   view_->setImage(QImage(path));
   caption_->setText(describe(params, e.seed, 0));
   Q_EMIT useParameters(e);

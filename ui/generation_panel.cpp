@@ -107,7 +107,7 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   outer->addWidget(genBox);
   outer->addStretch(1);
 
-  setParams(GenerationParams{});
+  setParams(startingParams());
 
   auto emitChanged = [this] {
     if (!loading_) Q_EMIT changed();
@@ -144,14 +144,14 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
 
 GenerationParams GenerationPanel::params() const {
   GenerationParams p;
-  p.prompt = prompt_->toPlainText();
-  p.negative_prompt = negative_->toPlainText();
+  p.prompt = prompt_->toPlainText().toStdString();
+  p.negative_prompt = negative_->toPlainText().toStdString();
   p.true_cfg_scale = cfgScale_->value();
   p.width = width_->value();
   p.height = height_->value();
   p.steps = steps_->value();
   p.guidance = guidance_->value();
-  p.seed = seed_->text().toLongLong();
+  p.seed = seed_->text().toULongLong();
   p.random_seed = randomSeed_->isChecked();
   p.num_images = images_->value();
   return p;
@@ -159,8 +159,8 @@ GenerationParams GenerationPanel::params() const {
 
 void GenerationPanel::setParams(const GenerationParams& p) {
   loading_ = true;
-  prompt_->setPlainText(p.prompt);
-  negative_->setPlainText(p.negative_prompt);
+  prompt_->setPlainText(QString::fromStdString(p.prompt));
+  negative_->setPlainText(QString::fromStdString(p.negative_prompt));
   cfgScale_->setValue(p.true_cfg_scale);
   width_->setValue(p.width);
   height_->setValue(p.height);

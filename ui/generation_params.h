@@ -1,42 +1,32 @@
 // Generation parameters edited in the generation panel, sent in `generate` requests, stored in
-// presets and history, and read back from a PNG's "parameters" text chunk.
+// presets and history, and read back from a PNG's "parameters" text chunk. The type and its
+// defaults are the protocol's (app/protocol/protocol.h); this header adds the Qt adapters.
 #pragma once
 
 #include <QJsonObject>
 #include <QString>
 
+#include "app/protocol/protocol.h"
+
 namespace dit::ui {
 
-/// One generation request's user-facing parameters. Keys of toJson() are the protocol's
-/// (app/PROTOCOL.md `generate` request and the worker's PNG "parameters" chunk): prompt,
-/// negative_prompt, true_cfg_scale, width, height (pixels), steps, guidance, seed, num_images.
-struct GenerationParams {
-  QString prompt = QStringLiteral("a watercolor painting of a red fox in a snowy forest");
-  QString negative_prompt;
-  double true_cfg_scale = 1.0;  ///< > 1 with a negative prompt enables true CFG
-  int width = 64;               ///< pixels, multiple of 2 * vae_scale_factor
-  int height = 64;              ///< pixels, multiple of 2 * vae_scale_factor
-  int steps = 8;
-  double guidance = 3.5;
-  qint64 seed = 42;             ///< used when random_seed is false
-  bool random_seed = false;     ///< sends seed -1: the worker picks one and reports it
-  int num_images = 1;
+/// The one request-parameter type (prompt, negative_prompt, true_cfg_scale, width, height,
+/// steps, guidance, seed (uint64), random_seed, num_images, max_sequence_length) with its one set
+/// of defaults.
+using GenerationParams = dit::protocol::GenerationParams;
 
-  /// True CFG is active (DESIGN.md section 5): a negative prompt and true_cfg_scale > 1.
-  bool trueCfg() const { return !negative_prompt.trimmed().isEmpty() && true_cfg_scale > 1.0; }
-  /// The seed to send: -1 when random.
-  qint64 requestSeed() const { return random_seed ? -1 : seed; }
+/// protocol::toJson(p) as a Qt object (seed is -1 when random; integers stay integers).
+QJsonObject paramsToQJson(const GenerationParams& p);
+/// protocol::paramsFromJson of a Qt object: the keys present in `j` over `defaults`. Throws
+/// dit::protocol::ProtocolError naming a field of the wrong type.
+GenerationParams paramsFromQJson(const QJsonObject& j, const GenerationParams& defaults = {});
 
-  /// Parameters as JSON (seed is -1 when random).
-  QJsonObject toJson() const;
-  /// Reads the keys present in `j`, keeping `defaults` for absent ones; seed < 0 means random.
-  static GenerationParams fromJson(const QJsonObject& j, const GenerationParams& defaults);
-  static GenerationParams fromJson(const QJsonObject& j);
+/// What the panel starts with (and the headless run generates): the protocol defaults with a
+/// size and step count that take seconds on the embedded tiny model on a CPU (64 x 64 px, 8
+/// steps), the values of the "CPU demo" built-in preset.
+GenerationParams startingParams();
 
-  bool operator==(const GenerationParams&) const = default;
-};
-
-/// Default prompt of the GUI and of the headless run.
+/// Default prompt of the GUI and of the headless run (protocol::kDefaultPrompt).
 QString defaultPrompt();
 
 }  // namespace dit::ui

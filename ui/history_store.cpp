@@ -13,7 +13,7 @@ namespace dit::ui {
 QJsonObject HistoryEntry::toJson() const {
   return QJsonObject{{"path", path},
                      {"id", requestId},
-                     {"seed", static_cast<double>(seed)},
+                     {"seed", seed},
                      {"params", params},
                      {"seconds", seconds},
                      {"created", created.toString(Qt::ISODateWithMs)}};
@@ -23,7 +23,7 @@ HistoryEntry HistoryEntry::fromJson(const QJsonObject& j) {
   HistoryEntry e;
   e.path = j.value("path").toString();
   e.requestId = j.value("id").toString();
-  e.seed = static_cast<qint64>(j.value("seed").toDouble(-1));
+  e.seed = j.value("seed").toInteger(-1);  // older files stored it as a double: same value up to 2^53
   e.params = j.value("params").toObject();
   e.seconds = j.value("seconds").toDouble(0);
   e.created = QDateTime::fromString(j.value("created").toString(), Qt::ISODateWithMs);
@@ -31,9 +31,14 @@ HistoryEntry HistoryEntry::fromJson(const QJsonObject& j) {
 }
 
 GenerationParams HistoryEntry::generation(const GenerationParams& defaults) const {
-  GenerationParams p = GenerationParams::fromJson(params, defaults);
+  GenerationParams p = defaults;
+  try {
+    p = paramsFromQJson(params, defaults);
+  } catch (const dit::protocol::ProtocolError&) {
+    // A PNG chunk written by another program: keep the defaults rather than half of it.
+  }
   if (seed >= 0) {
-    p.seed = seed;
+    p.seed = static_cast<std::uint64_t>(seed);
     p.random_seed = false;
   }
   return p;

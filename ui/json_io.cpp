@@ -56,4 +56,15 @@ QString appDataDir() {
   return dir;
 }
 
+nlohmann::json toNlohmann(const QJsonObject& o) {
+  const QByteArray text = QJsonDocument(o).toJson(QJsonDocument::Compact);
+  return nlohmann::json::parse(text.constData(), text.constData() + text.size());
+}
+
+QJsonObject toQJsonObject(const nlohmann::json& j) {
+  if (!j.is_object()) return {};
+  const std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return QJsonDocument::fromJson(QByteArray::fromStdString(text)).object();
+}
+
 }  // namespace dit::ui

@@ -3,7 +3,10 @@
 #pragma once
 
 #include <QJsonDocument>
+#include <QJsonObject>
 #include <QString>
+
+#include <nlohmann/json.hpp>
 
 namespace dit::ui {
 
@@ -14,5 +17,12 @@ bool writeJsonAtomic(const QString& path, const QJsonDocument& doc, QString* err
 bool readJsonFile(const QString& path, QJsonDocument* doc, QString* error = nullptr);
 /// The application data folder (QStandardPaths::AppDataLocation), or $DITSTUDIO_DATA_DIR if set.
 QString appDataDir();
+
+/// Qt object -> nlohmann JSON (the protocol module's type), through compact JSON text: integers
+/// stay integers (Qt 6 keeps qint64 exactly), doubles keep their shortest round-trip text.
+nlohmann::json toNlohmann(const QJsonObject& o);
+/// nlohmann JSON object -> Qt object (integers up to 2^63-1 stay exact; anything else becomes a
+/// double, as Qt stores it). A value that is not an object gives an empty object.
+QJsonObject toQJsonObject(const nlohmann::json& j);
 
 }  // namespace dit::ui

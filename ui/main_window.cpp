@@ -161,8 +161,13 @@ void MainWindow::buildUi() {
   connect(presetPanel_, &PresetPanel::applyRequested, this, &MainWindow::applyPreset);
   connect(gallery_, &Gallery::useParameters, this, [this](const HistoryEntry& e) {
     genPanel_->setParams(e.generation(genPanel_->params()));
-    if (e.params.value("strategy").isObject())
-      log_->append(-1, "info", tr("image strategy: %1").arg(strategyText(strategyFromJson(e.params.value("strategy").toObject()))));
+    if (e.params.value("strategy").isObject()) {
+      try {
+        log_->append(-1, "info", tr("image strategy: %1").arg(strategyText(strategyFromJson(e.params.value("strategy").toObject()))));
+      } catch (const dit::protocol::ProtocolError& err) {
+        log_->append(-1, "warning", tr("image strategy unreadable: %1").arg(QString::fromStdString(err.what())));
+      }
+    }
     leftTabs_->setCurrentIndex(0);
   });
   connect(gallery_, &Gallery::errorMessage, this, [this](const QString& m) { showBanner(m, {}, false, false); });
@@ -309,7 +314,7 @@ void MainWindow::refreshQueue() {
   for (const auto& r : controller_->queue()) {
     QString t = QStringLiteral("%1  %2  %3").arg(r.id, r.sent ? (r.step > 0 ? tr("step %1/%2").arg(r.step).arg(r.steps) : tr("sent"))
                                                              : tr("waiting"),
-                                                r.params.prompt.left(60));
+                                                QString::fromStdString(r.params.prompt).left(60));
     auto* it = new QListWidgetItem(t, queueList_);
     it->setData(Qt::UserRole, r.id);
   }
@@ -423,8 +428,8 @@ void MainWindow::onImage(const ImageResult& r) {
   e.seconds = r.seconds;
   e.params = r.params;
   if (e.params.isEmpty()) e.params = readPngParameters(r.path);
-  if (e.params.isEmpty()) e.params = requestParams_.value(r.id).toJson();
-  if (e.seed < 0) e.seed = static_cast<qint64>(e.params.value("seed").toDouble(-1));
+  if (e.params.isEmpty()) e.params = paramsToQJson(requestParams_.value(r.id));
+  if (e.seed < 0) e.seed = e.params.value("seed").toInteger(-1);
   QString err;
   if (!history_.add(e, &err)) log_->append(-1, "error", err);
   gallery_->addImage(e);

@@ -16,7 +16,7 @@ QJsonObject Preset::toJson() const {
   if (!description.isEmpty()) j["description"] = description;
   j["strategy"] = strategyToJson(strategy);
   if (!hostfile.isEmpty()) j["hostfile"] = hostfile;
-  if (hasGeneration) j["generation"] = generation.toJson();
+  if (hasGeneration) j["generation"] = paramsToQJson(generation);
   return j;
 }
 
@@ -32,11 +32,16 @@ std::optional<Preset> Preset::fromJson(const QJsonObject& j, QString* error) {
     return std::nullopt;
   }
   p.description = j.value("description").toString();
-  p.strategy = strategyFromJson(j.value("strategy").toObject());
   p.hostfile = j.value("hostfile").toString();
-  if (j.value("generation").isObject()) {
-    p.hasGeneration = true;
-    p.generation = GenerationParams::fromJson(j.value("generation").toObject());
+  try {
+    p.strategy = strategyFromJson(j.value("strategy").toObject());
+    if (j.value("generation").isObject()) {
+      p.hasGeneration = true;
+      p.generation = paramsFromQJson(j.value("generation").toObject());
+    }
+  } catch (const dit::protocol::ProtocolError& e) {
+    if (error) *error = QStringLiteral("preset \"%1\": %2").arg(p.name, QString::fromStdString(e.what()));
+    return std::nullopt;
   }
   return p;
 }

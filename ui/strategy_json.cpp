@@ -2,39 +2,14 @@
 
 #include <QStringList>
 
+#include "app/protocol/protocol.h"
+#include "ui/json_io.h"
+
 namespace dit::ui {
 
-QJsonObject strategyToJson(const dit::Strategy& s) {
-  QJsonObject j;
-  j["world"] = s.world;
-  j["tp_degree"] = s.tp_degree;
-  j["ring_degree"] = s.ring_degree;
-  j["ulysses_degree"] = s.ulysses_degree;
-  j["cfg_degree"] = s.cfg_degree;
-  j["dp_degree"] = s.dp_degree;
-  j["ulysses_anything"] = s.ulysses_anything;
-  j["ring_anything"] = s.ring_anything;
-  j["device"] = QString::fromStdString(s.device);
-  return j;
-}
+QJsonObject strategyToJson(const dit::Strategy& s) { return toQJsonObject(dit::protocol::strategyToJson(s)); }
 
-dit::Strategy strategyFromJson(const QJsonObject& j) {
-  dit::Strategy s;
-  s.tp_degree = j.value("tp_degree").toInt(1);
-  s.ring_degree = j.value("ring_degree").toInt(1);
-  s.ulysses_degree = j.value("ulysses_degree").toInt(1);
-  s.cfg_degree = j.value("cfg_degree").toInt(1);
-  s.dp_degree = j.value("dp_degree").toInt(1);
-  s.ulysses_anything = j.value("ulysses_anything").toBool(false);
-  s.ring_anything = j.value("ring_anything").toBool(false);
-  s.device = j.value("device").toString("cpu").toStdString();
-  const int product = s.tp_degree * s.ring_degree * s.ulysses_degree * s.cfg_degree * s.dp_degree;
-  if (j.contains("world")) s.world = j.value("world").toInt(product);
-  else if (j.contains("ranks")) s.world = j.value("ranks").toInt(product);
-  else if (j.contains("np")) s.world = j.value("np").toInt(product);
-  else s.world = product;
-  return s;
-}
+dit::Strategy strategyFromJson(const QJsonObject& j) { return dit::protocol::strategyFromJson(toNlohmann(j)); }
 
 bool sameStrategy(const dit::Strategy& a, const dit::Strategy& b) {
   return a.world == b.world && a.tp_degree == b.tp_degree && a.ring_degree == b.ring_degree &&

@@ -1,6 +1,6 @@
-// Qt JSON conversion of dit::Strategy with the keys of the CLI flags (tp_degree, ring_degree,
-// ulysses_degree, cfg_degree, dp_degree, ulysses_anything, ring_anything, device, world), the
-// same keys as dit::to_json in parallel/strategy.h, so presets and the worker's `ready` event agree.
+// Qt adapters of the protocol's Strategy JSON (dit::protocol::strategyToJson/strategyFromJson in
+// app/protocol/protocol.h, the worker's `ready` event and the bench use the same), so presets and
+// the worker agree on keys and defaults.
 #pragma once
 
 #include <QJsonObject>
@@ -10,10 +10,11 @@
 
 namespace dit::ui {
 
-/// Strategy -> JSON object.
+/// Strategy -> JSON object (dit::protocol::strategyToJson).
 QJsonObject strategyToJson(const dit::Strategy& s);
-/// JSON object -> Strategy; absent keys keep Strategy's defaults. "world" may also be spelled
-/// "ranks" or "np"; without any of them world is the product of the degrees.
+/// JSON object -> Strategy (dit::protocol::strategyFromJson): absent keys keep Strategy's
+/// defaults; "world" may also be spelled "ranks" or "np"; without any of them world is the
+/// product of the degrees. Throws dit::protocol::ProtocolError naming a field of the wrong type.
 dit::Strategy strategyFromJson(const QJsonObject& j);
 /// Field-by-field equality (dit::Strategy has no operator==).
 bool sameStrategy(const dit::Strategy& a, const dit::Strategy& b);

@@ -2,46 +2,39 @@
 
 #include <QCoreApplication>
 #include <QDir>
-#include <QRegularExpression>
+
+#include "app/protocol/launch.h"
 
 namespace dit::ui {
 
+namespace {
+std::vector<std::string> toStd(const QStringList& l) {
+  std::vector<std::string> out;
+  for (const QString& a : l) out.push_back(a.toStdString());
+  return out;
+}
+}  // namespace
+
 QString LaunchCommand::display() const {
-  static const QRegularExpression safe(QStringLiteral("^[A-Za-z0-9_./=:,+@%-]+$"));
-  QStringList parts;
-  for (const QString& a : QStringList{program} + arguments) {
-    if (!a.isEmpty() && safe.match(a).hasMatch()) parts << a;
-    else parts << "'" + QString(a).replace("'", "'\\''") + "'";
-  }
-  return parts.join(' ');
+  return QString::fromStdString(dit::protocol::shellQuoted(toStd(QStringList{program} + arguments)));
 }
 
 LaunchCommand buildLaunchCommand(const LaunchConfig& c) {
-  const dit::Strategy& s = c.strategy;
+  dit::protocol::MpirunLaunch l;
+  l.mpirun = c.mpirunPath.toStdString();
+  l.strategy = c.strategy;
+  l.hostfile = c.hostfile.toStdString();
+  l.worker = (c.workerPath.isEmpty() ? defaultWorkerPath() : c.workerPath).toStdString();
+  l.model = c.modelDir.toStdString();
+  l.extra_worker_args = toStd(c.extraWorkerArgs);
+  const std::vector<std::string> argv = dit::protocol::mpirunArgv(l);
   LaunchCommand cmd;
-  cmd.program = c.mpirunPath.isEmpty() ? defaultMpirun() : c.mpirunPath;
-  QStringList& a = cmd.arguments;
-  a << "--allow-run-as-root" << "--oversubscribe" << "-np" << QString::number(s.world);
-  if (!c.hostfile.trimmed().isEmpty()) a << "--hostfile" << c.hostfile.trimmed();
-  a << "-x" << "OMP_NUM_THREADS=1";
-  a << (c.workerPath.isEmpty() ? defaultWorkerPath() : c.workerPath);
-  a << "--model" << c.modelDir;
-  a << "--tp-degree" << QString::number(s.tp_degree);
-  a << "--ring-degree" << QString::number(s.ring_degree);
-  a << "--ulysses-degree" << QString::number(s.ulysses_degree);
-  if (s.ulysses_anything) a << "--ulysses-anything";
-  if (s.ring_anything) a << "--ring-anything";
-  a << "--cfg-degree" << QString::number(s.cfg_degree);
-  a << "--dp-degree" << QString::number(s.dp_degree);
-  a << "--device" << QString::fromStdString(s.device.empty() ? std::string("cpu") : s.device);
-  a << c.extraWorkerArgs;
+  cmd.program = QString::fromStdString(argv.front());
+  for (size_t i = 1; i < argv.size(); ++i) cmd.arguments << QString::fromStdString(argv[i]);
   return cmd;
 }
 
-QString defaultMpirun() {
-  const QString env = qEnvironmentVariable("DITSTUDIO_MPIRUN");
-  return env.isEmpty() ? QStringLiteral("mpirun") : env;
-}
+QString defaultMpirun() { return QString::fromStdString(dit::protocol::defaultMpirun()); }
 
 QString siblingExecutable(const QString& name) {
   return QDir(QCoreApplication::applicationDirPath()).filePath(name);

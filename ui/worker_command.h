@@ -1,5 +1,6 @@
-// Construction of the mpirun command line that starts the worker process group, and lookup of
-// the sibling programs and the embedded default model. Pure functions (plus environment reads).
+// The mpirun command line that starts the worker process group (built by
+// dit::protocol::mpirunArgv, the CLI's builder too), and lookup of the sibling programs and the
+// embedded default model. Pure functions (plus environment reads).
 #pragma once
 
 #include <QString>
@@ -27,12 +28,12 @@ struct LaunchCommand {
   QString display() const;
 };
 
-/// Builds `mpirun --allow-run-as-root --oversubscribe -np N [--hostfile F] -x OMP_NUM_THREADS=1
-/// <worker> --model DIR --tp-degree .. --ring-degree .. --ulysses-degree .. [--ulysses-anything]
-/// [--ring-anything] --cfg-degree .. --dp-degree .. --device cpu|cuda [extra args]`.
+/// dit::protocol::mpirunArgv with Qt types: `mpirun --allow-run-as-root --oversubscribe -np N
+/// [--hostfile F] -x OMP_NUM_THREADS=1 <worker> --model DIR <protocol::strategyArgs> [extra args]`.
+/// Throws std::invalid_argument for world < 1.
 LaunchCommand buildLaunchCommand(const LaunchConfig& config);
 
-/// $DITSTUDIO_MPIRUN if set, else "mpirun".
+/// $DITSTUDIO_MPIRUN if set, else "mpirun" (dit::protocol::defaultMpirun).
 QString defaultMpirun();
 /// `<directory of the running executable>/<name>`.
 QString siblingExecutable(const QString& name);

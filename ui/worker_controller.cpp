@@ -28,7 +28,7 @@ WorkerController::~WorkerController() {
   QProcess* p = process_;
   p->disconnect(this);
   stopRequested_ = true;
-  const QByteArray bye = QJsonDocument(QJsonObject{{"type", "shutdown"}}).toJson(QJsonDocument::Compact) + "\n";
+  const QByteArray bye = QByteArray::fromStdString(dit::protocol::requestLine(dit::protocol::ShutdownRequest{}) + "\n");
   p->write(bye);
   p->waitForBytesWritten(500);
   if (!p->waitForFinished(2000)) {
@@ -68,8 +68,13 @@ bool WorkerController::start(const LaunchConfig& config) {
     process_->deleteLater();
     process_ = nullptr;
   }
+  try {
+    command_ = buildLaunchCommand(config);
+  } catch (const std::invalid_argument& e) {
+    Q_EMIT logLine(-1, QStringLiteral("error"), QString::fromStdString(e.what()));
+    return false;
+  }
   config_ = config;
-  command_ = buildLaunchCommand(config);
   stopRequested_ = false;
   sawBye_ = false;
   sawReady_ = false;
@@ -111,7 +116,7 @@ void WorkerController::stop(int graceMs) {
   if (stopRequested_) return;
   stopRequested_ = true;
   setState(State::Stopping);
-  writeLine(QJsonObject{{"type", "shutdown"}});
+  writeLine(dit::protocol::ShutdownRequest{});
   process_->closeWriteChannel();
   terminateTimer_.start(std::max(0, graceMs));
 }
@@ -154,7 +159,7 @@ bool WorkerController::cancel(const QString& id) {
     updateBusy();
     return true;
   }
-  writeLine(QJsonObject{{"type", "cancel"}, {"id", id}});
+  writeLine(dit::protocol::CancelRequest{id.toStdString()});
   return true;
 }
 
@@ -175,9 +180,10 @@ int WorkerController::indexOf(const QString& id) const {
   return -1;
 }
 
-bool WorkerController::writeLine(const QJsonObject& obj) {
+bool WorkerController::writeLine(const dit::protocol::Request& request) {
   if (!isRunning() || process_->state() != QProcess::Running) return false;
-  const QByteArray line = QJsonDocument(obj).toJson(QJsonDocument::Compact) + "\n";
+  // Serialised by the protocol module: 64-bit seeds as JSON integers, never through a double.
+  const QByteArray line = QByteArray::fromStdString(dit::protocol::requestLine(request) + "\n");
   return process_->write(line) == line.size();
 }
 
@@ -185,16 +191,16 @@ void WorkerController::flushQueue() {
   bool any = false;
   for (Request& r : queue_) {
     if (r.sent) continue;
-    QJsonObject j = r.params.toJson();
-    j["type"] = QStringLiteral("generate");
-    j["id"] = r.id;
+    dit::protocol::GenerateRequest g;
+    g.id = r.id.toStdString();
+    g.params = r.params;
     if (!outputDir_.isEmpty()) {
       QDir().mkpath(outputDir_);
-      j["output_dir"] = outputDir_;
+      g.output_dir = outputDir_.toStdString();
     }
-    j["preview_every"] = previewEvery_;
-    if (maxSequenceLength_ > 0) j["max_sequence_length"] = maxSequenceLength_;
-    if (!writeLine(j)) break;
+    g.preview_every = previewEvery_;
+    if (maxSequenceLength_ > 0) g.params.max_sequence_length = maxSequenceLength_;
+    if (!writeLine(g)) break;
     r.sent = true;
     any = true;
   }
@@ -279,7 +285,7 @@ void WorkerController::handleEvent(const WorkerEvent& ev) {
     r.id = id;
     r.image_index = d.value("image_index").toInt(0);
     r.path = d.value("path").toString();
-    r.seed = static_cast<qint64>(d.value("seed").toDouble(-1));
+    r.seed = d.value("seed").toInteger(-1);  // exact (Qt 6 keeps JSON integers as qint64)
     r.params = d.value("params").toObject();
     r.seconds = d.value("seconds").toDouble(0);
     Q_EMIT imageReceived(r);

@@ -146,7 +146,7 @@ class WorkerController : public QObject {
   void handleFinished(int exitCode, QProcess::ExitStatus status);
   void handleProcessError(QProcess::ProcessError error);
   void flushQueue();
-  bool writeLine(const QJsonObject& obj);
+  bool writeLine(const dit::protocol::Request& request);
   void updateBusy();
   int indexOf(const QString& id) const;
   void failAll(const QString& message);

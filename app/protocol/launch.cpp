@@ -1,0 +1,128 @@
+#include "app/protocol/launch.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdlib>
+#include <regex>
+#include <stdexcept>
+
+namespace dit::protocol {
+
+void addStrategyOptions(CLI::App& app, Strategy& s) {
+  app.add_option("--tp-degree", s.tp_degree, "tensor parallel degree");
+  app.add_option("--ring-degree", s.ring_degree, "ring attention degree");
+  app.add_option("--ulysses-degree", s.ulysses_degree, "Ulysses attention degree");
+  app.add_flag("--ulysses-anything", s.ulysses_anything, "Ulysses with uneven sequence/heads");
+  app.add_flag("--ring-anything", s.ring_anything, "ring attention with uneven sequence");
+  app.add_option("--cfg-degree", s.cfg_degree, "CFG parallel degree (1 or 2)");
+  app.add_option("--dp-degree", s.dp_degree, "data parallel replicas");
+}
+
+std::vector<std::string> strategyArgs(const Strategy& s) {
+  std::vector<std::string> a{"--tp-degree",      std::to_string(s.tp_degree),
+                             "--ring-degree",    std::to_string(s.ring_degree),
+                             "--ulysses-degree", std::to_string(s.ulysses_degree)};
+  if (s.ulysses_anything) a.push_back("--ulysses-anything");
+  if (s.ring_anything) a.push_back("--ring-anything");
+  a.insert(a.end(), {"--cfg-degree", std::to_string(s.cfg_degree), "--dp-degree", std::to_string(s.dp_degree),
+                     "--device", s.device.empty() ? std::string("cpu") : s.device});
+  return a;
+}
+
+std::string defaultMpirun() {
+  const char* env = std::getenv("DITSTUDIO_MPIRUN");
+  return env && *env ? std::string(env) : std::string("mpirun");
+}
+
+namespace {
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return {};
+  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
+}  // namespace
+
+std::vector<std::string> mpirunArgv(const MpirunLaunch& l) {
+  if (l.strategy.world < 1)
+    throw std::invalid_argument("mpirun -np " + std::to_string(l.strategy.world) + ": world size must be at least 1");
+  if (l.omp_threads < 1)
+    throw std::invalid_argument("OMP_NUM_THREADS " + std::to_string(l.omp_threads) + " must be at least 1");
+  if (l.worker.empty()) throw std::invalid_argument("no ditstudio-worker executable given");
+  std::vector<std::string> a{l.mpirun.empty() ? defaultMpirun() : l.mpirun, "--allow-run-as-root",
+                             "--oversubscribe", "-np", std::to_string(l.strategy.world)};
+  if (const std::string hf = trim(l.hostfile); !hf.empty()) a.insert(a.end(), {"--hostfile", hf});
+  a.insert(a.end(), {"-x", "OMP_NUM_THREADS=" + std::to_string(l.omp_threads), l.worker, "--model", l.model});
+  const auto s = strategyArgs(l.strategy);
+  a.insert(a.end(), s.begin(), s.end());
+  a.insert(a.end(), l.extra_worker_args.begin(), l.extra_worker_args.end());
+  return a;
+}
+
+std::string shellQuoted(const std::vector<std::string>& argv) {
+  static const std::regex safe("^[A-Za-z0-9_./=:,+@%-]+$");
+  std::string out;
+  for (const std::string& a : argv) {
+    if (!out.empty()) out += ' ';
+    if (!a.empty() && std::regex_match(a, safe)) {
+      out += a;
+      continue;
+    }
+    out += '\'';
+    for (char c : a) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    out += '\'';
+  }
+  return out;
+}
+
+std::optional<RankFailure> parseMpirunFailure(std::string_view textIn) {
+  const std::string text(textIn);
+  using std::regex;
+  static const regex signalRe(
+      R"(process\s+rank\s+(\d+)\s+with\s+PID\s+(\d+)\s+on\s+node\s+(\S+)\s+exited\s+on\s+signal\s+(\d+)(?:\s+\(([^)]*)\))?)");
+  static const regex noticedExitRe(
+      R"(process\s+rank\s+(\d+)\s+with\s+PID\s+(\d+)\s+on\s+node\s+(\S+)\s+exited\s+with\s+(?:non-zero\s+)?(?:status|exit\s+code)\s+(-?\d+))");
+  static const regex abortRe(R"(MPI_ABORT\s+was\s+invoked\s+on\s+rank\s+(\d+)(?:[^\n]*?\n?[^\n]*?errorcode\s+(\d+))?)");
+  static const regex procRe(R"(Process\s+name:\s*\[\[\d+,\d+\],(\d+)\]\s*(?:Exit\s+code:\s*(-?\d+))?)");
+  static const regex primaryRe(R"(Primary\s+job\s+terminated\s+normally,\s+but\s+(\d+)\s+process(?:es)?\s+returned)");
+  std::smatch m;
+  RankFailure f;
+  if (std::regex_search(text, m, signalRe)) {
+    f.rank = std::stoi(m[1]);
+    f.pid = std::stoll(m[2]);
+    f.node = m[3];
+    f.signal = std::stoi(m[4]);
+    f.reason = "rank " + m[1].str() + " (pid " + m[2].str() + " on " + f.node + ") was killed by signal " +
+               m[4].str() + (m[5].matched && m[5].length() > 0 ? " (" + m[5].str() + ")" : std::string());
+    return f;
+  }
+  if (std::regex_search(text, m, noticedExitRe)) {
+    f.rank = std::stoi(m[1]);
+    f.pid = std::stoll(m[2]);
+    f.node = m[3];
+    f.exit_code = std::stoi(m[4]);
+    f.reason = "rank " + m[1].str() + " exited with code " + m[4].str() + " (pid " + m[2].str() + " on " + f.node + ")";
+    return f;
+  }
+  if (std::regex_search(text, m, abortRe)) {
+    f.rank = std::stoi(m[1]);
+    if (m[2].matched) f.exit_code = std::stoi(m[2]);
+    f.reason = "rank " + m[1].str() + " aborted the group (MPI_Abort" +
+               (f.exit_code >= 0 ? ", error code " + std::to_string(f.exit_code) : std::string()) + ")";
+    return f;
+  }
+  if (std::regex_search(text, m, procRe)) {
+    f.rank = std::stoi(m[1]);
+    if (m[2].matched) f.exit_code = std::stoi(m[2]);
+    f.reason = "rank " + m[1].str() +
+               (f.exit_code >= 0 ? " exited with code " + std::to_string(f.exit_code)
+                                 : std::string(" exited with a non-zero code"));
+    return f;
+  }
+  if (std::regex_search(text, m, primaryRe)) {
+    f.reason = m[1].str() + " rank process returned a non-zero exit code";
+    return f;
+  }
+  return std::nullopt;
+}
+
+}  // namespace dit::protocol

@@ -1,0 +1,74 @@
+// Starting a worker process group (app/PROTOCOL.md, first paragraph): the strategy flags of
+// ditstudio-worker / ditstudio-cli / ditstudio-bench (CLI11 registration and argv from a
+// Strategy), the one mpirun command-line builder (GUI and CLI), and the parsing of mpirun's
+// reports of a rank that died (OpenMPI 4 wording). Part of dit_protocol: no Torch, no Qt.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "parallel/strategy.h"
+
+namespace CLI {
+class App;
+}
+
+namespace dit::protocol {
+
+/// Registers the strategy flags on `app`, bound to `s`: --tp-degree, --ring-degree,
+/// --ulysses-degree, --ulysses-anything, --ring-anything, --cfg-degree, --dp-degree. Values are
+/// not range-checked here: validateDegrees() refuses them with the strategy's own messages.
+/// --device is left to each program (the CLI also uses it in-process). Throws
+/// CLI::OptionAlreadyAdded when one of the flags is already registered.
+void addStrategyOptions(CLI::App& app, Strategy& s);
+
+/// The worker's strategy arguments, in this order: --tp-degree N --ring-degree N
+/// --ulysses-degree N [--ulysses-anything] [--ring-anything] --cfg-degree N --dp-degree N
+/// --device D (D "cpu" when s.device is empty). Parsed back by addStrategyOptions (+ --device).
+std::vector<std::string> strategyArgs(const Strategy& s);
+
+/// What starting a process group needs.
+struct MpirunLaunch {
+  std::string mpirun;          ///< launcher program; "" = defaultMpirun()
+  Strategy strategy;           ///< world = mpirun -np; degrees become strategyArgs()
+  std::string hostfile;        ///< optional --hostfile (surrounding blanks are trimmed)
+  int omp_threads = 1;         ///< OMP_NUM_THREADS exported to every rank (-x), >= 1
+  std::string worker;          ///< ditstudio-worker executable
+  std::string model;           ///< --model folder
+  std::vector<std::string> extra_worker_args;  ///< appended after the strategy flags
+};
+
+/// argv of `mpirun --allow-run-as-root --oversubscribe -np N [--hostfile F]
+/// -x OMP_NUM_THREADS=T <worker> --model DIR <strategyArgs> [extra]`; argv[0] is the launcher.
+/// Throws std::invalid_argument when strategy.world < 1, omp_threads < 1 or worker is empty.
+std::vector<std::string> mpirunArgv(const MpirunLaunch& launch);
+
+/// $DITSTUDIO_MPIRUN when set and non-empty, else "mpirun".
+std::string defaultMpirun();
+
+/// argv as one shell-quoted line for logs ('...' around arguments with other characters than
+/// [A-Za-z0-9_./=:,+@%-]).
+std::string shellQuoted(const std::vector<std::string>& argv);
+
+/// A rank that died, as reported by mpirun on stderr.
+struct RankFailure {
+  int rank = -1;            ///< MPI_COMM_WORLD rank, -1 when mpirun did not name one
+  std::int64_t pid = -1;    ///< pid of the rank, -1 when not reported
+  int signal = -1;          ///< terminating signal, -1 when it exited
+  int exit_code = -1;       ///< exit status, -1 when not reported
+  std::string node;         ///< host name when reported
+  /// One clause naming the rank and the cause, e.g. "rank 1 (pid 4242 on h) was killed by signal
+  /// 9 (Killed)", "rank 1 exited with code 3", "rank 2 aborted the group (MPI_Abort, error code 1)".
+  std::string reason;
+};
+
+/// Finds mpirun's report of a failed rank in `text` (OpenMPI 4: "mpirun noticed that process rank
+/// 1 with PID 123 on node h exited on signal 9 (Killed)", "... exited with status 3", "MPI_ABORT
+/// was invoked on rank 1 ... errorcode 1", "Process name: [[x,y],r]" + "Exit code: c", "Primary
+/// job terminated normally, but 1 process returned"). nullopt when none is present.
+std::optional<RankFailure> parseMpirunFailure(std::string_view text);
+
+}  // namespace dit::protocol

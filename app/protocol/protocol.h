@@ -1,0 +1,174 @@
+// The worker protocol of app/PROTOCOL.md in one place: the event prefix, the request types and
+// their JSON (with the field checks the worker applies), event lines (build and parse), the one
+// request-parameter type GenerationParams, and Strategy <-> JSON.
+//
+// Target dit_protocol: no Torch, no Qt, no MPI (nlohmann_json, CLI11 and the Torch-free strategy
+// library only). It is a leaf library: the worker, ditstudio-cli, ditstudio-bench, the GUI (through
+// thin Qt adapters in ui/) and parallel/runtime.cpp (which prints the fatal `error` event of
+// abortGroup and every event line through eventLine()) link it; it links nothing of app/, ui/,
+// backend/ or the Torch side of parallel/, so the dependency graph stays acyclic:
+//   dit_protocol -> strategy (Torch-free);  parallel runtime, dit_app, dit_ui -> dit_protocol.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "parallel/strategy.h"
+
+namespace dit::protocol {
+
+/// The prefix of an event line on the worker's stdout: "@@DIT " then one JSON object.
+inline constexpr std::string_view kEventPrefix = "@@DIT ";
+
+/// The default prompt of every front end (GUI panel, headless run, ditstudio-cli).
+inline constexpr const char* kDefaultPrompt = "a watercolor painting of a red fox in a snowy forest";
+
+/// A request or strategy object that does not follow the protocol. what() is the sentence shown to
+/// the user (e.g. "request field 'width' has the wrong type: \"64\""); field() names the offending
+/// field ("" when the problem is the line or object as a whole); requestId() is the request's
+/// "id" when it could be read (so an error event can name the request).
+class ProtocolError : public std::invalid_argument {
+ public:
+  explicit ProtocolError(const std::string& message, std::string field = {},
+                         std::optional<std::string> requestId = std::nullopt)
+      : std::invalid_argument(message), field_(std::move(field)), id_(std::move(requestId)) {}
+  const std::string& field() const { return field_; }
+  const std::optional<std::string>& requestId() const { return id_; }
+
+ private:
+  std::string field_;
+  std::optional<std::string> id_;
+};
+
+/// The user-facing parameters of one generate request: the single request-parameter type of the
+/// GUI, the CLI and the worker, with the single set of defaults below. A field absent from a
+/// request keeps these defaults; 0 for width/height/steps/max_sequence_length means "the model's
+/// default", resolved by the pipeline (FluxPipeline::resolve: 128 x vae_scale_factor pixels,
+/// 28 steps, tokenizer_2's max length capped at 512).
+struct GenerationParams {
+  std::string prompt = kDefaultPrompt;
+  std::string negative_prompt;
+  double true_cfg_scale = 1.0;  ///< > 1 with a negative prompt enables true CFG
+  int width = 0;                ///< pixels, multiple of 2 x vae_scale_factor; 0 = model default
+  int height = 0;               ///< pixels; 0 = model default
+  int steps = 0;                ///< denoising steps; 0 = model default (28)
+  double guidance = 3.5;        ///< distilled guidance scale (guidance_embeds models)
+  /// Seed of the CPU noise generator: the full 64-bit range, carried as a JSON integer (never a
+  /// double). Image i of a request uses seed + i (mod 2^64).
+  std::uint64_t seed = 42;
+  /// The worker draws the seed (sent as "seed": -1; `seed` keeps the last explicit value).
+  bool random_seed = false;
+  int num_images = 1;           ///< images of the request (>= 1)
+  int max_sequence_length = 0;  ///< T5 tokens; 0 = model default
+
+  /// True CFG is active (DESIGN.md section 5): a negative prompt and true_cfg_scale > 1 (the rule
+  /// of FluxPipeline, so the GUI's validation and the worker agree).
+  bool trueCfg() const;
+  bool operator==(const GenerationParams&) const = default;
+};
+
+/// The parameters as a JSON object with the protocol's keys (prompt, negative_prompt,
+/// true_cfg_scale, width, height, steps, guidance, seed, num_images, max_sequence_length); seed is
+/// the unsigned integer, or -1 when random_seed.
+nlohmann::json toJson(const GenerationParams& p);
+/// Reads the parameter keys present in `j` (absent or null keys keep `defaults`). A negative
+/// integer seed sets random_seed (seed keeps the default); 0..2^64-1 is taken exactly. Throws
+/// ProtocolError naming the field ("request field 'seed' has the wrong type: 1.5") when a key has
+/// the wrong JSON type or an int field is outside the int range, and when num_images < 1.
+GenerationParams paramsFromJson(const nlohmann::json& j, const GenerationParams& defaults = {});
+
+/// {"type":"generate", "id", parameters..., "prompts", "output", "output_dir", "output_tensors",
+///  "preview_every"}: see PROTOCOL.md.
+struct GenerateRequest {
+  std::string id;
+  GenerationParams params;
+  std::vector<std::string> prompts;  ///< one image per prompt (num_images is then their count)
+  std::string output;                ///< PNG path ("name-i.png" with several images); "" = output_dir
+  std::string output_dir;            ///< "" = the system temporary folder
+  std::string output_tensors;        ///< optional safetensors with image and latents
+  int preview_every = 0;             ///< > 0: a preview event every N steps
+  /// Images this request makes: prompts.size() when a prompt list is given, else num_images.
+  int imageCount() const;
+  bool operator==(const GenerateRequest&) const = default;
+};
+/// {"type":"cancel","id"}: takes effect at the next denoising step on every rank.
+struct CancelRequest {
+  std::string id;
+  bool operator==(const CancelRequest&) const = default;
+};
+/// {"type":"shutdown"} (optional "reason", e.g. "stdin closed").
+struct ShutdownRequest {
+  std::string reason;
+  bool operator==(const ShutdownRequest&) const = default;
+};
+using Request = std::variant<GenerateRequest, CancelRequest, ShutdownRequest>;
+
+/// "generate", "cancel" or "shutdown".
+std::string requestType(const Request& r);
+/// The request as its JSON object (fields as in PROTOCOL.md; empty optional strings omitted).
+nlohmann::json toJson(const Request& r);
+/// toJson(r) as one compact line without the trailing newline (what goes to the worker's stdin).
+std::string requestLine(const Request& r);
+/// Checks and reads one request object. Throws ProtocolError: not an object ("request must be a
+/// JSON object, got 42"), no string "type", unknown type, generate/cancel without a string "id",
+/// and every parameter or option field of the wrong type ("request field 'output_dir' has the
+/// wrong type: 5").
+Request parseRequest(const nlohmann::json& j);
+/// parseRequest of one stdin line; invalid JSON (including invalid UTF-8) throws ProtocolError
+/// "request is not valid JSON: ...".
+Request parseRequestLine(std::string_view line);
+
+/// One event: `type` is its "event" field (a line with "type" instead is accepted too), `data`
+/// the whole object.
+struct Event {
+  std::string type;
+  nlohmann::json data;
+};
+/// kEventPrefix + event.dump() on one line, no trailing newline. Keys of a json are sorted, an
+/// ordered_json keeps insertion order. Invalid UTF-8 in strings is replaced (U+FFFD), never thrown.
+std::string eventLine(const nlohmann::json& event);
+std::string eventLine(const nlohmann::ordered_json& event);
+/// Parses one stdout line (with or without "\n"/"\r\n"; leading blanks and an OpenMPI
+/// --tag-output prefix such as "[1,0]<stdout>:" are skipped). nullopt for anything that is not
+/// the prefix followed by a JSON object with a non-empty string "event" (or "type"): library
+/// noise, truncated JSON. Integers stay exact (64-bit seeds).
+std::optional<Event> parseEventLine(std::string_view line);
+/// The `error` event: {"event":"error","id":id or null,"rank","message","fatal"}.
+nlohmann::json errorEvent(const std::optional<std::string>& id, int rank, const std::string& message,
+                          bool fatal);
+
+/// Per-rank figures of a `ranks` event (bytes, milliseconds); -1 when the worker omitted one.
+struct RankStats {
+  int rank = -1;
+  std::string stage;
+  int step = 0, steps = 0;
+  std::int64_t rss = -1, rss_peak = -1, dev = -1, dev_peak = -1, bytes_sent = -1;
+  double step_ms = -1;
+};
+/// The `ranks` array of a `ranks` event; entries without an integer "rank" are skipped.
+std::vector<RankStats> parseRanks(const nlohmann::json& event);
+
+/// Strategy <-> JSON with the keys of the CLI flags (world, tp_degree, ring_degree, ulysses_degree,
+/// cfg_degree, dp_degree, ulysses_anything, ring_anything, device): the worker's `ready` event,
+/// presets, bench output. Absent keys keep Strategy's defaults, except "world": absent, it is
+/// the product of the degrees ("ranks" and "np" are accepted as its older spellings). Throws
+/// ProtocolError naming the field ("strategy field 'tp_degree' has the wrong type: \"2\"") for
+/// a non-object or a key of the wrong type.
+nlohmann::json strategyToJson(const Strategy& s);
+Strategy strategyFromJson(const nlohmann::json& j);
+
+}  // namespace dit::protocol
+
+namespace dit {
+/// nlohmann's ADL hooks for dit::Strategy (`json j = s;`, `j.get<Strategy>()`), defined by
+/// protocol::strategyToJson / strategyFromJson.
+void to_json(nlohmann::json& j, const Strategy& s);
+void from_json(const nlohmann::json& j, Strategy& s);
+}  // namespace dit

@@ -1,0 +1,379 @@
+// dit_protocol (app/protocol/): request and event round trips, exact 64-bit seeds, field errors,
+// Strategy JSON, worker argv from a Strategy, the mpirun command line and mpirun failure parsing.
+#include <gtest/gtest.h>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <limits>
+
+#include "app/protocol/launch.h"
+#include "app/protocol/protocol.h"
+
+using namespace dit;
+using namespace dit::protocol;
+using nlohmann::json;
+
+namespace {
+
+// The message of the ProtocolError thrown by `fn`, with its field checked.
+template <class F>
+std::string errorOf(F&& fn, const std::string& field) {
+  try {
+    fn();
+  } catch (const ProtocolError& e) {
+    EXPECT_EQ(e.field(), field) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "no ProtocolError (field " << field << ")";
+  return {};
+}
+
+Strategy strat(int world, int tp, int ring, int uly, int cfg = 1, int dp = 1) {
+  Strategy s;
+  s.world = world;
+  s.tp_degree = tp;
+  s.ring_degree = ring;
+  s.ulysses_degree = uly;
+  s.cfg_degree = cfg;
+  s.dp_degree = dp;
+  return s;
+}
+
+}  // namespace
+
+TEST(Protocol, DefaultsAreTheOneSet) {
+  const GenerationParams p;
+  EXPECT_EQ(p.prompt, kDefaultPrompt);
+  EXPECT_EQ(p.width, 0);
+  EXPECT_EQ(p.height, 0);
+  EXPECT_EQ(p.steps, 0);
+  EXPECT_EQ(p.seed, 42u);
+  EXPECT_FALSE(p.random_seed);
+  EXPECT_EQ(p.num_images, 1);
+  EXPECT_DOUBLE_EQ(p.guidance, 3.5);
+  // A request without parameters carries exactly these defaults.
+  const auto r = std::get<GenerateRequest>(parseRequestLine(R"({"type":"generate","id":"a"})"));
+  EXPECT_EQ(r.params, p);
+  EXPECT_EQ(r.imageCount(), 1);
+}
+
+TEST(Protocol, GenerateRoundTrip) {
+  GenerateRequest g;
+  g.id = "r1";
+  g.params.prompt = "café 日本";
+  g.params.negative_prompt = "blurry";
+  g.params.true_cfg_scale = 4.5;
+  g.params.width = 96;
+  g.params.height = 64;
+  g.params.steps = 7;
+  g.params.guidance = 2.25;
+  g.params.seed = 123;
+  g.params.max_sequence_length = 48;
+  g.output = "/tmp/a b/x.png";
+  g.output_dir = "/tmp/out";
+  g.output_tensors = "/tmp/t.safetensors";
+  g.preview_every = 2;
+  g.prompts = {"one", "two", "three"};
+  g.params.num_images = 3;
+  const std::string line = requestLine(g);
+  EXPECT_EQ(line.find('\n'), std::string::npos);
+  const Request back = parseRequestLine(line + "\r\n");
+  EXPECT_EQ(requestType(back), "generate");
+  EXPECT_EQ(std::get<GenerateRequest>(back), g);
+  EXPECT_EQ(std::get<GenerateRequest>(back).imageCount(), 3);
+  // The prompt list decides the image count.
+  const auto j = json::parse(R"({"type":"generate","id":"x","num_images":5,"prompts":["a","b"]})");
+  EXPECT_EQ(std::get<GenerateRequest>(parseRequest(j)).imageCount(), 2);
+}
+
+TEST(Protocol, CancelAndShutdownRoundTrip) {
+  const Request c = CancelRequest{"r7"};
+  EXPECT_EQ(requestLine(c), R"({"id":"r7","type":"cancel"})");
+  EXPECT_EQ(std::get<CancelRequest>(parseRequestLine(requestLine(c))).id, "r7");
+  const Request s = ShutdownRequest{};
+  EXPECT_EQ(requestLine(s), R"({"type":"shutdown"})");
+  EXPECT_TRUE(std::holds_alternative<ShutdownRequest>(parseRequestLine(requestLine(s))));
+  const Request why = ShutdownRequest{"stdin closed"};
+  EXPECT_EQ(std::get<ShutdownRequest>(parseRequestLine(requestLine(why))).reason, "stdin closed");
+}
+
+TEST(Protocol, SeedsAre64BitExact) {
+  const std::uint64_t seeds[] = {0ULL, (1ULL << 53) + 1, 1ULL << 63, std::numeric_limits<std::uint64_t>::max()};
+  for (std::uint64_t seed : seeds) {
+    GenerateRequest g;
+    g.id = "s";
+    g.params.seed = seed;
+    const std::string line = requestLine(g);
+    EXPECT_NE(line.find("\"seed\":" + std::to_string(seed)), std::string::npos) << line;
+    EXPECT_EQ(std::get<GenerateRequest>(parseRequestLine(line)).params.seed, seed) << line;
+    // From literal text too (what another client may write).
+    const auto r = parseRequestLine(R"({"type":"generate","id":"s","seed":)" + std::to_string(seed) + "}");
+    EXPECT_EQ(std::get<GenerateRequest>(r).params.seed, seed);
+    // And inside an event (image events report the seed used).
+    const auto ev = parseEventLine(eventLine(json{{"event", "image"}, {"id", "s"}, {"seed", seed}}));
+    ASSERT_TRUE(ev);
+    EXPECT_EQ(ev->data["seed"].get<std::uint64_t>(), seed);
+  }
+  // Negative: random; the explicit seed is kept for the GUI.
+  GenerationParams d;
+  d.seed = 77;
+  const GenerationParams r = paramsFromJson(json{{"seed", -1}}, d);
+  EXPECT_TRUE(r.random_seed);
+  EXPECT_EQ(r.seed, 77u);
+  EXPECT_EQ(toJson(r)["seed"], -1);
+  EXPECT_EQ(paramsFromJson(toJson(r), d), r);
+  // A double never stands for a seed (2^53 + 1 is not representable).
+  EXPECT_EQ(errorOf([] { parseRequestLine(R"({"type":"generate","id":"s","seed":9007199254740993.0})"); }, "seed"),
+            "request field 'seed' has the wrong type: 9.007199254740992e+15");
+  // Past 2^64 - 1: nlohmann reads it as a double, refused the same way.
+  errorOf([] { parseRequestLine(R"({"type":"generate","id":"s","seed":18446744073709551616})"); }, "seed");
+}
+
+TEST(Protocol, MalformedRequestsNameTheField) {
+  EXPECT_EQ(errorOf([] { parseRequestLine("42"); }, ""), "request must be a JSON object, got 42");
+  EXPECT_EQ(errorOf([] { parseRequestLine("[1,2]"); }, ""), "request must be a JSON object, got [1,2]");
+  EXPECT_EQ(errorOf([] { parseRequestLine("garbage"); }, "").rfind("request is not valid JSON: ", 0), 0u);
+  EXPECT_EQ(errorOf([] { parseRequestLine("{\"type\":\"gen\xff\"}"); }, "").rfind("request is not valid JSON", 0), 0u);
+  EXPECT_EQ(errorOf([] { parseRequestLine("{}"); }, "type"),
+            "request needs a string \"type\" (generate, cancel or shutdown)");
+  EXPECT_EQ(errorOf([] { parseRequestLine(R"({"type":5})"); }, "type"),
+            "request needs a string \"type\" (generate, cancel or shutdown)");
+  EXPECT_EQ(errorOf([] { parseRequestLine(R"({"type":"paint"})"); }, "type"),
+            "unknown request type 'paint' (generate, cancel or shutdown)");
+  EXPECT_EQ(errorOf([] { parseRequestLine(R"({"type":"cancel","id":5})"); }, "id"),
+            "a cancel request needs a string \"id\"");
+  EXPECT_EQ(errorOf([] { parseRequestLine(R"({"type":"generate"})"); }, "id"),
+            "a generate request needs a string \"id\"");
+  const std::pair<const char*, const char*> cases[] = {
+      {R"("output_dir":5)", "output_dir"},   {R"("preview_every":"a")", "preview_every"},
+      {R"("prompts":[1,2])", "prompts"},     {R"("prompts":"one")", "prompts"},
+      {R"("width":"64")", "width"},          {R"("width":64.5)", "width"},
+      {R"("steps":true)", "steps"},          {R"("guidance":"3.5")", "guidance"},
+      {R"("prompt":["a"])", "prompt"},       {R"("true_cfg_scale":null,"negative_prompt":1)", "negative_prompt"},
+      {R"("seed":"42")", "seed"},            {R"("num_images":1.0)", "num_images"},
+      {R"("output":{})", "output"},          {R"("max_sequence_length":[])", "max_sequence_length"},
+  };
+  for (const auto& [fields, field] : cases) {
+    const std::string line = std::string(R"({"type":"generate","id":"bad",)") + fields + "}";
+    try {
+      parseRequestLine(line);
+      ADD_FAILURE() << "accepted " << line;
+    } catch (const ProtocolError& e) {
+      EXPECT_EQ(e.field(), field) << line;
+      EXPECT_EQ(std::string(e.what()).rfind(std::string("request field '") + field + "' has the wrong type: ", 0), 0u)
+          << e.what();
+      ASSERT_TRUE(e.requestId());
+      EXPECT_EQ(*e.requestId(), "bad");
+    }
+  }
+  EXPECT_EQ(errorOf([] { parseRequestLine(R"({"type":"generate","id":"x","output_dir":5})"); }, "output_dir"),
+            "request field 'output_dir' has the wrong type: 5");
+  EXPECT_EQ(errorOf([] { parseRequestLine(R"({"type":"generate","id":"x","width":4294967360})"); }, "width"),
+            "request field 'width' is out of range: 4294967360");
+  EXPECT_EQ(errorOf([] { parseRequestLine(R"({"type":"generate","id":"x","num_images":0})"); }, "num_images"),
+            "num_images must be at least 1 (got 0)");
+  // null keeps the default.
+  const auto r = std::get<GenerateRequest>(parseRequestLine(R"({"type":"generate","id":"n","steps":null})"));
+  EXPECT_EQ(r.params.steps, 0);
+}
+
+TEST(Protocol, EveryEventTypeRoundTrips) {
+  const json events[] = {
+      {{"event", "hello"}, {"rank", 1}, {"world", 2}, {"pid", 4242}, {"host", "vm"}},
+      {{"event", "ready"}, {"world", 2}, {"strategy", strategyToJson(strat(2, 1, 2, 1))},
+       {"model", {{"path", "/m"}, {"heads", 4}, {"inner_dim", 64}, {"layers", 1}, {"single_layers", 2},
+                  {"vae_scale_factor", 2}, {"default_steps", 28}, {"guidance_embeds", true},
+                  {"max_sequence_length", 48}}},
+       {"load_seconds", 0.5}},
+      {{"event", "status"}, {"stage", "loading"}, {"message", "loading /m"}},
+      {{"event", "ranks"}, {"ranks", json::array({{{"rank", 0}, {"stage", "denoising"}, {"step", 2}, {"steps", 4},
+                                                   {"rss", 1LL << 40}, {"rss_peak", 2}, {"dev", 3}, {"dev_peak", 4},
+                                                   {"bytes_sent", 5}, {"step_ms", 1.5}}})}},
+      {{"event", "accepted"}, {"id", "r1"}, {"queue_position", 0}},
+      {{"event", "progress"}, {"id", "r1"}, {"step", 1}, {"steps", 4}, {"step_ms", 10.0}, {"eta_s", 0.03},
+       {"image_index", 0}},
+      {{"event", "preview"}, {"id", "r1"}, {"step", 1}, {"image_index", 0}, {"png", "iVBORw0KGgo="}},
+      {{"event", "image"}, {"id", "r1"}, {"image_index", 0}, {"path", "/tmp/r1-0.png"},
+       {"seed", std::numeric_limits<std::uint64_t>::max()}, {"params", toJson(GenerationParams{})}, {"seconds", 1.0}},
+      {{"event", "done"}, {"id", "r1"}, {"seconds", 2.0}},
+      {{"event", "cancelled"}, {"id", "r1"}, {"step", 3}},
+      errorEvent(std::string("r1"), 1, "boom", false),
+      errorEvent(std::nullopt, 0, "fatal", true),
+      {{"event", "log"}, {"rank", 0}, {"level", "info"}, {"message", "café 日本"}},
+      {{"event", "bye"}},
+  };
+  for (const json& e : events) {
+    const std::string line = eventLine(e);
+    EXPECT_EQ(line.rfind(kEventPrefix, 0), 0u);
+    auto ev = parseEventLine(line);
+    ASSERT_TRUE(ev) << line;
+    EXPECT_EQ(ev->type, e["event"].get<std::string>());
+    EXPECT_EQ(ev->data, e) << line;
+    // OpenMPI --tag-output, leading blanks and CRLF.
+    ev = parseEventLine("[1,0]<stdout>:" + line + "\r\n");
+    ASSERT_TRUE(ev);
+    EXPECT_EQ(ev->data, e);
+    ev = parseEventLine("  " + line);
+    ASSERT_TRUE(ev);
+    EXPECT_EQ(ev->data, e);
+  }
+  const json err = errorEvent(std::nullopt, 3, "x", true);
+  EXPECT_TRUE(err["id"].is_null());
+  EXPECT_EQ(err["rank"], 3);
+  EXPECT_EQ(err["fatal"], true);
+  // Insertion order kept for ordered_json (abortGroup's documented line).
+  nlohmann::ordered_json o;
+  o["event"] = "error";
+  o["id"] = nullptr;
+  EXPECT_EQ(eventLine(o), "@@DIT {\"event\":\"error\",\"id\":null}");
+  // Invalid UTF-8 is replaced, not thrown.
+  EXPECT_NE(eventLine(json{{"event", "log"}, {"message", "bad \xff byte"}}).find("\xEF\xBF\xBD"), std::string::npos);
+  // A "type" name is accepted as the event name.
+  auto t = parseEventLine(R"(@@DIT {"type":"bye"})");
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->type, "bye");
+  // The ranks event's figures.
+  const auto ranks = parseRanks(events[3]);
+  ASSERT_EQ(ranks.size(), 1u);
+  EXPECT_EQ(ranks[0].rss, 1LL << 40);
+  EXPECT_EQ(ranks[0].stage, "denoising");
+  EXPECT_DOUBLE_EQ(ranks[0].step_ms, 1.5);
+  EXPECT_EQ(ranks[0].bytes_sent, 5);
+}
+
+TEST(Protocol, NoiseIsNotAnEvent) {
+  const char* noise[] = {"", "loading kernels", "@@DIT", "@@DIT ", "@@DIT {", "@@DIT [1,2]", "@@DIT {\"x\":1}",
+                         "@@DIT {\"event\":\"\"}", "@@DIT {\"event\":5}", "@@DITX {\"event\":\"bye\"}",
+                         "xx @@DIT {\"event\":\"bye\"}", "@@DIT {\"event\":\"bye\"} trailing"};
+  for (const char* n : noise) EXPECT_FALSE(parseEventLine(n)) << n;
+}
+
+TEST(Protocol, StrategyJson) {
+  Strategy s = strat(16, 2, 1, 2, 2, 2);
+  s.ulysses_anything = true;
+  s.device = "cuda";
+  const json j = s;  // ADL to_json
+  EXPECT_EQ(j, strategyToJson(s));
+  EXPECT_EQ(j["world"], 16);
+  EXPECT_EQ(j["ulysses_anything"], true);
+  const Strategy b = j.get<Strategy>();
+  EXPECT_EQ(json(b), j);
+  // world: given, an older spelling, or the product of the degrees.
+  EXPECT_EQ(strategyFromJson(json{{"tp_degree", 2}, {"dp_degree", 3}}).world, 6);
+  EXPECT_EQ(strategyFromJson(json{{"np", 4}, {"ring_degree", 4}}).world, 4);
+  EXPECT_EQ(strategyFromJson(json{{"ranks", 3}}).world, 3);
+  EXPECT_EQ(strategyFromJson(json{{"world", 5}, {"tp_degree", 2}}).world, 5);  // kept, refused by validateDegrees
+  EXPECT_EQ(strategyFromJson(json::object()).world, 1);
+  EXPECT_EQ(strategyFromJson(json::object()).device, "cpu");
+  EXPECT_EQ(errorOf([] { strategyFromJson(json{{"tp_degree", "2"}}); }, "tp_degree"),
+            "strategy field 'tp_degree' has the wrong type: \"2\"");
+  EXPECT_EQ(errorOf([] { strategyFromJson(json{{"ring_anything", 1}}); }, "ring_anything"),
+            "strategy field 'ring_anything' has the wrong type: 1");
+  EXPECT_EQ(errorOf([] { strategyFromJson(json{{"device", 0}}); }, "device"),
+            "strategy field 'device' has the wrong type: 0");
+  EXPECT_EQ(errorOf([] { strategyFromJson(json::array()); }, ""), "strategy must be a JSON object, got []");
+}
+
+TEST(Protocol, WorkerArgvFromStrategy) {
+  Strategy s = strat(16, 2, 1, 2, 2, 2);
+  s.ulysses_anything = true;
+  s.device = "cuda";
+  const std::vector<std::string> expected = {"--tp-degree", "2", "--ring-degree", "1", "--ulysses-degree", "2",
+                                             "--ulysses-anything", "--cfg-degree", "2", "--dp-degree", "2",
+                                             "--device", "cuda"};
+  EXPECT_EQ(strategyArgs(s), expected);
+  // Parsed back by the programs' option registration (+ --device).
+  Strategy back;
+  CLI::App app;
+  addStrategyOptions(app, back);
+  app.add_option("--device", back.device);
+  std::vector<std::string> argv = strategyArgs(s);
+  std::vector<const char*> cargv{"worker"};
+  for (auto& a : argv) cargv.push_back(a.c_str());
+  app.parse(static_cast<int>(cargv.size()), cargv.data());
+  back.world = s.world;
+  EXPECT_EQ(json(back), json(s));
+  // Registering twice on one app is refused (one definition of the flags).
+  EXPECT_THROW(addStrategyOptions(app, back), CLI::OptionAlreadyAdded);
+}
+
+TEST(Protocol, MpirunCommandLine) {
+  ::unsetenv("DITSTUDIO_MPIRUN");
+  MpirunLaunch l;
+  l.strategy = strat(2, 1, 2, 1);
+  l.worker = "/opt/ditstudio/bin/ditstudio-worker";
+  l.model = "/models/tiny-flux";
+  std::vector<std::string> expected = {"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2",
+                                       "-x", "OMP_NUM_THREADS=1", "/opt/ditstudio/bin/ditstudio-worker",
+                                       "--model", "/models/tiny-flux", "--tp-degree", "1", "--ring-degree", "2",
+                                       "--ulysses-degree", "1", "--cfg-degree", "1", "--dp-degree", "1",
+                                       "--device", "cpu"};
+  EXPECT_EQ(mpirunArgv(l), expected);
+  l.hostfile = " /etc/mpi hosts ";
+  l.omp_threads = 4;
+  l.mpirun = "/usr/local/bin/mpirun";
+  l.extra_worker_args = {"--dtype", "bfloat16"};
+  expected = {"/usr/local/bin/mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "--hostfile",
+              "/etc/mpi hosts", "-x", "OMP_NUM_THREADS=4", "/opt/ditstudio/bin/ditstudio-worker", "--model",
+              "/models/tiny-flux", "--tp-degree", "1", "--ring-degree", "2", "--ulysses-degree", "1",
+              "--cfg-degree", "1", "--dp-degree", "1", "--device", "cpu", "--dtype", "bfloat16"};
+  EXPECT_EQ(mpirunArgv(l), expected);
+  EXPECT_EQ(shellQuoted({"mpirun", "-np", "2", "/m/FLUX.1 dev", "it's", ""}),
+            "mpirun -np 2 '/m/FLUX.1 dev' 'it'\\''s' ''");
+  ::setenv("DITSTUDIO_MPIRUN", "/opt/openmpi/bin/mpirun", 1);
+  l.mpirun.clear();
+  EXPECT_EQ(mpirunArgv(l).front(), "/opt/openmpi/bin/mpirun");
+  ::unsetenv("DITSTUDIO_MPIRUN");
+  EXPECT_EQ(defaultMpirun(), "mpirun");
+  l.strategy.world = 0;
+  EXPECT_THROW(mpirunArgv(l), std::invalid_argument);
+  l.strategy.world = 1;
+  l.worker.clear();
+  EXPECT_THROW(mpirunArgv(l), std::invalid_argument);
+}
+
+TEST(Protocol, MpirunFailures) {
+  auto f = parseMpirunFailure(
+      "Primary job  terminated normally, but 1 process returned\n"
+      "a non-zero exit code. Per user-direction, the job has been aborted.\n"
+      "mpirun noticed that process rank 1 with PID 31337 on node worker-a exited on signal 9 (Killed).\n");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->rank, 1);
+  EXPECT_EQ(f->pid, 31337);
+  EXPECT_EQ(f->signal, 9);
+  EXPECT_EQ(f->node, "worker-a");
+  EXPECT_EQ(f->reason, "rank 1 (pid 31337 on worker-a) was killed by signal 9 (Killed)");
+
+  f = parseMpirunFailure(
+      "mpirun detected that one or more processes exited with non-zero status, thus causing\n"
+      "the job to be terminated. The first process to do so was:\n\n"
+      "  Process name: [[6180,1],1]\n  Exit code:    3\n");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->rank, 1);
+  EXPECT_EQ(f->exit_code, 3);
+  EXPECT_EQ(f->reason, "rank 1 exited with code 3");  // the CLI prints "error: " + reason
+
+  f = parseMpirunFailure("MPI_ABORT was invoked on rank 2 in communicator MPI_COMM_WORLD\nwith errorcode 1.\n");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->rank, 2);
+  EXPECT_EQ(f->exit_code, 1);
+  EXPECT_EQ(f->reason, "rank 2 aborted the group (MPI_Abort, error code 1)");
+
+  f = parseMpirunFailure("mpirun noticed that process rank 3 with PID 9 on node h exited with status 4\n");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->rank, 3);
+  EXPECT_EQ(f->exit_code, 4);
+
+  f = parseMpirunFailure("Primary job  terminated normally, but 1 process returned\na non-zero exit code.");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->rank, -1);
+  EXPECT_FALSE(parseMpirunFailure("all fine\nnothing to see"));
+  // Long noise before the report (regex on a large text must neither hang nor overflow).
+  std::string big(1 << 20, 'x');
+  big += "\nMPI_ABORT was invoked on rank 5 in communicator MPI_COMM_WORLD\nwith errorcode 2.\n";
+  f = parseMpirunFailure(big);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->rank, 5);
+}
