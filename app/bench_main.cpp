@@ -32,6 +32,7 @@
 #include <numeric>
 
 #include "app/device_stats.h"
+#include "app/blas_kernel.h"
 #include "app/generation.h"
 #include "backend/flux_transformer.h"
 #include "backend/model_config.h"
@@ -186,6 +187,9 @@ double median(std::vector<double> v) {
 }
 
 // ------------------------------------------------------------------ the benchmark
+// What ensureBlasKernel() found and chose (reported in the JSON: CPU figures depend on it).
+BlasInfo g_blas;
+
 int runBench(Args a) {
   const int rank = worldRank(), world = worldSize();
   Strategy& s = a.s;
@@ -362,6 +366,7 @@ int runBench(Args a) {
   j["benchmark"] = "ditstudio-bench: FluxTransformer2DModel load + forward";
   j["source"] = source;
   j["phase"] = a.phase;
+  j["blas"] = ordered_json::parse(blasInfoJson(g_blas).dump());
   ordered_json mc;
   mc["num_layers"] = cfg.num_layers;
   mc["num_single_layers"] = cfg.num_single_layers;
@@ -489,6 +494,8 @@ int runBench(Args a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before MPI_Init: may re-execute with a better OpenBLAS kernel; reported in the JSON.
+  g_blas = dit::ensureBlasKernel(argc, argv);
   tuneHostAllocator();
   initRuntime(argc, argv);
   CLI::App app{"Benchmark the FLUX.1 transformer (load + timed forwards) under a parallel strategy",
