@@ -440,6 +440,35 @@ int runBench(Args a) {
   else
     j["fraction_of_peak"] = nullptr;
 
+  // GEMM roofline (CPU): the best FLOP/s this BLAS reaches on the model's own projection shapes
+  // ([S, C] x [C, C] and [S, C] x [C, mlp] in the compute dtype, this rank's threads), and the step
+  // time the model's FLOPs would take at that rate. fraction = roofline / measured median step:
+  // how close the whole step (attention, norms, RoPE, collectives included) comes to pure GEMM.
+  if (!device.is_cuda() && steps > 0) {
+    const int64_t S = simg + stxt, C = cfg.innerDim(), M = cfg.mlpHidden();
+    double best = 0;
+    for (const int64_t n : {C, M}) {
+      at::Tensor x = at::randn({S, C}, at::TensorOptions().dtype(dtype));
+      at::Tensor w = at::randn({C, n}, at::TensorOptions().dtype(dtype));
+      at::Tensor y = at::mm(x, w);  // warm-up
+      for (int rep = 0; rep < 5; ++rep) {
+        const auto t0 = std::chrono::steady_clock::now();
+        y = at::mm(x, w);
+        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        best = std::max(best, 2.0 * S * C * n / sec);
+      }
+    }
+    ordered_json g;
+    g["gemm_tflops"] = best / 1e12;
+    const double rooflineMs = stepFlops / world / best * 1e3;
+    g["roofline_step_ms"] = rooflineMs;
+    g["fraction_of_roofline"] = rooflineMs / median(stepMs);
+    g["note"] = "best at::mm FLOP/s on the model's [S,C]x[C,C] and [S,C]x[C,mlp] shapes (this rank's "
+                "threads, compute dtype); roofline = step FLOPs per rank at that rate; fraction = "
+                "roofline / median step";
+    j["gemm_roofline"] = g;
+  }
+
   ordered_json ranks = ordered_json::array();
   const int64_t shardedBytes = ps.sharded * static_cast<int64_t>(es);
   const int64_t replBytes = ps.replicated() * static_cast<int64_t>(es);
