@@ -71,6 +71,7 @@ peer_run() {  # dtype -> min ms or empty
   fi
   OMP_NUM_THREADS=$THREADS $PEER "$dir/peer_step.py" "$dir/config.json" "$W" "$H" "$L" "$STEPS" "$WARMUP" "$THREADS" "$1" 2>/dev/null |
     tail -1 | jq -r '.step_ms_min'
+  if [[ "$PEER" == chroot\ * ]]; then rm -rf "${root:?}$dir"; fi
 }
 ours_run() {  # dtype -> json line
   OMP_NUM_THREADS=$THREADS "$B" --config "$CFG" --random-weights --width "$W" --height "$H" --text-len "$L" \
