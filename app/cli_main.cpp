@@ -19,6 +19,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "app/blas_kernel.h"
 #include "app/generation.h"
 #include "app/protocol/launch.h"
 #include "app/protocol/protocol.h"
@@ -260,9 +261,15 @@ int runBench(const CliOptions& o, int warmup) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First: may re-execute the CLI with a better OpenBLAS kernel (workers it starts inherit it).
+  const dit::BlasInfo blas = dit::ensureBlasKernel(argc, argv);
   tuneHostAllocator();
   spdlog::set_default_logger(spdlog::stderr_color_mt("cli"));
   spdlog::set_pattern("[%H:%M:%S] [cli] %v");
+  if (blas.selection == "auto" || blas.selection == "fallback")
+    spdlog::warn("BLAS: {}", blas.note);
+  else
+    spdlog::debug("BLAS: {} core {} ({})", blas.library, blas.core, blas.selection);
   CLI::App app{"DiT Studio headless generation (FLUX.1, one or many ranks)", "ditstudio-cli"};
   CliOptions o;
   int warmup = 0;

@@ -22,6 +22,7 @@
 #include <variant>
 
 #include "app/device_stats.h"
+#include "app/blas_kernel.h"
 #include "app/generation.h"
 #include "app/protocol/launch.h"
 #include "app/protocol/protocol.h"
@@ -167,6 +168,9 @@ int stageIndex(const std::string& s) {
 }
 
 // ------------------------------------------------------------------ worker
+// What ensureBlasKernel() found and chose (reported in the hello event).
+BlasInfo g_blas;
+
 class Worker {
  public:
   Worker(Strategy s, std::string modelDir, std::string dtype) : s_(std::move(s)), modelDir_(std::move(modelDir)), dtype_(std::move(dtype)) {}
@@ -189,7 +193,7 @@ class Worker {
     }
     if (refuseTogether(refusal)) return 2;
     emitEvent(json{{"event", "hello"}, {"rank", rank_}, {"world", worldSize()}, {"pid", ::getpid()},
-                   {"host", hostname()}});
+                   {"host", hostname()}, {"blas", blasInfoJson(g_blas)}});
 
     // 2. Mesh and groups, created in the same order on every rank.
     mesh_ = std::make_unique<DeviceMesh>(s_);
@@ -440,6 +444,8 @@ class Worker {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before MPI_Init and any thread: may re-execute this rank with a better OpenBLAS kernel.
+  g_blas = dit::ensureBlasKernel(argc, argv);
   tuneHostAllocator();
   initRuntime(argc, argv);
   const int rank = worldRank();

@@ -1,0 +1,104 @@
+// BLAS kernel selection (app/blas_kernel.h): the pure policy, the SGEMM self-check, and the
+// re-execution path end to end. The program calls ensureBlasKernel() first thing, as the rank
+// programs do; ctest runs it under different environments and DITSTUDIO_TEST_EXPECT says which
+// selection must result:
+//   assume-prescott: DITSTUDIO_BLAS_ASSUME_DETECTED=Prescott -> "auto" with the best candidate core
+//                    (the process re-executed itself), or "detected" on a CPU without AVX2+FMA
+//   user:            OPENBLAS_CORETYPE=Prescott -> "user", core Prescott (never overridden)
+//   bad-auto:        DITSTUDIO_BLAS_AUTO=NoSuchCore -> the check fails, the process re-executes
+//                    without the setting -> "fallback" naming the reason
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <string>
+
+#include "app/blas_kernel.h"
+
+namespace {
+dit::BlasInfo g_info;
+
+std::string expectMode() {
+  const char* e = std::getenv("DITSTUDIO_TEST_EXPECT");
+  return e ? e : "";
+}
+}  // namespace
+
+TEST(BlasKernel, TierOfCoreNames) {
+  EXPECT_EQ(dit::blasCoreTier("Prescott"), 1);
+  EXPECT_EQ(dit::blasCoreTier("NEHALEM"), 1);
+  EXPECT_EQ(dit::blasCoreTier("Sandybridge"), 2);
+  EXPECT_EQ(dit::blasCoreTier("Haswell"), 3);
+  EXPECT_EQ(dit::blasCoreTier("Zen"), 3);
+  EXPECT_EQ(dit::blasCoreTier("SkylakeX"), 4);
+  EXPECT_EQ(dit::blasCoreTier("Cooperlake"), 5);
+  EXPECT_EQ(dit::blasCoreTier("SapphireRapids"), 6);
+  EXPECT_EQ(dit::blasCoreTier("NoSuchCore"), 0);
+}
+
+TEST(BlasKernel, CandidatesFollowTheFlags) {
+  const std::vector<std::string> sse{"sse", "sse2", "sse3"};
+  const std::vector<std::string> avx2{"avx", "avx2", "fma"};
+  const std::vector<std::string> skx{"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl"};
+  auto cpl = skx;
+  cpl.push_back("avx512_bf16");
+  EXPECT_TRUE(dit::blasCoreCandidates(sse).empty());
+  EXPECT_EQ(dit::blasCoreCandidates(avx2), (std::vector<std::string>{"Haswell"}));
+  EXPECT_EQ(dit::blasCoreCandidates(skx), (std::vector<std::string>{"SkylakeX", "Haswell"}));
+  EXPECT_EQ(dit::blasCoreCandidates(cpl), (std::vector<std::string>{"Cooperlake", "SkylakeX", "Haswell"}));
+}
+
+TEST(BlasKernel, ForcesOnlyWhenFarBelowTheFlags) {
+  const std::vector<std::string> cpl{"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"};
+  EXPECT_EQ(dit::blasCoreToForce("Prescott", cpl), "Cooperlake");
+  EXPECT_EQ(dit::blasCoreToForce("Sandybridge", cpl), "Cooperlake");
+  EXPECT_EQ(dit::blasCoreToForce("Haswell", cpl), "");     // has AVX2 kernels: library's choice
+  EXPECT_EQ(dit::blasCoreToForce("Cooperlake", cpl), "");
+  EXPECT_EQ(dit::blasCoreToForce("Prescott", {"sse3"}), "");  // nothing better exists
+  EXPECT_EQ(dit::blasCoreToForce("SomethingNew", cpl), "");   // unknown names are kept
+}
+
+TEST(BlasKernel, SelfCheckPassesOnTheLoadedBlas) {
+  EXPECT_EQ(dit::blasSelfCheck(), "");
+}
+
+TEST(BlasKernel, QueryNamesOpenBlasAndItsCore) {
+  const auto q = dit::queryBlas();
+  ASSERT_NE(q.selection, "unavailable") << q.note;
+  EXPECT_EQ(q.library.rfind("OpenBLAS", 0), 0u) << q.library;
+  EXPECT_FALSE(q.core.empty());
+  EXPECT_GE(q.threads, 1);
+  const auto j = dit::blasInfoJson(q);
+  for (const char* k : {"library", "config", "core", "threads", "selection", "note"}) EXPECT_TRUE(j.contains(k)) << k;
+}
+
+TEST(BlasKernel, SelectionAtStartUp) {
+  const std::string mode = expectMode();
+  if (mode.empty()) GTEST_SKIP() << "run by ctest with DITSTUDIO_TEST_EXPECT set";
+  const auto candidates = dit::blasCoreCandidates(dit::cpuFlags());
+  if (mode == "assume-prescott") {
+    if (candidates.empty()) {
+      EXPECT_EQ(g_info.selection, "detected") << g_info.note;
+    } else {
+      EXPECT_EQ(g_info.selection, "auto") << g_info.note;
+      EXPECT_EQ(g_info.core, candidates.front());
+      EXPECT_NE(g_info.note.find("self-check passed"), std::string::npos) << g_info.note;
+      EXPECT_STREQ(std::getenv("OPENBLAS_CORETYPE"), candidates.front().c_str());
+    }
+  } else if (mode == "user") {
+    EXPECT_EQ(g_info.selection, "user") << g_info.note;
+    EXPECT_EQ(g_info.core, "Prescott");
+  } else if (mode == "bad-auto") {
+    EXPECT_EQ(g_info.selection, "fallback") << g_info.note;
+    EXPECT_NE(g_info.note.find("did not take core NoSuchCore"), std::string::npos) << g_info.note;
+    EXPECT_EQ(std::getenv("OPENBLAS_CORETYPE"), nullptr);
+  } else {
+    FAIL() << "unknown DITSTUDIO_TEST_EXPECT " << mode;
+  }
+}
+
+int main(int argc, char** argv) {
+  g_info = dit::ensureBlasKernel(argc, argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
