@@ -33,10 +33,11 @@
 
 #include "app/device_stats.h"
 #include "app/generation.h"
-#include "backend/flux_transformer.h"
-#include "backend/model_config.h"
-#include "backend/tensor_io.h"
-#include "backend/weights.h"
+#include "backend/models/flux/transformer_flux.h"
+#include "backend/io/model_folder.h"
+#include "backend/pipelines/flux/flux_pipeline_config.h"
+#include "backend/io/tensor_io.h"
+#include "backend/io/weight_source.h"
 #include "parallel/context_parallel.h"
 #include "parallel/device_mesh.h"
 #include "parallel/runtime.h"
@@ -209,8 +210,8 @@ int runBench(Args a) {
     if (!a.model.empty()) {
       if (fs::exists(fs::path(a.model) / "model_index.json")) {
         ModelFolder m = ModelFolder::open(a.model);
-        cfg = m.transformer;
-        vaeScale = m.vae.vaeScaleFactor();
+        cfg = fluxConfig(m).transformer;
+        vaeScale = fluxConfig(m).vae.vaeScaleFactor();
         weightsDir = m.component("transformer");
       } else if (fs::exists(fs::path(a.model) / "config.json")) {  // a transformer folder itself
         cfg = parseFluxTransformerConfig((fs::path(a.model) / "config.json").string());

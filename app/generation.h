@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "backend/flux_pipeline.h"
+#include "backend/pipelines/flux/pipeline_flux.h"
 #include "parallel/strategy.h"
 
 namespace dit {

@@ -25,10 +25,11 @@
 #include <fstream>
 #include <string>
 
-#include "backend/flux_transformer.h"
-#include "backend/model_config.h"
-#include "backend/safetensors.h"
-#include "backend/weights.h"
+#include "backend/models/flux/transformer_flux.h"
+#include "backend/io/model_folder.h"
+#include "backend/pipelines/flux/flux_pipeline_config.h"
+#include "backend/io/safetensors.h"
+#include "backend/io/weight_source.h"
 #include "parallel/device_mesh.h"
 #include "parallel/runtime.h"
 #include "parallel/strategy.h"
@@ -146,7 +147,7 @@ TEST(LoadMemory, ShardOnLoadPeakStaysNearTheShard) {
   if (tp > 1) par.tp = mesh.group("tp");
 
   MPI_Barrier(MPI_COMM_WORLD);
-  const LoadFigures f = loadOnce(m.transformer, par);
+  const LoadFigures f = loadOnce(fluxConfig(m).transformer, par);
   const int64_t shard = sp.sharded / tp;
   const int64_t expectBytes = sp.replicated + shard;
   const int64_t allowance = sp.largest + kSlackBytes;
@@ -182,7 +183,7 @@ TEST(LoadMemory, ShardOnLoadPeakStaysNearTheShard) {
   // (c) tp = 1 on rank 0 for comparison (the others wait).
   MPI_Barrier(MPI_COMM_WORLD);
   if (g_rank == 0) {
-    const LoadFigures full = loadOnce(m.transformer, {});
+    const LoadFigures full = loadOnce(fluxConfig(m).transformer, {});
     std::printf("tp 1 (rank 0 alone): weight %.2f MiB, rss before %.1f MiB, peak %.1f MiB, peak growth "
                 "%.2f MiB (file-backed %+.2f MiB), load %.2f s; tp %d peak growth / tp 1 peak growth = %.3f\n",
                 mib(full.weightBytes), mib(full.rssBefore), mib(full.rssPeak), mib(full.growth()),

@@ -5,12 +5,16 @@
 #include <filesystem>
 #include <fstream>
 
-#include "backend/flux_pipeline.h"
-#include "backend/flux_transformer.h"
-#include "backend/model_config.h"
-#include "backend/safetensors.h"
-#include "backend/tensor_io.h"
-#include "backend/weights.h"
+#include <nlohmann/json.hpp>
+
+#include "backend/pipelines/flux/pipeline_flux.h"
+#include "backend/models/flux/transformer_flux.h"
+#include "backend/io/model_folder.h"
+#include "backend/io/safetensors.h"
+#include "backend/io/tensor_io.h"
+#include "backend/io/weight_source.h"
+#include "backend/models/registry.h"
+#include "backend/pipelines/registry.h"
 #include "golden_util.h"
 
 using namespace dit;
@@ -200,6 +204,78 @@ TEST(ModelFolderErrors, CorruptTransformerWeights) {
   expectError([&] { FluxPipeline p(m, {}); }, {f.string(), "outside the data section"});
 }
 
+// Registries keyed by diffusers _class_name: an unknown class is refused naming it, the file it
+// came from, and listing the supported classes.
+void setClassName(const fs::path& file, const std::string& cls) {
+  nlohmann::json j;
+  {
+    std::ifstream in(file);
+    j = nlohmann::json::parse(in);
+  }
+  j["_class_name"] = cls;
+  std::ofstream(file) << j.dump();
+}
+
+TEST(ModelRegistry, FixtureDispatchesToFlux) {
+  const auto m = ModelFolder::open(test::fixtureDir());
+  EXPECT_EQ(m.pipeline_class, "FluxPipeline");
+  EXPECT_EQ(m.transformer_class, "FluxTransformer2DModel");
+  const auto& c = fluxConfig(m);
+  EXPECT_EQ(m.dims().num_attention_heads, c.transformer.num_attention_heads);
+  EXPECT_EQ(m.dims().attention_head_dim, c.transformer.attention_head_dim);
+  EXPECT_EQ(m.dims().vae_scale_factor, c.vae.vaeScaleFactor());
+  EXPECT_EQ(supportedPipelineClasses(), std::vector<std::string>{"FluxPipeline"});
+  EXPECT_EQ(supportedTransformerClasses(), std::vector<std::string>{"FluxTransformer2DModel"});
+}
+
+TEST(ModelRegistry, UnknownPipelineClassRefused) {
+  auto d = copyFixture("unknownpipe");
+  setClassName(d / "model_index.json", "QwenImagePipeline");
+  expectError([&] { ModelFolder::open(d.string()); },
+              {(d / "model_index.json").string(), "pipeline class \"QwenImagePipeline\" is not supported",
+               "supported pipeline classes: FluxPipeline"});
+  try {
+    ModelFolder::open(d.string());
+  } catch (const UnsupportedModelError&) {
+    SUCCEED();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected UnsupportedModelError, got " << e.what();
+  }
+}
+
+TEST(ModelRegistry, UnknownTransformerClassRefused) {
+  auto d = copyFixture("unknowntransformer");
+  setClassName(d / "transformer/config.json", "Flux2Transformer2DModel");
+  expectError([&] { ModelFolder::open(d.string()); },
+              {(d / "transformer/config.json").string(),
+               "transformer class \"Flux2Transformer2DModel\" is not supported",
+               "supported transformer classes: FluxTransformer2DModel"});
+}
+
+TEST(ModelRegistry, MissingPipelineClassRefused) {
+  auto d = copyFixture("noclass");
+  {
+    std::ifstream in(d / "model_index.json");
+    auto j = nlohmann::json::parse(in);
+    in.close();
+    j.erase("_class_name");
+    std::ofstream(d / "model_index.json") << j.dump();
+  }
+  expectError([&] { ModelFolder::open(d.string()); }, {"model_index.json", "no \"_class_name\""});
+}
+
+TEST(ModelRegistry, TransformerClassFallsBackToModelIndex) {
+  auto d = copyFixture("noconfigclass");
+  {
+    std::ifstream in(d / "transformer/config.json");
+    auto j = nlohmann::json::parse(in);
+    in.close();
+    j.erase("_class_name");
+    std::ofstream(d / "transformer/config.json") << j.dump();
+  }
+  EXPECT_EQ(ModelFolder::open(d.string()).transformer_class, "FluxTransformer2DModel");
+}
+
 TEST(RequestErrors, SizeNotMultipleOfPatch) {
   static FluxPipeline p(ModelFolder::open(test::fixtureDir()), {});
   GenerationParams g;
@@ -214,13 +290,13 @@ TEST(RequestErrors, UnknownDtype) {
 
 TEST(TensorParallelPlan, RefusesDegreesThatDoNotDivide) {
   auto m = ModelFolder::open(test::fixtureDir());
-  EXPECT_EQ(checkFluxTensorParallel(m.transformer, 1), "");
-  EXPECT_EQ(checkFluxTensorParallel(m.transformer, 4), "");
-  const std::string msg = checkFluxTensorParallel(m.transformer, 3);
+  EXPECT_EQ(checkFluxTensorParallel(fluxConfig(m).transformer, 1), "");
+  EXPECT_EQ(checkFluxTensorParallel(fluxConfig(m).transformer, 4), "");
+  const std::string msg = checkFluxTensorParallel(fluxConfig(m).transformer, 3);
   EXPECT_NE(msg.find("tp_degree 3 does not divide num_attention_heads 4"), std::string::npos) << msg;
   EXPECT_NE(msg.find("inner_dim 64"), std::string::npos) << msg;
   EXPECT_NE(msg.find("proj_out"), std::string::npos) << msg;
-  EXPECT_NE(checkFluxTensorParallel(m.transformer, 8).find("does not divide num_attention_heads 4"), std::string::npos);
+  EXPECT_NE(checkFluxTensorParallel(fluxConfig(m).transformer, 8).find("does not divide num_attention_heads 4"), std::string::npos);
 }
 
 TEST(RequestErrors, NegativeAndHugeSizes) {

@@ -8,7 +8,7 @@
 #include <QJsonDocument>
 #include <QTemporaryDir>
 
-#include "backend/safetensors.h"
+#include "backend/io/safetensors.h"
 #include "ui/history_store.h"
 #include "ui/model_info.h"
 #include "ui/validation.h"

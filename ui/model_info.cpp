@@ -6,8 +6,9 @@
 #include <filesystem>
 #include <map>
 
-#include "backend/model_config.h"
-#include "backend/safetensors.h"
+#include "backend/io/model_folder.h"
+#include "backend/pipelines/flux/flux_pipeline_config.h"
+#include "backend/io/safetensors.h"
 
 namespace dit::ui {
 namespace {
@@ -95,7 +96,7 @@ ModelInfo readModelInfo(const QString& dirIn) {
   try {
     // The worker's own reader: same checks, same messages (configs and headers only).
     const ModelFolder m = ModelFolder::open(info.path.toStdString());
-    const auto& t = m.transformer;
+    const auto& t = fluxConfig(m).transformer;
     info.num_layers = t.num_layers;
     info.num_single_layers = t.num_single_layers;
     info.num_attention_heads = t.num_attention_heads;
@@ -103,8 +104,8 @@ ModelInfo readModelInfo(const QString& dirIn) {
     info.joint_attention_dim = t.joint_attention_dim;
     info.in_channels = t.in_channels;
     info.guidance_embeds = t.guidance_embeds;
-    info.vae_scale_factor = m.vae.vaeScaleFactor();
-    info.max_sequence_length = std::min(512, m.t5_max_length);
+    info.vae_scale_factor = fluxConfig(m).vae.vaeScaleFactor();
+    info.max_sequence_length = std::min(512, fluxConfig(m).t5_max_length);
     info.components << readComponent(m, "transformer", "diffusion_pytorch_model")
                     << readComponent(m, "text_encoder", "model")
                     << readComponent(m, "text_encoder_2", "model")
