@@ -1,21 +1,24 @@
-// FluxTransformer2DModel (diffusers models/transformers/transformer_flux.py): 19/38-block MMDiT
-// of FLUX.1 with double-stream (FluxTransformerBlock) and single-stream
-// (FluxSingleTransformerBlock) blocks, AdaLN-Zero modulation, QK RMSNorm and 3-axis RoPE
-// (FluxPosEmbed). Sizes come from transformer/config.json.
+// FluxTransformer2DModel (diffusers models/transformers/transformer_flux.py): the MMDiT of FLUX.1
+// with num_layers double-stream blocks (FluxTransformerBlock) and num_single_layers single-stream
+// blocks (FluxSingleTransformerBlock), AdaLN-Zero modulation, QK RMSNorm and 3-axis RoPE
+// (FluxPosEmbed). Sizes come from transformer/config.json (flux_config.h). The classes below carry
+// diffusers' names, module paths (= checkpoint name prefixes) and output names, so a reader can put
+// this file next to transformer_flux.py.
 //
-// Parallelism (../shared/DESIGN.md section 3):
-//  - tensor parallel (tp group of size > 1): the FLUX.1 plan — double blocks to_q/to_k/to_v,
-//    add_q/k/v_proj, ff.net.0.proj, ff_context.net.0.proj ColwiseParallel; to_out.0,
-//    to_add_out, ff.net.2, ff_context.net.2 RowwiseParallel; single blocks to_q/k/v and proj_mlp
-//    colwise, proj_out packed RowwiseParallel over blocks [inner_dim, mlp_hidden]. Weights are
-//    read shard-on-load; everything else is replicated. One AllReduce per rowwise output.
-//  - context parallel (cp): text and image tokens are split along the sequence, each rank keeps
-//    its rotary positions, attention runs through ContextParallel, output gathered.
+// Parallelism (../shared/DESIGN.md section 3) is not in forward():
+//  - tensor parallel: the layers are built by the plan (flux_plan.h); ColwiseParallel projections
+//    hold their output shard, RowwiseParallel ones all-reduce their partial product over the tp
+//    group and add the bias once. Blocks see only "a linear layer" and a local head count.
+//  - context parallel: the model's declared plan (FLUX: hidden_states and encoder_hidden_states
+//    split on dim 1, img_ids and txt_ids on dim 0, output gathered on dim 1) is applied around
+//    forward(); attention runs through the attention backend (local, or ContextParallel over the
+//    concatenated text+image sequence of every rank).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/models/flux/flux_config.h"
@@ -27,7 +30,7 @@ class ProcessGroup;
 class ContextParallel;
 
 struct FluxParallelism {
-  std::shared_ptr<ProcessGroup> tp;  ///< tensor-parallel group; null or size 1 = none
+  std::shared_ptr<ProcessGroup> tp;     ///< tensor-parallel group; null or size 1 = none
   std::shared_ptr<ContextParallel> cp;  ///< context-parallel attention; null = none
   int tpRank() const;
   int tpSize() const;
@@ -36,11 +39,29 @@ struct FluxParallelism {
 /// Which weights the TP plan shards and how — the declarative FLUX.1 plan (diffusers names,
 /// relative to a block). Used for loading, for validation messages and for the memory estimate.
 struct TensorParallelRule {
-  std::string suffix;       ///< e.g. "attn.to_q"
+  std::string suffix;  ///< e.g. "attn.to_q"
   enum Style { Colwise, Rowwise, PackedRowwise } style;
-  bool singleBlock;         ///< applies to single_transformer_blocks (else transformer_blocks)
+  bool singleBlock;  ///< applies to single_transformer_blocks (else transformer_blocks)
 };
 const std::vector<TensorParallelRule>& fluxTensorParallelPlan();
+
+/// Per-block seam (for step caching, profiling, activation dumps): called by
+/// FluxTransformer2DModel::forward around every block, in order, on every rank. `kind` is
+/// "transformer_blocks" or "single_transformer_blocks", `index` the block index within its kind.
+/// Tensors are this rank's local (context-parallel) slices:
+///  - double blocks: hidden_states [B, S_img_local, C], encoder_hidden_states [B, S_txt_local, C];
+///  - single blocks: hidden_states = cat(text, image) [B, S_local, C], encoder_hidden_states
+///    undefined.
+/// Hooks must not change collective order across ranks (a skip decision must be agreed by all
+/// ranks of the cp/tp groups). Default implementations do nothing.
+class TransformerHooks {
+ public:
+  virtual ~TransformerHooks() = default;
+  virtual void beforeBlock(const char* kind, int index, const at::Tensor& hidden_states,
+                           const at::Tensor& encoder_hidden_states);
+  virtual void afterBlock(const char* kind, int index, const at::Tensor& hidden_states,
+                          const at::Tensor& encoder_hidden_states);
+};
 
 class FluxTransformer2DModel {
  public:
@@ -56,10 +77,15 @@ class FluxTransformer2DModel {
   ///  img_ids [S_img, 3], txt_ids [S_txt, 3] (float), guidance [B] (undefined when the model has
   ///  no guidance embedder). Returns [B, S_img, out_channels] (gathered; same on every rank).
   ///  Compute dtype = weights' dtype; RoPE tables float64 -> float32 as in diffusers.
+  ///  Throws std::invalid_argument when the model needs guidance and none is given.
+  ///  Collective over the tp and cp groups when they are set.
   at::Tensor forward(const at::Tensor& hidden_states, const at::Tensor& encoder_hidden_states,
                      const at::Tensor& pooled_projections, const at::Tensor& timestep,
                      const at::Tensor& img_ids, const at::Tensor& txt_ids,
                      const at::Tensor& guidance) const;
+
+  /// Installs the per-block seam (not owned; null = none). Must outlive forward() calls.
+  void setHooks(TransformerHooks* hooks);
 
   const FluxTransformerConfig& config() const;
   /// FLOPs of one forward for the given token counts (matmuls + attention), for TFLOP/s.
