@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-namespace dit {
+#include "backend/io/safetensors.h"  // SafetensorsCollection (held by unique_ptr; inline constructor)
 
-class SafetensorsCollection;
+namespace dit {
 
 class WeightSource {
  public:
