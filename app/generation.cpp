@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <random>
 
+#include "backend/flux_plan.h"
 #include "backend/png_io.h"
 #include "backend/tensor_io.h"
 
@@ -72,13 +73,7 @@ std::string indexedPath(const std::string& path, int index, int count) {
 }
 
 ModelDims modelDims(const ModelFolder& m) {
-  ModelDims d;
-  d.num_attention_heads = m.transformer.num_attention_heads;
-  d.attention_head_dim = m.transformer.attention_head_dim;
-  d.mlp_ratio_hidden = m.transformer.mlpHidden();
-  d.joint_attention_dim = m.transformer.joint_attention_dim;
-  d.vae_scale_factor = m.vae.vaeScaleFactor();
-  return d;
+  return fluxModelDims(m.transformer, m.vae.vaeScaleFactor());
 }
 
 std::string validateStrategyForRequest(const Strategy& s, const ModelFolder& m, GenerationParams p,

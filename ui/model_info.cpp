@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 
+#include "backend/flux_plan.h"
 #include "backend/model_config.h"
 #include "backend/safetensors.h"
 
@@ -55,13 +56,18 @@ const ComponentSize* ModelInfo::component(const QString& name) const {
 }
 
 dit::ModelDims ModelInfo::dims() const {
-  dit::ModelDims m;
-  m.num_attention_heads = num_attention_heads;
-  m.attention_head_dim = attention_head_dim;
-  m.mlp_ratio_hidden = innerDim() * 4;  // FLUX.1 mlp_ratio 4.0 (diffusers constructor)
-  m.joint_attention_dim = joint_attention_dim;
-  m.vae_scale_factor = vae_scale_factor;
-  return m;
+  // The model's own plan and parameters (FLUX.1; config values the GUI keeps, constructor
+  // defaults for the rest, which no tensor-parallel rule reads).
+  dit::FluxTransformerConfig c;
+  c.num_layers = num_layers;
+  c.num_single_layers = num_single_layers;
+  c.num_attention_heads = num_attention_heads;
+  c.attention_head_dim = attention_head_dim;
+  c.joint_attention_dim = joint_attention_dim;
+  c.in_channels = in_channels;
+  c.out_channels = in_channels;
+  c.guidance_embeds = guidance_embeds;
+  return dit::fluxModelDims(c, vae_scale_factor);
 }
 
 QString ModelInfo::summary() const {

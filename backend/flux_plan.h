@@ -1,0 +1,34 @@
+// FLUX.1 (diffusers FluxTransformer2DModel) declared as data for parallel/: its parameters and its
+// tensor-parallel plan. Torch-free (dit_core): the worker, the CLI, the benchmark and the GUI
+// validate strategies and count per-rank bytes from these. Interim home: the FLUX model folder
+// (backend/models/flux/) takes these over when the model is ported onto the parallel layers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "backend/model_config.h"
+#include "parallel/strategy.h"
+#include "parallel/tensor_parallel/sharding_plan.h"
+
+namespace dit {
+
+/// Every parameter of FluxTransformer2DModel for `c`, with diffusers' checkpoint names and global
+/// shapes (weight [out_features, in_features]), stored as `dtype` ("F32", "BF16", ...) with
+/// `elementBytes` bytes per element. Follows diffusers models/transformers/transformer_flux.py.
+ParameterTable fluxParameterTable(const FluxTransformerConfig& c, const std::string& dtype = "F32",
+                                  int64_t elementBytes = 4);
+
+/// The FLUX.1 tensor-parallel plan (DESIGN.md section 3): double blocks attn.to_q/to_k/to_v,
+/// attn.add_q_proj/add_k_proj/add_v_proj, ff.net.0.proj, ff_context.net.0.proj ColwiseParallel;
+/// attn.to_out.0, attn.to_add_out, ff.net.2, ff_context.net.2 RowwiseParallel; single blocks
+/// attn.to_q/to_k/to_v and proj_mlp ColwiseParallel, proj_out PackedRowwiseParallel over blocks
+/// {inner_dim, mlp_hidden_dim}; tp_degree must divide num_attention_heads ("tp_heads").
+/// Rules for a block kind are only declared when the config has such blocks.
+ShardingPlan fluxShardingPlan(const FluxTransformerConfig& c);
+
+/// ModelDims for strategy validation: heads, head dim, the VAE scale factor, the plan and the
+/// parameter table (F32).
+ModelDims fluxModelDims(const FluxTransformerConfig& c, int vaeScaleFactor);
+
+}  // namespace dit
