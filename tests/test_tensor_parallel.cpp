@@ -179,7 +179,7 @@ TEST(TensorParallelLayers, FusedQkvMlpAndPackedRowwiseEqualDense) {
   const std::string p = "single.0.";
 
   auto attn = [&](const at::Tensor& Q, const at::Tensor& K, const at::Tensor& V, int64_t h) {
-    auto sh = [&](const at::Tensor& t) { return t.view({1, 6, h, hd}).transpose(1, 2); };
+    auto sh = [&](const at::Tensor& t) { return t.reshape({1, 6, h, hd}).transpose(1, 2); };
     return dit::localAttention(sh(Q), sh(K), sh(V)).transpose(1, 2).reshape({1, 6, h * hd});
   };
   const at::Tensor refAttn = attn(at::linear(x, q.w, q.b), at::linear(x, k.w, k.b), at::linear(x, v.w, v.b), heads);

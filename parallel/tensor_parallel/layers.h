@@ -41,7 +41,7 @@ namespace dit::tensor_parallel {
 at::Tensor shardTensor(const at::Tensor& full, const ShardSpec& spec);
 
 /// Base of every linear layer. `name` is the module path = checkpoint name prefix
-/// ("transformer_blocks.3.attn.to_q"); the layer's parameters are name + ".weight" / ".bias".
+/// ("layers.3.self_attn.q_proj"); the layer's parameters are name + ".weight" / ".bias".
 class Linear {
  public:
   virtual ~Linear() = default;
@@ -108,8 +108,9 @@ class ColumnParallelLinear : public Linear {
 };
 
 /// Megatron RowParallelLinear / PyTorch RowwiseParallel: the weight is split along the input
-/// features (dim 1; per block when spec.blocks is given: packed rowwise, e.g. FLUX.1's single-
-/// block proj_out over cat(attn, mlp), where the local input is cat(attn_local, mlp_local)).
+/// features (dim 1; per block when spec.blocks is given: packed rowwise, e.g. a single-stream
+/// block's output projection over cat(attn, mlp), where the local input is
+/// cat(attn_local, mlp_local)).
 /// Each rank computes a partial product x_local W_local^T, the partials are all-reduced (sum)
 /// over the group, and the bias is added ONCE after the reduce.
 /// With input_is_parallel (the default) x is already this rank's slice [..., in_local] (the
@@ -130,15 +131,15 @@ class RowParallelLinear : public Linear {
   bool inputIsParallel_;
 };
 
-/// Several column-parallel projections sharing one input (to_q/to_k/to_v[/proj_mlp]) computed as
+/// Several column-parallel projections sharing one input (query/key/value[/mlp-in]) computed as
 /// ONE GEMM over the concatenated local shards; forwardParts returns each projection's output.
 /// Keeps, per part, the checkpoint name, its ShardSpec and its local output size and offset in
-/// the fused weight, so LoRA (or a quantized per-part scale) can find "attn.to_k" inside it.
+/// the fused weight, so LoRA (or a quantized per-part scale) can find the key projection inside it.
 /// Never gathers: the outputs stay sharded (heads split across the tp group).
 class FusedColumnParallelLinear : public Linear {
  public:
   struct Part {
-    std::string name;   ///< module path of the projection, e.g. "transformer_blocks.0.attn.to_k"
+    std::string name;   ///< module path of the projection, e.g. "layers.0.self_attn.k_proj"
     at::Tensor weight;  ///< local shard [out_local, in]
     at::Tensor bias;    ///< local shard [out_local] or undefined (all parts alike)
     ShardSpec spec;     ///< how `weight` was sharded
@@ -149,7 +150,7 @@ class FusedColumnParallelLinear : public Linear {
     int64_t offset = 0;    ///< first row of this part in the fused local weight
     int64_t outLocal = 0;  ///< rows of this part in the fused local weight
   };
-  /// `name` names the fused layer (e.g. "transformer_blocks.0.attn.to_qkv", for logs). Parts
+  /// `name` names the fused layer (e.g. "layers.0.self_attn.qkv", for logs). Parts
   /// must share in_features, dtype and the presence of a bias. Throws std::invalid_argument.
   FusedColumnParallelLinear(std::string name, std::vector<Part> parts, std::shared_ptr<ProcessGroup> group);
   /// x [..., in] -> one [..., out_local_i] per part, in order. No communication.

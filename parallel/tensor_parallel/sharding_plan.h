@@ -10,8 +10,8 @@
 //
 // A plan is a list of ShardRule{pattern, style, blocks}. `pattern` is a module path glob over
 // dot-separated segments where `*` stands for exactly one segment
-// ("transformer_blocks.*.attn.to_q" matches "transformer_blocks.12.attn.to_q", not
-// "transformer_blocks.1.2.attn.to_q"). A parameter "P.weight" / "P.bias" belongs to module P.
+// ("layers.*.self_attn.q_proj" matches "layers.12.self_attn.q_proj", not
+// "layers.1.2.self_attn.q_proj"). A parameter "P.weight" / "P.bias" belongs to module P.
 // The first matching rule wins; a module no rule matches is replicated.
 //
 // How each style shards a linear layer (weight [out_features, in_features], bias [out_features]):
@@ -21,8 +21,9 @@
 //  | PackedColwise | dim 0, each block      | dim 0, each block     |
 //  | PackedRowwise | dim 1, each block      | replicated            |
 // Packed styles are for a dimension that is a concatenation of logical blocks, each split
-// separately (rank r takes slice r of every block, concatenated): e.g. FLUX.1's single-block
-// proj_out over cat(attention C, mlp M) is PackedRowwise with blocks {C, M}.
+// separately (rank r takes slice r of every block, concatenated): e.g. a single-stream block's
+// output projection over cat(attention output C, mlp output M) is PackedRowwise with blocks {C, M};
+// a fused SwiGLU gate+up projection is PackedColwise with blocks {M, M}.
 #pragma once
 
 #include <cstdint>
@@ -42,7 +43,7 @@ enum class ParallelStyle { Colwise, Rowwise, PackedColwise, PackedRowwise };
 /// "ColwiseParallel", "RowwiseParallel", "PackedColwiseParallel", "PackedRowwiseParallel".
 const char* parallelStyleName(ParallelStyle s);
 
-/// One parameter a model declares: checkpoint name ("transformer_blocks.0.attn.to_q.weight"),
+/// One parameter a model declares: checkpoint name ("layers.0.self_attn.q_proj.weight"),
 /// global shape, stored dtype as in the safetensors header ("F32", "BF16", "F8_E4M3", ...) and the
 /// bytes of one stored element.
 struct ParameterInfo {
@@ -94,9 +95,9 @@ struct ShardSpec {
   /// Throws std::invalid_argument when dim is out of range, the sharded size (or a block) is not
   /// divisible by parts, or the blocks do not add up to the sharded size.
   std::vector<int64_t> localShape(const std::vector<int64_t>& global) const;
-  /// [start, length) ranges along `dim` of the global tensor that this rank holds, in order
-  /// (one range, or one per block); concatenating those slices gives the local tensor.
-  /// {{0, global[dim]}} ... for a replicated spec: {} (take everything). Same errors as localShape.
+  /// (start, length) ranges along `dim` of the global tensor that this rank holds, in order
+  /// (one range, or one per packed block); concatenating those slices gives the local tensor.
+  /// Empty for a replicated spec (the whole tensor). Same errors as localShape.
   std::vector<std::pair<int64_t, int64_t>> ranges(const std::vector<int64_t>& global) const;
 };
 
@@ -151,7 +152,7 @@ class ShardingPlan {
   /// weights are computed in), or the stored elementBytes when computeElementBytes <= 0.
   uint64_t bytesPerRank(const ParameterTable& params, int tp, int64_t computeElementBytes) const;
 
-  /// One line per rule ("transformer_blocks.*.attn.to_q: ColwiseParallel", packed blocks listed)
+  /// One line per rule ("layers.*.self_attn.q_proj: ColwiseParallel", packed blocks listed)
   /// and requirement, for logs.
   std::string describe() const;
 
