@@ -33,6 +33,7 @@
 
 #include "app/device_stats.h"
 #include "app/generation.h"
+#include "backend/models/flux/flux_plan.h"
 #include "backend/models/flux/transformer_flux.h"
 #include "backend/io/model_folder.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
@@ -239,12 +240,7 @@ int runBench(Args a) {
   } catch (const std::exception& e) {
     return fail(e.what());
   }
-  ModelDims md;
-  md.num_attention_heads = cfg.num_attention_heads;
-  md.attention_head_dim = cfg.attention_head_dim;
-  md.mlp_ratio_hidden = cfg.mlpHidden();
-  md.joint_attention_dim = cfg.joint_attention_dim;
-  md.vae_scale_factor = vaeScale;
+  const ModelDims md = fluxModelDims(cfg, vaeScale);
   RequestDims rd;
   rd.width = a.width;
   rd.height = a.height;

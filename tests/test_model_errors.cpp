@@ -294,8 +294,12 @@ TEST(TensorParallelPlan, RefusesDegreesThatDoNotDivide) {
   EXPECT_EQ(checkFluxTensorParallel(fluxConfig(m).transformer, 4), "");
   const std::string msg = checkFluxTensorParallel(fluxConfig(m).transformer, 3);
   EXPECT_NE(msg.find("tp_degree 3 does not divide num_attention_heads 4"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("inner_dim 64"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("proj_out"), std::string::npos) << msg;
+  // Every sharded dimension the plan declares, named by its rule patterns: 64 = inner_dim
+  // (colwise dim 0, rowwise dim 1, packed block 0), 256 = the mlp hidden size.
+  EXPECT_NE(msg.find("tp_degree 3 does not divide 64, the size of dimension 0 (ColwiseParallel) of "
+                     "transformer_blocks.*.attn.to_q"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tp_degree 3 does not divide 256, the size of block 1 of [64, 256] on dimension 1 "
+                     "(PackedRowwiseParallel) of single_transformer_blocks.*.proj_out"), std::string::npos) << msg;
   EXPECT_NE(checkFluxTensorParallel(fluxConfig(m).transformer, 8).find("does not divide num_attention_heads 4"), std::string::npos);
 }
 

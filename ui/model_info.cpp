@@ -7,8 +7,9 @@
 #include <map>
 
 #include "backend/io/model_folder.h"
-#include "backend/pipelines/flux/flux_pipeline_config.h"
 #include "backend/io/safetensors.h"
+#include "backend/models/flux/flux_plan.h"
+#include "backend/pipelines/flux/flux_pipeline_config.h"
 
 namespace dit::ui {
 namespace {
@@ -56,13 +57,18 @@ const ComponentSize* ModelInfo::component(const QString& name) const {
 }
 
 dit::ModelDims ModelInfo::dims() const {
-  dit::ModelDims m;
-  m.num_attention_heads = num_attention_heads;
-  m.attention_head_dim = attention_head_dim;
-  m.mlp_ratio_hidden = innerDim() * 4;  // FLUX.1 mlp_ratio 4.0 (diffusers constructor)
-  m.joint_attention_dim = joint_attention_dim;
-  m.vae_scale_factor = vae_scale_factor;
-  return m;
+  // The model's own plan and parameters (FLUX.1; config values the GUI keeps, constructor
+  // defaults for the rest, which no tensor-parallel rule reads).
+  dit::FluxTransformerConfig c;
+  c.num_layers = num_layers;
+  c.num_single_layers = num_single_layers;
+  c.num_attention_heads = num_attention_heads;
+  c.attention_head_dim = attention_head_dim;
+  c.joint_attention_dim = joint_attention_dim;
+  c.in_channels = in_channels;
+  c.out_channels = in_channels;
+  c.guidance_embeds = guidance_embeds;
+  return dit::fluxModelDims(c, vae_scale_factor);
 }
 
 QString ModelInfo::summary() const {

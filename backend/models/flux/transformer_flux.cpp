@@ -7,6 +7,7 @@
 
 #include "backend/io/weight_source.h"
 #include "backend/models/flux/flux_blocks.h"
+#include "backend/models/flux/flux_plan.h"
 #include "parallel/attention.h"
 #include "parallel/context_parallel.h"
 #include "parallel/process_group.h"
@@ -37,11 +38,7 @@ std::string checkFluxTensorParallel(const FluxTransformerConfig& c, int tp) {
   // One set of rules and messages for the worker, the CLI, the GUI and the model itself.
   Strategy s;
   s.world = s.tp_degree = tp;
-  ModelDims m;
-  m.num_attention_heads = c.num_attention_heads;
-  m.attention_head_dim = c.attention_head_dim;
-  m.mlp_ratio_hidden = c.mlpHidden();
-  m.joint_attention_dim = c.joint_attention_dim;
+  const ModelDims m = fluxModelDims(c, 8);  // the VAE scale does not enter the model rules
   auto issues = validateDegrees(s);
   if (issues.empty()) issues = validateForModel(s, m);
   return joinIssues(issues);
