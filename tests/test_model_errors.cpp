@@ -14,6 +14,7 @@
 #include "backend/io/tensor_io.h"
 #include "backend/io/weight_source.h"
 #include "backend/models/registry.h"
+#include "parallel/strategy.h"
 #include "backend/pipelines/registry.h"
 #include "golden_util.h"
 
@@ -290,9 +291,18 @@ TEST(RequestErrors, UnknownDtype) {
 
 TEST(TensorParallelPlan, RefusesDegreesThatDoNotDivide) {
   auto m = ModelFolder::open(test::fixtureDir());
-  EXPECT_EQ(checkFluxTensorParallel(fluxConfig(m).transformer, 1), "");
-  EXPECT_EQ(checkFluxTensorParallel(fluxConfig(m).transformer, 4), "");
-  const std::string msg = checkFluxTensorParallel(fluxConfig(m).transformer, 3);
+  // The strategy rules through the transformer family's declared plan (what the worker, the CLI,
+  // the GUI and FluxPipeline run before reading a weight).
+  auto validateTp = [&m](int tp) {
+    Strategy s;
+    s.world = s.tp_degree = tp;
+    auto issues = validateDegrees(s);
+    if (issues.empty()) issues = validateForModel(s, m.dims());
+    return joinIssues(issues);
+  };
+  EXPECT_EQ(validateTp(1), "");
+  EXPECT_EQ(validateTp(4), "");
+  const std::string msg = validateTp(3);
   EXPECT_NE(msg.find("tp_degree 3 does not divide num_attention_heads 4"), std::string::npos) << msg;
   // Every sharded dimension the plan declares, named by its rule patterns: 64 = inner_dim
   // (colwise dim 0, rowwise dim 1, packed block 0), 256 = the mlp hidden size.
@@ -300,7 +310,7 @@ TEST(TensorParallelPlan, RefusesDegreesThatDoNotDivide) {
                      "transformer_blocks.*.attn.to_q"), std::string::npos) << msg;
   EXPECT_NE(msg.find("tp_degree 3 does not divide 256, the size of block 1 of [64, 256] on dimension 1 "
                      "(PackedRowwiseParallel) of single_transformer_blocks.*.proj_out"), std::string::npos) << msg;
-  EXPECT_NE(checkFluxTensorParallel(fluxConfig(m).transformer, 8).find("does not divide num_attention_heads 4"), std::string::npos);
+  EXPECT_NE(validateTp(8).find("does not divide num_attention_heads 4"), std::string::npos);
 }
 
 TEST(RequestErrors, NegativeAndHugeSizes) {

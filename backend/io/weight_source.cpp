@@ -108,6 +108,18 @@ at::Tensor WeightSource::packedShard(const std::string& name, const std::vector<
   return finish(loadPackedSlice(*st_, name, dim, blocks, part, parts, dtype_));
 }
 
+std::pair<std::string, int64_t> WeightSource::storage(const std::string& name) const {
+  if (st_) {
+    const DType t = st_->info(name).dtype;
+    return {dtypeName(t), static_cast<int64_t>(dtypeSize(t))};
+  }
+  switch (dtype_) {
+    case at::kBFloat16: return {"BF16", 2};
+    case at::kHalf: return {"F16", 2};
+    default: return {"F32", 4};
+  }
+}
+
 at::Tensor Linear::operator()(const at::Tensor& x) const { return at::linear(x, weight, bias); }
 at::Tensor Linear::noBias(const at::Tensor& x) const { return at::linear(x, weight); }
 

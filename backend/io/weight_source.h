@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/io/safetensors.h"  // SafetensorsCollection (held by unique_ptr; inline constructor)
@@ -41,6 +42,10 @@ class WeightSource {
   at::Tensor packedShard(const std::string& name, const std::vector<int64_t>& shape, int64_t dim,
                          const std::vector<int64_t>& blocks, int64_t part, int64_t parts);
   bool contains(const std::string& name) const;
+  /// How `name` is stored: {safetensors dtype spelling ("F32", "BF16", "F8_E4M3", ...), bytes per
+  /// element}. Random sources report their compute dtype. Throws ModelFileError when a
+  /// checkpoint lacks the tensor.
+  std::pair<std::string, int64_t> storage(const std::string& name) const;
   /// Bytes of weights materialised by this source so far (in the compute dtype).
   uint64_t bytesLoaded() const { return bytes_; }
   at::ScalarType dtype() const { return dtype_; }

@@ -4,7 +4,6 @@
 
 #include "parallel/attention.h"
 #include "parallel/context_parallel.h"
-#include "parallel/process_group.h"
 
 namespace dit::flux {
 namespace {
@@ -42,17 +41,6 @@ at::Tensor geluTanh(const at::Tensor& x) { return at::gelu(x, "tanh"); }
 
 }  // namespace
 
-at::Tensor RowwiseLinear::operator()(const at::Tensor& x) const {
-  if (!tp || tp->size() == 1) return linear(x);
-  at::Tensor y = linear.noBias(x).contiguous();
-  tp->allreduce(y);
-  return y + linear.bias;
-}
-
-std::vector<at::Tensor> FusedLinear::operator()(const at::Tensor& x) const {
-  return fused(x).split_with_sizes(sizes, -1);
-}
-
 at::Tensor AttentionBackend::operator()(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const {
   // [B, S, H, D] -> [B, H, S, D]
   at::Tensor Q = q.transpose(1, 2), K = k.transpose(1, 2), V = v.transpose(1, 2);
@@ -60,11 +48,11 @@ at::Tensor AttentionBackend::operator()(const at::Tensor& q, const at::Tensor& k
   return o.transpose(1, 2).reshape({q.size(0), q.size(1), q.size(2) * q.size(3)});
 }
 
-AdaLayerNormZero::AdaLayerNormZero(WeightSource& w, const std::string& prefix, int64_t C)
-    : linear_(loadLinear(w, prefix + ".linear", C, 6 * C)) {}
+AdaLayerNormZero::AdaLayerNormZero(WeightLoader& w, const std::string& prefix, int64_t C)
+    : linear_(w.linear(prefix + ".linear", C, 6 * C)) {}
 
 AdaLayerNormZero::Output AdaLayerNormZero::operator()(const at::Tensor& x, const at::Tensor& silu_temb) const {
-  auto e = linear_(silu_temb).chunk(6, 1);
+  auto e = linear_->forward(silu_temb).chunk(6, 1);
   Output o;
   o.shift_msa = e[0];
   o.scale_msa = e[1];
@@ -76,12 +64,12 @@ AdaLayerNormZero::Output AdaLayerNormZero::operator()(const at::Tensor& x, const
   return o;
 }
 
-AdaLayerNormZeroSingle::AdaLayerNormZeroSingle(WeightSource& w, const std::string& prefix, int64_t C)
-    : linear_(loadLinear(w, prefix + ".linear", C, 3 * C)) {}
+AdaLayerNormZeroSingle::AdaLayerNormZeroSingle(WeightLoader& w, const std::string& prefix, int64_t C)
+    : linear_(w.linear(prefix + ".linear", C, 3 * C)) {}
 
 AdaLayerNormZeroSingle::Output AdaLayerNormZeroSingle::operator()(const at::Tensor& x,
                                                                   const at::Tensor& silu_temb) const {
-  auto e = linear_(silu_temb).chunk(3, 1);
+  auto e = linear_->forward(silu_temb).chunk(3, 1);
   Output o;
   o.shift_msa = e[0];
   o.scale_msa = e[1];
@@ -90,11 +78,11 @@ AdaLayerNormZeroSingle::Output AdaLayerNormZeroSingle::operator()(const at::Tens
   return o;
 }
 
-AdaLayerNormContinuous::AdaLayerNormContinuous(WeightSource& w, const std::string& prefix, int64_t C)
-    : linear_(loadLinear(w, prefix + ".linear", C, 2 * C)) {}
+AdaLayerNormContinuous::AdaLayerNormContinuous(WeightLoader& w, const std::string& prefix, int64_t C)
+    : linear_(w.linear(prefix + ".linear", C, 2 * C)) {}
 
 at::Tensor AdaLayerNormContinuous::operator()(const at::Tensor& x, const at::Tensor& silu_temb) const {
-  auto e = linear_(silu_temb).to(x.scalar_type()).chunk(2, 1);  // scale, shift
+  auto e = linear_->forward(silu_temb).to(x.scalar_type()).chunk(2, 1);  // scale, shift
   return layerNorm(x) * (1 + e[0].unsqueeze(1)) + e[1].unsqueeze(1);
 }
 
@@ -113,41 +101,24 @@ std::pair<at::Tensor, at::Tensor> FluxPosEmbed::operator()(const at::Tensor& ids
   return {at::cat(cosParts, -1), at::cat(sinParts, -1)};
 }
 
-at::Tensor FeedForward::operator()(const at::Tensor& x) const { return out(geluTanh(proj(x))); }
+at::Tensor FeedForward::operator()(const at::Tensor& x) const { return out->forward(geluTanh(proj->forward(x))); }
 
-namespace {
-FusedLinear fuse(const std::vector<std::pair<std::string, Linear>>& parts) {
-  FusedLinear f;
-  std::vector<at::Tensor> w, b;
-  for (const auto& [name, l] : parts) {
-    f.names.push_back(name);
-    f.sizes.push_back(l.weight.size(0));
-    w.push_back(l.weight);
-    b.push_back(l.bias);
-  }
-  f.fused = Linear{at::cat(w, 0), at::cat(b, 0)};
-  return f;
-}
-}  // namespace
-
-FluxAttention::FluxAttention(WeightSource& w, const std::string& p, int64_t C, int64_t headDim,
-                             int64_t headsLocal, bool added_kv, const Loaders& load)
+FluxAttention::FluxAttention(WeightLoader& w, const std::string& p, int64_t C, int64_t headDim, bool added_kv,
+                             int64_t headsLocal)
     : headDim_(headDim), headsLocal_(headsLocal) {
   if (added_kv) {
-    qkv = fuse({{p + ".to_q", load.col(p + ".to_q", C, C)},
-                {p + ".to_k", load.col(p + ".to_k", C, C)},
-                {p + ".to_v", load.col(p + ".to_v", C, C)}});
-    add_qkv = fuse({{p + ".add_q_proj", load.col(p + ".add_q_proj", C, C)},
-                    {p + ".add_k_proj", load.col(p + ".add_k_proj", C, C)},
-                    {p + ".add_v_proj", load.col(p + ".add_v_proj", C, C)}});
+    qkv = w.fusedColumn(p + ".qkv", {{p + ".to_q", C}, {p + ".to_k", C}, {p + ".to_v", C}}, C);
+    add_qkv = w.fusedColumn(p + ".add_qkv", {{p + ".add_q_proj", C}, {p + ".add_k_proj", C}, {p + ".add_v_proj", C}}, C);
+    // The heads this rank computes follow from how the plan sharded to_q.
+    headsLocal_ = qkv->parts()[0].outLocal / headDim;
   }
-  norm_q = w.get(p + ".norm_q.weight", {headDim});
-  norm_k = w.get(p + ".norm_k.weight", {headDim});
+  norm_q = w.param(p + ".norm_q.weight", {headDim});
+  norm_k = w.param(p + ".norm_k.weight", {headDim});
   if (added_kv) {
-    norm_added_q = w.get(p + ".norm_added_q.weight", {headDim});
-    norm_added_k = w.get(p + ".norm_added_k.weight", {headDim});
-    to_out = load.row(p + ".to_out.0", C, C);
-    to_add_out = load.row(p + ".to_add_out", C, C);
+    norm_added_q = w.param(p + ".norm_added_q.weight", {headDim});
+    norm_added_k = w.param(p + ".norm_added_k.weight", {headDim});
+    to_out = w.linear(p + ".to_out.0", C, C);
+    to_add_out = w.linear(p + ".to_add_out", C, C);
   }
 }
 
@@ -159,8 +130,8 @@ std::pair<at::Tensor, at::Tensor> FluxAttention::operator()(const at::Tensor& hi
                                                             const at::Tensor& cos, const at::Tensor& sin,
                                                             const AttentionBackend& attention) const {
   const auto dt = hidden.scalar_type();
-  auto x3 = qkv(hidden);
-  auto c3 = add_qkv(encoder);
+  auto x3 = qkv->forwardParts(hidden);
+  auto c3 = add_qkv->forwardParts(encoder);
   at::Tensor q = rmsNorm(heads(x3[0]), norm_q), k = rmsNorm(heads(x3[1]), norm_k), v = heads(x3[2]);
   at::Tensor cq = rmsNorm(heads(c3[0]), norm_added_q), ck = rmsNorm(heads(c3[1]), norm_added_k),
              cv = heads(c3[2]);
@@ -171,8 +142,8 @@ std::pair<at::Tensor, at::Tensor> FluxAttention::operator()(const at::Tensor& hi
   at::Tensor a = attention(q, k, v).to(dt);
   const int64_t txt = encoder.size(1);
   at::Tensor ac = a.narrow(1, 0, txt), ai = a.narrow(1, txt, a.size(1) - txt);
-  ai = to_out(ai);
-  ac = to_add_out(ac);
+  ai = to_out->forward(ai);
+  ac = to_add_out->forward(ac);
   return {ai, ac};
 }
 
@@ -186,14 +157,13 @@ at::Tensor FluxAttention::attendProjected(const at::Tensor& q_in, const at::Tens
   return attention(q, k, v).to(dt);
 }
 
-FluxTransformerBlock::FluxTransformerBlock(WeightSource& w, const std::string& p, int64_t C, int64_t M,
-                                           int64_t headDim, int64_t headsLocal,
-                                           const FluxAttention::Loaders& load)
+FluxTransformerBlock::FluxTransformerBlock(WeightLoader& w, const std::string& p, int64_t C, int64_t M,
+                                           int64_t headDim)
     : norm1(w, p + ".norm1", C),
       norm1_context(w, p + ".norm1_context", C),
-      attn(w, p + ".attn", C, headDim, headsLocal, /*added_kv=*/true, load),
-      ff{load.col(p + ".ff.net.0.proj", C, M), load.row(p + ".ff.net.2", M, C)},
-      ff_context{load.col(p + ".ff_context.net.0.proj", C, M), load.row(p + ".ff_context.net.2", M, C)} {}
+      attn(w, p + ".attn", C, headDim, /*added_kv=*/true),
+      ff{w.linear(p + ".ff.net.0.proj", C, M), w.linear(p + ".ff.net.2", M, C)},
+      ff_context{w.linear(p + ".ff_context.net.0.proj", C, M), w.linear(p + ".ff_context.net.2", M, C)} {}
 
 std::pair<at::Tensor, at::Tensor> FluxTransformerBlock::operator()(const at::Tensor& hidden_in,
                                                                    const at::Tensor& encoder_in,
@@ -211,25 +181,30 @@ std::pair<at::Tensor, at::Tensor> FluxTransformerBlock::operator()(const at::Ten
   return {encoder, hidden};
 }
 
-FluxSingleTransformerBlock::FluxSingleTransformerBlock(WeightSource& w, const std::string& p, int64_t C,
-                                                       int64_t M, int64_t headDim, int64_t headsLocal,
-                                                       const FluxAttention::Loaders& load)
+namespace {
+// to_q's local rows / head dim: the heads this rank computes, as the plan sharded them.
+int64_t localHeads(const tensor_parallel::FusedColumnParallelLinear& qkv, int64_t headDim) {
+  return qkv.parts()[0].outLocal / headDim;
+}
+}  // namespace
+
+FluxSingleTransformerBlock::FluxSingleTransformerBlock(WeightLoader& w, const std::string& p, int64_t C,
+                                                       int64_t M, int64_t headDim)
     : norm(w, p + ".norm", C),
-      qkv_mlp(fuse({{p + ".attn.to_q", load.col(p + ".attn.to_q", C, C)},
-                    {p + ".attn.to_k", load.col(p + ".attn.to_k", C, C)},
-                    {p + ".attn.to_v", load.col(p + ".attn.to_v", C, C)},
-                    {p + ".proj_mlp", load.col(p + ".proj_mlp", C, M)}})),
-      attn(w, p + ".attn", C, headDim, headsLocal, /*added_kv=*/false, load),
-      proj_out(load.packedRow(p + ".proj_out", {C, M}, C)) {}
+      qkv_mlp(w.fusedColumn(p + ".qkv_mlp",
+                            {{p + ".attn.to_q", C}, {p + ".attn.to_k", C}, {p + ".attn.to_v", C}, {p + ".proj_mlp", M}},
+                            C)),
+      attn(w, p + ".attn", C, headDim, /*added_kv=*/false, localHeads(*qkv_mlp, headDim)),
+      proj_out(w.linear(p + ".proj_out", C + M, C)) {}
 
 at::Tensor FluxSingleTransformerBlock::operator()(const at::Tensor& x, const at::Tensor& silu_temb,
                                                   const at::Tensor& cos, const at::Tensor& sin,
                                                   const AttentionBackend& attention) const {
   const auto n = norm(x, silu_temb);
-  auto parts = qkv_mlp(n.norm_hidden_states);
+  auto parts = qkv_mlp->forwardParts(n.norm_hidden_states);
   at::Tensor mlp_hidden_states = geluTanh(parts[3]);
   at::Tensor attn_output = attn.attendProjected(parts[0], parts[1], parts[2], cos, sin, attention);
-  at::Tensor out = x + n.gate_msa.unsqueeze(1) * proj_out(at::cat({attn_output, mlp_hidden_states}, 2));
+  at::Tensor out = x + n.gate_msa.unsqueeze(1) * proj_out->forward(at::cat({attn_output, mlp_hidden_states}, 2));
   if (out.scalar_type() == at::kHalf) out = out.clamp(-65504, 65504);
   return out;
 }

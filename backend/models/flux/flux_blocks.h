@@ -11,42 +11,22 @@
 
 #include <ATen/core/Tensor.h>
 
-#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "backend/io/weight_source.h"  // Linear
+#include "backend/io/weight_loader.h"
+#include "parallel/tensor_parallel/layers.h"
 
 namespace dit {
 
-class ProcessGroup;
 class ContextParallel;
 
 namespace flux {
 
-/// A RowwiseParallel linear (Megatron RowParallelLinear, input_is_parallel): weight [out, in/tp]
-/// holds this rank's input slice; the partial products are all-reduced (sum) over the tp group
-/// and the bias is added once, after the reduce. With no group (or size 1) a plain linear.
-struct RowwiseLinear {
-  Linear linear;
-  std::shared_ptr<ProcessGroup> tp;
-  /// x [..., in/tp] -> [..., out]. Collective over tp when its size is > 1.
-  at::Tensor operator()(const at::Tensor& x) const;
-};
-
-/// Several ColwiseParallel projections that share their input, computed as one GEMM over their
-/// concatenated local weight shards (e.g. attn.to_q/to_k/to_v). `names` keeps the checkpoint name
-/// of each part and `sizes` its local output size, in order, so that a later LoRA or quantized
-/// weight can find "attn.to_k" inside the fused weight.
-struct FusedLinear {
-  Linear fused;                    ///< weight [sum(sizes), in], bias [sum(sizes)]
-  std::vector<std::string> names;  ///< checkpoint module paths of the parts
-  std::vector<int64_t> sizes;      ///< local output features of each part
-  /// x [..., in] -> one [..., sizes[i]] view per part.
-  std::vector<at::Tensor> operator()(const at::Tensor& x) const;
-};
+using LinearPtr = std::shared_ptr<const tensor_parallel::Linear>;
+using FusedLinearPtr = std::shared_ptr<const tensor_parallel::FusedColumnParallelLinear>;
 
 /// How attention is computed: locally, or by ContextParallel over the joint sequence of the cp
 /// group. `localLens[r]` = local tokens (text + image) on cp rank r.
@@ -67,13 +47,13 @@ class AdaLayerNormZero {
   };
   AdaLayerNormZero() = default;
   /// Loads `<prefix>.linear` [6C, C].
-  AdaLayerNormZero(WeightSource& w, const std::string& prefix, int64_t C);
+  AdaLayerNormZero(WeightLoader& w, const std::string& prefix, int64_t C);
   /// x [B, S, C]; silu_temb = silu(temb) [B, C] (computed once per forward by the model, the
   /// value diffusers computes inside every norm).
   Output operator()(const at::Tensor& x, const at::Tensor& silu_temb) const;
 
  private:
-  Linear linear_;
+  LinearPtr linear_;
 };
 
 /// diffusers AdaLayerNormZeroSingle: linear(silu(temb)) -> shift_msa, scale_msa, gate_msa.
@@ -85,11 +65,11 @@ class AdaLayerNormZeroSingle {
   };
   AdaLayerNormZeroSingle() = default;
   /// Loads `<prefix>.linear` [3C, C].
-  AdaLayerNormZeroSingle(WeightSource& w, const std::string& prefix, int64_t C);
+  AdaLayerNormZeroSingle(WeightLoader& w, const std::string& prefix, int64_t C);
   Output operator()(const at::Tensor& x, const at::Tensor& silu_temb) const;
 
  private:
-  Linear linear_;
+  LinearPtr linear_;
 };
 
 /// diffusers AdaLayerNormContinuous (norm_out; elementwise_affine False, eps 1e-6):
@@ -99,12 +79,12 @@ class AdaLayerNormContinuous {
  public:
   AdaLayerNormContinuous() = default;
   /// Loads `<prefix>.linear` [2C, C].
-  AdaLayerNormContinuous(WeightSource& w, const std::string& prefix, int64_t C);
+  AdaLayerNormContinuous(WeightLoader& w, const std::string& prefix, int64_t C);
   /// x [B, S, C], silu_temb [B, C] -> [B, S, C].
   at::Tensor operator()(const at::Tensor& x, const at::Tensor& silu_temb) const;
 
  private:
-  Linear linear_;
+  LinearPtr linear_;
 };
 
 /// diffusers FluxPosEmbed(theta 10000, axes_dim): per-axis rotary tables from the position ids,
@@ -123,8 +103,8 @@ class FluxPosEmbed {
 /// diffusers FeedForward(activation_fn "gelu-approximate"): net.0.proj (ColwiseParallel) ->
 /// gelu(tanh) -> net.2 (RowwiseParallel). x [B, S, C] -> [B, S, C].
 struct FeedForward {
-  Linear proj;         ///< net.0.proj, weight [M/tp, C]
-  RowwiseLinear out;   ///< net.2, weight [C, M/tp]
+  LinearPtr proj;  ///< net.0.proj (ColwiseParallel in the FLUX plan: weight [M/tp, C])
+  LinearPtr out;   ///< net.2 (RowwiseParallel: weight [C, M/tp], all-reduce inside)
   at::Tensor operator()(const at::Tensor& x) const;
 };
 
@@ -137,11 +117,10 @@ class FluxAttention {
  public:
   FluxAttention() = default;
   /// Double-stream (added_kv_proj_dim set) when `added_kv`, else pre_only single-stream (its
-  /// block loads to_q/to_k/to_v fused with proj_mlp). `col` loads a ColwiseParallel projection,
-  /// `row` a RowwiseParallel one.
-  struct Loaders;
-  FluxAttention(WeightSource& w, const std::string& prefix, int64_t C, int64_t headDim, int64_t headsLocal,
-                bool added_kv, const Loaders& load);
+  /// block loads to_q/to_k/to_v fused with proj_mlp). `headsLocal` = heads this rank computes
+  /// (its to_q output rows / head dim, as the plan sharded them).
+  FluxAttention(WeightLoader& w, const std::string& prefix, int64_t C, int64_t headDim, bool added_kv,
+                int64_t headsLocal = 0);
 
   /// Double-stream: hidden [B, S_img, C], encoder [B, S_txt, C] (both already modulated), rotary
   /// tables over cat(text, image) -> {hidden attention output [B, S_img, C], encoder attention
@@ -156,26 +135,15 @@ class FluxAttention {
                              const at::Tensor& cos, const at::Tensor& sin,
                              const AttentionBackend& attention) const;
 
-  FusedLinear qkv;       ///< to_q, to_k, to_v (double-stream only)
-  FusedLinear add_qkv;   ///< add_q_proj, add_k_proj, add_v_proj (double-stream only)
+  FusedLinearPtr qkv;      ///< to_q, to_k, to_v as one GEMM (double-stream only)
+  FusedLinearPtr add_qkv;  ///< add_q_proj, add_k_proj, add_v_proj as one GEMM (double-stream only)
   at::Tensor norm_q, norm_k, norm_added_q, norm_added_k;  ///< RMSNorm weights [D]
-  RowwiseLinear to_out;      ///< to_out.0 (double-stream only)
-  RowwiseLinear to_add_out;  ///< to_add_out (double-stream only)
+  LinearPtr to_out;      ///< to_out.0 (double-stream only)
+  LinearPtr to_add_out;  ///< to_add_out (double-stream only)
 
  private:
   at::Tensor heads(const at::Tensor& x) const;
   int64_t headDim_ = 0, headsLocal_ = 0;
-};
-
-/// How a block loads a projection by its role in the tensor-parallel plan.
-struct FluxAttention::Loaders {
-  /// ColwiseParallel: rank's output shard.
-  std::function<Linear(const std::string& path, int64_t in, int64_t out)> col;
-  /// RowwiseParallel: rank's input shard, whole bias.
-  std::function<RowwiseLinear(const std::string& path, int64_t in, int64_t out)> row;
-  /// PackedRowwiseParallel: input = concatenation of `blocks`, each split separately.
-  std::function<RowwiseLinear(const std::string& path, const std::vector<int64_t>& blocks, int64_t out)>
-      packedRow;
 };
 
 /// diffusers FluxTransformerBlock (double stream): norm1 / norm1_context (AdaLayerNormZero),
@@ -183,8 +151,8 @@ struct FluxAttention::Loaders {
 /// clips the text stream to +-65504 as diffusers does.
 class FluxTransformerBlock {
  public:
-  FluxTransformerBlock(WeightSource& w, const std::string& prefix, int64_t C, int64_t M, int64_t headDim,
-                       int64_t headsLocal, const FluxAttention::Loaders& load);
+  /// Loads every layer of block `prefix` ("transformer_blocks.<i>") through the loader.
+  FluxTransformerBlock(WeightLoader& w, const std::string& prefix, int64_t C, int64_t M, int64_t headDim);
   /// hidden [B, S_img, C], encoder [B, S_txt, C], silu_temb [B, C], rotary cos/sin
   /// [S_txt + S_img, D] -> {encoder, hidden} (diffusers returns encoder_hidden_states first).
   std::pair<at::Tensor, at::Tensor> operator()(const at::Tensor& hidden, const at::Tensor& encoder,
@@ -202,16 +170,16 @@ class FluxTransformerBlock {
 /// attn.to_q/to_k/to_v and proj_mlp share their input and run as one fused GEMM (qkv_mlp).
 class FluxSingleTransformerBlock {
  public:
-  FluxSingleTransformerBlock(WeightSource& w, const std::string& prefix, int64_t C, int64_t M,
-                             int64_t headDim, int64_t headsLocal, const FluxAttention::Loaders& load);
+  /// Loads every layer of block `prefix` ("single_transformer_blocks.<i>") through the loader.
+  FluxSingleTransformerBlock(WeightLoader& w, const std::string& prefix, int64_t C, int64_t M, int64_t headDim);
   /// x = cat(text, image) [B, S, C] -> [B, S, C].
   at::Tensor operator()(const at::Tensor& x, const at::Tensor& silu_temb, const at::Tensor& cos,
                         const at::Tensor& sin, const AttentionBackend& attention) const;
 
   AdaLayerNormZeroSingle norm;
-  FusedLinear qkv_mlp;  ///< attn.to_q, attn.to_k, attn.to_v, proj_mlp
+  FusedLinearPtr qkv_mlp;  ///< attn.to_q, attn.to_k, attn.to_v, proj_mlp as one GEMM
   FluxAttention attn;
-  RowwiseLinear proj_out;
+  LinearPtr proj_out;  ///< PackedRowwiseParallel over {C, M} in the FLUX plan
 };
 
 }  // namespace flux

@@ -11,37 +11,19 @@
 #include "parallel/attention.h"
 #include "parallel/context_parallel.h"
 #include "parallel/process_group.h"
-#include "parallel/strategy.h"
+#include "parallel/strategy.h"  // joinIssues
 
 namespace dit {
 
 int FluxParallelism::tpRank() const { return tp ? tp->rank() : 0; }
 int FluxParallelism::tpSize() const { return tp ? tp->size() : 1; }
 
-const std::vector<TensorParallelRule>& fluxTensorParallelPlan() {
-  using R = TensorParallelRule;
-  static const std::vector<R> plan = {
-      {"attn.to_q", R::Colwise, false},        {"attn.to_k", R::Colwise, false},
-      {"attn.to_v", R::Colwise, false},        {"attn.add_q_proj", R::Colwise, false},
-      {"attn.add_k_proj", R::Colwise, false},  {"attn.add_v_proj", R::Colwise, false},
-      {"ff.net.0.proj", R::Colwise, false},    {"ff_context.net.0.proj", R::Colwise, false},
-      {"attn.to_out.0", R::Rowwise, false},    {"attn.to_add_out", R::Rowwise, false},
-      {"ff.net.2", R::Rowwise, false},         {"ff_context.net.2", R::Rowwise, false},
-      {"attn.to_q", R::Colwise, true},         {"attn.to_k", R::Colwise, true},
-      {"attn.to_v", R::Colwise, true},         {"proj_mlp", R::Colwise, true},
-      {"proj_out", R::PackedRowwise, true},
-  };
-  return plan;
-}
-
-std::string checkFluxTensorParallel(const FluxTransformerConfig& c, int tp) {
-  // One set of rules and messages for the worker, the CLI, the GUI and the model itself.
-  Strategy s;
-  s.world = s.tp_degree = tp;
-  const ModelDims m = fluxModelDims(c, 8);  // the VAE scale does not enter the model rules
-  auto issues = validateDegrees(s);
-  if (issues.empty()) issues = validateForModel(s, m);
-  return joinIssues(issues);
+ContextParallelPlan fluxContextParallelPlan() {
+  ContextParallelPlan p;
+  p.inputs = {{"hidden_states", 1, 3}, {"encoder_hidden_states", 1, 3}, {"img_ids", 0, 2}, {"txt_ids", 0, 2}};
+  p.output = {1, "hidden_states", 3};
+  p.joint_sequence = {"encoder_hidden_states", "hidden_states"};
+  return p;
 }
 
 void TransformerHooks::beforeBlock(const char*, int, const at::Tensor&, const at::Tensor&) {}
@@ -51,12 +33,12 @@ namespace {
 
 // diffusers TimestepEmbedding / PixArtAlphaTextProjection(act silu): linear_2(silu(linear_1(x))).
 struct MLPEmbed {
-  Linear linear_1, linear_2;
-  at::Tensor operator()(const at::Tensor& x) const { return linear_2(at::silu(linear_1(x))); }
+  flux::LinearPtr linear_1, linear_2;
+  at::Tensor operator()(const at::Tensor& x) const { return linear_2->forward(at::silu(linear_1->forward(x))); }
 };
 
-MLPEmbed loadMLPEmbed(WeightSource& w, const std::string& prefix, int64_t in, int64_t out) {
-  return {loadLinear(w, prefix + ".linear_1", in, out), loadLinear(w, prefix + ".linear_2", out, out)};
+MLPEmbed loadMLPEmbed(WeightLoader& w, const std::string& prefix, int64_t in, int64_t out) {
+  return {w.linear(prefix + ".linear_1", in, out), w.linear(prefix + ".linear_2", out, out)};
 }
 
 // get_timestep_embedding(t, 256, flip_sin_to_cos=True, downscale_freq_shift=0) (diffusers
@@ -74,8 +56,9 @@ at::Tensor timestepProj(const at::Tensor& t, int64_t dim = 256) {
 struct FluxTransformer2DModel::Impl {
   FluxTransformerConfig cfg;
   FluxParallelism par;
-  int tp = 1, tpRank = 0;
-  Linear x_embedder, context_embedder, proj_out;
+  std::shared_ptr<const ShardingPlan> plan;
+  ContextParallelPlan cpPlan = fluxContextParallelPlan();
+  flux::LinearPtr x_embedder, context_embedder, proj_out;
   // time_text_embed: CombinedTimestep(Guidance)TextProjEmbeddings.
   MLPEmbed timestep_embedder, guidance_embedder, text_embedder;
   bool hasGuidance = false;
@@ -83,64 +66,57 @@ struct FluxTransformer2DModel::Impl {
   std::vector<flux::FluxTransformerBlock> transformer_blocks;
   std::vector<flux::FluxSingleTransformerBlock> single_transformer_blocks;
   flux::AdaLayerNormContinuous norm_out;
+  std::vector<LoadedParameter> parameters;
   TransformerHooks* hooks = nullptr;
-
-  // Loaders by plan role (ColwiseParallel / RowwiseParallel / PackedRowwiseParallel); shard-on-load.
-  flux::FluxAttention::Loaders loaders(WeightSource& w) {
-    flux::FluxAttention::Loaders L;
-    L.col = [this, &w](const std::string& p, int64_t in, int64_t out) {
-      if (tp == 1) return loadLinear(w, p, in, out);
-      return Linear{w.shard(p + ".weight", {out, in}, 0, tpRank, tp), w.shard(p + ".bias", {out}, 0, tpRank, tp)};
-    };
-    L.row = [this, &w](const std::string& p, int64_t in, int64_t out) {
-      if (tp == 1) return flux::RowwiseLinear{loadLinear(w, p, in, out), nullptr};
-      return flux::RowwiseLinear{Linear{w.shard(p + ".weight", {out, in}, 1, tpRank, tp), w.get(p + ".bias", {out})},
-                                 par.tp};
-    };
-    L.packedRow = [this, &w](const std::string& p, const std::vector<int64_t>& blocks, int64_t out) {
-      int64_t in = 0;
-      for (auto b : blocks) in += b;
-      if (tp == 1) return flux::RowwiseLinear{loadLinear(w, p, in, out), nullptr};
-      return flux::RowwiseLinear{
-          Linear{w.packedShard(p + ".weight", {out, in}, 1, blocks, tpRank, tp), w.get(p + ".bias", {out})}, par.tp};
-    };
-    return L;
-  }
 };
 
-FluxTransformer2DModel::FluxTransformer2DModel(const FluxTransformerConfig& cfg, WeightSource& w,
-                                               FluxParallelism par)
+FluxTransformer2DModel::FluxTransformer2DModel(const FluxTransformerConfig& cfg, WeightSource& source,
+                                               FluxParallelism par, std::shared_ptr<const ShardingPlan> plan)
     : d_(new Impl) {
   auto& D = *d_;
   D.cfg = cfg;
   D.par = par;
-  D.tp = par.tpSize();
-  D.tpRank = par.tpRank();
-  if (auto msg = checkFluxTensorParallel(cfg, D.tp); !msg.empty()) throw std::invalid_argument(msg);
-  const int64_t headsLocal = cfg.num_attention_heads / D.tp;
+  D.plan = plan ? std::move(plan) : std::make_shared<const ShardingPlan>(fluxShardingPlan(cfg));
+  // Validate the plan against the declared parameters before reading any weight.
+  const ParameterTable declared = fluxParameterTable(cfg);
+  if (auto issues = D.plan->validate(declared, par.tpSize()); !issues.empty())
+    throw std::invalid_argument(joinIssues(issues));
+  WeightLoader w(source, D.plan, par.tp);
   const int64_t C = cfg.innerDim(), M = cfg.mlpHidden(), hd = cfg.attention_head_dim;
-  D.x_embedder = loadLinear(w, "x_embedder", cfg.in_channels, C);
-  D.context_embedder = loadLinear(w, "context_embedder", cfg.joint_attention_dim, C);
+  D.x_embedder = w.linear("x_embedder", cfg.in_channels, C);
+  D.context_embedder = w.linear("context_embedder", cfg.joint_attention_dim, C);
   D.timestep_embedder = loadMLPEmbed(w, "time_text_embed.timestep_embedder", 256, C);
   D.hasGuidance = cfg.guidance_embeds;
   if (D.hasGuidance) D.guidance_embedder = loadMLPEmbed(w, "time_text_embed.guidance_embedder", 256, C);
-  D.text_embedder = {loadLinear(w, "time_text_embed.text_embedder.linear_1", cfg.pooled_projection_dim, C),
-                     loadLinear(w, "time_text_embed.text_embedder.linear_2", C, C)};
+  D.text_embedder = {w.linear("time_text_embed.text_embedder.linear_1", cfg.pooled_projection_dim, C),
+                     w.linear("time_text_embed.text_embedder.linear_2", C, C)};
   D.pos_embed = flux::FluxPosEmbed(cfg.axes_dims_rope);
-  const auto L = D.loaders(w);
   D.transformer_blocks.reserve(static_cast<size_t>(cfg.num_layers));
   for (int i = 0; i < cfg.num_layers; ++i)
-    D.transformer_blocks.emplace_back(w, "transformer_blocks." + std::to_string(i), C, M, hd, headsLocal, L);
+    D.transformer_blocks.emplace_back(w, "transformer_blocks." + std::to_string(i), C, M, hd);
   D.single_transformer_blocks.reserve(static_cast<size_t>(cfg.num_single_layers));
   for (int i = 0; i < cfg.num_single_layers; ++i)
-    D.single_transformer_blocks.emplace_back(w, "single_transformer_blocks." + std::to_string(i), C, M, hd,
-                                             headsLocal, L);
+    D.single_transformer_blocks.emplace_back(w, "single_transformer_blocks." + std::to_string(i), C, M, hd);
   D.norm_out = flux::AdaLayerNormContinuous(w, "norm_out", C);
-  D.proj_out = loadLinear(w, "proj_out", C, cfg.out_channels);
+  D.proj_out = w.linear("proj_out", C, cfg.out_channels);
+  // The model loaded exactly what it declares (names and global shapes): the plan, the byte
+  // counts and the loader talk about the same parameters.
+  for (const auto& p : w.parameters()) {
+    const ParameterInfo* d = declared.find(p.info.name);
+    if (!d || d->shape != p.info.shape)
+      throw std::logic_error("FluxTransformer2DModel loaded " + p.info.name +
+                             (d ? " with a shape other than declared" : ", which fluxParameterTable does not declare"));
+  }
+  if (w.parameters().size() != declared.size())
+    throw std::logic_error("FluxTransformer2DModel loaded " + std::to_string(w.parameters().size()) +
+                           " parameters, fluxParameterTable declares " + std::to_string(declared.size()));
+  D.parameters = w.parameters();
 }
 
 FluxTransformer2DModel::~FluxTransformer2DModel() = default;
 const FluxTransformerConfig& FluxTransformer2DModel::config() const { return d_->cfg; }
+const std::vector<LoadedParameter>& FluxTransformer2DModel::parameters() const { return d_->parameters; }
+const ShardingPlan& FluxTransformer2DModel::shardingPlan() const { return *d_->plan; }
 void FluxTransformer2DModel::setHooks(TransformerHooks* hooks) { d_->hooks = hooks; }
 
 at::Tensor FluxTransformer2DModel::forward(const at::Tensor& hidden_states,
@@ -149,27 +125,19 @@ at::Tensor FluxTransformer2DModel::forward(const at::Tensor& hidden_states,
                                            const at::Tensor& img_ids, const at::Tensor& txt_ids,
                                            const at::Tensor& guidance) const {
   const auto& D = *d_;
-  const auto dt = D.x_embedder.weight.scalar_type();
-  const auto dev = D.x_embedder.weight.device();
-  const int64_t Simg = hidden_states.size(1), Stxt = encoder_hidden_states.size(1);
+  const auto dt = D.x_embedder->weight().scalar_type();
+  const auto dev = D.x_embedder->weight().device();
 
-  // Context parallel: this rank's slice of the text and of the image tokens.
-  flux::AttentionBackend attention{D.par.cp, {Stxt + Simg}};
-  std::vector<int64_t> imgSizes{Simg};
-  at::Tensor hs = hidden_states.to(dev, dt), enc = encoder_hidden_states.to(dev, dt);
-  at::Tensor tIds = txt_ids.to(dev), iIds = img_ids.to(dev);
-  if (D.par.cp) {
-    const auto txtSizes = D.par.cp->partition(Stxt);
-    imgSizes = D.par.cp->partition(Simg);
-    attention.localLens.clear();
-    for (size_t r = 0; r < txtSizes.size(); ++r) attention.localLens.push_back(txtSizes[r] + imgSizes[r]);
-    auto [ts, tl] = D.par.cp->localRange(Stxt);
-    auto [is, il] = D.par.cp->localRange(Simg);
-    enc = enc.narrow(1, ts, tl);
-    tIds = tIds.narrow(0, ts, tl);
-    hs = hs.narrow(1, is, il);
-    iIds = iIds.narrow(0, is, il);
-  }
+  // Context parallel: the declared plan splits the sequence inputs; this rank keeps its slices.
+  ContextParallelRunner cp(D.par.cp, D.cpPlan);
+  auto local = cp.split({{"hidden_states", hidden_states.to(dev, dt)},
+                         {"encoder_hidden_states", encoder_hidden_states.to(dev, dt)},
+                         {"img_ids", img_ids.to(dev)},
+                         {"txt_ids", txt_ids.to(dev)}});
+  at::Tensor hs = local.at("hidden_states"), enc = local.at("encoder_hidden_states");
+  const at::Tensor tIds = local.at("txt_ids"), iIds = local.at("img_ids");
+  flux::AttentionBackend attention{D.par.cp, {}};
+  if (D.par.cp) attention.localLens = cp.localLens();
   const int64_t txtLocal = enc.size(1);
 
   // Conditioning: CombinedTimestep(Guidance)TextProjEmbeddings.
@@ -184,8 +152,8 @@ at::Tensor FluxTransformer2DModel::forward(const at::Tensor& hidden_states,
   // Every AdaLayerNorm applies silu to temb first; computed once here.
   const at::Tensor silu_temb = at::silu(temb);
 
-  hs = D.x_embedder(hs);
-  enc = D.context_embedder(enc);
+  hs = D.x_embedder->forward(hs);
+  enc = D.context_embedder->forward(enc);
 
   const auto [cos, sin] = D.pos_embed(at::cat({tIds, iIds}, 0));
 
@@ -201,9 +169,7 @@ at::Tensor FluxTransformer2DModel::forward(const at::Tensor& hidden_states,
     if (D.hooks) D.hooks->afterBlock("single_transformer_blocks", static_cast<int>(i), x, {});
   }
   hs = x.narrow(1, txtLocal, x.size(1) - txtLocal);
-  at::Tensor out = D.proj_out(D.norm_out(hs, silu_temb));
-  if (D.par.cp) out = D.par.cp->gatherSequence(out.contiguous(), imgSizes);
-  return out;
+  return cp.gather(D.proj_out->forward(D.norm_out(hs, silu_temb)));
 }
 
 double FluxTransformer2DModel::flops(const FluxTransformerConfig& c, int64_t img, int64_t txt) {

@@ -5,14 +5,14 @@
 // diffusers' names, module paths (= checkpoint name prefixes) and output names, so a reader can put
 // this file next to transformer_flux.py.
 //
-// Parallelism (../shared/DESIGN.md section 3) is not in forward():
-//  - tensor parallel: the layers are built by the plan (flux_plan.h); ColwiseParallel projections
-//    hold their output shard, RowwiseParallel ones all-reduce their partial product over the tp
-//    group and add the bias once. Blocks see only "a linear layer" and a local head count.
-//  - context parallel: the model's declared plan (FLUX: hidden_states and encoder_hidden_states
-//    split on dim 1, img_ids and txt_ids on dim 0, output gathered on dim 1) is applied around
-//    forward(); attention runs through the attention backend (local, or ContextParallel over the
-//    concatenated text+image sequence of every rank).
+// Parallelism (../shared/DESIGN.md section 3) is not in the blocks:
+//  - tensor parallel: the WeightLoader builds every layer from the ShardingPlan (flux_plan.h):
+//    ColumnParallelLinear projections hold their output shard, RowParallelLinear ones all-reduce
+//    their partial product over the tp group and add the bias once (parallel/tensor_parallel/
+//    layers.h). Blocks see only "a linear layer" and their local head count.
+//  - context parallel: the declared plan (fluxContextParallelPlan, diffusers' _cp_plan) is applied
+//    around the blocks by the generic ContextParallelRunner; attention runs through the attention
+//    backend (local, or ContextParallel over the concatenated text+image sequence of every rank).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -21,7 +21,10 @@
 #include <string>
 #include <vector>
 
+#include "backend/io/weight_loader.h"
 #include "backend/models/flux/flux_config.h"
+#include "parallel/context_parallel_plan.h"
+#include "parallel/tensor_parallel/sharding_plan.h"
 
 namespace dit {
 
@@ -35,15 +38,6 @@ struct FluxParallelism {
   int tpRank() const;
   int tpSize() const;
 };
-
-/// Which weights the TP plan shards and how — the declarative FLUX.1 plan (diffusers names,
-/// relative to a block). Used for loading, for validation messages and for the memory estimate.
-struct TensorParallelRule {
-  std::string suffix;  ///< e.g. "attn.to_q"
-  enum Style { Colwise, Rowwise, PackedRowwise } style;
-  bool singleBlock;  ///< applies to single_transformer_blocks (else transformer_blocks)
-};
-const std::vector<TensorParallelRule>& fluxTensorParallelPlan();
 
 /// Per-block seam (for step caching, profiling, activation dumps): called by
 /// FluxTransformer2DModel::forward around every block, in order, on every rank. `kind` is
@@ -65,10 +59,13 @@ class TransformerHooks {
 
 class FluxTransformer2DModel {
  public:
-  /// Loads weights (shards under tp). Throws ModelFileError (missing/mismatching tensors) and
-  /// std::invalid_argument (tp degree that does not divide heads or a sharded dimension, naming
-  /// the layer, size and degree) before reading any weight.
-  FluxTransformer2DModel(const FluxTransformerConfig& cfg, WeightSource& w, FluxParallelism par = {});
+  /// Loads weights through a WeightLoader driven by `plan` (null = the FLUX.1 plan,
+  /// fluxShardingPlan(cfg)): each rank reads only its slices under tp. Before reading any weight,
+  /// validates the plan against the declared parameters (fluxParameterTable) at the tp degree:
+  /// throws std::invalid_argument naming the rule patterns, sizes and tp_degree (heads, sharded
+  /// dims, packed blocks, stale rules). Throws ModelFileError for missing/mismatching tensors.
+  FluxTransformer2DModel(const FluxTransformerConfig& cfg, WeightSource& w, FluxParallelism par = {},
+                         std::shared_ptr<const ShardingPlan> plan = nullptr);
   ~FluxTransformer2DModel();
 
   /// One forward pass, inputs replicated on every rank of the group:
@@ -88,6 +85,11 @@ class FluxTransformer2DModel {
   void setHooks(TransformerHooks* hooks);
 
   const FluxTransformerConfig& config() const;
+  /// Every parameter as loaded on this rank: checkpoint name, global shape, stored dtype and its
+  /// ShardSpec (the slice this rank holds).
+  const std::vector<LoadedParameter>& parameters() const;
+  /// The plan the model was loaded with.
+  const ShardingPlan& shardingPlan() const;
   /// FLOPs of one forward for the given token counts (matmuls + attention), for TFLOP/s.
   static double flops(const FluxTransformerConfig& c, int64_t img_tokens, int64_t txt_tokens);
 
@@ -96,9 +98,10 @@ class FluxTransformer2DModel {
   std::unique_ptr<Impl> d_;
 };
 
-/// Checks tensor parallel against the config with the strategy rules of parallel/strategy.h
-/// (validateForModel): tp divides heads, each colwise output dim, each rowwise input dim, each
-/// packed block. Returns "" when fine, else the messages naming the layers, sizes and degree.
-std::string checkFluxTensorParallel(const FluxTransformerConfig& c, int tp);
+/// FLUX's context-parallel plan (diffusers FluxTransformer2DModel._cp_plan): hidden_states and
+/// encoder_hidden_states split on dim 1, img_ids and txt_ids on dim 0, the joint attention sequence
+/// is cat(encoder_hidden_states, hidden_states), the output gathers on dim 1 following
+/// hidden_states' split.
+ContextParallelPlan fluxContextParallelPlan();
 
 }  // namespace dit

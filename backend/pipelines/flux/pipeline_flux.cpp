@@ -11,6 +11,7 @@
 #include "backend/tokenizers/t5_tokenizer.h"
 #include "backend/models/text_encoders/modeling_clip.h"
 #include "backend/models/text_encoders/modeling_t5.h"
+#include "parallel/strategy.h"
 #include "backend/io/weight_source.h"
 #include "parallel/process_group.h"
 
@@ -47,8 +48,14 @@ FluxPipeline::FluxPipeline(const ModelFolder& model, const PipelineOptions& opts
   if (D.device.is_cpu() && opts.dtype == at::kHalf)
     throw std::invalid_argument("float16 is not supported on the CPU (LibTorch has no CPU half LayerNorm/GroupNorm kernels); use float32 or bfloat16 on the CPU, float16 on GPUs");
   // Validate the parallel plan before reading any weight.
-  if (auto msg = checkFluxTensorParallel(D.cfg.transformer, opts.parallel.tpSize()); !msg.empty())
-    throw std::invalid_argument(msg);
+  {
+    // The transformer family's declared plan (models/registry.h), the rules the GUI and the CLI run.
+    Strategy s;
+    s.world = s.tp_degree = opts.parallel.tpSize();
+    auto issues = validateDegrees(s);
+    if (issues.empty()) issues = validateForModel(s, model.dims());
+    if (!issues.empty()) throw std::invalid_argument(joinIssues(issues));
+  }
   D.clipTok = std::make_unique<CLIPTokenizer>(model.component("tokenizer"));
   D.t5Tok = std::make_unique<T5Tokenizer>(model.component("tokenizer_2"));
   {
