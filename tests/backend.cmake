@@ -22,3 +22,13 @@ target_precompile_headers(test_checkpoint_variants REUSE_FROM dit_backend)
 add_dependencies(test_checkpoint_variants ditstudio-cli ditstudio-make-model)
 add_test(NAME checkpoint_variants COMMAND test_checkpoint_variants)
 set_tests_properties(checkpoint_variants PROPERTIES LABELS "backend;variants" TIMEOUT 300)
+
+# The FLUX.1 plan as the one truth: a rule changed in it changes validation, byte counts and the
+# loaded shards together, and tp 2 still equals tp 1 (mpirun -np 2).
+add_executable(test_flux_plan test_flux_plan.cpp)
+target_link_libraries(test_flux_plan PRIVATE dit_backend GTest::gtest MPI::MPI_C)
+target_compile_definitions(test_flux_plan PRIVATE DITSTUDIO_FIXTURE="${DITSTUDIO_FIXTURE}")
+target_precompile_headers(test_flux_plan REUSE_FROM dit_backend)
+add_test(NAME flux_plan_np2 COMMAND ${DITSTUDIO_MPIRUN} -np 2 $<TARGET_FILE:test_flux_plan>)
+set_tests_properties(flux_plan_np2 PROPERTIES LABELS "backend;parallel;mpi;strategy" PROCESSORS 2 TIMEOUT 300
+  ENVIRONMENT "OMP_NUM_THREADS=1;DITSTUDIO_COLLECTIVE_TIMEOUT_S=120")
