@@ -17,7 +17,9 @@
 #include <mpi.h>
 
 #include <memory>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "backend/io/model_folder.h"
 #include "backend/io/weight_source.h"
@@ -165,6 +167,43 @@ TEST(FluxPlan, LoadedShardsAndOutputFollowTheRules) {
     const at::Tensor out = run(model, in);
     EXPECT_LE(test::maxAbsDiff(out, ref), 1e-5);
   }
+}
+
+// The per-block seam: every block, in order, before and after, with its local tensors.
+TEST(FluxPlan, HooksSeeEveryBlockInOrder) {
+  const auto& c = fixtureConfig();
+  struct Recorder : TransformerHooks {
+    std::vector<std::string> calls;
+    void beforeBlock(const char* kind, int i, const at::Tensor& h, const at::Tensor& e) override {
+      std::ostringstream o;
+      o << "before " << kind << ' ' << i << ' ' << h.size(1);
+      if (e.defined()) o << ' ' << e.size(1);
+      calls.push_back(o.str());
+    }
+    void afterBlock(const char* kind, int i, const at::Tensor&, const at::Tensor&) override {
+      std::ostringstream o;
+      o << "after " << kind << ' ' << i;
+      calls.push_back(o.str());
+    }
+  } rec;
+  auto w = fixtureWeights();
+  FluxTransformer2DModel model(c, *w);
+  const Inputs in = inputs(c);
+  const at::Tensor plain = run(model, in);
+  model.setHooks(&rec);
+  const at::Tensor hooked = run(model, in);
+  model.setHooks(nullptr);
+  EXPECT_TRUE(hooked.equal(plain));
+  std::vector<std::string> expect;
+  for (int i = 0; i < c.num_layers; ++i) {
+    expect.push_back("before transformer_blocks " + std::to_string(i) + " 16 8");
+    expect.push_back("after transformer_blocks " + std::to_string(i));
+  }
+  for (int i = 0; i < c.num_single_layers; ++i) {
+    expect.push_back("before single_transformer_blocks " + std::to_string(i) + " 24");
+    expect.push_back("after single_transformer_blocks " + std::to_string(i));
+  }
+  EXPECT_EQ(rec.calls, expect);
 }
 
 int main(int argc, char** argv) {
