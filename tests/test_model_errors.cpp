@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "backend/flux_pipeline.h"
+#include "backend/flux_plan.h"
 #include "backend/flux_transformer.h"
 #include "backend/model_config.h"
 #include "backend/safetensors.h"
@@ -225,6 +226,23 @@ TEST(TensorParallelPlan, RefusesDegreesThatDoNotDivide) {
   EXPECT_NE(msg.find("tp_degree 3 does not divide 256, the size of block 1 of [64, 256] on dimension 1 "
                      "(PackedRowwiseParallel) of single_transformer_blocks.*.proj_out"), std::string::npos) << msg;
   EXPECT_NE(checkFluxTensorParallel(m.transformer, 8).find("does not divide num_attention_heads 4"), std::string::npos);
+}
+
+// The FLUX.1 parameter table (what the tensor-parallel plan is validated against) is exactly the
+// checkpoint's tensors: same names, same shapes; and the plan has no stale rule on it.
+TEST(TensorParallelPlan, FluxParameterTableMatchesTheCheckpoint) {
+  auto m = ModelFolder::open(test::fixtureDir());
+  const ParameterTable table = fluxParameterTable(m.transformer);
+  const auto st = SafetensorsCollection::openFolder(test::fixtureDir() + std::string("/transformer"),
+                                                    "diffusion_pytorch_model");
+  EXPECT_EQ(table.size(), st.names().size());
+  for (const auto& name : st.names()) {
+    const ParameterInfo* p = table.find(name);
+    ASSERT_NE(p, nullptr) << name << " is in the checkpoint but not declared";
+    EXPECT_EQ(p->shape, st.info(name).shape) << name;
+  }
+  EXPECT_TRUE(fluxShardingPlan(m.transformer).validate(table, 4).empty());
+  EXPECT_TRUE(fluxShardingPlan(m.transformer).validate(table, 1).empty());
 }
 
 TEST(RequestErrors, NegativeAndHugeSizes) {
