@@ -44,8 +44,9 @@ struct ContextParallelOutput {
 };
 
 /// A model's context-parallel plan. `joint_sequence`: split inputs whose local parts are
-/// concatenated (in this order) into the sequence the attention sees, e.g. {"encoder_hidden_states",
-/// "hidden_states"} for FLUX (text then image); their split sizes give the attention's localLens.
+/// concatenated (in this order) into the sequence the attention sees, e.g.
+/// {"encoder_hidden_states", "hidden_states"} for FLUX (text then image); their split sizes give
+/// the attention's localLens.
 struct ContextParallelPlan {
   std::vector<ContextParallelInput> inputs;
   ContextParallelOutput output;
@@ -56,7 +57,8 @@ struct ContextParallelPlan {
 ///   ContextParallelRunner run(cp, plan);
 ///   auto local = run.split({{"hidden_states", x}, {"img_ids", ids}, ...});  // no communication
 ///   ... model forward on local tensors, attention with run.localLens() ...
-///   at::Tensor out = run.gather(localOut);                                 // collective (cp group)
+///   at::Tensor out = run.gather(localOut);                                 // collective (cp
+///   group)
 /// With a null cp or degree 1 the runner passes tensors through unchanged.
 class ContextParallelRunner {
  public:

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/pipelines/flux/pipeline_flux.h"
+#include "backend/models/flux/flux_plan.h"
 #include "backend/models/flux/transformer_flux.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/safetensors.h"
@@ -311,6 +312,23 @@ TEST(TensorParallelPlan, RefusesDegreesThatDoNotDivide) {
   EXPECT_NE(msg.find("tp_degree 3 does not divide 256, the size of block 1 of [64, 256] on dimension 1 "
                      "(PackedRowwiseParallel) of single_transformer_blocks.*.proj_out"), std::string::npos) << msg;
   EXPECT_NE(validateTp(8).find("does not divide num_attention_heads 4"), std::string::npos);
+}
+
+// The FLUX.1 parameter table (what the tensor-parallel plan is validated against) is exactly the
+// checkpoint's tensors: same names, same shapes; and the plan has no stale rule on it.
+TEST(TensorParallelPlan, FluxParameterTableMatchesTheCheckpoint) {
+  auto m = ModelFolder::open(test::fixtureDir());
+  const ParameterTable table = fluxParameterTable(fluxConfig(m).transformer);
+  const auto st = SafetensorsCollection::openFolder(test::fixtureDir() + std::string("/transformer"),
+                                                    "diffusion_pytorch_model");
+  EXPECT_EQ(table.size(), st.names().size());
+  for (const auto& name : st.names()) {
+    const ParameterInfo* p = table.find(name);
+    ASSERT_NE(p, nullptr) << name << " is in the checkpoint but not declared";
+    EXPECT_EQ(p->shape, st.info(name).shape) << name;
+  }
+  EXPECT_TRUE(fluxShardingPlan(fluxConfig(m).transformer).validate(table, 4).empty());
+  EXPECT_TRUE(fluxShardingPlan(fluxConfig(m).transformer).validate(table, 1).empty());
 }
 
 TEST(RequestErrors, NegativeAndHugeSizes) {

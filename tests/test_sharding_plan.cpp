@@ -42,7 +42,8 @@ ShardingPlan plan(int64_t C, int64_t M) {
                   {"blocks.*.ff.net.0.proj", ParallelStyle::Colwise, {}},
                   {"blocks.*.ff.net.2", ParallelStyle::Rowwise, {}},
                   {"single.*.proj_out", ParallelStyle::PackedRowwise, {C, M}}});
-  p.requireDivisible("num_attention_heads", 4, "each tensor-parallel rank owns a whole number of heads", "tp_heads");
+  p.requireDivisible("num_attention_heads", 4,
+                     "each tensor-parallel rank owns a whole number of heads", "tp_heads");
   return p;
 }
 
@@ -61,7 +62,8 @@ int count(const std::vector<StrategyIssue>& v, const std::string& rule) {
 
 TEST(ShardingPlan, GlobMatchesWholeSegments) {
   EXPECT_TRUE(ShardingPlan::globMatch("blocks.*.attn.to_q", "blocks.12.attn.to_q"));
-  EXPECT_FALSE(ShardingPlan::globMatch("blocks.*.attn.to_q", "blocks.1.2.attn.to_q"));  // * is one segment
+  EXPECT_FALSE(
+      ShardingPlan::globMatch("blocks.*.attn.to_q", "blocks.1.2.attn.to_q"));  // * is one segment
   EXPECT_FALSE(ShardingPlan::globMatch("blocks.*.attn.to_q", "blocks.1.attn.to_qk"));
   EXPECT_FALSE(ShardingPlan::globMatch("blocks.*.attn.to_q", "xblocks.1.attn.to_q"));
   EXPECT_FALSE(ShardingPlan::globMatch("proj_out", "single.0.proj_out"));
@@ -111,7 +113,8 @@ TEST(ShardingPlan, ShardSpecPerStyle) {
   s = p.shardSpec("single.0.proj_out.weight", {C, C + M}, 1, 2);
   EXPECT_EQ(s.dim, 1);
   EXPECT_EQ(s.blocks, (std::vector<int64_t>{C, M}));
-  EXPECT_EQ(s.ranges({C, C + M}), (std::vector<std::pair<int64_t, int64_t>>{{8, 8}, {16 + 32, 32}}));
+  EXPECT_EQ(s.ranges({C, C + M}),
+            (std::vector<std::pair<int64_t, int64_t>>{{8, 8}, {16 + 32, 32}}));
   EXPECT_EQ(s.localShape({C, C + M}), (std::vector<int64_t>{16, 40}));
   EXPECT_TRUE(p.shardSpec("single.0.proj_out.bias", {C}, 1, 2).replicated());
   // Packed colwise: bias follows the blocks too.
@@ -125,7 +128,8 @@ TEST(ShardingPlan, ShardSpecPerStyle) {
   // Errors: rank range, indivisible, wrong block sum, missing dim.
   EXPECT_THROW(p.shardSpec("blocks.0.attn.to_q.weight", {C, C}, 4, 4), std::invalid_argument);
   EXPECT_THROW(p.shardSpec("blocks.0.attn.to_q.weight", {C, C}, 0, 3), std::invalid_argument);
-  EXPECT_THROW(p.shardSpec("single.0.proj_out.weight", {C, C + M + 2}, 0, 2), std::invalid_argument);
+  EXPECT_THROW(p.shardSpec("single.0.proj_out.weight", {C, C + M + 2}, 0, 2),
+               std::invalid_argument);
   EXPECT_THROW(p.shardSpec("blocks.0.ff.net.2.weight", {C}, 0, 2), std::invalid_argument);
 }
 
@@ -134,23 +138,31 @@ TEST(ShardingPlan, ValidateGroupsFailuresAndNamesPatterns) {
   const auto issues = plan(C, M).validate(table(C, M), 8);
   // Heads: 4 % 8.
   EXPECT_THAT(messageOf(issues, "tp_heads"),
-              HasSubstr("tp_degree 8 does not divide num_attention_heads 4 (each tensor-parallel rank owns a whole number of heads)"));
+              HasSubstr("tp_degree 8 does not divide num_attention_heads 4 (each tensor-parallel "
+                        "rank owns a whole number of heads)"));
   // ff.net.0.proj (colwise dim 0) and ff.net.2 (rowwise dim 1) both have 60: two groups, one per
   // style/dimension, each naming its pattern once although two blocks match; the packed block 1.
   ASSERT_EQ(count(issues, "tp_shard"), 3) << issues.size();
   std::vector<std::string> shard;
   for (const auto& i : issues)
     if (i.rule == "tp_shard") shard.push_back(i.message);
-  EXPECT_EQ(shard[0], "tp_degree 8 does not divide 60, the size of dimension 0 (ColwiseParallel) of blocks.*.ff.net.0.proj");
-  EXPECT_EQ(shard[1], "tp_degree 8 does not divide 60, the size of dimension 1 (RowwiseParallel) of blocks.*.ff.net.2");
-  EXPECT_EQ(shard[2], "tp_degree 8 does not divide 60, the size of block 1 of [16, 60] on dimension 1 "
-                      "(PackedRowwiseParallel) of single.*.proj_out");
+  EXPECT_EQ(shard[0],
+            "tp_degree 8 does not divide 60, the size of dimension 0 (ColwiseParallel) of "
+            "blocks.*.ff.net.0.proj");
+  EXPECT_EQ(shard[1],
+            "tp_degree 8 does not divide 60, the size of dimension 1 (RowwiseParallel) of "
+            "blocks.*.ff.net.2");
+  EXPECT_EQ(shard[2],
+            "tp_degree 8 does not divide 60, the size of block 1 of [16, 60] on dimension 1 "
+            "(PackedRowwiseParallel) of single.*.proj_out");
   // Grouping: two colwise rules with the same size make one message naming both patterns.
-  ShardingPlan two({{"blocks.*.attn.to_q", ParallelStyle::Colwise, {}}, {"blocks.*.ff.net.0.proj", ParallelStyle::Colwise, {}}});
+  ShardingPlan two({{"blocks.*.attn.to_q", ParallelStyle::Colwise, {}},
+                    {"blocks.*.ff.net.0.proj", ParallelStyle::Colwise, {}}});
   const auto g = two.validate(table(12, 12), 8);
   ASSERT_EQ(g.size(), 1u);
   EXPECT_EQ(g[0].message,
-            "tp_degree 8 does not divide 12, the size of dimension 0 (ColwiseParallel) of blocks.*.attn.to_q, blocks.*.ff.net.0.proj");
+            "tp_degree 8 does not divide 12, the size of dimension 0 (ColwiseParallel) of "
+            "blocks.*.attn.to_q, blocks.*.ff.net.0.proj");
   // Divisible: nothing.
   EXPECT_TRUE(plan(C, 64).validate(table(C, 64), 4).empty());
   EXPECT_TRUE(plan(C, M).validate(table(C, M), 1).empty());
@@ -169,7 +181,8 @@ TEST(ShardingPlan, StaleRuleIsAnError) {
   // Blocks that do not add up to the parameter's dimension.
   const auto bad = plan(16, 60).validate(table(16, 64), 2);
   EXPECT_THAT(messageOf(bad, "tp_plan_shape"),
-              HasSubstr("rule 'single.*.proj_out' (PackedRowwiseParallel) declares blocks [16, 60] adding up to 76, but "
+              HasSubstr("rule 'single.*.proj_out' (PackedRowwiseParallel) declares blocks [16, 60] "
+                        "adding up to 76, but "
                         "dimension 1 of single.0.proj_out.weight has size 80"));
 }
 
@@ -183,7 +196,8 @@ TEST(ShardingPlan, BytesPerRankClosedForm) {
   const int64_t shardedPerBlock = (C * C + C) + (M * C + M) + C * C + C * M;
   const int64_t sharded = 2 * shardedPerBlock + C * (C + M);
   for (int tp : {1, 2, 4}) {
-    const uint64_t expect = static_cast<uint64_t>((total - sharded) + sharded / tp) * 4;  // float32 compute
+    const uint64_t expect =
+        static_cast<uint64_t>((total - sharded) + sharded / tp) * 4;  // float32 compute
     EXPECT_EQ(p.bytesPerRank(t, tp, 4), expect) << tp;
   }
   EXPECT_EQ(p.bytesPerRank(t, 1, 0), static_cast<uint64_t>(total) * 2);  // stored BF16
@@ -194,14 +208,16 @@ TEST(ShardingPlan, ChangingOneRuleChangesShardingValidationAndBytesTogether) {
   const int64_t C = 16, M = 60;
   const ParameterTable t = table(C, M);
   ShardingPlan colwise({{"blocks.*.ff.net.0.proj", ParallelStyle::Colwise, {}}});
-  ShardingPlan replicated({{"blocks.*.attn.to_q", ParallelStyle::Colwise, {}}});  // ff.net.0.proj dropped
+  ShardingPlan replicated(
+      {{"blocks.*.attn.to_q", ParallelStyle::Colwise, {}}});  // ff.net.0.proj dropped
   EXPECT_EQ(colwise.shardSpec("blocks.0.ff.net.0.proj.weight", {M, C}, 0, 2).dim, 0);
   EXPECT_TRUE(replicated.shardSpec("blocks.0.ff.net.0.proj.weight", {M, C}, 0, 2).replicated());
   EXPECT_EQ(count(colwise.validate(t, 8), "tp_shard"), 1);
   EXPECT_EQ(count(replicated.validate(t, 8), "tp_shard"), 0);
   const uint64_t bc = colwise.bytesPerRank(t, 2, 4), br = replicated.bytesPerRank(t, 2, 4);
   // Each side shards a different set: ff0 (2 x (M*C + M)) versus to_q (2 x (C*C + C)), halved.
-  EXPECT_EQ(static_cast<int64_t>(br) - static_cast<int64_t>(bc), ((M * C + M) - (C * C + C)) * 2 / 2 * 4);
+  EXPECT_EQ(static_cast<int64_t>(br) - static_cast<int64_t>(bc),
+            ((M * C + M) - (C * C + C)) * 2 / 2 * 4);
 }
 
 TEST(ParameterTable, AddFindAndErrors) {

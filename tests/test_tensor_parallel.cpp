@@ -2,10 +2,9 @@
 // (parallel/context_parallel_plan.h) under mpirun with 2 and 4 ranks: every parallel computation
 // equals the dense / unsplit one in float32 within 1e-5. Weights are random with a fixed seed,
 // identical on every rank, and sharded with ShardingPlan::shardSpec + shardTensor (narrow).
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
-
-#include <ATen/ATen.h>
 
 #include <cmath>
 #include <cstdio>
@@ -79,16 +78,21 @@ ShardingPlan testPlan(int64_t C, int64_t M) {
 struct Dense {
   at::Tensor w, b;
 };
-Dense randomLinear(int64_t in, int64_t out) { return {at::randn({out, in}) / std::sqrt(double(in)), at::randn({out})}; }
+Dense randomLinear(int64_t in, int64_t out) {
+  return {at::randn({out, in}) / std::sqrt(double(in)), at::randn({out})};
+}
 
-std::vector<int64_t> shapeOf(const at::Tensor& t) { return std::vector<int64_t>(t.sizes().begin(), t.sizes().end()); }
+std::vector<int64_t> shapeOf(const at::Tensor& t) {
+  return std::vector<int64_t>(t.sizes().begin(), t.sizes().end());
+}
 
 // Shards a dense layer as rank `rank` of `size` under the plan.
 struct Shard {
   at::Tensor w, b;
   ShardSpec spec;
 };
-Shard shard(const ShardingPlan& plan, const std::string& module, const Dense& d, int rank, int size) {
+Shard shard(const ShardingPlan& plan, const std::string& module, const Dense& d, int rank,
+            int size) {
   const ShardSpec ws = plan.shardSpec(module + ".weight", shapeOf(d.w), rank, size);
   const ShardSpec bs = plan.shardSpec(module + ".bias", shapeOf(d.b), rank, size);
   return {shardTensor(d.w, ws), shardTensor(d.b, bs), ws};
@@ -136,7 +140,9 @@ TEST(TensorParallelLayers, GatherOutputEqualsDense) {
   // Without gather: this rank's slice of the outputs.
   ColumnParallelLinear local("mlp.fc1", s.w, s.b, s.spec, tp);
   const int64_t n = M / tp->size();
-  EXPECT_LT(maxOverRanks(maxAbsDiff(local.forward(x), at::linear(x, fc1.w, fc1.b).narrow(-1, tp->rank() * n, n))), kTol);
+  EXPECT_LT(maxOverRanks(maxAbsDiff(local.forward(x),
+                                    at::linear(x, fc1.w, fc1.b).narrow(-1, tp->rank() * n, n))),
+            kTol);
 }
 
 TEST(TensorParallelLayers, PackedColwiseShardsEachBlock) {
@@ -171,7 +177,8 @@ TEST(TensorParallelLayers, FusedQkvMlpAndPackedRowwiseEqualDense) {
   auto tp = mesh->group("tp");
   const int64_t heads = 4, hd = 4, C = heads * hd, M = 4 * C;
   at::manual_seed(17);
-  const Dense q = randomLinear(C, C), k = randomLinear(C, C), v = randomLinear(C, C), mlp = randomLinear(C, M);
+  const Dense q = randomLinear(C, C), k = randomLinear(C, C), v = randomLinear(C, C),
+              mlp = randomLinear(C, M);
   const Dense out = randomLinear(C + M, C);
   const at::Tensor x = at::randn({1, 6, C});
   const ShardingPlan plan = testPlan(C, M);
@@ -182,7 +189,8 @@ TEST(TensorParallelLayers, FusedQkvMlpAndPackedRowwiseEqualDense) {
     auto sh = [&](const at::Tensor& t) { return t.reshape({1, 6, h, hd}).transpose(1, 2); };
     return dit::localAttention(sh(Q), sh(K), sh(V)).transpose(1, 2).reshape({1, 6, h * hd});
   };
-  const at::Tensor refAttn = attn(at::linear(x, q.w, q.b), at::linear(x, k.w, k.b), at::linear(x, v.w, v.b), heads);
+  const at::Tensor refAttn =
+      attn(at::linear(x, q.w, q.b), at::linear(x, k.w, k.b), at::linear(x, v.w, v.b), heads);
   const at::Tensor refMlp = at::gelu(at::linear(x, mlp.w, mlp.b), "tanh");
   const at::Tensor ref = at::linear(at::cat({refAttn, refMlp}, -1), out.w, out.b);
 
@@ -202,7 +210,8 @@ TEST(TensorParallelLayers, FusedQkvMlpAndPackedRowwiseEqualDense) {
   const auto y = fused.forwardParts(x);
   ASSERT_EQ(y.size(), 4u);
   // Each part is this rank's slice of the dense projection.
-  EXPECT_LT(maxOverRanks(maxAbsDiff(y[1], at::linear(x, k.w, k.b).narrow(-1, r * C / n, C / n))), kTol);
+  EXPECT_LT(maxOverRanks(maxAbsDiff(y[1], at::linear(x, k.w, k.b).narrow(-1, r * C / n, C / n))),
+            kTol);
 
   const at::Tensor localAttn = attn(y[0], y[1], y[2], heads / n);  // this rank's heads
   const at::Tensor localMlp = at::gelu(y[3], "tanh");
@@ -243,7 +252,8 @@ TEST(TensorParallelLayers, NullGroupIsDense) {
   EXPECT_LT(maxAbsDiff(row.forward(x), ref), kTol);
   EXPECT_LT(maxAbsDiff(rep.forward(x), ref), kTol);
   // A sharded spec without a group, and inputs of the wrong width, are refused.
-  EXPECT_THROW(ColumnParallelLinear("a", d.w, d.b, ShardSpec{0, 0, 2, {}}, nullptr), std::invalid_argument);
+  EXPECT_THROW(ColumnParallelLinear("a", d.w, d.b, ShardSpec{0, 0, 2, {}}, nullptr),
+               std::invalid_argument);
   EXPECT_THROW(rep.forward(at::randn({4, 9})), std::invalid_argument);
 }
 
@@ -253,9 +263,11 @@ TEST(TensorParallelLayers, SpecMustMatchGroup) {
   const Dense d = randomLinear(8, 8);
   const int n = tp->size(), r = tp->rank();
   ShardSpec otherRank{0, (r + 1) % n, n, {}};
-  EXPECT_THROW(ColumnParallelLinear("a", shardTensor(d.w, otherRank), {}, otherRank, tp), std::invalid_argument);
+  EXPECT_THROW(ColumnParallelLinear("a", shardTensor(d.w, otherRank), {}, otherRank, tp),
+               std::invalid_argument);
   ShardSpec colSpec{0, r, n, {}};
-  EXPECT_THROW(RowParallelLinear("a", shardTensor(d.w, colSpec), {}, colSpec, tp), std::invalid_argument);
+  EXPECT_THROW(RowParallelLinear("a", shardTensor(d.w, colSpec), {}, colSpec, tp),
+               std::invalid_argument);
 }
 
 // ---------------------------------------------------------------- context-parallel plan runner
@@ -273,12 +285,15 @@ struct CpCase {
 struct Toy {
   int64_t heads = 4, hd = 4;
   Dense q, k, v, o;
-  at::Tensor forward(const at::Tensor& txt, const at::Tensor& img, const std::vector<int64_t>& localLens,
-                     ContextParallel* cp) const {
+  at::Tensor forward(const at::Tensor& txt, const at::Tensor& img,
+                     const std::vector<int64_t>& localLens, ContextParallel* cp) const {
     const at::Tensor xs = at::cat({txt, img}, 1);
     const int64_t B = xs.size(0), S = xs.size(1);
-    auto sh = [&](const Dense& d) { return at::linear(xs, d.w, d.b).view({B, S, heads, hd}).transpose(1, 2).contiguous(); };
-    at::Tensor a = cp ? cp->attention(sh(q), sh(k), sh(v), localLens) : dit::localAttention(sh(q), sh(k), sh(v));
+    auto sh = [&](const Dense& d) {
+      return at::linear(xs, d.w, d.b).view({B, S, heads, hd}).transpose(1, 2).contiguous();
+    };
+    at::Tensor a = cp ? cp->attention(sh(q), sh(k), sh(v), localLens)
+                      : dit::localAttention(sh(q), sh(k), sh(v));
     a = a.transpose(1, 2).reshape({B, S, heads * hd});
     return at::linear(a.narrow(1, txt.size(1), img.size(1)), o.w, o.b);
   }
@@ -302,18 +317,23 @@ double runCpCase(const CpCase& c) {
   dit::DeviceMeshOptions o;
   o.timeout_s = 120;
   dit::DeviceMesh mesh(s, MPI_COMM_WORLD, o);
-  auto cp = std::make_shared<ContextParallel>(mesh.group("ring"), mesh.group("ulysses"), mesh.group("cp"),
-                                              dit::ContextParallelOptions{c.ring, c.uly, c.ulyAny, c.ringAny});
+  auto cp = std::make_shared<ContextParallel>(
+      mesh.group("ring"), mesh.group("ulysses"), mesh.group("cp"),
+      dit::ContextParallelOptions{c.ring, c.uly, c.ulyAny, c.ringAny});
   at::manual_seed(29);
   Toy toy;
   const int64_t C = toy.heads * toy.hd;
-  toy.q = randomLinear(C, C), toy.k = randomLinear(C, C), toy.v = randomLinear(C, C), toy.o = randomLinear(C, C);
+  toy.q = randomLinear(C, C), toy.k = randomLinear(C, C), toy.v = randomLinear(C, C),
+  toy.o = randomLinear(C, C);
   const at::Tensor txt = at::randn({2, c.txt, C}), img = at::randn({2, c.img, C});
   const at::Tensor ids = at::arange(c.img * 3).view({c.img, 3}).to(at::kFloat);
   const at::Tensor ref = toy.forward(txt, img, {c.txt + c.img}, nullptr);
 
   dit::ContextParallelRunner run(cp, toyPlan());
-  auto local = run.split({{"hidden_states", img}, {"encoder_hidden_states", txt}, {"img_ids", ids}, {"guidance", at::ones({2})}});
+  auto local = run.split({{"hidden_states", img},
+                          {"encoder_hidden_states", txt},
+                          {"img_ids", ids},
+                          {"guidance", at::ones({2})}});
   const auto imgSizes = dit::tensorSplitSizes(c.img, cp->degree());
   EXPECT_EQ(run.sizes("hidden_states"), imgSizes);
   EXPECT_EQ(run.sizes("img_ids"), imgSizes);
@@ -323,7 +343,8 @@ double runCpCase(const CpCase& c) {
   const auto txtSizes = dit::tensorSplitSizes(c.txt, cp->degree());
   const auto lens = run.localLens();
   for (size_t r = 0; r < lens.size(); ++r) EXPECT_EQ(lens[r], txtSizes[r] + imgSizes[r]);
-  const at::Tensor out = run.gather(toy.forward(local.at("encoder_hidden_states"), local.at("hidden_states"), lens, cp.get()));
+  const at::Tensor out = run.gather(
+      toy.forward(local.at("encoder_hidden_states"), local.at("hidden_states"), lens, cp.get()));
   return maxOverRanks(maxAbsDiff(out, ref));
 }
 
@@ -345,8 +366,9 @@ TEST(ContextParallelRunner, StrictModeRefusesIndivisibleBeforeAnyCollective) {
   dit::Strategy s;
   s.world = s.ulysses_degree = worldSize();
   dit::DeviceMesh mesh(s);
-  auto cp = std::make_shared<ContextParallel>(mesh.group("ring"), mesh.group("ulysses"), mesh.group("cp"),
-                                              dit::ContextParallelOptions{1, worldSize(), false, false});
+  auto cp =
+      std::make_shared<ContextParallel>(mesh.group("ring"), mesh.group("ulysses"), mesh.group("cp"),
+                                        dit::ContextParallelOptions{1, worldSize(), false, false});
   dit::ContextParallelRunner run(cp, toyPlan());
   try {
     run.split({{"hidden_states", at::zeros({1, 4 * worldSize() + 1, 4})},
@@ -356,7 +378,8 @@ TEST(ContextParallelRunner, StrictModeRefusesIndivisibleBeforeAnyCollective) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("input 'hidden_states'"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(run.split({{"hidden_states", at::zeros({1, 4, 4})}}), std::invalid_argument);  // missing input
+  EXPECT_THROW(run.split({{"hidden_states", at::zeros({1, 4, 4})}}),
+               std::invalid_argument);  // missing input
   EXPECT_THROW(run.split({{"hidden_states", at::zeros({4, 4})},
                           {"encoder_hidden_states", at::zeros({1, 4, 4})},
                           {"img_ids", at::zeros({4, 3})}}),
@@ -372,7 +395,8 @@ TEST(ContextParallelRunner, PlanErrorsAndPassThrough) {
   EXPECT_THROW(dit::ContextParallelRunner(nullptr, plan), std::invalid_argument);
   dit::ContextParallelRunner run(nullptr, toyPlan());
   const at::Tensor img = at::randn({1, 5, 4});
-  auto local = run.split({{"hidden_states", img}, {"encoder_hidden_states", at::randn({1, 3, 4})},
+  auto local = run.split({{"hidden_states", img},
+                          {"encoder_hidden_states", at::randn({1, 3, 4})},
                           {"img_ids", at::zeros({5, 3})}});
   EXPECT_TRUE(at::equal(local.at("hidden_states"), img));
   EXPECT_EQ(run.localLens(), (std::vector<int64_t>{8}));
@@ -385,8 +409,8 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
   explicit RankFailurePrinter(int rank) : rank_(rank) {}
   void OnTestPartResult(const ::testing::TestPartResult& r) override {
     if (r.failed())
-      fprintf(stderr, "[rank %d] FAILED %s:%d\n%s\n", rank_, r.file_name() ? r.file_name() : "?", r.line_number(),
-              r.summary());
+      fprintf(stderr, "[rank %d] FAILED %s:%d\n%s\n", rank_, r.file_name() ? r.file_name() : "?",
+              r.line_number(), r.summary());
   }
 
  private:

@@ -29,7 +29,8 @@ at::Tensor allGatherLastDim(ProcessGroup& group, const at::Tensor& t) {
 }
 
 // The spec a sharded layer must carry for its group: dim `dim`, part = rank, parts = size.
-void checkSpec(const std::string& layer, const ShardSpec& spec, int64_t dim, const std::shared_ptr<ProcessGroup>& g) {
+void checkSpec(const std::string& layer, const ShardSpec& spec, int64_t dim,
+               const std::shared_ptr<ProcessGroup>& g) {
   const int size = groupSize(g);
   if (size == 1) {
     if (!spec.replicated())
@@ -38,9 +39,10 @@ void checkSpec(const std::string& layer, const ShardSpec& spec, int64_t dim, con
     return;
   }
   if (spec.dim != dim || spec.parts != size || spec.part != groupRank(g))
-    throw std::invalid_argument(layer + ": shard spec (dim " + str(spec.dim) + ", part " + str(spec.part) + " of " +
-                                str(spec.parts) + ") does not match the layer (dim " + str(dim) + ") and its group (rank " +
-                                str(groupRank(g)) + " of " + str(size) + ")");
+    throw std::invalid_argument(
+        layer + ": shard spec (dim " + str(spec.dim) + ", part " + str(spec.part) + " of " +
+        str(spec.parts) + ") does not match the layer (dim " + str(dim) + ") and its group (rank " +
+        str(groupRank(g)) + " of " + str(size) + ")");
 }
 
 }  // namespace
@@ -55,10 +57,14 @@ at::Tensor shardTensor(const at::Tensor& full, const ShardSpec& spec) {
 }
 
 Linear::Linear(std::string name, at::Tensor weight, at::Tensor bias, ShardSpec spec)
-    : name_(std::move(name)), weight_(std::move(weight)), bias_(std::move(bias)), spec_(std::move(spec)) {
+    : name_(std::move(name)),
+      weight_(std::move(weight)),
+      bias_(std::move(bias)),
+      spec_(std::move(spec)) {
   if (!weight_.defined() || weight_.dim() != 2)
-    throw std::invalid_argument(name_ + ": weight must be 2-D [out_features, in_features], got " +
-                                (weight_.defined() ? shapeStr(weight_.sizes()) : std::string("none")));
+    throw std::invalid_argument(
+        name_ + ": weight must be 2-D [out_features, in_features], got " +
+        (weight_.defined() ? shapeStr(weight_.sizes()) : std::string("none")));
   if (bias_.defined() && bias_.dim() != 1)
     throw std::invalid_argument(name_ + ": bias must be 1-D, got " + shapeStr(bias_.sizes()));
   if (bias_.defined() && bias_.scalar_type() != weight_.scalar_type())
@@ -67,7 +73,8 @@ Linear::Linear(std::string name, at::Tensor weight, at::Tensor bias, ShardSpec s
 
 void Linear::checkInput(const at::Tensor& x, int64_t expectedIn) const {
   if (!x.defined() || x.dim() < 1 || x.size(-1) != expectedIn)
-    throw std::invalid_argument(name_ + ": input " + (x.defined() ? shapeStr(x.sizes()) : std::string("undefined")) +
+    throw std::invalid_argument(name_ + ": input " +
+                                (x.defined() ? shapeStr(x.sizes()) : std::string("undefined")) +
                                 " does not end in " + str(expectedIn) + " features");
 }
 
@@ -82,19 +89,20 @@ at::Tensor Linear::forward(const at::Tensor& x) const {
 ReplicatedLinear::ReplicatedLinear(std::string name, at::Tensor weight, at::Tensor bias)
     : Linear(std::move(name), std::move(weight), std::move(bias), ShardSpec{}) {
   if (bias_.defined() && bias_.size(0) != weight_.size(0))
-    throw std::invalid_argument(name_ + ": bias " + shapeStr(bias_.sizes()) + " does not match weight " +
-                                shapeStr(weight_.sizes()));
+    throw std::invalid_argument(name_ + ": bias " + shapeStr(bias_.sizes()) +
+                                " does not match weight " + shapeStr(weight_.sizes()));
 }
 
-ColumnParallelLinear::ColumnParallelLinear(std::string name, at::Tensor weightShard, at::Tensor biasShard,
-                                           ShardSpec spec, std::shared_ptr<ProcessGroup> group, bool gatherOutput)
+ColumnParallelLinear::ColumnParallelLinear(std::string name, at::Tensor weightShard,
+                                           at::Tensor biasShard, ShardSpec spec,
+                                           std::shared_ptr<ProcessGroup> group, bool gatherOutput)
     : Linear(std::move(name), std::move(weightShard), std::move(biasShard), std::move(spec)),
       group_(std::move(group)),
       gatherOutput_(gatherOutput) {
   checkSpec(name_, spec_, 0, group_);
   if (bias_.defined() && bias_.size(0) != weight_.size(0))
-    throw std::invalid_argument(name_ + ": bias shard " + shapeStr(bias_.sizes()) + " does not match weight shard " +
-                                shapeStr(weight_.sizes()));
+    throw std::invalid_argument(name_ + ": bias shard " + shapeStr(bias_.sizes()) +
+                                " does not match weight shard " + shapeStr(weight_.sizes()));
 }
 
 at::Tensor ColumnParallelLinear::forward(const at::Tensor& x) const {
@@ -114,15 +122,17 @@ at::Tensor ColumnParallelLinear::forward(const at::Tensor& x) const {
   return at::cat(pieces, -1);
 }
 
-RowParallelLinear::RowParallelLinear(std::string name, at::Tensor weightShard, at::Tensor bias, ShardSpec spec,
-                                     std::shared_ptr<ProcessGroup> group, bool inputIsParallel)
+RowParallelLinear::RowParallelLinear(std::string name, at::Tensor weightShard, at::Tensor bias,
+                                     ShardSpec spec, std::shared_ptr<ProcessGroup> group,
+                                     bool inputIsParallel)
     : Linear(std::move(name), std::move(weightShard), std::move(bias), std::move(spec)),
       group_(std::move(group)),
       inputIsParallel_(inputIsParallel) {
   checkSpec(name_, spec_, 1, group_);
   if (bias_.defined() && bias_.size(0) != weight_.size(0))
-    throw std::invalid_argument(name_ + ": bias " + shapeStr(bias_.sizes()) + " does not match weight shard " +
-                                shapeStr(weight_.sizes()) + " (a rowwise layer keeps the whole bias)");
+    throw std::invalid_argument(name_ + ": bias " + shapeStr(bias_.sizes()) +
+                                " does not match weight shard " + shapeStr(weight_.sizes()) +
+                                " (a rowwise layer keeps the whole bias)");
 }
 
 at::Tensor RowParallelLinear::forward(const at::Tensor& x) const {
@@ -151,14 +161,18 @@ const std::vector<Part>& checkedParts(const std::string& name, const std::vector
     if (!p.weight.defined() || p.weight.dim() != 2)
       throw std::invalid_argument(name + ": part " + p.name + " needs a 2-D weight");
     if (p.weight.size(1) != parts[0].weight.size(1))
-      throw std::invalid_argument(name + ": part " + p.name + " has " + str(p.weight.size(1)) + " input features, part " +
-                                  parts[0].name + " " + str(parts[0].weight.size(1)));
+      throw std::invalid_argument(name + ": part " + p.name + " has " + str(p.weight.size(1)) +
+                                  " input features, part " + parts[0].name + " " +
+                                  str(parts[0].weight.size(1)));
     if (p.weight.scalar_type() != parts[0].weight.scalar_type())
-      throw std::invalid_argument(name + ": parts " + parts[0].name + " and " + p.name + " differ in dtype");
+      throw std::invalid_argument(name + ": parts " + parts[0].name + " and " + p.name +
+                                  " differ in dtype");
     if (p.bias.defined() != parts[0].bias.defined())
-      throw std::invalid_argument(name + ": parts " + parts[0].name + " and " + p.name + " must all have a bias or none");
+      throw std::invalid_argument(name + ": parts " + parts[0].name + " and " + p.name +
+                                  " must all have a bias or none");
     if (p.bias.defined() && (p.bias.dim() != 1 || p.bias.size(0) != p.weight.size(0)))
-      throw std::invalid_argument(name + ": part " + p.name + " has bias " + shapeStr(p.bias.sizes()) + " for weight " +
+      throw std::invalid_argument(name + ": part " + p.name + " has bias " +
+                                  shapeStr(p.bias.sizes()) + " for weight " +
                                   shapeStr(p.weight.sizes()));
   }
   return parts;
@@ -191,7 +205,8 @@ ShardSpec fusedSpec(const std::vector<Part>& parts, const std::shared_ptr<Proces
 
 FusedColumnParallelLinear::FusedColumnParallelLinear(std::string name, std::vector<Part> parts,
                                                      std::shared_ptr<ProcessGroup> group)
-    : Linear(name, catField(checkedParts(name, parts), false), catField(parts, true), fusedSpec(parts, group)),
+    : Linear(name, catField(checkedParts(name, parts), false), catField(parts, true),
+             fusedSpec(parts, group)),
       group_(std::move(group)) {
   int64_t offset = 0;
   for (const auto& p : parts) {

@@ -56,7 +56,8 @@ class Linear {
   const std::string& name() const { return name_; }
   /// The local weight shard [out_local, in_local].
   const at::Tensor& weight() const { return weight_; }
-  /// The local bias ([out_local] colwise, [out] rowwise/replicated); undefined when the layer has none.
+  /// The local bias ([out_local] colwise, [out] rowwise/replicated); undefined when the layer has
+  /// none.
   const at::Tensor& bias() const { return bias_; }
   /// How the weight was sharded (replicated for a dense layer).
   const ShardSpec& spec() const { return spec_; }
@@ -96,8 +97,9 @@ class ColumnParallelLinear : public Linear {
   /// weightShard [out_local, in]; biasShard [out_local] or undefined; spec: dim 0 with
   /// part = group rank and parts = group size (replicated when the group is null / size 1).
   /// Throws std::invalid_argument when the spec disagrees with the group or the shapes.
-  ColumnParallelLinear(std::string name, at::Tensor weightShard, at::Tensor biasShard, ShardSpec spec,
-                       std::shared_ptr<ProcessGroup> group, bool gatherOutput = false);
+  ColumnParallelLinear(std::string name, at::Tensor weightShard, at::Tensor biasShard,
+                       ShardSpec spec, std::shared_ptr<ProcessGroup> group,
+                       bool gatherOutput = false);
   /// x [..., in] replicated. Collective over the group when gather_output and size > 1.
   at::Tensor forward(const at::Tensor& x) const override;
   bool gatherOutput() const { return gatherOutput_; }
@@ -152,7 +154,8 @@ class FusedColumnParallelLinear : public Linear {
   };
   /// `name` names the fused layer (e.g. "layers.0.self_attn.qkv", for logs). Parts
   /// must share in_features, dtype and the presence of a bias. Throws std::invalid_argument.
-  FusedColumnParallelLinear(std::string name, std::vector<Part> parts, std::shared_ptr<ProcessGroup> group);
+  FusedColumnParallelLinear(std::string name, std::vector<Part> parts,
+                            std::shared_ptr<ProcessGroup> group);
   /// x [..., in] -> one [..., out_local_i] per part, in order. No communication.
   std::vector<at::Tensor> forwardParts(const at::Tensor& x) const;
   const std::vector<PartInfo>& parts() const { return parts_; }

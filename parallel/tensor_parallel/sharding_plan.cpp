@@ -18,8 +18,12 @@ std::string shapeStr(const std::vector<int64_t>& s) {
   return o + "]";
 }
 
-bool isPacked(ParallelStyle s) { return s == ParallelStyle::PackedColwise || s == ParallelStyle::PackedRowwise; }
-bool isColwise(ParallelStyle s) { return s == ParallelStyle::Colwise || s == ParallelStyle::PackedColwise; }
+bool isPacked(ParallelStyle s) {
+  return s == ParallelStyle::PackedColwise || s == ParallelStyle::PackedRowwise;
+}
+bool isColwise(ParallelStyle s) {
+  return s == ParallelStyle::Colwise || s == ParallelStyle::PackedColwise;
+}
 
 std::vector<std::string_view> segments(std::string_view s) {
   std::vector<std::string_view> out;
@@ -42,7 +46,8 @@ std::pair<std::string, std::string> splitParam(const std::string& name) {
   return {name.substr(0, dot), name.substr(dot + 1)};
 }
 
-// The dimension `rule` shards for leaf `leaf` of a parameter with `rank` dimensions; -1 = replicated.
+// The dimension `rule` shards for leaf `leaf` of a parameter with `rank` dimensions; -1 =
+// replicated.
 int64_t shardedDim(const ShardRule& rule, const std::string& leaf) {
   if (leaf == "weight") return isColwise(rule.style) ? 0 : 1;
   if (leaf == "bias") return isColwise(rule.style) ? 0 : -1;
@@ -53,10 +58,14 @@ int64_t shardedDim(const ShardRule& rule, const std::string& leaf) {
 
 const char* parallelStyleName(ParallelStyle s) {
   switch (s) {
-    case ParallelStyle::Colwise: return "ColwiseParallel";
-    case ParallelStyle::Rowwise: return "RowwiseParallel";
-    case ParallelStyle::PackedColwise: return "PackedColwiseParallel";
-    case ParallelStyle::PackedRowwise: return "PackedRowwiseParallel";
+    case ParallelStyle::Colwise:
+      return "ColwiseParallel";
+    case ParallelStyle::Rowwise:
+      return "RowwiseParallel";
+    case ParallelStyle::PackedColwise:
+      return "PackedColwiseParallel";
+    case ParallelStyle::PackedRowwise:
+      return "PackedRowwiseParallel";
   }
   return "?";
 }
@@ -67,11 +76,15 @@ int64_t ParameterInfo::numel() const {
 
 void ParameterTable::add(ParameterInfo p) {
   if (p.name.empty()) throw std::invalid_argument("ParameterTable: a parameter needs a name");
-  if (index_.count(p.name)) throw std::invalid_argument("ParameterTable: parameter '" + p.name + "' declared twice");
+  if (index_.count(p.name))
+    throw std::invalid_argument("ParameterTable: parameter '" + p.name + "' declared twice");
   for (auto d : p.shape)
-    if (d < 0) throw std::invalid_argument("ParameterTable: parameter '" + p.name + "' has a negative dimension in " + shapeStr(p.shape));
+    if (d < 0)
+      throw std::invalid_argument("ParameterTable: parameter '" + p.name +
+                                  "' has a negative dimension in " + shapeStr(p.shape));
   if (p.elementBytes < 1)
-    throw std::invalid_argument("ParameterTable: parameter '" + p.name + "' has element size " + str(p.elementBytes) + " bytes (must be at least 1)");
+    throw std::invalid_argument("ParameterTable: parameter '" + p.name + "' has element size " +
+                                str(p.elementBytes) + " bytes (must be at least 1)");
   index_.emplace(p.name, params_.size());
   params_.push_back(std::move(p));
 }
@@ -81,24 +94,29 @@ const ParameterInfo* ParameterTable::find(const std::string& name) const {
   return it == index_.end() ? nullptr : &params_[it->second];
 }
 
-std::vector<std::pair<int64_t, int64_t>> ShardSpec::ranges(const std::vector<int64_t>& global) const {
+std::vector<std::pair<int64_t, int64_t>> ShardSpec::ranges(
+    const std::vector<int64_t>& global) const {
   if (replicated()) return {};
   if (dim >= static_cast<int64_t>(global.size()))
-    throw std::invalid_argument("ShardSpec: dimension " + str(dim) + " does not exist in shape " + shapeStr(global));
+    throw std::invalid_argument("ShardSpec: dimension " + str(dim) + " does not exist in shape " +
+                                shapeStr(global));
   if (part < 0 || part >= parts)
-    throw std::invalid_argument("ShardSpec: part " + str(part) + " outside [0, " + str(parts) + ")");
+    throw std::invalid_argument("ShardSpec: part " + str(part) + " outside [0, " + str(parts) +
+                                ")");
   const int64_t size = global[dim];
   std::vector<int64_t> bl = blocks.empty() ? std::vector<int64_t>{size} : blocks;
   const int64_t sum = std::accumulate(bl.begin(), bl.end(), int64_t{0});
   if (sum != size)
-    throw std::invalid_argument("ShardSpec: blocks " + shapeStr(bl) + " add up to " + str(sum) + ", not to dimension " +
-                                str(dim) + " of shape " + shapeStr(global));
+    throw std::invalid_argument("ShardSpec: blocks " + shapeStr(bl) + " add up to " + str(sum) +
+                                ", not to dimension " + str(dim) + " of shape " + shapeStr(global));
   std::vector<std::pair<int64_t, int64_t>> out;
   int64_t start = 0;
   for (size_t b = 0; b < bl.size(); ++b) {
     if (bl[b] % parts != 0)
       throw std::invalid_argument("ShardSpec: " + str(parts) + " parts do not divide " +
-                                  (blocks.empty() ? std::string("dimension ") + str(dim) : "block " + str(b) + " of dimension " + str(dim)) +
+                                  (blocks.empty()
+                                       ? std::string("dimension ") + str(dim)
+                                       : "block " + str(b) + " of dimension " + str(dim)) +
                                   " of size " + str(bl[b]) + " (shape " + shapeStr(global) + ")");
     const int64_t len = bl[b] / parts;
     out.emplace_back(start + part * len, len);
@@ -123,21 +141,28 @@ ShardingPlan::ShardingPlan(std::vector<ShardRule> rules) {
 ShardingPlan& ShardingPlan::add(ShardRule rule) {
   if (rule.pattern.empty()) throw std::invalid_argument("ShardingPlan: empty rule pattern");
   for (auto seg : segments(rule.pattern))
-    if (seg.empty()) throw std::invalid_argument("ShardingPlan: rule pattern '" + rule.pattern + "' has an empty segment");
+    if (seg.empty())
+      throw std::invalid_argument("ShardingPlan: rule pattern '" + rule.pattern +
+                                  "' has an empty segment");
   if (isPacked(rule.style)) {
     if (rule.blocks.empty())
-      throw std::invalid_argument("ShardingPlan: rule '" + rule.pattern + "' (" + parallelStyleName(rule.style) + ") needs its blocks");
+      throw std::invalid_argument("ShardingPlan: rule '" + rule.pattern + "' (" +
+                                  parallelStyleName(rule.style) + ") needs its blocks");
     for (auto b : rule.blocks)
-      if (b < 1) throw std::invalid_argument("ShardingPlan: rule '" + rule.pattern + "' has a block of size " + str(b));
+      if (b < 1)
+        throw std::invalid_argument("ShardingPlan: rule '" + rule.pattern +
+                                    "' has a block of size " + str(b));
   } else if (!rule.blocks.empty()) {
-    throw std::invalid_argument("ShardingPlan: rule '" + rule.pattern + "' (" + parallelStyleName(rule.style) +
+    throw std::invalid_argument("ShardingPlan: rule '" + rule.pattern + "' (" +
+                                parallelStyleName(rule.style) +
                                 ") is not packed and takes no blocks");
   }
   rules_.push_back(std::move(rule));
   return *this;
 }
 
-ShardingPlan& ShardingPlan::requireDivisible(std::string name, int64_t value, std::string why, std::string rule) {
+ShardingPlan& ShardingPlan::requireDivisible(std::string name, int64_t value, std::string why,
+                                             std::string rule) {
   requirements_.push_back({std::move(name), value, std::move(why), std::move(rule)});
   return *this;
 }
@@ -156,11 +181,11 @@ const ShardRule* ShardingPlan::match(std::string_view modulePath) const {
   return nullptr;
 }
 
-ShardSpec ShardingPlan::shardSpec(const std::string& paramName, const std::vector<int64_t>& shape, int tpRank,
-                                  int tpSize) const {
+ShardSpec ShardingPlan::shardSpec(const std::string& paramName, const std::vector<int64_t>& shape,
+                                  int tpRank, int tpSize) const {
   if (tpSize < 1 || tpRank < 0 || tpRank >= tpSize)
-    throw std::invalid_argument("ShardingPlan::shardSpec: tensor-parallel rank " + str(tpRank) + " outside [0, " +
-                                str(tpSize) + ")");
+    throw std::invalid_argument("ShardingPlan::shardSpec: tensor-parallel rank " + str(tpRank) +
+                                " outside [0, " + str(tpSize) + ")");
   ShardSpec spec;
   if (tpSize == 1) return spec;
   const auto [module, leaf] = splitParam(paramName);
@@ -169,9 +194,9 @@ ShardSpec ShardingPlan::shardSpec(const std::string& paramName, const std::vecto
   const int64_t dim = shardedDim(*rule, leaf);
   if (dim < 0) return spec;
   if (dim >= static_cast<int64_t>(shape.size()))
-    throw std::invalid_argument("ShardingPlan: rule '" + rule->pattern + "' (" + parallelStyleName(rule->style) +
-                                ") shards dimension " + str(dim) + " of " + paramName + ", which has shape " +
-                                shapeStr(shape));
+    throw std::invalid_argument("ShardingPlan: rule '" + rule->pattern + "' (" +
+                                parallelStyleName(rule->style) + ") shards dimension " + str(dim) +
+                                " of " + paramName + ", which has shape " + shapeStr(shape));
   spec.dim = dim;
   spec.part = tpRank;
   spec.parts = tpSize;
@@ -179,8 +204,9 @@ ShardSpec ShardingPlan::shardSpec(const std::string& paramName, const std::vecto
   try {
     spec.ranges(shape);  // divisibility and block sums
   } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument("ShardingPlan: " + paramName + " under rule '" + rule->pattern + "' (" +
-                                parallelStyleName(rule->style) + ") at tp_degree " + str(tpSize) + ": " + e.what());
+    throw std::invalid_argument("ShardingPlan: " + paramName + " under rule '" + rule->pattern +
+                                "' (" + parallelStyleName(rule->style) + ") at tp_degree " +
+                                str(tpSize) + ": " + e.what());
   }
   return spec;
 }
@@ -190,7 +216,8 @@ std::vector<StrategyIssue> ShardingPlan::validate(const ParameterTable& params, 
   // Which rules match something, and the grouped divisibility failures:
   // (size, dim, block index or -1, style) -> patterns in rule order (no duplicates).
   std::vector<bool> used(rules_.size(), false);
-  using Key = std::tuple<int64_t, int64_t, int64_t, int, std::string>;  // size, dim, block, style, blocks text
+  using Key = std::tuple<int64_t, int64_t, int64_t, int,
+                         std::string>;  // size, dim, block, style, blocks text
   std::vector<std::pair<Key, std::vector<std::string>>> groups;
   auto addFailure = [&](const Key& k, const std::string& pattern) {
     for (auto& [key, pats] : groups)
@@ -216,8 +243,9 @@ std::vector<StrategyIssue> ShardingPlan::validate(const ParameterTable& params, 
     const int64_t dim = shardedDim(*rule, leaf);
     if (dim < 0) continue;
     if (dim >= static_cast<int64_t>(p.shape.size())) {
-      out.push_back({"tp_plan_shape", "rule '" + rule->pattern + "' (" + parallelStyleName(rule->style) +
-                                          ") shards dimension " + str(dim) + " of " + p.name + ", which has shape " +
+      out.push_back({"tp_plan_shape", "rule '" + rule->pattern + "' (" +
+                                          parallelStyleName(rule->style) + ") shards dimension " +
+                                          str(dim) + " of " + p.name + ", which has shape " +
                                           shapeStr(p.shape)});
       continue;
     }
@@ -225,33 +253,39 @@ std::vector<StrategyIssue> ShardingPlan::validate(const ParameterTable& params, 
     if (!rule->blocks.empty()) {
       const int64_t sum = std::accumulate(rule->blocks.begin(), rule->blocks.end(), int64_t{0});
       if (sum != size) {
-        out.push_back({"tp_plan_shape", "rule '" + rule->pattern + "' (" + parallelStyleName(rule->style) +
-                                            ") declares blocks " + shapeStr(rule->blocks) + " adding up to " + str(sum) +
-                                            ", but dimension " + str(dim) + " of " + p.name + " has size " + str(size)});
+        out.push_back({"tp_plan_shape", "rule '" + rule->pattern + "' (" +
+                                            parallelStyleName(rule->style) + ") declares blocks " +
+                                            shapeStr(rule->blocks) + " adding up to " + str(sum) +
+                                            ", but dimension " + str(dim) + " of " + p.name +
+                                            " has size " + str(size)});
         continue;
       }
     }
     if (tp <= 1) continue;
     if (rule->blocks.empty()) {
-      if (size % tp != 0) addFailure({size, dim, -1, static_cast<int>(rule->style), ""}, rule->pattern);
+      if (size % tp != 0)
+        addFailure({size, dim, -1, static_cast<int>(rule->style), ""}, rule->pattern);
     } else {
       for (size_t b = 0; b < rule->blocks.size(); ++b)
         if (rule->blocks[b] % tp != 0)
-          addFailure({rule->blocks[b], dim, static_cast<int64_t>(b), static_cast<int>(rule->style), shapeStr(rule->blocks)},
+          addFailure({rule->blocks[b], dim, static_cast<int64_t>(b), static_cast<int>(rule->style),
+                      shapeStr(rule->blocks)},
                      rule->pattern);
     }
   }
   if (tp > 1)
     for (const auto& r : requirements_)
       if (r.value % tp != 0)
-        out.push_back({r.rule, "tp_degree " + str(tp) + " does not divide " + r.name + " " + str(r.value) +
+        out.push_back({r.rule, "tp_degree " + str(tp) + " does not divide " + r.name + " " +
+                                   str(r.value) +
                                    (r.why.empty() ? std::string() : " (" + r.why + ")")});
   for (const auto& [key, pats] : groups) {
     const auto& [size, dim, block, style, blocksText] = key;
-    std::string where = block < 0 ? "dimension " + str(dim)
-                                  : "block " + str(block) + " of " + blocksText + " on dimension " + str(dim);
-    std::string msg = "tp_degree " + str(tp) + " does not divide " + str(size) + ", the size of " + where + " (" +
-                      parallelStyleName(static_cast<ParallelStyle>(style)) + ") of ";
+    std::string where =
+        block < 0 ? "dimension " + str(dim)
+                  : "block " + str(block) + " of " + blocksText + " on dimension " + str(dim);
+    std::string msg = "tp_degree " + str(tp) + " does not divide " + str(size) + ", the size of " +
+                      where + " (" + parallelStyleName(static_cast<ParallelStyle>(style)) + ") of ";
     for (size_t i = 0; i < pats.size(); ++i) msg += (i ? ", " : "") + pats[i];
     out.push_back({"tp_shard", msg});
   }
@@ -260,7 +294,8 @@ std::vector<StrategyIssue> ShardingPlan::validate(const ParameterTable& params, 
     if (!used[i]) stale.push_back(rules_[i].pattern);
   if (!stale.empty()) {
     std::string msg = "the tensor-parallel plan has " + str(static_cast<long long>(stale.size())) +
-                      (stale.size() == 1 ? " rule" : " rules") + " matching no parameter of the model (" +
+                      (stale.size() == 1 ? " rule" : " rules") +
+                      " matching no parameter of the model (" +
                       str(static_cast<long long>(params.size())) + " parameters): ";
     for (size_t i = 0; i < stale.size(); ++i) msg += (i ? ", " : "") + stale[i];
     msg += "; the plan is stale or the parameter names changed";
@@ -269,8 +304,11 @@ std::vector<StrategyIssue> ShardingPlan::validate(const ParameterTable& params, 
   return out;
 }
 
-uint64_t ShardingPlan::bytesPerRank(const ParameterTable& params, int tp, int64_t computeElementBytes) const {
-  if (tp < 1) throw std::invalid_argument("ShardingPlan::bytesPerRank: tp_degree " + str(tp) + " must be at least 1");
+uint64_t ShardingPlan::bytesPerRank(const ParameterTable& params, int tp,
+                                    int64_t computeElementBytes) const {
+  if (tp < 1)
+    throw std::invalid_argument("ShardingPlan::bytesPerRank: tp_degree " + str(tp) +
+                                " must be at least 1");
   uint64_t total = 0;
   for (const auto& p : params) {
     const int64_t eb = computeElementBytes > 0 ? computeElementBytes : p.elementBytes;
@@ -303,7 +341,8 @@ std::string ShardingPlan::describe() const {
     if (!r.blocks.empty()) o << " blocks " << shapeStr(r.blocks);
   }
   for (const auto& r : requirements_)
-    o << "\n  tp_degree divides " << r.name << " " << r.value << (r.why.empty() ? "" : " (" + r.why + ")");
+    o << "\n  tp_degree divides " << r.name << " " << r.value
+      << (r.why.empty() ? "" : " (" + r.why + ")");
   return o.str();
 }
 

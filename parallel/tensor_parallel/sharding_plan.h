@@ -102,7 +102,8 @@ struct ShardSpec {
 };
 
 /// A divisibility requirement of the plan that is not a parameter dimension, e.g.
-/// {"num_attention_heads", 24, "each tensor-parallel rank owns a whole number of heads", "tp_heads"}.
+/// {"num_attention_heads", 24, "each tensor-parallel rank owns a whole number of heads",
+/// "tp_heads"}.
 struct DivisibilityRequirement {
   std::string name;
   int64_t value = 0;

@@ -4,7 +4,8 @@
 
 namespace dit {
 
-ParameterTable fluxParameterTable(const FluxTransformerConfig& c, const std::string& dtype, int64_t elementBytes) {
+ParameterTable fluxParameterTable(const FluxTransformerConfig& c, const std::string& dtype,
+                                  int64_t elementBytes) {
   ParameterTable t;
   auto param = [&](const std::string& name, std::vector<int64_t> shape) {
     t.add({name, std::move(shape), dtype, elementBytes});
@@ -28,8 +29,8 @@ ParameterTable fluxParameterTable(const FluxTransformerConfig& c, const std::str
     const std::string p = "transformer_blocks." + std::to_string(i) + ".";
     linear(p + "norm1.linear", C, 6 * C);
     linear(p + "norm1_context.linear", C, 6 * C);
-    for (const char* n : {"attn.to_q", "attn.to_k", "attn.to_v", "attn.add_q_proj", "attn.add_k_proj",
-                          "attn.add_v_proj", "attn.to_out.0", "attn.to_add_out"})
+    for (const char* n : {"attn.to_q", "attn.to_k", "attn.to_v", "attn.add_q_proj",
+                          "attn.add_k_proj", "attn.add_v_proj", "attn.to_out.0", "attn.to_add_out"})
       linear(p + n, C, C);
     for (const char* n : {"attn.norm_q", "attn.norm_k", "attn.norm_added_q", "attn.norm_added_k"})
       param(p + n + ".weight", {hd});
@@ -55,8 +56,9 @@ ShardingPlan fluxShardingPlan(const FluxTransformerConfig& c) {
   using S = ParallelStyle;
   ShardingPlan plan;
   if (c.num_layers > 0) {
-    for (const char* n : {"attn.to_q", "attn.to_k", "attn.to_v", "attn.add_q_proj", "attn.add_k_proj",
-                          "attn.add_v_proj", "ff.net.0.proj", "ff_context.net.0.proj"})
+    for (const char* n :
+         {"attn.to_q", "attn.to_k", "attn.to_v", "attn.add_q_proj", "attn.add_k_proj",
+          "attn.add_v_proj", "ff.net.0.proj", "ff_context.net.0.proj"})
       plan.add({std::string("transformer_blocks.*.") + n, S::Colwise, {}});
     for (const char* n : {"attn.to_out.0", "attn.to_add_out", "ff.net.2", "ff_context.net.2"})
       plan.add({std::string("transformer_blocks.*.") + n, S::Rowwise, {}});
@@ -66,7 +68,8 @@ ShardingPlan fluxShardingPlan(const FluxTransformerConfig& c) {
       plan.add({std::string("single_transformer_blocks.*.") + n, S::Colwise, {}});
     // Input of proj_out is cat(attention output [inner_dim], mlp output [mlp_hidden]): two
     // independently sharded streams, so each block is split separately.
-    plan.add({"single_transformer_blocks.*.proj_out", S::PackedRowwise, {c.innerDim(), c.mlpHidden()}});
+    plan.add(
+        {"single_transformer_blocks.*.proj_out", S::PackedRowwise, {c.innerDim(), c.mlpHidden()}});
   }
   plan.requireDivisible("num_attention_heads", c.num_attention_heads,
                         "each tensor-parallel rank owns a whole number of heads", "tp_heads");
