@@ -36,10 +36,12 @@
 #include "app/generation.h"
 #include "app/protocol/launch.h"
 #include "app/protocol/protocol.h"
-#include "backend/flux_transformer.h"
-#include "backend/model_config.h"
-#include "backend/tensor_io.h"
-#include "backend/weights.h"
+#include "backend/models/flux/flux_plan.h"
+#include "backend/models/flux/transformer_flux.h"
+#include "backend/io/model_folder.h"
+#include "backend/pipelines/flux/flux_pipeline_config.h"
+#include "backend/io/tensor_io.h"
+#include "backend/io/weight_source.h"
 #include "parallel/context_parallel.h"
 #include "parallel/device_mesh.h"
 #include "parallel/runtime.h"
@@ -62,43 +64,20 @@ struct Args {
   Strategy s;
 };
 
-// ------------------------------------------------------------------ model sizes (closed form)
+// ------------------------------------------------------------------ model sizes (from the plan)
 struct ParamSplit {
-  int64_t total = 0;       ///< every parameter of the model
-  int64_t sharded = 0;     ///< parameters the FLUX.1 TP plan splits over tp
+  int64_t total = 0;    ///< every parameter the model declares (fluxParameterTable)
+  int64_t sharded = 0;  ///< parameters the plan splits over tp at this run's tp_degree
   int64_t replicated() const { return total - sharded; }
 };
-// Parameter count of FluxTransformer2DModel from its config, split as the FLUX.1 TP plan
-// (fluxTensorParallelPlan) shards it: colwise weight + bias, rowwise / packed rowwise weight only.
-ParamSplit fluxParams(const FluxTransformerConfig& c) {
-  const int64_t C = c.innerDim(), M = c.mlpHidden(), hd = c.attention_head_dim;
+// Parameter counts from FLUX.1's declared parameters and tensor-parallel plan (flux_plan.h): the
+// same plan the loader shards by.
+ParamSplit planParams(const ParameterTable& params, const ShardingPlan& plan, int tp) {
   ParamSplit p;
-  auto lin = [&](int64_t in, int64_t out, int sharding /*0 none, 1 colwise, 2 rowwise*/) {
-    p.total += in * out + out;
-    if (sharding == 1) p.sharded += in * out + out;
-    if (sharding == 2) p.sharded += in * out;
-  };
-  lin(c.in_channels, C, 0);
-  lin(c.joint_attention_dim, C, 0);
-  lin(256, C, 0), lin(C, C, 0);
-  if (c.guidance_embeds) lin(256, C, 0), lin(C, C, 0);
-  lin(c.pooled_projection_dim, C, 0), lin(C, C, 0);
-  for (int i = 0; i < c.num_layers; ++i) {
-    lin(C, 6 * C, 0), lin(C, 6 * C, 0);               // norm1, norm1_context
-    for (int k = 0; k < 6; ++k) lin(C, C, 1);          // to_q/k/v, add_q/k/v_proj
-    p.total += 4 * hd;                                 // QK RMSNorms
-    lin(C, C, 2), lin(C, C, 2);                        // to_out.0, to_add_out
-    lin(C, M, 1), lin(M, C, 2), lin(C, M, 1), lin(M, C, 2);  // ff, ff_context
+  for (const auto& info : params) {
+    p.total += info.numel();
+    if (tp > 1 && !plan.shardSpec(info.name, info.shape, 0, tp).replicated()) p.sharded += info.numel();
   }
-  for (int i = 0; i < c.num_single_layers; ++i) {
-    lin(C, 3 * C, 0);                                  // norm.linear
-    for (int k = 0; k < 3; ++k) lin(C, C, 1);          // to_q/k/v
-    p.total += 2 * hd;
-    lin(C, M, 1);                                      // proj_mlp
-    lin(C + M, C, 2);                                  // proj_out (packed rowwise)
-  }
-  lin(C, 2 * C, 0);                                    // norm_out.linear
-  lin(C, c.out_channels, 0);                           // proj_out
   return p;
 }
 
@@ -215,8 +194,8 @@ int runBench(Args a) {
     if (!a.model.empty()) {
       if (fs::exists(fs::path(a.model) / "model_index.json")) {
         ModelFolder m = ModelFolder::open(a.model);
-        cfg = m.transformer;
-        vaeScale = m.vae.vaeScaleFactor();
+        cfg = fluxConfig(m).transformer;
+        vaeScale = fluxConfig(m).vae.vaeScaleFactor();
         weightsDir = m.component("transformer");
       } else if (fs::exists(fs::path(a.model) / "config.json")) {  // a transformer folder itself
         cfg = parseFluxTransformerConfig((fs::path(a.model) / "config.json").string());
@@ -244,12 +223,7 @@ int runBench(Args a) {
   } catch (const std::exception& e) {
     return fail(e.what());
   }
-  ModelDims md;
-  md.num_attention_heads = cfg.num_attention_heads;
-  md.attention_head_dim = cfg.attention_head_dim;
-  md.mlp_ratio_hidden = cfg.mlpHidden();
-  md.joint_attention_dim = cfg.joint_attention_dim;
-  md.vae_scale_factor = vaeScale;
+  const ModelDims md = fluxModelDims(cfg, vaeScale);
   RequestDims rd;
   rd.width = a.width;
   rd.height = a.height;
@@ -361,7 +335,9 @@ int runBench(Args a) {
 
   // 6. Report (rank 0).
   const uint64_t es = c10::elementSize(dtype);
-  const ParamSplit ps = fluxParams(cfg);
+  const ParameterTable params = fluxParameterTable(cfg);
+  const ShardingPlan plan = fluxShardingPlan(cfg);
+  const ParamSplit ps = planParams(params, plan, s.tp_degree);
   std::vector<double> stepMs;
   for (int i = 0; i < steps; ++i) stepMs.push_back(stepNs[i].item<int64_t>() / 1e6);
   ordered_json j;
@@ -472,8 +448,7 @@ int runBench(Args a) {
   }
 
   ordered_json ranks = ordered_json::array();
-  const int64_t shardedBytes = ps.sharded * static_cast<int64_t>(es);
-  const int64_t replBytes = ps.replicated() * static_cast<int64_t>(es);
+  const uint64_t expectedWeightBytes = plan.bytesPerRank(params, s.tp_degree, static_cast<int64_t>(es));
   for (int r = 0; r < world; ++r) {
     auto v = [&](int i) { return all[r][i].item<int64_t>(); };
     ordered_json rj;
@@ -481,7 +456,7 @@ int runBench(Args a) {
     const auto co = meshCoords(s, r);
     rj["coords"] = {{"dp", co[0]}, {"cfg", co[1]}, {"ring", co[2]}, {"ulysses", co[3]}, {"tp", co[4]}};
     rj["weight_bytes"] = v(0);
-    rj["expected_weight_bytes"] = replBytes + shardedBytes / s.tp_degree;
+    rj["expected_weight_bytes"] = expectedWeightBytes;
     rj["rss_before_load_bytes"] = v(1);
     rj["rss_after_load_bytes"] = v(2);
     rj["rss_peak_load_bytes"] = v(3);

@@ -23,9 +23,9 @@
 #include "app/generation.h"
 #include "app/protocol/launch.h"
 #include "app/protocol/protocol.h"
-#include "backend/flux_pipeline.h"
-#include "backend/model_config.h"
-#include "backend/tensor_io.h"
+#include "backend/pipelines/flux/pipeline_flux.h"
+#include "backend/io/model_folder.h"
+#include "backend/io/tensor_io.h"
 #include "parallel/runtime.h"
 #include "parallel/strategy.h"
 

@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <random>
 
-#include "backend/png_io.h"
-#include "backend/tensor_io.h"
+#include "backend/io/png_io.h"
+#include "backend/io/tensor_io.h"
 
 namespace dit {
 namespace fs = std::filesystem;
@@ -72,25 +72,17 @@ std::string indexedPath(const std::string& path, int index, int count) {
   return (p.parent_path() / (p.stem().string() + "-" + std::to_string(index) + p.extension().string())).string();
 }
 
-ModelDims modelDims(const ModelFolder& m) {
-  ModelDims d;
-  d.num_attention_heads = m.transformer.num_attention_heads;
-  d.attention_head_dim = m.transformer.attention_head_dim;
-  d.mlp_ratio_hidden = m.transformer.mlpHidden();
-  d.joint_attention_dim = m.transformer.joint_attention_dim;
-  d.vae_scale_factor = m.vae.vaeScaleFactor();
-  return d;
-}
+ModelDims modelDims(const ModelFolder& m) { return m.dims(); }
 
 std::string validateStrategyForRequest(const Strategy& s, const ModelFolder& m, const protocol::GenerationParams& p,
                                        int numImages) {
   auto issues = validateDegrees(s);
   if (!issues.empty()) return joinIssues(issues);
-  const int vsf = m.vae.vaeScaleFactor();
+  const int vsf = m.dims().vae_scale_factor;
   RequestDims r;
   r.width = p.width > 0 ? p.width : 128 * vsf;
   r.height = p.height > 0 ? p.height : 128 * vsf;
-  r.text_len = p.max_sequence_length > 0 ? p.max_sequence_length : std::min(512, m.t5_max_length);
+  r.text_len = p.max_sequence_length > 0 ? p.max_sequence_length : std::min(512, fluxConfig(m).t5_max_length);
   r.true_cfg = p.trueCfg();
   r.num_images = numImages;
   return joinIssues(validateForRequest(s, modelDims(m), r));

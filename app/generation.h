@@ -8,7 +8,7 @@
 #include <string>
 
 #include "app/protocol/protocol.h"
-#include "backend/flux_pipeline.h"
+#include "backend/pipelines/flux/pipeline_flux.h"
 #include "parallel/strategy.h"
 
 namespace dit {

@@ -11,12 +11,14 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "backend/autoencoder_kl.h"
-#include "backend/flux_transformer.h"
-#include "backend/model_config.h"
-#include "backend/tensor_io.h"
-#include "backend/text_encoders.h"
-#include "backend/weights.h"
+#include "backend/models/autoencoders/autoencoder_kl.h"
+#include "backend/models/flux/transformer_flux.h"
+#include "backend/io/model_folder.h"
+#include "backend/pipelines/flux/flux_pipeline_config.h"
+#include "backend/io/tensor_io.h"
+#include "backend/models/text_encoders/modeling_clip.h"
+#include "backend/models/text_encoders/modeling_t5.h"
+#include "backend/io/weight_source.h"
 
 using namespace dit;
 using nlohmann::json;
@@ -125,22 +127,22 @@ int main(int argc, char** argv) {
     };
     {
       auto w = make(1);
-      FluxTransformer2DModel model(m.transformer, *w);
+      FluxTransformer2DModel model(fluxConfig(m).transformer, *w);
       saveComponent(tmp / "transformer", "diffusion_pytorch_model", w->recorded(), disk, shardBytes);
     }
     {
       auto w = make(2);
-      CLIPTextModel model(m.text_encoder, *w);
+      CLIPTextModel model(fluxConfig(m).text_encoder, *w);
       saveComponent(tmp / "text_encoder", "model", w->recorded(), disk, 0);
     }
     {
       auto w = make(3);
-      T5EncoderModel model(m.text_encoder_2, *w);
+      T5EncoderModel model(fluxConfig(m).text_encoder_2, *w);
       saveComponent(tmp / "text_encoder_2", "model", w->recorded(), disk, 0);
     }
     {
       auto w = make(4);
-      AutoencoderKL model(m.vae, *w);
+      AutoencoderKL model(fluxConfig(m).vae, *w);
       saveComponent(tmp / "vae", "diffusion_pytorch_model", w->recorded(), disk, 0);
     }
     fs::remove_all(o);

@@ -26,10 +26,10 @@
 #include "app/generation.h"
 #include "app/protocol/launch.h"
 #include "app/protocol/protocol.h"
-#include "backend/flux_pipeline.h"
-#include "backend/model_config.h"
-#include "backend/png_io.h"
-#include "backend/tensor_io.h"
+#include "backend/pipelines/flux/pipeline_flux.h"
+#include "backend/io/model_folder.h"
+#include "backend/io/png_io.h"
+#include "backend/io/tensor_io.h"
 #include "parallel/context_parallel.h"
 #include "parallel/device_mesh.h"
 #include "parallel/runtime.h"
@@ -222,7 +222,7 @@ class Worker {
     for (auto& [k, v] : weights) wb[k] = v;
     syncStats(0, 0, 0.0, /*emit=*/true);
     if (rank_ == 0) {
-      const auto& t = model.transformer;
+      const auto& t = fluxConfig(model).transformer;
       emitEvent(json{{"event", "ready"},
                      {"world", worldSize()},
                      {"strategy", s_},
@@ -231,9 +231,9 @@ class Worker {
                      {"model", {{"path", modelDir_}, {"heads", t.num_attention_heads},
                                 {"inner_dim", t.innerDim()}, {"layers", t.num_layers},
                                 {"single_layers", t.num_single_layers},
-                                {"vae_scale_factor", model.vae.vaeScaleFactor()},
+                                {"vae_scale_factor", fluxConfig(model).vae.vaeScaleFactor()},
                                 {"default_steps", 28}, {"guidance_embeds", t.guidance_embeds},
-                                {"max_sequence_length", std::min(512, model.t5_max_length)}}}});
+                                {"max_sequence_length", std::min(512, fluxConfig(model).t5_max_length)}}}});
       reader_.start();
     }
     // 3. Serve.

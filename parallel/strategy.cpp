@@ -123,24 +123,18 @@ std::vector<StrategyIssue> validateForModel(const Strategy& s, const ModelDims& 
     return out;
   }
   const int heads = m.num_attention_heads;
-  const int inner = m.innerDim();
-  const int mlp = m.mlp_ratio_hidden > 0 ? m.mlp_ratio_hidden : 4 * inner;
   const int tp = s.tp_degree;
-  if (tp >= 1) {
-    if (heads % tp != 0)
-      add(out, "tp_heads",
-          "tp_degree " + str(tp) + " does not divide num_attention_heads " + str(heads) +
-              " (each tensor-parallel rank owns a whole number of heads)");
-    if (inner % tp != 0)
-      add(out, "tp_inner_dim",
-          "tp_degree " + str(tp) + " does not divide inner_dim " + str(inner) +
-              " (attn.to_q/to_k/to_v/to_out.0, attn.add_q_proj/add_k_proj/add_v_proj/to_add_out, and "
-              "block 0 of single_transformer_blocks.*.proj_out)");
-    if (mlp % tp != 0)
-      add(out, "tp_mlp_hidden",
-          "tp_degree " + str(tp) + " does not divide the mlp hidden size " + str(mlp) +
-              " (ff.net.0.proj/ff.net.2, ff_context.net.0.proj/ff_context.net.2, proj_mlp, and "
-              "block 1 of single_transformer_blocks.*.proj_out)");
+  if (tp > 1) {
+    if (!m.tensor_parallel_plan) {
+      add(out, "tp_plan",
+          "tp_degree " + str(tp) + " is not possible: this model declares no tensor-parallel plan "
+          "(use tp_degree 1 and another kind of parallelism)");
+    } else if (!m.parameters) {
+      add(out, "tp_plan",
+          "tp_degree " + str(tp) + " cannot be checked: the model's parameters are unknown");
+    } else {
+      for (auto& i : m.tensor_parallel_plan->validate(*m.parameters, tp)) out.push_back(std::move(i));
+    }
   }
   if (s.ulysses_degree > 1 && !s.ulysses_anything && tp >= 1 && heads % tp == 0) {
     const int local = heads / tp;

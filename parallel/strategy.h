@@ -6,8 +6,12 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "parallel/strategy_issue.h"
+#include "parallel/tensor_parallel/sharding_plan.h"
 
 namespace dit {
 
@@ -26,13 +30,18 @@ struct Strategy {
   std::string describe() const;  ///< e.g. "4 ranks: tp 2 x ulysses 2"
 };
 
-/// Sizes of the model that the rules need (read from transformer/config.json).
+/// What the rules need to know about a model; model-agnostic. The model family declares its
+/// tensor-parallel plan and its parameters (backend/ builds these from the model's config); the
+/// rules here never name a layer.
 struct ModelDims {
-  int num_attention_heads = 0;
+  int num_attention_heads = 0;  ///< attention heads per layer (Ulysses splits them)
   int attention_head_dim = 0;
-  int mlp_ratio_hidden = 0;  ///< mlp hidden size (inner_dim * 4 for FLUX.1)
-  int joint_attention_dim = 0;
-  int vae_scale_factor = 8;
+  int vae_scale_factor = 8;     ///< pixels per latent pixel
+  /// The model's tensor-parallel plan; null = the model cannot run with tp_degree > 1.
+  std::shared_ptr<const ShardingPlan> tensor_parallel_plan;
+  /// Every parameter the model declares (names, global shapes, stored dtypes); needed by
+  /// tensor_parallel_plan->validate.
+  std::shared_ptr<const ParameterTable> parameters;
   int innerDim() const { return num_attention_heads * attention_head_dim; }
 };
 
@@ -47,16 +56,12 @@ struct RequestDims {
   }
 };
 
-/// One broken rule: `rule` is a short id ("world", "tp_heads", ...), `message` the sentence shown
-/// to the user naming the sizes and degrees.
-struct StrategyIssue {
-  std::string rule;
-  std::string message;
-};
-
 /// Checks the degrees alone (product equals world, ranges, anything-mode combinations).
 std::vector<StrategyIssue> validateDegrees(const Strategy& s);
-/// Adds the rules that need the model (tp divides heads and every sharded dimension/packed block).
+/// Adds the rules that need the model. With tp_degree > 1: the model's ShardingPlan::validate on
+/// its parameters (every sharded dimension and packed block divisible by tp, the plan's own
+/// requirements such as heads ("tp_heads"), stale rules), or "tp_plan" when the model declares no
+/// plan / no parameters. Ulysses (strict) must divide the heads per tensor-parallel rank.
 std::vector<StrategyIssue> validateForModel(const Strategy& s, const ModelDims& m);
 /// Adds the rules that need the request (strict ring/Ulysses divisibility of text and image
 /// tokens, cfg parallel needs true CFG, width/height multiples).

@@ -1,24 +1,34 @@
 # Backend tests: golden parity with diffusers (tests/data/tiny-flux-A/golden) and model-file errors.
 add_executable(test_golden test_golden.cpp)
-target_link_libraries(test_golden PRIVATE dit_engine GTest::gtest GTest::gtest_main)
+target_link_libraries(test_golden PRIVATE dit_backend GTest::gtest GTest::gtest_main)
 target_compile_definitions(test_golden PRIVATE DITSTUDIO_FIXTURE="${DITSTUDIO_FIXTURE}")
-target_precompile_headers(test_golden REUSE_FROM dit_engine)
+target_precompile_headers(test_golden REUSE_FROM dit_backend)
 add_test(NAME golden COMMAND test_golden)
 set_tests_properties(golden PROPERTIES LABELS "backend;golden" ENVIRONMENT "OMP_NUM_THREADS=2")
 
 add_executable(test_model_errors test_model_errors.cpp)
-target_link_libraries(test_model_errors PRIVATE dit_engine GTest::gtest GTest::gtest_main)
+target_link_libraries(test_model_errors PRIVATE dit_backend GTest::gtest GTest::gtest_main)
 target_compile_definitions(test_model_errors PRIVATE DITSTUDIO_FIXTURE="${DITSTUDIO_FIXTURE}")
-target_precompile_headers(test_model_errors REUSE_FROM dit_engine)
+target_precompile_headers(test_model_errors REUSE_FROM dit_backend)
 add_test(NAME model_errors COMMAND test_model_errors)
 set_tests_properties(model_errors PROPERTIES LABELS "backend;errors;unit")
 
 # Other checkpoint shapes through the real CLI (sharded, bf16 on disk, no guidance, deeper VAE).
 add_executable(test_checkpoint_variants test_checkpoint_variants.cpp)
-target_link_libraries(test_checkpoint_variants PRIVATE dit_engine GTest::gtest GTest::gtest_main)
+target_link_libraries(test_checkpoint_variants PRIVATE dit_backend GTest::gtest GTest::gtest_main)
 target_compile_definitions(test_checkpoint_variants PRIVATE DITSTUDIO_FIXTURE="${DITSTUDIO_FIXTURE}"
   DITSTUDIO_CLI="$<TARGET_FILE:ditstudio-cli>" DITSTUDIO_MAKE_MODEL="$<TARGET_FILE:ditstudio-make-model>")
-target_precompile_headers(test_checkpoint_variants REUSE_FROM dit_engine)
+target_precompile_headers(test_checkpoint_variants REUSE_FROM dit_backend)
 add_dependencies(test_checkpoint_variants ditstudio-cli ditstudio-make-model)
 add_test(NAME checkpoint_variants COMMAND test_checkpoint_variants)
 set_tests_properties(checkpoint_variants PROPERTIES LABELS "backend;variants" TIMEOUT 300)
+
+# The FLUX.1 plan as the one truth: a rule changed in it changes validation, byte counts and the
+# loaded shards together, and tp 2 still equals tp 1 (mpirun -np 2).
+add_executable(test_flux_plan test_flux_plan.cpp)
+target_link_libraries(test_flux_plan PRIVATE dit_backend GTest::gtest MPI::MPI_C)
+target_compile_definitions(test_flux_plan PRIVATE DITSTUDIO_FIXTURE="${DITSTUDIO_FIXTURE}")
+target_precompile_headers(test_flux_plan REUSE_FROM dit_backend)
+add_test(NAME flux_plan_np2 COMMAND ${DITSTUDIO_MPIRUN} -np 2 $<TARGET_FILE:test_flux_plan>)
+set_tests_properties(flux_plan_np2 PROPERTIES LABELS "backend;parallel;mpi;strategy" PROCESSORS 2 TIMEOUT 300
+  ENVIRONMENT "OMP_NUM_THREADS=1;DITSTUDIO_COLLECTIVE_TIMEOUT_S=120")

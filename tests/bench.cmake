@@ -10,10 +10,10 @@ endif()
 
 # --- shard-on-load memory: tp = world size, peak RSS during the load near the shard ---
 add_executable(test_load_memory ${CMAKE_CURRENT_LIST_DIR}/test_load_memory.cpp)
-target_link_libraries(test_load_memory PRIVATE dit_engine GTest::gtest)
+target_link_libraries(test_load_memory PRIVATE dit_backend GTest::gtest)
 target_compile_definitions(test_load_memory PRIVATE DITSTUDIO_FIXTURE="${DITSTUDIO_FIXTURE}"
   DITSTUDIO_MAKE_MODEL="$<TARGET_FILE:ditstudio-make-model>")
-target_precompile_headers(test_load_memory REUSE_FROM dit_engine)
+target_precompile_headers(test_load_memory REUSE_FROM dit_backend)
 add_dependencies(test_load_memory ditstudio-make-model)
 foreach(_np 2 4)
   add_test(NAME load_memory_np${_np} COMMAND ${DITSTUDIO_MPIRUN} -np ${_np} $<TARGET_FILE:test_load_memory>)

@@ -2,8 +2,8 @@
 # kernels and validation on every rank, and RingAttention / UlyssesAttention / unified / anything
 # variants across 1, 2 and 4 MPI ranks.
 add_executable(test_context_parallel ${CMAKE_CURRENT_LIST_DIR}/test_context_parallel.cpp)
-target_link_libraries(test_context_parallel PRIVATE dit_engine GTest::gtest MPI::MPI_C)
-target_precompile_headers(test_context_parallel REUSE_FROM dit_engine)
+target_link_libraries(test_context_parallel PRIVATE dit_parallel GTest::gtest MPI::MPI_C)
+target_precompile_headers(test_context_parallel REUSE_FROM dit_parallel)
 # mpi.h only for its C API (OpenMPI's C++ bindings are not linked).
 target_compile_definitions(test_context_parallel PRIVATE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
 

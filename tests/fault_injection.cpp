@@ -25,7 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend/safetensors.h"
+#include "backend/io/safetensors.h"
 #include "parallel/process_group_checked.h"
 #include "parallel/process_group_mpi.h"
 #include "parallel/runtime.h"

@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "backend/safetensors.h"
-#include "backend/tensor_io.h"
+#include "backend/io/safetensors.h"
+#include "backend/io/tensor_io.h"
 
 namespace dit::test {
 

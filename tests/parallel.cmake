@@ -9,16 +9,16 @@ if(NOT TARGET GTest::gtest)
   find_package(GTest REQUIRED)
 endif()
 
-# --- strategy validation (dit_core only) ---
+# --- strategy validation (dit_parallel_core only: no Torch, no MPI, no backend) ---
 add_executable(test_strategy test_strategy.cpp)
-target_link_libraries(test_strategy PRIVATE dit_core dit_protocol GTest::gmock GTest::gtest GTest::gtest_main)
+target_link_libraries(test_strategy PRIVATE dit_parallel_core dit_protocol GTest::gmock GTest::gtest GTest::gtest_main)
 add_test(NAME strategy COMMAND test_strategy)
 set_tests_properties(strategy PROPERTIES LABELS "unit;parallel" TIMEOUT 60)
 
 # --- collectives + device mesh (gtest main with MPI) ---
 add_executable(test_collectives test_collectives.cpp)
-target_link_libraries(test_collectives PRIVATE dit_engine GTest::gtest)
-target_precompile_headers(test_collectives REUSE_FROM dit_engine)
+target_link_libraries(test_collectives PRIVATE dit_parallel GTest::gtest)
+target_precompile_headers(test_collectives REUSE_FROM dit_parallel)
 foreach(_np 2 4)
   add_test(NAME collectives_np${_np} COMMAND ${DITSTUDIO_MPIRUN} -np ${_np} $<TARGET_FILE:test_collectives>)
   set_tests_properties(collectives_np${_np} PROPERTIES LABELS "parallel;mpi" TIMEOUT 300)
@@ -26,8 +26,8 @@ endforeach()
 
 # --- fault injection ---
 add_executable(fault_injection fault_injection.cpp)
-target_link_libraries(fault_injection PRIVATE dit_engine)
-target_precompile_headers(fault_injection REUSE_FROM dit_engine)
+target_link_libraries(fault_injection PRIVATE dit_backend)
+target_precompile_headers(fault_injection REUSE_FROM dit_backend)
 
 # parallel_expect_failure.sh <limit_s> [--expect REGEX]... -- <command...>: passes when the command
 # exits non-zero within limit_s seconds and its output matches every REGEX.

@@ -1,9 +1,9 @@
 # Strategy parity: each strategy launched through ditstudio-cli/mpirun against the goldens.
 add_executable(test_strategies test_strategies.cpp)
-target_link_libraries(test_strategies PRIVATE dit_engine GTest::gtest GTest::gtest_main)
+target_link_libraries(test_strategies PRIVATE dit_backend GTest::gtest GTest::gtest_main)
 target_compile_definitions(test_strategies PRIVATE DITSTUDIO_FIXTURE="${DITSTUDIO_FIXTURE}"
   DITSTUDIO_CLI="$<TARGET_FILE:ditstudio-cli>")
-target_precompile_headers(test_strategies REUSE_FROM dit_engine)
+target_precompile_headers(test_strategies REUSE_FROM dit_backend)
 add_dependencies(test_strategies ditstudio-cli ditstudio-worker)
 # One ctest entry per strategy (names as in INSTANTIATE_TEST_SUITE_P in test_strategies.cpp).
 set(_strategy_cases tp2 tp2_odd tp4 ring2 ring4 ulysses2 ulysses4 unified2x2 ulysses_anything2
@@ -21,10 +21,10 @@ set_tests_properties(strategy_dp2 strategy_strict_refusals PROPERTIES LABELS "pa
 
 # Failure handling of the real process group (fault injection through the worker).
 add_executable(test_worker_faults test_worker_faults.cpp)
-target_link_libraries(test_worker_faults PRIVATE dit_engine GTest::gtest GTest::gtest_main)
+target_link_libraries(test_worker_faults PRIVATE dit_backend GTest::gtest GTest::gtest_main)
 target_compile_definitions(test_worker_faults PRIVATE DITSTUDIO_FIXTURE="${DITSTUDIO_FIXTURE}"
   DITSTUDIO_CLI="$<TARGET_FILE:ditstudio-cli>")
-target_precompile_headers(test_worker_faults REUSE_FROM dit_engine)
+target_precompile_headers(test_worker_faults REUSE_FROM dit_backend)
 add_dependencies(test_worker_faults ditstudio-cli ditstudio-worker)
 gtest_add_tests(TARGET test_worker_faults TEST_LIST _fault_tests)
 set_tests_properties(${_fault_tests} PROPERTIES LABELS "parallel;mpi;fault" TIMEOUT 150)

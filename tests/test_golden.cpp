@@ -3,12 +3,13 @@
 // tables, seeded initial latents and three whole-pipeline runs. Tolerance 1e-4 absolute.
 #include <gtest/gtest.h>
 
-#include "backend/autoencoder_kl.h"
-#include "backend/flux_pipeline.h"
-#include "backend/flux_transformer.h"
-#include "backend/scheduler.h"
-#include "backend/text_encoders.h"
-#include "backend/weights.h"
+#include "backend/models/autoencoders/autoencoder_kl.h"
+#include "backend/pipelines/flux/pipeline_flux.h"
+#include "backend/models/flux/transformer_flux.h"
+#include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
+#include "backend/models/text_encoders/modeling_clip.h"
+#include "backend/models/text_encoders/modeling_t5.h"
+#include "backend/io/weight_source.h"
 #include "golden_util.h"
 
 using namespace dit;
@@ -35,7 +36,7 @@ TEST(Golden, SchedulerTables) {
   int n = 0;
   for (const auto& c : goldenJson()["cases"]["scheduler"]) {
     const int steps = c["steps"], seq = c["image_seq_len"];
-    auto t = fluxSchedule(m.scheduler, steps, seq);
+    auto t = fluxSchedule(fluxConfig(m).scheduler, steps, seq);
     EXPECT_NEAR(t.mu, c["mu"].get<double>(), 1e-12);
     const std::string k = "sched." + std::to_string(steps) + "." + std::to_string(seq);
     at::Tensor gs = golden(k + ".sigmas"), gt = golden(k + ".timesteps");
@@ -76,7 +77,7 @@ TEST(Golden, TransformerForward) {
 TEST(Golden, VaeDecode) {
   auto m = ModelFolder::open(fixtureDir());
   auto w = WeightSource::fromFolder(m.component("vae"), "diffusion_pytorch_model", at::kFloat, at::kCPU);
-  AutoencoderKL vae(m.vae, *w);
+  AutoencoderKL vae(fluxConfig(m).vae, *w);
   at::NoGradGuard ng;
   at::Tensor out = vae.decode(golden("vae.in"));
   at::Tensor ref = golden("vae.out");

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include "backend/flux_pipeline.h"
+#include "backend/pipelines/flux/pipeline_flux.h"
 #include "golden_util.h"
 #include "parallel/process_group_mpi.h"
 #include "parallel/process_group_nccl.h"

@@ -6,8 +6,8 @@
 // checkpoint once (ditstudio-make-model, float32 on disk) into a fresh temp dir; then every rank
 // loads FluxTransformer2DModel with tp = world size and checks
 //  (a) weight bytes == replicated + sharded / tp, the split computed from the checkpoint's header
-//      and fluxTensorParallelPlan() (colwise: weight + bias sharded; rowwise and packed rowwise:
-//      weight sharded, bias replicated; everything else replicated);
+//      and fluxShardingPlan() (colwise: weight + bias sharded; rowwise and packed rowwise:
+//      weight sharded, bias replicated; everything else replicated), == the plan's bytesPerRank;
 //  (b) peak RSS growth during the load (VmHWM reset just before it) <= 1.1 x shard + replicated
 //      + allowance, allowance = the largest single tensor of the checkpoint + 16 MiB (see
 //      kSlackBytes);
@@ -25,10 +25,12 @@
 #include <fstream>
 #include <string>
 
-#include "backend/flux_transformer.h"
-#include "backend/model_config.h"
-#include "backend/safetensors.h"
-#include "backend/weights.h"
+#include "backend/models/flux/flux_plan.h"
+#include "backend/models/flux/transformer_flux.h"
+#include "backend/io/model_folder.h"
+#include "backend/pipelines/flux/flux_pipeline_config.h"
+#include "backend/io/safetensors.h"
+#include "backend/io/weight_source.h"
 #include "parallel/device_mesh.h"
 #include "parallel/runtime.h"
 #include "parallel/strategy.h"
@@ -61,36 +63,31 @@ struct Split {
   int64_t replicated = 0, sharded = 0, largest = 0, total = 0;
 };
 
-// Bytes of the checkpoint split by the FLUX.1 TP plan (float32 on disk == compute dtype).
-Split planSplit(const SafetensorsCollection& st) {
+// Bytes of the checkpoint split by the FLUX.1 tensor-parallel plan (fluxShardingPlan, the plan the
+// loader shards by): a tensor is sharded when the plan gives it a non-replicated ShardSpec at
+// `tp` (colwise: weight + bias; rowwise and packed rowwise: weight only). Float32 on disk ==
+// compute dtype.
+Split planSplit(const SafetensorsCollection& st, const ShardingPlan& plan, int tp) {
   Split s;
-  const auto& plan = fluxTensorParallelPlan();
   for (const auto& name : st.names()) {
     const auto& info = st.info(name);
     const int64_t b = static_cast<int64_t>(info.nbytes());
     s.total += b;
     s.largest = std::max(s.largest, b);
-    bool single = false;
-    std::string rest;
-    for (const char* pre : {"transformer_blocks.", "single_transformer_blocks."}) {
-      const std::string p(pre);
-      if (name.compare(0, p.size(), p) != 0) continue;
-      const size_t dot = name.find('.', p.size());
-      rest = name.substr(dot + 1);
-      single = p[0] == 's';
-    }
-    bool shard = false;
-    if (!rest.empty()) {
-      const bool isWeight = rest.size() > 7 && rest.compare(rest.size() - 7, 7, ".weight") == 0;
-      const bool isBias = rest.size() > 5 && rest.compare(rest.size() - 5, 5, ".bias") == 0;
-      const std::string layer = rest.substr(0, rest.rfind('.'));
-      for (const auto& r : plan)
-        if (r.singleBlock == single && r.suffix == layer)
-          shard = isWeight || (isBias && r.style == TensorParallelRule::Colwise);
-    }
+    const bool shard = tp > 1 && !plan.shardSpec(name, info.shape, 0, tp).replicated();
     (shard ? s.sharded : s.replicated) += b;
   }
   return s;
+}
+
+// The checkpoint's header as a ParameterTable (names, shapes, stored dtypes).
+ParameterTable headerTable(const SafetensorsCollection& st) {
+  ParameterTable t;
+  for (const auto& name : st.names()) {
+    const auto& info = st.info(name);
+    t.add({name, info.shape, dtypeName(info.dtype), static_cast<int64_t>(dtypeSize(info.dtype))});
+  }
+  return t;
 }
 
 // RssFile of /proc/self/status: file-backed resident pages (libraries, and the checkpoint's mapped
@@ -133,8 +130,10 @@ double mib(int64_t b) { return static_cast<double>(b) / (1 << 20); }
 
 TEST(LoadMemory, ShardOnLoadPeakStaysNearTheShard) {
   const ModelFolder m = ModelFolder::open(g_dir);
-  const Split sp = planSplit(SafetensorsCollection::openFolder(g_dir + "/transformer", "diffusion_pytorch_model"));
   const int tp = g_world;
+  const ShardingPlan plan = fluxShardingPlan(fluxConfig(m).transformer);
+  const auto st = SafetensorsCollection::openFolder(g_dir + "/transformer", "diffusion_pytorch_model");
+  const Split sp = planSplit(st, plan, tp);
   ASSERT_EQ(sp.sharded % tp, 0);
   ASSERT_GT(sp.total, int64_t(100) << 20) << "the checkpoint should be 100+ MB to measure anything";
 
@@ -146,9 +145,11 @@ TEST(LoadMemory, ShardOnLoadPeakStaysNearTheShard) {
   if (tp > 1) par.tp = mesh.group("tp");
 
   MPI_Barrier(MPI_COMM_WORLD);
-  const LoadFigures f = loadOnce(m.transformer, par);
+  const LoadFigures f = loadOnce(fluxConfig(m).transformer, par);
   const int64_t shard = sp.sharded / tp;
   const int64_t expectBytes = sp.replicated + shard;
+  // The plan's own byte count (what the benchmark and the advisor report) agrees.
+  EXPECT_EQ(static_cast<int64_t>(plan.bytesPerRank(headerTable(st), tp, 4)), expectBytes);
   const int64_t allowance = sp.largest + kSlackBytes;
   const int64_t bound = static_cast<int64_t>(1.1 * shard) + sp.replicated + allowance;
 
@@ -182,7 +183,7 @@ TEST(LoadMemory, ShardOnLoadPeakStaysNearTheShard) {
   // (c) tp = 1 on rank 0 for comparison (the others wait).
   MPI_Barrier(MPI_COMM_WORLD);
   if (g_rank == 0) {
-    const LoadFigures full = loadOnce(m.transformer, {});
+    const LoadFigures full = loadOnce(fluxConfig(m).transformer, {});
     std::printf("tp 1 (rank 0 alone): weight %.2f MiB, rss before %.1f MiB, peak %.1f MiB, peak growth "
                 "%.2f MiB (file-backed %+.2f MiB), load %.2f s; tp %d peak growth / tp 1 peak growth = %.3f\n",
                 mib(full.weightBytes), mib(full.rssBefore), mib(full.rssPeak), mib(full.growth()),

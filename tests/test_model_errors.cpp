@@ -5,12 +5,18 @@
 #include <filesystem>
 #include <fstream>
 
-#include "backend/flux_pipeline.h"
-#include "backend/flux_transformer.h"
-#include "backend/model_config.h"
-#include "backend/safetensors.h"
-#include "backend/tensor_io.h"
-#include "backend/weights.h"
+#include <nlohmann/json.hpp>
+
+#include "backend/pipelines/flux/pipeline_flux.h"
+#include "backend/models/flux/flux_plan.h"
+#include "backend/models/flux/transformer_flux.h"
+#include "backend/io/model_folder.h"
+#include "backend/io/safetensors.h"
+#include "backend/io/tensor_io.h"
+#include "backend/io/weight_source.h"
+#include "backend/models/registry.h"
+#include "parallel/strategy.h"
+#include "backend/pipelines/registry.h"
 #include "golden_util.h"
 
 using namespace dit;
@@ -200,6 +206,78 @@ TEST(ModelFolderErrors, CorruptTransformerWeights) {
   expectError([&] { FluxPipeline p(m, {}); }, {f.string(), "outside the data section"});
 }
 
+// Registries keyed by diffusers _class_name: an unknown class is refused naming it, the file it
+// came from, and listing the supported classes.
+void setClassName(const fs::path& file, const std::string& cls) {
+  nlohmann::json j;
+  {
+    std::ifstream in(file);
+    j = nlohmann::json::parse(in);
+  }
+  j["_class_name"] = cls;
+  std::ofstream(file) << j.dump();
+}
+
+TEST(ModelRegistry, FixtureDispatchesToFlux) {
+  const auto m = ModelFolder::open(test::fixtureDir());
+  EXPECT_EQ(m.pipeline_class, "FluxPipeline");
+  EXPECT_EQ(m.transformer_class, "FluxTransformer2DModel");
+  const auto& c = fluxConfig(m);
+  EXPECT_EQ(m.dims().num_attention_heads, c.transformer.num_attention_heads);
+  EXPECT_EQ(m.dims().attention_head_dim, c.transformer.attention_head_dim);
+  EXPECT_EQ(m.dims().vae_scale_factor, c.vae.vaeScaleFactor());
+  EXPECT_EQ(supportedPipelineClasses(), std::vector<std::string>{"FluxPipeline"});
+  EXPECT_EQ(supportedTransformerClasses(), std::vector<std::string>{"FluxTransformer2DModel"});
+}
+
+TEST(ModelRegistry, UnknownPipelineClassRefused) {
+  auto d = copyFixture("unknownpipe");
+  setClassName(d / "model_index.json", "QwenImagePipeline");
+  expectError([&] { ModelFolder::open(d.string()); },
+              {(d / "model_index.json").string(), "pipeline class \"QwenImagePipeline\" is not supported",
+               "supported pipeline classes: FluxPipeline"});
+  try {
+    ModelFolder::open(d.string());
+  } catch (const UnsupportedModelError&) {
+    SUCCEED();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected UnsupportedModelError, got " << e.what();
+  }
+}
+
+TEST(ModelRegistry, UnknownTransformerClassRefused) {
+  auto d = copyFixture("unknowntransformer");
+  setClassName(d / "transformer/config.json", "Flux2Transformer2DModel");
+  expectError([&] { ModelFolder::open(d.string()); },
+              {(d / "transformer/config.json").string(),
+               "transformer class \"Flux2Transformer2DModel\" is not supported",
+               "supported transformer classes: FluxTransformer2DModel"});
+}
+
+TEST(ModelRegistry, MissingPipelineClassRefused) {
+  auto d = copyFixture("noclass");
+  {
+    std::ifstream in(d / "model_index.json");
+    auto j = nlohmann::json::parse(in);
+    in.close();
+    j.erase("_class_name");
+    std::ofstream(d / "model_index.json") << j.dump();
+  }
+  expectError([&] { ModelFolder::open(d.string()); }, {"model_index.json", "no \"_class_name\""});
+}
+
+TEST(ModelRegistry, TransformerClassFallsBackToModelIndex) {
+  auto d = copyFixture("noconfigclass");
+  {
+    std::ifstream in(d / "transformer/config.json");
+    auto j = nlohmann::json::parse(in);
+    in.close();
+    j.erase("_class_name");
+    std::ofstream(d / "transformer/config.json") << j.dump();
+  }
+  EXPECT_EQ(ModelFolder::open(d.string()).transformer_class, "FluxTransformer2DModel");
+}
+
 TEST(RequestErrors, SizeNotMultipleOfPatch) {
   static FluxPipeline p(ModelFolder::open(test::fixtureDir()), {});
   GenerationParams g;
@@ -214,13 +292,43 @@ TEST(RequestErrors, UnknownDtype) {
 
 TEST(TensorParallelPlan, RefusesDegreesThatDoNotDivide) {
   auto m = ModelFolder::open(test::fixtureDir());
-  EXPECT_EQ(checkFluxTensorParallel(m.transformer, 1), "");
-  EXPECT_EQ(checkFluxTensorParallel(m.transformer, 4), "");
-  const std::string msg = checkFluxTensorParallel(m.transformer, 3);
+  // The strategy rules through the transformer family's declared plan (what the worker, the CLI,
+  // the GUI and FluxPipeline run before reading a weight).
+  auto validateTp = [&m](int tp) {
+    Strategy s;
+    s.world = s.tp_degree = tp;
+    auto issues = validateDegrees(s);
+    if (issues.empty()) issues = validateForModel(s, m.dims());
+    return joinIssues(issues);
+  };
+  EXPECT_EQ(validateTp(1), "");
+  EXPECT_EQ(validateTp(4), "");
+  const std::string msg = validateTp(3);
   EXPECT_NE(msg.find("tp_degree 3 does not divide num_attention_heads 4"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("inner_dim 64"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("proj_out"), std::string::npos) << msg;
-  EXPECT_NE(checkFluxTensorParallel(m.transformer, 8).find("does not divide num_attention_heads 4"), std::string::npos);
+  // Every sharded dimension the plan declares, named by its rule patterns: 64 = inner_dim
+  // (colwise dim 0, rowwise dim 1, packed block 0), 256 = the mlp hidden size.
+  EXPECT_NE(msg.find("tp_degree 3 does not divide 64, the size of dimension 0 (ColwiseParallel) of "
+                     "transformer_blocks.*.attn.to_q"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tp_degree 3 does not divide 256, the size of block 1 of [64, 256] on dimension 1 "
+                     "(PackedRowwiseParallel) of single_transformer_blocks.*.proj_out"), std::string::npos) << msg;
+  EXPECT_NE(validateTp(8).find("does not divide num_attention_heads 4"), std::string::npos);
+}
+
+// The FLUX.1 parameter table (what the tensor-parallel plan is validated against) is exactly the
+// checkpoint's tensors: same names, same shapes; and the plan has no stale rule on it.
+TEST(TensorParallelPlan, FluxParameterTableMatchesTheCheckpoint) {
+  auto m = ModelFolder::open(test::fixtureDir());
+  const ParameterTable table = fluxParameterTable(fluxConfig(m).transformer);
+  const auto st = SafetensorsCollection::openFolder(test::fixtureDir() + std::string("/transformer"),
+                                                    "diffusion_pytorch_model");
+  EXPECT_EQ(table.size(), st.names().size());
+  for (const auto& name : st.names()) {
+    const ParameterInfo* p = table.find(name);
+    ASSERT_NE(p, nullptr) << name << " is in the checkpoint but not declared";
+    EXPECT_EQ(p->shape, st.info(name).shape) << name;
+  }
+  EXPECT_TRUE(fluxShardingPlan(fluxConfig(m).transformer).validate(table, 4).empty());
+  EXPECT_TRUE(fluxShardingPlan(fluxConfig(m).transformer).validate(table, 1).empty());
 }
 
 TEST(RequestErrors, NegativeAndHugeSizes) {

@@ -6,24 +6,54 @@
 
 #include "app/protocol/protocol.h"
 #include "parallel/strategy.h"
+#include "parallel/tensor_parallel/sharding_plan.h"
 
 using dit::ModelDims;
 using dit::RequestDims;
 using dit::Strategy;
 using dit::StrategyIssue;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 namespace {
 
-ModelDims flux1() {  // FLUX.1-dev transformer/config.json
+// A FLUX.1-shaped test model (one double and one single block, diffusers names) with its
+// tensor-parallel plan, built here: parallel/ itself knows no model.
+ModelDims model(int heads, int headDim, int64_t mlp) {
   ModelDims m;
-  m.num_attention_heads = 24;
-  m.attention_head_dim = 128;
-  m.mlp_ratio_hidden = 4 * 3072;
-  m.joint_attention_dim = 4096;
+  m.num_attention_heads = heads;
+  m.attention_head_dim = headDim;
   m.vae_scale_factor = 8;
+  const int64_t C = int64_t{heads} * headDim;
+  auto t = std::make_shared<dit::ParameterTable>();
+  auto lin = [&](const std::string& p, int64_t in, int64_t out) {
+    t->add({p + ".weight", {out, in}, "BF16", 2});
+    t->add({p + ".bias", {out}, "BF16", 2});
+  };
+  lin("context_embedder", 4096, C);
+  for (const char* n : {"attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0"}) lin(std::string("transformer_blocks.0.") + n, C, C);
+  lin("transformer_blocks.0.ff.net.0.proj", C, mlp);
+  lin("transformer_blocks.0.ff.net.2", mlp, C);
+  lin("single_transformer_blocks.0.proj_mlp", C, mlp);
+  lin("single_transformer_blocks.0.proj_out", C + mlp, C);
+  using S = dit::ParallelStyle;
+  auto plan = std::make_shared<dit::ShardingPlan>(std::vector<dit::ShardRule>{
+      {"transformer_blocks.*.attn.to_q", S::Colwise, {}},
+      {"transformer_blocks.*.attn.to_k", S::Colwise, {}},
+      {"transformer_blocks.*.attn.to_v", S::Colwise, {}},
+      {"transformer_blocks.*.ff.net.0.proj", S::Colwise, {}},
+      {"transformer_blocks.*.attn.to_out.0", S::Rowwise, {}},
+      {"transformer_blocks.*.ff.net.2", S::Rowwise, {}},
+      {"single_transformer_blocks.*.proj_mlp", S::Colwise, {}},
+      {"single_transformer_blocks.*.proj_out", S::PackedRowwise, {C, mlp}}});
+  plan->requireDivisible("num_attention_heads", heads, "each tensor-parallel rank owns a whole number of heads",
+                         "tp_heads");
+  m.tensor_parallel_plan = plan;
+  m.parameters = t;
   return m;
 }
+
+ModelDims flux1() { return model(24, 128, 4 * 3072); }  // FLUX.1-dev transformer/config.json
 
 RequestDims request(int w, int h, int textLen = 512, bool trueCfg = false) {
   RequestDims r;
@@ -55,6 +85,14 @@ std::string messageOf(const std::vector<StrategyIssue>& v, const std::string& ru
   for (const auto& i : v)
     if (i.rule == rule) return i.message;
   return "<no issue with rule " + rule + ": " + dit::joinIssues(v) + ">";
+}
+
+// Every message of `rule`, joined with " | ".
+std::string messagesOf(const std::vector<StrategyIssue>& v, const std::string& rule) {
+  std::string out;
+  for (const auto& i : v)
+    if (i.rule == rule) out += (out.empty() ? "" : " | ") + i.message;
+  return out;
 }
 
 }  // namespace
@@ -141,47 +179,56 @@ TEST(Strategy, UnifiedNeedsFourRanks) {
 }
 
 TEST(Strategy, TpMustDivideHeads) {
-  auto issues = dit::validateForModel(strat(3, 3), [] {
-    auto m = flux1();
-    m.num_attention_heads = 24;
-    m.attention_head_dim = 128;
-    return m;
-  }());
+  auto issues = dit::validateForModel(strat(3, 3), flux1());
   // 24 % 3 == 0: fine. 5 does not divide 24 (nor inner_dim 3072 nor the mlp hidden 12288).
   EXPECT_FALSE(hasRule(issues, "tp_heads"));
   issues = dit::validateForModel(strat(5, 5), flux1());
   EXPECT_THAT(messageOf(issues, "tp_heads"), HasSubstr("tp_degree 5 does not divide num_attention_heads 24"));
-  EXPECT_THAT(messageOf(issues, "tp_inner_dim"), HasSubstr("tp_degree 5 does not divide inner_dim 3072"));
-  EXPECT_THAT(messageOf(issues, "tp_mlp_hidden"), HasSubstr("tp_degree 5 does not divide the mlp hidden size 12288"));
-  EXPECT_THAT(messageOf(issues, "tp_mlp_hidden"), HasSubstr("proj_out"));
+  const std::string shard = messagesOf(issues, "tp_shard");
+  EXPECT_THAT(shard, HasSubstr("tp_degree 5 does not divide 3072, the size of dimension 0 (ColwiseParallel) of "
+                               "transformer_blocks.*.attn.to_q, transformer_blocks.*.attn.to_k, transformer_blocks.*.attn.to_v"));
+  EXPECT_THAT(shard, HasSubstr("tp_degree 5 does not divide 3072, the size of dimension 1 (RowwiseParallel) of "
+                               "transformer_blocks.*.attn.to_out.0"));
+  EXPECT_THAT(shard, HasSubstr("tp_degree 5 does not divide 12288, the size of dimension 0 (ColwiseParallel) of "
+                               "transformer_blocks.*.ff.net.0.proj, single_transformer_blocks.*.proj_mlp"));
+  EXPECT_THAT(shard, HasSubstr("block 1 of [3072, 12288] on dimension 1 (PackedRowwiseParallel) of "
+                               "single_transformer_blocks.*.proj_out"));
 
-  auto m = flux1();
-  m.num_attention_heads = 24;
-  issues = dit::validateForModel(strat(3, 3), m);
+  issues = dit::validateForModel(strat(3, 3), flux1());
   EXPECT_TRUE(issues.empty()) << dit::joinIssues(issues);
   // The exact example of the brief.
-  auto small = flux1();
-  small.num_attention_heads = 24;
-  small.attention_head_dim = 4;  // inner 96, mlp 384: divisible by 3
-  issues = dit::validateForModel(strat(16, 16), small);
+  issues = dit::validateForModel(strat(16, 16), model(24, 4, 4 * 96));  // inner 96, mlp 384: divisible by 16
   EXPECT_THAT(messageOf(issues, "tp_heads"), HasSubstr("tp_degree 16 does not divide num_attention_heads 24"));
-  EXPECT_FALSE(hasRule(issues, "tp_inner_dim"));  // 96 % 16 == 0
+  EXPECT_FALSE(hasRule(issues, "tp_shard"));  // 96 % 16 == 0, 384 % 16 == 0
 }
 
 TEST(Strategy, TpChecksEveryPackedBlockSeparately) {
-  auto m = flux1();
-  m.mlp_ratio_hidden = 12290;  // block 1 of single proj_out not divisible by 3
-  auto issues = dit::validateForModel(strat(3, 3), m);
+  auto issues = dit::validateForModel(strat(3, 3), model(24, 128, 12290));  // block 1 of single proj_out not divisible by 3
   EXPECT_FALSE(hasRule(issues, "tp_heads"));
-  EXPECT_FALSE(hasRule(issues, "tp_inner_dim"));
-  EXPECT_THAT(messageOf(issues, "tp_mlp_hidden"), HasSubstr("tp_degree 3 does not divide the mlp hidden size 12290"));
-  EXPECT_THAT(messageOf(issues, "tp_mlp_hidden"), HasSubstr("block 1 of single_transformer_blocks.*.proj_out"));
+  const std::string shard = messagesOf(issues, "tp_shard");
+  EXPECT_THAT(shard, Not(HasSubstr("does not divide 3072")));  // block 0 (inner_dim) is fine
+  EXPECT_THAT(shard, HasSubstr("tp_degree 3 does not divide 12290, the size of block 1 of [3072, 12290] on dimension 1 "
+                               "(PackedRowwiseParallel) of single_transformer_blocks.*.proj_out"));
 }
 
-TEST(Strategy, MlpHiddenDefaultsToFourTimesInnerDim) {
+TEST(Strategy, TensorParallelNeedsAPlan) {
   auto m = flux1();
-  m.mlp_ratio_hidden = 0;
-  EXPECT_TRUE(dit::validateForModel(strat(4, 4), m).empty());
+  m.tensor_parallel_plan.reset();
+  auto issues = dit::validateForModel(strat(2, 2), m);
+  EXPECT_THAT(messageOf(issues, "tp_plan"), HasSubstr("tp_degree 2 is not possible: this model declares no tensor-parallel plan"));
+  EXPECT_TRUE(dit::validateForModel(strat(2, 1, 1, 2), m).empty());  // no tp: no plan needed
+  m = flux1();
+  m.parameters.reset();
+  EXPECT_THAT(messageOf(dit::validateForModel(strat(2, 2), m), "tp_plan"), HasSubstr("parameters are unknown"));
+}
+
+TEST(Strategy, StalePlanIsRefused) {
+  auto m = flux1();
+  auto plan = std::make_shared<dit::ShardingPlan>(*m.tensor_parallel_plan);
+  plan->add({"transformer_blocks.*.attn.add_q_proj", dit::ParallelStyle::Colwise, {}});  // not in this model
+  m.tensor_parallel_plan = plan;
+  const auto issues = dit::validateForModel(strat(2, 2), m);
+  EXPECT_THAT(messageOf(issues, "tp_plan_stale"), HasSubstr("transformer_blocks.*.attn.add_q_proj"));
 }
 
 TEST(Strategy, UlyssesMustDivideHeadsPerTpRank) {

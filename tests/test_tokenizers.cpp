@@ -12,9 +12,9 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "backend/clip_tokenizer.h"
-#include "backend/safetensors.h"
-#include "backend/t5_tokenizer.h"
+#include "backend/tokenizers/clip_tokenizer.h"
+#include "backend/io/safetensors.h"
+#include "backend/tokenizers/t5_tokenizer.h"
 
 namespace fs = std::filesystem;
 

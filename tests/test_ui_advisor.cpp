@@ -2,6 +2,7 @@
 // passes the worker's own validation (dit::validateForRequest).
 #include <QtTest>
 
+#include "backend/models/flux/flux_plan.h"
 #include "parallel/strategy.h"
 #include "ui/advisor.h"
 
@@ -20,12 +21,11 @@ AdvisorInput flux(int gpus, double mem, Interconnect ic, int w = 1024, int h = 1
 }
 
 QString issuesOf(const Advice& a, const AdvisorInput& in) {
-  dit::ModelDims m;
-  m.num_attention_heads = in.num_attention_heads;
-  m.attention_head_dim = in.attention_head_dim;
-  m.mlp_ratio_hidden = 4 * m.innerDim();
-  m.joint_attention_dim = 4096;
-  m.vae_scale_factor = in.vae_scale_factor;
+  dit::FluxTransformerConfig c;  // FLUX.1-dev layer counts, the advisor's heads and head dim
+  c.num_attention_heads = in.num_attention_heads;
+  c.attention_head_dim = in.attention_head_dim;
+  c.joint_attention_dim = 4096;
+  const dit::ModelDims m = dit::fluxModelDims(c, in.vae_scale_factor);
   dit::RequestDims r;
   r.width = in.width;
   r.height = in.height;

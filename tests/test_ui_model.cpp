@@ -8,7 +8,7 @@
 #include <QJsonDocument>
 #include <QTemporaryDir>
 
-#include "backend/safetensors.h"
+#include "backend/io/safetensors.h"
 #include "ui/history_store.h"
 #include "ui/model_info.h"
 #include "ui/validation.h"
@@ -72,7 +72,13 @@ class TestModel : public QObject {
     QVERIFY(m.summary().contains("4 heads x 16 head dim"));
     const dit::ModelDims d = m.dims();
     QCOMPARE(d.num_attention_heads, 4);
-    QCOMPARE(d.mlp_ratio_hidden, 256);
+    // The FLUX.1 plan and parameter table come with it: proj_out of a single block is packed
+    // over [inner_dim 64, mlp hidden 256].
+    QVERIFY(d.tensor_parallel_plan && d.parameters);
+    const auto* po = d.parameters->find("single_transformer_blocks.1.proj_out.weight");
+    QVERIFY(po != nullptr);
+    QVERIFY(po->shape == (std::vector<int64_t>{64, 320}));
+    QVERIFY(d.tensor_parallel_plan->validate(*d.parameters, 4).empty());
     QCOMPARE(d.vae_scale_factor, 2);
   }
 

@@ -11,7 +11,7 @@ else()
 endif()
 
 add_executable(test_tokenizers ${CMAKE_CURRENT_LIST_DIR}/test_tokenizers.cpp)
-target_link_libraries(test_tokenizers PRIVATE dit_core GTest::gtest_main)
+target_link_libraries(test_tokenizers PRIVATE dit_backend_core GTest::gtest_main)
 target_compile_definitions(test_tokenizers PRIVATE TOKENIZER_TEST_FIXTURE="${_tok_fixture}")
 # One ctest test per TEST() (found in the source at configure time). LABELS is set afterwards:
 # gtest_discover_tests' PROPERTIES would flatten the label list.

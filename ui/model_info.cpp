@@ -6,8 +6,10 @@
 #include <filesystem>
 #include <map>
 
-#include "backend/model_config.h"
-#include "backend/safetensors.h"
+#include "backend/io/model_folder.h"
+#include "backend/io/safetensors.h"
+#include "backend/models/flux/flux_plan.h"
+#include "backend/pipelines/flux/flux_pipeline_config.h"
 
 namespace dit::ui {
 namespace {
@@ -55,13 +57,18 @@ const ComponentSize* ModelInfo::component(const QString& name) const {
 }
 
 dit::ModelDims ModelInfo::dims() const {
-  dit::ModelDims m;
-  m.num_attention_heads = num_attention_heads;
-  m.attention_head_dim = attention_head_dim;
-  m.mlp_ratio_hidden = innerDim() * 4;  // FLUX.1 mlp_ratio 4.0 (diffusers constructor)
-  m.joint_attention_dim = joint_attention_dim;
-  m.vae_scale_factor = vae_scale_factor;
-  return m;
+  // The model's own plan and parameters (FLUX.1; config values the GUI keeps, constructor
+  // defaults for the rest, which no tensor-parallel rule reads).
+  dit::FluxTransformerConfig c;
+  c.num_layers = num_layers;
+  c.num_single_layers = num_single_layers;
+  c.num_attention_heads = num_attention_heads;
+  c.attention_head_dim = attention_head_dim;
+  c.joint_attention_dim = joint_attention_dim;
+  c.in_channels = in_channels;
+  c.out_channels = in_channels;
+  c.guidance_embeds = guidance_embeds;
+  return dit::fluxModelDims(c, vae_scale_factor);
 }
 
 QString ModelInfo::summary() const {
@@ -95,7 +102,7 @@ ModelInfo readModelInfo(const QString& dirIn) {
   try {
     // The worker's own reader: same checks, same messages (configs and headers only).
     const ModelFolder m = ModelFolder::open(info.path.toStdString());
-    const auto& t = m.transformer;
+    const auto& t = fluxConfig(m).transformer;
     info.num_layers = t.num_layers;
     info.num_single_layers = t.num_single_layers;
     info.num_attention_heads = t.num_attention_heads;
@@ -103,8 +110,8 @@ ModelInfo readModelInfo(const QString& dirIn) {
     info.joint_attention_dim = t.joint_attention_dim;
     info.in_channels = t.in_channels;
     info.guidance_embeds = t.guidance_embeds;
-    info.vae_scale_factor = m.vae.vaeScaleFactor();
-    info.max_sequence_length = std::min(512, m.t5_max_length);
+    info.vae_scale_factor = fluxConfig(m).vae.vaeScaleFactor();
+    info.max_sequence_length = std::min(512, fluxConfig(m).t5_max_length);
     info.components << readComponent(m, "transformer", "diffusion_pytorch_model")
                     << readComponent(m, "text_encoder", "model")
                     << readComponent(m, "text_encoder_2", "model")

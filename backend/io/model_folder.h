@@ -1,0 +1,77 @@
+// A diffusers model folder (model_index.json + one sub-folder per component), read without Torch:
+// the GUI, the strategy validation and the benchmark read model sizes through this too.
+//
+// The generic part knows only what every diffusers pipeline folder has: model_index.json's
+// `_class_name` (the pipeline class, e.g. "FluxPipeline") and transformer/config.json's
+// `_class_name` (the denoiser class, e.g. "FluxTransformer2DModel"). Everything else is parsed by
+// the pipeline family registered under that class (backend/pipelines/registry.h) into its own
+// PipelineConfig subclass (e.g. FluxPipelineConfig), reached through configAs<T>().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "backend/io/safetensors.h"  // ModelFileError
+#include "parallel/strategy.h"      // ModelDims
+
+namespace dit {
+
+/// What a pipeline family parses from a folder (component configs, tokenizer limits). Each family
+/// derives its own; ModelFolder holds it type-erased.
+struct PipelineConfig {
+  virtual ~PipelineConfig() = default;
+  /// Sizes the parallel-strategy rules need: the transformer family's dims (models/registry.h)
+  /// with the pipeline's vae_scale_factor.
+  ModelDims dims;
+};
+
+struct ModelFolder {
+  std::string path;
+  std::string pipeline_class;     ///< model_index.json "_class_name", e.g. "FluxPipeline"
+  std::string transformer_class;  ///< transformer/config.json "_class_name", e.g. "FluxTransformer2DModel"
+  std::shared_ptr<const PipelineConfig> config;  ///< parsed by the pipeline family
+
+  /// Reads model_index.json, dispatches on its `_class_name` to the registered pipeline family,
+  /// which checks its component folders and parses their configs; then checks that the
+  /// transformer's `_class_name` is a registered transformer family.
+  /// Throws ModelFileError naming the file: folder missing, model_index.json missing or not
+  /// JSON, no `_class_name`, a component folder or its config missing or null, a config value of
+  /// the wrong type. Throws UnsupportedModelError for a pipeline or transformer class that is not
+  /// registered (the message names it and lists the supported ones).
+  static ModelFolder open(const std::string& path);
+  std::string component(const std::string& name) const { return path + "/" + name; }
+  /// The strategy rules' view of this model (config->dims). Throws std::logic_error when the
+  /// folder was not opened.
+  const ModelDims& dims() const {
+    if (!config) throw std::logic_error("ModelFolder::dims() on a folder that was not opened");
+    return config->dims;
+  }
+  /// Total number of transformer parameters on disk (sum of numel over the safetensors shards).
+  uint64_t transformerParameterCount() const;
+
+  /// The family's config, e.g. configAs<FluxPipelineConfig>(). Throws std::invalid_argument when
+  /// the folder holds another family (naming the pipeline class).
+  template <typename T>
+  const T& configAs() const {
+    if (auto* c = dynamic_cast<const T*>(config.get())) return *c;
+    throw std::invalid_argument("model folder " + path + " holds a " +
+                                (pipeline_class.empty() ? std::string("<no pipeline>") : pipeline_class) +
+                                ", which this code path does not support");
+  }
+};
+
+/// A model folder of a class that no registered family handles. what() names the class, the file
+/// it came from, and lists the supported classes.
+class UnsupportedModelError : public ModelFileError {
+ public:
+  UnsupportedModelError(const std::string& file, const std::string& cause) : ModelFileError(file, cause) {}
+};
+
+/// The embedded default model shipped with DiT Studio: $DITSTUDIO_MODEL_DIR, else
+/// <dir of the running executable>/../share/ditstudio/models/tiny-flux. Returns the path (may not
+/// exist; ModelFolder::open reports that).
+std::string defaultModelDir();
+
+}  // namespace dit

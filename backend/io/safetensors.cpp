@@ -1,0 +1,314 @@
+#include "backend/io/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace dit {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+size_t dtypeSize(DType t) {
+  switch (t) {
+    case DType::BOOL: case DType::U8: case DType::I8: case DType::F8_E4M3: case DType::F8_E5M2:
+      return 1;
+    case DType::U16: case DType::I16: case DType::F16: case DType::BF16: return 2;
+    case DType::U32: case DType::I32: case DType::F32: return 4;
+    case DType::U64: case DType::I64: case DType::F64: return 8;
+  }
+  return 0;
+}
+
+static const std::pair<DType, const char*> kNames[] = {
+    {DType::BOOL, "BOOL"}, {DType::U8, "U8"},     {DType::I8, "I8"},
+    {DType::U16, "U16"},   {DType::I16, "I16"},   {DType::F16, "F16"},
+    {DType::BF16, "BF16"}, {DType::U32, "U32"},   {DType::I32, "I32"},
+    {DType::F32, "F32"},   {DType::U64, "U64"},   {DType::I64, "I64"},
+    {DType::F64, "F64"},   {DType::F8_E4M3, "F8_E4M3"}, {DType::F8_E5M2, "F8_E5M2"}};
+
+const char* dtypeName(DType t) {
+  for (auto& [d, n] : kNames)
+    if (d == t) return n;
+  return "?";
+}
+
+DType parseDType(const std::string& s) {
+  for (auto& [d, n] : kNames)
+    if (s == n) return d;
+  throw std::invalid_argument("unknown dtype '" + s + "'");
+}
+
+int64_t TensorInfo::numel() const {
+  int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw ModelFileError(path, std::string("cannot open file: ") + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw ModelFileError(path, "not a regular file");
+  }
+  size_ = static_cast<uint64_t>(st.st_size);
+  if (size_ < 8) {
+    ::close(fd);
+    throw ModelFileError(path, "truncated safetensors file: " + std::to_string(size_) +
+                                   " bytes, shorter than the 8-byte header length");
+  }
+  void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) throw ModelFileError(path, std::string("mmap failed: ") + std::strerror(errno));
+  base_ = static_cast<const uint8_t*>(p);
+
+  try {
+    static const char kLfs[] = "version https://git-lfs";
+    if (size_ >= sizeof(kLfs) - 1 && std::memcmp(base_, kLfs, sizeof(kLfs) - 1) == 0)
+      throw ModelFileError(path,
+                           "this is a git-lfs pointer file, not the weights (run `git lfs pull` "
+                           "in the model repository or download the real file)");
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | base_[i];
+    if (n > size_ - 8)
+      throw ModelFileError(path, "header length " + std::to_string(n) +
+                                     " runs past the end of the file (" + std::to_string(size_) +
+                                     " bytes): truncated or not a safetensors file");
+    const uint64_t dataStart = 8 + n;
+    json h;
+    try {
+      h = json::parse(reinterpret_cast<const char*>(base_ + 8),
+                      reinterpret_cast<const char*>(base_ + 8 + n));
+    } catch (const json::exception& e) {
+      throw ModelFileError(path, std::string("header is not valid JSON: ") + e.what());
+    }
+    if (!h.is_object()) throw ModelFileError(path, "header is not a JSON object");
+    std::vector<const TensorInfo*> order;
+    for (auto it = h.begin(); it != h.end(); ++it) {
+      const std::string& name = it.key();
+      if (name == "__metadata__") {
+        if (!it->is_object()) throw ModelFileError(path, "__metadata__ is not an object");
+        for (auto m = it->begin(); m != it->end(); ++m)
+          metadata_[m.key()] = m->is_string() ? m->get<std::string>() : m->dump();
+        continue;
+      }
+      const json& e = *it;
+      auto bad = [&](const std::string& why) {
+        return ModelFileError(path, "tensor '" + name + "': " + why);
+      };
+      if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") ||
+          !e.contains("data_offsets"))
+        throw bad("entry must be an object with dtype, shape and data_offsets");
+      TensorInfo t;
+      t.name = name;
+      try {
+        t.dtype = parseDType(e["dtype"].get<std::string>());
+      } catch (const std::exception& ex) {
+        throw bad(ex.what());
+      }
+      const json& sh = e["shape"];
+      const json& off = e["data_offsets"];
+      if (!sh.is_array()) throw bad("shape is not an array");
+      uint64_t expect = dtypeSize(t.dtype);
+      for (auto& d : sh) {
+        if (!d.is_number_unsigned()) throw bad("shape has a non-integer or negative dimension");
+        uint64_t v = d.get<uint64_t>();
+        if (v != 0 && expect > (uint64_t(1) << 62) / v) throw bad("shape overflows");
+        expect *= v;
+        t.shape.push_back(static_cast<int64_t>(v));
+      }
+      if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+          !off[1].is_number_unsigned())
+        throw bad("data_offsets must be two non-negative integers");
+      uint64_t b = off[0].get<uint64_t>(), en = off[1].get<uint64_t>();
+      if (en < b) throw bad("data_offsets are reversed");
+      if (en > size_ - dataStart)
+        throw bad("data_offsets [" + std::to_string(b) + ", " + std::to_string(en) +
+                  ") lie outside the data section (" + std::to_string(size_ - dataStart) +
+                  " bytes): file truncated or corrupt");
+      if (en - b != expect)
+        throw bad("shape and dtype need " + std::to_string(expect) + " bytes but data_offsets span " +
+                  std::to_string(en - b));
+      t.begin = dataStart + b;
+      t.end = dataStart + en;
+      auto [pos, ok] = tensors_.emplace(name, std::move(t));
+      if (!ok) throw bad("listed twice");
+      order.push_back(&pos->second);
+    }
+    std::sort(order.begin(), order.end(),
+              [](auto* a, auto* b) { return a->begin < b->begin; });
+    // Sorted by start: a tensor overlaps an earlier one iff it starts before the furthest end so
+    // far (empty tensors occupy nothing and are skipped).
+    const TensorInfo* furthest = nullptr;
+    for (const TensorInfo* t : order) {
+      if (t->nbytes() == 0) continue;
+      if (furthest && t->begin < furthest->end)
+        throw ModelFileError(path, "tensors '" + furthest->name + "' and '" + t->name +
+                                       "' overlap in the data section");
+      if (!furthest || t->end > furthest->end) furthest = t;
+    }
+  } catch (...) {
+    ::munmap(const_cast<uint8_t*>(base_), size_);
+    base_ = nullptr;
+    throw;
+  }
+}
+
+SafetensorsReader::~SafetensorsReader() {
+  if (base_) ::munmap(const_cast<uint8_t*>(base_), size_);
+}
+
+uint64_t SafetensorsReader::releaseGranularity() {
+  static const uint64_t g = [] {
+    const long v = ::sysconf(_SC_PAGESIZE);
+    const uint64_t page = v > 0 ? static_cast<uint64_t>(v) : uint64_t(4096);
+    return std::max<uint64_t>(page, uint64_t(2) << 20);
+  }();
+  return g;
+}
+
+void SafetensorsReader::releaseRange(uint64_t begin, uint64_t end) const {
+  if (!base_) return;
+  const long pv = ::sysconf(_SC_PAGESIZE);
+  const uint64_t page = pv > 0 ? static_cast<uint64_t>(pv) : uint64_t(4096);
+  const uint64_t mapped = (size_ + page - 1) / page * page;  // the mapping's length
+  const uint64_t g = releaseGranularity();
+  const uint64_t b = begin / g * g;
+  const uint64_t e = std::min((std::min(end, size_) + g - 1) / g * g, mapped);
+  if (b >= e) return;
+  // Read-only MAP_PRIVATE file mapping that is never written: MADV_DONTNEED only drops the page
+  // table entries (no private copies exist), so the contents stay those of the file. A failure
+  // (which would only mean the pages stay resident) is deliberately ignored.
+  (void)::madvise(const_cast<uint8_t*>(base_) + b, static_cast<size_t>(e - b), MADV_DONTNEED);
+}
+
+const TensorInfo& SafetensorsReader::info(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) throw ModelFileError(path_, "has no tensor named '" + name + "'");
+  return it->second;
+}
+
+std::vector<std::string> SafetensorsReader::names() const {
+  std::vector<std::string> v;
+  for (auto& [k, _] : tensors_) v.push_back(k);
+  return v;
+}
+
+SafetensorsCollection SafetensorsCollection::openFolder(const std::string& dir,
+                                                        const std::string& stem) {
+  fs::path d(dir);
+  if (!fs::is_directory(d)) throw ModelFileError(dir, "folder does not exist");
+  if (fs::exists(d / (stem + ".safetensors.index.json")))
+    return SafetensorsCollection((d / (stem + ".safetensors.index.json")).string());
+  if (fs::exists(d / (stem + ".safetensors")))
+    return SafetensorsCollection((d / (stem + ".safetensors")).string());
+  std::vector<fs::path> found;
+  for (auto& e : fs::directory_iterator(d))
+    if (e.path().extension() == ".safetensors") found.push_back(e.path());
+  if (found.size() == 1) return SafetensorsCollection(found[0].string());
+  if (found.empty())
+    throw ModelFileError(dir, "no " + stem + ".safetensors (or .safetensors.index.json) weights file");
+  throw ModelFileError(dir, "several .safetensors files and no " + stem +
+                                ".safetensors.index.json to say which to use");
+}
+
+SafetensorsCollection::SafetensorsCollection(const std::string& path) : path_(path) {
+  fs::path p(path);
+  if (p.extension() != ".json") {
+    shards_.push_back(std::make_shared<SafetensorsReader>(path));
+    for (auto& n : shards_[0]->names()) where_[n] = 0;
+    return;
+  }
+  std::ifstream in(path);
+  if (!in) throw ModelFileError(path, "cannot open index file");
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    throw ModelFileError(path, std::string("index is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    throw ModelFileError(path, "index has no \"weight_map\" object");
+  std::map<std::string, size_t> shardIdx;
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    if (!it->is_string()) throw ModelFileError(path, "weight_map entry '" + it.key() + "' is not a file name");
+    std::string f = it->get<std::string>();
+    auto s = shardIdx.find(f);
+    if (s == shardIdx.end()) {
+      fs::path sp = p.parent_path() / f;
+      if (!fs::exists(sp))
+        throw ModelFileError(path, "names shard '" + f + "' (for tensor '" + it.key() +
+                                       "') which does not exist");
+      shards_.push_back(std::make_shared<SafetensorsReader>(sp.string()));
+      s = shardIdx.emplace(f, shards_.size() - 1).first;
+    }
+    if (!shards_[s->second]->contains(it.key()))
+      throw ModelFileError(path, "names tensor '" + it.key() + "' in shard '" + f +
+                                     "' but that shard does not contain it");
+    where_[it.key()] = s->second;
+  }
+}
+
+const TensorInfo& SafetensorsCollection::info(const std::string& name) const {
+  return reader(name).info(name);
+}
+
+const SafetensorsReader& SafetensorsCollection::reader(const std::string& name) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) throw ModelFileError(path_, "missing tensor '" + name + "'");
+  return *shards_[it->second];
+}
+
+std::vector<std::string> SafetensorsCollection::names() const {
+  std::vector<std::string> v;
+  for (auto& [k, _] : where_) v.push_back(k);
+  return v;
+}
+
+uint64_t SafetensorsCollection::totalBytes() const {
+  uint64_t s = 0;
+  for (auto& [k, i] : where_) s += shards_[i]->info(k).nbytes();
+  return s;
+}
+
+void writeSafetensors(const std::string& path, const std::map<std::string, RawTensor>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  json h = json::object();
+  if (!metadata.empty()) h["__metadata__"] = metadata;
+  uint64_t off = 0;
+  for (auto& [name, t] : tensors) {
+    uint64_t need = dtypeSize(t.dtype);
+    for (auto d : t.shape) need *= static_cast<uint64_t>(d);
+    if (need != t.bytes.size())
+      throw std::runtime_error("writeSafetensors: tensor '" + name + "' has " +
+                               std::to_string(t.bytes.size()) + " bytes, shape needs " +
+                               std::to_string(need));
+    h[name] = {{"dtype", dtypeName(t.dtype)}, {"shape", t.shape}, {"data_offsets", {off, off + need}}};
+    off += need;
+  }
+  std::string hs = h.dump();
+  while ((hs.size() + 8) % 8) hs.push_back(' ');
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream o(tmp, std::ios::binary | std::ios::trunc);
+    if (!o) throw std::runtime_error("cannot write " + tmp);
+    uint64_t n = hs.size();
+    for (int i = 0; i < 8; ++i) o.put(static_cast<char>((n >> (8 * i)) & 0xff));
+    o.write(hs.data(), static_cast<std::streamsize>(hs.size()));
+    for (auto& [name, t] : tensors)
+      o.write(reinterpret_cast<const char*>(t.bytes.data()), static_cast<std::streamsize>(t.bytes.size()));
+    if (!o) throw std::runtime_error("write failed: " + tmp);
+  }
+  fs::rename(tmp, path);
+}
+
+}  // namespace dit

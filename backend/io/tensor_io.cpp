@@ -1,0 +1,206 @@
+#include "backend/io/tensor_io.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <cstring>
+
+namespace dit {
+
+at::ScalarType scalarTypeFor(DType t) {
+  switch (t) {
+    case DType::BOOL: return at::kBool;
+    case DType::U8: return at::kByte;
+    case DType::I8: return at::kChar;
+    case DType::I16: return at::kShort;
+    case DType::I32: return at::kInt;
+    case DType::I64: return at::kLong;
+    case DType::F16: return at::kHalf;
+    case DType::BF16: return at::kBFloat16;
+    case DType::F32: return at::kFloat;
+    case DType::F64: return at::kDouble;
+    case DType::F8_E4M3: case DType::F8_E5M2: return at::kFloat;
+    default: break;
+  }
+  throw std::invalid_argument(std::string("dtype ") + dtypeName(t) + " is not supported by LibTorch");
+}
+
+// Decodes one 8-bit float. E4M3 is the "fn" variant (no infinities, 0x7f/0xff are NaN) as in
+// torch.float8_e4m3fn; E5M2 follows IEEE conventions (torch.float8_e5m2).
+static float decodeF8(uint8_t v, bool e4m3) {
+  const int sign = v >> 7;
+  int exp, man;
+  float r;
+  if (e4m3) {
+    exp = (v >> 3) & 0xf;
+    man = v & 0x7;
+    if (exp == 0xf && man == 0x7) return std::nanf("");
+    r = exp == 0 ? std::ldexp(man / 8.0f, -6) : std::ldexp(1.0f + man / 8.0f, exp - 7);
+  } else {
+    exp = (v >> 2) & 0x1f;
+    man = v & 0x3;
+    if (exp == 0x1f) return man ? std::nanf("") : (sign ? -INFINITY : INFINITY);
+    r = exp == 0 ? std::ldexp(man / 4.0f, -14) : std::ldexp(1.0f + man / 4.0f, exp - 15);
+  }
+  return sign ? -r : r;
+}
+
+// Converts `count` raw elements at `src` into a new CPU tensor of `shape` in `dtype`.
+static at::Tensor fromRaw(const uint8_t* src, DType dt, const std::vector<int64_t>& shape,
+                          at::ScalarType dtype) {
+  if (dt == DType::F8_E4M3 || dt == DType::F8_E5M2) {
+    at::Tensor out = at::empty(shape, at::kFloat);
+    float* o = out.data_ptr<float>();
+    const int64_t n = out.numel();
+    for (int64_t i = 0; i < n; ++i) o[i] = decodeF8(src[i], dt == DType::F8_E4M3);
+    return out.to(dtype);
+  }
+  at::ScalarType st = scalarTypeFor(dt);
+  at::Tensor raw = at::empty(shape, st);
+  std::memcpy(raw.data_ptr(), src, raw.numel() * raw.element_size());
+  return st == dtype ? raw : raw.to(dtype);
+}
+
+// Shard-on-load memory. Reads go through the reader's read-only mapping, and every page copied
+// out of it is handed back right after the copy (SafetensorsReader::releasePages/releaseRange:
+// madvise MADV_DONTNEED). Mapped file pages count in VmRSS/VmHWM while they stay mapped, so
+// without the release a rank would peak at its copies *plus* every page it read: ~2x its shard
+// for colwise/replicated tensors, and the *full* tensor for rowwise (dim 1) slices, whose row
+// segments touch nearly every page. We release rather than switch to pread(2) because the
+// mapping remains the single read path (whole tensors, dim 0 and dim 1 slices, FP8 decoding),
+// the reader needs no file descriptor or bounce buffer, and a rowwise slice stays one memcpy per
+// row instead of one syscall per row; the release costs one madvise per tensor (per chunk for
+// rowwise slices) and the pages stay in the shared, reclaimable page cache. What remains
+// transient per rank is at most one tensor's slice of mapped pages (kReleaseChunk for rowwise
+// slices), widened to SafetensorsReader::releaseGranularity() blocks (the kernel's fault-around
+// maps cached neighbours of each faulting page), plus the conversion copy of one tensor.
+namespace {
+// Rowwise slices walk the whole tensor: release the pages already passed every this many bytes,
+// so at most this much of the mapping is resident at once.
+constexpr uint64_t kReleaseChunk = uint64_t(8) << 20;
+}  // namespace
+
+at::Tensor loadTensor(const SafetensorsCollection& st, const std::string& name,
+                      at::ScalarType dtype) {
+  const auto& r = st.reader(name);
+  const auto& i = r.info(name);
+  at::Tensor t = fromRaw(r.data(i), i.dtype, i.shape, dtype);
+  r.releasePages(i);
+  return t;
+}
+
+at::Tensor loadSlice(const SafetensorsCollection& st, const std::string& name, int64_t dim,
+                     int64_t start, int64_t length, at::ScalarType dtype) {
+  const auto& r = st.reader(name);
+  const auto& i = r.info(name);
+  const int64_t nd = static_cast<int64_t>(i.shape.size());
+  if (dim < 0 || dim >= nd || (dim == 1 && nd != 2) || dim > 1 || start < 0 || length < 0 ||
+      start + length > i.shape[dim])
+    throw ModelFileError(r.path(), "tensor '" + name + "': slice [" + std::to_string(start) + ", " +
+                                       std::to_string(start + length) + ") of dim " +
+                                       std::to_string(dim) + " does not fit its shape");
+  const size_t es = dtypeSize(i.dtype);
+  std::vector<int64_t> shape = i.shape;
+  shape[dim] = length;
+  if (dim == 0) {
+    int64_t inner = 1;
+    for (int64_t d = 1; d < nd; ++d) inner *= i.shape[d];
+    const uint64_t off = static_cast<uint64_t>(start * inner) * es;
+    const uint64_t n = static_cast<uint64_t>(length * inner) * es;
+    at::Tensor t = fromRaw(r.data(i) + off, i.dtype, shape, dtype);
+    r.releaseRange(i.begin + off, i.begin + off + n);
+    return t;
+  }
+  // dim == 1 on a 2-D tensor: gather the row segments (only the slice's bytes are copied, but
+  // their pages span the whole tensor: release them as we go, see above).
+  const int64_t rows = i.shape[0], cols = i.shape[1];
+  const bool f8 = i.dtype == DType::F8_E4M3 || i.dtype == DType::F8_E5M2;
+  std::vector<uint8_t> f8buf;
+  at::Tensor raw;
+  uint8_t* dst;
+  if (f8) {
+    f8buf.resize(static_cast<size_t>(rows * length) * es);
+    dst = f8buf.data();
+  } else {
+    raw = at::empty(shape, scalarTypeFor(i.dtype));
+    dst = static_cast<uint8_t*>(raw.data_ptr());
+  }
+  const uint8_t* base = r.data(i);
+  const uint64_t g = SafetensorsReader::releaseGranularity();
+  uint64_t released = i.begin;  // absolute file offset up to which pages were released
+  for (int64_t row = 0; row < rows; ++row) {
+    std::memcpy(dst + row * length * es, base + (row * cols + start) * es, length * es);
+    // Whole release blocks before the next row's segment are done with (aligned down, so the
+    // outward rounding of releaseRange does not drop the pages still to be read).
+    const uint64_t nextAbs = i.begin + static_cast<uint64_t>(((row + 1) * cols + start) * es);
+    const uint64_t doneUpTo = nextAbs / g * g;
+    if (doneUpTo > released && doneUpTo - released >= kReleaseChunk) {
+      r.releaseRange(released, doneUpTo);
+      released = doneUpTo;
+    }
+  }
+  r.releaseRange(released, i.end);
+  if (f8) return fromRaw(f8buf.data(), i.dtype, shape, dtype);
+  return raw.scalar_type() == dtype ? raw : raw.to(dtype);
+}
+
+at::Tensor loadPackedSlice(const SafetensorsCollection& st, const std::string& name, int64_t dim,
+                           const std::vector<int64_t>& blocks, int64_t part, int64_t parts,
+                           at::ScalarType dtype) {
+  std::vector<at::Tensor> pieces;
+  int64_t off = 0;
+  for (int64_t b : blocks) {
+    if (b % parts != 0)
+      throw std::invalid_argument("packed block of size " + std::to_string(b) + " in '" + name +
+                                  "' is not divisible by " + std::to_string(parts));
+    const int64_t len = b / parts;
+    pieces.push_back(loadSlice(st, name, dim, off + part * len, len, dtype));
+    off += b;
+  }
+  return at::cat(pieces, dim);
+}
+
+static DType dtypeFor(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return DType::F32;
+    case at::kHalf: return DType::F16;
+    case at::kBFloat16: return DType::BF16;
+    case at::kLong: return DType::I64;
+    case at::kInt: return DType::I32;
+    case at::kByte: return DType::U8;
+    case at::kDouble: return DType::F64;
+    default: break;
+  }
+  throw std::invalid_argument("saveTensors: unsupported dtype");
+}
+
+void saveTensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
+                 const std::map<std::string, std::string>& metadata) {
+  std::map<std::string, RawTensor> raw;
+  for (auto& [name, t0] : tensors) {
+    at::Tensor t = t0.to(at::kCPU).contiguous();
+    RawTensor r{dtypeFor(t.scalar_type()), t.sizes().vec(), {}};
+    r.bytes.resize(t.numel() * t.element_size());
+    std::memcpy(r.bytes.data(), t.data_ptr(), r.bytes.size());
+    raw.emplace(name, std::move(r));
+  }
+  writeSafetensors(path, raw, metadata);
+}
+
+at::ScalarType parseComputeDType(const std::string& s) {
+  if (s == "float32" || s == "fp32") return at::kFloat;
+  if (s == "bfloat16" || s == "bf16") return at::kBFloat16;
+  if (s == "float16" || s == "fp16") return at::kHalf;
+  throw std::invalid_argument("unknown dtype '" + s + "' (use float32, bfloat16 or float16)");
+}
+
+const char* computeDTypeName(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "float32";
+    case at::kBFloat16: return "bfloat16";
+    case at::kHalf: return "float16";
+    default: return "other";
+  }
+}
+
+}  // namespace dit

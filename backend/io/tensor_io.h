@@ -1,0 +1,44 @@
+// Conversion between safetensors entries and at::Tensor, including shard-on-load slices.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend/io/safetensors.h"
+
+namespace dit {
+
+/// at::ScalarType for a safetensors dtype. F8_E4M3/F8_E5M2 have no LibTorch 1.13 type: they map to
+/// at::kFloat and are decoded on load. Throws std::invalid_argument for unsigned 16/32/64-bit types.
+at::ScalarType scalarTypeFor(DType t);
+
+/// Reads tensor `name` whole, converted to `dtype` (CPU, contiguous, owns its memory).
+/// Throws ModelFileError if the tensor is absent.
+at::Tensor loadTensor(const SafetensorsCollection& st, const std::string& name, at::ScalarType dtype);
+
+/// Reads only the slice [start, start+length) of dimension `dim` (0 or 1) of tensor `name`; the
+/// rest of the tensor is never touched or copied (shard-on-load). For `dim == 1`, tensors must be
+/// 2-D. Throws ModelFileError when the slice does not fit the stored shape.
+at::Tensor loadSlice(const SafetensorsCollection& st, const std::string& name, int64_t dim,
+                     int64_t start, int64_t length, at::ScalarType dtype);
+
+/// Packed slice: dimension `dim` is a concatenation of logical blocks of sizes `blocks`; takes the
+/// `part`-th of `parts` equal pieces of each block and concatenates them (for fused projections
+/// such as FLUX.1 single-block proj_out over cat(attn, mlp)). Every block must divide by `parts`.
+at::Tensor loadPackedSlice(const SafetensorsCollection& st, const std::string& name, int64_t dim,
+                           const std::vector<int64_t>& blocks, int64_t part, int64_t parts,
+                           at::ScalarType dtype);
+
+/// Writes tensors (any device, any dtype among F32/F16/BF16/I64/I32/U8) to a safetensors file.
+void saveTensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
+                 const std::map<std::string, std::string>& metadata = {});
+
+/// Parses "float32" | "bfloat16" | "float16" (also "fp32", "bf16", "fp16"). Throws
+/// std::invalid_argument listing the accepted names.
+at::ScalarType parseComputeDType(const std::string& s);
+const char* computeDTypeName(at::ScalarType t);
+
+}  // namespace dit

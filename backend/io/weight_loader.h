@@ -1,0 +1,91 @@
+// WeightLoader: builds a model's layers from a WeightSource following the model's tensor-parallel
+// ShardingPlan (llama.cpp llama_model_loader::create_tensor / check_tensor_dims; sd.cpp
+// init(tensor_storage_map, prefix)). Model code asks for "the linear layer at this checkpoint path
+// with these sizes"; the plan decides which layer it gets and which slice of the checkpoint each
+// rank reads:
+//
+//   plan rule for the module path   layer                        weight read (shard-on-load)
+//   none                            ReplicatedLinear             whole
+//   ColwiseParallel                 ColumnParallelLinear         rows   [out/tp] (bias too)
+//   PackedColwiseParallel           ColumnParallelLinear         rows of each block
+//   RowwiseParallel                 RowParallelLinear            columns [in/tp] (bias whole)
+//   PackedRowwiseParallel           RowParallelLinear            columns of each block
+//
+// Projections sharing their input (q/k/v[/mlp]) are built as one FusedColumnParallelLinear that
+// keeps each part's checkpoint name and ShardSpec. Every parameter requested is recorded in
+// parameters() with its checkpoint name, global shape, stored dtype and ShardSpec, so LoRA and
+// quantized weights can later find where each checkpoint tensor went.
+//
+// Slices are read with WeightSource::shard / packedShard: only the rank's bytes are copied and the
+// pages of other ranks' slices are released (see tensor_io.cpp). The ShardSpec comes from
+// ShardingPlan::shardSpec, the same function validation and byte counts use.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/io/weight_source.h"
+#include "parallel/tensor_parallel/layers.h"
+#include "parallel/tensor_parallel/sharding_plan.h"
+
+namespace dit {
+
+class ProcessGroup;
+
+/// A checkpoint parameter as loaded: its declaration plus how this rank holds it.
+struct LoadedParameter {
+  ParameterInfo info;  ///< checkpoint name, global shape, stored dtype and element bytes
+  ShardSpec spec;      ///< this rank's slice (replicated when dim < 0)
+};
+
+class WeightLoader {
+ public:
+  /// `plan` null = everything replicated; `tp` null or size 1 = no tensor parallelism (every
+  /// layer is a ReplicatedLinear holding the whole weight).
+  WeightLoader(WeightSource& source, std::shared_ptr<const ShardingPlan> plan, std::shared_ptr<ProcessGroup> tp);
+
+  /// The linear layer at module path `path` (parameters `path.weight` [out, in], `path.bias` [out]
+  /// when `bias`), chosen and sharded by the plan rule matching `path` (table above). Throws
+  /// ModelFileError for a missing tensor or a stored shape other than [out, in] / [out] (naming
+  /// both), std::invalid_argument when the plan's slice does not divide the dimension.
+  std::shared_ptr<tensor_parallel::Linear> linear(const std::string& path, int64_t in, int64_t out, bool bias = true);
+
+  /// Several projections that share their input, computed as one GEMM: `parts` = {module path,
+  /// out features} each with weight [out_i, in] and bias [out_i]. Every part must be
+  /// ColwiseParallel (or PackedColwise) under tp > 1, or replicated when tp is 1 — otherwise the
+  /// parts' outputs would not line up (std::invalid_argument naming the part and its style).
+  /// `name` names the fused layer in logs.
+  std::shared_ptr<tensor_parallel::FusedColumnParallelLinear> fusedColumn(
+      const std::string& name, const std::vector<std::pair<std::string, int64_t>>& parts, int64_t in);
+
+  /// A non-linear parameter (norm weight, embedding table), always replicated. Same errors as
+  /// WeightSource::get.
+  at::Tensor param(const std::string& name, const std::vector<int64_t>& shape);
+
+  /// Every parameter loaded so far, in load order.
+  const std::vector<LoadedParameter>& parameters() const { return loaded_; }
+  /// The same as a ParameterTable (declared names, global shapes, stored dtypes).
+  ParameterTable parameterTable() const;
+
+  int tpRank() const;
+  int tpSize() const;
+  const ShardingPlan* plan() const { return plan_.get(); }
+  WeightSource& source() { return src_; }
+
+ private:
+  ShardSpec specFor(const std::string& paramName, const std::vector<int64_t>& shape) const;
+  at::Tensor read(const std::string& name, const std::vector<int64_t>& shape, const ShardSpec& spec);
+  void record(const std::string& name, const std::vector<int64_t>& shape, const ShardSpec& spec);
+
+  WeightSource& src_;
+  std::shared_ptr<const ShardingPlan> plan_;
+  std::shared_ptr<ProcessGroup> tp_;
+  std::vector<LoadedParameter> loaded_;
+};
+
+}  // namespace dit

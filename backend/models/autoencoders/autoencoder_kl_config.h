@@ -1,0 +1,32 @@
+// diffusers AutoencoderKL config (decoder part), read from vae/config.json. Torch-free.
+// Defaults are diffusers' constructor defaults, used only when a key is absent.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace dit {
+
+struct AutoencoderKLConfig {
+  int in_channels = 3;
+  int out_channels = 3;
+  int latent_channels = 4;
+  std::vector<int> block_out_channels{64};
+  int layers_per_block = 1;
+  int norm_num_groups = 32;
+  std::string act_fn = "silu";
+  double scaling_factor = 0.18215;
+  double shift_factor = 0.0;
+  bool use_post_quant_conv = true;
+  bool mid_block_add_attention = true;
+  /// 2^(len(block_out_channels)-1), as FluxPipeline computes vae_scale_factor.
+  int vaeScaleFactor() const { return 1 << (static_cast<int>(block_out_channels.size()) - 1); }
+};
+
+/// Parses an AutoencoderKL config read from `file`. Throws ModelFileError naming the file: a key
+/// of the wrong type, an empty block_out_channels.
+AutoencoderKLConfig parseAutoencoderKLConfig(const nlohmann::json& j, const std::string& file);
+
+}  // namespace dit

@@ -1,0 +1,212 @@
+#include "backend/models/flux/flux_blocks.h"
+
+#include <ATen/ATen.h>
+
+#include "parallel/attention.h"
+#include "parallel/context_parallel.h"
+
+namespace dit::flux {
+namespace {
+
+// LayerNorm without affine parameters, eps 1e-6 (diffusers norm1/norm/norm_out, norm2).
+at::Tensor layerNorm(const at::Tensor& x) { return at::layer_norm(x, {x.size(-1)}, {}, {}, 1e-6); }
+
+// LayerNorm(x) * (1 + scale) + shift with [B, C] modulation broadcast over the sequence.
+at::Tensor modulate(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& shift) {
+  return layerNorm(x) * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
+}
+
+// diffusers RMSNorm (eps 1e-6, affine): variance in float32; half/bfloat16 weights multiply in
+// their dtype, float32 weights in float32 then cast back.
+at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w) {
+  const auto dt = x.scalar_type();
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor h = xf * at::rsqrt(xf.pow(2).mean(-1, true) + 1e-6);
+  if (w.scalar_type() == at::kHalf || w.scalar_type() == at::kBFloat16) return h.to(w.scalar_type()) * w;
+  return (h * w).to(dt);
+}
+
+// apply_rotary_emb(use_real=True, use_real_unbind_dim=-1, sequence_dim=1): x [B, S, H, D],
+// cos/sin float32 [S, D]; computed in float32, cast back to x's dtype.
+at::Tensor applyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const auto sz = x.sizes();
+  at::Tensor pairs = x.reshape({sz[0], sz[1], sz[2], sz[3] / 2, 2});
+  at::Tensor re = pairs.select(-1, 0), im = pairs.select(-1, 1);
+  at::Tensor rot = at::stack({-im, re}, -1).flatten(3);
+  at::Tensor c = cos.unsqueeze(0).unsqueeze(2), s = sin.unsqueeze(0).unsqueeze(2);
+  return (x.to(at::kFloat) * c + rot.to(at::kFloat) * s).to(x.scalar_type());
+}
+
+at::Tensor geluTanh(const at::Tensor& x) { return at::gelu(x, "tanh"); }
+
+}  // namespace
+
+at::Tensor AttentionBackend::operator()(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const {
+  // [B, S, H, D] -> [B, H, S, D]
+  at::Tensor Q = q.transpose(1, 2), K = k.transpose(1, 2), V = v.transpose(1, 2);
+  at::Tensor o = cp ? cp->attention(Q, K, V, localLens) : localAttention(Q, K, V);
+  return o.transpose(1, 2).reshape({q.size(0), q.size(1), q.size(2) * q.size(3)});
+}
+
+AdaLayerNormZero::AdaLayerNormZero(WeightLoader& w, const std::string& prefix, int64_t C)
+    : linear_(w.linear(prefix + ".linear", C, 6 * C)) {}
+
+AdaLayerNormZero::Output AdaLayerNormZero::operator()(const at::Tensor& x, const at::Tensor& silu_temb) const {
+  auto e = linear_->forward(silu_temb).chunk(6, 1);
+  Output o;
+  o.shift_msa = e[0];
+  o.scale_msa = e[1];
+  o.gate_msa = e[2];
+  o.shift_mlp = e[3];
+  o.scale_mlp = e[4];
+  o.gate_mlp = e[5];
+  o.norm_hidden_states = modulate(x, o.scale_msa, o.shift_msa);
+  return o;
+}
+
+AdaLayerNormZeroSingle::AdaLayerNormZeroSingle(WeightLoader& w, const std::string& prefix, int64_t C)
+    : linear_(w.linear(prefix + ".linear", C, 3 * C)) {}
+
+AdaLayerNormZeroSingle::Output AdaLayerNormZeroSingle::operator()(const at::Tensor& x,
+                                                                  const at::Tensor& silu_temb) const {
+  auto e = linear_->forward(silu_temb).chunk(3, 1);
+  Output o;
+  o.shift_msa = e[0];
+  o.scale_msa = e[1];
+  o.gate_msa = e[2];
+  o.norm_hidden_states = modulate(x, o.scale_msa, o.shift_msa);
+  return o;
+}
+
+AdaLayerNormContinuous::AdaLayerNormContinuous(WeightLoader& w, const std::string& prefix, int64_t C)
+    : linear_(w.linear(prefix + ".linear", C, 2 * C)) {}
+
+at::Tensor AdaLayerNormContinuous::operator()(const at::Tensor& x, const at::Tensor& silu_temb) const {
+  auto e = linear_->forward(silu_temb).to(x.scalar_type()).chunk(2, 1);  // scale, shift
+  return layerNorm(x) * (1 + e[0].unsqueeze(1)) + e[1].unsqueeze(1);
+}
+
+std::pair<at::Tensor, at::Tensor> FluxPosEmbed::operator()(const at::Tensor& ids) const {
+  const at::Tensor pos = ids.to(at::kDouble);
+  std::vector<at::Tensor> cosParts, sinParts;
+  for (size_t a = 0; a < axes_dim_.size(); ++a) {
+    const int64_t dim = axes_dim_[a];
+    auto o64 = at::TensorOptions().dtype(at::kDouble).device(ids.device());
+    at::Tensor freqs =
+        1.0 / at::pow(10000.0, at::arange(0, dim, 2, o64).slice(0, 0, dim / 2) / static_cast<double>(dim));
+    at::Tensor f = at::outer(pos.select(1, static_cast<int64_t>(a)), freqs);
+    cosParts.push_back(f.cos().repeat_interleave(2, 1).to(at::kFloat));
+    sinParts.push_back(f.sin().repeat_interleave(2, 1).to(at::kFloat));
+  }
+  return {at::cat(cosParts, -1), at::cat(sinParts, -1)};
+}
+
+at::Tensor FeedForward::operator()(const at::Tensor& x) const { return out->forward(geluTanh(proj->forward(x))); }
+
+FluxAttention::FluxAttention(WeightLoader& w, const std::string& p, int64_t C, int64_t headDim, bool added_kv,
+                             int64_t headsLocal)
+    : headDim_(headDim), headsLocal_(headsLocal) {
+  if (added_kv) {
+    qkv = w.fusedColumn(p + ".qkv", {{p + ".to_q", C}, {p + ".to_k", C}, {p + ".to_v", C}}, C);
+    add_qkv = w.fusedColumn(p + ".add_qkv", {{p + ".add_q_proj", C}, {p + ".add_k_proj", C}, {p + ".add_v_proj", C}}, C);
+    // The heads this rank computes follow from how the plan sharded to_q.
+    headsLocal_ = qkv->parts()[0].outLocal / headDim;
+  }
+  norm_q = w.param(p + ".norm_q.weight", {headDim});
+  norm_k = w.param(p + ".norm_k.weight", {headDim});
+  if (added_kv) {
+    norm_added_q = w.param(p + ".norm_added_q.weight", {headDim});
+    norm_added_k = w.param(p + ".norm_added_k.weight", {headDim});
+    to_out = w.linear(p + ".to_out.0", C, C);
+    to_add_out = w.linear(p + ".to_add_out", C, C);
+  }
+}
+
+at::Tensor FluxAttention::heads(const at::Tensor& x) const {
+  return x.reshape({x.size(0), x.size(1), headsLocal_, headDim_});
+}
+
+std::pair<at::Tensor, at::Tensor> FluxAttention::operator()(const at::Tensor& hidden, const at::Tensor& encoder,
+                                                            const at::Tensor& cos, const at::Tensor& sin,
+                                                            const AttentionBackend& attention) const {
+  const auto dt = hidden.scalar_type();
+  auto x3 = qkv->forwardParts(hidden);
+  auto c3 = add_qkv->forwardParts(encoder);
+  at::Tensor q = rmsNorm(heads(x3[0]), norm_q), k = rmsNorm(heads(x3[1]), norm_k), v = heads(x3[2]);
+  at::Tensor cq = rmsNorm(heads(c3[0]), norm_added_q), ck = rmsNorm(heads(c3[1]), norm_added_k),
+             cv = heads(c3[2]);
+  // Joint attention over cat(text, image), as FluxAttnProcessor concatenates.
+  q = applyRope(at::cat({cq, q}, 1), cos, sin);
+  k = applyRope(at::cat({ck, k}, 1), cos, sin);
+  v = at::cat({cv, v}, 1);
+  at::Tensor a = attention(q, k, v).to(dt);
+  const int64_t txt = encoder.size(1);
+  at::Tensor ac = a.narrow(1, 0, txt), ai = a.narrow(1, txt, a.size(1) - txt);
+  ai = to_out->forward(ai);
+  ac = to_add_out->forward(ac);
+  return {ai, ac};
+}
+
+at::Tensor FluxAttention::attendProjected(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+                                          const at::Tensor& cos, const at::Tensor& sin,
+                                          const AttentionBackend& attention) const {
+  const auto dt = q_in.scalar_type();
+  at::Tensor q = applyRope(rmsNorm(heads(q_in), norm_q), cos, sin);
+  at::Tensor k = applyRope(rmsNorm(heads(k_in), norm_k), cos, sin);
+  at::Tensor v = heads(v_in);
+  return attention(q, k, v).to(dt);
+}
+
+FluxTransformerBlock::FluxTransformerBlock(WeightLoader& w, const std::string& p, int64_t C, int64_t M,
+                                           int64_t headDim)
+    : norm1(w, p + ".norm1", C),
+      norm1_context(w, p + ".norm1_context", C),
+      attn(w, p + ".attn", C, headDim, /*added_kv=*/true),
+      ff{w.linear(p + ".ff.net.0.proj", C, M), w.linear(p + ".ff.net.2", M, C)},
+      ff_context{w.linear(p + ".ff_context.net.0.proj", C, M), w.linear(p + ".ff_context.net.2", M, C)} {}
+
+std::pair<at::Tensor, at::Tensor> FluxTransformerBlock::operator()(const at::Tensor& hidden_in,
+                                                                   const at::Tensor& encoder_in,
+                                                                   const at::Tensor& silu_temb,
+                                                                   const at::Tensor& cos, const at::Tensor& sin,
+                                                                   const AttentionBackend& attention) const {
+  const auto n = norm1(hidden_in, silu_temb);
+  const auto nc = norm1_context(encoder_in, silu_temb);
+  auto [attn_output, context_attn_output] = attn(n.norm_hidden_states, nc.norm_hidden_states, cos, sin, attention);
+  at::Tensor hidden = hidden_in + n.gate_msa.unsqueeze(1) * attn_output;
+  hidden = hidden + n.gate_mlp.unsqueeze(1) * ff(modulate(hidden, n.scale_mlp, n.shift_mlp));
+  at::Tensor encoder = encoder_in + nc.gate_msa.unsqueeze(1) * context_attn_output;
+  encoder = encoder + nc.gate_mlp.unsqueeze(1) * ff_context(modulate(encoder, nc.scale_mlp, nc.shift_mlp));
+  if (encoder.scalar_type() == at::kHalf) encoder = encoder.clamp(-65504, 65504);
+  return {encoder, hidden};
+}
+
+namespace {
+// to_q's local rows / head dim: the heads this rank computes, as the plan sharded them.
+int64_t localHeads(const tensor_parallel::FusedColumnParallelLinear& qkv, int64_t headDim) {
+  return qkv.parts()[0].outLocal / headDim;
+}
+}  // namespace
+
+FluxSingleTransformerBlock::FluxSingleTransformerBlock(WeightLoader& w, const std::string& p, int64_t C,
+                                                       int64_t M, int64_t headDim)
+    : norm(w, p + ".norm", C),
+      qkv_mlp(w.fusedColumn(p + ".qkv_mlp",
+                            {{p + ".attn.to_q", C}, {p + ".attn.to_k", C}, {p + ".attn.to_v", C}, {p + ".proj_mlp", M}},
+                            C)),
+      attn(w, p + ".attn", C, headDim, /*added_kv=*/false, localHeads(*qkv_mlp, headDim)),
+      proj_out(w.linear(p + ".proj_out", C + M, C)) {}
+
+at::Tensor FluxSingleTransformerBlock::operator()(const at::Tensor& x, const at::Tensor& silu_temb,
+                                                  const at::Tensor& cos, const at::Tensor& sin,
+                                                  const AttentionBackend& attention) const {
+  const auto n = norm(x, silu_temb);
+  auto parts = qkv_mlp->forwardParts(n.norm_hidden_states);
+  at::Tensor mlp_hidden_states = geluTanh(parts[3]);
+  at::Tensor attn_output = attn.attendProjected(parts[0], parts[1], parts[2], cos, sin, attention);
+  at::Tensor out = x + n.gate_msa.unsqueeze(1) * proj_out->forward(at::cat({attn_output, mlp_hidden_states}, 2));
+  if (out.scalar_type() == at::kHalf) out = out.clamp(-65504, 65504);
+  return out;
+}
+
+}  // namespace dit::flux

@@ -1,0 +1,41 @@
+// FLUX.1 (diffusers FluxTransformer2DModel, models/transformers/transformer_flux.py) declared as
+// data, without Torch: its parameters, its tensor-parallel plan, its context-parallel plan and the
+// family registration. This is the one statement of how FLUX.1 is sharded: the weight loader, the
+// strategy validation (worker, CLI, GUI), the benchmark's and the advisor's per-rank byte counts
+// and the memory test all derive from it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "backend/models/flux/flux_config.h"
+#include "backend/models/registry.h"
+#include "parallel/strategy.h"
+#include "parallel/tensor_parallel/sharding_plan.h"
+
+namespace dit {
+
+/// Every parameter of FluxTransformer2DModel for `c`, with diffusers' checkpoint names and global
+/// shapes (weight [out_features, in_features]), stored as `dtype` ("F32", "BF16", ...) with
+/// `elementBytes` bytes per element. Follows diffusers models/transformers/transformer_flux.py.
+ParameterTable fluxParameterTable(const FluxTransformerConfig& c, const std::string& dtype = "F32",
+                                  int64_t elementBytes = 4);
+
+/// The FLUX.1 tensor-parallel plan (DESIGN.md section 3): double blocks attn.to_q/to_k/to_v,
+/// attn.add_q_proj/add_k_proj/add_v_proj, ff.net.0.proj, ff_context.net.0.proj ColwiseParallel;
+/// attn.to_out.0, attn.to_add_out, ff.net.2, ff_context.net.2 RowwiseParallel; single blocks
+/// attn.to_q/to_k/to_v and proj_mlp ColwiseParallel, proj_out PackedRowwiseParallel over blocks
+/// {inner_dim, mlp_hidden_dim}; tp_degree must divide num_attention_heads ("tp_heads").
+/// Rules for a block kind are only declared when the config has such blocks. Everything else
+/// (embedders, AdaLayerNorm linears, norm_out, proj_out of the model) is replicated.
+ShardingPlan fluxShardingPlan(const FluxTransformerConfig& c);
+
+/// ModelDims for strategy validation: heads, head dim, the VAE scale factor, the plan and the
+/// parameter table (F32).
+ModelDims fluxModelDims(const FluxTransformerConfig& c, int vaeScaleFactor);
+
+/// The "FluxTransformer2DModel" registration (models/registry.cpp); its dims leave
+/// vae_scale_factor at 8 (the pipeline sets it from its VAE).
+TransformerFamily fluxTransformerFamily();
+
+}  // namespace dit

@@ -1,0 +1,36 @@
+// What FluxPipeline (diffusers pipelines/flux/pipeline_flux.py) reads from its model folder:
+// the configs of transformer, text_encoder (CLIP), text_encoder_2 (T5), vae, scheduler and the
+// tokenizers' model_max_length. Torch-free (the GUI reads it).
+#pragma once
+
+#include "backend/io/model_folder.h"
+#include "backend/models/autoencoders/autoencoder_kl_config.h"
+#include "backend/models/flux/flux_config.h"
+#include "backend/models/text_encoders/text_encoder_configs.h"
+#include "backend/pipelines/registry.h"
+#include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
+
+namespace dit {
+
+struct FluxPipelineConfig : PipelineConfig {
+  FluxTransformerConfig transformer;
+  CLIPTextConfig text_encoder;
+  T5Config text_encoder_2;
+  AutoencoderKLConfig vae;
+  SchedulerConfig scheduler;
+  int tokenizer_max_length = 77;  ///< tokenizer/tokenizer_config.json model_max_length
+  int t5_max_length = 512;        ///< tokenizer_2 model_max_length (FluxPipeline default 512)
+};
+
+/// Parses every component config of a FluxPipeline folder whose transformer is of the registered
+/// class `transformerClass` (its family gives `dims`). Throws ModelFileError naming the file,
+/// UnsupportedModelError for an unregistered transformer class.
+FluxPipelineConfig parseFluxPipelineConfig(const std::string& folder, const std::string& transformerClass);
+
+/// The "FluxPipeline" registration (pipelines/registry.cpp).
+PipelineFamily fluxPipelineFamily();
+
+/// Shorthand for m.configAs<FluxPipelineConfig>() (throws std::invalid_argument for another family).
+inline const FluxPipelineConfig& fluxConfig(const ModelFolder& m) { return m.configAs<FluxPipelineConfig>(); }
+
+}  // namespace dit

@@ -1,0 +1,260 @@
+#include "backend/pipelines/flux/pipeline_flux.h"
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "backend/models/autoencoders/autoencoder_kl.h"
+#include "backend/tokenizers/clip_tokenizer.h"
+#include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
+#include "backend/tokenizers/t5_tokenizer.h"
+#include "backend/models/text_encoders/modeling_clip.h"
+#include "backend/models/text_encoders/modeling_t5.h"
+#include "parallel/strategy.h"
+#include "backend/io/weight_source.h"
+#include "parallel/process_group.h"
+
+namespace dit {
+
+using Clock = std::chrono::steady_clock;
+static double msSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+struct FluxPipeline::Impl {
+  ModelFolder model;
+  FluxPipelineConfig cfg;  ///< model.configAs<FluxPipelineConfig>()
+  PipelineOptions opts;
+  c10::Device device{at::kCPU};
+  std::unique_ptr<CLIPTokenizer> clipTok;
+  std::unique_ptr<T5Tokenizer> t5Tok;
+  std::unique_ptr<CLIPTextModel> clip;
+  std::unique_ptr<T5EncoderModel> t5;
+  std::unique_ptr<FluxTransformer2DModel> transformer;
+  std::unique_ptr<AutoencoderKL> vae;
+  std::map<std::string, uint64_t> bytes;
+};
+
+FluxPipeline::FluxPipeline(const ModelFolder& model, const PipelineOptions& opts) : d_(new Impl) {
+  auto& D = *d_;
+  D.model = model;
+  D.cfg = fluxConfig(model);  // refuses another pipeline family
+  D.opts = opts;
+  D.device = c10::Device(opts.device);
+  if (D.device.is_cuda() && !at::hasCUDA())
+    throw std::invalid_argument("--device cuda: this build of DiT Studio has no CUDA support (LibTorch " +
+                                std::string("without CUDA); use --device cpu or a CUDA build"));
+  if (D.device.is_cpu() && opts.dtype == at::kHalf)
+    throw std::invalid_argument("float16 is not supported on the CPU (LibTorch has no CPU half LayerNorm/GroupNorm kernels); use float32 or bfloat16 on the CPU, float16 on GPUs");
+  // Validate the parallel plan before reading any weight.
+  {
+    // The transformer family's declared plan (models/registry.h), the rules the GUI and the CLI run.
+    Strategy s;
+    s.world = s.tp_degree = opts.parallel.tpSize();
+    auto issues = validateDegrees(s);
+    if (issues.empty()) issues = validateForModel(s, model.dims());
+    if (!issues.empty()) throw std::invalid_argument(joinIssues(issues));
+  }
+  D.clipTok = std::make_unique<CLIPTokenizer>(model.component("tokenizer"));
+  D.t5Tok = std::make_unique<T5Tokenizer>(model.component("tokenizer_2"));
+  {
+    auto w = WeightSource::fromFolder(model.component("transformer"), "diffusion_pytorch_model",
+                                      opts.dtype, D.device);
+    D.transformer = std::make_unique<FluxTransformer2DModel>(D.cfg.transformer, *w, opts.parallel);
+    D.bytes["transformer"] = w->bytesLoaded();
+  }
+  {
+    auto w = WeightSource::fromFolder(model.component("text_encoder"), "model", opts.dtype, D.device);
+    D.clip = std::make_unique<CLIPTextModel>(D.cfg.text_encoder, *w);
+    D.bytes["text_encoder"] = w->bytesLoaded();
+  }
+  {
+    auto w = WeightSource::fromFolder(model.component("text_encoder_2"), "model", opts.dtype, D.device);
+    D.t5 = std::make_unique<T5EncoderModel>(D.cfg.text_encoder_2, *w);
+    D.bytes["text_encoder_2"] = w->bytesLoaded();
+  }
+  {
+    auto w = WeightSource::fromFolder(model.component("vae"), "diffusion_pytorch_model", opts.dtype, D.device);
+    D.vae = std::make_unique<AutoencoderKL>(D.cfg.vae, *w);
+    D.bytes["vae"] = w->bytesLoaded();
+  }
+}
+
+FluxPipeline::~FluxPipeline() = default;
+const ModelFolder& FluxPipeline::model() const { return d_->model; }
+FluxTransformer2DModel& FluxPipeline::transformer() { return *d_->transformer; }
+std::map<std::string, uint64_t> FluxPipeline::weightBytes() const { return d_->bytes; }
+
+GenerationParams FluxPipeline::resolve(GenerationParams p) const {
+  const int vsf = d_->cfg.vae.vaeScaleFactor();
+  const int mult = 2 * vsf;
+  if (p.width < 0 || p.height < 0 || p.steps < 0 || p.max_sequence_length < 0)
+    throw std::invalid_argument("width, height, steps and max_sequence_length cannot be negative (0 = the model's default)");
+  if (p.width <= 0) p.width = 128 * vsf;
+  if (p.height <= 0) p.height = 128 * vsf;
+  if (p.steps <= 0) p.steps = 28;
+  if (p.max_sequence_length <= 0) p.max_sequence_length = std::min(512, d_->cfg.t5_max_length);
+  if (p.width % mult != 0 || p.height % mult != 0)
+    throw std::invalid_argument(
+        "width and height must be multiples of " + std::to_string(mult) +
+        " (2 x vae_scale_factor " + std::to_string(vsf) + ") for this model; got " +
+        std::to_string(p.width) + "x" + std::to_string(p.height) + " — try " +
+        std::to_string(std::max(mult, p.width / mult * mult)) + "x" +
+        std::to_string(std::max(mult, p.height / mult * mult)));
+  constexpr int kMaxSide = 16384;
+  if (p.width > kMaxSide || p.height > kMaxSide)
+    throw std::invalid_argument("width and height are limited to " + std::to_string(kMaxSide) +
+                                " pixels; got " + std::to_string(p.width) + "x" + std::to_string(p.height));
+  if (p.steps > 1000) throw std::invalid_argument("steps are limited to 1000; got " + std::to_string(p.steps));
+  if (p.max_sequence_length > 512)
+    throw std::invalid_argument("max_sequence_length cannot be greater than 512, got " +
+                                std::to_string(p.max_sequence_length));
+  return p;
+}
+
+PromptEmbeds FluxPipeline::encodePrompt(const std::string& prompt, int maxLen) {
+  auto& D = *d_;
+  PromptEmbeds e;
+  auto t0 = Clock::now();
+  auto clipIds = D.clipTok->encodePadded(prompt, D.cfg.tokenizer_max_length);
+  auto t5Ids = D.t5Tok->encodePadded(prompt, maxLen);
+  auto lo = at::TensorOptions().dtype(at::kLong);
+  at::Tensor ci = at::from_blob(clipIds.data(), {1, (int64_t)clipIds.size()}, lo).clone();
+  at::Tensor ti = at::from_blob(t5Ids.data(), {1, (int64_t)t5Ids.size()}, lo).clone();
+  e.tokenize_ms = msSince(t0);
+  auto t1 = Clock::now();
+  at::NoGradGuard ng;
+  e.pooled = D.clip->forward(ci).second;
+  e.prompt_embeds = D.t5->forward(ti);
+  e.encode_ms = msSince(t1);
+  e.text_ids = at::zeros({e.prompt_embeds.size(1), 3}, at::TensorOptions().dtype(at::kFloat).device(D.device));
+  return e;
+}
+
+at::Tensor FluxPipeline::latentImageIds(int h2, int w2) {
+  at::Tensor ids = at::zeros({h2, w2, 3}, at::kFloat);
+  ids.select(2, 1).add_(at::arange(h2, at::kFloat).unsqueeze(1));
+  ids.select(2, 2).add_(at::arange(w2, at::kFloat).unsqueeze(0));
+  return ids.reshape({h2 * w2, 3});
+}
+
+at::Tensor FluxPipeline::initialLatents(int64_t seed, int height, int width) const {
+  const int vsf = d_->cfg.vae.vaeScaleFactor();
+  const int64_t C = d_->cfg.transformer.in_channels / 4, h = 2 * (height / (vsf * 2)),
+                w = 2 * (width / (vsf * 2));
+  auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(seed));
+  at::Tensor noise = at::randn({1, C, h, w}, gen, at::TensorOptions().dtype(at::kFloat));
+  return noise.view({1, C, h / 2, 2, w / 2, 2}).permute({0, 2, 4, 1, 3, 5}).reshape({1, (h / 2) * (w / 2), C * 4});
+}
+
+at::Tensor FluxPipeline::decode(const at::Tensor& packed, int height, int width) {
+  auto& D = *d_;
+  const int vsf = D.cfg.vae.vaeScaleFactor();
+  const int64_t h = 2 * (height / (vsf * 2)), w = 2 * (width / (vsf * 2));
+  const int64_t C = packed.size(2) / 4;
+  at::NoGradGuard ng;
+  at::Tensor z = packed.view({1, h / 2, w / 2, C, 2, 2}).permute({0, 3, 1, 4, 2, 5}).reshape({1, C, h, w});
+  z = z / D.cfg.vae.scaling_factor + D.cfg.vae.shift_factor;
+  at::Tensor img = D.vae->decode(z.to(D.device));
+  return (img / 2 + 0.5).clamp(0, 1).to(at::kFloat).to(at::kCPU).squeeze(0).contiguous();
+}
+
+GenerationResult FluxPipeline::generate(const GenerationParams& params0, const PipelineCallbacks& cb) {
+  auto& D = *d_;
+  at::NoGradGuard ng;
+  GenerationResult res;
+  GenerationParams p = resolve(params0);
+  res.params = p;
+  const bool trueCfg = p.trueCfg();
+  const bool cfgParallel = D.opts.cfg && D.opts.cfg->size() == 2;
+  if (cfgParallel && !trueCfg)
+    throw std::invalid_argument(
+        "cfg_degree 2 needs true CFG (a negative prompt and true_cfg_scale > 1); with CFG off "
+        "one half of the group would idle — use cfg_degree 1");
+  const int cfgRank = cfgParallel ? D.opts.cfg->rank() : 0;
+
+  auto stage = [&](const char* s) { if (cb.onStage) cb.onStage(s); };
+  auto t0 = Clock::now();
+  stage("encode");  // tokenize + text encoders
+  // Under CFG parallel each half encodes only the prompt it denoises.
+  PromptEmbeds pos, neg;
+  if (!cfgParallel || cfgRank == 0) pos = encodePrompt(p.prompt, p.max_sequence_length);
+  if (trueCfg && (!cfgParallel || cfgRank == 1)) neg = encodePrompt(p.negative_prompt, p.max_sequence_length);
+  res.timings_ms["tokenize"] = pos.tokenize_ms + neg.tokenize_ms;
+  res.timings_ms["encode"] = pos.encode_ms + neg.encode_ms;
+  res.timings_ms["encode_total"] = msSince(t0);
+
+  const int vsf = D.cfg.vae.vaeScaleFactor();
+  const int h2 = p.height / (vsf * 2), w2 = p.width / (vsf * 2);
+  at::Tensor latents = initialLatents(p.seed, p.height, p.width);
+  res.initial_latents = latents.clone();
+  at::Tensor imgIds = latentImageIds(h2, w2).to(D.device);
+  const auto sched = fluxSchedule(D.cfg.scheduler, p.steps, h2 * w2);
+  const auto dt = D.opts.dtype;
+  latents = latents.to(D.device, dt);
+  at::Tensor guidance;
+  if (D.cfg.transformer.guidance_embeds)
+    guidance = at::full({1}, p.guidance, at::TensorOptions().dtype(at::kFloat).device(D.device));
+
+  stage("denoise");
+  auto tDen = Clock::now();
+  for (int i = 0; i < p.steps; ++i) {
+    auto ts = Clock::now();
+    const float t = sched.timesteps[i];
+    // timestep.expand(B).to(latents.dtype) / 1000, as FluxPipeline passes it.
+    at::Tensor tt = (at::full({1}, t, at::TensorOptions().dtype(at::kFloat).device(D.device)).to(dt) / 1000);
+    auto run = [&](const PromptEmbeds& e) {
+      return D.transformer->forward(latents, e.prompt_embeds, e.pooled, tt, imgIds, e.text_ids, guidance);
+    };
+    at::Tensor v;
+    if (!trueCfg) {
+      v = run(pos);
+    } else if (!cfgParallel) {
+      at::Tensor vp = run(pos), vn = run(neg);
+      v = vn + p.true_cfg_scale * (vp - vn);
+    } else {
+      // CFG parallel: rank 0 of the cfg group predicts the conditional, rank 1 the
+      // unconditional branch; exchange and combine identically on both.
+      at::Tensor mine = run(cfgRank == 0 ? pos : neg).contiguous();
+      at::Tensor both = D.opts.cfg->allgather(mine.unsqueeze(0), 0)->result();
+      at::Tensor vp = both[0], vn = both[1];
+      v = vn + p.true_cfg_scale * (vp - vn);
+    }
+    // FlowMatchEulerDiscreteScheduler.step: in float32, x += (sigma_next - sigma) * v.
+    const float sigma = sched.sigmas[i], sigmaNext = sched.sigmas[i + 1];
+    // As diffusers: the product (sigma_next - sigma) * v is formed in the model's dtype, the sum
+    // in float32, the result cast back (identical in float32; matches bf16/fp16 rounding).
+    at::Tensor lf = latents.to(at::kFloat);
+    at::Tensor next = lf + ((sigmaNext - sigma) * v).to(at::kFloat);
+    latents = next.to(v.scalar_type());
+    at::Tensor vf = v.to(at::kFloat);
+    const double ms = msSince(ts);
+    res.timings_ms["step." + std::to_string(i + 1)] = ms;
+    res.steps_done = i + 1;
+    if (cb.onStep) {
+      at::Tensor x0 = lf - sigma * vf;
+      if (!cb.onStep(i + 1, p.steps, latents, x0, ms)) {
+        res.cancelled = true;
+        break;
+      }
+    }
+  }
+  res.timings_ms["denoise"] = msSince(tDen);
+  res.final_latents = latents.to(at::kFloat).to(at::kCPU).contiguous();
+  if (res.cancelled) return res;
+  stage("decode");
+  auto tDec = Clock::now();
+  res.image = decode(latents, p.height, p.width);
+  res.timings_ms["decode"] = msSince(tDec);
+  return res;
+}
+
+std::vector<uint8_t> toRGB8(const at::Tensor& image) {
+  at::Tensor u8 = (image.to(at::kFloat) * 255).round().clamp(0, 255).to(at::kByte).permute({1, 2, 0}).contiguous();
+  std::vector<uint8_t> out(u8.numel());
+  std::memcpy(out.data(), u8.data_ptr(), out.size());
+  return out;
+}
+
+}  // namespace dit

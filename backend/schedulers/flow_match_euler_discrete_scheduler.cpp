@@ -1,0 +1,64 @@
+#include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "backend/io/config_json.h"
+
+namespace dit {
+
+SchedulerConfig parseSchedulerConfig(const nlohmann::json& j, const std::string& f) {
+  SchedulerConfig c;
+  getConfigValue(j, "num_train_timesteps", c.num_train_timesteps, f);
+  getConfigValue(j, "shift", c.shift, f);
+  getConfigValue(j, "use_dynamic_shifting", c.use_dynamic_shifting, f);
+  getConfigValue(j, "base_shift", c.base_shift, f);
+  getConfigValue(j, "max_shift", c.max_shift, f);
+  getConfigValue(j, "base_image_seq_len", c.base_image_seq_len, f);
+  getConfigValue(j, "max_image_seq_len", c.max_image_seq_len, f);
+  getConfigValue(j, "time_shift_type", c.time_shift_type, f);
+  if (c.time_shift_type != "exponential" && c.time_shift_type != "linear")
+    throw ModelFileError(f, "unsupported time_shift_type '" + c.time_shift_type + "'");
+  return c;
+}
+
+double calculateShift(int image_seq_len, int base_seq_len, int max_seq_len, double base_shift,
+                      double max_shift) {
+  const double m = (max_shift - base_shift) / (max_seq_len - base_seq_len);
+  const double b = base_shift - m * base_seq_len;
+  return image_seq_len * m + b;
+}
+
+SchedulerTables fluxSchedule(const SchedulerConfig& cfg, int steps, int image_seq_len) {
+  if (steps < 1) throw std::invalid_argument("steps must be at least 1, got " + std::to_string(steps));
+  SchedulerTables t;
+  t.mu = calculateShift(image_seq_len, cfg.base_image_seq_len, cfg.max_image_seq_len,
+                        cfg.base_shift, cfg.max_shift);
+  const double lo = 1.0 / steps;
+  for (int i = 0; i < steps; ++i) {
+    // np.linspace(1.0, 1/N, N) in float64, then .astype(np.float32) in set_timesteps.
+    const double s64 = steps == 1 ? 1.0 : 1.0 + (lo - 1.0) * (static_cast<double>(i) / (steps - 1));
+    const float s = static_cast<float>(s64);
+    float shifted;
+    if (cfg.use_dynamic_shifting) {
+      // time_shift(mu, 1.0, t) on a float32 array: python-float scalars keep float32.
+      const float inv = 1.0f / s - 1.0f;
+      if (cfg.time_shift_type == "exponential") {
+        const float e = static_cast<float>(std::exp(t.mu));
+        shifted = e / (e + inv);
+      } else {
+        const float m = static_cast<float>(t.mu);
+        shifted = m / (m + inv);
+      }
+    } else {
+      const float sh = static_cast<float>(cfg.shift);
+      shifted = sh * s / (1.0f + (sh - 1.0f) * s);
+    }
+    t.sigmas.push_back(shifted);
+    t.timesteps.push_back(shifted * static_cast<float>(cfg.num_train_timesteps));
+  }
+  t.sigmas.push_back(0.0f);
+  return t;
+}
+
+}  // namespace dit

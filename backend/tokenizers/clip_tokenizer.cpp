@@ -1,0 +1,506 @@
+// CLIPTokenizer: see clip_tokenizer.h.
+#include "backend/tokenizers/clip_tokenizer.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <unicode/normalizer2.h>
+#include <unicode/uchar.h>
+#include <unicode/unistr.h>
+#include <unicode/ustring.h>
+#include <unicode/utf16.h>
+#include <unicode/utf8.h>
+
+#include <algorithm>
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <queue>
+#include <sstream>
+#include <stdexcept>
+#include <string_view>
+#include <unordered_map>
+
+#include "backend/io/safetensors.h"  // dit::ModelFileError
+#include "backend/tokenizers/token_split.h"
+
+namespace dit {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Unicode (ICU): decoding, NFC, per-character lower-casing
+// ---------------------------------------------------------------------------------------------
+
+// Lower-case mapping of one character on its own, as Rust's char::to_lowercase (which HF
+// `tokenizers`' Lowercase normalizer applies character by character): u_tolower's simple
+// mapping, or, where Unicode's full mapping is longer (U+0130 'İ' -> "i\u0307", the only such
+// character up to Unicode 15), ICU's full root-locale mapping of the character alone. On a lone
+// character that mapping's only context rule (Final_Sigma) cannot fire, so 'Σ' -> 'σ' always,
+// and the root locale has no Turkish/Lithuanian rules (the process locale plays no part).
+// (Every character whose full mapping changes it has a simple mapping that changes it: checked
+// over all code points with ICU 72, so u_tolower is the filter.)
+void appendLower(icu::UnicodeString& out, UChar32 c) {
+  const UChar32 simple = u_tolower(c);
+  if (simple == c) {
+    out.append(c);
+    return;
+  }
+  UChar src[U16_MAX_LENGTH];
+  int32_t srcLen = 0;
+  U16_APPEND_UNSAFE(src, srcLen, c);
+  UChar full[8];
+  UErrorCode err = U_ZERO_ERROR;
+  const int32_t len = u_strToLower(full, 8, src, srcLen, "", &err);
+  if (U_SUCCESS(err))
+    out.append(full, 0, len);
+  else
+    out.append(simple);
+}
+
+// The normalizer of the CLIP pipeline on non-ASCII text: UTF-8 decoding (each maximal ill-formed
+// subsequence becomes U+FFFD, as Python's and Rust's lossy decoders do), NFC, then lower-casing
+// when asked. Returns UTF-8.
+std::string normalize(std::string_view raw, bool lowerCase) {
+  if (raw.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max() / 4))
+    throw std::length_error("CLIPTokenizer: text too long (" + std::to_string(raw.size()) +
+                            " bytes)");
+  const icu::UnicodeString decoded =
+      icu::UnicodeString::fromUTF8(icu::StringPiece(raw.data(), static_cast<int32_t>(raw.size())));
+  UErrorCode err = U_ZERO_ERROR;
+  const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(err);
+  icu::UnicodeString text;
+  if (U_SUCCESS(err)) text = nfc->normalize(decoded, err);
+  if (U_FAILURE(err))
+    throw std::runtime_error(std::string("CLIPTokenizer: ICU NFC normalization failed: ") +
+                             u_errorName(err));
+  if (lowerCase) {
+    icu::UnicodeString lower;
+    for (int32_t i = 0; i < text.length();) {
+      const UChar32 c = text.char32At(i);
+      appendLower(lower, c);
+      i += U16_LENGTH(c);
+    }
+    text = std::move(lower);
+  }
+  std::string out;
+  text.toUTF8String(out);
+  return out;
+}
+
+// GPT-2's bytes_to_unicode(): printable bytes map to themselves, the others to U+0100 upwards.
+std::array<std::string, 256> byteToUnicode() {
+  std::array<std::string, 256> table;
+  int n = 0;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+    const UChar32 cp = printable ? b : 256 + n++;
+    char buf[U8_MAX_LENGTH];
+    int32_t len = 0;
+    U8_APPEND_UNSAFE(buf, len, cp);
+    table[b].assign(buf, static_cast<size_t>(len));
+  }
+  return table;
+}
+
+// ---------------------------------------------------------------------------------------------
+// PCRE2 wrapper
+// ---------------------------------------------------------------------------------------------
+class Regex {
+ public:
+  explicit Regex(const std::string& pattern) {
+    int err = 0;
+    PCRE2_SIZE off = 0;
+    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                          PCRE2_UTF | PCRE2_UCP, &err, &off, nullptr);
+    if (!code_) {
+      PCRE2_UCHAR msg[256];
+      pcre2_get_error_message(err, msg, sizeof msg);
+      throw std::runtime_error("CLIPTokenizer: cannot compile pattern at offset " +
+                               std::to_string(off) + ": " + reinterpret_cast<char*>(msg));
+    }
+    pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);  // falls back to the interpreter on failure
+  }
+  ~Regex() { pcre2_code_free(code_); }
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
+
+  // Calls fn(begin, end) for every non-overlapping match in `s` (valid UTF-8), left to right.
+  template <class Fn>
+  void forEachMatch(std::string_view s, pcre2_match_data* md, Fn&& fn) const {
+    PCRE2_SIZE start = 0;
+    while (start < s.size()) {
+      const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), start,
+                                 PCRE2_NO_UTF_CHECK, md, nullptr);
+      if (rc == PCRE2_ERROR_NOMATCH) return;
+      if (rc < 0) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(rc, msg, sizeof msg);
+        throw std::runtime_error(std::string("CLIPTokenizer: regex match failed: ") +
+                                 reinterpret_cast<char*>(msg));
+      }
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+      const PCRE2_SIZE b = ov[0], e = ov[1];
+      if (e == b) {  // the patterns never match empty; guard against a loop anyway
+        start = e + 1;
+        while (start < s.size() && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) ++start;
+        continue;
+      }
+      fn(b, e);
+      start = e;
+    }
+  }
+  const pcre2_code* code() const { return code_; }
+
+ private:
+  pcre2_code* code_ = nullptr;
+};
+
+struct MatchData {
+  explicit MatchData(const Regex& re)
+      : md(pcre2_match_data_create_from_pattern(re.code(), nullptr)) {
+    if (!md) throw std::bad_alloc();
+  }
+  ~MatchData() { pcre2_match_data_free(md); }
+  MatchData(const MatchData&) = delete;
+  MatchData& operator=(const MatchData&) = delete;
+  pcre2_match_data* md;
+};
+
+std::string regexEscape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (std::string_view("\\^$.|?*+()[]{}").find(c) != std::string_view::npos) out.push_back('\\');
+    out.push_back(c);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// File helpers
+// ---------------------------------------------------------------------------------------------
+std::string readFile(const std::filesystem::path& p) {
+  std::error_code ec;
+  if (!std::filesystem::exists(p, ec)) throw ModelFileError(p.string(), "file not found");
+  if (std::filesystem::is_directory(p, ec)) throw ModelFileError(p.string(), "is a directory");
+  std::ifstream f(p, std::ios::binary);
+  if (!f) throw ModelFileError(p.string(), "cannot open file for reading");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) throw ModelFileError(p.string(), "read error");
+  return ss.str();
+}
+
+nlohmann::json parseJsonFile(const std::filesystem::path& p) {
+  const std::string text = readFile(p);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw ModelFileError(p.string(), std::string("not valid JSON: ") + e.what());
+  }
+}
+
+// A special token entry: "<tok>" or {"content": "<tok>", ...}; empty when absent.
+std::string tokenString(const nlohmann::json& cfg, const char* key, const std::string& file) {
+  if (!cfg.is_object() || !cfg.contains(key) || cfg[key].is_null()) return {};
+  const auto& v = cfg[key];
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string())
+    return v["content"].get<std::string>();
+  throw ModelFileError(file, std::string("\"") + key +
+                                 "\" must be a string or an object with a \"content\" string");
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// CLIPTokenizer
+// ---------------------------------------------------------------------------------------------
+struct CLIPTokenizer::Impl {
+  std::unordered_map<std::string, int64_t> vocab;
+  std::vector<std::string> idToToken;  // by id; empty strings for ids vocab.json skips
+  // (left id << 32 | right id) -> (rank, merged id)
+  std::unordered_map<uint64_t, std::pair<int32_t, int64_t>> merges;
+  std::array<int64_t, 256> byteId{};     // id of the byte's symbol
+  std::array<int64_t, 256> byteEowId{};  // id of the byte's symbol + "</w>"
+  std::array<std::string, 256> byteChar;
+
+  std::string bos = "<|startoftext|>", eos = "<|endoftext|>", pad = "<|endoftext|>",
+              unk = "<|endoftext|>";
+  int64_t bosId = -1, eosId = -1, padId = -1, unkId = -1;
+  int modelMaxLength = 77;
+  bool lowerCase = true;
+  std::vector<std::pair<std::string, int64_t>> specials;  // matched verbatim in the raw text
+
+  std::unique_ptr<Regex> splitRe;      // CLIP pre-tokenizer pattern
+  std::unique_ptr<Regex> byteLevelRe;  // GPT-2 ByteLevel pattern
+
+  static constexpr size_t kCacheCapacity = 10000;  // as HF tokenizers' BPE cache
+  mutable std::mutex cacheMutex;
+  mutable std::unordered_map<std::string, std::vector<int64_t>> cache;
+
+  int64_t lookup(const std::string& tok) const {
+    auto it = vocab.find(tok);
+    return it == vocab.end() ? unkId : it->second;
+  }
+
+  void bpe(std::string_view piece, std::vector<int64_t>& out) const;
+  void encodeSegment(std::string_view raw, std::vector<int64_t>& out) const;
+};
+
+void CLIPTokenizer::Impl::bpe(std::string_view piece, std::vector<int64_t>& out) const {
+  if (piece.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(cacheMutex);
+    auto it = cache.find(std::string(piece));
+    if (it != cache.end()) {
+      out.insert(out.end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  // Symbols as a doubly linked list over the bytes of the piece.
+  struct Sym {
+    int64_t id;
+    int prev, next;
+    bool alive;
+  };
+  const int n = static_cast<int>(piece.size());
+  std::vector<Sym> syms(n);
+  for (int i = 0; i < n; ++i) {
+    const auto b = static_cast<unsigned char>(piece[i]);
+    syms[i] = {i == n - 1 ? byteEowId[b] : byteId[b], i - 1, i + 1 < n ? i + 1 : -1, true};
+  }
+  // Min-heap of candidate merges ordered by (rank, position): the lowest rank wins, leftmost
+  // first, exactly like HF tokenizers' BPE::merge_word.
+  struct Cand {
+    int32_t rank;
+    int pos;
+    int64_t left, right, merged;
+    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
+  auto push = [&](int pos) {
+    const int nx = syms[pos].next;
+    if (nx < 0) return;
+    auto it = merges.find((uint64_t(syms[pos].id) << 32) | uint64_t(uint32_t(syms[nx].id)));
+    if (it != merges.end())
+      heap.push({it->second.first, pos, syms[pos].id, syms[nx].id, it->second.second});
+  };
+  for (int i = 0; i + 1 < n; ++i) push(i);
+  while (!heap.empty()) {
+    const Cand c = heap.top();
+    heap.pop();
+    Sym& l = syms[c.pos];
+    if (!l.alive || l.id != c.left || l.next < 0) continue;
+    Sym& r = syms[l.next];
+    if (r.id != c.right) continue;
+    // Merge r into l.
+    l.id = c.merged;
+    r.alive = false;
+    l.next = r.next;
+    if (r.next >= 0) syms[r.next].prev = c.pos;
+    if (l.prev >= 0) push(l.prev);
+    push(c.pos);
+  }
+  std::vector<int64_t> ids;
+  for (int i = 0; i >= 0 && i < n; i = syms[i].next) ids.push_back(syms[i].id);
+  out.insert(out.end(), ids.begin(), ids.end());
+  std::lock_guard<std::mutex> lock(cacheMutex);
+  if (cache.size() < kCacheCapacity) cache.emplace(std::string(piece), std::move(ids));
+}
+
+void CLIPTokenizer::Impl::encodeSegment(std::string_view raw, std::vector<int64_t>& out) const {
+  if (raw.empty()) return;
+  // Normalizer: NFC, then \s+ -> " " (no effect on the result: the pre-tokenizer drops all
+  // whitespace, and lower-casing never creates or removes whitespace), then lower-case.
+  std::string text;
+  const bool ascii = std::all_of(raw.begin(), raw.end(),
+                                 [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+  if (ascii) {  // ASCII is NFC already and lower-cases byte by byte
+    text.assign(raw);
+    if (lowerCase)
+      for (char& c : text)
+        if (c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
+  } else {
+    text = normalize(raw, lowerCase);
+  }
+  MatchData md1(*splitRe), md2(*byteLevelRe);
+  const std::string_view sv(text);
+  splitRe->forEachMatch(sv, md1.md, [&](size_t b, size_t e) {
+    const std::string_view piece = sv.substr(b, e - b);
+    byteLevelRe->forEachMatch(piece, md2.md, [&](size_t b2, size_t e2) {
+      bpe(piece.substr(b2, e2 - b2), out);
+    });
+  });
+}
+
+CLIPTokenizer::CLIPTokenizer(const std::string& folder) : impl_(std::make_unique<Impl>()) {
+  namespace fs = std::filesystem;
+  Impl& m = *impl_;
+  const fs::path dir(folder);
+  {
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec))
+      throw ModelFileError(folder, "tokenizer folder not found (expected vocab.json and merges.txt)");
+  }
+
+  // --- tokenizer_config.json / special_tokens_map.json (optional)
+  for (const char* name : {"special_tokens_map.json", "tokenizer_config.json"}) {
+    const fs::path p = dir / name;
+    std::error_code ec;
+    if (!fs::exists(p, ec)) continue;
+    const nlohmann::json cfg = parseJsonFile(p);
+    if (!cfg.is_object()) throw ModelFileError(p.string(), "expected a JSON object");
+    const std::string ps = p.string();
+    if (auto s = tokenString(cfg, "bos_token", ps); !s.empty()) m.bos = s;
+    if (auto s = tokenString(cfg, "eos_token", ps); !s.empty()) m.eos = s;
+    if (auto s = tokenString(cfg, "pad_token", ps); !s.empty()) m.pad = s;
+    if (auto s = tokenString(cfg, "unk_token", ps); !s.empty()) m.unk = s;
+    if (cfg.contains("model_max_length") && cfg["model_max_length"].is_number()) {
+      const double v = cfg["model_max_length"].get<double>();
+      // transformers writes a huge sentinel (1e30) when there is no limit.
+      m.modelMaxLength = (v > 0 && v < 1e9) ? static_cast<int>(v) : 1000000000;
+    }
+    if (cfg.contains("do_lower_case") && cfg["do_lower_case"].is_boolean())
+      m.lowerCase = cfg["do_lower_case"].get<bool>();
+  }
+
+  // --- vocab.json
+  const fs::path vocabPath = dir / "vocab.json";
+  {
+    const nlohmann::json v = parseJsonFile(vocabPath);
+    if (!v.is_object() || v.empty())
+      throw ModelFileError(vocabPath.string(),
+                           "expected a non-empty JSON object mapping token strings to ids");
+    m.vocab.reserve(v.size());
+    int64_t maxId = -1;
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0)
+        throw ModelFileError(vocabPath.string(),
+                             "token \"" + it.key() + "\" has no non-negative integer id");
+      const int64_t id = it.value().get<int64_t>();
+      if (id >= (int64_t(1) << 31))
+        throw ModelFileError(vocabPath.string(), "id " + std::to_string(id) + " out of range");
+      m.vocab.emplace(it.key(), id);
+      maxId = std::max(maxId, id);
+    }
+    m.idToToken.assign(static_cast<size_t>(maxId + 1), std::string());
+    for (const auto& [tok, id] : m.vocab) m.idToToken[static_cast<size_t>(id)] = tok;
+  }
+  auto specialId = [&](const std::string& tok, const char* what) {
+    auto it = m.vocab.find(tok);
+    if (it == m.vocab.end())
+      throw ModelFileError(vocabPath.string(),
+                           std::string(what) + " \"" + tok + "\" is not in the vocabulary");
+    return it->second;
+  };
+  m.bosId = specialId(m.bos, "bos_token");
+  m.eosId = specialId(m.eos, "eos_token");
+  m.padId = specialId(m.pad, "pad_token");
+  m.unkId = specialId(m.unk, "unk_token");
+  for (const auto& [tok, id] :
+       {std::pair{m.bos, m.bosId}, {m.eos, m.eosId}, {m.pad, m.padId}, {m.unk, m.unkId}}) {
+    if (std::none_of(m.specials.begin(), m.specials.end(),
+                     [&](const auto& s) { return s.first == tok; }))
+      m.specials.emplace_back(tok, id);
+  }
+
+  // --- byte alphabet
+  m.byteChar = byteToUnicode();
+  for (int b = 0; b < 256; ++b) {
+    m.byteId[b] = m.lookup(m.byteChar[b]);
+    m.byteEowId[b] = m.lookup(m.byteChar[b] + "</w>");
+  }
+
+  // --- merges.txt
+  const fs::path mergesPath = dir / "merges.txt";
+  {
+    const std::string text = readFile(mergesPath);
+    const std::string mp = mergesPath.string();
+    size_t pos = 0;
+    int lineNo = 0;
+    int32_t rank = 0;
+    m.merges.reserve(50000);
+    while (pos < text.size()) {
+      size_t end = text.find('\n', pos);
+      if (end == std::string::npos) end = text.size();
+      std::string_view line(text.data() + pos, end - pos);
+      pos = end + 1;
+      ++lineNo;
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (line.empty()) continue;
+      if (lineNo == 1 && line.rfind("#version", 0) == 0) continue;
+      const size_t sp = line.find(' ');
+      if (sp == std::string_view::npos || sp == 0 || sp + 1 == line.size() ||
+          line.find(' ', sp + 1) != std::string_view::npos)
+        throw ModelFileError(mp, "line " + std::to_string(lineNo) +
+                                     ": expected two tokens separated by one space, got \"" +
+                                     std::string(line.substr(0, 80)) + "\"");
+      const std::string a(line.substr(0, sp)), b(line.substr(sp + 1));
+      const auto ia = m.vocab.find(a), ib = m.vocab.find(b), iab = m.vocab.find(a + b);
+      for (const auto& [it, tok] : {std::pair{ia, &a}, {ib, &b}})
+        if (it == m.vocab.end())
+          throw ModelFileError(mp, "line " + std::to_string(lineNo) + ": token \"" + *tok +
+                                       "\" is not in vocab.json");
+      if (iab == m.vocab.end())
+        throw ModelFileError(mp, "line " + std::to_string(lineNo) + ": merged token \"" + a + b +
+                                     "\" is not in vocab.json");
+      // The first occurrence of a pair wins (later duplicates have a lower priority).
+      m.merges.emplace((uint64_t(ia->second) << 32) | uint64_t(uint32_t(ib->second)),
+                       std::pair{rank, iab->second});
+      ++rank;
+    }
+    if (m.merges.empty()) throw ModelFileError(mp, "no merges found");
+  }
+
+  // --- pre-tokenizer patterns. `\s` follows Oniguruma's Unicode White_Space, which (unlike
+  // PCRE2 in UCP mode) does not include U+180E MONGOLIAN VOWEL SEPARATOR.
+  const std::string sp = "[^\\S\\x{180E}]";          // whitespace
+  const std::string nsp = "[\\S\\x{180E}]";          // non-whitespace
+  const std::string other = "(?:[^\\s\\p{L}\\p{N}]|\\x{180E})";  // not space, letter, number
+  m.splitRe = std::make_unique<Regex>(regexEscape(m.bos) + "|" + regexEscape(m.eos) +
+                                      "|'s|'t|'re|'ve|'m|'ll|'d|[\\p{L}]+|[\\p{N}]|" + other +
+                                      "+");
+  m.byteLevelRe = std::make_unique<Regex>("'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?" +
+                                          other + "+|" + sp + "+(?!" + nsp + ")|" + sp + "+");
+}
+
+CLIPTokenizer::~CLIPTokenizer() = default;
+CLIPTokenizer::CLIPTokenizer(CLIPTokenizer&&) noexcept = default;
+CLIPTokenizer& CLIPTokenizer::operator=(CLIPTokenizer&&) noexcept = default;
+
+std::vector<int64_t> CLIPTokenizer::encode(const std::string& text) const {
+  const Impl& m = *impl_;
+  std::vector<int64_t> ids;
+  ids.reserve(text.size() / 3 + 2);
+  ids.push_back(m.bosId);
+  encodeAroundSpecials(
+      text, m.specials, [&m](std::string_view seg, std::vector<int64_t>& out) { m.encodeSegment(seg, out); },
+      ids);
+  ids.push_back(m.eosId);
+  return ids;
+}
+
+std::vector<int64_t> CLIPTokenizer::encodePadded(const std::string& text, int max_length) const {
+  if (max_length < 2)
+    throw std::invalid_argument("CLIPTokenizer::encodePadded: max_length must be >= 2, got " +
+                                std::to_string(max_length));
+  return truncateAndPad(encode(text), static_cast<size_t>(max_length), impl_->eosId, impl_->padId);
+}
+
+int64_t CLIPTokenizer::bosId() const { return impl_->bosId; }
+int64_t CLIPTokenizer::eosId() const { return impl_->eosId; }
+int64_t CLIPTokenizer::padId() const { return impl_->padId; }
+int64_t CLIPTokenizer::unkId() const { return impl_->unkId; }
+int CLIPTokenizer::modelMaxLength() const { return impl_->modelMaxLength; }
+size_t CLIPTokenizer::vocabSize() const { return impl_->vocab.size(); }
+
+const std::string& CLIPTokenizer::idToToken(int64_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= impl_->idToToken.size() ||
+      impl_->idToToken[static_cast<size_t>(id)].empty())
+    throw std::out_of_range("CLIPTokenizer::idToToken: no token with id " + std::to_string(id));
+  return impl_->idToToken[static_cast<size_t>(id)];
+}
+
+}  // namespace dit

@@ -1,0 +1,232 @@
+// Tensor-parallel linear layers (see layers.h).
+#include "parallel/tensor_parallel/layers.h"
+
+#include <ATen/ATen.h>
+
+#include <stdexcept>
+#include <utility>
+
+namespace dit::tensor_parallel {
+
+namespace {
+
+std::string str(long long v) { return std::to_string(v); }
+
+std::string shapeStr(at::IntArrayRef s) {
+  std::string o = "[";
+  for (size_t i = 0; i < s.size(); ++i) o += (i ? ", " : "") + str(s[i]);
+  return o + "]";
+}
+
+int groupSize(const std::shared_ptr<ProcessGroup>& g) { return g ? g->size() : 1; }
+int groupRank(const std::shared_ptr<ProcessGroup>& g) { return g ? g->rank() : 0; }
+
+// The collectives of this file, in one place: each waits on its Work before the result is used
+// (on NCCL, wait() orders the caller's stream after the collective; it does not block the host).
+void allReduceSum(ProcessGroup& group, at::Tensor& t) { group.allreduce(t, ReduceOp::Sum)->wait(); }
+at::Tensor allGatherLastDim(ProcessGroup& group, const at::Tensor& t) {
+  return group.allgather(t.contiguous(), t.dim() - 1)->result();
+}
+
+// The spec a sharded layer must carry for its group: dim `dim`, part = rank, parts = size.
+void checkSpec(const std::string& layer, const ShardSpec& spec, int64_t dim,
+               const std::shared_ptr<ProcessGroup>& g) {
+  const int size = groupSize(g);
+  if (size == 1) {
+    if (!spec.replicated())
+      throw std::invalid_argument(layer + ": sharded into " + str(spec.parts) +
+                                  " parts but the tensor-parallel group has 1 rank");
+    return;
+  }
+  if (spec.dim != dim || spec.parts != size || spec.part != groupRank(g))
+    throw std::invalid_argument(
+        layer + ": shard spec (dim " + str(spec.dim) + ", part " + str(spec.part) + " of " +
+        str(spec.parts) + ") does not match the layer (dim " + str(dim) + ") and its group (rank " +
+        str(groupRank(g)) + " of " + str(size) + ")");
+}
+
+}  // namespace
+
+at::Tensor shardTensor(const at::Tensor& full, const ShardSpec& spec) {
+  if (spec.replicated()) return full;
+  const auto sizes = full.sizes();
+  const auto ranges = spec.ranges(std::vector<int64_t>(sizes.begin(), sizes.end()));
+  std::vector<at::Tensor> pieces;
+  for (const auto& [start, len] : ranges) pieces.push_back(full.narrow(spec.dim, start, len));
+  return pieces.size() == 1 ? pieces[0].contiguous() : at::cat(pieces, spec.dim).contiguous();
+}
+
+Linear::Linear(std::string name, at::Tensor weight, at::Tensor bias, ShardSpec spec)
+    : name_(std::move(name)),
+      weight_(std::move(weight)),
+      bias_(std::move(bias)),
+      spec_(std::move(spec)) {
+  if (!weight_.defined() || weight_.dim() != 2)
+    throw std::invalid_argument(
+        name_ + ": weight must be 2-D [out_features, in_features], got " +
+        (weight_.defined() ? shapeStr(weight_.sizes()) : std::string("none")));
+  if (bias_.defined() && bias_.dim() != 1)
+    throw std::invalid_argument(name_ + ": bias must be 1-D, got " + shapeStr(bias_.sizes()));
+  if (bias_.defined() && bias_.scalar_type() != weight_.scalar_type())
+    throw std::invalid_argument(name_ + ": bias dtype differs from the weight's");
+}
+
+void Linear::checkInput(const at::Tensor& x, int64_t expectedIn) const {
+  if (!x.defined() || x.dim() < 1 || x.size(-1) != expectedIn)
+    throw std::invalid_argument(name_ + ": input " +
+                                (x.defined() ? shapeStr(x.sizes()) : std::string("undefined")) +
+                                " does not end in " + str(expectedIn) + " features");
+}
+
+at::Tensor Linear::matmul(const at::Tensor& x) const { return at::linear(x, weight_); }
+
+at::Tensor Linear::forward(const at::Tensor& x) const {
+  checkInput(x, inFeaturesLocal());
+  at::Tensor y = matmul(x);
+  return bias_.defined() ? y + bias_ : y;
+}
+
+ReplicatedLinear::ReplicatedLinear(std::string name, at::Tensor weight, at::Tensor bias)
+    : Linear(std::move(name), std::move(weight), std::move(bias), ShardSpec{}) {
+  if (bias_.defined() && bias_.size(0) != weight_.size(0))
+    throw std::invalid_argument(name_ + ": bias " + shapeStr(bias_.sizes()) +
+                                " does not match weight " + shapeStr(weight_.sizes()));
+}
+
+ColumnParallelLinear::ColumnParallelLinear(std::string name, at::Tensor weightShard,
+                                           at::Tensor biasShard, ShardSpec spec,
+                                           std::shared_ptr<ProcessGroup> group, bool gatherOutput)
+    : Linear(std::move(name), std::move(weightShard), std::move(biasShard), std::move(spec)),
+      group_(std::move(group)),
+      gatherOutput_(gatherOutput) {
+  checkSpec(name_, spec_, 0, group_);
+  if (bias_.defined() && bias_.size(0) != weight_.size(0))
+    throw std::invalid_argument(name_ + ": bias shard " + shapeStr(bias_.sizes()) +
+                                " does not match weight shard " + shapeStr(weight_.sizes()));
+}
+
+at::Tensor ColumnParallelLinear::forward(const at::Tensor& x) const {
+  at::Tensor y = Linear::forward(x);  // [..., out_local]
+  if (!gatherOutput_ || groupSize(group_) == 1) return y;
+  at::Tensor g = allGatherLastDim(*group_, y);  // [..., parts * out_local], rank-major
+  if (spec_.blocks.size() <= 1) return g;
+  // Packed: every rank's chunk is [block0 slice, block1 slice, ...]; put blocks back in order.
+  const int64_t parts = spec_.parts, local = y.size(-1);
+  std::vector<at::Tensor> pieces;
+  int64_t offset = 0;
+  for (int64_t block : spec_.blocks) {
+    const int64_t len = block / parts;
+    for (int64_t r = 0; r < parts; ++r) pieces.push_back(g.narrow(-1, r * local + offset, len));
+    offset += len;
+  }
+  return at::cat(pieces, -1);
+}
+
+RowParallelLinear::RowParallelLinear(std::string name, at::Tensor weightShard, at::Tensor bias,
+                                     ShardSpec spec, std::shared_ptr<ProcessGroup> group,
+                                     bool inputIsParallel)
+    : Linear(std::move(name), std::move(weightShard), std::move(bias), std::move(spec)),
+      group_(std::move(group)),
+      inputIsParallel_(inputIsParallel) {
+  checkSpec(name_, spec_, 1, group_);
+  if (bias_.defined() && bias_.size(0) != weight_.size(0))
+    throw std::invalid_argument(name_ + ": bias " + shapeStr(bias_.sizes()) +
+                                " does not match weight shard " + shapeStr(weight_.sizes()) +
+                                " (a rowwise layer keeps the whole bias)");
+}
+
+at::Tensor RowParallelLinear::forward(const at::Tensor& x) const {
+  at::Tensor xl = x;
+  if (!inputIsParallel_ && !spec_.replicated()) {
+    if (!x.defined() || x.dim() < 1)
+      throw std::invalid_argument(name_ + ": input must have at least one dimension");
+    // Take this rank's slice(s) of the replicated input, as the weight was cut.
+    ShardSpec s = spec_;
+    s.dim = x.dim() - 1;
+    xl = shardTensor(x, s);
+  }
+  checkInput(xl, inFeaturesLocal());
+  at::Tensor y = matmul(xl).contiguous();
+  if (groupSize(group_) > 1) allReduceSum(*group_, y);
+  return bias_.defined() ? y + bias_ : y;  // once, after the reduce
+}
+
+namespace {
+
+using Part = FusedColumnParallelLinear::Part;
+
+const std::vector<Part>& checkedParts(const std::string& name, const std::vector<Part>& parts) {
+  if (parts.empty()) throw std::invalid_argument(name + ": a fused layer needs at least one part");
+  for (const auto& p : parts) {
+    if (!p.weight.defined() || p.weight.dim() != 2)
+      throw std::invalid_argument(name + ": part " + p.name + " needs a 2-D weight");
+    if (p.weight.size(1) != parts[0].weight.size(1))
+      throw std::invalid_argument(name + ": part " + p.name + " has " + str(p.weight.size(1)) +
+                                  " input features, part " + parts[0].name + " " +
+                                  str(parts[0].weight.size(1)));
+    if (p.weight.scalar_type() != parts[0].weight.scalar_type())
+      throw std::invalid_argument(name + ": parts " + parts[0].name + " and " + p.name +
+                                  " differ in dtype");
+    if (p.bias.defined() != parts[0].bias.defined())
+      throw std::invalid_argument(name + ": parts " + parts[0].name + " and " + p.name +
+                                  " must all have a bias or none");
+    if (p.bias.defined() && (p.bias.dim() != 1 || p.bias.size(0) != p.weight.size(0)))
+      throw std::invalid_argument(name + ": part " + p.name + " has bias " +
+                                  shapeStr(p.bias.sizes()) + " for weight " +
+                                  shapeStr(p.weight.sizes()));
+  }
+  return parts;
+}
+
+at::Tensor catField(const std::vector<Part>& parts, bool bias) {
+  std::vector<at::Tensor> t;
+  for (const auto& p : parts) {
+    const at::Tensor& v = bias ? p.bias : p.weight;
+    if (!v.defined()) return {};
+    t.push_back(v);
+  }
+  return t.size() == 1 ? t[0] : at::cat(t, 0);
+}
+
+// The fused local weight is cat(part shards): as a whole it is a PackedColwise shard whose
+// blocks are the parts' global output sizes.
+ShardSpec fusedSpec(const std::vector<Part>& parts, const std::shared_ptr<ProcessGroup>& g) {
+  ShardSpec s;
+  const int size = groupSize(g);
+  if (size == 1) return s;
+  s.dim = 0;
+  s.part = groupRank(g);
+  s.parts = size;
+  for (const auto& p : parts) s.blocks.push_back(p.weight.size(0) * size);
+  return s;
+}
+
+}  // namespace
+
+FusedColumnParallelLinear::FusedColumnParallelLinear(std::string name, std::vector<Part> parts,
+                                                     std::shared_ptr<ProcessGroup> group)
+    : Linear(name, catField(checkedParts(name, parts), false), catField(parts, true),
+             fusedSpec(parts, group)),
+      group_(std::move(group)) {
+  int64_t offset = 0;
+  for (const auto& p : parts) {
+    checkSpec(name_ + " part " + p.name, p.spec, 0, group_);
+    parts_.push_back({p.name, p.spec, offset, p.weight.size(0)});
+    offset += p.weight.size(0);
+  }
+}
+
+std::vector<at::Tensor> FusedColumnParallelLinear::forwardParts(const at::Tensor& x) const {
+  at::Tensor y = Linear::forward(x);  // one GEMM [..., sum(out_local)]
+  std::vector<at::Tensor> out;
+  for (const auto& p : parts_) out.push_back(y.narrow(-1, p.offset, p.outLocal));
+  return out;
+}
+
+int FusedColumnParallelLinear::partIndex(const std::string& name) const {
+  for (size_t i = 0; i < parts_.size(); ++i)
+    if (parts_[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+}  // namespace dit::tensor_parallel
