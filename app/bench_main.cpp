@@ -19,6 +19,7 @@
 // FLUX.1 forward (see expectedTraffic()); the two agree when the implementation issues exactly
 // the collectives the strategy needs.
 #include <ATen/ATen.h>
+#include <dlfcn.h>
 #include <malloc.h>
 
 #include <CLI/CLI.hpp>
@@ -37,14 +38,28 @@
 #include "backend/model_config.h"
 #include "backend/tensor_io.h"
 #include "backend/weights.h"
+#include "parallel/attention.h"
 #include "parallel/context_parallel.h"
 #include "parallel/device_mesh.h"
 #include "parallel/runtime.h"
 #include "parallel/strategy.h"
+#include "parallel/torch_compat.h"
 
 
 using namespace dit;
 using nlohmann::ordered_json;
+
+namespace {
+// OpenBLAS's kernel family for this CPU (openblas_get_corename, looked up at run time so that
+// any BLAS links), or null when the process has no OpenBLAS. OPENBLAS_CORETYPE overrides it.
+ordered_json blasCoreName() {
+  using CoreNameFn = char* (*)();
+  void* sym = dlsym(RTLD_DEFAULT, "openblas_get_corename");
+  if (!sym) return nullptr;
+  const char* name = reinterpret_cast<CoreNameFn>(sym)();
+  return name ? ordered_json(std::string(name)) : ordered_json(nullptr);
+}
+}  // namespace
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
@@ -383,6 +398,8 @@ int runBench(Args a) {
   j["dtype"] = computeDTypeName(dtype);
   j["device"] = s.device;
   j["device_name"] = deviceName(device);
+  j["torch_version"] = dit::torch_compat::kTorchVersion;
+  j["blas_core"] = blasCoreName();
   ordered_json sj = ordered_json::parse(nlohmann::json(s).dump());  // to_json(Strategy)
   sj["describe"] = s.describe();
   sj["backend"] = mesh.backend();
@@ -393,6 +410,8 @@ int runBench(Args a) {
   j["load_s_note"] = "slowest rank, transformer only (open + read/generate + copy to device)";
   j["warmup_steps"] = steps ? a.warmup : 0;
   j["timed_steps"] = steps;
+  // This rank's attention kernels (every rank runs the same code path on the same shapes).
+  j["attention_kernels"] = dit::attentionKernelsUsed();
   // FLOPs of one step: FluxTransformer2DModel::flops per image, x batch, x cfg (both halves
   // predict), x dp (every replica works on its own image).
   const double flopsPerForward = FluxTransformer2DModel::flops(cfg, simg, stxt);

@@ -1,6 +1,7 @@
 #include "backend/flux_pipeline.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <chrono>
 #include <cstring>
