@@ -42,14 +42,17 @@
 #include "backend/pipelines/flux/flux_pipeline_config.h"
 #include "backend/io/tensor_io.h"
 #include "backend/io/weight_source.h"
+#include "parallel/attention.h"
 #include "parallel/context_parallel.h"
 #include "parallel/device_mesh.h"
 #include "parallel/runtime.h"
 #include "parallel/strategy.h"
+#include "parallel/torch_compat.h"
 
 
 using namespace dit;
 using nlohmann::ordered_json;
+
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
@@ -366,6 +369,8 @@ int runBench(Args a) {
   j["dtype"] = computeDTypeName(dtype);
   j["device"] = s.device;
   j["device_name"] = deviceName(device);
+  j["torch_version"] = dit::torch_compat::kTorchVersion;
+  j["blas_core"] = g_blas.core;  // also in j["blas"]
   ordered_json sj = ordered_json::parse(protocol::strategyToJson(s).dump());
   sj["describe"] = s.describe();
   sj["backend"] = mesh.backend();
@@ -376,6 +381,8 @@ int runBench(Args a) {
   j["load_s_note"] = "slowest rank, transformer only (open + read/generate + copy to device)";
   j["warmup_steps"] = steps ? a.warmup : 0;
   j["timed_steps"] = steps;
+  // This rank's attention kernels (every rank runs the same code path on the same shapes).
+  j["attention_kernels"] = dit::attentionKernelsUsed();
   // FLOPs of one step: FluxTransformer2DModel::flops per image, x batch, x cfg (both halves
   // predict), x dp (every replica works on its own image).
   const double flopsPerForward = FluxTransformer2DModel::flops(cfg, simg, stxt);

@@ -168,6 +168,13 @@ int runMpi(const CliOptions& o) {
   std::string firstError, otherOutput;
   while (getline(&line, &cap, in) > 0) {
     std::string l(line);
+    // stdout and stderr share this pipe, and mpirun forwards them separately: OpenMPI 5 can put
+    // an event line in the middle of a rank's stderr line ("...: da@@DIT {...}\n"). The text
+    // before the marker is log output; the event runs from the marker to the end of the line.
+    if (const size_t at = l.find(protocol::kEventPrefix); at != std::string::npos && at > 0) {
+      std::cerr << l.substr(0, at) << '\n';
+      l.erase(0, at);
+    }
     auto parsed = protocol::parseEventLine(l);
     if (!parsed) {
       // Library noise and mpirun's own report of a rank that died (parsed once it has exited);

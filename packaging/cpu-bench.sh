@@ -4,6 +4,11 @@
 # must move. Usage (from the repository root, after building): bash packaging/cpu-bench.sh [build]
 # Needs jq (installed by packaging/install-deps.sh). Times are wall-clock on this machine's cores;
 # with more ranks than cores (oversubscribed) multi-rank step times are not speedups.
+# Each row also names the attention kernel that ran (math: unfused, LibTorch 1.13 or where no
+# fused kernel applies; flash_cpu: LibTorch 2.x's fused CPU kernel), the LibTorch version and
+# OpenBLAS's kernel family (openblas_get_corename). Debian 12's OpenBLAS may pick "Prescott"
+# kernels on CPUs it does not recognise: OPENBLAS_CORETYPE=Cooperlake (or Haswell, SkylakeX)
+# forces a family, for figures comparable across builds.
 set -euo pipefail
 B=${1:-build}/bin/ditstudio-bench
 FIX=tests/data/tiny-flux-A
@@ -22,9 +27,11 @@ run() {  # np, label, args...
     jq -r --arg l "$label" '[$l, .image_tokens, .text_tokens, (.step_ms.median // 0 | floor),
       (.ranks | map(.weight_bytes) | max / 1048576 * 100 | floor / 100),
       (.ranks | map(.rss_peak_load_growth_bytes) | max / 1048576 * 10 | floor / 10),
-      (.ranks | map(.bytes_sent_per_step) | max), (.ranks | map(.expected_bytes_per_step) | max)] | @tsv'
+      (.ranks | map(.bytes_sent_per_step) | max), (.ranks | map(.expected_bytes_per_step) | max),
+      (.attention_kernels // [] | if length == 0 then "-" else join("+") end),
+      (.torch_version // "?"), (.blas_core // "none")] | @tsv'
 }
-printf 'strategy\timg_tokens\ttxt_tokens\tstep_ms_median\tweights_MiB_per_rank\tload_peak_growth_MiB\tbytes_sent_per_step\texpected_bytes_per_step\n'
+printf 'strategy\timg_tokens\ttxt_tokens\tstep_ms_median\tweights_MiB_per_rank\tload_peak_growth_MiB\tbytes_sent_per_step\texpected_bytes_per_step\tattention_kernel\tlibtorch\topenblas_core\n'
 for tp in 1 2 4; do
   run $tp "fixture tp$tp" --model $FIX --width 64 --height 64 --text-len 16 --dtype float32 --steps 5 --warmup 1 --tp-degree $tp
 done

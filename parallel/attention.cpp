@@ -1,8 +1,9 @@
 // Scaled dot-product attention (see attention.h).
 #include "parallel/attention.h"
 
+#include "parallel/torch_compat.h"
+
 #include <ATen/ATen.h>
-#include <torch/version.h>
 
 #include <algorithm>
 #include <atomic>
@@ -50,8 +51,9 @@ int64_t queryChunk(const at::Tensor& q, const at::Tensor& k) {
 }
 
 // Float32 math attention with log-sum-exp, chunked over queries.
-std::pair<at::Tensor, at::Tensor> mathAttentionWithLse(const at::Tensor& q, const at::Tensor& k,
-                                                       const at::Tensor& v) {
+std::pair<at::Tensor, at::Tensor> mathAttentionWithLseImpl(const at::Tensor& q,
+                                                           const at::Tensor& k,
+                                                           const at::Tensor& v) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
   const auto f32 = at::kFloat;
   at::Tensor kt = k.to(f32).transpose(-2, -1);  // [B, H, D, S_k]
@@ -73,84 +75,107 @@ std::pair<at::Tensor, at::Tensor> mathAttentionWithLse(const at::Tensor& q, cons
   return {out.to(q.scalar_type()).contiguous(), lse.contiguous()};
 }
 
-#if TORCH_VERSION_MAJOR < 2
-// LibTorch 1.x: the math SDPA, chunked over queries to bound the score matrix.
-at::Tensor sdpa1x(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  // The 1.13 CPU kernels have no float16 matmul/softmax: compute in float32.
+// Kernels run so far (bit per AttentionKernel), for the benchmark's report.
+enum KernelBit : unsigned {
+  kMath = 1u << 0,
+  kFlashCpu = 1u << 1,
+  kFlashCuda = 1u << 2,
+  kEfficientCuda = 1u << 3,
+  kCudnnCuda = 1u << 4,
+  kFusedOther = 1u << 5,
+};
+constexpr std::pair<unsigned, const char*> kKernelNames[] = {
+    {kMath, "math"},
+    {kFlashCpu, "flash_cpu"},
+    {kFlashCuda, "flash_cuda"},
+    {kEfficientCuda, "efficient_cuda"},
+    {kCudnnCuda, "cudnn_cuda"},
+    {kFusedOther, "fused_other"},
+};
+std::atomic<unsigned> g_kernelsUsed{0};
+
+void noteKernel(unsigned bit) { g_kernelsUsed.fetch_or(bit, std::memory_order_relaxed); }
+
+unsigned fusedBit(torch_compat::SdpaBackend b, const at::Tensor& q) {
+  using B = torch_compat::SdpaBackend;
+  switch (b) {
+    case B::Flash: return q.is_cpu() ? kFlashCpu : kFlashCuda;
+    case B::Efficient: return kEfficientCuda;
+    case B::Cudnn: return kCudnnCuda;
+    default: return kFusedOther;
+  }
+}
+
+// The unfused SDPA (LibTorch's math path), chunked over queries to bound the score matrix.
+at::Tensor chunkedMathSdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  // LibTorch 1.13's CPU kernels have no float16 matmul/softmax: compute in float32.
   if (q.is_cpu() && q.scalar_type() == at::kHalf)
-    return sdpa1x(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat)).to(at::kHalf);
+    return chunkedMathSdpa(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat)).to(at::kHalf);
   const int64_t sq = q.size(2);
   const int64_t chunk = queryChunk(q, k);
-  if (chunk >= sq) return std::get<0>(at::_scaled_dot_product_attention(q, k, v)).contiguous();
+  if (chunk >= sq) return torch_compat::sdpa(q, k, v).contiguous();
   std::vector<at::Tensor> outs;
   for (int64_t s = 0; s < sq; s += chunk) {
     const int64_t n = std::min(chunk, sq - s);
-    outs.push_back(std::get<0>(at::_scaled_dot_product_attention(q.narrow(2, s, n), k, v)));
+    outs.push_back(torch_compat::sdpa(q.narrow(2, s, n), k, v));
   }
   return at::cat(outs, 2);
 }
-#endif
 
-#if TORCH_VERSION_MAJOR >= 2
-// Fused CUDA kernels that return the log-sum-exp. Returns false when none applies (the caller
-// falls back to the math path). A kernel that rejects its inputs is not tried again for that
-// dtype/head-dim class.
-std::atomic<bool> g_flashBroken{false};
+// Fused kernels that return the log-sum-exp (LibTorch 2.x; see torch_compat.h). Returns false
+// when none applies (the caller falls back to the math path). A kernel that rejects its inputs
+// is not tried again in this process.
+std::atomic<bool> g_flashCpuBroken{false};
+std::atomic<bool> g_flashCudaBroken{false};
 std::atomic<bool> g_efficientBroken{false};
 
 bool fusedAttentionWithLse(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            std::pair<at::Tensor, at::Tensor>& result) {
+  if (q.is_cpu()) {
+    if (g_flashCpuBroken ||
+        torch_compat::sdpaChoice(q, k, v) != torch_compat::SdpaBackend::Flash)
+      return false;
+    try {
+      if (!torch_compat::flashAttentionCpu(q, k, v, result)) return false;
+      noteKernel(kFlashCpu);
+      return true;
+    } catch (const c10::Error&) {
+      g_flashCpuBroken = true;
+      return false;
+    }
+  }
   if (!q.is_cuda()) return false;
   const auto dt = q.scalar_type();
   const int64_t d = q.size(3);
-  const int64_t sq = q.size(2);
-  if ((dt == at::kHalf || dt == at::kBFloat16) && d % 8 == 0 && d <= 256 && !g_flashBroken) {
+  if ((dt == at::kHalf || dt == at::kBFloat16) && d % 8 == 0 && d <= 256 && v.size(3) == d &&
+      !g_flashCudaBroken) {
     try {
-      auto r = at::_scaled_dot_product_flash_attention(q.contiguous(), k.contiguous(),
-                                                       v.contiguous());
-      result = {std::get<0>(r).contiguous(),
-                std::get<1>(r).to(at::kFloat).narrow(2, 0, sq).contiguous()};
-      return true;
+      if (torch_compat::flashAttentionCuda(q, k, v, result)) {
+        noteKernel(kFlashCuda);
+        return true;
+      }
     } catch (const c10::Error&) {
-      g_flashBroken = true;
+      g_flashCudaBroken = true;
     }
   }
-#if TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 1
   if (d % 8 == 0 && !g_efficientBroken) {
     try {
-      auto r = at::_scaled_dot_product_efficient_attention(
-          q.contiguous(), k.contiguous(), v.contiguous(), /*attn_bias=*/{},
-          /*compute_log_sumexp=*/true);
-      // The lse is padded along S_q to a multiple of 32.
-      result = {std::get<0>(r).contiguous(),
-                std::get<1>(r).to(at::kFloat).narrow(2, 0, sq).contiguous()};
-      return true;
+      if (torch_compat::efficientAttentionCuda(q, k, v, result)) {
+        noteKernel(kEfficientCuda);
+        return true;
+      }
     } catch (const c10::Error&) {
       g_efficientBroken = true;
     }
   }
-#endif
   return false;
 }
-#endif
 
 }  // namespace
 
-at::Tensor localAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  checkInputs("localAttention", q, k, v);
-  if (q.size(2) == 0 || q.size(0) == 0 || q.size(1) == 0)
-    return at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, v.options());
-  if (k.size(2) == 0) return at::zeros({q.size(0), q.size(1), q.size(2), v.size(3)}, v.options());
-#if TORCH_VERSION_MAJOR >= 2
-  return at::scaled_dot_product_attention(q, k, v).contiguous();
-#else
-  return sdpa1x(q, k, v);
-#endif
-}
-
-std::pair<at::Tensor, at::Tensor> attentionWithLse(const at::Tensor& q, const at::Tensor& k,
-                                                   const at::Tensor& v) {
-  checkInputs("attentionWithLse", q, k, v);
+std::pair<at::Tensor, at::Tensor> mathAttentionWithLse(const at::Tensor& q, const at::Tensor& k,
+                                                       const at::Tensor& v) {
+  checkInputs("mathAttentionWithLse", q, k, v);
   const auto lseOpts = q.options().dtype(at::kFloat);
   if (q.size(2) == 0 || q.size(0) == 0 || q.size(1) == 0)
     return {at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, v.options()),
@@ -158,12 +183,44 @@ std::pair<at::Tensor, at::Tensor> attentionWithLse(const at::Tensor& q, const at
   if (k.size(2) == 0)
     return {at::zeros({q.size(0), q.size(1), q.size(2), v.size(3)}, v.options()),
             at::full({q.size(0), q.size(1), q.size(2)}, -INFINITY, lseOpts)};
-#if TORCH_VERSION_MAJOR >= 2
+  return mathAttentionWithLseImpl(q, k, v);
+}
+
+at::Tensor localAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  checkInputs("localAttention", q, k, v);
+  if (q.size(2) == 0 || q.size(0) == 0 || q.size(1) == 0)
+    return at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, v.options());
+  if (k.size(2) == 0) return at::zeros({q.size(0), q.size(1), q.size(2), v.size(3)}, v.options());
+  const auto backend = torch_compat::sdpaChoice(q, k, v);
+  if (backend != torch_compat::SdpaBackend::Math) {
+    // Fused kernels never materialise the score matrix: no chunking needed.
+    noteKernel(fusedBit(backend, q));
+    return torch_compat::sdpa(q, k, v).contiguous();
+  }
+  noteKernel(kMath);
+  return chunkedMathSdpa(q, k, v);
+}
+
+std::pair<at::Tensor, at::Tensor> attentionWithLse(const at::Tensor& q, const at::Tensor& k,
+                                                   const at::Tensor& v) {
+  checkInputs("attentionWithLse", q, k, v);
+  if (q.size(2) == 0 || q.size(0) == 0 || q.size(1) == 0 || k.size(2) == 0)
+    return mathAttentionWithLse(q, k, v);
   std::pair<at::Tensor, at::Tensor> fused;
   if (fusedAttentionWithLse(q, k, v, fused)) return fused;
-#endif
-  return mathAttentionWithLse(q, k, v);
+  noteKernel(kMath);
+  return mathAttentionWithLseImpl(q, k, v);
 }
+
+std::vector<std::string> attentionKernelsUsed() {
+  const unsigned used = g_kernelsUsed.load(std::memory_order_relaxed);
+  std::vector<std::string> names;
+  for (const auto& [bit, name] : kKernelNames)
+    if (used & bit) names.emplace_back(name);
+  return names;
+}
+
+void resetAttentionKernelsUsed() { g_kernelsUsed.store(0, std::memory_order_relaxed); }
 
 void mergeAttention(at::Tensor& out, at::Tensor& lse, const at::Tensor& block_out,
                     const at::Tensor& block_lse) {

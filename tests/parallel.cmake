@@ -45,7 +45,7 @@ add_test(NAME fault_throw COMMAND ${_dit_expect} 60
   -- ${DITSTUDIO_MPIRUN} -np 3 ${_dit_fault} throw)
 # (b) rank 1 calls exit(3) mid-run while the others are blocked in allreduce.
 add_test(NAME fault_exit COMMAND ${_dit_expect} 60
-  --expect [=[Process name: \[\[[0-9]+,[0-9]+\],1\]]=]
+  --expect [=[Process name: \[(\[[0-9]+,[0-9]+\]|[^]@ ]+@[0-9]+),1\]]=]
   --expect [=[Exit code: +3]=]
   -- ${DITSTUDIO_MPIRUN} -np 3 ${_dit_fault} exit)
 # (c) ranks disagree on an allgather size: every rank reports the mismatch.

@@ -21,6 +21,7 @@
 #include "parallel/context_parallel.h"
 #include "parallel/device_mesh.h"
 #include "parallel/strategy.h"
+#include "parallel/torch_compat.h"
 
 namespace {
 
@@ -177,6 +178,79 @@ TEST(AttentionWithLse, EmptyKeysAndQueries) {
   EXPECT_EQ(out0.size(2), 0);
   EXPECT_EQ(lse0.sizes(), (std::vector<int64_t>{1, 2, 0}));
   EXPECT_EQ(dit::localAttention(none, q, q).size(2), 0);
+}
+
+// The fused kernel PyTorch picks for these inputs on the CPU: flash with LibTorch 2.2+
+// (at::_scaled_dot_product_flash_attention_for_cpu), the unfused math path before.
+std::vector<std::string> expectedCpuKernel() {
+  if (DITSTUDIO_TORCH_AT_LEAST(2, 2)) return {"flash_cpu"};
+  return {"math"};
+}
+
+TEST(FusedAttention, CpuKernelMatchesUnfusedPath) {
+  // Sizes that are not multiples of the flash kernel's query/key blocks, S_q != S_k, one query,
+  // and FLUX.1's head dim 128.
+  struct Case { int64_t b, h, sq, sk, d; };
+  for (const Case c : {Case{2, 3, 37, 53, 64}, Case{1, 4, 300, 300, 8}, Case{1, 2, 1, 70, 16},
+                       Case{1, 2, 96, 160, 128}}) {
+    at::manual_seed(40 + c.sq);
+    auto q = at::randn({c.b, c.h, c.sq, c.d}), k = at::randn({c.b, c.h, c.sk, c.d}),
+         v = at::randn({c.b, c.h, c.sk, c.d});
+    auto [refOut, refLse] = dit::mathAttentionWithLse(q, k, v);
+    dit::resetAttentionKernelsUsed();
+    auto [out, lse] = dit::attentionWithLse(q, k, v);
+    EXPECT_EQ(dit::attentionKernelsUsed(), expectedCpuKernel()) << c.sq << "x" << c.sk;
+    dit::resetAttentionKernelsUsed();
+    auto local = dit::localAttention(q, k, v);
+    EXPECT_EQ(dit::attentionKernelsUsed(), expectedCpuKernel()) << c.sq << "x" << c.sk;
+    ASSERT_EQ(out.sizes(), refOut.sizes());
+    ASSERT_EQ(lse.sizes(), refLse.sizes());
+    EXPECT_EQ(lse.scalar_type(), at::kFloat);
+    EXPECT_TRUE(out.is_contiguous());
+    EXPECT_LT(maxAbs(out, refOut), 2e-6) << c.sq << "x" << c.sk << " d" << c.d;
+    EXPECT_LT(maxAbs(lse, refLse), 2e-5) << c.sq << "x" << c.sk << " d" << c.d;
+    EXPECT_LT(maxAbs(local, refOut), 2e-6) << c.sq << "x" << c.sk << " d" << c.d;
+    EXPECT_LT(maxAbs(refOut, referenceAttention(q, k, v)), 2e-6);
+  }
+}
+
+TEST(FusedAttention, CpuKernelBFloat16MatchesUnfusedPath) {
+  at::manual_seed(50);
+  auto q = at::randn({1, 3, 45, 64}).to(at::kBFloat16), k = at::randn({1, 3, 61, 64}).to(at::kBFloat16),
+       v = at::randn({1, 3, 61, 64}).to(at::kBFloat16);
+  auto [refOut, refLse] = dit::mathAttentionWithLse(q, k, v);
+  dit::resetAttentionKernelsUsed();
+  auto [out, lse] = dit::attentionWithLse(q, k, v);
+  EXPECT_EQ(dit::attentionKernelsUsed(), expectedCpuKernel());
+  EXPECT_EQ(out.scalar_type(), at::kBFloat16);
+  EXPECT_EQ(lse.scalar_type(), at::kFloat);
+  // bf16 output: 8 mantissa bits, values |o| < 3. The fused kernel rounds the scaled query (and
+  // its running sums) to bf16 (relative 2^-9), so scores |s| <= ~5 and the lse (about 4 to 6)
+  // move by up to ~1e-2 against the float32 reference (measured 1.7e-3 with LibTorch 2.6).
+  EXPECT_LT(maxAbs(out, refOut), 2e-2);
+  EXPECT_LT(maxAbs(lse, refLse), 1e-2);
+}
+
+TEST(FusedAttention, UnequalValueHeadDimFallsBackToMath) {
+  // The CPU flash kernel needs equal q/k/v head dims; PyTorch then picks the math path.
+  at::manual_seed(51);
+  auto q = at::randn({1, 2, 9, 16}), k = at::randn({1, 2, 12, 16}), v = at::randn({1, 2, 12, 8});
+  dit::resetAttentionKernelsUsed();
+  auto [out, lse] = dit::attentionWithLse(q, k, v);
+  auto local = dit::localAttention(q, k, v);
+  EXPECT_EQ(dit::attentionKernelsUsed(), (std::vector<std::string>{"math"}));
+  ASSERT_EQ(out.sizes(), (std::vector<int64_t>{1, 2, 9, 8}));
+  EXPECT_LT(maxAbs(out, referenceAttention(q, k, v)), 1e-5);
+  EXPECT_LT(maxAbs(local, referenceAttention(q, k, v)), 1e-5);
+}
+
+TEST(FusedAttention, EmptyInputsRunNoKernel) {
+  auto q = at::randn({1, 2, 3, 8});
+  auto none = at::empty({1, 2, 0, 8});
+  dit::resetAttentionKernelsUsed();
+  (void)dit::attentionWithLse(q, none, none);
+  (void)dit::localAttention(none, q, q);
+  EXPECT_TRUE(dit::attentionKernelsUsed().empty());
 }
 
 TEST(MergeAttention, BlocksMergeToFullAttention) {

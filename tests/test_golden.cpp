@@ -1,6 +1,7 @@
 // Parity with diffusers (float32, CPU) on the tiny-flux-A fixture: every golden except token ids
 // (tested in test_tokenizers) — text embeddings, transformer forwards, VAE decode, scheduler
 // tables, seeded initial latents and three whole-pipeline runs. Tolerance 1e-4 absolute.
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
 #include "backend/models/autoencoders/autoencoder_kl.h"

@@ -4,6 +4,7 @@
 //    has 8 mantissa bits, ~4e-3 relative per op, and errors compound over the layers);
 //  - ProcessGroupNCCL at world size 1 (one GPU): allreduce, allgather, all-to-all, broadcast.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/Context.h>
 #include <gtest/gtest.h>
 #include <mpi.h>

@@ -142,6 +142,23 @@ class TestEvents : public QObject {
     QVERIFY(f->reason.contains("rank 1"));
   }
 
+  void mpirunExitCodeOpenMpi5() {
+    // OpenMPI 5 (prterun, Debian 13) names the process "[prterun-<host>-<pid>@<job>,<rank>]".
+    const QString err =
+        "--------------------------------------------------------------------------\n"
+        "prterun detected that one or more processes exited with non-zero status,\n"
+        "thus causing the job to be terminated. The first process to do so was:\n"
+        "\n"
+        "   Process name: [prterun-vm-2690@1,2]\n"
+        "   Exit code:    3\n"
+        "--------------------------------------------------------------------------\n";
+    const auto f = parseMpirunFailure(err);
+    QVERIFY(f);
+    QCOMPARE(f->rank, 2);
+    QCOMPARE(f->exit_code, 3);
+    QVERIFY(f->reason.contains("rank 2"));
+  }
+
   void mpirunAbort() {
     const QString err =
         "--------------------------------------------------------------------------\n"

@@ -70,7 +70,7 @@ struct RankFailure {
   QString reason;      ///< one-sentence summary, e.g. "rank 1 (pid 4242) was killed by signal 9 (Killed)"
 };
 
-/// dit::protocol::parseMpirunFailure (OpenMPI 4 wording; the CLI uses the same parser) with Qt
+/// dit::protocol::parseMpirunFailure (OpenMPI 4 and 5 wordings; the CLI uses the same parser) with Qt
 /// types. Returns nullopt when no report is present.
 std::optional<RankFailure> parseMpirunFailure(const QString& stderrText);
 

@@ -82,7 +82,8 @@ std::optional<RankFailure> parseMpirunFailure(std::string_view textIn) {
   static const regex noticedExitRe(
       R"(process\s+rank\s+(\d+)\s+with\s+PID\s+(\d+)\s+on\s+node\s+(\S+)\s+exited\s+with\s+(?:non-zero\s+)?(?:status|exit\s+code)\s+(-?\d+))");
   static const regex abortRe(R"(MPI_ABORT\s+was\s+invoked\s+on\s+rank\s+(\d+)(?:[^\n]*?\n?[^\n]*?errorcode\s+(\d+))?)");
-  static const regex procRe(R"(Process\s+name:\s*\[\[\d+,\d+\],(\d+)\]\s*(?:Exit\s+code:\s*(-?\d+))?)");
+  // OpenMPI 4: "Process name: [[job,1],R]"; OpenMPI 5 (prterun): "Process name: [prterun-host-pid@1,R]".
+  static const regex procRe(R"(Process\s+name:\s*\[(?:\[\d+,\d+\]|[^\]\s@]+@\d+),(\d+)\]\s*(?:Exit\s+code:\s*(-?\d+))?)");
   static const regex primaryRe(R"(Primary\s+job\s+terminated\s+normally,\s+but\s+(\d+)\s+process(?:es)?\s+returned)");
   std::smatch m;
   RankFailure f;

@@ -1,6 +1,7 @@
 #include "backend/pipelines/flux/pipeline_flux.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <chrono>
 #include <cstring>
