@@ -70,3 +70,8 @@ set_tests_properties(fault_throw fault_exit fault_mismatch fault_corrupt_file fa
 add_test(NAME fault_none COMMAND ${DITSTUDIO_MPIRUN} -np 2 ${_dit_fault} none)
 set_tests_properties(fault_none PROPERTIES LABELS "parallel;mpi;fault" TIMEOUT 90
   PASS_REGULAR_EXPRESSION "fault_injection: rank 0 finished without a fault")
+
+# --- layering (ARCHITECTURE.md): no model layer names in parallel/, no backend/ui includes there,
+# no Torch/MPI headers in ui/ ---
+add_test(NAME layering COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/layering_check.sh ${PROJECT_SOURCE_DIR})
+set_tests_properties(layering PROPERTIES LABELS "unit;parallel" TIMEOUT 60)

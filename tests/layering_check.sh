@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Layering rules that linking alone does not show (ARCHITECTURE.md):
+#  1. parallel/ holds no model knowledge: no FLUX layer, block or class name anywhere in it (code or
+#     comments), so a model's plan is the only place its layers are named.
+#  2. parallel/ never includes backend/ or ui/; ui/ never includes Torch, c10 or MPI headers.
+# Usage: layering_check.sh SOURCE_DIR. Prints every offending line; exits 1 if there is one.
+set -uo pipefail
+SRC=${1:?source dir}
+fail=0
+flux='to_q|to_k|to_v|to_out|add_[qkv]_proj|to_add_out|proj_mlp|proj_out|ff_context|ff\.net|norm1_context|norm_added|single_transformer_blocks|transformer_blocks|context_embedder|x_embedder|FluxTransformer|FluxSingle|FluxAttention|FluxPosEmbed'
+if out=$(grep -rnE "$flux" "$SRC/parallel"); then
+  echo "parallel/ names model layers (the model's plan must be the only place):"; echo "$out"; fail=1
+fi
+if out=$(grep -rnE '#include\s+"(backend|ui)/' "$SRC/parallel"); then
+  echo "parallel/ includes backend/ or ui/:"; echo "$out"; fail=1
+fi
+if out=$(grep -rnE '#include\s+[<"](ATen|torch|c10|mpi\.h)' "$SRC/ui"); then
+  echo "ui/ includes Torch or MPI headers:"; echo "$out"; fail=1
+fi
+[ $fail -eq 0 ] && echo "layering: parallel/ model-free and backend-free, ui/ Torch-free"
+exit $fail
