@@ -191,7 +191,9 @@ TEST(LoadMemory, ShardOnLoadPeakStaysNearTheShard) {
     std::fflush(stdout);
     EXPECT_EQ(full.weightBytes, sp.total);
     EXPECT_LE(full.growth(), static_cast<int64_t>(1.1 * sp.total) + allowance);
-    if (tp > 1) EXPECT_LT(f.growth(), full.growth());
+    if (tp > 1) {
+      EXPECT_LT(f.growth(), full.growth());
+    }
   }
   MPI_Barrier(MPI_COMM_WORLD);
 }

@@ -197,7 +197,7 @@ class TestModel : public QObject {
     QCOMPARE(QString::fromStdString(q.prompt), QString("only"));
     QCOMPARE(q.steps, 33);
     QVERIFY(!q.trueCfg());
-    q.negative_prompt = "n";
+    q.negative_prompt = std::string(1, 'n');  // not = "n": GCC 12 -Wrestrict false positive (PR105329)
     q.true_cfg_scale = 1.0;
     QVERIFY(!q.trueCfg());
     q.true_cfg_scale = 1.5;
