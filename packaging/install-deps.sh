@@ -60,6 +60,9 @@ PKGS=(
   xvfb xauth fonts-dejavu-core
   zlib1g-dev file dpkg-dev jq
 )
+# The format test (tests/format.cmake) needs the clang-format the tree is formatted with: 14,
+# Debian 12's. Debian 13 ships newer ones only; there the test is not registered (configure says so).
+if [ "$DEBVER" = 12 ]; then PKGS+=(clang-format-14); fi
 if [ "$CUDA" = 1 ]; then
   # libtorch-cuda-dev replaces (conflicts with) the CPU libtorch-dev.
   PKGS+=(libtorch-cuda-dev libnccl-dev nvidia-cuda-toolkit)
