@@ -1,5 +1,8 @@
 // ditstudio-bench: load-and-step benchmark of the FLUX.1 transformer (FluxTransformer2DModel)
-// under any parallel strategy. Runs under mpirun (or alone as one rank).
+// under any parallel strategy. Runs under mpirun (or alone as one rank). The transformer is
+// created through the family registries by its config's "_class_name" (models/registry.h for the
+// sizes and plans, models/torch_registry.h for the load); the random inputs and the traffic model
+// are FLUX.1's.
 //
 // What is measured: only the transformer. It is loaded (shard-on-load under tp) from a diffusers
 // folder (--model) or defined by its config alone with random weights (--config ...
@@ -38,6 +41,9 @@
 #include "app/protocol/protocol.h"
 #include "backend/models/flux/flux_plan.h"
 #include "backend/models/flux/transformer_flux.h"
+#include "backend/models/registry.h"
+#include "backend/models/torch_registry.h"
+#include "backend/io/config_json.h"
 #include "backend/io/model_folder.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
 #include "backend/io/tensor_io.h"
@@ -191,17 +197,30 @@ int runBench(Args a) {
   FluxTransformerConfig cfg;
   int vaeScale = 8;  // FLUX.1's VAE; used when only a transformer config is given
   std::string source, weightsDir;
+  nlohmann::json configJson;      // the transformer's config.json
+  std::string configFile, transformerClass;
+  ModelDims md;                   // the registered family's sizes and plans
+  // `cls`: the class ModelFolder::open resolved; empty = the config's own "_class_name".
+  auto readTransformerConfig = [&](const std::string& file, std::string cls) {
+    configFile = file;
+    configJson = readConfigJson(file);
+    if (cls.empty()) getConfigValue(configJson, "_class_name", cls, file);
+    if (cls.empty()) throw ModelFileError(file, "no \"_class_name\" (the transformer class, e.g. FluxTransformer2DModel)");
+    transformerClass = cls;
+    md = transformerFamily(cls, file).dims(configJson, file);  // refuses an unregistered class
+    cfg = parseFluxTransformerConfig(configJson, file);
+  };
   try {
     if (!a.model.empty() == (a.randomWeights || !a.config.empty()))
       throw std::invalid_argument("give either --model DIR or --config transformer_config.json --random-weights");
     if (!a.model.empty()) {
       if (fs::exists(fs::path(a.model) / "model_index.json")) {
         ModelFolder m = ModelFolder::open(a.model);
-        cfg = fluxConfig(m).transformer;
-        vaeScale = fluxConfig(m).vae.vaeScaleFactor();
+        readTransformerConfig(m.component("transformer") + "/config.json", m.transformer_class);
+        vaeScale = m.dims().vae_scale_factor;
         weightsDir = m.component("transformer");
       } else if (fs::exists(fs::path(a.model) / "config.json")) {  // a transformer folder itself
-        cfg = parseFluxTransformerConfig((fs::path(a.model) / "config.json").string());
+        readTransformerConfig((fs::path(a.model) / "config.json").string(), "");
         weightsDir = a.model;
       } else {
         throw ModelFileError(a.model, "neither a diffusers FLUX.1 folder (model_index.json) nor a "
@@ -211,7 +230,7 @@ int runBench(Args a) {
     } else {
       if (a.config.empty() || !a.randomWeights)
         throw std::invalid_argument("--config needs --random-weights (and vice versa)");
-      cfg = parseFluxTransformerConfig(a.config);
+      readTransformerConfig(a.config, "");
       source = a.config + " (random weights)";
     }
   } catch (const std::exception& e) {
@@ -226,7 +245,9 @@ int runBench(Args a) {
   } catch (const std::exception& e) {
     return fail(e.what());
   }
-  const ModelDims md = fluxModelDims(cfg, vaeScale);
+  md.vae_scale_factor = vaeScale;
+  if (!md.parameters || !md.tensor_parallel_plan)
+    return fail("transformer class " + transformerClass + " declares no parameter table or tensor-parallel plan");
   RequestDims rd;
   rd.width = a.width;
   rd.height = a.height;
@@ -262,13 +283,13 @@ int runBench(Args a) {
   const int64_t rssBefore = static_cast<int64_t>(residentSetBytes());
   worldG->barrier()->wait();
   const auto tl0 = Clock::now();
-  std::unique_ptr<FluxTransformer2DModel> model;
+  std::unique_ptr<DiffusionTransformer> model;
   int64_t weightBytes = 0;
   {
     std::shared_ptr<WeightSource> w =
         weightsDir.empty() ? WeightSource::random(a.seed + 1, dtype, device)
                            : WeightSource::fromFolder(weightsDir, "diffusion_pytorch_model", dtype, device);
-    model = std::make_unique<FluxTransformer2DModel>(cfg, *w, par);
+    model = loadTransformer(transformerClass, configJson, configFile, *w, par);
     weightBytes = static_cast<int64_t>(w->bytesLoaded());
   }  // the source (and its file mappings) is released here
   deviceSync(device);
@@ -301,8 +322,12 @@ int runBench(Args a) {
     imgIds = imgIds.to(device), txtIds = txtIds.to(device);
     if (guidance.defined()) guidance = guidance.to(device);
     const double trueCfgScale = 4.0;
+    TransformerInputs inputs{{"hidden_states", hs},     {"encoder_hidden_states", enc},
+                             {"pooled_projections", pooled}, {"timestep", timestep},
+                             {"img_ids", imgIds},        {"txt_ids", txtIds}};
+    if (guidance.defined()) inputs["guidance"] = guidance;
     auto step = [&] {
-      at::Tensor v = model->forward(hs, enc, pooled, timestep, imgIds, txtIds, guidance);
+      at::Tensor v = model->forward(inputs);
       if (cfgG) {  // as FluxPipeline: exchange the two predictions, combine
         at::Tensor both = cfgG->allgather(v.contiguous().unsqueeze(0), 0)->result();
         v = both[1] + trueCfgScale * (both[0] - both[1]);
@@ -338,8 +363,8 @@ int runBench(Args a) {
 
   // 6. Report (rank 0).
   const uint64_t es = c10::elementSize(dtype);
-  const ParameterTable params = fluxParameterTable(cfg);
-  const ShardingPlan plan = fluxShardingPlan(cfg);
+  const ParameterTable& params = *md.parameters;  // the family's declared table and plan
+  const ShardingPlan& plan = *md.tensor_parallel_plan;
   const ParamSplit ps = planParams(params, plan, s.tp_degree);
   std::vector<double> stepMs;
   for (int i = 0; i < steps; ++i) stepMs.push_back(stepNs[i].item<int64_t>() / 1e6);
@@ -385,7 +410,7 @@ int runBench(Args a) {
   j["attention_kernels"] = dit::attentionKernelsUsed();
   // FLOPs of one step: FluxTransformer2DModel::flops per image, x batch, x cfg (both halves
   // predict), x dp (every replica works on its own image).
-  const double flopsPerForward = FluxTransformer2DModel::flops(cfg, simg, stxt);
+  const double flopsPerForward = model->forwardFlops(simg, stxt);
   const double stepFlops = flopsPerForward * B * s.cfg_degree * s.dp_degree;
   j["flops_per_forward"] = flopsPerForward;
   j["flops_per_step_total"] = stepFlops;

@@ -23,7 +23,7 @@
 #include "app/generation.h"
 #include "app/protocol/launch.h"
 #include "app/protocol/protocol.h"
-#include "backend/pipelines/flux/pipeline_flux.h"
+#include "backend/pipelines/torch_registry.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/tensor_io.h"
 #include "parallel/runtime.h"
@@ -90,13 +90,14 @@ int runLocal(const CliOptions& o) {
   po.device = o.device;
   spdlog::info("loading {} ({}, {})", o.model, o.dtype, o.device);
   auto t0 = std::chrono::steady_clock::now();
-  FluxPipeline pipe(model, po);
+  const std::unique_ptr<DiffusionPipeline> pipeline = loadPipeline(model, po);
+  DiffusionPipeline& pipe = *pipeline;
   spdlog::info("loaded in {:.2f} s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   const protocol::GenerateRequest req = request(o);
   const int n = req.imageCount();
   const uint64_t seed0 = req.params.random_seed ? randomSeed() : req.params.seed;
   for (int i = 0; i < n; ++i) {
-    GenerationParams p = pipelineParams(req.params);
+    PipelineInputs p = pipelineParams(req.params);
     if (!req.prompts.empty()) p.prompt = req.prompts[i];
     // seed + image index (mod 2^64), as the worker does; one seed for a prompt list.
     p.seed = static_cast<int64_t>(req.prompts.empty() ? seed0 + static_cast<uint64_t>(i) : seed0);
@@ -236,9 +237,10 @@ int runBench(const CliOptions& o, int warmup) {
   po.dtype = parseComputeDType(o.dtype);
   po.device = o.device;
   auto t0 = std::chrono::steady_clock::now();
-  FluxPipeline pipe(model, po);
+  const std::unique_ptr<DiffusionPipeline> pipeline = loadPipeline(model, po);
+  DiffusionPipeline& pipe = *pipeline;
   const double loadS = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  GenerationParams p = pipelineParams(o.gen);
+  PipelineInputs p = pipelineParams(o.gen);
   if (o.gen.random_seed) p.seed = static_cast<int64_t>(randomSeed());
   for (int i = 0; i < warmup; ++i) pipe.generate(p);
   auto res = pipe.generate(p);

@@ -15,8 +15,8 @@ namespace dit {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-GenerationParams pipelineParams(const protocol::GenerationParams& p) {
-  GenerationParams g;
+PipelineInputs pipelineParams(const protocol::GenerationParams& p) {
+  PipelineInputs g;
   g.prompt = p.prompt;
   g.negative_prompt = p.negative_prompt;
   g.true_cfg_scale = p.true_cfg_scale;
@@ -29,7 +29,7 @@ GenerationParams pipelineParams(const protocol::GenerationParams& p) {
   return g;
 }
 
-protocol::GenerationParams imageParams(protocol::GenerationParams request, const GenerationParams& resolved) {
+protocol::GenerationParams imageParams(protocol::GenerationParams request, const PipelineInputs& resolved) {
   request.prompt = resolved.prompt;
   request.width = resolved.width;
   request.height = resolved.height;
@@ -82,7 +82,7 @@ std::string validateStrategyForRequest(const Strategy& s, const ModelFolder& m, 
   RequestDims r;
   r.width = p.width > 0 ? p.width : 128 * vsf;
   r.height = p.height > 0 ? p.height : 128 * vsf;
-  r.text_len = p.max_sequence_length > 0 ? p.max_sequence_length : std::min(512, fluxConfig(m).t5_max_length);
+  r.text_len = p.max_sequence_length > 0 ? p.max_sequence_length : m.config->max_sequence_length;
   r.true_cfg = p.trueCfg();
   r.num_images = numImages;
   return joinIssues(validateForRequest(s, modelDims(m), r));

@@ -8,20 +8,20 @@
 #include <string>
 
 #include "app/protocol/protocol.h"
-#include "backend/pipelines/flux/pipeline_flux.h"
+#include "backend/pipelines/diffusion_pipeline.h"
 #include "parallel/strategy.h"
 
 namespace dit {
 
-/// The pipeline's parameters for one image of a request (backend GenerationParams: 0 = model
-/// default, resolved by FluxPipeline::resolve). The 64-bit seed is carried bit for bit (the
+/// The pipeline's parameters for one image of a request (backend PipelineInputs: 0 = model
+/// default, resolved by DiffusionPipeline::resolve). The 64-bit seed is carried bit for bit (the
 /// pipeline seeds its CPU generator with the same uint64 value); random_seed and num_images are
 /// the caller's business (the worker draws the seed and loops over the images).
-GenerationParams pipelineParams(const protocol::GenerationParams& p);
+PipelineInputs pipelineParams(const protocol::GenerationParams& p);
 /// The request parameters of one made image: `request` with the pipeline's resolved values
 /// (width, height, steps, max_sequence_length, seed) and num_images 1. What image events and the
 /// PNG "parameters" chunk report.
-protocol::GenerationParams imageParams(protocol::GenerationParams request, const GenerationParams& resolved);
+protocol::GenerationParams imageParams(protocol::GenerationParams request, const PipelineInputs& resolved);
 
 /// Writes the PNG (8-bit RGB, text chunk "parameters" = protocol::toJson(params) plus `extra`, e.g.
 /// model path and strategy). Creates parent folders. Throws std::runtime_error.
@@ -40,7 +40,8 @@ ModelDims modelDims(const ModelFolder& m);
 
 /// Validates a strategy against a model and one request before anything is loaded: degrees,
 /// tp against heads and sharded dimensions, strict ring/Ulysses divisibility, cfg needs true
-/// CFG, sizes. Defaults of `p` (0 = model default) are resolved as FluxPipeline::resolve does.
+/// CFG, sizes. Defaults of `p` (0 = model default) are resolved as FluxPipeline::resolve does
+/// (128 x vae_scale_factor pixels, the folder's default text length).
 /// Returns "" or the joined messages.
 std::string validateStrategyForRequest(const Strategy& s, const ModelFolder& m, const protocol::GenerationParams& p,
                                        int numImages);

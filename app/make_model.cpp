@@ -12,7 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/models/autoencoders/autoencoder_kl.h"
-#include "backend/models/flux/transformer_flux.h"
+#include "backend/models/torch_registry.h"
+#include "backend/io/config_json.h"
 #include "backend/io/model_folder.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
 #include "backend/io/tensor_io.h"
@@ -127,7 +128,8 @@ int main(int argc, char** argv) {
     };
     {
       auto w = make(1);
-      FluxTransformer2DModel model(fluxConfig(m).transformer, *w);
+      const std::string cfgFile = m.component("transformer") + "/config.json";
+      const auto model = loadTransformer(m.transformer_class, readConfigJson(cfgFile), cfgFile, *w);
       saveComponent(tmp / "transformer", "diffusion_pytorch_model", w->recorded(), disk, shardBytes);
     }
     {

@@ -26,7 +26,7 @@
 #include "app/generation.h"
 #include "app/protocol/launch.h"
 #include "app/protocol/protocol.h"
-#include "backend/pipelines/flux/pipeline_flux.h"
+#include "backend/pipelines/torch_registry.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/png_io.h"
 #include "backend/io/tensor_io.h"
@@ -214,7 +214,7 @@ class Worker {
     stage_ = "loading";
     if (rank_ == 0) emitEvent(json{{"event", "status"}, {"stage", "loading"}, {"message", "loading " + modelDir_}});
     auto t0 = Clock::now();
-    pipe_ = std::make_unique<FluxPipeline>(model, po);
+    pipe_ = loadPipeline(model, po);
     const double loadS = std::chrono::duration<double>(Clock::now() - t0).count();
     stage_ = "idle";
     auto weights = pipe_->weightBytes();
@@ -222,18 +222,18 @@ class Worker {
     for (auto& [k, v] : weights) wb[k] = v;
     syncStats(0, 0, 0.0, /*emit=*/true);
     if (rank_ == 0) {
-      const auto& t = fluxConfig(model).transformer;
+      const PipelineModelInfo mi = pipe_->info();
       emitEvent(json{{"event", "ready"},
                      {"world", worldSize()},
                      {"strategy", s_},
                      {"load_seconds", loadS},
                      {"weight_bytes_rank0", wb},
-                     {"model", {{"path", modelDir_}, {"heads", t.num_attention_heads},
-                                {"inner_dim", t.innerDim()}, {"layers", t.num_layers},
-                                {"single_layers", t.num_single_layers},
-                                {"vae_scale_factor", fluxConfig(model).vae.vaeScaleFactor()},
-                                {"default_steps", 28}, {"guidance_embeds", t.guidance_embeds},
-                                {"max_sequence_length", std::min(512, fluxConfig(model).t5_max_length)}}}});
+                     {"model", {{"path", modelDir_}, {"heads", mi.num_attention_heads},
+                                {"inner_dim", mi.inner_dim}, {"layers", mi.num_layers},
+                                {"single_layers", mi.num_single_layers},
+                                {"vae_scale_factor", mi.vae_scale_factor},
+                                {"default_steps", mi.default_steps}, {"guidance_embeds", mi.guidance_embeds},
+                                {"max_sequence_length", mi.max_sequence_length}}}});
       reader_.start();
     }
     // 3. Serve.
@@ -327,7 +327,7 @@ class Worker {
     const std::vector<std::string>& prompts = req.prompts;
     const int numImages = req.imageCount();
     protocol::GenerationParams request = req.params;
-    GenerationParams base;
+    PipelineInputs base;
     try {
       base = pipe_->resolve(pipelineParams(request));
       RequestDims rd;
@@ -362,7 +362,7 @@ class Worker {
     for (int round = 0; round < rounds && !cancelled; ++round) {
       const int index = round * dp + dpi;  // this replica's image
       const bool mine = index < numImages;
-      GenerationParams p = base;
+      PipelineInputs p = base;
       if (!prompts.empty() && mine) p.prompt = prompts[index];
       // seed + image index, wrapping in the unsigned domain (no signed overflow near INT64_MAX).
       if (prompts.empty()) p.seed = static_cast<int64_t>(static_cast<uint64_t>(base.seed) + static_cast<uint64_t>(index));
@@ -435,7 +435,7 @@ class Worker {
   int rank_ = 0;
   std::unique_ptr<DeviceMesh> mesh_;
   std::shared_ptr<ProcessGroup> world_;
-  std::unique_ptr<FluxPipeline> pipe_;
+  std::unique_ptr<DiffusionPipeline> pipe_;
   // Process-lifetime: its detached stdin thread may outlive this Worker.
   RequestReader& reader_ = *new RequestReader;
   Fault fault_;

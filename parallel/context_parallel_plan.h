@@ -1,4 +1,5 @@
-// Context-parallel plans as data, and the generic runner that applies them.
+// The generic runner that applies a context-parallel plan (the plan itself is Torch-free data:
+// parallel/context_parallel_plan_types.h).
 //
 // Follows diffusers' `_cp_plan` (models/transformers/transformer_flux.py: ContextParallelInput
 // {split_dim, expected_dims, split_output} per named forward input and ContextParallelOutput
@@ -22,36 +23,9 @@
 #include <vector>
 
 #include "parallel/context_parallel.h"
+#include "parallel/context_parallel_plan_types.h"  // the plan as data (Torch-free)
 
 namespace dit {
-
-/// One forward input the plan splits: `name` (the argument's name, e.g. "hidden_states"), the
-/// dimension split across the cp group (negative counts from the end) and, when >= 0, the number of
-/// dimensions the input must have (diffusers expected_dims; checked).
-struct ContextParallelInput {
-  std::string name;
-  int64_t split_dim = 1;
-  int64_t expected_dims = -1;
-};
-
-/// Where the model's output is gathered: `gather_dim` (negative counts from the end), the split
-/// input whose per-rank sizes the output follows (`sizes_from`, e.g. "hidden_states" for FLUX:
-/// one output token per image token) and optionally the expected number of dimensions.
-struct ContextParallelOutput {
-  int64_t gather_dim = 1;
-  std::string sizes_from;
-  int64_t expected_dims = -1;
-};
-
-/// A model's context-parallel plan. `joint_sequence`: split inputs whose local parts are
-/// concatenated (in this order) into the sequence the attention sees, e.g.
-/// {"encoder_hidden_states", "hidden_states"} for FLUX (text then image); their split sizes give
-/// the attention's localLens.
-struct ContextParallelPlan {
-  std::vector<ContextParallelInput> inputs;
-  ContextParallelOutput output;
-  std::vector<std::string> joint_sequence;
-};
 
 /// Applies a ContextParallelPlan for one forward call. Usage:
 ///   ContextParallelRunner run(cp, plan);

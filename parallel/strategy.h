@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/context_parallel_plan_types.h"
 #include "parallel/strategy_issue.h"
 #include "parallel/tensor_parallel/sharding_plan.h"
 
@@ -42,6 +43,9 @@ struct ModelDims {
   /// Every parameter the model declares (names, global shapes, stored dtypes); needed by
   /// tensor_parallel_plan->validate.
   std::shared_ptr<const ParameterTable> parameters;
+  /// The model's context-parallel plan (which forward inputs split on which dim, where the output
+  /// gathers); applied by the Torch-side ContextParallelRunner. Null = none declared.
+  std::shared_ptr<const ContextParallelPlan> context_parallel_plan;
   int innerDim() const { return num_attention_heads * attention_head_dim; }
 };
 

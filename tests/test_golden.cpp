@@ -91,7 +91,7 @@ TEST(Golden, InitialLatentsAndRuns) {
   const int L = goldenJson()["max_sequence_length"];
   for (size_t r = 0; r < runs.size(); ++r) {
     const auto& c = runs[r];
-    GenerationParams p;
+    PipelineInputs p;
     p.prompt = c["prompt"];
     p.negative_prompt = c.value("negative_prompt", "");
     p.true_cfg_scale = c.value("true_cfg_scale", 1.0);

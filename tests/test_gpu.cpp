@@ -21,9 +21,9 @@ namespace {
 constexpr double kFp32Tol = 1e-3;
 constexpr double kBf16Tol = 8e-2;
 
-GenerationParams runParams(int r) {
+PipelineInputs runParams(int r) {
   const auto& c = goldenJson()["cases"]["runs"][r];
-  GenerationParams p;
+  PipelineInputs p;
   p.prompt = c["prompt"];
   p.negative_prompt = c.value("negative_prompt", "");
   p.true_cfg_scale = c.value("true_cfg_scale", 1.0);

@@ -2,6 +2,10 @@
 // file and the cause (never reading past the mapped file).
 #include <gtest/gtest.h>
 
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
 #include <filesystem>
 #include <fstream>
 
@@ -17,6 +21,9 @@
 #include "backend/models/registry.h"
 #include "parallel/strategy.h"
 #include "backend/pipelines/registry.h"
+#include "backend/pipelines/torch_registry.h"
+#include "backend/models/torch_registry.h"
+#include "backend/io/config_json.h"
 #include "golden_util.h"
 
 using namespace dit;
@@ -278,9 +285,94 @@ TEST(ModelRegistry, TransformerClassFallsBackToModelIndex) {
   EXPECT_EQ(ModelFolder::open(d.string()).transformer_class, "FluxTransformer2DModel");
 }
 
+TEST(ModelRegistry, TorchTablesMatchTheConfigTables) {
+  // Every family with a config reader can be loaded, and nothing else.
+  EXPECT_EQ(loadablePipelineClasses(), supportedPipelineClasses());
+  EXPECT_EQ(loadableTransformerClasses(), supportedTransformerClasses());
+}
+
+TEST(ModelRegistry, LoadPipelineDispatchesOnClassName) {
+  const auto m = ModelFolder::open(test::fixtureDir());
+  const std::unique_ptr<DiffusionPipeline> p = loadPipeline(m, {});
+  ASSERT_NE(dynamic_cast<FluxPipeline*>(p.get()), nullptr);
+  const auto& c = fluxConfig(m);
+  const PipelineModelInfo i = p->info();
+  EXPECT_EQ(i.num_attention_heads, 4);
+  EXPECT_EQ(i.inner_dim, 64);
+  EXPECT_EQ(i.num_layers, 2);
+  EXPECT_EQ(i.num_single_layers, 2);
+  EXPECT_EQ(i.vae_scale_factor, 2);
+  EXPECT_TRUE(i.guidance_embeds);
+  EXPECT_EQ(i.default_steps, 28);
+  EXPECT_EQ(i.max_sequence_length, std::min(512, c.t5_max_length));
+  EXPECT_EQ(m.config->max_sequence_length, std::min(512, c.t5_max_length));
+  // resolve() fills the same default text length.
+  EXPECT_EQ(p->resolve(PipelineInputs{}).max_sequence_length, i.max_sequence_length);
+  EXPECT_EQ(p->transformer().parameters().size(), m.dims().parameters->size());
+}
+
+TEST(ModelRegistry, LoadPipelineRefusesUnknownClass) {
+  ModelFolder m = ModelFolder::open(test::fixtureDir());
+  m.pipeline_class = "QwenImagePipeline";  // as if a folder of another family got this far
+  expectError([&] { (void)loadPipeline(m, {}); },
+              {(fs::path(m.path) / "model_index.json").string(), "\"QwenImagePipeline\"",
+               "supported pipeline classes: FluxPipeline"});
+}
+
+TEST(ModelRegistry, LoadTransformerByClassName) {
+  const auto m = ModelFolder::open(test::fixtureDir());
+  const std::string file = m.component("transformer") + "/config.json";
+  const nlohmann::json cfg = readConfigJson(file);
+  auto w = WeightSource::fromFolder(m.component("transformer"), "diffusion_pytorch_model", at::kFloat,
+                                    c10::Device(at::kCPU));
+  const std::unique_ptr<DiffusionTransformer> t = loadTransformer(m.transformer_class, cfg, file, *w);
+  ASSERT_NE(dynamic_cast<FluxTransformer2DModel*>(t.get()), nullptr);
+  EXPECT_EQ(t->parameters().size(), m.dims().parameters->size());
+  auto w2 = WeightSource::random(1, at::kFloat, c10::Device(at::kCPU));
+  expectError([&] { (void)loadTransformer("Flux2Transformer2DModel", cfg, file, *w2); },
+              {file, "transformer class \"Flux2Transformer2DModel\" is not supported",
+               "supported transformer classes: FluxTransformer2DModel"});
+
+  // forward by name is the positional forward, bit for bit; names are checked.
+  const auto& fc = fluxConfig(m).transformer;
+  auto& f = dynamic_cast<FluxTransformer2DModel&>(*t);
+  auto gen = at::detail::createCPUGenerator(7);
+  const auto f32 = at::TensorOptions().dtype(at::kFloat);
+  const at::Tensor hs = at::randn({1, 16, fc.in_channels}, gen, f32);
+  const at::Tensor enc = at::randn({1, 8, fc.joint_attention_dim}, gen, f32);
+  const at::Tensor pooled = at::randn({1, fc.pooled_projection_dim}, gen, f32);
+  const at::Tensor ts = at::full({1}, 0.5, f32), g = at::full({1}, 3.5, f32);
+  const at::Tensor img = FluxPipeline::latentImageIds(4, 4), txt = at::zeros({8, 3}, f32);
+  const at::Tensor a = f.forward(hs, enc, pooled, ts, img, txt, g);
+  TransformerInputs in{{"hidden_states", hs}, {"encoder_hidden_states", enc}, {"pooled_projections", pooled},
+                       {"timestep", ts},      {"img_ids", img},             {"txt_ids", txt},
+                       {"guidance", g}};
+  EXPECT_TRUE(at::equal(t->forward(in), a));
+  EXPECT_DOUBLE_EQ(t->forwardFlops(16, 8), FluxTransformer2DModel::flops(fc, 16, 8));
+  TransformerInputs missing = in;
+  missing.erase("txt_ids");
+  expectError([&] { (void)t->forward(missing); }, {"input 'txt_ids' is missing"});
+  TransformerInputs extra = in;
+  extra["encoder_attention_mask"] = txt;
+  expectError([&] { (void)t->forward(extra); }, {"unknown input 'encoder_attention_mask'", "accepted inputs"});
+}
+
+TEST(ModelRegistry, FamilyDeclaresItsContextParallelPlan) {
+  const auto m = ModelFolder::open(test::fixtureDir());
+  ASSERT_TRUE(m.dims().context_parallel_plan);
+  const ContextParallelPlan& p = *m.dims().context_parallel_plan;
+  ASSERT_EQ(p.inputs.size(), 4u);
+  EXPECT_EQ(p.inputs[0].name, "hidden_states");
+  EXPECT_EQ(p.inputs[0].split_dim, 1);
+  EXPECT_EQ(p.inputs[2].name, "img_ids");
+  EXPECT_EQ(p.inputs[2].split_dim, 0);
+  EXPECT_EQ(p.output.sizes_from, "hidden_states");
+  EXPECT_EQ(p.joint_sequence, (std::vector<std::string>{"encoder_hidden_states", "hidden_states"}));
+}
+
 TEST(RequestErrors, SizeNotMultipleOfPatch) {
   static FluxPipeline p(ModelFolder::open(test::fixtureDir()), {});
-  GenerationParams g;
+  PipelineInputs g;
   g.width = 30;
   g.height = 32;
   expectError([&] { p.resolve(g); }, {"multiples of 4", "2 x vae_scale_factor 2", "30x32", "try 28x32"});
@@ -333,7 +425,7 @@ TEST(TensorParallelPlan, FluxParameterTableMatchesTheCheckpoint) {
 
 TEST(RequestErrors, NegativeAndHugeSizes) {
   static FluxPipeline p(ModelFolder::open(test::fixtureDir()), {});
-  GenerationParams g;
+  PipelineInputs g;
   g.width = -64;
   expectError([&] { p.resolve(g); }, {"cannot be negative"});
   g.width = 100000;

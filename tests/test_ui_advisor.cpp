@@ -2,6 +2,9 @@
 // passes the worker's own validation (dit::validateForRequest).
 #include <QtTest>
 
+#include <cmath>
+#include <stdexcept>
+
 #include "backend/models/flux/flux_plan.h"
 #include "parallel/strategy.h"
 #include "ui/advisor.h"
@@ -21,18 +24,33 @@ AdvisorInput flux(int gpus, double mem, Interconnect ic, int w = 1024, int h = 1
 }
 
 QString issuesOf(const Advice& a, const AdvisorInput& in) {
-  dit::FluxTransformerConfig c;  // FLUX.1-dev layer counts, the advisor's heads and head dim
-  c.num_attention_heads = in.num_attention_heads;
-  c.attention_head_dim = in.attention_head_dim;
-  c.joint_attention_dim = 4096;
-  const dit::ModelDims m = dit::fluxModelDims(c, in.vae_scale_factor);
+  // The worker's rules on the same declared model the advisor sized (plan + parameter table).
   dit::RequestDims r;
   r.width = in.width;
   r.height = in.height;
   r.text_len = in.text_len;
   r.true_cfg = in.true_cfg;
   r.num_images = in.images_per_request;
-  return QString::fromStdString(dit::joinIssues(dit::validateForRequest(a.strategy, m, r)));
+  return QString::fromStdString(dit::joinIssues(dit::validateForRequest(a.strategy, in.transformer, r)));
+}
+
+// Elements of a FLUX.1 transformer that the FLUX.1 tensor-parallel plan (DESIGN.md section 3)
+// splits across tp ranks, in closed form: per double block the colwise to_q/k/v, add_q/k/v_proj
+// (weight and bias), ff.net.0.proj and ff_context.net.0.proj (weight and bias), the rowwise
+// to_out.0, to_add_out, ff.net.2, ff_context.net.2 (weight only: their bias is replicated); per
+// single block the colwise to_q/k/v and proj_mlp (weight and bias) and the packed rowwise proj_out
+// weight [C, C + M].
+double fluxShardedElements(const dit::FluxTransformerConfig& c) {
+  const double C = c.innerDim(), M = c.mlpHidden();
+  const double dbl = 6 * (C * C + C) + 2 * (C * M + M) + 2 * C * C + 2 * M * C;
+  const double sgl = 3 * (C * C + C) + (C * M + M) + (C + M) * C;
+  return c.num_layers * dbl + c.num_single_layers * sgl;
+}
+
+double tableElements(const dit::ParameterTable& t) {
+  double n = 0;
+  for (const auto& p : t) n += double(p.numel());
+  return n;
 }
 
 }  // namespace
@@ -161,12 +179,17 @@ class TestAdvisor : public QObject {
 
   void cpuRanks() {
     AdvisorInput in;
-    in.transformer_params = 0.5e6;
+    dit::FluxTransformerConfig c;  // the tiny fixture's sizes
+    c.num_layers = c.num_single_layers = 2;
+    c.num_attention_heads = 4;
+    c.attention_head_dim = 16;
+    c.joint_attention_dim = 32;
+    c.pooled_projection_dim = 32;
+    c.in_channels = c.out_channels = 16;
+    c.guidance_embeds = true;
+    in.transformer = dit::fluxModelDims(c, 2);
     in.other_params = 1.7e6;
     in.bytes_per_param = 4;
-    in.num_attention_heads = 4;
-    in.attention_head_dim = 16;
-    in.vae_scale_factor = 2;
     in.num_devices = 2;
     in.memory_gib_per_device = 4;
     in.interconnect = Interconnect::CPU;
@@ -177,6 +200,39 @@ class TestAdvisor : public QObject {
     QVERIFY(a.fits);
     QCOMPARE(issuesOf(a, in), QString());
     QVERIFY(a.title.contains("CPU"));
+  }
+
+  void weightsFollowThePlan() {
+    // FLUX.1-dev: the default model is the declared FLUX.1 table and plan (11.9 B parameters).
+    dit::FluxTransformerConfig c;
+    c.guidance_embeds = true;
+    AdvisorInput in = flux(2, 24, Interconnect::NVLink);
+    const double total = tableElements(*in.transformer.parameters);
+    QVERIFY(total > 11.8e9 && total < 12.0e9);
+    QCOMPARE(transformerParameters(in), total);
+    const double sharded = fluxShardedElements(c);
+    QVERIFY(sharded > 0.6 * total && sharded < 0.8 * total);  // AdaLN, embedders stay replicated
+    for (int tp : {1, 2, 4, 8}) {
+      const double expect = ((total - sharded) + sharded / tp) * 2.0 + in.other_params * 2.0;
+      QCOMPARE(weightBytesPerRank(in, tp), expect);
+    }
+    // What the advice reports is the plan's figure at the chosen tp (here tp 2), in GiB.
+    in.other_params = 0.2e9;
+    const Advice a = adviseStrategy(in);
+    QCOMPARE(a.strategy.tp_degree, 2);
+    const double expect2 = ((total - sharded) + sharded / 2) * 2.0 + 0.2e9 * 2.0;
+    QVERIFY(std::abs(a.weights_gib - expect2 / (1024.0 * 1024.0 * 1024.0)) < 1e-9);
+    // The naive params / tp figure would be about 3.3 GB lower: the plan's replicated part counts.
+    QVERIFY(a.weights_gib * 1024.0 * 1024.0 * 1024.0 - (total / 2 + 0.2e9) * 2.0 > 2.0e9);
+    // float32 compute: 4 bytes per element of the same split.
+    in.bytes_per_param = 4;
+    QCOMPARE(weightBytesPerRank(in, 4), ((total - sharded) + sharded / 4) * 4.0 + 0.2e9 * 4.0);
+    // A model without a plan cannot be split: tp stays 1, and tp > 1 is refused.
+    in.transformer.tensor_parallel_plan = nullptr;
+    QCOMPARE(weightBytesPerRank(in, 1), total * 4.0 + 0.2e9 * 4.0);
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, weightBytesPerRank(in, 2));
+    in.bytes_per_param = 2;
+    QCOMPARE(adviseStrategy(in).strategy.tp_degree, 1);
   }
 
   void imageTokenCount() {

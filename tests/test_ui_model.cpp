@@ -10,6 +10,7 @@
 
 #include "backend/io/safetensors.h"
 #include "ui/history_store.h"
+#include "backend/io/model_folder.h"
 #include "ui/model_info.h"
 #include "ui/validation.h"
 
@@ -80,6 +81,14 @@ class TestModel : public QObject {
     QVERIFY(po->shape == (std::vector<int64_t>{64, 320}));
     QVERIFY(d.tensor_parallel_plan->validate(*d.parameters, 4).empty());
     QCOMPARE(d.vae_scale_factor, 2);
+    // One truth: the GUI's dims are the folder's declared ones (ModelFolder::dims()), with the
+    // context-parallel plan and the pipeline's default text length.
+    const dit::ModelFolder f = dit::ModelFolder::open(fixture().toStdString());
+    QCOMPARE(d.parameters->size(), f.dims().parameters->size());
+    QCOMPARE(d.tensor_parallel_plan->rules().size(), f.dims().tensor_parallel_plan->rules().size());
+    QVERIFY(d.context_parallel_plan);
+    QVERIFY(d.context_parallel_plan->joint_sequence == f.dims().context_parallel_plan->joint_sequence);
+    QCOMPARE(m.max_sequence_length, f.config->max_sequence_length);
   }
 
   void brokenFolders() {

@@ -191,7 +191,10 @@ class TestWidgets : public QObject {
     auto* dlg = w->findChild<AdvisorDialog*>();
     QVERIFY(dlg);
     AdvisorInput in = dlg->input();
-    QCOMPARE(in.num_attention_heads, 4);
+    QCOMPARE(in.transformer.num_attention_heads, 4);
+    // The model's own declaration (the tiny fixture's table and plan), not a rebuilt config.
+    QVERIFY(in.transformer.parameters && in.transformer.tensor_parallel_plan);
+    QCOMPARE(in.transformer.parameters.get(), w->generationPanel()->modelInfo().dims().parameters.get());
     QCOMPARE(in.interconnect, Interconnect::CPU);
     in.num_devices = 4;
     dlg->setInput(in);

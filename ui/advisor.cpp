@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+
+#include "backend/models/flux/flux_plan.h"
 
 namespace dit::ui {
 namespace {
@@ -22,15 +25,15 @@ struct Memory {
 
 Memory estimate(const AdvisorInput& in, int tp, int cp) {
   Memory m;
-  m.weights = (in.transformer_params / tp + in.other_params) * in.bytes_per_param / kGiB;
-  const double inner = double(in.num_attention_heads) * in.attention_head_dim;
-  const double tokens = imageTokens(in.width, in.height, in.vae_scale_factor) + in.text_len;
+  m.weights = weightBytesPerRank(in, tp) / kGiB;
+  const double inner = double(in.transformer.num_attention_heads) * in.transformer.attention_head_dim;
+  const double tokens = imageTokens(in.width, in.height, in.transformer.vae_scale_factor) + in.text_len;
   const double local = tokens / std::max(1, cp);
   // Hidden states, QKV, attention output and the 4x MLP of one block, in the compute dtype.
   m.activations = local * inner * in.bytes_per_param * 24.0 / kGiB;
   if (in.interconnect == Interconnect::CPU) {
     // CPU attention materialises the float32 score matrix [heads/tp, local, tokens].
-    m.activations += double(in.num_attention_heads) / tp * local * tokens * 4.0 / kGiB;
+    m.activations += double(in.transformer.num_attention_heads) / tp * local * tokens * 4.0 / kGiB;
   }
   const double overhead = in.interconnect == Interconnect::CPU ? 0.5 : 1.0;  // runtime, CUDA context
   m.total = m.weights + m.activations + overhead;
@@ -40,6 +43,34 @@ Memory estimate(const AdvisorInput& in, int tp, int cp) {
 QString gib(double v) { return QString::number(v, 'f', v < 10 ? 1 : 0) + " GiB"; }
 
 }  // namespace
+
+dit::ModelDims fluxDevTransformerDims() {
+  dit::FluxTransformerConfig c;  // diffusers' defaults are FLUX.1-dev's sizes
+  c.guidance_embeds = true;
+  return dit::fluxModelDims(c, 8);
+}
+
+double transformerParameters(const AdvisorInput& in) {
+  double n = 0;
+  if (in.transformer.parameters)
+    for (const auto& p : *in.transformer.parameters) n += double(p.numel());
+  return n;
+}
+
+double weightBytesPerRank(const AdvisorInput& in, int tp) {
+  if (tp < 1) throw std::invalid_argument("weightBytesPerRank: tp_degree must be >= 1");
+  const int64_t eb = std::max<int64_t>(1, std::llround(in.bytes_per_param));
+  double transformer = 0;
+  if (in.transformer.parameters) {
+    if (in.transformer.tensor_parallel_plan)
+      transformer = double(in.transformer.tensor_parallel_plan->bytesPerRank(*in.transformer.parameters, tp, eb));
+    else if (tp == 1)
+      transformer = transformerParameters(in) * double(eb);
+    else
+      throw std::invalid_argument("weightBytesPerRank: the model declares no tensor-parallel plan");
+  }
+  return transformer + in.other_params * in.bytes_per_param;
+}
 
 int imageTokens(int width, int height, int vsf) {
   const int step = 2 * std::max(1, vsf);
@@ -58,7 +89,8 @@ QString interconnectName(Interconnect ic) {
 Advice adviseStrategy(const AdvisorInput& in) {
   Advice a;
   const int n = std::max(1, in.num_devices);
-  const int heads = std::max(1, in.num_attention_heads);
+  const int heads = std::max(1, in.transformer.num_attention_heads);
+  const bool canTp = in.transformer.tensor_parallel_plan != nullptr;
   const bool fast = in.interconnect == Interconnect::NVLink;
   dit::Strategy& s = a.strategy;
   s.world = n;
@@ -83,7 +115,7 @@ Advice adviseStrategy(const AdvisorInput& in) {
   // 2. Tensor parallel only if the weights do not fit.
   int tp = 0;
   for (int t : divisors(m)) {
-    if (heads % t != 0) continue;
+    if (heads % t != 0 || (t > 1 && !canTp)) continue;
     if (estimate(in, t, m / t).total <= a.usable_gib) {
       tp = t;
       break;
@@ -93,7 +125,7 @@ Advice adviseStrategy(const AdvisorInput& in) {
     a.fits = false;
     tp = 1;
     for (int t : divisors(m))
-      if (heads % t == 0) tp = t;
+      if (heads % t == 0 && (t == 1 || canTp)) tp = t;
   }
   s.tp_degree = tp;
   const Memory single = estimate(in, 1, m);
@@ -134,7 +166,7 @@ Advice adviseStrategy(const AdvisorInput& in) {
   }
 
   // 4. Context parallel with what is left.
-  const int img = imageTokens(in.width, in.height, in.vae_scale_factor);
+  const int img = imageTokens(in.width, in.height, in.transformer.vae_scale_factor);
   auto divides = [&](int d) { return img % d == 0 && in.text_len % d == 0; };
   if (r > 1) {
     if (fast) {

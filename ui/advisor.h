@@ -6,7 +6,7 @@
 #include <QString>
 #include <QStringList>
 
-#include "parallel/strategy.h"
+#include "parallel/strategy.h"  // ModelDims (with the declared plan)
 
 namespace dit::ui {
 
@@ -15,14 +15,19 @@ namespace dit::ui {
 /// cores talking over MPI (device "cpu", treated like a slow link).
 enum class Interconnect { NVLink, PCIe, CPU };
 
+/// The declared ModelDims of FLUX.1-dev's transformer (FluxTransformer2DModel with diffusers'
+/// default config and guidance_embeds: 19 + 38 blocks, 24 heads x 128, 11.9 B parameters) and its
+/// VAE scale factor 8: the advisor's default model.
+dit::ModelDims fluxDevTransformerDims();
+
 /// Advisor input. Parameter counts are elements, memory in GiB, sizes in pixels.
 struct AdvisorInput {
-  double transformer_params = 11.9e9;  ///< FluxTransformer2DModel parameters (sharded by tp)
+  /// The transformer family's declaration (ModelFolder::dims(), ModelInfo::dims()): heads, head
+  /// dim, vae_scale_factor, its parameter table and tensor-parallel plan, from which the weight
+  /// bytes per rank come (ShardingPlan::bytesPerRank). No plan: tp stays 1.
+  dit::ModelDims transformer = fluxDevTransformerDims();
   double other_params = 4.9e9;         ///< text encoders + VAE (replicated on every rank)
-  double bytes_per_param = 2.0;        ///< 2 for bf16/fp16, 4 for fp32
-  int num_attention_heads = 24;
-  int attention_head_dim = 128;
-  int vae_scale_factor = 8;
+  double bytes_per_param = 2.0;        ///< compute bytes per element: 2 for bf16/fp16, 4 for fp32
   int text_len = 512;  ///< T5 max_sequence_length (text tokens, split by context parallel)
   int num_devices = 1;             ///< GPUs, or CPU ranks for Interconnect::CPU
   double memory_gib_per_device = 80;  ///< GPU memory (host memory per rank on CPU)
@@ -46,6 +51,14 @@ struct Advice {
   double usable_gib = 0;       ///< 90% of memory_gib_per_device
   bool fits = true;            ///< total_gib <= usable_gib
 };
+
+/// Transformer parameters (elements) in in.transformer's parameter table (0 without one).
+double transformerParameters(const AdvisorInput& in);
+/// Bytes of weights one rank holds at tensor-parallel degree `tp`: the transformer's
+/// ShardingPlan::bytesPerRank(parameters, tp, bytes_per_param) (its whole table at tp 1 without a
+/// plan) plus other_params x bytes_per_param. Throws std::invalid_argument for tp > 1 without a
+/// plan or tp < 1.
+double weightBytesPerRank(const AdvisorInput& in, int tp);
 
 /// Recommends a strategy. Rules, in order:
 /// 1. true CFG with an even device count -> cfg 2 (one half conditional, one half unconditional);

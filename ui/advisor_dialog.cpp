@@ -22,6 +22,11 @@ AdvisorDialog::AdvisorDialog(QWidget* parent) : QDialog(parent) {
   transformerB_->setRange(0.000001, 1000);
   transformerB_->setDecimals(6);
   transformerB_->setSuffix(" B");
+  // The count comes from the model's declared parameter table (the plan shards exactly those).
+  transformerB_->setReadOnly(true);
+  transformerB_->setButtonSymbols(QAbstractSpinBox::NoButtons);
+  transformerB_->setToolTip(tr("The model's declared transformer parameters; its tensor-parallel plan "
+                               "decides which are split across tp ranks"));
   form->addRow(tr("Transformer params"), transformerB_);
   otherB_ = new QDoubleSpinBox(this);
   otherB_->setRange(0, 1000);
@@ -89,7 +94,7 @@ AdvisorDialog::AdvisorDialog(QWidget* parent) : QDialog(parent) {
 void AdvisorDialog::setInput(const AdvisorInput& in) {
   loading_ = true;
   base_ = in;
-  transformerB_->setValue(in.transformer_params / 1e9);
+  transformerB_->setValue(transformerParameters(in) / 1e9);
   otherB_->setValue(in.other_params / 1e9);
   dtype_->setCurrentIndex(in.bytes_per_param >= 4 ? 1 : in.bytes_per_param <= 1 ? 2 : 0);
   devices_->setValue(in.num_devices);
@@ -105,7 +110,6 @@ void AdvisorDialog::setInput(const AdvisorInput& in) {
 
 AdvisorInput AdvisorDialog::input() const {
   AdvisorInput in = base_;
-  in.transformer_params = transformerB_->value() * 1e9;
   in.other_params = otherB_->value() * 1e9;
   in.bytes_per_param = dtype_->currentData().toDouble();
   in.num_devices = devices_->value();

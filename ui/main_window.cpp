@@ -495,11 +495,8 @@ void MainWindow::openAdvisor() {
   const GenerationParams p = genPanel_->params();
   if (m.ok) {
     const ComponentSize* t = m.component("transformer");
-    in.transformer_params = t ? double(t->parameters) : 0;
-    in.other_params = double(m.totalParameters()) - in.transformer_params;
-    in.num_attention_heads = m.num_attention_heads;
-    in.attention_head_dim = m.attention_head_dim;
-    in.vae_scale_factor = m.vae_scale_factor;
+    in.transformer = m.dims();  // the family's declared parameters and plan
+    in.other_params = double(m.totalParameters()) - (t ? double(t->parameters) : 0.0);
     in.text_len = textLength();
     in.bytes_per_param = (t && t->dtype == "F32") ? 4.0 : 2.0;
   }

@@ -8,7 +8,6 @@
 
 #include "backend/io/model_folder.h"
 #include "backend/io/safetensors.h"
-#include "backend/models/flux/flux_plan.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
 
 namespace dit::ui {
@@ -56,21 +55,6 @@ const ComponentSize* ModelInfo::component(const QString& name) const {
   return nullptr;
 }
 
-dit::ModelDims ModelInfo::dims() const {
-  // The model's own plan and parameters (FLUX.1; config values the GUI keeps, constructor
-  // defaults for the rest, which no tensor-parallel rule reads).
-  dit::FluxTransformerConfig c;
-  c.num_layers = num_layers;
-  c.num_single_layers = num_single_layers;
-  c.num_attention_heads = num_attention_heads;
-  c.attention_head_dim = attention_head_dim;
-  c.joint_attention_dim = joint_attention_dim;
-  c.in_channels = in_channels;
-  c.out_channels = in_channels;
-  c.guidance_embeds = guidance_embeds;
-  return dit::fluxModelDims(c, vae_scale_factor);
-}
-
 QString ModelInfo::summary() const {
   if (!ok) return error;
   QString s = QStringLiteral("%1 double + %2 single blocks, %3 heads x %4 head dim (inner %5)\n")
@@ -110,13 +94,15 @@ ModelInfo readModelInfo(const QString& dirIn) {
     info.joint_attention_dim = t.joint_attention_dim;
     info.in_channels = t.in_channels;
     info.guidance_embeds = t.guidance_embeds;
-    info.vae_scale_factor = fluxConfig(m).vae.vaeScaleFactor();
-    info.max_sequence_length = std::min(512, fluxConfig(m).t5_max_length);
+    info.model_dims = m.dims();  // the family's declaration: sizes, plans, parameter table
+    info.vae_scale_factor = info.model_dims.vae_scale_factor;
+    info.max_sequence_length = m.config->max_sequence_length;
     info.components << readComponent(m, "transformer", "diffusion_pytorch_model")
                     << readComponent(m, "text_encoder", "model")
                     << readComponent(m, "text_encoder_2", "model")
                     << readComponent(m, "vae", "diffusion_pytorch_model");
   } catch (const std::exception& e) {
+    info.model_dims = {};
     info.error = QString::fromStdString(e.what());
     return info;
   }

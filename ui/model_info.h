@@ -35,8 +35,11 @@ struct ModelInfo {
   bool guidance_embeds = false;
   // vae/config.json
   int vae_scale_factor = 8;  ///< 2^(len(block_out_channels)-1)
-  int max_sequence_length = 512;  ///< FluxPipeline default T5 length
+  int max_sequence_length = 512;  ///< the pipeline's default text length (FLUX: T5 tokens)
   QList<ComponentSize> components;
+  /// The transformer family's declared ModelDims (sizes, tensor- and context-parallel plans,
+  /// parameter table), as dit::ModelFolder::dims() gives them; empty when !ok.
+  dit::ModelDims model_dims;
 
   int innerDim() const { return num_attention_heads * attention_head_dim; }
   /// Width/height step: 2 * vae_scale_factor (latents are packed 2x2).
@@ -44,8 +47,9 @@ struct ModelInfo {
   qint64 totalParameters() const;
   qint64 totalBytes() const;
   const ComponentSize* component(const QString& name) const;
-  /// The sizes dit::validateForModel needs.
-  dit::ModelDims dims() const;
+  /// The sizes dit::validateForModel needs: model_dims (the registered family's declaration,
+  /// never rebuilt from the fields above).
+  const dit::ModelDims& dims() const { return model_dims; }
   /// Multi-line human summary (layers, heads, head dim, parameters).
   QString summary() const;
 };

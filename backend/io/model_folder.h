@@ -25,6 +25,9 @@ struct PipelineConfig {
   /// Sizes the parallel-strategy rules need: the transformer family's dims (models/registry.h)
   /// with the pipeline's vae_scale_factor.
   ModelDims dims;
+  /// The pipeline's default number of text tokens (FLUX: min(512, tokenizer_2 model_max_length)),
+  /// what a request with max_sequence_length 0 gets.
+  int max_sequence_length = 512;
 };
 
 struct ModelFolder {

@@ -76,6 +76,14 @@ ShardingPlan fluxShardingPlan(const FluxTransformerConfig& c) {
   return plan;
 }
 
+ContextParallelPlan fluxContextParallelPlan() {
+  ContextParallelPlan p;
+  p.inputs = {{"hidden_states", 1, 3}, {"encoder_hidden_states", 1, 3}, {"img_ids", 0, 2}, {"txt_ids", 0, 2}};
+  p.output = {1, "hidden_states", 3};
+  p.joint_sequence = {"encoder_hidden_states", "hidden_states"};
+  return p;
+}
+
 ModelDims fluxModelDims(const FluxTransformerConfig& c, int vaeScaleFactor) {
   ModelDims m;
   m.num_attention_heads = c.num_attention_heads;
@@ -83,6 +91,7 @@ ModelDims fluxModelDims(const FluxTransformerConfig& c, int vaeScaleFactor) {
   m.vae_scale_factor = vaeScaleFactor;
   m.tensor_parallel_plan = std::make_shared<const ShardingPlan>(fluxShardingPlan(c));
   m.parameters = std::make_shared<const ParameterTable>(fluxParameterTable(c));
+  m.context_parallel_plan = std::make_shared<const ContextParallelPlan>(fluxContextParallelPlan());
   return m;
 }
 

@@ -1,6 +1,6 @@
 // FLUX.1 (diffusers FluxTransformer2DModel, models/transformers/transformer_flux.py) declared as
 // data, without Torch: its parameters, its tensor-parallel plan, its context-parallel plan and the
-// family registration. This is the one statement of how FLUX.1 is sharded: the weight loader, the
+// family registration (both plans travel in the family's ModelDims). This is the one statement of how FLUX.1 is sharded: the weight loader, the
 // strategy validation (worker, CLI, GUI), the benchmark's and the advisor's per-rank byte counts
 // and the memory test all derive from it.
 #pragma once
@@ -10,6 +10,7 @@
 
 #include "backend/models/flux/flux_config.h"
 #include "backend/models/registry.h"
+#include "parallel/context_parallel_plan_types.h"
 #include "parallel/strategy.h"
 #include "parallel/tensor_parallel/sharding_plan.h"
 
@@ -30,8 +31,14 @@ ParameterTable fluxParameterTable(const FluxTransformerConfig& c, const std::str
 /// (embedders, AdaLayerNorm linears, norm_out, proj_out of the model) is replicated.
 ShardingPlan fluxShardingPlan(const FluxTransformerConfig& c);
 
-/// ModelDims for strategy validation: heads, head dim, the VAE scale factor, the plan and the
-/// parameter table (F32).
+/// FLUX's context-parallel plan (diffusers FluxTransformer2DModel._cp_plan): hidden_states and
+/// encoder_hidden_states [B, S, C] split on dim 1, img_ids and txt_ids [S, 3] on dim 0; the joint
+/// attention sequence is cat(encoder_hidden_states, hidden_states) (text then image); the output
+/// [B, S_img, C_out] gathers on dim 1 following hidden_states' split.
+ContextParallelPlan fluxContextParallelPlan();
+
+/// ModelDims for strategy validation: heads, head dim, the VAE scale factor, the tensor-parallel
+/// plan, the parameter table (F32) and the context-parallel plan.
 ModelDims fluxModelDims(const FluxTransformerConfig& c, int vaeScaleFactor);
 
 /// The "FluxTransformer2DModel" registration (models/registry.cpp); its dims leave

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <tuple>
 
 #include "backend/io/weight_source.h"
@@ -10,24 +11,11 @@
 #include "backend/models/flux/flux_plan.h"
 #include "parallel/attention.h"
 #include "parallel/context_parallel.h"
+#include "parallel/context_parallel_plan.h"
 #include "parallel/process_group.h"
 #include "parallel/strategy.h"  // joinIssues
 
 namespace dit {
-
-int FluxParallelism::tpRank() const { return tp ? tp->rank() : 0; }
-int FluxParallelism::tpSize() const { return tp ? tp->size() : 1; }
-
-ContextParallelPlan fluxContextParallelPlan() {
-  ContextParallelPlan p;
-  p.inputs = {{"hidden_states", 1, 3}, {"encoder_hidden_states", 1, 3}, {"img_ids", 0, 2}, {"txt_ids", 0, 2}};
-  p.output = {1, "hidden_states", 3};
-  p.joint_sequence = {"encoder_hidden_states", "hidden_states"};
-  return p;
-}
-
-void TransformerHooks::beforeBlock(const char*, int, const at::Tensor&, const at::Tensor&) {}
-void TransformerHooks::afterBlock(const char*, int, const at::Tensor&, const at::Tensor&) {}
 
 namespace {
 
@@ -178,6 +166,45 @@ double FluxTransformer2DModel::flops(const FluxTransformerConfig& c, int64_t img
   const double dbl = 2.0 * S * C * C * 4 + 2.0 * S * C * M * 2 + attn;  // qkv+out, ff up+down
   const double sgl = 2.0 * S * C * C * 3 + 2.0 * S * C * M + 2.0 * S * (C + M) * C + attn;
   return c.num_layers * dbl + c.num_single_layers * sgl;
+}
+
+at::Tensor FluxTransformer2DModel::forward(const TransformerInputs& in) const {
+  static const char* kRequired[] = {"hidden_states", "encoder_hidden_states", "pooled_projections",
+                                    "timestep", "img_ids", "txt_ids"};
+  std::string accepted;
+  for (const char* n : kRequired) accepted += std::string(n) + ", ";
+  accepted += "guidance";
+  for (const auto& [name, t] : in) {
+    bool known = name == "guidance";
+    for (const char* n : kRequired) known = known || name == n;
+    if (!known)
+      throw std::invalid_argument("FluxTransformer2DModel::forward: unknown input '" + name +
+                                  "'; accepted inputs: " + accepted);
+  }
+  auto get = [&](const char* name) {
+    auto it = in.find(name);
+    if (it == in.end() || !it->second.defined())
+      throw std::invalid_argument(std::string("FluxTransformer2DModel::forward: input '") + name +
+                                  "' is missing");
+    return it->second;
+  };
+  auto g = in.find("guidance");
+  return forward(get("hidden_states"), get("encoder_hidden_states"), get("pooled_projections"),
+                 get("timestep"), get("img_ids"), get("txt_ids"), g == in.end() ? at::Tensor() : g->second);
+}
+
+double FluxTransformer2DModel::forwardFlops(int64_t imageTokens, int64_t textTokens) const {
+  return flops(config(), imageTokens, textTokens);
+}
+
+TransformerBuilder fluxTransformerBuilder() {
+  TransformerBuilder b;
+  b.class_name = "FluxTransformer2DModel";
+  b.load = [](const nlohmann::json& config, const std::string& file, WeightSource& w,
+              const TransformerParallelism& par) -> std::unique_ptr<DiffusionTransformer> {
+    return std::make_unique<FluxTransformer2DModel>(parseFluxTransformerConfig(config, file), w, par);
+  };
+  return b;
 }
 
 }  // namespace dit

@@ -10,9 +10,10 @@
 //    ColumnParallelLinear projections hold their output shard, RowParallelLinear ones all-reduce
 //    their partial product over the tp group and add the bias once (parallel/tensor_parallel/
 //    layers.h). Blocks see only "a linear layer" and their local head count.
-//  - context parallel: the declared plan (fluxContextParallelPlan, diffusers' _cp_plan) is applied
-//    around the blocks by the generic ContextParallelRunner; attention runs through the attention
-//    backend (local, or ContextParallel over the concatenated text+image sequence of every rank).
+//  - context parallel: the declared plan (fluxContextParallelPlan in flux_plan.h, diffusers'
+//    _cp_plan) is applied around the blocks by the generic ContextParallelRunner; attention runs
+//    through the attention backend (local, or ContextParallel over the concatenated text+image
+//    sequence of every rank).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -22,42 +23,19 @@
 #include <vector>
 
 #include "backend/io/weight_loader.h"
+#include "backend/models/diffusion_transformer.h"
+#include "backend/models/torch_registry.h"
 #include "backend/models/flux/flux_config.h"
-#include "parallel/context_parallel_plan.h"
 #include "parallel/tensor_parallel/sharding_plan.h"
 
 namespace dit {
 
 class WeightSource;
-class ProcessGroup;
-class ContextParallel;
 
-struct FluxParallelism {
-  std::shared_ptr<ProcessGroup> tp;     ///< tensor-parallel group; null or size 1 = none
-  std::shared_ptr<ContextParallel> cp;  ///< context-parallel attention; null = none
-  int tpRank() const;
-  int tpSize() const;
-};
+/// The groups FLUX runs under (the generic TransformerParallelism).
+using FluxParallelism = TransformerParallelism;
 
-/// Per-block seam (for step caching, profiling, activation dumps): called by
-/// FluxTransformer2DModel::forward around every block, in order, on every rank. `kind` is
-/// "transformer_blocks" or "single_transformer_blocks", `index` the block index within its kind.
-/// Tensors are this rank's local (context-parallel) slices:
-///  - double blocks: hidden_states [B, S_img_local, C], encoder_hidden_states [B, S_txt_local, C];
-///  - single blocks: hidden_states = cat(text, image) [B, S_local, C], encoder_hidden_states
-///    undefined.
-/// Hooks must not change collective order across ranks (a skip decision must be agreed by all
-/// ranks of the cp/tp groups). Default implementations do nothing.
-class TransformerHooks {
- public:
-  virtual ~TransformerHooks() = default;
-  virtual void beforeBlock(const char* kind, int index, const at::Tensor& hidden_states,
-                           const at::Tensor& encoder_hidden_states);
-  virtual void afterBlock(const char* kind, int index, const at::Tensor& hidden_states,
-                          const at::Tensor& encoder_hidden_states);
-};
-
-class FluxTransformer2DModel {
+class FluxTransformer2DModel : public DiffusionTransformer {
  public:
   /// Loads weights through a WeightLoader driven by `plan` (null = the FLUX.1 plan,
   /// fluxShardingPlan(cfg)): each rank reads only its slices under tp. Before reading any weight,
@@ -66,7 +44,7 @@ class FluxTransformer2DModel {
   /// dims, packed blocks, stale rules). Throws ModelFileError for missing/mismatching tensors.
   FluxTransformer2DModel(const FluxTransformerConfig& cfg, WeightSource& w, FluxParallelism par = {},
                          std::shared_ptr<const ShardingPlan> plan = nullptr);
-  ~FluxTransformer2DModel();
+  ~FluxTransformer2DModel() override;
 
   /// One forward pass, inputs replicated on every rank of the group:
   ///  hidden_states [B, S_img, in_channels], encoder_hidden_states [B, S_txt, joint_attention_dim],
@@ -80,28 +58,32 @@ class FluxTransformer2DModel {
                      const at::Tensor& pooled_projections, const at::Tensor& timestep,
                      const at::Tensor& img_ids, const at::Tensor& txt_ids,
                      const at::Tensor& guidance) const;
+  /// DiffusionTransformer::forward: the same by name. Required: hidden_states,
+  /// encoder_hidden_states, pooled_projections, timestep, img_ids, txt_ids; guidance required
+  /// when the config has guidance_embeds (ignored otherwise, as diffusers does). Throws
+  /// std::invalid_argument naming a missing input or an unknown name (listing the accepted ones).
+  at::Tensor forward(const TransformerInputs& inputs) const override;
 
   /// Installs the per-block seam (not owned; null = none). Must outlive forward() calls.
-  void setHooks(TransformerHooks* hooks);
+  void setHooks(TransformerHooks* hooks) override;
 
   const FluxTransformerConfig& config() const;
   /// Every parameter as loaded on this rank: checkpoint name, global shape, stored dtype and its
   /// ShardSpec (the slice this rank holds).
-  const std::vector<LoadedParameter>& parameters() const;
+  const std::vector<LoadedParameter>& parameters() const override;
   /// The plan the model was loaded with.
-  const ShardingPlan& shardingPlan() const;
+  const ShardingPlan& shardingPlan() const override;
   /// FLOPs of one forward for the given token counts (matmuls + attention), for TFLOP/s.
   static double flops(const FluxTransformerConfig& c, int64_t img_tokens, int64_t txt_tokens);
+  double forwardFlops(int64_t imageTokens, int64_t textTokens) const override;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> d_;
 };
 
-/// FLUX's context-parallel plan (diffusers FluxTransformer2DModel._cp_plan): hidden_states and
-/// encoder_hidden_states split on dim 1, img_ids and txt_ids on dim 0, the joint attention sequence
-/// is cat(encoder_hidden_states, hidden_states), the output gathers on dim 1 following
-/// hidden_states' split.
-ContextParallelPlan fluxContextParallelPlan();
+/// The "FluxTransformer2DModel" Torch registration (models/torch_registry.cpp): parses the
+/// config (flux_config.h) and builds the model with the FLUX.1 plan.
+TransformerBuilder fluxTransformerBuilder();
 
 }  // namespace dit

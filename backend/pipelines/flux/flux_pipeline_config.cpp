@@ -1,5 +1,6 @@
 #include "backend/pipelines/flux/flux_pipeline_config.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -42,6 +43,7 @@ FluxPipelineConfig parseFluxPipelineConfig(const std::string& path, const std::s
     getConfigValue(j, "model_max_length", v, f);
     if (v > 0 && v < 100000) (std::string(tk) == "tokenizer" ? m.tokenizer_max_length : m.t5_max_length) = v;
   }
+  m.max_sequence_length = std::min(512, m.t5_max_length);
   return m;
 }
 

@@ -87,7 +87,30 @@ const ModelFolder& FluxPipeline::model() const { return d_->model; }
 FluxTransformer2DModel& FluxPipeline::transformer() { return *d_->transformer; }
 std::map<std::string, uint64_t> FluxPipeline::weightBytes() const { return d_->bytes; }
 
-GenerationParams FluxPipeline::resolve(GenerationParams p) const {
+PipelineModelInfo FluxPipeline::info() const {
+  const FluxTransformerConfig& t = d_->cfg.transformer;
+  PipelineModelInfo i;
+  i.num_attention_heads = t.num_attention_heads;
+  i.inner_dim = t.innerDim();
+  i.num_layers = t.num_layers;
+  i.num_single_layers = t.num_single_layers;
+  i.vae_scale_factor = d_->cfg.vae.vaeScaleFactor();
+  i.default_steps = 28;
+  i.guidance_embeds = t.guidance_embeds;
+  i.max_sequence_length = d_->cfg.max_sequence_length;
+  return i;
+}
+
+PipelineLoader fluxPipelineLoader() {
+  PipelineLoader l;
+  l.class_name = "FluxPipeline";
+  l.load = [](const ModelFolder& model, const PipelineOptions& opts) -> std::unique_ptr<DiffusionPipeline> {
+    return std::make_unique<FluxPipeline>(model, opts);
+  };
+  return l;
+}
+
+PipelineInputs FluxPipeline::resolve(PipelineInputs p) const {
   const int vsf = d_->cfg.vae.vaeScaleFactor();
   const int mult = 2 * vsf;
   if (p.width < 0 || p.height < 0 || p.steps < 0 || p.max_sequence_length < 0)
@@ -95,7 +118,7 @@ GenerationParams FluxPipeline::resolve(GenerationParams p) const {
   if (p.width <= 0) p.width = 128 * vsf;
   if (p.height <= 0) p.height = 128 * vsf;
   if (p.steps <= 0) p.steps = 28;
-  if (p.max_sequence_length <= 0) p.max_sequence_length = std::min(512, d_->cfg.t5_max_length);
+  if (p.max_sequence_length <= 0) p.max_sequence_length = d_->cfg.max_sequence_length;
   if (p.width % mult != 0 || p.height % mult != 0)
     throw std::invalid_argument(
         "width and height must be multiples of " + std::to_string(mult) +
@@ -161,11 +184,11 @@ at::Tensor FluxPipeline::decode(const at::Tensor& packed, int height, int width)
   return (img / 2 + 0.5).clamp(0, 1).to(at::kFloat).to(at::kCPU).squeeze(0).contiguous();
 }
 
-GenerationResult FluxPipeline::generate(const GenerationParams& params0, const PipelineCallbacks& cb) {
+GenerationResult FluxPipeline::generate(const PipelineInputs& params0, const PipelineCallbacks& cb) {
   auto& D = *d_;
   at::NoGradGuard ng;
   GenerationResult res;
-  GenerationParams p = resolve(params0);
+  PipelineInputs p = resolve(params0);
   res.params = p;
   const bool trueCfg = p.trueCfg();
   const bool cfgParallel = D.opts.cfg && D.opts.cfg->size() == 2;

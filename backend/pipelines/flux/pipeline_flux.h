@@ -3,6 +3,7 @@
 // optional true CFG, VAE decode and post-processing. Parallel strategies plug in through
 // PipelineOptions (tensor/context parallel inside the transformer, CFG parallel across a group
 // of two). Data parallel is handled above this class (each replica runs its own pipeline).
+// Programs reach it through the DiffusionPipeline interface (loadPipeline, pipelines/torch_registry.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -14,32 +15,11 @@
 #include <vector>
 
 #include "backend/models/flux/transformer_flux.h"
+#include "backend/pipelines/diffusion_pipeline.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
+#include "backend/pipelines/torch_registry.h"
 
 namespace dit {
-
-class ProcessGroup;
-
-struct PipelineOptions {
-  at::ScalarType dtype = at::kFloat;  ///< compute dtype (float32, bfloat16, float16)
-  std::string device = "cpu";         ///< "cpu" or "cuda[:i]"
-  FluxParallelism parallel;           ///< tp / cp inside the transformer
-  std::shared_ptr<ProcessGroup> cfg;  ///< CFG-parallel group of size 2 (null = none)
-};
-
-/// One request. Zero/negative values mean "the model's default" (FluxPipeline's defaults:
-/// 128 * vae_scale_factor pixels, 28 steps, guidance 3.5, max_sequence_length from tokenizer_2).
-struct GenerationParams {
-  std::string prompt;
-  std::string negative_prompt;
-  double true_cfg_scale = 1.0;
-  int width = 0, height = 0;  ///< pixels; multiples of 2 * vae_scale_factor
-  int steps = 0;
-  double guidance = 3.5;
-  int64_t seed = 0;
-  int max_sequence_length = 0;
-  bool trueCfg() const { return !negative_prompt.empty() && true_cfg_scale > 1.0; }
-};
 
 struct PromptEmbeds {
   at::Tensor prompt_embeds;  ///< [1, L, joint_attention_dim]
@@ -48,37 +28,20 @@ struct PromptEmbeds {
   double tokenize_ms = 0, encode_ms = 0;  ///< wall time of tokenization and of the encoders
 };
 
-struct PipelineCallbacks {
-  /// Called when a stage starts: "tokenize", "encode", "denoise", "decode".
-  std::function<void(const std::string& stage)> onStage;
-  /// After each denoising step (1-based), with the current packed latents and the x0 estimate
-  /// (latents - sigma * v) and the step's wall time. Return false to cancel.
-  std::function<bool(int step, int steps, const at::Tensor& latents, const at::Tensor& x0,
-                     double step_ms)>
-      onStep;
-};
-
-struct GenerationResult {
-  at::Tensor initial_latents;  ///< packed [1, S_img, 4*C] float32
-  at::Tensor final_latents;    ///< packed, float32
-  at::Tensor image;            ///< [3, H, W] float32 in [0, 1]
-  bool cancelled = false;
-  int steps_done = 0;
-  GenerationParams params;     ///< resolved parameters (defaults filled in)
-  std::map<std::string, double> timings_ms;  ///< tokenize, encode, step.i, denoise, decode
-};
-
-class FluxPipeline {
+class FluxPipeline : public DiffusionPipeline {
  public:
   /// Loads every component from `model` (throws ModelFileError / std::invalid_argument naming
   /// the file or the degree that does not fit).
   FluxPipeline(const ModelFolder& model, const PipelineOptions& opts);
-  ~FluxPipeline();
+  ~FluxPipeline() override;
 
-  const ModelFolder& model() const;
+  const ModelFolder& model() const override;
+  /// Sizes from the FLUX configs: heads, inner dim, double/single blocks, the VAE scale factor,
+  /// 28 default steps, guidance_embeds, min(512, tokenizer_2 model_max_length) text tokens.
+  PipelineModelInfo info() const override;
   /// Fills defaults and validates sizes: width/height multiples of 2*vae_scale_factor, steps >=
   /// 1, max_sequence_length in [1, 512]. Throws std::invalid_argument with the fix to apply.
-  GenerationParams resolve(GenerationParams p) const;
+  PipelineInputs resolve(PipelineInputs p) const override;
 
   /// CLIP pooled + T5 sequence for one prompt (FluxPipeline.encode_prompt).
   PromptEmbeds encodePrompt(const std::string& prompt, int max_sequence_length);
@@ -89,21 +52,20 @@ class FluxPipeline {
   static at::Tensor latentImageIds(int h2, int w2);
   /// Unpacks, unscales (latents / scaling_factor + shift_factor) and decodes:
   /// image [3, H, W] float32 in [0, 1].
-  at::Tensor decode(const at::Tensor& packed, int height, int width);
+  at::Tensor decode(const at::Tensor& packed, int height, int width) override;
   /// The whole pipeline for one image.
-  GenerationResult generate(const GenerationParams& params, const PipelineCallbacks& cb = {});
+  GenerationResult generate(const PipelineInputs& params, const PipelineCallbacks& cb = {}) override;
 
-  FluxTransformer2DModel& transformer();
+  FluxTransformer2DModel& transformer() override;
   /// Bytes of weights held by this rank, per component ("transformer", "text_encoder", ...).
-  std::map<std::string, uint64_t> weightBytes() const;
+  std::map<std::string, uint64_t> weightBytes() const override;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> d_;
 };
 
-/// image [3, H, W] float in [0, 1] -> 8-bit RGB bytes, row-major (round half to even as
-/// numpy's (x * 255).round()).
-std::vector<uint8_t> toRGB8(const at::Tensor& image);
+/// The "FluxPipeline" Torch registration (pipelines/torch_registry.cpp).
+PipelineLoader fluxPipelineLoader();
 
 }  // namespace dit

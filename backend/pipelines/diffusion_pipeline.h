@@ -1,0 +1,103 @@
+// The Torch-side interface every pipeline family implements (diffusers DiffusionPipeline's role):
+// what ditstudio-worker and ditstudio-cli need, independent of the family. Programs create a
+// pipeline through the registry (pipelines/torch_registry.h: loadPipeline) from a ModelFolder and
+// only see this interface. The FLUX.1 implementation is pipelines/flux/pipeline_flux.h.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/io/model_folder.h"
+#include "backend/models/diffusion_transformer.h"
+
+namespace dit {
+
+class ProcessGroup;
+
+struct PipelineOptions {
+  at::ScalarType dtype = at::kFloat;  ///< compute dtype (float32, bfloat16, float16)
+  std::string device = "cpu";         ///< "cpu" or "cuda[:i]"
+  TransformerParallelism parallel;    ///< tp / cp inside the transformer
+  std::shared_ptr<ProcessGroup> cfg;  ///< CFG-parallel group of size 2 (null = none)
+};
+
+/// The pipeline's resolved input for one image (what diffusers' pipeline __call__ takes). Zero or
+/// negative values mean "the model's default", filled in by DiffusionPipeline::resolve (FLUX:
+/// 128 * vae_scale_factor pixels, 28 steps, max_sequence_length from tokenizer_2). Not the
+/// request type of the protocol (protocol::GenerationParams): app/generation.h converts.
+struct PipelineInputs {
+  std::string prompt;
+  std::string negative_prompt;
+  double true_cfg_scale = 1.0;
+  int width = 0, height = 0;  ///< pixels; multiples of 2 * vae_scale_factor
+  int steps = 0;
+  double guidance = 3.5;
+  int64_t seed = 0;  ///< CPU generator seed (the uint64 bit pattern)
+  int max_sequence_length = 0;
+  bool trueCfg() const { return !negative_prompt.empty() && true_cfg_scale > 1.0; }
+};
+
+struct PipelineCallbacks {
+  /// Called when a stage starts: "tokenize", "encode", "denoise", "decode".
+  std::function<void(const std::string& stage)> onStage;
+  /// After each denoising step (1-based), with the current packed latents and the x0 estimate
+  /// (latents - sigma * v) and the step's wall time in ms. Return false to cancel.
+  std::function<bool(int step, int steps, const at::Tensor& latents, const at::Tensor& x0,
+                     double step_ms)>
+      onStep;
+};
+
+struct GenerationResult {
+  at::Tensor initial_latents;  ///< packed [1, S_img, 4*C] float32
+  at::Tensor final_latents;    ///< packed, float32
+  at::Tensor image;            ///< [3, H, W] float32 in [0, 1]
+  bool cancelled = false;
+  int steps_done = 0;
+  PipelineInputs params;       ///< resolved inputs (defaults filled in)
+  std::map<std::string, double> timings_ms;  ///< tokenize, encode, step.i, denoise, decode
+};
+
+/// What the worker's `ready` event reports about the loaded model (app/PROTOCOL.md).
+struct PipelineModelInfo {
+  int num_attention_heads = 0;
+  int inner_dim = 0;            ///< heads x head dim
+  int num_layers = 0;           ///< dual-stream (text + image) blocks
+  int num_single_layers = 0;    ///< single-stream blocks (0 when the family has none)
+  int vae_scale_factor = 8;     ///< pixels per latent pixel
+  int default_steps = 28;
+  bool guidance_embeds = false; ///< takes a distilled guidance scale
+  int max_sequence_length = 512;  ///< default text tokens
+};
+
+class DiffusionPipeline {
+ public:
+  virtual ~DiffusionPipeline() = default;
+  /// The folder the pipeline was loaded from.
+  virtual const ModelFolder& model() const = 0;
+  /// Sizes and defaults of the loaded model.
+  virtual PipelineModelInfo info() const = 0;
+  /// Fills defaults and validates sizes. Throws std::invalid_argument with the fix to apply.
+  virtual PipelineInputs resolve(PipelineInputs p) const = 0;
+  /// The whole pipeline for one image (collective over the pipeline's groups).
+  virtual GenerationResult generate(const PipelineInputs& params, const PipelineCallbacks& cb = {}) = 0;
+  /// Decodes packed latents (e.g. a step's x0 estimate, for previews) to an image [3, H, W]
+  /// float32 in [0, 1]; height/width in pixels.
+  virtual at::Tensor decode(const at::Tensor& packed, int height, int width) = 0;
+  /// The denoiser, for hooks and per-parameter figures.
+  virtual DiffusionTransformer& transformer() = 0;
+  /// Bytes of weights held by this rank, per component ("transformer", "text_encoder", ...).
+  virtual std::map<std::string, uint64_t> weightBytes() const = 0;
+};
+
+/// image [3, H, W] float in [0, 1] -> 8-bit RGB bytes, row-major (round half to even as
+/// numpy's (x * 255).round()).
+std::vector<uint8_t> toRGB8(const at::Tensor& image);
+
+}  // namespace dit
