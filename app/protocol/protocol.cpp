@@ -178,7 +178,7 @@ void refuseInvalidUtf8Line(std::string_view line) {
         // The innermost object key, with the array index when inside a list ("prompts[1]").
         std::string suffix;
         for (auto it = stack.rbegin(); it != stack.rend(); ++it) {
-          if (!it->object) suffix = "[" + std::to_string(it->index) + "]" + suffix;
+          if (!it->object) suffix.insert(0, '[' + std::to_string(it->index) + ']');
           else {
             field = it->key + suffix;
             break;
