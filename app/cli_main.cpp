@@ -20,7 +20,9 @@
 #include <nlohmann/json.hpp>
 
 #include "app/blas_kernel.h"
+#include "app/device_stats.h"
 #include "app/generation.h"
+#include "app/memory_estimate.h"
 #include "app/protocol/launch.h"
 #include "app/protocol/protocol.h"
 #include "backend/pipelines/torch_registry.h"
@@ -42,6 +44,7 @@ struct CliOptions {
   int np = 0, ompThreads = 0;
   Strategy strategy;
   bool jsonEvents = false;
+  bool overwrite = false;  ///< replace an existing --output / --output-tensors
   std::vector<std::string> prompts;
 };
 
@@ -65,6 +68,56 @@ void applySeed(CliOptions& o) {
   }
 }
 
+// The protocol's checks at the door, with the CLI's option names ("--guidance must be a finite
+// number in 0 .. 100, got nan"; "--prompt is not valid UTF-8: byte 3 ...").
+void checkOptions(const protocol::GenerateRequest& r) {
+  try {
+    protocol::checkRequest(r);
+  } catch (const protocol::ProtocolError& e) {
+    std::string msg = e.what();
+    const std::string prefix = "request field '" + e.field() + "'";
+    if (!e.field().empty() && msg.rfind(prefix, 0) == 0) {
+      std::string opt = e.field();
+      std::replace(opt.begin(), opt.end(), '_', '-');
+      msg = "--" + opt + msg.substr(prefix.size());
+    }
+    throw std::invalid_argument(msg);
+  }
+}
+
+// Every file the request would write, refused when one exists (unless --overwrite).
+void refuseOverwrite(const CliOptions& o, int count) {
+  if (o.overwrite) return;
+  for (int i = 0; i < count; ++i)
+    for (const std::string* f : {&o.output, &o.outputTensors})
+      if (!f->empty() && fs::exists(indexedPath(*f, i, count)))
+        throw std::invalid_argument("refusing to overwrite the existing file " + indexedPath(*f, i, count) +
+                                    " (use --overwrite to replace it, or another --output / --output-tensors)");
+}
+
+// The memory estimate before anything is loaded: `ranks` ranks on this host, each holding its
+// weights plus the request's activations, attention and VAE decode.
+void refuseMemory(const CliOptions& o, const ModelFolder& model, const protocol::GenerationParams& g, int ranks) {
+  const int vsf = model.dims().vae_scale_factor;
+  RequestDims rd;
+  rd.width = g.width > 0 ? g.width : 128 * vsf;
+  rd.height = g.height > 0 ? g.height : 128 * vsf;
+  rd.text_len = g.max_sequence_length > 0 ? g.max_sequence_length
+                                          : std::min(512, model.configAs<FluxPipelineConfig>().t5_max_length);
+  rd.true_cfg = g.trueCfg();
+  const bool cuda = o.device == "cuda";
+  const MemoryEstimate est = estimateRequestMemory(model, o.strategy, rd, o.dtype == "float32" ? 4 : 2, !cuda);
+  std::string refusal;
+  if (cuda) {
+    if (auto avail = deviceMemoryAvailable(c10::Device("cuda:0")); avail && ranks == 1)
+      refusal = memoryRefusal(est, est.peak(), 1, *avail, rd, "free device memory on cuda:0");
+  } else if (auto avail = hostMemoryAvailable()) {
+    refusal = memoryRefusal(est, est.peak(), ranks, *avail, rd, "host memory (MemAvailable)");
+  }
+  if (!refusal.empty()) throw std::invalid_argument(refusal);
+  spdlog::debug("memory estimate per rank: {}", est.describe());
+}
+
 std::string exeDir() {
   std::error_code ec;
   auto p = fs::read_symlink("/proc/self/exe", ec);
@@ -79,6 +132,7 @@ protocol::GenerateRequest request(const CliOptions& o) {
   if (!r.prompts.empty()) r.params.num_images = static_cast<int>(r.prompts.size());
   r.output = fs::absolute(o.output).string();
   if (!o.outputTensors.empty()) r.output_tensors = fs::absolute(o.outputTensors).string();
+  r.overwrite = o.overwrite;
   return r;
 }
 
@@ -97,10 +151,16 @@ int runLocal(const CliOptions& o) {
   const int n = req.imageCount();
   const uint64_t seed0 = req.params.random_seed ? randomSeed() : req.params.seed;
   for (int i = 0; i < n; ++i) {
+    PipelineInputs q = pipelineParams(req.params);
+    if (!req.prompts.empty()) q.prompt = req.prompts[i];
+    for (const auto& w : pipe.requestWarnings(q))
+      std::cerr << "warning: " << (req.prompts.empty() ? "" : "prompts[" + std::to_string(i) + "]: ") << w << std::endl;
+  }
+  for (int i = 0; i < n; ++i) {
     PipelineInputs p = pipelineParams(req.params);
     if (!req.prompts.empty()) p.prompt = req.prompts[i];
     // seed + image index (mod 2^64), as the worker does; one seed for a prompt list.
-    p.seed = static_cast<int64_t>(req.prompts.empty() ? seed0 + static_cast<uint64_t>(i) : seed0);
+    p.seed = req.prompts.empty() ? seed0 + static_cast<uint64_t>(i) : seed0;
     PipelineCallbacks cb;
     cb.onStep = [&](int step, int steps, const at::Tensor&, const at::Tensor&, double ms) {
       spdlog::info("image {}/{} step {}/{} ({:.1f} ms)", i + 1, n, step, steps, ms);
@@ -198,6 +258,8 @@ int runMpi(const CliOptions& o) {
       ++images;
       if (!o.jsonEvents)
         std::cout << "wrote " << ev.value("path", "") << " (seed " << ev.value("seed", json()).dump() << ")" << std::endl;
+    } else if (e == "log" && ev.value("level", "") == "warning") {
+      if (!o.jsonEvents) std::cerr << "warning: " << ev.value("message", "") << std::endl;
     } else if (e == "error") {
       const std::string msg = "rank " + ev.value("rank", json()).dump() + ": " + ev.value("message", "");
       if (firstError.empty()) firstError = msg;
@@ -241,7 +303,7 @@ int runBench(const CliOptions& o, int warmup) {
   DiffusionPipeline& pipe = *pipeline;
   const double loadS = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   PipelineInputs p = pipelineParams(o.gen);
-  if (o.gen.random_seed) p.seed = static_cast<int64_t>(randomSeed());
+  if (o.gen.random_seed) p.seed = randomSeed();
   for (int i = 0; i < warmup; ++i) pipe.generate(p);
   auto res = pipe.generate(p);
   json steps = json::array();
@@ -285,19 +347,21 @@ int main(int argc, char** argv) {
   auto addGen = [&](CLI::App* a) {
     a->add_option("--model", o.model, "diffusers FLUX.1 folder (default: the embedded tiny model)");
     a->add_option("--prompt", o.gen.prompt, "prompt")->capture_default_str();
-    a->add_option("--negative-prompt", o.gen.negative_prompt, "negative prompt (true CFG when --true-cfg-scale > 1)");
-    a->add_option("--true-cfg-scale", o.gen.true_cfg_scale, "true CFG scale")->check(CLI::PositiveNumber);
+    a->add_option("--negative-prompt", o.gen.negative_prompt,
+                  "negative prompt; given (even as \"\") with --true-cfg-scale > 1 it runs true CFG, as diffusers");
+    a->add_option("--true-cfg-scale", o.gen.true_cfg_scale, "true CFG scale, 0 .. 100 (> 1 with a negative prompt: true CFG)");
     a->add_option("--width", o.gen.width, "width in pixels (multiple of 2 x vae_scale_factor; default 128 x vae_scale_factor)");
     a->add_option("--height", o.gen.height, "height in pixels");
     a->add_option("--steps", o.gen.steps, "denoising steps (default 28)");
-    a->add_option("--guidance", o.gen.guidance, "distilled guidance scale (guidance_embeds models)");
+    a->add_option("--guidance", o.gen.guidance, "distilled guidance scale, 0 .. 100 (guidance_embeds models)");
     a->add_option("--seed", o.seed, "seed of the CPU noise generator, 0 .. 2^64-1 (default 42; -1: random)");
     a->add_option("--max-sequence-length", o.gen.max_sequence_length, "T5 tokens (default from tokenizer_2, at most 512)");
     a->add_option("--dtype", o.dtype, "float32 | bfloat16 | float16");
     a->add_option("--device", o.device, "cpu | cuda");
-    a->add_option("--output", o.output, "output PNG (with data parallel / several images: FILE-i.png)");
+    a->add_option("--output", o.output, "output PNG (with data parallel / several images: FILE-i.png); an existing file is refused unless --overwrite");
+    a->add_flag("--overwrite", o.overwrite, "replace existing --output / --output-tensors files");
     a->add_option("--output-tensors", o.outputTensors, "safetensors with image, initial_latents, final_latents");
-    a->add_option("--num-images", o.gen.num_images, "images per request")->check(CLI::PositiveNumber);
+    a->add_option("--num-images", o.gen.num_images, "images per request, 1 .. 10000");
     a->add_option("--prompts", o.prompts, "several prompts (split across data-parallel replicas)");
     a->add_option("--omp-threads", o.ompThreads, "OpenMP threads per rank (mpirun; default 1)");
   };
@@ -313,6 +377,10 @@ int main(int argc, char** argv) {
   try {
     if (o.model.empty()) o.model = defaultModelDir();
     applySeed(o);
+    // `--negative-prompt ""` is a given (empty) negative prompt, as diffusers' negative_prompt="".
+    o.gen.negative_prompt_given = app.count("--negative-prompt") > 0 || bench->count("--negative-prompt") > 0;
+    if (!o.prompts.empty()) o.gen.num_images = static_cast<int>(std::min<size_t>(o.prompts.size(), protocol::kMaxImages + 1));
+    checkOptions(request(o));
     if (*bench) return runBench(o, warmup);
     auto& s = o.strategy;
     const int product = s.tp_degree * s.ring_degree * s.ulysses_degree * s.cfg_degree * s.dp_degree;
@@ -327,11 +395,15 @@ int main(int argc, char** argv) {
       throw std::invalid_argument("unknown device '" + o.device + "' (use cpu or cuda)");
     if (o.device == "cpu" && dtype == at::kHalf)
       throw std::invalid_argument("float16 is not supported on the CPU; use float32 or bfloat16 (float16 on GPUs)");
-    if (o.np == 1 && o.hostfile.empty()) return runLocal(o);
-    // Refuse an impossible strategy before anything starts (configs only, no weights read).
+    refuseOverwrite(o, request(o).imageCount());
+    // Refuse an impossible strategy or size before anything starts (configs and safetensors
+    // headers only, no weights read).
     const auto model = ModelFolder::open(o.model);
-    if (auto msg = validateStrategyForRequest(s, model, o.gen, request(o).imageCount()); !msg.empty())
-      throw std::invalid_argument("strategy refused: " + msg);
+    if (o.np > 1 || !o.hostfile.empty())
+      if (auto msg = validateStrategyForRequest(s, model, o.gen, request(o).imageCount()); !msg.empty())
+        throw std::invalid_argument("strategy refused: " + msg);
+    if (o.hostfile.empty()) refuseMemory(o, model, o.gen, o.np);
+    if (o.np == 1 && o.hostfile.empty()) return runLocal(o);
     return runMpi(o);
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << std::endl;

@@ -5,6 +5,7 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace dit {
@@ -20,6 +21,9 @@ void deviceSync(const c10::Device& d);
 DeviceMem deviceMemory(const c10::Device& d);
 /// Resets the peak of deviceMemory(d).
 void resetDevicePeak(const c10::Device& d);
+/// Bytes a CUDA device can still hand out: cudaMemGetInfo's free memory plus what the caching
+/// allocator holds unused. nullopt on CPU devices (use hostMemoryAvailable) and CPU-only builds.
+std::optional<uint64_t> deviceMemoryAvailable(const c10::Device& d);
 /// The device's marketing name ("NVIDIA H200"), or "cpu".
 std::string deviceName(const c10::Device& d);
 

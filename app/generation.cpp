@@ -3,7 +3,14 @@
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 
+#include <fcntl.h>
 #include <malloc.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
 
 #include <filesystem>
 #include <random>
@@ -19,12 +26,13 @@ PipelineInputs pipelineParams(const protocol::GenerationParams& p) {
   PipelineInputs g;
   g.prompt = p.prompt;
   g.negative_prompt = p.negative_prompt;
+  g.negative_prompt_given = p.hasNegativePrompt();
   g.true_cfg_scale = p.true_cfg_scale;
   g.width = p.width;
   g.height = p.height;
   g.steps = p.steps;
   g.guidance = p.guidance;
-  g.seed = static_cast<int64_t>(p.seed);  // two's complement: the generator gets the same uint64
+  g.seed = p.seed;  // unsigned 64-bit end to end (torch.Generator.manual_seed's range)
   g.max_sequence_length = p.max_sequence_length;
   return g;
 }
@@ -35,7 +43,7 @@ protocol::GenerationParams imageParams(protocol::GenerationParams request, const
   request.height = resolved.height;
   request.steps = resolved.steps;
   request.max_sequence_length = resolved.max_sequence_length;
-  request.seed = static_cast<uint64_t>(resolved.seed);
+  request.seed = resolved.seed;
   request.random_seed = false;
   request.num_images = 1;
   return request;
@@ -72,6 +80,32 @@ std::string indexedPath(const std::string& path, int index, int count) {
   return (p.parent_path() / (p.stem().string() + "-" + std::to_string(index) + p.extension().string())).string();
 }
 
+std::string uniqueImagePath(const std::string& dir, const std::string& id, int index, uint64_t seed) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw std::runtime_error("cannot create the output folder " + dir + ": " + ec.message());
+  std::string safeId;
+  for (char c : id) safeId += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_';
+  if (safeId.size() > 64) safeId.resize(64);
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  std::strftime(date, sizeof date, "%Y%m%d-%H%M%S", &tm);
+  const std::string stem = (fs::path(dir) / (std::string(date) + "-" + safeId + "-" + std::to_string(index) + "-s" +
+                                               std::to_string(seed))).string();
+  for (int n = 1; n < 100000; ++n) {
+    const std::string path = stem + (n == 1 ? std::string() : "-" + std::to_string(n)) + ".png";
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ::close(fd);
+      return path;
+    }
+    if (errno != EEXIST) throw std::runtime_error("cannot create " + path + ": " + std::strerror(errno));
+  }
+  throw std::runtime_error("no free image name for " + stem + ".png");
+}
+
 ModelDims modelDims(const ModelFolder& m) { return m.dims(); }
 
 std::string validateStrategyForRequest(const Strategy& s, const ModelFolder& m, const protocol::GenerationParams& p,
@@ -99,7 +133,7 @@ void tuneHostAllocator() {
 
 uint64_t randomSeed() {
   std::random_device rd;
-  return ((uint64_t(rd()) << 32) | rd()) & 0x7fffffffffffffffULL;
+  return (uint64_t(rd()) << 32) | rd();  // the whole unsigned 64-bit range
 }
 
 }  // namespace dit

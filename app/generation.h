@@ -35,6 +35,13 @@ void writeResultTensors(const std::string& path, const GenerationResult& r, cons
 /// "out.png" with index 2 of 3 -> "out-2.png"; with count 1 the path is unchanged.
 std::string indexedPath(const std::string& path, int index, int count);
 
+/// A PNG name under `dir` that no file has yet, for images written to the worker's output folder:
+/// "<dir>/<YYYYmmdd-HHMMSS>-<id>-<index>-s<seed>.png" (local time; the id's characters outside
+/// [A-Za-z0-9._-] become '_'), with "-2", "-3", ... before ".png" when that name is taken. The
+/// file is created empty (O_EXCL) so that two writers never pick the same name. Creates `dir`.
+/// Throws std::runtime_error when the folder cannot be created or written.
+std::string uniqueImagePath(const std::string& dir, const std::string& id, int index, uint64_t seed);
+
 /// The sizes strategy validation needs, from the model's configs (no weights read).
 ModelDims modelDims(const ModelFolder& m);
 
@@ -52,7 +59,7 @@ std::string validateStrategyForRequest(const Strategy& s, const ModelFolder& m, 
 /// once at program start.
 void tuneHostAllocator();
 
-/// Random 63-bit seed from std::random_device (for random_seed requests).
+/// Random seed from std::random_device over the whole unsigned 64-bit range (random_seed requests).
 uint64_t randomSeed();
 
 }  // namespace dit

@@ -24,6 +24,7 @@
 #include "app/device_stats.h"
 #include "app/blas_kernel.h"
 #include "app/generation.h"
+#include "app/memory_estimate.h"
 #include "app/protocol/launch.h"
 #include "app/protocol/protocol.h"
 #include "backend/pipelines/torch_registry.h"
@@ -210,6 +211,12 @@ class Worker {
     }
     if (s_.cfg_degree == 2) po.cfg = mesh_->group("cfg");
     world_ = mesh_->world();
+    {  // ranks sharing this host's memory (for the per-request memory estimate)
+      MPI_Comm local;
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local);
+      MPI_Comm_size(local, &ranksOnHost_);
+      MPI_Comm_free(&local);
+    }
 
     stage_ = "loading";
     if (rank_ == 0) emitEvent(json{{"event", "status"}, {"stage", "loading"}, {"message", "loading " + modelDir_}});
@@ -343,11 +350,28 @@ class Worker {
       if (rank_ == 0) emitEvent(protocol::errorEvent(id, 0, e.what(), false));
       return;
     }
-    // A random seed is drawn on rank 0 and shared, so every rank starts from the same noise.
+    // Checks that depend on this rank's host (memory, existing files): every rank learns every
+    // verdict (one allgather), the lowest refusing rank reports, all skip the request together.
+    if (refuseRequest(req, base, numImages)) return;
+    // What diffusers would warn about (truncated prompts, settings without effect), once.
+    if (rank_ == 0) {
+      std::vector<std::string> warnings;
+      if (prompts.empty()) warnings = pipe_->requestWarnings(base);
+      else
+        for (size_t i = 0; i < prompts.size(); ++i) {
+          PipelineInputs q = base;
+          q.prompt = prompts[i];
+          for (auto& w : pipe_->requestWarnings(q)) warnings.push_back("prompts[" + std::to_string(i) + "]: " + w);
+        }
+      for (const auto& w : warnings)
+        emitEvent(json{{"event", "log"}, {"id", id}, {"rank", 0}, {"level", "warning"}, {"message", w}});
+    }
+    // A random seed is drawn on rank 0 and shared, so every rank starts from the same noise (the
+    // int64 tensor carries the uint64 bit pattern unchanged).
     if (request.random_seed) {
       at::Tensor sd = at::full({1}, rank_ == 0 ? static_cast<int64_t>(randomSeed()) : int64_t(0), at::kLong);
       world_->broadcast(sd, 0)->wait();
-      base.seed = sd.item<int64_t>();
+      base.seed = static_cast<uint64_t>(sd.item<int64_t>());
     }
     const std::string& output = req.output;
     const std::string& outputDir = req.output_dir;
@@ -365,7 +389,7 @@ class Worker {
       PipelineInputs p = base;
       if (!prompts.empty() && mine) p.prompt = prompts[index];
       // seed + image index, wrapping in the unsigned domain (no signed overflow near INT64_MAX).
-      if (prompts.empty()) p.seed = static_cast<int64_t>(static_cast<uint64_t>(base.seed) + static_cast<uint64_t>(index));
+      if (prompts.empty()) p.seed = base.seed + static_cast<uint64_t>(index);
       int stepSeen = 0;
       PipelineCallbacks cb;
       cb.onStage = [&](const std::string& st) {
@@ -401,15 +425,16 @@ class Worker {
       stage_ = "idle";
       if (mine && leader) {
         std::string path;
-        if (!output.empty()) path = indexedPath(output, index, numImages);
-        else
-          path = (fs::path(outputDir.empty() ? fs::temp_directory_path().string() : outputDir) /
-                  (id + "-" + std::to_string(index) + ".png")).string();
         const protocol::GenerationParams made = imageParams(request, res.params);
         json extra{{"model", modelDir_}, {"strategy", s_.describe()}, {"dtype", dtype_}};
         // Leader-only I/O: a bad path is the user's error, not the group's (no collective is
         // skipped; every rank still meets at the barrier below).
         try {
+          // The output folder never has a file replaced: a new unique name per image.
+          if (!output.empty()) path = indexedPath(output, index, numImages);
+          else
+            path = uniqueImagePath(outputDir.empty() ? fs::temp_directory_path().string() : outputDir, id, index,
+                                   made.seed);
           writeImagePng(path, res, made, extra);
           if (!outputTensors.empty()) writeResultTensors(indexedPath(outputTensors, index, numImages), res, made);
         } catch (const std::exception& e) {
@@ -430,7 +455,55 @@ class Worker {
                      {"seconds", std::chrono::duration<double>(Clock::now() - tReq).count()}});
   }
 
+  // The request's host-dependent checks on every rank: an existing `output` / `output_tensors`
+  // without `overwrite` (rank 0, which sees the paths the client named), and the memory estimate
+  // (activations, attention and VAE decode on top of the loaded weights, for every rank sharing
+  // this host) against MemAvailable on CPU devices or the device's free memory on CUDA. Returns
+  // true when any rank refuses; the lowest refusing rank emits the error event.
+  bool refuseRequest(const protocol::GenerateRequest& req, const PipelineInputs& base, int numImages) {
+    std::string refusal;
+    try {
+      if (rank_ == 0 && !req.overwrite)
+        for (int i = 0; i < numImages && refusal.empty(); ++i)
+          for (const std::string* f : {&req.output, &req.output_tensors})
+            if (!f->empty() && fs::exists(indexedPath(*f, i, numImages))) {
+              refusal = "refusing to overwrite the existing file " + indexedPath(*f, i, numImages) +
+                        " (send \"overwrite\": true to replace it)";
+              break;
+            }
+      if (refusal.empty()) {
+        RequestDims rd;
+        rd.width = base.width;
+        rd.height = base.height;
+        rd.text_len = base.max_sequence_length;
+        rd.true_cfg = base.trueCfg();
+        rd.num_images = numImages;
+        const bool cuda = device_.rfind("cuda", 0) == 0;
+        const MemoryEstimate est = estimateRequestMemory(pipe_->model(), s_, rd, dtype_ == "float32" ? 4 : 2, !cuda);
+        if (cuda) {
+          if (auto avail = deviceMemoryAvailable(c10::Device(device_)))
+            refusal = memoryRefusal(est, est.requestBytes(), 1, *avail, rd,
+                                    "free device memory on " + device_ + " (weights already loaded)");
+        } else if (auto avail = hostMemoryAvailable()) {
+          refusal = memoryRefusal(est, est.requestBytes(), ranksOnHost_, *avail, rd,
+                                  "host memory (MemAvailable, weights already loaded)");
+        }
+      }
+    } catch (const std::exception& e) {
+      refusal = e.what();
+    }
+    at::Tensor mine = at::full({1, 1}, refusal.empty() ? int64_t(0) : int64_t(1), at::kLong);
+    at::Tensor all = world_->allgather(mine, 0)->result();
+    int first = -1;
+    for (int r = 0; r < all.size(0) && first < 0; ++r)
+      if (all[r][0].item<int64_t>() != 0) first = r;
+    if (first < 0) return false;
+    if (first == rank_) emitEvent(protocol::errorEvent(req.id, rank_, refusal, false));
+    return true;
+  }
+
   Strategy s_;
+  int ranksOnHost_ = 1;
   std::string modelDir_, dtype_, device_ = "cpu", stage_ = "idle";
   int rank_ = 0;
   std::unique_ptr<DeviceMesh> mesh_;

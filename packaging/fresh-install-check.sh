@@ -19,8 +19,8 @@ chroot "$ROOT" bash -ec '
   cd /tmp
   grep -q "^Exec=ditstudio" /usr/share/applications/ditstudio.desktop
   test -f /usr/share/icons/hicolor/scalable/apps/ditstudio.svg
-  OMP_NUM_THREADS=1 ditstudio-cli --prompt "fresh machine" --width 32 --height 32 --steps 2 --output /tmp/one.png
-  OMP_NUM_THREADS=1 ditstudio-cli --prompt "fresh machine" --width 32 --height 32 --steps 2 --tp-degree 2 --output /tmp/two.png
+  OMP_NUM_THREADS=1 ditstudio-cli --prompt "fresh machine" --width 32 --height 32 --steps 2 --overwrite --output /tmp/one.png
+  OMP_NUM_THREADS=1 ditstudio-cli --prompt "fresh machine" --width 32 --height 32 --steps 2 --tp-degree 2 --overwrite --output /tmp/two.png
   env -u DISPLAY ditstudio
   QT_QPA_PLATFORM=offscreen ditstudio --screenshot /tmp/gui.png --auto-generate
   ls -la /tmp/one.png /tmp/two.png /tmp/ditstudio-output.png /tmp/gui.png'

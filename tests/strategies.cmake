@@ -33,3 +33,15 @@ set_tests_properties(${_fault_tests} PROPERTIES LABELS "parallel;mpi;fault" TIME
 add_test(NAME worker_bad_requests COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/worker_protocol_check.sh
          ${MPIEXEC_PROGRAM} $<TARGET_FILE:ditstudio-worker> ${DITSTUDIO_FIXTURE})
 set_tests_properties(worker_bad_requests PROPERTIES LABELS "parallel;mpi;errors" TIMEOUT 150)
+
+# Issue 11 through the real CLI (1 and 2 ranks): seeds, checks at the door, true CFG with an
+# empty negative prompt (extra_runs golden), warnings, no overwrite, memory estimate.
+add_executable(test_cli_requests test_cli_requests.cpp)
+target_link_libraries(test_cli_requests PRIVATE dit_backend GTest::gtest GTest::gtest_main)
+target_compile_definitions(test_cli_requests PRIVATE DITSTUDIO_FIXTURE="${DITSTUDIO_FIXTURE}"
+  DITSTUDIO_CLI="$<TARGET_FILE:ditstudio-cli>" DITSTUDIO_MAKE_MODEL="$<TARGET_FILE:ditstudio-make-model>")
+target_compile_options(test_cli_requests PRIVATE -Wall -Wextra)
+target_precompile_headers(test_cli_requests REUSE_FROM dit_backend)
+add_dependencies(test_cli_requests ditstudio-cli ditstudio-worker ditstudio-make-model)
+gtest_add_tests(TARGET test_cli_requests TEST_LIST _cli_request_tests)
+set_tests_properties(${_cli_request_tests} PROPERTIES LABELS "errors;protocol;golden;mpi" TIMEOUT 240)

@@ -135,7 +135,9 @@ TEST(Protocol, MalformedRequestsNameTheField) {
   EXPECT_EQ(errorOf([] { parseRequestLine("42"); }, ""), "request must be a JSON object, got 42");
   EXPECT_EQ(errorOf([] { parseRequestLine("[1,2]"); }, ""), "request must be a JSON object, got [1,2]");
   EXPECT_EQ(errorOf([] { parseRequestLine("garbage"); }, "").rfind("request is not valid JSON: ", 0), 0u);
-  EXPECT_EQ(errorOf([] { parseRequestLine("{\"type\":\"gen\xff\"}"); }, "").rfind("request is not valid JSON", 0), 0u);
+  // Invalid UTF-8 names the field and the byte offset inside its text (issue 11).
+  EXPECT_EQ(errorOf([] { parseRequestLine("{\"type\":\"gen\xff\"}"); }, "type"),
+            "request field 'type' is not valid UTF-8: invalid byte 0xff at byte offset 3 of its text");
   EXPECT_EQ(errorOf([] { parseRequestLine("{}"); }, "type"),
             "request needs a string \"type\" (generate, cancel or shutdown)");
   EXPECT_EQ(errorOf([] { parseRequestLine(R"({"type":5})"); }, "type"),
@@ -173,7 +175,7 @@ TEST(Protocol, MalformedRequestsNameTheField) {
   EXPECT_EQ(errorOf([] { parseRequestLine(R"({"type":"generate","id":"x","width":4294967360})"); }, "width"),
             "request field 'width' is out of range: 4294967360");
   EXPECT_EQ(errorOf([] { parseRequestLine(R"({"type":"generate","id":"x","num_images":0})"); }, "num_images"),
-            "num_images must be at least 1 (got 0)");
+            "request field 'num_images' must be in 1 .. 10000, got 0");
   // null keeps the default.
   const auto r = std::get<GenerateRequest>(parseRequestLine(R"({"type":"generate","id":"n","steps":null})"));
   EXPECT_EQ(r.params.steps, 0);
@@ -376,4 +378,110 @@ TEST(Protocol, MpirunFailures) {
   f = parseMpirunFailure(big);
   ASSERT_TRUE(f);
   EXPECT_EQ(f->rank, 5);
+}
+
+// Issue 11: every number checked for finiteness and range, every text field for UTF-8, at the door.
+TEST(Protocol, NumbersAndTextCheckedAtTheDoor) {
+  const std::pair<const char*, const char*> bad[] = {
+      {R"("guidance":-0.5)", "request field 'guidance' must be a finite number in 0 .. 100, got -0.5"},
+      {R"("guidance":1e300)", "request field 'guidance' must be a finite number in 0 .. 100, got 1e+300"},
+      {R"("true_cfg_scale":-1)", "request field 'true_cfg_scale' must be a finite number in 0 .. 100, got -1"},
+      {R"("width":-8)", "request field 'width' must be 0 (the model's default) or 1 .. 16384 pixels, got -8"},
+      {R"("height":20000)", "request field 'height' must be 0 (the model's default) or 1 .. 16384 pixels, got 20000"},
+      {R"("steps":-1)", "request field 'steps' must be 0 (the model's default) or 1 .. 1000, got -1"},
+      {R"("max_sequence_length":513)",
+       "request field 'max_sequence_length' must be 0 (the model's default) or 1 .. 512 tokens, got 513"},
+      {R"("num_images":10001)", "request field 'num_images' must be in 1 .. 10000, got 10001"},
+      {R"("preview_every":-2)", "request field 'preview_every' must be in 0 .. 1000000 (0: no previews), got -2"},
+  };
+  for (const auto& [fields, message] : bad) {
+    const std::string line = std::string(R"({"type":"generate","id":"n",)") + fields + "}";
+    try {
+      parseRequestLine(line);
+      ADD_FAILURE() << "accepted " << line;
+    } catch (const ProtocolError& e) {
+      EXPECT_EQ(std::string(e.what()), message);
+      ASSERT_TRUE(e.requestId());
+      EXPECT_EQ(*e.requestId(), "n");
+    }
+  }
+  // NaN and infinity cannot be written in JSON; built in memory (the GUI, the CLI) they are refused.
+  GenerationParams p;
+  p.guidance = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(errorOf([&] { checkParams(p); }, "guidance"),
+            "request field 'guidance' must be a finite number in 0 .. 100, got nan");
+  p = GenerationParams{};
+  p.true_cfg_scale = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(errorOf([&] { checkParams(p); }, "true_cfg_scale"),
+            "request field 'true_cfg_scale' must be a finite number in 0 .. 100, got inf");
+  // 0 and the limits are accepted: true_cfg_scale 0 simply means "no true CFG".
+  EXPECT_NO_THROW(parseRequestLine(
+      R"({"type":"generate","id":"ok","true_cfg_scale":0,"guidance":100,"width":16384,"steps":1000,"max_sequence_length":512})"));
+  // Text: each field named with the byte offset in its decoded text.
+  EXPECT_EQ(errorOf([] { parseRequestLine("{\"type\":\"generate\",\"id\":\"u\",\"prompt\":\"a\\n\xc3\xa9\xff\"}"); },
+                    "prompt"),
+            "request field 'prompt' is not valid UTF-8: invalid byte 0xff at byte offset 4 of its text");
+  EXPECT_EQ(errorOf([] { parseRequestLine("{\"type\":\"generate\",\"id\":\"u\",\"prompts\":[\"ok\",\"b\xed\xa0\x80\"]}"); },
+                    "prompts[1]"),
+            "request field 'prompts[1]' is not valid UTF-8: invalid byte 0xed at byte offset 1 of its text");
+  try {
+    parseRequestLine("{\"type\":\"generate\",\"id\":\"u7\",\"negative_prompt\":\"\xc0\xaf\"}");  // overlong '/'
+    ADD_FAILURE() << "overlong accepted";
+  } catch (const ProtocolError& e) {
+    EXPECT_EQ(e.field(), "negative_prompt");
+    ASSERT_TRUE(e.requestId());
+    EXPECT_EQ(*e.requestId(), "u7");
+  }
+  GenerateRequest g;
+  g.id = "c";
+  g.output = "/tmp/\xfe.png";
+  EXPECT_EQ(errorOf([&] { checkRequest(g); }, "output"),
+            "request field 'output' is not valid UTF-8: invalid byte 0xfe at byte offset 5 of its text");
+  EXPECT_EQ(invalidUtf8Offset("plain \xe2\x82\xac \xf0\x9f\xa6\x8a"), std::string::npos);
+  EXPECT_EQ(invalidUtf8Offset("\xf4\x90\x80\x80"), 0u);  // above U+10FFFF
+  EXPECT_EQ(invalidUtf8Offset("ab\xe2\x82"), 2u);          // truncated sequence
+}
+
+// Issue 11: a negative prompt given as "" counts (diffusers: negative_prompt is not None).
+TEST(Protocol, EmptyNegativePromptIsGiven) {
+  auto g = std::get<GenerateRequest>(
+      parseRequestLine(R"({"type":"generate","id":"e","negative_prompt":"","true_cfg_scale":4})"));
+  EXPECT_TRUE(g.params.negative_prompt_given);
+  EXPECT_TRUE(g.params.trueCfg());
+  auto absent = std::get<GenerateRequest>(parseRequestLine(R"({"type":"generate","id":"e","true_cfg_scale":4})"));
+  EXPECT_FALSE(absent.params.trueCfg());
+  auto null = std::get<GenerateRequest>(
+      parseRequestLine(R"({"type":"generate","id":"e","negative_prompt":null,"true_cfg_scale":4})"));
+  EXPECT_FALSE(null.params.trueCfg());
+  auto one = std::get<GenerateRequest>(
+      parseRequestLine(R"({"type":"generate","id":"e","negative_prompt":"","true_cfg_scale":1})"));
+  EXPECT_FALSE(one.params.trueCfg());
+  // Round trip keeps "given": the key is written for a given empty negative prompt only.
+  const json j = toJson(Request{g});
+  ASSERT_TRUE(j.contains("negative_prompt"));
+  EXPECT_EQ(j["negative_prompt"], "");
+  EXPECT_EQ(std::get<GenerateRequest>(parseRequest(j)), g);
+  EXPECT_FALSE(toJson(Request{absent}).contains("negative_prompt"));
+  GenerationParams plain;
+  plain.negative_prompt = "blurry";
+  plain.true_cfg_scale = 2;
+  EXPECT_TRUE(plain.trueCfg());
+  // overwrite round-trips and defaults to false.
+  EXPECT_FALSE(g.overwrite);
+  g.overwrite = true;
+  EXPECT_TRUE(std::get<GenerateRequest>(parseRequest(toJson(Request{g}))).overwrite);
+}
+
+// Issue 11: the four seeds of the issue survive the request and event JSON exactly.
+TEST(Protocol, SeedsRoundTripExactly) {
+  for (std::uint64_t seed : {std::uint64_t(0), (std::uint64_t(1) << 53) + 1, std::uint64_t(1) << 63,
+                             std::numeric_limits<std::uint64_t>::max()}) {
+    const std::string line = R"({"type":"generate","id":"s","seed":)" + std::to_string(seed) + "}";
+    const auto g = std::get<GenerateRequest>(parseRequestLine(line));
+    EXPECT_EQ(g.params.seed, seed);
+    EXPECT_FALSE(g.params.random_seed);
+    EXPECT_NE(requestLine(Request{g}).find("\"seed\":" + std::to_string(seed)), std::string::npos);
+  }
+  EXPECT_EQ(errorOf([] { parseRequestLine(R"({"type":"generate","id":"s","seed":18446744073709551616})"); }, "seed"),
+            "request field 'seed' has the wrong type: 1.8446744073709552e+19");
 }

@@ -1,6 +1,8 @@
 #include "app/protocol/protocol.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <limits>
 
 namespace dit::protocol {
@@ -72,7 +74,10 @@ GenerationParams readParams(const json& j, const GenerationParams& defaults, con
   Reader r{j, "request", id};
   GenerationParams p = defaults;
   r.str("prompt", p.prompt);
-  r.str("negative_prompt", p.negative_prompt);
+  if (r.find("negative_prompt")) {
+    r.str("negative_prompt", p.negative_prompt);
+    p.negative_prompt_given = true;  // even "": diffusers' `negative_prompt is not None`
+  }
   r.number("true_cfg_scale", p.true_cfg_scale);
   r.integer("width", p.width);
   r.integer("height", p.height);
@@ -93,9 +98,128 @@ GenerationParams readParams(const json& j, const GenerationParams& defaults, con
       p.random_seed = false;
     }
   }
-  if (p.num_images < 1)
-    throw ProtocolError("num_images must be at least 1 (got " + std::to_string(p.num_images) + ")", "num_images", id);
+  checkParams(p, id);
   return p;
+}
+
+// Length of the well-formed UTF-8 sequence at s[i] (RFC 3629 table 3-7), 0 if there is none.
+std::size_t utf8SequenceLength(std::string_view s, std::size_t i) {
+  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  if (c < 0x80) return 1;
+  std::size_t n;
+  unsigned char lo = 0x80, hi = 0xBF;
+  if (c >= 0xC2 && c <= 0xDF) n = 2;
+  else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;  // no UTF-16 surrogates
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;  // nothing above U+10FFFF
+  } else
+    return 0;
+  if (i + n > s.size()) return 0;
+  if (b(i + 1) < lo || b(i + 1) > hi) return 0;
+  for (std::size_t k = 2; k < n; ++k)
+    if (b(i + k) < 0x80 || b(i + k) > 0xBF) return 0;
+  return n;
+}
+
+std::string hexByte(unsigned char c) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "0x%02x", c);
+  return buf;
+}
+
+[[noreturn]] void notUtf8(const std::string& field, std::size_t offset, unsigned char byte,
+                          const std::optional<std::string>& id) {
+  throw ProtocolError("request field '" + field + "' is not valid UTF-8: invalid byte " + hexByte(byte) +
+                          " at byte offset " + std::to_string(offset) + " of its text",
+                      field, id);
+}
+
+// A request line that is not valid UTF-8: finds the JSON string holding the first bad byte
+// lexically (the line cannot be parsed) and throws naming its field ("prompt", "prompts[1]",
+// or the key itself) and the byte offset inside the decoded text. Returns when the line is valid
+// UTF-8 or the bad byte is outside any string (then the JSON parser reports the syntax error).
+void refuseInvalidUtf8Line(std::string_view line) {
+  if (invalidUtf8Offset(line) == std::string::npos) return;
+  struct Level {
+    bool object;
+    bool expectKey;
+    std::string key;
+    int index;
+  };
+  std::vector<Level> stack;
+  std::optional<std::string> id;  // the request's id, when it came before the bad byte
+  std::string lastKeyAtTop;
+  std::size_t i = 0;
+  while (i < line.size()) {
+    const char c = line[i];
+    if (c == '{' || c == '[') {
+      stack.push_back(Level{c == '{', c == '{', {}, 0});
+      ++i;
+    } else if (c == '}' || c == ']') {
+      if (!stack.empty()) stack.pop_back();
+      ++i;
+    } else if (c == ',') {
+      if (!stack.empty()) {
+        if (stack.back().object) stack.back().expectKey = true;
+        else ++stack.back().index;
+      }
+      ++i;
+    } else if (c == '"') {
+      const bool isKey = !stack.empty() && stack.back().object && stack.back().expectKey;
+      std::string field;
+      if (isKey) field = "(a key)";
+      else if (!stack.empty()) {
+        // The innermost object key, with the array index when inside a list ("prompts[1]").
+        std::string suffix;
+        for (auto it = stack.rbegin(); it != stack.rend(); ++it) {
+          if (!it->object) suffix.insert(0, '[' + std::to_string(it->index) + ']');
+          else {
+            field = it->key + suffix;
+            break;
+          }
+        }
+        if (field.empty()) field = "(value)" + suffix;
+      }
+      std::string text;  // decoded, for the key or id
+      std::size_t decoded = 0;
+      ++i;
+      while (i < line.size() && line[i] != '"') {
+        if (line[i] == '\\' && i + 1 < line.size()) {
+          if (line[i + 1] == 'u' && i + 5 < line.size()) {
+            const unsigned cp = static_cast<unsigned>(std::strtoul(std::string(line.substr(i + 2, 4)).c_str(), nullptr, 16));
+            decoded += cp < 0x80 ? 1 : cp < 0x800 ? 2 : (cp >= 0xD800 && cp <= 0xDBFF) ? 4 : (cp >= 0xDC00 && cp <= 0xDFFF) ? 0 : 3;
+            i += 6;
+          } else {
+            text += line[i + 1];
+            decoded += 1;
+            i += 2;
+          }
+          continue;
+        }
+        const std::size_t n = utf8SequenceLength(line, i);
+        if (n == 0) notUtf8(isKey ? std::string("(a key)") : field, decoded, static_cast<unsigned char>(line[i]), id);
+        text.append(line.substr(i, n));
+        decoded += n;
+        i += n;
+      }
+      ++i;  // closing quote
+      if (isKey) {
+        stack.back().key = text;
+        stack.back().expectKey = false;
+      } else if (stack.size() == 1 && stack.back().object && stack.back().key == "id") {
+        id = text;
+      }
+    } else {
+      if (utf8SequenceLength(line, i) == 0) return;  // outside a string: a JSON syntax error
+      ++i;
+    }
+  }
 }
 
 void trimLineEnd(std::string_view& line) {
@@ -104,13 +228,91 @@ void trimLineEnd(std::string_view& line) {
 
 }  // namespace
 
-bool GenerationParams::trueCfg() const {
-  return !negative_prompt.empty() && true_cfg_scale > 1.0;
+bool GenerationParams::trueCfg() const { return hasNegativePrompt() && true_cfg_scale > 1.0; }
+
+bool GenerationParams::operator==(const GenerationParams& o) const {
+  return prompt == o.prompt && negative_prompt == o.negative_prompt && hasNegativePrompt() == o.hasNegativePrompt() &&
+         true_cfg_scale == o.true_cfg_scale && width == o.width && height == o.height && steps == o.steps &&
+         guidance == o.guidance && seed == o.seed && random_seed == o.random_seed && num_images == o.num_images &&
+         max_sequence_length == o.max_sequence_length;
+}
+
+std::size_t invalidUtf8Offset(std::string_view s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t n = utf8SequenceLength(s, i);
+    if (n == 0) return i;
+    i += n;
+  }
+  return std::string::npos;
+}
+
+void checkUtf8(const std::string& field, std::string_view s, const std::optional<std::string>& id) {
+  if (const std::size_t at = invalidUtf8Offset(s); at != std::string::npos)
+    notUtf8(field, at, static_cast<unsigned char>(s[at]), id);
+}
+
+namespace {
+
+std::string numberText(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.10g", v);
+  return buf;
+}
+
+void checkReal(const char* field, double v, double lo, double hi, const std::optional<std::string>& id) {
+  if (!std::isfinite(v) || v < lo || v > hi)
+    throw ProtocolError(std::string("request field '") + field + "' must be a finite number in " + numberText(lo) +
+                            " .. " + numberText(hi) + ", got " + numberText(v),
+                        field, id);
+}
+
+// 0 (= the model's default) or 1 .. hi.
+void checkDefaultable(const char* field, int v, int hi, const char* unit, const std::optional<std::string>& id) {
+  if (v < 0 || v > hi)
+    throw ProtocolError(std::string("request field '") + field + "' must be 0 (the model's default) or 1 .. " +
+                            std::to_string(hi) + unit + ", got " + std::to_string(v),
+                        field, id);
+}
+
+}  // namespace
+
+void checkParams(const GenerationParams& p, const std::optional<std::string>& id) {
+  checkUtf8("prompt", p.prompt, id);
+  checkUtf8("negative_prompt", p.negative_prompt, id);
+  checkReal("true_cfg_scale", p.true_cfg_scale, 0.0, kMaxGuidance, id);
+  checkReal("guidance", p.guidance, 0.0, kMaxGuidance, id);
+  checkDefaultable("width", p.width, kMaxSide, " pixels", id);
+  checkDefaultable("height", p.height, kMaxSide, " pixels", id);
+  checkDefaultable("steps", p.steps, kMaxSteps, "", id);
+  checkDefaultable("max_sequence_length", p.max_sequence_length, kMaxSequenceLength, " tokens", id);
+  if (p.num_images < 1 || p.num_images > kMaxImages)
+    throw ProtocolError("request field 'num_images' must be in 1 .. " + std::to_string(kMaxImages) + ", got " +
+                            std::to_string(p.num_images),
+                        "num_images", id);
+}
+
+void checkRequest(const GenerateRequest& r) {
+  const std::optional<std::string> id = r.id;
+  checkUtf8("id", r.id, std::nullopt);
+  if (static_cast<long long>(r.prompts.size()) > kMaxImages)
+    throw ProtocolError("request field 'prompts' holds " + std::to_string(r.prompts.size()) +
+                            " prompts; at most " + std::to_string(kMaxImages),
+                        "prompts", id);
+  checkParams(r.params, id);
+  for (std::size_t i = 0; i < r.prompts.size(); ++i) checkUtf8("prompts[" + std::to_string(i) + "]", r.prompts[i], id);
+  checkUtf8("output", r.output, id);
+  checkUtf8("output_dir", r.output_dir, id);
+  checkUtf8("output_tensors", r.output_tensors, id);
+  if (r.preview_every < 0 || r.preview_every > 1000000)
+    throw ProtocolError("request field 'preview_every' must be in 0 .. 1000000 (0: no previews), got " +
+                            std::to_string(r.preview_every),
+                        "preview_every", id);
 }
 
 json toJson(const GenerationParams& p) {
   json j{{"prompt", p.prompt},
-         {"negative_prompt", p.negative_prompt},
          {"true_cfg_scale", p.true_cfg_scale},
          {"width", p.width},
          {"height", p.height},
@@ -118,6 +320,7 @@ json toJson(const GenerationParams& p) {
          {"guidance", p.guidance},
          {"num_images", p.num_images},
          {"max_sequence_length", p.max_sequence_length}};
+  if (p.hasNegativePrompt()) j["negative_prompt"] = p.negative_prompt;  // given, even ""
   if (p.random_seed) j["seed"] = -1;
   else j["seed"] = p.seed;  // number_unsigned: exact for every 64-bit value
   return j;
@@ -149,6 +352,7 @@ json toJson(const Request& r) {
     if (!g->output.empty()) j["output"] = g->output;
     if (!g->output_dir.empty()) j["output_dir"] = g->output_dir;
     if (!g->output_tensors.empty()) j["output_tensors"] = g->output_tensors;
+    if (g->overwrite) j["overwrite"] = true;
     j["preview_every"] = g->preview_every;
     return j;
   }
@@ -186,13 +390,16 @@ Request parseRequest(const json& j) {
   r.str("output", g.output);
   r.str("output_dir", g.output_dir);
   r.str("output_tensors", g.output_tensors);
+  r.boolean("overwrite", g.overwrite);
   r.integer("preview_every", g.preview_every);
-  if (!g.prompts.empty()) g.params.num_images = static_cast<int>(g.prompts.size());
+  if (!g.prompts.empty()) g.params.num_images = static_cast<int>(std::min<std::size_t>(g.prompts.size(), kMaxImages + 1));
+  checkRequest(g);
   return g;
 }
 
 Request parseRequestLine(std::string_view line) {
   trimLineEnd(line);
+  refuseInvalidUtf8Line(line);
   json j;
   try {
     j = json::parse(line);

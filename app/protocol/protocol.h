@@ -55,11 +55,15 @@ class ProtocolError : public std::invalid_argument {
 struct GenerationParams {
   std::string prompt = kDefaultPrompt;
   std::string negative_prompt;
-  double true_cfg_scale = 1.0;  ///< > 1 with a negative prompt enables true CFG
+  /// The negative prompt was given (diffusers' `negative_prompt is not None`), even as "": with
+  /// true_cfg_scale > 1 that runs true CFG. A non-empty negative_prompt counts as given too. In
+  /// JSON: the key "negative_prompt" present with a string value (absent or null: not given).
+  bool negative_prompt_given = false;
+  double true_cfg_scale = 1.0;  ///< > 1 with a negative prompt enables true CFG; 0 .. 100
   int width = 0;                ///< pixels, multiple of 2 x vae_scale_factor; 0 = model default
   int height = 0;               ///< pixels; 0 = model default
   int steps = 0;                ///< denoising steps; 0 = model default (28)
-  double guidance = 3.5;        ///< distilled guidance scale (guidance_embeds models)
+  double guidance = 3.5;        ///< distilled guidance scale (guidance_embeds models); 0 .. 100
   /// Seed of the CPU noise generator: the full 64-bit range, carried as a JSON integer (never a
   /// double). Image i of a request uses seed + i (mod 2^64).
   std::uint64_t seed = 42;
@@ -68,21 +72,46 @@ struct GenerationParams {
   int num_images = 1;           ///< images of the request (>= 1)
   int max_sequence_length = 0;  ///< T5 tokens; 0 = model default
 
-  /// True CFG is active (DESIGN.md section 5): a negative prompt and true_cfg_scale > 1 (the rule
-  /// of FluxPipeline, so the GUI's validation and the worker agree).
+  /// A negative prompt was given (negative_prompt_given or a non-empty negative_prompt).
+  bool hasNegativePrompt() const { return negative_prompt_given || !negative_prompt.empty(); }
+  /// True CFG is active (DESIGN.md section 5): a negative prompt given (even "") and
+  /// true_cfg_scale > 1 — diffusers FluxPipeline.__call__'s `do_true_cfg = true_cfg_scale > 1 and
+  /// has_neg_prompt`, so the GUI's validation and the worker agree.
   bool trueCfg() const;
-  bool operator==(const GenerationParams&) const = default;
+  /// Field-wise, with negative_prompt_given compared as hasNegativePrompt() (a non-empty
+  /// negative prompt is given whether or not the flag is set).
+  bool operator==(const GenerationParams& o) const;
 };
 
 /// The parameters as a JSON object with the protocol's keys (prompt, negative_prompt,
 /// true_cfg_scale, width, height, steps, guidance, seed, num_images, max_sequence_length); seed is
-/// the unsigned integer, or -1 when random_seed.
+/// the unsigned integer, or -1 when random_seed; negative_prompt only when hasNegativePrompt().
 nlohmann::json toJson(const GenerationParams& p);
 /// Reads the parameter keys present in `j` (absent or null keys keep `defaults`). A negative
 /// integer seed sets random_seed (seed keeps the default); 0..2^64-1 is taken exactly. Throws
 /// ProtocolError naming the field ("request field 'seed' has the wrong type: 1.5") when a key has
-/// the wrong JSON type or an int field is outside the int range, and when num_images < 1.
+/// the wrong JSON type or an int field is outside the int range, and every checkParams refusal.
 GenerationParams paramsFromJson(const nlohmann::json& j, const GenerationParams& defaults = {});
+
+/// Allowed ranges of the numeric request fields (inclusive). 0 for width, height, steps and
+/// max_sequence_length means "the model's default"; the pipeline further requires width and
+/// height to be multiples of 2 x vae_scale_factor.
+inline constexpr int kMaxSide = 16384;           ///< width, height: 0 or 1 .. kMaxSide pixels
+inline constexpr int kMaxSteps = 1000;           ///< steps: 0 or 1 .. kMaxSteps
+inline constexpr int kMaxSequenceLength = 512;   ///< max_sequence_length: 0 or 1 .. 512 (T5)
+inline constexpr int kMaxImages = 10000;         ///< num_images: 1 .. kMaxImages
+inline constexpr double kMaxGuidance = 100.0;    ///< guidance, true_cfg_scale: finite, 0 .. 100
+
+/// The first byte of `s` that is not part of well-formed UTF-8 (RFC 3629: no overlongs, no
+/// surrogates, nothing above U+10FFFF), or std::string::npos when `s` is valid.
+std::size_t invalidUtf8Offset(std::string_view s);
+/// Throws ProtocolError naming `field` and the byte offset ("request field 'prompt' is not valid
+/// UTF-8: byte 3 (0xff) ...") when `s` is not valid UTF-8.
+void checkUtf8(const std::string& field, std::string_view s, const std::optional<std::string>& id = std::nullopt);
+/// Checks every field at the door, before any work starts: each number finite and in its range
+/// (messages state the allowed range, e.g. "request field 'guidance' must be a finite number in
+/// 0 .. 100, got nan"), each text field valid UTF-8. Throws ProtocolError naming the field.
+void checkParams(const GenerationParams& p, const std::optional<std::string>& id = std::nullopt);
 
 /// {"type":"generate", "id", parameters..., "prompts", "output", "output_dir", "output_tensors",
 ///  "preview_every"}: see PROTOCOL.md.
@@ -93,7 +122,10 @@ struct GenerateRequest {
   std::string output;                ///< PNG path ("name-i.png" with several images); "" = output_dir
   std::string output_dir;            ///< "" = the system temporary folder
   std::string output_tensors;        ///< optional safetensors with image and latents
-  int preview_every = 0;             ///< > 0: a preview event every N steps
+  /// false (default): an existing file at `output` / `output_tensors` is an error (nothing is
+  /// overwritten); true: replace it. Images under output_dir always get new unique names.
+  bool overwrite = false;
+  int preview_every = 0;             ///< > 0: a preview event every N steps (0 .. 1000000)
   /// Images this request makes: prompts.size() when a prompt list is given, else num_images.
   int imageCount() const;
   bool operator==(const GenerateRequest&) const = default;
@@ -116,13 +148,17 @@ std::string requestType(const Request& r);
 nlohmann::json toJson(const Request& r);
 /// toJson(r) as one compact line without the trailing newline (what goes to the worker's stdin).
 std::string requestLine(const Request& r);
+/// checkParams plus the request's own fields: id, prompts[i], output, output_dir and
+/// output_tensors valid UTF-8, preview_every in 0 .. 1000000, prompts at most kMaxImages.
+void checkRequest(const GenerateRequest& r);
 /// Checks and reads one request object. Throws ProtocolError: not an object ("request must be a
 /// JSON object, got 42"), no string "type", unknown type, generate/cancel without a string "id",
-/// and every parameter or option field of the wrong type ("request field 'output_dir' has the
-/// wrong type: 5").
+/// every parameter or option field of the wrong type ("request field 'output_dir' has the
+/// wrong type: 5"), and every checkRequest refusal.
 Request parseRequest(const nlohmann::json& j);
-/// parseRequest of one stdin line; invalid JSON (including invalid UTF-8) throws ProtocolError
-/// "request is not valid JSON: ...".
+/// parseRequest of one stdin line. Invalid UTF-8 inside a string is refused naming the field and
+/// the byte offset in its text ("request field 'prompt' is not valid UTF-8: byte 3 (0xff)");
+/// other invalid JSON throws ProtocolError "request is not valid JSON: ...".
 Request parseRequestLine(std::string_view line);
 
 /// One event: `type` is its "event" field (a line with "type" instead is accepted too), `data`

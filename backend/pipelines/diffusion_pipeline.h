@@ -39,9 +39,16 @@ struct PipelineInputs {
   int width = 0, height = 0;  ///< pixels; multiples of 2 * vae_scale_factor
   int steps = 0;
   double guidance = 3.5;
-  int64_t seed = 0;  ///< CPU generator seed (the uint64 bit pattern)
+  /// Seed of the CPU generator (torch.Generator().manual_seed(seed)): the full unsigned 64-bit
+  /// range, as PyTorch's.
+  uint64_t seed = 0;
   int max_sequence_length = 0;
-  bool trueCfg() const { return !negative_prompt.empty() && true_cfg_scale > 1.0; }
+  /// diffusers' `negative_prompt is not None`: a given empty negative prompt counts (a non-empty
+  /// one always does).
+  bool negative_prompt_given = false;
+  bool hasNegativePrompt() const { return negative_prompt_given || !negative_prompt.empty(); }
+  /// FluxPipeline.__call__: do_true_cfg = true_cfg_scale > 1 and has_neg_prompt.
+  bool trueCfg() const { return hasNegativePrompt() && true_cfg_scale > 1.0; }
 };
 
 struct PipelineCallbacks {
@@ -90,6 +97,9 @@ class DiffusionPipeline {
   /// Decodes packed latents (e.g. a step's x0 estimate, for previews) to an image [3, H, W]
   /// float32 in [0, 1]; height/width in pixels.
   virtual at::Tensor decode(const at::Tensor& packed, int height, int width) = 0;
+  /// What diffusers would warn about for this request, without running it (one sentence each):
+  /// truncated prompts per encoder, settings without effect. Throws as resolve() does.
+  virtual std::vector<std::string> requestWarnings(const PipelineInputs& p) const = 0;
   /// The denoiser, for hooks and per-parameter figures.
   virtual DiffusionTransformer& transformer() = 0;
   /// Bytes of weights held by this rank, per component ("transformer", "text_encoder", ...).

@@ -4,7 +4,9 @@
 #include <ATen/core/grad_mode.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
+#include <sstream>
 
 #include "backend/models/autoencoders/autoencoder_kl.h"
 #include "backend/tokenizers/clip_tokenizer.h"
@@ -113,6 +115,8 @@ PipelineLoader fluxPipelineLoader() {
 PipelineInputs FluxPipeline::resolve(PipelineInputs p) const {
   const int vsf = d_->cfg.vae.vaeScaleFactor();
   const int mult = 2 * vsf;
+  if (!std::isfinite(p.guidance) || !std::isfinite(p.true_cfg_scale))
+    throw std::invalid_argument("guidance and true_cfg_scale must be finite numbers");
   if (p.width < 0 || p.height < 0 || p.steps < 0 || p.max_sequence_length < 0)
     throw std::invalid_argument("width, height, steps and max_sequence_length cannot be negative (0 = the model's default)");
   if (p.width <= 0) p.width = 128 * vsf;
@@ -156,6 +160,45 @@ PromptEmbeds FluxPipeline::encodePrompt(const std::string& prompt, int maxLen) {
   return e;
 }
 
+std::vector<std::string> FluxPipeline::requestWarnings(const PipelineInputs& p0) const {
+  const auto& D = *d_;
+  const PipelineInputs p = resolve(p0);
+  std::vector<std::string> w;
+  auto fmt = [](double v) {
+    std::ostringstream o;
+    o << v;
+    return o.str();
+  };
+  // FluxPipeline._get_clip_prompt_embeds / _get_t5_prompt_embeds: the untruncated ids are longer
+  // than the padded ones (eos is kept, so the dropped tokens are untruncated - max_length).
+  auto truncation = [&](const char* which, const std::string& text) {
+    const int clipMax = D.cfg.tokenizer_max_length;
+    const auto clip = D.clipTok->encode(text);
+    if (static_cast<int64_t>(clip.size()) > clipMax)
+      w.push_back(std::string("the ") + which + " was truncated: CLIP can only handle sequences up to " +
+                  std::to_string(clipMax) + " tokens; " + std::to_string(clip.size() - clipMax) +
+                  " of its " + std::to_string(clip.size() - 2) + " tokens were dropped");
+    const auto t5 = D.t5Tok->encode(text);
+    if (static_cast<int64_t>(t5.size()) > p.max_sequence_length)
+      w.push_back(std::string("the ") + which + " was truncated: T5 uses max_sequence_length " +
+                  std::to_string(p.max_sequence_length) + " tokens; " +
+                  std::to_string(t5.size() - p.max_sequence_length) + " of its " + std::to_string(t5.size() - 1) +
+                  " tokens were dropped");
+  };
+  truncation("prompt", p.prompt);
+  if (p.trueCfg()) truncation("negative prompt", p.negative_prompt);
+  if (p.true_cfg_scale > 1 && !p.hasNegativePrompt())
+    w.push_back("true_cfg_scale is " + fmt(p.true_cfg_scale) +
+                ", but classifier-free guidance is not enabled since no negative prompt is given");
+  else if (p.true_cfg_scale <= 1 && p.hasNegativePrompt())
+    w.push_back("a negative prompt is given but classifier-free guidance is not enabled since true_cfg_scale " +
+                fmt(p.true_cfg_scale) + " <= 1");
+  if (!D.cfg.transformer.guidance_embeds && p.guidance != PipelineInputs{}.guidance)
+    w.push_back("guidance " + fmt(p.guidance) +
+                " has no effect: this model has no guidance embedding (transformer guidance_embeds is false)");
+  return w;
+}
+
 at::Tensor FluxPipeline::latentImageIds(int h2, int w2) {
   at::Tensor ids = at::zeros({h2, w2, 3}, at::kFloat);
   ids.select(2, 1).add_(at::arange(h2, at::kFloat).unsqueeze(1));
@@ -163,11 +206,11 @@ at::Tensor FluxPipeline::latentImageIds(int h2, int w2) {
   return ids.reshape({h2 * w2, 3});
 }
 
-at::Tensor FluxPipeline::initialLatents(int64_t seed, int height, int width) const {
+at::Tensor FluxPipeline::initialLatents(uint64_t seed, int height, int width) const {
   const int vsf = d_->cfg.vae.vaeScaleFactor();
   const int64_t C = d_->cfg.transformer.in_channels / 4, h = 2 * (height / (vsf * 2)),
                 w = 2 * (width / (vsf * 2));
-  auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(seed));
+  auto gen = at::detail::createCPUGenerator(seed);
   at::Tensor noise = at::randn({1, C, h, w}, gen, at::TensorOptions().dtype(at::kFloat));
   return noise.view({1, C, h / 2, 2, w / 2, 2}).permute({0, 2, 4, 1, 3, 5}).reshape({1, (h / 2) * (w / 2), C * 4});
 }

@@ -47,12 +47,20 @@ class FluxPipeline : public DiffusionPipeline {
   PromptEmbeds encodePrompt(const std::string& prompt, int max_sequence_length);
   /// Seeded N(0,1) noise from the CPU generator, packed: [1, (h/2)(w/2), 4C] float32, where
   /// h = height / vae_scale_factor.
-  at::Tensor initialLatents(int64_t seed, int height, int width) const;
+  at::Tensor initialLatents(uint64_t seed, int height, int width) const;
   /// img_ids [(h/2)(w/2), 3] float32 (0, row, col).
   static at::Tensor latentImageIds(int h2, int w2);
   /// Unpacks, unscales (latents / scaling_factor + shift_factor) and decodes:
   /// image [3, H, W] float32 in [0, 1].
   at::Tensor decode(const at::Tensor& packed, int height, int width) override;
+  /// What diffusers would warn about for this request, without running it (each one sentence):
+  /// prompts truncated by an encoder (diffusers' "The following part of your input was truncated
+  /// because CLIP can only handle sequences up to 77 tokens" and T5's `max_sequence_length`
+  /// warning), per encoder and prompt with the number of tokens dropped; true_cfg_scale > 1
+  /// without a negative prompt and a negative prompt with true_cfg_scale <= 1 (FluxPipeline's
+  /// "classifier-free guidance is not enabled" warnings); a non-default guidance on a model
+  /// without guidance embeds (no effect). `p` is resolved first (throws as resolve does).
+  std::vector<std::string> requestWarnings(const PipelineInputs& p) const override;
   /// The whole pipeline for one image.
   GenerationResult generate(const PipelineInputs& params, const PipelineCallbacks& cb = {}) override;
 

@@ -1,0 +1,137 @@
+#include "app/memory_estimate.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "backend/io/safetensors.h"
+#include "backend/pipelines/flux/flux_pipeline_config.h"
+#include "parallel/tensor_parallel/sharding_plan.h"
+
+namespace dit {
+
+namespace {
+
+uint64_t ceilDiv(uint64_t a, uint64_t b) { return b == 0 ? a : (a + b - 1) / b; }
+
+// Elements of every tensor in a component's safetensors (headers only) times the compute size.
+uint64_t componentBytes(const ModelFolder& m, const std::string& component, const std::string& stem,
+                        int64_t elementBytes) {
+  auto st = SafetensorsCollection::openFolder(m.component(component), stem);
+  uint64_t n = 0;
+  for (const auto& name : st.names()) n += static_cast<uint64_t>(st.info(name).numel());
+  return n * static_cast<uint64_t>(elementBytes);
+}
+
+// Saturating arithmetic: impossible sizes must give a huge figure, never a wrapped small one.
+uint64_t mul(uint64_t a, uint64_t b) {
+  if (a != 0 && b > UINT64_MAX / a) return UINT64_MAX;
+  return a * b;
+}
+uint64_t add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
+}  // namespace
+
+uint64_t MemoryEstimate::peak() const {
+  return add(weights, std::max(add(activations, attention), vae_decode));
+}
+
+std::string MemoryEstimate::describe() const {
+  return "weights " + formatBytes(weights) + " + transformer activations " + formatBytes(activations) +
+         " + attention " + formatBytes(attention) + " (VAE decode " + formatBytes(vae_decode) +
+         ") = " + formatBytes(peak());
+}
+
+MemoryEstimate estimateRequestMemory(const ModelFolder& m, const Strategy& s, const RequestDims& r,
+                                     int64_t elementBytes, bool scoresMaterialized) {
+  const auto& cfg = m.configAs<FluxPipelineConfig>();
+  const auto& t = cfg.transformer;
+  const ModelDims& dims = m.dims();
+  const uint64_t eb = static_cast<uint64_t>(std::max<int64_t>(1, elementBytes));
+  MemoryEstimate e;
+  // Weights: the transformer's share from its declared plan, the rest whole on every rank.
+  const int tp = std::max(1, s.tp_degree);
+  if (dims.tensor_parallel_plan && dims.parameters)
+    e.weights = dims.tensor_parallel_plan->bytesPerRank(*dims.parameters, tp, static_cast<int64_t>(eb));
+  else
+    e.weights = mul(m.transformerParameterCount(), eb);
+  e.weights += componentBytes(m, "text_encoder", "model", elementBytes);
+  e.weights += componentBytes(m, "text_encoder_2", "model", elementBytes);
+  e.weights += componentBytes(m, "vae", "diffusion_pytorch_model", elementBytes);
+
+  // Transformer: tokens and heads of this rank.
+  const int vsf = cfg.vae.vaeScaleFactor();
+  const uint64_t imageTokens = mul(static_cast<uint64_t>(std::max(0, r.height / (2 * vsf))),
+                                   static_cast<uint64_t>(std::max(0, r.width / (2 * vsf))));
+  const uint64_t tokens = add(imageTokens, static_cast<uint64_t>(std::max(0, r.text_len)));
+  const uint64_t ring = static_cast<uint64_t>(std::max(1, s.ring_degree));
+  const uint64_t ulysses = static_cast<uint64_t>(std::max(1, s.ulysses_degree));
+  const uint64_t localTokens = ceilDiv(tokens, ring * ulysses);
+  const uint64_t inner = static_cast<uint64_t>(t.innerDim());
+  const uint64_t heads = ceilDiv(static_cast<uint64_t>(t.num_attention_heads), static_cast<uint64_t>(tp) * ulysses);
+  // Live tensors of a single block at its peak: input and residual, q/k/v (sharded by tp),
+  // the attention output, the MLP hidden (4 x inner / tp) and cat(attn, mlp): about 16 x inner
+  // per token (float32 intermediates for norms and the scheduler step counted in).
+  e.activations = mul(mul(localTokens, inner), mul(16, eb));
+  // Attention: after the Ulysses all-to-all a rank holds tokens / ring queries for its heads and
+  // attends to one ring block (tokens / ring keys) at a time.
+  const uint64_t q = ceilDiv(tokens, ring);
+  if (scoresMaterialized)
+    e.attention = mul(mul(heads, mul(q, q)), mul(2, eb));  // scores + softmax
+  else
+    e.attention = mul(mul(heads, q), mul(static_cast<uint64_t>(t.attention_head_dim) + 1, mul(2, eb)));
+  // VAE decoder: at full resolution block_out_channels[0] channels, about 3 maps live (input,
+  // output, group-norm temporary); mid-block single-head attention over the latent pixels.
+  const uint64_t pixels = mul(static_cast<uint64_t>(std::max(0, r.height)), static_cast<uint64_t>(std::max(0, r.width)));
+  const uint64_t ch0 = static_cast<uint64_t>(cfg.vae.block_out_channels.empty() ? 128 : cfg.vae.block_out_channels.front());
+  const uint64_t latentPixels = ceilDiv(pixels, static_cast<uint64_t>(vsf) * static_cast<uint64_t>(vsf));
+  e.vae_decode = mul(mul(pixels, ch0), mul(3, eb));
+  if (scoresMaterialized) e.vae_decode = add(e.vae_decode, mul(mul(latentPixels, latentPixels), mul(2, eb)));
+  return e;
+}
+
+std::optional<uint64_t> hostMemoryAvailable() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb) {
+    std::getline(in, unit);
+    if (key == "MemAvailable:") return kb * 1024;
+  }
+  return std::nullopt;
+}
+
+std::string formatBytes(uint64_t bytes) {
+  if (bytes == UINT64_MAX) return "more than 16 EiB";
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 6) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  if (u == 0) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
+  else std::snprintf(buf, sizeof buf, v >= 100 ? "%.0f %s" : v >= 10 ? "%.1f %s" : "%.2f %s", v, units[u]);
+  return buf;
+}
+
+std::string memoryRefusal(const MemoryEstimate& e, uint64_t perRank, int ranksOnHost, uint64_t available,
+                          const RequestDims& r, const std::string& what) {
+  const uint64_t need = mul(perRank, static_cast<uint64_t>(std::max(1, ranksOnHost)));
+  if (need <= available) return "";
+  std::ostringstream o;
+  o << "not enough memory for " << r.width << "x" << r.height << ": ";
+  if (ranksOnHost > 1) o << "each of the " << ranksOnHost << " ranks on this host needs about ";
+  else o << "the rank needs about ";
+  o << formatBytes(perRank) << " (estimate per rank: " << e.describe() << ")";
+  if (ranksOnHost > 1) o << ", " << formatBytes(need) << " in all,";
+  o << " but only " << formatBytes(available) << " of " << what
+    << " is available; use a smaller size, more context-parallel ranks (ring/ulysses) or tensor "
+       "parallelism, or a machine with more memory";
+  return o.str();
+}
+
+}  // namespace dit

@@ -1,0 +1,55 @@
+// An up-front memory estimate of one generate request, per rank, so that a request that cannot
+// fit is refused with figures before it runs (instead of an allocator failure deep in LibTorch).
+// Torch-free (configs, the family's ShardingPlan and safetensors headers only).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "backend/io/model_folder.h"
+#include "parallel/strategy.h"
+
+namespace dit {
+
+/// Bytes one rank needs for one request (upper bounds of the peaks, not a sum of everything).
+struct MemoryEstimate {
+  uint64_t weights = 0;       ///< transformer (ShardingPlan::bytesPerRank at tp) + text encoders + VAE
+  uint64_t activations = 0;   ///< transformer block activations at this rank's token count
+  uint64_t attention = 0;     ///< transformer attention scores (math kernel) at this rank's slice
+  uint64_t vae_decode = 0;    ///< VAE decoder: full-resolution feature maps + mid-block attention
+  /// The peak while the request runs: weights + max(transformer stage, VAE stage).
+  uint64_t peak() const;
+  /// Peak minus the weights: what a request needs on top of a loaded model.
+  uint64_t requestBytes() const { return peak() - weights; }
+  /// "weights 1.2 GiB + transformer activations 3 MiB + attention 40 MiB (VAE decode 8 MiB) = 1.3 GiB"
+  std::string describe() const;
+};
+
+/// Estimates one rank's memory for `r` under strategy `s` in a compute dtype of `elementBytes`
+/// bytes (4 float32, 2 bf16/fp16). `scoresMaterialized`: the attention kernel holds the full
+/// [heads, q, k] score matrix (true for the CPU math kernel of LibTorch 1.13; false for flash /
+/// memory-efficient kernels, then only the log-sum-exp and one output block count).
+/// Transformer tokens per rank = (image tokens + text tokens) / (ring x ulysses); attention heads
+/// per rank = heads / (tp x ulysses) (rounded up), queries and keys per block = tokens / ring.
+/// Weights: the transformer from the family's ShardingPlan::bytesPerRank (whole when the model
+/// has no plan), the other components from their safetensors headers (element counts).
+/// Throws ModelFileError when a component's weights cannot be read (headers only).
+MemoryEstimate estimateRequestMemory(const ModelFolder& m, const Strategy& s, const RequestDims& r,
+                                     int64_t elementBytes, bool scoresMaterialized);
+
+/// MemAvailable of /proc/meminfo in bytes (nullopt when it cannot be read).
+std::optional<uint64_t> hostMemoryAvailable();
+
+/// "1.5 GiB", "12 MiB", "512 B" (binary units, 3 significant digits).
+std::string formatBytes(uint64_t bytes);
+
+/// "" when `ranksOnHost` ranks each needing `perRank` bytes fit in `available` bytes, else the
+/// refusal: "not enough memory for 16384x16384: each of the 2 ranks on this host needs about
+/// <describe()> but only 3.1 GiB of host memory is available (MemAvailable); use a smaller size,
+/// more ranks (ring/ulysses/tp) or a machine with more memory". `what` names the budget
+/// ("host memory", "device memory").
+std::string memoryRefusal(const MemoryEstimate& e, uint64_t perRank, int ranksOnHost, uint64_t available,
+                          const RequestDims& r, const std::string& what);
+
+}  // namespace dit
