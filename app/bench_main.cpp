@@ -34,27 +34,26 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
-#include "app/device_stats.h"
 #include "app/blas_kernel.h"
+#include "app/device_stats.h"
 #include "app/generation.h"
 #include "app/protocol/launch.h"
 #include "app/protocol/protocol.h"
+#include "backend/io/config_json.h"
+#include "backend/io/model_folder.h"
+#include "backend/io/tensor_io.h"
+#include "backend/io/weight_source.h"
 #include "backend/models/flux/flux_plan.h"
 #include "backend/models/flux/transformer_flux.h"
 #include "backend/models/registry.h"
 #include "backend/models/torch_registry.h"
-#include "backend/io/config_json.h"
-#include "backend/io/model_folder.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
-#include "backend/io/tensor_io.h"
-#include "backend/io/weight_source.h"
 #include "parallel/attention.h"
 #include "parallel/context_parallel.h"
 #include "parallel/device_mesh.h"
 #include "parallel/runtime.h"
 #include "parallel/strategy.h"
 #include "parallel/torch_compat.h"
-
 
 using namespace dit;
 using nlohmann::ordered_json;
@@ -85,7 +84,8 @@ ParamSplit planParams(const ParameterTable& params, const ShardingPlan& plan, in
   ParamSplit p;
   for (const auto& info : params) {
     p.total += info.numel();
-    if (tp > 1 && !plan.shardSpec(info.name, info.shape, 0, tp).replicated()) p.sharded += info.numel();
+    if (tp > 1 && !plan.shardSpec(info.name, info.shape, 0, tp).replicated())
+      p.sharded += info.numel();
   }
   return p;
 }
@@ -93,7 +93,9 @@ ParamSplit planParams(const ParameterTable& params, const ShardingPlan& plan, in
 // ------------------------------------------------------------------ expected traffic
 struct Traffic {
   uint64_t tp_allreduce = 0, ulysses_all_to_all = 0, ring_kv = 0, cp_gather = 0, cfg_gather = 0;
-  uint64_t total() const { return tp_allreduce + ulysses_all_to_all + ring_kv + cp_gather + cfg_gather; }
+  uint64_t total() const {
+    return tp_allreduce + ulysses_all_to_all + ring_kv + cp_gather + cfg_gather;
+  }
 };
 
 // What the strategy must move per step for one FLUX.1 forward (B images of S_img image and S_txt
@@ -127,8 +129,8 @@ Traffic expectedTraffic(const FluxTransformerConfig& c, const Strategy& s, int r
       const uint64_t n = static_cast<uint64_t>(B * tokens * C) * es;
       return static_cast<uint64_t>(2 * (tp - 1)) * n / tp;
     };
-    t.tp_allreduce = c.num_layers * (2 * ar(img[cpr]) + 2 * ar(txt[cpr])) +
-                     c.num_single_layers * ar(sl[cpr]);
+    t.tp_allreduce =
+        c.num_layers * (2 * ar(img[cpr]) + 2 * ar(txt[cpr])) + c.num_single_layers * ar(sl[cpr]);
   }
   std::vector<int64_t> heads{Hl};
   if (U > 1) {
@@ -136,8 +138,8 @@ Traffic expectedTraffic(const FluxTransformerConfig& c, const Strategy& s, int r
     uint64_t per = 0;
     for (int j = 0; j < U; ++j) {
       if (j == ui) continue;
-      per += static_cast<uint64_t>(3 * B * heads[j] * sl[cpr] * D) * es;            // q, k, v
-      per += static_cast<uint64_t>(B * heads[ui] * sl[ri * U + j] * D) * es;        // output back
+      per += static_cast<uint64_t>(3 * B * heads[j] * sl[cpr] * D) * es;      // q, k, v
+      per += static_cast<uint64_t>(B * heads[ui] * sl[ri * U + j] * D) * es;  // output back
     }
     t.ulysses_all_to_all = attnCalls * per;
   }
@@ -197,22 +199,25 @@ int runBench(Args a) {
   FluxTransformerConfig cfg;
   int vaeScale = 8;  // FLUX.1's VAE; used when only a transformer config is given
   std::string source, weightsDir;
-  nlohmann::json configJson;      // the transformer's config.json
+  nlohmann::json configJson;  // the transformer's config.json
   std::string configFile, transformerClass;
-  ModelDims md;                   // the registered family's sizes and plans
+  ModelDims md;  // the registered family's sizes and plans
   // `cls`: the class ModelFolder::open resolved; empty = the config's own "_class_name".
   auto readTransformerConfig = [&](const std::string& file, std::string cls) {
     configFile = file;
     configJson = readConfigJson(file);
     if (cls.empty()) getConfigValue(configJson, "_class_name", cls, file);
-    if (cls.empty()) throw ModelFileError(file, "no \"_class_name\" (the transformer class, e.g. FluxTransformer2DModel)");
+    if (cls.empty())
+      throw ModelFileError(
+          file, "no \"_class_name\" (the transformer class, e.g. FluxTransformer2DModel)");
     transformerClass = cls;
     md = transformerFamily(cls, file).dims(configJson, file);  // refuses an unregistered class
     cfg = parseFluxTransformerConfig(configJson, file);
   };
   try {
     if (!a.model.empty() == (a.randomWeights || !a.config.empty()))
-      throw std::invalid_argument("give either --model DIR or --config transformer_config.json --random-weights");
+      throw std::invalid_argument(
+          "give either --model DIR or --config transformer_config.json --random-weights");
     if (!a.model.empty()) {
       if (fs::exists(fs::path(a.model) / "model_index.json")) {
         ModelFolder m = ModelFolder::open(a.model);
@@ -223,8 +228,9 @@ int runBench(Args a) {
         readTransformerConfig((fs::path(a.model) / "config.json").string(), "");
         weightsDir = a.model;
       } else {
-        throw ModelFileError(a.model, "neither a diffusers FLUX.1 folder (model_index.json) nor a "
-                                      "transformer folder (config.json)");
+        throw ModelFileError(a.model,
+                             "neither a diffusers FLUX.1 folder (model_index.json) nor a "
+                             "transformer folder (config.json)");
       }
       source = a.model;
     } else {
@@ -247,7 +253,8 @@ int runBench(Args a) {
   }
   md.vae_scale_factor = vaeScale;
   if (!md.parameters || !md.tensor_parallel_plan)
-    return fail("transformer class " + transformerClass + " declares no parameter table or tensor-parallel plan");
+    return fail("transformer class " + transformerClass +
+                " declares no parameter table or tensor-parallel plan");
   RequestDims rd;
   rd.width = a.width;
   rd.height = a.height;
@@ -271,8 +278,10 @@ int runBench(Args a) {
   }
   std::shared_ptr<ProcessGroup> cfgG = s.cfg_degree == 2 ? mesh.group("cfg") : nullptr;
   c10::Device device(at::kCPU);
-  if (s.device == "cuda") device = c10::Device(at::kCUDA, static_cast<c10::DeviceIndex>(std::max(0, mesh.deviceIndex())));
-  else if (s.device != "cpu") return fail("--device must be cpu or cuda");
+  if (s.device == "cuda")
+    device = c10::Device(at::kCUDA, static_cast<c10::DeviceIndex>(std::max(0, mesh.deviceIndex())));
+  else if (s.device != "cpu")
+    return fail("--device must be cpu or cuda");
 
   // 3. Load (the transformer only).
   const int64_t tokH = a.height / (2 * vaeScale), tokW = a.width / (2 * vaeScale);
@@ -287,8 +296,9 @@ int runBench(Args a) {
   int64_t weightBytes = 0;
   {
     std::shared_ptr<WeightSource> w =
-        weightsDir.empty() ? WeightSource::random(a.seed + 1, dtype, device)
-                           : WeightSource::fromFolder(weightsDir, "diffusion_pytorch_model", dtype, device);
+        weightsDir.empty()
+            ? WeightSource::random(a.seed + 1, dtype, device)
+            : WeightSource::fromFolder(weightsDir, "diffusion_pytorch_model", dtype, device);
     model = loadTransformer(transformerClass, configJson, configFile, *w, par);
     weightBytes = static_cast<int64_t>(w->bytesLoaded());
   }  // the source (and its file mappings) is released here
@@ -314,17 +324,22 @@ int runBench(Args a) {
     // _prepare_latent_image_ids: (0, row, col); text ids are zeros.
     at::Tensor rows = at::arange(tokH, f32).unsqueeze(1).expand({tokH, tokW});
     at::Tensor cols = at::arange(tokW, f32).unsqueeze(0).expand({tokH, tokW});
-    at::Tensor imgIds = at::stack({at::zeros({tokH, tokW}, f32), rows, cols}, -1).reshape({simg, 3});
+    at::Tensor imgIds =
+        at::stack({at::zeros({tokH, tokW}, f32), rows, cols}, -1).reshape({simg, 3});
     at::Tensor txtIds = at::zeros({stxt, 3}, f32);
     const bool negHalf = cfgG && cfgG->rank() == 1;
     at::Tensor enc = (negHalf ? encNeg : encPos);
-    hs = hs.to(device), enc = enc.to(device), pooled = pooled.to(device), timestep = timestep.to(device);
+    hs = hs.to(device), enc = enc.to(device), pooled = pooled.to(device),
+    timestep = timestep.to(device);
     imgIds = imgIds.to(device), txtIds = txtIds.to(device);
     if (guidance.defined()) guidance = guidance.to(device);
     const double trueCfgScale = 4.0;
-    TransformerInputs inputs{{"hidden_states", hs},     {"encoder_hidden_states", enc},
-                             {"pooled_projections", pooled}, {"timestep", timestep},
-                             {"img_ids", imgIds},        {"txt_ids", txtIds}};
+    TransformerInputs inputs{{"hidden_states", hs},
+                             {"encoder_hidden_states", enc},
+                             {"pooled_projections", pooled},
+                             {"timestep", timestep},
+                             {"img_ids", imgIds},
+                             {"txt_ids", txtIds}};
     if (guidance.defined()) inputs["guidance"] = guidance;
     auto step = [&] {
       at::Tensor v = model->forward(inputs);
@@ -350,10 +365,17 @@ int runBench(Args a) {
   const DeviceMem devEnd = deviceMemory(device);
 
   // 5. Gather per-rank figures (after the timed region and the bytes measurement).
-  const std::vector<int64_t> row{weightBytes, rssBefore, rssAfterLoad, rssPeakLoad,
+  const std::vector<int64_t> row{weightBytes,
+                                 rssBefore,
+                                 rssAfterLoad,
+                                 rssPeakLoad,
                                  static_cast<int64_t>(residentSetBytes()),
-                                 static_cast<int64_t>(peakResidentSetBytes()), devLoad.cur,
-                                 devLoad.peak, devEnd.cur, devEnd.peak, bytesTimed,
+                                 static_cast<int64_t>(peakResidentSetBytes()),
+                                 devLoad.cur,
+                                 devLoad.peak,
+                                 devEnd.cur,
+                                 devEnd.peak,
+                                 bytesTimed,
                                  static_cast<int64_t>(loadRankS * 1e6)};
   at::Tensor all = worldG->allgather(at::tensor(row, at::kLong).unsqueeze(0), 0)->result();
   at::Tensor stepNs = at::empty({std::max(steps, 1)}, at::kLong).fill_(0);
@@ -464,7 +486,8 @@ int runBench(Args a) {
       for (int rep = 0; rep < 5; ++rep) {
         const auto t0 = std::chrono::steady_clock::now();
         y = at::mm(x, w);
-        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double sec =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         best = std::max(best, 2.0 * S * C * n / sec);
       }
     }
@@ -473,20 +496,23 @@ int runBench(Args a) {
     const double rooflineMs = stepFlops / world / best * 1e3;
     g["roofline_step_ms"] = rooflineMs;
     g["fraction_of_roofline"] = rooflineMs / median(stepMs);
-    g["note"] = "best at::mm FLOP/s on the model's [S,C]x[C,C] and [S,C]x[C,mlp] shapes (this rank's "
-                "threads, compute dtype); roofline = step FLOPs per rank at that rate; fraction = "
-                "roofline / median step";
+    g["note"] =
+        "best at::mm FLOP/s on the model's [S,C]x[C,C] and [S,C]x[C,mlp] shapes (this rank's "
+        "threads, compute dtype); roofline = step FLOPs per rank at that rate; fraction = "
+        "roofline / median step";
     j["gemm_roofline"] = g;
   }
 
   ordered_json ranks = ordered_json::array();
-  const uint64_t expectedWeightBytes = plan.bytesPerRank(params, s.tp_degree, static_cast<int64_t>(es));
+  const uint64_t expectedWeightBytes =
+      plan.bytesPerRank(params, s.tp_degree, static_cast<int64_t>(es));
   for (int r = 0; r < world; ++r) {
     auto v = [&](int i) { return all[r][i].item<int64_t>(); };
     ordered_json rj;
     rj["rank"] = r;
     const auto co = meshCoords(s, r);
-    rj["coords"] = {{"dp", co[0]}, {"cfg", co[1]}, {"ring", co[2]}, {"ulysses", co[3]}, {"tp", co[4]}};
+    rj["coords"] = {
+        {"dp", co[0]}, {"cfg", co[1]}, {"ring", co[2]}, {"ulysses", co[3]}, {"tp", co[4]}};
     rj["weight_bytes"] = v(0);
     rj["expected_weight_bytes"] = expectedWeightBytes;
     rj["rss_before_load_bytes"] = v(1);
@@ -510,16 +536,21 @@ int runBench(Args a) {
   }
   j["ranks"] = ranks;
   j["notes"] = {
-      {"weight_bytes", "WeightSource::bytesLoaded(): this rank's transformer weights in the compute dtype; "
-                       "expected = replicated + tp-sharded/tp_degree (closed form from the config)"},
-      {"rss", "VmRSS/VmHWM of the process (host). VmHWM was reset (clear_refs) just before loading: " +
-                  std::string(hwmReset ? "yes" : "no (lifetime peak)") +
-                  "; rss_peak_load_bytes is VmHWM right after the load, rss_peak_bytes at the end"},
-      {"dev", "CUDA caching allocator allocated_bytes (aggregate), current and peak; 0 on cpu; peak reset "
-              "before loading"},
-      {"bytes_sent_per_step", "DeviceMesh::bytesSent() delta over the timed steps / steps: process-group payload "
-                              "accounting (allreduce = 2(n-1)/n x size), not measured on the wire"},
-      {"expected_bytes_per_step", "closed form of what the strategy must send per step for the FLUX.1 forward"}};
+      {"weight_bytes",
+       "WeightSource::bytesLoaded(): this rank's transformer weights in the compute dtype; "
+       "expected = replicated + tp-sharded/tp_degree (closed form from the config)"},
+      {"rss",
+       "VmRSS/VmHWM of the process (host). VmHWM was reset (clear_refs) just before loading: " +
+           std::string(hwmReset ? "yes" : "no (lifetime peak)") +
+           "; rss_peak_load_bytes is VmHWM right after the load, rss_peak_bytes at the end"},
+      {"dev",
+       "CUDA caching allocator allocated_bytes (aggregate), current and peak; 0 on cpu; peak reset "
+       "before loading"},
+      {"bytes_sent_per_step",
+       "DeviceMesh::bytesSent() delta over the timed steps / steps: process-group payload "
+       "accounting (allreduce = 2(n-1)/n x size), not measured on the wire"},
+      {"expected_bytes_per_step",
+       "closed form of what the strategy must send per step for the FLUX.1 forward"}};
   const std::string out = a.pretty ? j.dump(2) : j.dump();
   std::cout << out << std::endl;
   if (!a.jsonOut.empty()) {
@@ -539,9 +570,11 @@ int main(int argc, char** argv) {
   CLI::App app{"Benchmark the FLUX.1 transformer (load + timed forwards) under a parallel strategy",
                "ditstudio-bench"};
   Args a;
-  app.add_option("--model", a.model, "diffusers FLUX.1 folder (or its transformer folder): real weights");
+  app.add_option("--model", a.model,
+                 "diffusers FLUX.1 folder (or its transformer folder): real weights");
   app.add_option("--config", a.config, "transformer config.json (with --random-weights)");
-  app.add_flag("--random-weights", a.randomWeights, "random weights from the config alone (shards generated directly)");
+  app.add_flag("--random-weights", a.randomWeights,
+               "random weights from the config alone (shards generated directly)");
   app.add_option("--width", a.width, "image width in pixels");
   app.add_option("--height", a.height, "image height in pixels");
   app.add_option("--text-len", a.textLen, "text tokens (T5 sequence length)");
@@ -552,7 +585,8 @@ int main(int argc, char** argv) {
   app.add_option("--device", a.s.device, "cpu | cuda");
   app.add_option("--seed", a.seed, "seed of the random weights and inputs");
   app.add_option("--phase", a.phase, "all (load + steps) | load (memory figures only)");
-  app.add_option("--peak-tflops", a.peakTflops, "device peak TFLOP/s per rank for fraction_of_peak");
+  app.add_option("--peak-tflops", a.peakTflops,
+                 "device peak TFLOP/s per rank for fraction_of_peak");
   app.add_option("--json-out", a.jsonOut, "also write the JSON to this file");
   app.add_flag("--pretty", a.pretty, "indent the JSON");
   protocol::addStrategyOptions(app, a.s);

@@ -66,13 +66,13 @@ std::vector<std::string> cpuFlags() {
 int blasCoreTier(const std::string& coreName) {
   const std::string c = lower(coreName);
   static const std::pair<const char*, int> tiers[] = {
-      {"prescott", 1},   {"core2", 1},      {"penryn", 1},      {"dunnington", 1},
-      {"nehalem", 1},    {"atom", 1},       {"katmai", 1},      {"coppermine", 1},
-      {"northwood", 1},  {"banias", 1},     {"opteron", 1},     {"opteron_sse3", 1},
-      {"barcelona", 1},  {"shanghai", 1},   {"istanbul", 1},    {"bobcat", 1},
-      {"nano", 1},       {"sandybridge", 2}, {"bulldozer", 2},  {"piledriver", 2},
-      {"steamroller", 2}, {"excavator", 2}, {"haswell", 3},     {"zen", 3},
-      {"skylakex", 4},   {"cooperlake", 5}, {"sapphirerapids", 6}};
+      {"prescott", 1},    {"core2", 1},       {"penryn", 1},        {"dunnington", 1},
+      {"nehalem", 1},     {"atom", 1},        {"katmai", 1},        {"coppermine", 1},
+      {"northwood", 1},   {"banias", 1},      {"opteron", 1},       {"opteron_sse3", 1},
+      {"barcelona", 1},   {"shanghai", 1},    {"istanbul", 1},      {"bobcat", 1},
+      {"nano", 1},        {"sandybridge", 2}, {"bulldozer", 2},     {"piledriver", 2},
+      {"steamroller", 2}, {"excavator", 2},   {"haswell", 3},       {"zen", 3},
+      {"skylakex", 4},    {"cooperlake", 5},  {"sapphirerapids", 6}};
   for (const auto& [name, tier] : tiers)
     if (c == name) return tier;
   return 0;
@@ -148,8 +148,8 @@ std::string blasSelfCheck() {
     }
   if (!std::isfinite(maxErr) || maxErr > 1e-5 * std::max(1.0, maxRef)) {
     std::ostringstream o;
-    o << "SGEMM self-check failed: max |error| " << maxErr << " against a float64 reference (max |C| "
-      << maxRef << ")";
+    o << "SGEMM self-check failed: max |error| " << maxErr
+      << " against a float64 reference (max |C| " << maxRef << ")";
     return o.str();
   }
   return "";
@@ -164,13 +164,15 @@ BlasInfo ensureBlasKernel(int /*argc*/, char** argv, bool allowReexec) {
   }
   const char* autoCore = env("DITSTUDIO_BLAS_AUTO");
   const char* userCore = env("OPENBLAS_CORETYPE");
-  const std::string detectedBefore = env("DITSTUDIO_BLAS_DETECTED") ? env("DITSTUDIO_BLAS_DETECTED") : "";
+  const std::string detectedBefore =
+      env("DITSTUDIO_BLAS_DETECTED") ? env("DITSTUDIO_BLAS_DETECTED") : "";
 
   if (autoCore && std::string(autoCore) == "failed") {
     b.selection = "fallback";
     const char* why = env("DITSTUDIO_BLAS_NOTE");
-    b.note = "automatic BLAS kernel selection failed (" + std::string(why ? why : "unknown reason") +
-             "); using OpenBLAS's own choice " + b.core + " (set OPENBLAS_CORETYPE to choose)";
+    b.note = "automatic BLAS kernel selection failed (" +
+             std::string(why ? why : "unknown reason") + "); using OpenBLAS's own choice " +
+             b.core + " (set OPENBLAS_CORETYPE to choose)";
     return b;
   }
   if (autoCore) {  // this process was re-executed with our choice: verify it before any work
@@ -181,7 +183,8 @@ BlasInfo ensureBlasKernel(int /*argc*/, char** argv, bool allowReexec) {
       problem = blasSelfCheck();
     if (problem.empty()) {
       b.selection = "auto";
-      b.note = "OpenBLAS detected " + (detectedBefore.empty() ? std::string("a slower core") : detectedBefore) +
+      b.note = "OpenBLAS detected " +
+               (detectedBefore.empty() ? std::string("a slower core") : detectedBefore) +
                " on a CPU with better instructions; selected " + b.core +
                " (SGEMM self-check passed; set OPENBLAS_CORETYPE to override)";
       return b;
@@ -198,7 +201,8 @@ BlasInfo ensureBlasKernel(int /*argc*/, char** argv, bool allowReexec) {
   }
   if (userCore) {
     b.selection = "user";
-    b.note = "OPENBLAS_CORETYPE=" + std::string(userCore) + " set by the user: OpenBLAS runs " + b.core;
+    b.note =
+        "OPENBLAS_CORETYPE=" + std::string(userCore) + " set by the user: OpenBLAS runs " + b.core;
     return b;
   }
   const char* assumed = env("DITSTUDIO_BLAS_ASSUME_DETECTED");
@@ -206,7 +210,8 @@ BlasInfo ensureBlasKernel(int /*argc*/, char** argv, bool allowReexec) {
   const std::string force = blasCoreToForce(detected, cpuFlags());
   if (force.empty()) return b;
   if (!allowReexec) {
-    b.note = "OpenBLAS detected " + detected + " on a CPU that offers " + force + " kernels; would select " + force;
+    b.note = "OpenBLAS detected " + detected + " on a CPU that offers " + force +
+             " kernels; would select " + force;
     return b;
   }
   ::setenv("OPENBLAS_CORETYPE", force.c_str(), 1);
@@ -217,7 +222,7 @@ BlasInfo ensureBlasKernel(int /*argc*/, char** argv, bool allowReexec) {
 
 nlohmann::json blasInfoJson(const BlasInfo& b) {
   return nlohmann::json{{"library", b.library}, {"config", b.config},       {"core", b.core},
-                        {"threads", b.threads},  {"selection", b.selection}, {"note", b.note}};
+                        {"threads", b.threads}, {"selection", b.selection}, {"note", b.note}};
 }
 
 }  // namespace dit

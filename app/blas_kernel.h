@@ -23,20 +23,19 @@
 // event, the CLI's log and ditstudio-bench's JSON.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 namespace dit {
 
 struct BlasInfo {
-  std::string library;     ///< "OpenBLAS 0.3.21" ("unknown" when the BLAS is not OpenBLAS)
-  std::string config;      ///< openblas_get_config()
-  std::string core;        ///< openblas_get_corename(), e.g. "Cooperlake"
-  int threads = 0;         ///< openblas_get_num_threads()
-  std::string selection;   ///< "detected" | "user" | "auto" | "fallback" | "unavailable"
-  std::string note;        ///< one sentence for the log (what was detected and chosen, and why)
+  std::string library;    ///< "OpenBLAS 0.3.21" ("unknown" when the BLAS is not OpenBLAS)
+  std::string config;     ///< openblas_get_config()
+  std::string core;       ///< openblas_get_corename(), e.g. "Cooperlake"
+  int threads = 0;        ///< openblas_get_num_threads()
+  std::string selection;  ///< "detected" | "user" | "auto" | "fallback" | "unavailable"
+  std::string note;       ///< one sentence for the log (what was detected and chosen, and why)
 };
 
 /// The CPU's instruction-set flags (lower case, as in /proc/cpuinfo "flags"). Empty when unknown.
@@ -67,7 +66,8 @@ std::string blasSelfCheck();
 /// only report what would be done (tests). Environment: OPENBLAS_CORETYPE (user's choice wins);
 /// DITSTUDIO_BLAS_AUTO / DITSTUDIO_BLAS_DETECTED (set by this function across the re-exec);
 /// DITSTUDIO_BLAS_SELECT=0 disables the policy; DITSTUDIO_BLAS_ASSUME_DETECTED=NAME makes the
-/// policy act as if OpenBLAS had detected NAME (tests, for machines whose OpenBLAS detects the CPU).
+/// policy act as if OpenBLAS had detected NAME (tests, for machines whose OpenBLAS detects the
+/// CPU).
 BlasInfo ensureBlasKernel(int argc, char** argv, bool allowReexec = true);
 
 /// JSON object {library, config, core, threads, selection, note}.

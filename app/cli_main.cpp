@@ -1,15 +1,14 @@
 // ditstudio-cli: headless generation. One rank runs in-process; --np N (or any degree > 1)
 // launches `mpirun -np N ditstudio-worker` and drives it with the worker protocol
 // (app/PROTOCOL.md). `ditstudio-cli bench` prints per-stage timings and peak memory as JSON.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <ATen/ATen.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
-#include <ATen/Parallel.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cctype>
@@ -25,9 +24,9 @@
 #include "app/memory_estimate.h"
 #include "app/protocol/launch.h"
 #include "app/protocol/protocol.h"
-#include "backend/pipelines/torch_registry.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/tensor_io.h"
+#include "backend/pipelines/torch_registry.h"
 #include "parallel/runtime.h"
 #include "parallel/strategy.h"
 
@@ -38,8 +37,8 @@ namespace fs = std::filesystem;
 namespace {
 
 struct CliOptions {
-  std::string model, output = "ditstudio-output.png", outputTensors, dtype = "float32", device = "cpu",
-                     hostfile, seed;
+  std::string model, output = "ditstudio-output.png", outputTensors, dtype = "float32",
+                     device = "cpu", hostfile, seed;
   protocol::GenerationParams gen;  ///< the protocol's defaults (protocol.h), set by the options
   int np = 0, ompThreads = 0;
   Strategy strategy;
@@ -52,7 +51,8 @@ struct CliOptions {
 void applySeed(CliOptions& o) {
   if (o.seed.empty()) return;
   try {
-    if (o.seed[0] != '-' && !std::isdigit(static_cast<unsigned char>(o.seed[0]))) throw std::invalid_argument(o.seed);
+    if (o.seed[0] != '-' && !std::isdigit(static_cast<unsigned char>(o.seed[0])))
+      throw std::invalid_argument(o.seed);
     size_t used = 0;
     if (o.seed[0] == '-') {
       (void)std::stoll(o.seed, &used);
@@ -64,7 +64,8 @@ void applySeed(CliOptions& o) {
       o.gen.random_seed = false;
     }
   } catch (const std::logic_error&) {
-    throw std::invalid_argument("--seed '" + o.seed + "' is not an integer in 0 .. 18446744073709551615 (or -1: random)");
+    throw std::invalid_argument("--seed '" + o.seed +
+                                "' is not an integer in 0 .. 18446744073709551615 (or -1: random)");
   }
 }
 
@@ -91,22 +92,26 @@ void refuseOverwrite(const CliOptions& o, int count) {
   for (int i = 0; i < count; ++i)
     for (const std::string* f : {&o.output, &o.outputTensors})
       if (!f->empty() && fs::exists(indexedPath(*f, i, count)))
-        throw std::invalid_argument("refusing to overwrite the existing file " + indexedPath(*f, i, count) +
-                                    " (use --overwrite to replace it, or another --output / --output-tensors)");
+        throw std::invalid_argument(
+            "refusing to overwrite the existing file " + indexedPath(*f, i, count) +
+            " (use --overwrite to replace it, or another --output / --output-tensors)");
 }
 
 // The memory estimate before anything is loaded: `ranks` ranks on this host, each holding its
 // weights plus the request's activations, attention and VAE decode.
-void refuseMemory(const CliOptions& o, const ModelFolder& model, const protocol::GenerationParams& g, int ranks) {
+void refuseMemory(const CliOptions& o, const ModelFolder& model,
+                  const protocol::GenerationParams& g, int ranks) {
   const int vsf = model.dims().vae_scale_factor;
   RequestDims rd;
   rd.width = g.width > 0 ? g.width : 128 * vsf;
   rd.height = g.height > 0 ? g.height : 128 * vsf;
-  rd.text_len = g.max_sequence_length > 0 ? g.max_sequence_length
-                                          : std::min(512, model.configAs<FluxPipelineConfig>().t5_max_length);
+  rd.text_len = g.max_sequence_length > 0
+                    ? g.max_sequence_length
+                    : model.config->max_sequence_length;
   rd.true_cfg = g.trueCfg();
   const bool cuda = o.device == "cuda";
-  const MemoryEstimate est = estimateRequestMemory(model, o.strategy, rd, o.dtype == "float32" ? 4 : 2, !cuda);
+  const MemoryEstimate est =
+      estimateRequestMemory(model, o.strategy, rd, o.dtype == "float32" ? 4 : 2, !cuda);
   std::string refusal;
   if (cuda) {
     if (auto avail = deviceMemoryAvailable(c10::Device("cuda:0")); avail && ranks == 1)
@@ -146,7 +151,8 @@ int runLocal(const CliOptions& o) {
   auto t0 = std::chrono::steady_clock::now();
   const std::unique_ptr<DiffusionPipeline> pipeline = loadPipeline(model, po);
   DiffusionPipeline& pipe = *pipeline;
-  spdlog::info("loaded in {:.2f} s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  spdlog::info("loaded in {:.2f} s",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   const protocol::GenerateRequest req = request(o);
   const int n = req.imageCount();
   const uint64_t seed0 = req.params.random_seed ? randomSeed() : req.params.seed;
@@ -154,7 +160,9 @@ int runLocal(const CliOptions& o) {
     PipelineInputs q = pipelineParams(req.params);
     if (!req.prompts.empty()) q.prompt = req.prompts[i];
     for (const auto& w : pipe.requestWarnings(q))
-      std::cerr << "warning: " << (req.prompts.empty() ? "" : "prompts[" + std::to_string(i) + "]: ") << w << std::endl;
+      std::cerr << "warning: "
+                << (req.prompts.empty() ? "" : "prompts[" + std::to_string(i) + "]: ") << w
+                << std::endl;
   }
   for (int i = 0; i < n; ++i) {
     PipelineInputs p = pipelineParams(req.params);
@@ -169,7 +177,8 @@ int runLocal(const CliOptions& o) {
     auto res = pipe.generate(p, cb);
     const protocol::GenerationParams made = imageParams(req.params, res.params);
     const std::string out = indexedPath(o.output, i, n);
-    writeImagePng(out, res, made, json{{"model", o.model}, {"strategy", "1 rank"}, {"dtype", o.dtype}});
+    writeImagePng(out, res, made,
+                  json{{"model", o.model}, {"strategy", "1 rank"}, {"dtype", o.dtype}});
     if (!o.outputTensors.empty()) writeResultTensors(indexedPath(o.outputTensors, i, n), res, made);
     std::cout << "wrote " << out << " (seed " << made.seed << ", " << res.params.width << "x"
               << res.params.height << ", " << res.params.steps << " steps)" << std::endl;
@@ -216,8 +225,10 @@ int runMpi(const CliOptions& o) {
   };
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-  signal(SIGPIPE, SIG_IGN);  // a group that dies before reading stdin must not kill the CLI silently
-  std::string req = protocol::requestLine(request(o)) + "\n" + protocol::requestLine(protocol::ShutdownRequest{}) + "\n";
+  signal(SIGPIPE,
+         SIG_IGN);  // a group that dies before reading stdin must not kill the CLI silently
+  std::string req = protocol::requestLine(request(o)) + "\n" +
+                    protocol::requestLine(protocol::ShutdownRequest{}) + "\n";
   if (write(toChild[1], req.data(), req.size()) != static_cast<ssize_t>(req.size()))
     spdlog::warn("could not write the whole request to the worker");
   close(toChild[1]);
@@ -252,16 +263,18 @@ int runMpi(const CliOptions& o) {
       spdlog::info("process group ready: {} ranks, {} (loaded in {:.2f} s)", ev.value("world", 0),
                    ev.value("strategy", json()).dump(), ev.value("load_seconds", 0.0));
     } else if (e == "progress") {
-      spdlog::info("image {} step {}/{} ({:.1f} ms)", ev.value("image_index", 0), ev.value("step", 0),
-                   ev.value("steps", 0), ev.value("step_ms", 0.0));
+      spdlog::info("image {} step {}/{} ({:.1f} ms)", ev.value("image_index", 0),
+                   ev.value("step", 0), ev.value("steps", 0), ev.value("step_ms", 0.0));
     } else if (e == "image") {
       ++images;
       if (!o.jsonEvents)
-        std::cout << "wrote " << ev.value("path", "") << " (seed " << ev.value("seed", json()).dump() << ")" << std::endl;
+        std::cout << "wrote " << ev.value("path", "") << " (seed "
+                  << ev.value("seed", json()).dump() << ")" << std::endl;
     } else if (e == "log" && ev.value("level", "") == "warning") {
       if (!o.jsonEvents) std::cerr << "warning: " << ev.value("message", "") << std::endl;
     } else if (e == "error") {
-      const std::string msg = "rank " + ev.value("rank", json()).dump() + ": " + ev.value("message", "");
+      const std::string msg =
+          "rank " + ev.value("rank", json()).dump() + ": " + ev.value("message", "");
       if (firstError.empty()) firstError = msg;
       fatal = fatal || ev.value("fatal", false);
       std::cerr << "error: " << msg << std::endl;
@@ -275,8 +288,8 @@ int runMpi(const CliOptions& o) {
   if (!firstError.empty()) return rc ? rc : 1;
   if (rc != 0) {
     if (auto f = protocol::parseMpirunFailure(otherOutput); f && f->rank >= 0) {
-      std::cerr << "error: " << f->reason << " without reporting an error; mpirun ended the process group"
-                << std::endl;
+      std::cerr << "error: " << f->reason
+                << " without reporting an error; mpirun ended the process group" << std::endl;
       return rc;
     }
   }
@@ -307,7 +320,8 @@ int runBench(const CliOptions& o, int warmup) {
   for (int i = 0; i < warmup; ++i) pipe.generate(p);
   auto res = pipe.generate(p);
   json steps = json::array();
-  for (int i = 1; i <= res.steps_done; ++i) steps.push_back(res.timings_ms["step." + std::to_string(i)]);
+  for (int i = 1; i <= res.steps_done; ++i)
+    steps.push_back(res.timings_ms["step." + std::to_string(i)]);
   json wb = json::object();
   for (auto& [k, v] : pipe.weightBytes()) wb[k] = v;
   json out{{"model", o.model},
@@ -348,19 +362,29 @@ int main(int argc, char** argv) {
     a->add_option("--model", o.model, "diffusers FLUX.1 folder (default: the embedded tiny model)");
     a->add_option("--prompt", o.gen.prompt, "prompt")->capture_default_str();
     a->add_option("--negative-prompt", o.gen.negative_prompt,
-                  "negative prompt; given (even as \"\") with --true-cfg-scale > 1 it runs true CFG, as diffusers");
-    a->add_option("--true-cfg-scale", o.gen.true_cfg_scale, "true CFG scale, 0 .. 100 (> 1 with a negative prompt: true CFG)");
-    a->add_option("--width", o.gen.width, "width in pixels (multiple of 2 x vae_scale_factor; default 128 x vae_scale_factor)");
+                  "negative prompt; given (even as \"\") with --true-cfg-scale > 1 it runs true "
+                  "CFG, as diffusers");
+    a->add_option("--true-cfg-scale", o.gen.true_cfg_scale,
+                  "true CFG scale, 0 .. 100 (> 1 with a negative prompt: true CFG)");
+    a->add_option(
+        "--width", o.gen.width,
+        "width in pixels (multiple of 2 x vae_scale_factor; default 128 x vae_scale_factor)");
     a->add_option("--height", o.gen.height, "height in pixels");
     a->add_option("--steps", o.gen.steps, "denoising steps (default 28)");
-    a->add_option("--guidance", o.gen.guidance, "distilled guidance scale, 0 .. 100 (guidance_embeds models)");
-    a->add_option("--seed", o.seed, "seed of the CPU noise generator, 0 .. 2^64-1 (default 42; -1: random)");
-    a->add_option("--max-sequence-length", o.gen.max_sequence_length, "T5 tokens (default from tokenizer_2, at most 512)");
+    a->add_option("--guidance", o.gen.guidance,
+                  "distilled guidance scale, 0 .. 100 (guidance_embeds models)");
+    a->add_option("--seed", o.seed,
+                  "seed of the CPU noise generator, 0 .. 2^64-1 (default 42; -1: random)");
+    a->add_option("--max-sequence-length", o.gen.max_sequence_length,
+                  "T5 tokens (default from tokenizer_2, at most 512)");
     a->add_option("--dtype", o.dtype, "float32 | bfloat16 | float16");
     a->add_option("--device", o.device, "cpu | cuda");
-    a->add_option("--output", o.output, "output PNG (with data parallel / several images: FILE-i.png); an existing file is refused unless --overwrite");
+    a->add_option("--output", o.output,
+                  "output PNG (with data parallel / several images: FILE-i.png); an existing file "
+                  "is refused unless --overwrite");
     a->add_flag("--overwrite", o.overwrite, "replace existing --output / --output-tensors files");
-    a->add_option("--output-tensors", o.outputTensors, "safetensors with image, initial_latents, final_latents");
+    a->add_option("--output-tensors", o.outputTensors,
+                  "safetensors with image, initial_latents, final_latents");
     a->add_option("--num-images", o.gen.num_images, "images per request, 1 .. 10000");
     a->add_option("--prompts", o.prompts, "several prompts (split across data-parallel replicas)");
     a->add_option("--omp-threads", o.ompThreads, "OpenMP threads per rank (mpirun; default 1)");
@@ -370,7 +394,9 @@ int main(int argc, char** argv) {
   protocol::addStrategyOptions(app, o.strategy);
   app.add_option("--hostfile", o.hostfile, "mpirun hostfile for several machines");
   app.add_flag("--json", o.jsonEvents, "print the worker's events as JSON lines");
-  auto* bench = app.add_subcommand("bench", "time each stage (tokenize, encode, each step, decode) and peak memory; prints JSON");
+  auto* bench = app.add_subcommand(
+      "bench",
+      "time each stage (tokenize, encode, each step, decode) and peak memory; prints JSON");
   addGen(bench);
   bench->add_option("--warmup", warmup, "untimed runs first");
   CLI11_PARSE(app, argc, argv);
@@ -378,8 +404,11 @@ int main(int argc, char** argv) {
     if (o.model.empty()) o.model = defaultModelDir();
     applySeed(o);
     // `--negative-prompt ""` is a given (empty) negative prompt, as diffusers' negative_prompt="".
-    o.gen.negative_prompt_given = app.count("--negative-prompt") > 0 || bench->count("--negative-prompt") > 0;
-    if (!o.prompts.empty()) o.gen.num_images = static_cast<int>(std::min<size_t>(o.prompts.size(), protocol::kMaxImages + 1));
+    o.gen.negative_prompt_given =
+        app.count("--negative-prompt") > 0 || bench->count("--negative-prompt") > 0;
+    if (!o.prompts.empty())
+      o.gen.num_images =
+          static_cast<int>(std::min<size_t>(o.prompts.size(), protocol::kMaxImages + 1));
     checkOptions(request(o));
     if (*bench) return runBench(o, warmup);
     auto& s = o.strategy;
@@ -394,13 +423,15 @@ int main(int argc, char** argv) {
     if (o.device != "cpu" && o.device != "cuda")
       throw std::invalid_argument("unknown device '" + o.device + "' (use cpu or cuda)");
     if (o.device == "cpu" && dtype == at::kHalf)
-      throw std::invalid_argument("float16 is not supported on the CPU; use float32 or bfloat16 (float16 on GPUs)");
+      throw std::invalid_argument(
+          "float16 is not supported on the CPU; use float32 or bfloat16 (float16 on GPUs)");
     refuseOverwrite(o, request(o).imageCount());
     // Refuse an impossible strategy or size before anything starts (configs and safetensors
     // headers only, no weights read).
     const auto model = ModelFolder::open(o.model);
     if (o.np > 1 || !o.hostfile.empty())
-      if (auto msg = validateStrategyForRequest(s, model, o.gen, request(o).imageCount()); !msg.empty())
+      if (auto msg = validateStrategyForRequest(s, model, o.gen, request(o).imageCount());
+          !msg.empty())
         throw std::invalid_argument("strategy refused: " + msg);
     if (o.hostfile.empty()) refuseMemory(o, model, o.gen, o.np);
     if (o.np == 1 && o.hostfile.empty()) return runLocal(o);

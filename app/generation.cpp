@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
-
 #include <fcntl.h>
 #include <malloc.h>
 #include <unistd.h>
@@ -11,7 +10,6 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
-
 #include <filesystem>
 #include <random>
 
@@ -37,7 +35,8 @@ PipelineInputs pipelineParams(const protocol::GenerationParams& p) {
   return g;
 }
 
-protocol::GenerationParams imageParams(protocol::GenerationParams request, const PipelineInputs& resolved) {
+protocol::GenerationParams imageParams(protocol::GenerationParams request,
+                                       const PipelineInputs& resolved) {
   request.prompt = resolved.prompt;
   request.width = resolved.width;
   request.height = resolved.height;
@@ -54,8 +53,8 @@ static void makeParent(const std::string& path) {
   if (!parent.empty()) fs::create_directories(parent);
 }
 
-void writeImagePng(const std::string& path, const GenerationResult& r, const protocol::GenerationParams& params,
-                   const json& extra) {
+void writeImagePng(const std::string& path, const GenerationResult& r,
+                   const protocol::GenerationParams& params, const json& extra) {
   makeParent(path);
   json meta = protocol::toJson(params);
   for (auto it = extra.begin(); it != extra.end(); ++it) meta[it.key()] = *it;
@@ -66,7 +65,8 @@ void writeImagePng(const std::string& path, const GenerationResult& r, const pro
            {{"parameters", meta.dump(-1, ' ', true)}, {"Software", "DiT Studio"}});
 }
 
-void writeResultTensors(const std::string& path, const GenerationResult& r, const protocol::GenerationParams& params) {
+void writeResultTensors(const std::string& path, const GenerationResult& r,
+                        const protocol::GenerationParams& params) {
   makeParent(path);
   std::map<std::string, at::Tensor> t{{"initial_latents", r.initial_latents},
                                       {"final_latents", r.final_latents}};
@@ -77,23 +77,29 @@ void writeResultTensors(const std::string& path, const GenerationResult& r, cons
 std::string indexedPath(const std::string& path, int index, int count) {
   if (count <= 1) return path;
   fs::path p(path);
-  return (p.parent_path() / (p.stem().string() + "-" + std::to_string(index) + p.extension().string())).string();
+  return (p.parent_path() /
+          (p.stem().string() + "-" + std::to_string(index) + p.extension().string()))
+      .string();
 }
 
-std::string uniqueImagePath(const std::string& dir, const std::string& id, int index, uint64_t seed) {
+std::string uniqueImagePath(const std::string& dir, const std::string& id, int index,
+                            uint64_t seed) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw std::runtime_error("cannot create the output folder " + dir + ": " + ec.message());
   std::string safeId;
-  for (char c : id) safeId += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_';
+  for (char c : id)
+    safeId +=
+        (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_';
   if (safeId.size() > 64) safeId.resize(64);
   char date[32];
   const std::time_t now = std::time(nullptr);
   std::tm tm{};
   localtime_r(&now, &tm);
   std::strftime(date, sizeof date, "%Y%m%d-%H%M%S", &tm);
-  const std::string stem = (fs::path(dir) / (std::string(date) + "-" + safeId + "-" + std::to_string(index) + "-s" +
-                                               std::to_string(seed))).string();
+  const std::string stem = (fs::path(dir) / (std::string(date) + "-" + safeId + "-" +
+                                             std::to_string(index) + "-s" + std::to_string(seed)))
+                               .string();
   for (int n = 1; n < 100000; ++n) {
     const std::string path = stem + (n == 1 ? std::string() : "-" + std::to_string(n)) + ".png";
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -101,15 +107,16 @@ std::string uniqueImagePath(const std::string& dir, const std::string& id, int i
       ::close(fd);
       return path;
     }
-    if (errno != EEXIST) throw std::runtime_error("cannot create " + path + ": " + std::strerror(errno));
+    if (errno != EEXIST)
+      throw std::runtime_error("cannot create " + path + ": " + std::strerror(errno));
   }
   throw std::runtime_error("no free image name for " + stem + ".png");
 }
 
 ModelDims modelDims(const ModelFolder& m) { return m.dims(); }
 
-std::string validateStrategyForRequest(const Strategy& s, const ModelFolder& m, const protocol::GenerationParams& p,
-                                       int numImages) {
+std::string validateStrategyForRequest(const Strategy& s, const ModelFolder& m,
+                                       const protocol::GenerationParams& p, int numImages) {
   auto issues = validateDegrees(s);
   if (!issues.empty()) return joinIssues(issues);
   const int vsf = m.dims().vae_scale_factor;

@@ -21,16 +21,18 @@ PipelineInputs pipelineParams(const protocol::GenerationParams& p);
 /// The request parameters of one made image: `request` with the pipeline's resolved values
 /// (width, height, steps, max_sequence_length, seed) and num_images 1. What image events and the
 /// PNG "parameters" chunk report.
-protocol::GenerationParams imageParams(protocol::GenerationParams request, const PipelineInputs& resolved);
+protocol::GenerationParams imageParams(protocol::GenerationParams request,
+                                       const PipelineInputs& resolved);
 
 /// Writes the PNG (8-bit RGB, text chunk "parameters" = protocol::toJson(params) plus `extra`, e.g.
 /// model path and strategy). Creates parent folders. Throws std::runtime_error.
-void writeImagePng(const std::string& path, const GenerationResult& r, const protocol::GenerationParams& params,
-                   const nlohmann::json& extra);
+void writeImagePng(const std::string& path, const GenerationResult& r,
+                   const protocol::GenerationParams& params, const nlohmann::json& extra);
 
 /// Writes `image` [3,H,W] float32 in [0,1], `initial_latents` and `final_latents` (packed,
 /// float32) to a safetensors file, with protocol::toJson(params) as metadata "parameters".
-void writeResultTensors(const std::string& path, const GenerationResult& r, const protocol::GenerationParams& params);
+void writeResultTensors(const std::string& path, const GenerationResult& r,
+                        const protocol::GenerationParams& params);
 
 /// "out.png" with index 2 of 3 -> "out-2.png"; with count 1 the path is unchanged.
 std::string indexedPath(const std::string& path, int index, int count);
@@ -40,7 +42,8 @@ std::string indexedPath(const std::string& path, int index, int count);
 /// [A-Za-z0-9._-] become '_'), with "-2", "-3", ... before ".png" when that name is taken. The
 /// file is created empty (O_EXCL) so that two writers never pick the same name. Creates `dir`.
 /// Throws std::runtime_error when the folder cannot be created or written.
-std::string uniqueImagePath(const std::string& dir, const std::string& id, int index, uint64_t seed);
+std::string uniqueImagePath(const std::string& dir, const std::string& id, int index,
+                            uint64_t seed);
 
 /// The sizes strategy validation needs, from the model's configs (no weights read).
 ModelDims modelDims(const ModelFolder& m);
@@ -50,8 +53,8 @@ ModelDims modelDims(const ModelFolder& m);
 /// CFG, sizes. Defaults of `p` (0 = model default) are resolved as FluxPipeline::resolve does
 /// (128 x vae_scale_factor pixels, the folder's default text length).
 /// Returns "" or the joined messages.
-std::string validateStrategyForRequest(const Strategy& s, const ModelFolder& m, const protocol::GenerationParams& p,
-                                       int numImages);
+std::string validateStrategyForRequest(const Strategy& s, const ModelFolder& m,
+                                       const protocol::GenerationParams& p, int numImages);
 
 /// Keeps freed tensor memory in the process instead of returning it to the kernel after every
 /// op: glibc serves blocks above M_MMAP_THRESHOLD with fresh mmaps whose page faults and zeroing

@@ -15,7 +15,6 @@
 #include <QDir>
 #include <QFileInfo>
 #include <QTimer>
-
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -42,16 +41,25 @@ Args parseArgs(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string s = argv[i];
     auto value = [&](QString* out) {
-      if (i + 1 < argc) *out = QString::fromLocal8Bit(argv[++i]);
-      else a.bad = QString::fromStdString(s) + " needs a value";
+      if (i + 1 < argc)
+        *out = QString::fromLocal8Bit(argv[++i]);
+      else
+        a.bad = QString::fromStdString(s) + " needs a value";
     };
-    if (s == "--headless") a.headless = true;
-    else if (s == "--auto-generate") a.autoGenerate = true;
-    else if (s == "--model") value(&a.model);
-    else if (s.rfind("--model=", 0) == 0) a.model = QString::fromLocal8Bit(argv[i] + 8);
-    else if (s == "--screenshot") value(&a.screenshot);
-    else if (s.rfind("--screenshot=", 0) == 0) a.screenshot = QString::fromLocal8Bit(argv[i] + 13);
-    else if (s == "-h" || s == "--help") a.help = true;
+    if (s == "--headless")
+      a.headless = true;
+    else if (s == "--auto-generate")
+      a.autoGenerate = true;
+    else if (s == "--model")
+      value(&a.model);
+    else if (s.rfind("--model=", 0) == 0)
+      a.model = QString::fromLocal8Bit(argv[i] + 8);
+    else if (s == "--screenshot")
+      value(&a.screenshot);
+    else if (s.rfind("--screenshot=", 0) == 0)
+      a.screenshot = QString::fromLocal8Bit(argv[i] + 13);
+    else if (s == "-h" || s == "--help")
+      a.help = true;
     // Anything else (Qt's own -platform, -style, ...) is left to QApplication.
   }
   return a;
@@ -59,7 +67,8 @@ Args parseArgs(int argc, char** argv) {
 
 const char kUsage[] =
     "usage: ditstudio [--model DIR] [--headless] [--screenshot FILE [--auto-generate]]\n"
-    "  --model DIR        diffusers FLUX.1 folder (default: $DITSTUDIO_MODEL_DIR or the embedded model)\n"
+    "  --model DIR        diffusers FLUX.1 folder (default: $DITSTUDIO_MODEL_DIR or the embedded "
+    "model)\n"
     "  --headless         no window: run the default generation with ditstudio-cli into\n"
     "                     ditstudio-output.png (also chosen when no display is available)\n"
     "  --screenshot FILE  grab the window to FILE (with --auto-generate: after one image)\n"
@@ -79,14 +88,22 @@ int runHeadless(int argc, char** argv, const Args& args) {
   const QString model = args.model.isEmpty() ? dit::ui::defaultModelDir() : args.model;
   const dit::ui::GenerationParams p = dit::ui::startingParams();
   const QStringList cliArgs = {cli,
-                               QStringLiteral("--model"), model,
-                               QStringLiteral("--prompt"), QString::fromStdString(p.prompt),
-                               QStringLiteral("--width"), QString::number(p.width),
-                               QStringLiteral("--height"), QString::number(p.height),
-                               QStringLiteral("--steps"), QString::number(p.steps),
-                               QStringLiteral("--guidance"), QString::number(p.guidance),
-                               QStringLiteral("--seed"), QString::number(p.seed),
-                               QStringLiteral("--output"), QStringLiteral("ditstudio-output.png")};
+                               QStringLiteral("--model"),
+                               model,
+                               QStringLiteral("--prompt"),
+                               QString::fromStdString(p.prompt),
+                               QStringLiteral("--width"),
+                               QString::number(p.width),
+                               QStringLiteral("--height"),
+                               QString::number(p.height),
+                               QStringLiteral("--steps"),
+                               QString::number(p.steps),
+                               QStringLiteral("--guidance"),
+                               QString::number(p.guidance),
+                               QStringLiteral("--seed"),
+                               QString::number(p.seed),
+                               QStringLiteral("--output"),
+                               QStringLiteral("ditstudio-output.png")};
   std::fprintf(stderr, "ditstudio: running headless: %s\n",
                dit::ui::LaunchCommand{cli, cliArgs.mid(1)}.display().toLocal8Bit().constData());
   std::vector<std::string> store;
@@ -115,13 +132,15 @@ int main(int argc, char** argv) {
   if (args.headless) return runHeadless(argc, argv, args);
   if (noDisplay()) {
     if (args.screenshot.isEmpty()) {
-      std::fprintf(stderr,
-                   "ditstudio: no display (DISPLAY, WAYLAND_DISPLAY and QT_QPA_PLATFORM are unset); "
-                   "running the default generation headless instead (use xvfb-run or "
-                   "QT_QPA_PLATFORM=offscreen for the window).\n");
+      std::fprintf(
+          stderr,
+          "ditstudio: no display (DISPLAY, WAYLAND_DISPLAY and QT_QPA_PLATFORM are unset); "
+          "running the default generation headless instead (use xvfb-run or "
+          "QT_QPA_PLATFORM=offscreen for the window).\n");
       return runHeadless(argc, argv, args);
     }
-    std::fprintf(stderr, "ditstudio: no display; rendering the window offscreen for the screenshot.\n");
+    std::fprintf(stderr,
+                 "ditstudio: no display; rendering the window offscreen for the screenshot.\n");
     qputenv("QT_QPA_PLATFORM", "offscreen");
   }
 
@@ -141,22 +160,26 @@ int main(int argc, char** argv) {
   int exitCode = 0;
   if (args.autoGenerate) {
     // Unattended runs: mirror the group's log and state to stderr.
-    QObject::connect(window.controller(), &dit::ui::WorkerController::logLine, &app,
-                     [](int rank, const QString& level, const QString& message) {
-                       std::fprintf(stderr, "[%s] %s: %s\n",
-                                    rank < 0 ? "mpirun" : QStringLiteral("rank %1").arg(rank).toLocal8Bit().constData(),
-                                    level.toLocal8Bit().constData(), message.toLocal8Bit().constData());
-                     });
+    QObject::connect(
+        window.controller(), &dit::ui::WorkerController::logLine, &app,
+        [](int rank, const QString& level, const QString& message) {
+          std::fprintf(
+              stderr, "[%s] %s: %s\n",
+              rank < 0 ? "mpirun" : QStringLiteral("rank %1").arg(rank).toLocal8Bit().constData(),
+              level.toLocal8Bit().constData(), message.toLocal8Bit().constData());
+        });
     QObject::connect(window.controller(), &dit::ui::WorkerController::stateChanged, &app,
                      [](dit::ui::WorkerController::State s) {
-                       std::fprintf(stderr, "ditstudio: group %s\n",
-                                    dit::ui::WorkerController::stateName(s).toLocal8Bit().constData());
+                       std::fprintf(
+                           stderr, "ditstudio: group %s\n",
+                           dit::ui::WorkerController::stateName(s).toLocal8Bit().constData());
                      });
   }
   if (!args.screenshot.isEmpty() && args.autoGenerate) {
     QObject::connect(&window, &dit::ui::MainWindow::autoGenerateFinished, &app,
                      [&](bool ok, const QString& message) {
-                       std::fprintf(ok ? stdout : stderr, "ditstudio: %s\n", message.toLocal8Bit().constData());
+                       std::fprintf(ok ? stdout : stderr, "ditstudio: %s\n",
+                                    message.toLocal8Bit().constData());
                        exitCode = ok ? 0 : 1;
                        window.close();  // stops the worker group, then the last window closes
                      });
@@ -165,7 +188,8 @@ int main(int argc, char** argv) {
     QTimer::singleShot(1000, &window, [&] {
       const bool ok = window.grab().save(args.screenshot);
       std::fprintf(ok ? stdout : stderr, "ditstudio: screenshot %s %s\n",
-                   args.screenshot.toLocal8Bit().constData(), ok ? "written" : "could not be written");
+                   args.screenshot.toLocal8Bit().constData(),
+                   ok ? "written" : "could not be written");
       exitCode = ok ? 0 : 1;
       window.close();
     });

@@ -11,15 +11,15 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "backend/models/autoencoders/autoencoder_kl.h"
-#include "backend/models/torch_registry.h"
 #include "backend/io/config_json.h"
 #include "backend/io/model_folder.h"
-#include "backend/pipelines/flux/flux_pipeline_config.h"
 #include "backend/io/tensor_io.h"
+#include "backend/io/weight_source.h"
+#include "backend/models/autoencoders/autoencoder_kl.h"
 #include "backend/models/text_encoders/modeling_clip.h"
 #include "backend/models/text_encoders/modeling_t5.h"
-#include "backend/io/weight_source.h"
+#include "backend/models/torch_registry.h"
+#include "backend/pipelines/flux/flux_pipeline_config.h"
 
 using namespace dit;
 using nlohmann::json;
@@ -60,7 +60,8 @@ static void saveComponent(const fs::path& dir, const std::string& stem,
   uint64_t total = 0;
   for (size_t i = 0; i < shards.size(); ++i) {
     char name[128];
-    std::snprintf(name, sizeof name, "%s-%05zu-of-%05zu.safetensors", stem.c_str(), i + 1, shards.size());
+    std::snprintf(name, sizeof name, "%s-%05zu-of-%05zu.safetensors", stem.c_str(), i + 1,
+                  shards.size());
     saveTensors((dir / name).string(), shards[i], {{"format", "pt"}});
     for (auto& [k, v] : shards[i]) {
       index["weight_map"][k] = name;
@@ -72,18 +73,22 @@ static void saveComponent(const fs::path& dir, const std::string& stem,
 }
 
 int main(int argc, char** argv) {
-  CLI::App app{"Write a FLUX.1-architecture diffusers model folder with random weights", "ditstudio-make-model"};
+  CLI::App app{"Write a FLUX.1-architecture diffusers model folder with random weights",
+               "ditstudio-make-model"};
   std::string templ, out, diskDtype = "float32";
   uint64_t seed = 2026, shardBytes = 0;
   int layers = -1, singleLayers = -1, heads = -1, headDim = -1, guidance = -1;
   std::vector<int> vaeBlocks, axes;
   double stdev = 0.02;
-  app.add_option("--template", templ, "diffusers FLUX.1 folder whose tokenizers/scheduler/configs are copied")->required();
+  app.add_option("--template", templ,
+                 "diffusers FLUX.1 folder whose tokenizers/scheduler/configs are copied")
+      ->required();
   app.add_option("--out", out, "output folder")->required();
   app.add_option("--seed", seed, "weight seed");
   app.add_option("--std", stdev, "weight standard deviation");
   app.add_option("--disk-dtype", diskDtype, "float32 | bfloat16 | float16 on disk");
-  app.add_option("--shard-bytes", shardBytes, "shard the transformer into files of at most this size");
+  app.add_option("--shard-bytes", shardBytes,
+                 "shard the transformer into files of at most this size");
   app.add_option("--num-layers", layers);
   app.add_option("--num-single-layers", singleLayers);
   app.add_option("--num-attention-heads", heads);
@@ -130,7 +135,8 @@ int main(int argc, char** argv) {
       auto w = make(1);
       const std::string cfgFile = m.component("transformer") + "/config.json";
       const auto model = loadTransformer(m.transformer_class, readConfigJson(cfgFile), cfgFile, *w);
-      saveComponent(tmp / "transformer", "diffusion_pytorch_model", w->recorded(), disk, shardBytes);
+      saveComponent(tmp / "transformer", "diffusion_pytorch_model", w->recorded(), disk,
+                    shardBytes);
     }
     {
       auto w = make(2);

@@ -38,9 +38,9 @@ uint64_t MemoryEstimate::peak() const {
 }
 
 std::string MemoryEstimate::describe() const {
-  return "weights " + formatBytes(weights) + " + transformer activations " + formatBytes(activations) +
-         " + attention " + formatBytes(attention) + " (VAE decode " + formatBytes(vae_decode) +
-         ") = " + formatBytes(peak());
+  return "weights " + formatBytes(weights) + " + transformer activations " +
+         formatBytes(activations) + " + attention " + formatBytes(attention) + " (VAE decode " +
+         formatBytes(vae_decode) + ") = " + formatBytes(peak());
 }
 
 MemoryEstimate estimateRequestMemory(const ModelFolder& m, const Strategy& s, const RequestDims& r,
@@ -53,7 +53,8 @@ MemoryEstimate estimateRequestMemory(const ModelFolder& m, const Strategy& s, co
   // Weights: the transformer's share from its declared plan, the rest whole on every rank.
   const int tp = std::max(1, s.tp_degree);
   if (dims.tensor_parallel_plan && dims.parameters)
-    e.weights = dims.tensor_parallel_plan->bytesPerRank(*dims.parameters, tp, static_cast<int64_t>(eb));
+    e.weights =
+        dims.tensor_parallel_plan->bytesPerRank(*dims.parameters, tp, static_cast<int64_t>(eb));
   else
     e.weights = mul(m.transformerParameterCount(), eb);
   e.weights += componentBytes(m, "text_encoder", "model", elementBytes);
@@ -69,7 +70,8 @@ MemoryEstimate estimateRequestMemory(const ModelFolder& m, const Strategy& s, co
   const uint64_t ulysses = static_cast<uint64_t>(std::max(1, s.ulysses_degree));
   const uint64_t localTokens = ceilDiv(tokens, ring * ulysses);
   const uint64_t inner = static_cast<uint64_t>(t.innerDim());
-  const uint64_t heads = ceilDiv(static_cast<uint64_t>(t.num_attention_heads), static_cast<uint64_t>(tp) * ulysses);
+  const uint64_t heads =
+      ceilDiv(static_cast<uint64_t>(t.num_attention_heads), static_cast<uint64_t>(tp) * ulysses);
   // Live tensors of a single block at its peak: input and residual, q/k/v (sharded by tp),
   // the attention output, the MLP hidden (4 x inner / tp) and cat(attn, mlp): about 16 x inner
   // per token (float32 intermediates for norms and the scheduler step counted in).
@@ -80,14 +82,19 @@ MemoryEstimate estimateRequestMemory(const ModelFolder& m, const Strategy& s, co
   if (scoresMaterialized)
     e.attention = mul(mul(heads, mul(q, q)), mul(2, eb));  // scores + softmax
   else
-    e.attention = mul(mul(heads, q), mul(static_cast<uint64_t>(t.attention_head_dim) + 1, mul(2, eb)));
+    e.attention =
+        mul(mul(heads, q), mul(static_cast<uint64_t>(t.attention_head_dim) + 1, mul(2, eb)));
   // VAE decoder: at full resolution block_out_channels[0] channels, about 3 maps live (input,
   // output, group-norm temporary); mid-block single-head attention over the latent pixels.
-  const uint64_t pixels = mul(static_cast<uint64_t>(std::max(0, r.height)), static_cast<uint64_t>(std::max(0, r.width)));
-  const uint64_t ch0 = static_cast<uint64_t>(cfg.vae.block_out_channels.empty() ? 128 : cfg.vae.block_out_channels.front());
-  const uint64_t latentPixels = ceilDiv(pixels, static_cast<uint64_t>(vsf) * static_cast<uint64_t>(vsf));
+  const uint64_t pixels = mul(static_cast<uint64_t>(std::max(0, r.height)),
+                              static_cast<uint64_t>(std::max(0, r.width)));
+  const uint64_t ch0 = static_cast<uint64_t>(
+      cfg.vae.block_out_channels.empty() ? 128 : cfg.vae.block_out_channels.front());
+  const uint64_t latentPixels =
+      ceilDiv(pixels, static_cast<uint64_t>(vsf) * static_cast<uint64_t>(vsf));
   e.vae_decode = mul(mul(pixels, ch0), mul(3, eb));
-  if (scoresMaterialized) e.vae_decode = add(e.vae_decode, mul(mul(latentPixels, latentPixels), mul(2, eb)));
+  if (scoresMaterialized)
+    e.vae_decode = add(e.vae_decode, mul(mul(latentPixels, latentPixels), mul(2, eb)));
   return e;
 }
 
@@ -113,19 +120,27 @@ std::string formatBytes(uint64_t bytes) {
     ++u;
   }
   char buf[32];
-  if (u == 0) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
-  else std::snprintf(buf, sizeof buf, v >= 100 ? "%.0f %s" : v >= 10 ? "%.1f %s" : "%.2f %s", v, units[u]);
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
+  else
+    std::snprintf(buf, sizeof buf,
+                  v >= 100  ? "%.0f %s"
+                  : v >= 10 ? "%.1f %s"
+                            : "%.2f %s",
+                  v, units[u]);
   return buf;
 }
 
-std::string memoryRefusal(const MemoryEstimate& e, uint64_t perRank, int ranksOnHost, uint64_t available,
-                          const RequestDims& r, const std::string& what) {
+std::string memoryRefusal(const MemoryEstimate& e, uint64_t perRank, int ranksOnHost,
+                          uint64_t available, const RequestDims& r, const std::string& what) {
   const uint64_t need = mul(perRank, static_cast<uint64_t>(std::max(1, ranksOnHost)));
   if (need <= available) return "";
   std::ostringstream o;
   o << "not enough memory for " << r.width << "x" << r.height << ": ";
-  if (ranksOnHost > 1) o << "each of the " << ranksOnHost << " ranks on this host needs about ";
-  else o << "the rank needs about ";
+  if (ranksOnHost > 1)
+    o << "each of the " << ranksOnHost << " ranks on this host needs about ";
+  else
+    o << "the rank needs about ";
   o << formatBytes(perRank) << " (estimate per rank: " << e.describe() << ")";
   if (ranksOnHost > 1) o << ", " << formatBytes(need) << " in all,";
   o << " but only " << formatBytes(available) << " of " << what

@@ -14,15 +14,16 @@ namespace dit {
 
 /// Bytes one rank needs for one request (upper bounds of the peaks, not a sum of everything).
 struct MemoryEstimate {
-  uint64_t weights = 0;       ///< transformer (ShardingPlan::bytesPerRank at tp) + text encoders + VAE
-  uint64_t activations = 0;   ///< transformer block activations at this rank's token count
-  uint64_t attention = 0;     ///< transformer attention scores (math kernel) at this rank's slice
-  uint64_t vae_decode = 0;    ///< VAE decoder: full-resolution feature maps + mid-block attention
+  uint64_t weights = 0;  ///< transformer (ShardingPlan::bytesPerRank at tp) + text encoders + VAE
+  uint64_t activations = 0;  ///< transformer block activations at this rank's token count
+  uint64_t attention = 0;    ///< transformer attention scores (math kernel) at this rank's slice
+  uint64_t vae_decode = 0;   ///< VAE decoder: full-resolution feature maps + mid-block attention
   /// The peak while the request runs: weights + max(transformer stage, VAE stage).
   uint64_t peak() const;
   /// Peak minus the weights: what a request needs on top of a loaded model.
   uint64_t requestBytes() const { return peak() - weights; }
-  /// "weights 1.2 GiB + transformer activations 3 MiB + attention 40 MiB (VAE decode 8 MiB) = 1.3 GiB"
+  /// "weights 1.2 GiB + transformer activations 3 MiB + attention 40 MiB (VAE decode 8 MiB) = 1.3
+  /// GiB"
   std::string describe() const;
 };
 
@@ -49,7 +50,7 @@ std::string formatBytes(uint64_t bytes);
 /// <describe()> but only 3.1 GiB of host memory is available (MemAvailable); use a smaller size,
 /// more ranks (ring/ulysses/tp) or a machine with more memory". `what` names the budget
 /// ("host memory", "device memory").
-std::string memoryRefusal(const MemoryEstimate& e, uint64_t perRank, int ranksOnHost, uint64_t available,
-                          const RequestDims& r, const std::string& what);
+std::string memoryRefusal(const MemoryEstimate& e, uint64_t perRank, int ranksOnHost,
+                          uint64_t available, const RequestDims& r, const std::string& what);
 
 }  // namespace dit

@@ -1,12 +1,13 @@
 // ditstudio-worker: the rank program. Started by mpirun (by the GUI or ditstudio-cli), it builds
 // the DeviceMesh for the chosen strategy, loads this rank's shard of the model, then serves
 // requests read by rank 0 from stdin and broadcast to every rank (app/PROTOCOL.md; requests and
-// events are read and written through app/protocol/). Events are prefixed JSON lines on stdout. Any exception inside a rank ends the whole group
-// through abortGroup (error event naming the rank, then MPI_Abort).
+// events are read and written through app/protocol/). Events are prefixed JSON lines on stdout. Any
+// exception inside a rank ends the whole group through abortGroup (error event naming the rank,
+// then MPI_Abort).
 #include <ATen/ATen.h>
+#include <mpi.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
-#include <mpi.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -21,21 +22,20 @@
 #include <thread>
 #include <variant>
 
-#include "app/device_stats.h"
 #include "app/blas_kernel.h"
+#include "app/device_stats.h"
 #include "app/generation.h"
 #include "app/memory_estimate.h"
 #include "app/protocol/launch.h"
 #include "app/protocol/protocol.h"
-#include "backend/pipelines/torch_registry.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/png_io.h"
 #include "backend/io/tensor_io.h"
+#include "backend/pipelines/torch_registry.h"
 #include "parallel/context_parallel.h"
 #include "parallel/device_mesh.h"
 #include "parallel/runtime.h"
 #include "parallel/strategy.h"
-
 
 using namespace dit;
 using nlohmann::json;
@@ -122,7 +122,8 @@ class RequestReader {
       cancelled_.insert(id);  // acknowledged by the "cancelled" event at the next step
       return;
     }
-    emitEvent(protocol::errorEvent(id, 0, "cancel: no queued or running request with id '" + id + "'", false));
+    emitEvent(protocol::errorEvent(
+        id, 0, "cancel: no queued or running request with id '" + id + "'", false));
   }
 
   std::mutex m_;
@@ -174,7 +175,8 @@ BlasInfo g_blas;
 
 class Worker {
  public:
-  Worker(Strategy s, std::string modelDir, std::string dtype) : s_(std::move(s)), modelDir_(std::move(modelDir)), dtype_(std::move(dtype)) {}
+  Worker(Strategy s, std::string modelDir, std::string dtype)
+      : s_(std::move(s)), modelDir_(std::move(modelDir)), dtype_(std::move(dtype)) {}
 
   int run() {
     rank_ = worldRank();
@@ -193,8 +195,12 @@ class Worker {
       refusal = e.what();
     }
     if (refuseTogether(refusal)) return 2;
-    emitEvent(json{{"event", "hello"}, {"rank", rank_}, {"world", worldSize()}, {"pid", ::getpid()},
-                   {"host", hostname()}, {"blas", blasInfoJson(g_blas)}});
+    emitEvent(json{{"event", "hello"},
+                   {"rank", rank_},
+                   {"world", worldSize()},
+                   {"pid", ::getpid()},
+                   {"host", hostname()},
+                   {"blas", blasInfoJson(g_blas)}});
 
     // 2. Mesh and groups, created in the same order on every rank.
     mesh_ = std::make_unique<DeviceMesh>(s_);
@@ -205,9 +211,10 @@ class Worker {
     device_ = po.device;
     if (s_.tp_degree > 1) po.parallel.tp = mesh_->group("tp");
     if (s_.cpDegree() > 1) {
-      ContextParallelOptions co{s_.ring_degree, s_.ulysses_degree, s_.ulysses_anything, s_.ring_anything};
-      po.parallel.cp = std::make_shared<ContextParallel>(mesh_->group("ring"), mesh_->group("ulysses"),
-                                                         mesh_->group("cp"), co);
+      ContextParallelOptions co{s_.ring_degree, s_.ulysses_degree, s_.ulysses_anything,
+                                s_.ring_anything};
+      po.parallel.cp = std::make_shared<ContextParallel>(
+          mesh_->group("ring"), mesh_->group("ulysses"), mesh_->group("cp"), co);
     }
     if (s_.cfg_degree == 2) po.cfg = mesh_->group("cfg");
     world_ = mesh_->world();
@@ -219,7 +226,9 @@ class Worker {
     }
 
     stage_ = "loading";
-    if (rank_ == 0) emitEvent(json{{"event", "status"}, {"stage", "loading"}, {"message", "loading " + modelDir_}});
+    if (rank_ == 0)
+      emitEvent(
+          json{{"event", "status"}, {"stage", "loading"}, {"message", "loading " + modelDir_}});
     auto t0 = Clock::now();
     pipe_ = loadPipeline(model, po);
     const double loadS = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -235,12 +244,16 @@ class Worker {
                      {"strategy", s_},
                      {"load_seconds", loadS},
                      {"weight_bytes_rank0", wb},
-                     {"model", {{"path", modelDir_}, {"heads", mi.num_attention_heads},
-                                {"inner_dim", mi.inner_dim}, {"layers", mi.num_layers},
-                                {"single_layers", mi.num_single_layers},
-                                {"vae_scale_factor", mi.vae_scale_factor},
-                                {"default_steps", mi.default_steps}, {"guidance_embeds", mi.guidance_embeds},
-                                {"max_sequence_length", mi.max_sequence_length}}}});
+                     {"model",
+                      {{"path", modelDir_},
+                       {"heads", mi.num_attention_heads},
+                       {"inner_dim", mi.inner_dim},
+                       {"layers", mi.num_layers},
+                       {"single_layers", mi.num_single_layers},
+                       {"vae_scale_factor", mi.vae_scale_factor},
+                       {"default_steps", mi.default_steps},
+                       {"guidance_embeds", mi.guidance_embeds},
+                       {"max_sequence_length", mi.max_sequence_length}}}});
       reader_.start();
     }
     // 3. Serve.
@@ -296,9 +309,16 @@ class Worker {
                  int imageIndex = 0) {
     auto dm = deviceMemory(c10::Device(device_));
     const bool cancel = rank_ == 0 && !id.empty() && reader_.isCancelled(id);
-    const std::vector<int64_t> row{stageIndex(stage_), step, steps, (int64_t)residentSetBytes(),
-                                   (int64_t)peakResidentSetBytes(), (int64_t)dm.cur, (int64_t)dm.peak,
-                                   (int64_t)bytesSent(), (int64_t)(stepMs * 1000.0), cancel ? 1 : 0};
+    const std::vector<int64_t> row{stageIndex(stage_),
+                                   step,
+                                   steps,
+                                   (int64_t)residentSetBytes(),
+                                   (int64_t)peakResidentSetBytes(),
+                                   (int64_t)dm.cur,
+                                   (int64_t)dm.peak,
+                                   (int64_t)bytesSent(),
+                                   (int64_t)(stepMs * 1000.0),
+                                   cancel ? 1 : 0};
     at::Tensor mine = at::tensor(row, at::kLong).unsqueeze(0);
     at::Tensor all = world_->allgather(mine, 0)->result();
     const bool cancelled = all[0][9].item<int64_t>() != 0;
@@ -307,16 +327,25 @@ class Worker {
       for (int r = 0; r < all.size(0); ++r) {
         auto row = all[r];
         auto v = [&](int i) { return static_cast<double>(row[i].item<int64_t>()); };
-        ranks.push_back(json{{"rank", r}, {"stage", kStages[static_cast<int>(v(0))]},
-                             {"step", (int)v(1)}, {"steps", (int)v(2)}, {"rss", (uint64_t)v(3)},
-                             {"rss_peak", (uint64_t)v(4)}, {"dev", (uint64_t)v(5)},
-                             {"dev_peak", (uint64_t)v(6)}, {"bytes_sent", (uint64_t)v(7)},
+        ranks.push_back(json{{"rank", r},
+                             {"stage", kStages[static_cast<int>(v(0))]},
+                             {"step", (int)v(1)},
+                             {"steps", (int)v(2)},
+                             {"rss", (uint64_t)v(3)},
+                             {"rss_peak", (uint64_t)v(4)},
+                             {"dev", (uint64_t)v(5)},
+                             {"dev_peak", (uint64_t)v(6)},
+                             {"bytes_sent", (uint64_t)v(7)},
                              {"step_ms", v(8) / 1000.0}});
       }
       emitEvent(json{{"event", "ranks"}, {"ranks", ranks}});
       if (!id.empty() && step > 0)
-        emitEvent(json{{"event", "progress"}, {"id", id}, {"step", step}, {"steps", steps},
-                       {"step_ms", stepMs}, {"image_index", imageIndex},
+        emitEvent(json{{"event", "progress"},
+                       {"id", id},
+                       {"step", step},
+                       {"steps", steps},
+                       {"step_ms", stepMs},
+                       {"image_index", imageIndex},
                        {"eta_s", stepMs * (steps - step) / 1000.0}});
     }
     return cancelled;
@@ -356,20 +385,24 @@ class Worker {
     // What diffusers would warn about (truncated prompts, settings without effect), once.
     if (rank_ == 0) {
       std::vector<std::string> warnings;
-      if (prompts.empty()) warnings = pipe_->requestWarnings(base);
+      if (prompts.empty())
+        warnings = pipe_->requestWarnings(base);
       else
         for (size_t i = 0; i < prompts.size(); ++i) {
           PipelineInputs q = base;
           q.prompt = prompts[i];
-          for (auto& w : pipe_->requestWarnings(q)) warnings.push_back("prompts[" + std::to_string(i) + "]: " + w);
+          for (auto& w : pipe_->requestWarnings(q))
+            warnings.push_back("prompts[" + std::to_string(i) + "]: " + w);
         }
       for (const auto& w : warnings)
-        emitEvent(json{{"event", "log"}, {"id", id}, {"rank", 0}, {"level", "warning"}, {"message", w}});
+        emitEvent(
+            json{{"event", "log"}, {"id", id}, {"rank", 0}, {"level", "warning"}, {"message", w}});
     }
     // A random seed is drawn on rank 0 and shared, so every rank starts from the same noise (the
     // int64 tensor carries the uint64 bit pattern unchanged).
     if (request.random_seed) {
-      at::Tensor sd = at::full({1}, rank_ == 0 ? static_cast<int64_t>(randomSeed()) : int64_t(0), at::kLong);
+      at::Tensor sd =
+          at::full({1}, rank_ == 0 ? static_cast<int64_t>(randomSeed()) : int64_t(0), at::kLong);
       world_->broadcast(sd, 0)->wait();
       base.seed = static_cast<uint64_t>(sd.item<int64_t>());
     }
@@ -393,7 +426,10 @@ class Worker {
       int stepSeen = 0;
       PipelineCallbacks cb;
       cb.onStage = [&](const std::string& st) {
-        stage_ = st == "encode" ? "encoding" : st == "denoise" ? "denoising" : st == "decode" ? "decoding" : st;
+        stage_ = st == "encode"    ? "encoding"
+                 : st == "denoise" ? "denoising"
+                 : st == "decode"  ? "decoding"
+                                   : st;
       };
       cb.onStep = [&](int step, int steps, const at::Tensor&, const at::Tensor& x0, double ms) {
         stepSeen = step;
@@ -401,7 +437,10 @@ class Worker {
         if (leader && previewEvery > 0 && (step % previewEvery == 0) && step < steps) {
           at::Tensor img = pipe_->decode(x0, p.height, p.width);
           auto rgb = toRGB8(img);
-          emitEvent(json{{"event", "preview"}, {"id", id}, {"step", step}, {"image_index", index},
+          emitEvent(json{{"event", "preview"},
+                         {"id", id},
+                         {"step", step},
+                         {"image_index", index},
                          {"png", base64Encode(encodePng(rgb.data(), p.width, p.height))}});
         }
         if (syncStats(step, steps, ms, true, id, index)) {
@@ -416,7 +455,8 @@ class Worker {
         res = pipe_->generate(p, cb);
       } else {
         // Idle replica in the last round: keep the per-step collectives in lockstep.
-        for (int s = 1; s <= p.steps && !cancelled; ++s) cancelled = syncStats(s, p.steps, 0.0, true, id, index);
+        for (int s = 1; s <= p.steps && !cancelled; ++s)
+          cancelled = syncStats(s, p.steps, 0.0, true, id, index);
       }
       if (cancelled) {
         if (rank_ == 0) emitEvent(json{{"event", "cancelled"}, {"id", id}, {"step", stepSeen}});
@@ -431,18 +471,27 @@ class Worker {
         // skipped; every rank still meets at the barrier below).
         try {
           // The output folder never has a file replaced: a new unique name per image.
-          if (!output.empty()) path = indexedPath(output, index, numImages);
+          if (!output.empty())
+            path = indexedPath(output, index, numImages);
           else
-            path = uniqueImagePath(outputDir.empty() ? fs::temp_directory_path().string() : outputDir, id, index,
-                                   made.seed);
+            path =
+                uniqueImagePath(outputDir.empty() ? fs::temp_directory_path().string() : outputDir,
+                                id, index, made.seed);
           writeImagePng(path, res, made, extra);
-          if (!outputTensors.empty()) writeResultTensors(indexedPath(outputTensors, index, numImages), res, made);
+          if (!outputTensors.empty())
+            writeResultTensors(indexedPath(outputTensors, index, numImages), res, made);
         } catch (const std::exception& e) {
-          emitEvent(protocol::errorEvent(id, rank_, "cannot write image " + std::to_string(index) + ": " + e.what(), false));
+          emitEvent(protocol::errorEvent(
+              id, rank_, "cannot write image " + std::to_string(index) + ": " + e.what(), false));
           continue;
         }
-        emitEvent(json{{"event", "image"}, {"id", id}, {"image_index", index}, {"path", path},
-                       {"seed", made.seed}, {"params", protocol::toJson(made)}, {"rank", rank_},
+        emitEvent(json{{"event", "image"},
+                       {"id", id},
+                       {"image_index", index},
+                       {"path", path},
+                       {"seed", made.seed},
+                       {"params", protocol::toJson(made)},
+                       {"rank", rank_},
                        {"seconds", std::chrono::duration<double>(Clock::now() - tImg).count()}});
       }
     }
@@ -451,7 +500,8 @@ class Worker {
     stage_ = "idle";
     syncStats(0, 0, 0.0, /*emit=*/true);  // every rank back to idle, final memory figures
     if (rank_ == 0 && !cancelled)
-      emitEvent(json{{"event", "done"}, {"id", id},
+      emitEvent(json{{"event", "done"},
+                     {"id", id},
                      {"seconds", std::chrono::duration<double>(Clock::now() - tReq).count()}});
   }
 
@@ -460,7 +510,8 @@ class Worker {
   // (activations, attention and VAE decode on top of the loaded weights, for every rank sharing
   // this host) against MemAvailable on CPU devices or the device's free memory on CUDA. Returns
   // true when any rank refuses; the lowest refusing rank emits the error event.
-  bool refuseRequest(const protocol::GenerateRequest& req, const PipelineInputs& base, int numImages) {
+  bool refuseRequest(const protocol::GenerateRequest& req, const PipelineInputs& base,
+                     int numImages) {
     std::string refusal;
     try {
       if (rank_ == 0 && !req.overwrite)
@@ -479,11 +530,13 @@ class Worker {
         rd.true_cfg = base.trueCfg();
         rd.num_images = numImages;
         const bool cuda = device_.rfind("cuda", 0) == 0;
-        const MemoryEstimate est = estimateRequestMemory(pipe_->model(), s_, rd, dtype_ == "float32" ? 4 : 2, !cuda);
+        const MemoryEstimate est =
+            estimateRequestMemory(pipe_->model(), s_, rd, dtype_ == "float32" ? 4 : 2, !cuda);
         if (cuda) {
           if (auto avail = deviceMemoryAvailable(c10::Device(device_)))
-            refusal = memoryRefusal(est, est.requestBytes(), 1, *avail, rd,
-                                    "free device memory on " + device_ + " (weights already loaded)");
+            refusal =
+                memoryRefusal(est, est.requestBytes(), 1, *avail, rd,
+                              "free device memory on " + device_ + " (weights already loaded)");
         } else if (auto avail = hostMemoryAvailable()) {
           refusal = memoryRefusal(est, est.requestBytes(), ranksOnHost_, *avail, rd,
                                   "host memory (MemAvailable, weights already loaded)");
@@ -523,7 +576,8 @@ int main(int argc, char** argv) {
   initRuntime(argc, argv);
   const int rank = worldRank();
   auto logger = spdlog::stderr_logger_mt("worker");
-  logger->set_pattern("[%H:%M:%S] [rank " + std::to_string(rank) + "/" + std::to_string(worldSize()) + "] %v");
+  logger->set_pattern("[%H:%M:%S] [rank " + std::to_string(rank) + "/" +
+                      std::to_string(worldSize()) + "] %v");
   spdlog::set_default_logger(logger);
   CLI::App app{"DiT Studio rank program (start with mpirun)", "ditstudio-worker"};
   Strategy s;
@@ -535,7 +589,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (rank == 0) emitEvent(protocol::errorEvent(std::nullopt, rank, std::string("bad worker arguments: ") + e.what(), true));
+    if (rank == 0)
+      emitEvent(protocol::errorEvent(std::nullopt, rank,
+                                     std::string("bad worker arguments: ") + e.what(), true));
     finalizeRuntime();
     return 2;
   }

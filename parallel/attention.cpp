@@ -1,8 +1,6 @@
 // Scaled dot-product attention (see attention.h).
 #include "parallel/attention.h"
 
-#include "parallel/torch_compat.h"
-
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -14,6 +12,8 @@
 #include <string>
 #include <tuple>
 #include <vector>
+
+#include "parallel/torch_compat.h"
 
 namespace dit {
 namespace {
@@ -51,8 +51,7 @@ int64_t queryChunk(const at::Tensor& q, const at::Tensor& k) {
 }
 
 // Float32 math attention with log-sum-exp, chunked over queries.
-std::pair<at::Tensor, at::Tensor> mathAttentionWithLseImpl(const at::Tensor& q,
-                                                           const at::Tensor& k,
+std::pair<at::Tensor, at::Tensor> mathAttentionWithLseImpl(const at::Tensor& q, const at::Tensor& k,
                                                            const at::Tensor& v) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
   const auto f32 = at::kFloat;
@@ -99,10 +98,14 @@ void noteKernel(unsigned bit) { g_kernelsUsed.fetch_or(bit, std::memory_order_re
 unsigned fusedBit(torch_compat::SdpaBackend b, const at::Tensor& q) {
   using B = torch_compat::SdpaBackend;
   switch (b) {
-    case B::Flash: return q.is_cpu() ? kFlashCpu : kFlashCuda;
-    case B::Efficient: return kEfficientCuda;
-    case B::Cudnn: return kCudnnCuda;
-    default: return kFusedOther;
+    case B::Flash:
+      return q.is_cpu() ? kFlashCpu : kFlashCuda;
+    case B::Efficient:
+      return kEfficientCuda;
+    case B::Cudnn:
+      return kCudnnCuda;
+    default:
+      return kFusedOther;
   }
 }
 
@@ -132,8 +135,7 @@ std::atomic<bool> g_efficientBroken{false};
 bool fusedAttentionWithLse(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            std::pair<at::Tensor, at::Tensor>& result) {
   if (q.is_cpu()) {
-    if (g_flashCpuBroken ||
-        torch_compat::sdpaChoice(q, k, v) != torch_compat::SdpaBackend::Flash)
+    if (g_flashCpuBroken || torch_compat::sdpaChoice(q, k, v) != torch_compat::SdpaBackend::Flash)
       return false;
     try {
       if (!torch_compat::flashAttentionCpu(q, k, v, result)) return false;
@@ -227,8 +229,8 @@ void mergeAttention(at::Tensor& out, at::Tensor& lse, const at::Tensor& block_ou
   if (out.scalar_type() != at::kFloat || lse.scalar_type() != at::kFloat ||
       block_lse.scalar_type() != at::kFloat)
     throw std::invalid_argument("mergeAttention: out, lse and block_lse must be float32");
-  if (out.sizes() != block_out.sizes() || lse.sizes() != block_lse.sizes() ||
-      out.dim() != 4 || lse.dim() != 3 || out.sizes().slice(0, 3) != lse.sizes())
+  if (out.sizes() != block_out.sizes() || lse.sizes() != block_lse.sizes() || out.dim() != 4 ||
+      lse.dim() != 3 || out.sizes().slice(0, 3) != lse.sizes())
     throw std::invalid_argument("mergeAttention: shape mismatch (out " + shapeStr(out) + ", lse " +
                                 shapeStr(lse) + ", block_out " + shapeStr(block_out) +
                                 ", block_lse " + shapeStr(block_lse) + ")");

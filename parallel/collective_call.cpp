@@ -44,42 +44,67 @@ std::string shapeString(const std::vector<int64_t>& s, int64_t ndim) {
 std::string dtypeName(int64_t d) {
   if (d < 0) return "none";
   switch (static_cast<at::ScalarType>(d)) {
-    case at::kFloat: return "float32";
-    case at::kHalf: return "float16";
-    case at::kBFloat16: return "bfloat16";
-    case at::kDouble: return "float64";
-    case at::kLong: return "int64";
-    case at::kInt: return "int32";
-    case at::kShort: return "int16";
-    case at::kChar: return "int8";
-    case at::kByte: return "uint8";
-    case at::kBool: return "bool";
-    default: return at::toString(static_cast<at::ScalarType>(d));
+    case at::kFloat:
+      return "float32";
+    case at::kHalf:
+      return "float16";
+    case at::kBFloat16:
+      return "bfloat16";
+    case at::kDouble:
+      return "float64";
+    case at::kLong:
+      return "int64";
+    case at::kInt:
+      return "int32";
+    case at::kShort:
+      return "int16";
+    case at::kChar:
+      return "int8";
+    case at::kByte:
+      return "uint8";
+    case at::kBool:
+      return "bool";
+    default:
+      return at::toString(static_cast<at::ScalarType>(d));
   }
 }
 
-std::string bytesString(int64_t numel, int64_t dtype) { return std::to_string(numel * elemSize(dtype)) + " B"; }
+std::string bytesString(int64_t numel, int64_t dtype) {
+  return std::to_string(numel * elemSize(dtype)) + " B";
+}
 
 const char* reduceOpName(int64_t op) {
   switch (static_cast<ReduceOp>(op)) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Max:
+      return "max";
+    case ReduceOp::Min:
+      return "min";
   }
   return "?";
 }
 
 const char* callOpName(CallOp op) {
   switch (op) {
-    case CallOp::AllReduce: return "allreduce";
-    case CallOp::AllGather: return "allgather";
-    case CallOp::ReduceScatter: return "reduceScatter";
-    case CallOp::AllToAll: return "allToAll";
-    case CallOp::Broadcast: return "broadcast";
-    case CallOp::SendRecv: return "sendRecv";
-    case CallOp::Barrier: return "barrier";
-    case CallOp::Send: return "send";
-    case CallOp::Recv: return "recv";
+    case CallOp::AllReduce:
+      return "allreduce";
+    case CallOp::AllGather:
+      return "allgather";
+    case CallOp::ReduceScatter:
+      return "reduceScatter";
+    case CallOp::AllToAll:
+      return "allToAll";
+    case CallOp::Broadcast:
+      return "broadcast";
+    case CallOp::SendRecv:
+      return "sendRecv";
+    case CallOp::Barrier:
+      return "barrier";
+    case CallOp::Send:
+      return "send";
+    case CallOp::Recv:
+      return "recv";
   }
   return "unknown-op";
 }
@@ -97,8 +122,9 @@ std::string describeCall(const CallInfo& c) {
     case CallOp::AllGather: {
       o << ts << ", " << bytesString(n, c.dtype) << ", dim " << c.a;
       if (c.b > 0) {
-        std::vector<int64_t> s(c.perRank.begin(),
-                               c.perRank.begin() + std::min<int64_t>(c.b, static_cast<int64_t>(c.perRank.size())));
+        std::vector<int64_t> s(
+            c.perRank.begin(),
+            c.perRank.begin() + std::min<int64_t>(c.b, static_cast<int64_t>(c.perRank.size())));
         o << ", sizes " << shapeString(s);
       }
       break;
@@ -106,9 +132,10 @@ std::string describeCall(const CallInfo& c) {
     case CallOp::AllToAll: {
       const int64_t half = static_cast<int64_t>(c.perRank.size() / 2);
       std::vector<int64_t> snd(c.perRank.begin(), c.perRank.begin() + std::min<int64_t>(c.b, half));
-      std::vector<int64_t> rcv(c.perRank.begin() + half, c.perRank.begin() + half + std::min<int64_t>(c.c, half));
-      o << dtypeName(c.dtype) << ", sends " << shapeString(snd) << " elements, expects " << shapeString(rcv)
-        << " elements";
+      std::vector<int64_t> rcv(c.perRank.begin() + half,
+                               c.perRank.begin() + half + std::min<int64_t>(c.c, half));
+      o << dtypeName(c.dtype) << ", sends " << shapeString(snd) << " elements, expects "
+        << shapeString(rcv) << " elements";
       break;
     }
     case CallOp::Broadcast:
@@ -150,8 +177,8 @@ CallInfo reduceScatterCall(const at::Tensor& t, ReduceOp op) {
   return c;
 }
 
-CallInfo allToAllCall(const std::vector<at::Tensor>& inputs, const std::vector<std::vector<int64_t>>& outputShapes,
-                      int groupSize) {
+CallInfo allToAllCall(const std::vector<at::Tensor>& inputs,
+                      const std::vector<std::vector<int64_t>>& outputShapes, int groupSize) {
   CallInfo c;
   c.op = CallOp::AllToAll;
   c.dtype = inputs.empty() ? -1 : static_cast<int64_t>(inputs[0].scalar_type());
@@ -160,7 +187,8 @@ CallInfo allToAllCall(const std::vector<at::Tensor>& inputs, const std::vector<s
   const size_t n = static_cast<size_t>(groupSize);
   c.perRank.assign(2 * n, -1);
   for (size_t j = 0; j < inputs.size() && j < n; ++j) c.perRank[j] = inputs[j].numel();
-  for (size_t j = 0; j < outputShapes.size() && j < n; ++j) c.perRank[n + j] = numelOf(outputShapes[j]);
+  for (size_t j = 0; j < outputShapes.size() && j < n; ++j)
+    c.perRank[n + j] = numelOf(outputShapes[j]);
   return c;
 }
 
@@ -170,7 +198,8 @@ CallInfo broadcastCall(const at::Tensor& t, int root) {
   return c;
 }
 
-CallInfo sendRecvCall(const at::Tensor& send, int dst, const std::vector<int64_t>& recvShape, int src) {
+CallInfo sendRecvCall(const at::Tensor& send, int dst, const std::vector<int64_t>& recvShape,
+                      int src) {
   CallInfo c = tensorCall(CallOp::SendRecv, send);
   c.a = dst;
   c.b = src;

@@ -33,14 +33,15 @@ struct CallInfo {
   CallOp op = CallOp::Barrier;
   int64_t dtype = -1;          ///< at::ScalarType as an integer, -1: none
   std::vector<int64_t> shape;  ///< the tensor this rank contributes / sends
-  int64_t a = 0;               ///< allreduce/reduceScatter: ReduceOp; allgather: dim; broadcast: root;
-                               ///< sendRecv/send: dst; recv: src
-  int64_t b = 0;               ///< allgather: number of per-rank sizes given; allToAll: inputs.size();
-                               ///< sendRecv: src; send/recv: tag
-  int64_t c = 0;               ///< allToAll: outputShapes.size()
-  std::vector<int64_t> shape2; ///< sendRecv: recvShape
-  std::vector<int64_t> perRank;///< allgather: sizes (size() entries); allToAll: numel sent to each
-                               ///< rank, then numel expected from each rank (2 x groupSize entries)
+  int64_t a = 0;  ///< allreduce/reduceScatter: ReduceOp; allgather: dim; broadcast: root;
+                  ///< sendRecv/send: dst; recv: src
+  int64_t b = 0;  ///< allgather: number of per-rank sizes given; allToAll: inputs.size();
+                  ///< sendRecv: src; send/recv: tag
+  int64_t c = 0;  ///< allToAll: outputShapes.size()
+  std::vector<int64_t> shape2;  ///< sendRecv: recvShape
+  std::vector<int64_t>
+      perRank;  ///< allgather: sizes (size() entries); allToAll: numel sent to each
+                ///< rank, then numel expected from each rank (2 x groupSize entries)
 };
 
 /// Human-readable form of one call, e.g. "allreduce(sum, float32 [4,4], 64 B)".
@@ -65,10 +66,11 @@ CallInfo allgatherCall(const at::Tensor& t, int64_t dim, const std::vector<int64
 CallInfo reduceScatterCall(const at::Tensor& t, ReduceOp op);
 /// perRank holds 2 x groupSize entries: numel sent to each rank, then numel expected from each
 /// (-1 where inputs/outputShapes have fewer entries than the group has ranks).
-CallInfo allToAllCall(const std::vector<at::Tensor>& inputs, const std::vector<std::vector<int64_t>>& outputShapes,
-                      int groupSize);
+CallInfo allToAllCall(const std::vector<at::Tensor>& inputs,
+                      const std::vector<std::vector<int64_t>>& outputShapes, int groupSize);
 CallInfo broadcastCall(const at::Tensor& t, int root);
-CallInfo sendRecvCall(const at::Tensor& send, int dst, const std::vector<int64_t>& recvShape, int src);
+CallInfo sendRecvCall(const at::Tensor& send, int dst, const std::vector<int64_t>& recvShape,
+                      int src);
 CallInfo sendCall(const at::Tensor& t, int dst, int tag);
 CallInfo recvCall(const at::Tensor& t, int src, int tag);
 CallInfo barrierCall();

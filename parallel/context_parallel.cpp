@@ -80,11 +80,11 @@ std::vector<int64_t> ContextParallel::partition(int64_t total) const {
     throw std::invalid_argument("ContextParallel: negative sequence length " +
                                 std::to_string(total));
   if (n > 1 && !unevenAllowed() && total % n != 0)
-    throw std::invalid_argument(
-        "context parallel: sequence length " + std::to_string(total) +
-        " is not divisible by the context-parallel degree " + std::to_string(n) + " (ring " +
-        std::to_string(ringDegree_) + " x ulysses " + std::to_string(ulyssesDegree_) +
-        "); use ulysses_anything (ring 1) or ring_anything (ulysses 1)");
+    throw std::invalid_argument("context parallel: sequence length " + std::to_string(total) +
+                                " is not divisible by the context-parallel degree " +
+                                std::to_string(n) + " (ring " + std::to_string(ringDegree_) +
+                                " x ulysses " + std::to_string(ulyssesDegree_) +
+                                "); use ulysses_anything (ring 1) or ring_anything (ulysses 1)");
   return tensorSplitSizes(total, n);
 }
 
@@ -110,17 +110,17 @@ void ContextParallel::validate(int64_t heads, int64_t localLen,
     total += l;
   }
   if (localLens[static_cast<size_t>(cpRank_)] != localLen)
-    throw std::invalid_argument(
-        "ContextParallel::attention: cp rank " + std::to_string(cpRank_) + " has " +
-        std::to_string(localLen) + " local tokens but localLens " + listStr(localLens) + " says " +
-        std::to_string(localLens[static_cast<size_t>(cpRank_)]));
+    throw std::invalid_argument("ContextParallel::attention: cp rank " + std::to_string(cpRank_) +
+                                " has " + std::to_string(localLen) +
+                                " local tokens but localLens " + listStr(localLens) + " says " +
+                                std::to_string(localLens[static_cast<size_t>(cpRank_)]));
   if (!unevenAllowed()) {
     for (int64_t l : localLens)
       if (l != localLens[0])
         throw std::invalid_argument(
-            "context parallel: sequence length " + std::to_string(total) +
-            " is split unevenly " + listStr(localLens) + " over the context-parallel degree " +
-            std::to_string(n) + " (ring " + std::to_string(ringDegree_) + " x ulysses " +
+            "context parallel: sequence length " + std::to_string(total) + " is split unevenly " +
+            listStr(localLens) + " over the context-parallel degree " + std::to_string(n) +
+            " (ring " + std::to_string(ringDegree_) + " x ulysses " +
             std::to_string(ulyssesDegree_) +
             "); strict ring/Ulysses need a length divisible by the degree; use ulysses_anything "
             "(ring 1) or ring_anything (ulysses 1)");
@@ -152,7 +152,8 @@ at::Tensor ContextParallel::attention(const at::Tensor& q, const at::Tensor& k, 
   std::vector<int64_t> ringBlockLens(static_cast<size_t>(ringDegree_), 0);
   for (int j = 0; j < ringDegree_; ++j)
     for (int u = 0; u < ulyssesDegree_; ++u)
-      ringBlockLens[static_cast<size_t>(j)] += localLens[static_cast<size_t>(j * ulyssesDegree_ + u)];
+      ringBlockLens[static_cast<size_t>(j)] +=
+          localLens[static_cast<size_t>(j * ulyssesDegree_ + u)];
   return ulyssesAttention(q, k, v, groupLens, ringBlockLens);
 }
 
@@ -174,8 +175,8 @@ at::Tensor ContextParallel::ringAttention(const at::Tensor& q, const at::Tensor&
     std::shared_ptr<Work> incoming;
     if (step + 1 < R) {
       const int nextOwner = ((r - step - 1) % R + R) % R;
-      incoming = ring_->sendRecv(cur, next, {2, B, H, blockLens[static_cast<size_t>(nextOwner)], D},
-                                 prev);
+      incoming =
+          ring_->sendRecv(cur, next, {2, B, H, blockLens[static_cast<size_t>(nextOwner)], D}, prev);
     }
     auto [blockOut, blockLse] = attentionWithLse(q, cur[0], cur[1]);
     if (step == 0) {
@@ -209,8 +210,8 @@ at::Tensor ContextParallel::ulyssesAttention(const at::Tensor& q, const at::Tens
   recvShapes.reserve(U);
   for (int j = 0; j < U; ++j) {
     const int64_t h0 = headOff[static_cast<size_t>(j)], hn = heads[static_cast<size_t>(j)];
-    send.push_back(at::stack({q.narrow(1, h0, hn), k.narrow(1, h0, hn), v.narrow(1, h0, hn)})
-                       .contiguous());
+    send.push_back(
+        at::stack({q.narrow(1, h0, hn), k.narrow(1, h0, hn), v.narrow(1, h0, hn)}).contiguous());
     recvShapes.push_back({3, B, myHeads, groupLens[static_cast<size_t>(j)], D});
   }
   std::vector<at::Tensor> recv = ulysses_->allToAll(send, recvShapes)->results();
@@ -242,11 +243,10 @@ at::Tensor ContextParallel::gatherSequence(const at::Tensor& local,
                                 std::to_string(sizes.size()) + " entries, expected " +
                                 std::to_string(degree()));
   if (sizes[static_cast<size_t>(cpRank_)] != local.size(1))
-    throw std::invalid_argument("ContextParallel::gatherSequence: cp rank " +
-                                std::to_string(cpRank_) + " holds " +
-                                std::to_string(local.size(1)) + " tokens but sizes " +
-                                listStr(sizes) + " says " +
-                                std::to_string(sizes[static_cast<size_t>(cpRank_)]));
+    throw std::invalid_argument(
+        "ContextParallel::gatherSequence: cp rank " + std::to_string(cpRank_) + " holds " +
+        std::to_string(local.size(1)) + " tokens but sizes " + listStr(sizes) + " says " +
+        std::to_string(sizes[static_cast<size_t>(cpRank_)]));
   if (degree() == 1) return local.contiguous();
   bool even = true;
   for (int64_t s : sizes) even = even && s == sizes[0];

@@ -44,26 +44,32 @@ std::shared_ptr<ProcessGroup> makeNCCLProcessGroup(std::shared_ptr<ProcessGroupM
 void setCurrentCudaDevice(int) {}
 #endif
 
-DeviceMesh::DeviceMesh(const Strategy& s, MPI_Comm world, const DeviceMeshOptions& opts) : strategy_(s) {
+DeviceMesh::DeviceMesh(const Strategy& s, MPI_Comm world, const DeviceMeshOptions& opts)
+    : strategy_(s) {
   int worldSize = 1;
   MPI_Comm_rank(world, &rank_);
   MPI_Comm_size(world, &worldSize);
   auto issues = validateDegrees(s);
   if (issues.empty() && s.world != worldSize)
-    issues.push_back({"world", "the strategy is for " + std::to_string(s.world) + " ranks (" + s.describe() +
-                                   ") but the process group has " + std::to_string(worldSize) + " ranks"});
-  if (!issues.empty()) throw std::invalid_argument("invalid parallel strategy: " + joinIssues(issues));
+    issues.push_back({"world", "the strategy is for " + std::to_string(s.world) + " ranks (" +
+                                   s.describe() + ") but the process group has " +
+                                   std::to_string(worldSize) + " ranks"});
+  if (!issues.empty())
+    throw std::invalid_argument("invalid parallel strategy: " + joinIssues(issues));
   timeout_ = opts.timeout_s >= 0 ? opts.timeout_s : defaultCollectiveTimeoutSeconds();
   coords_ = meshCoords(s, rank_);
 
   // Backend.
   const bool cuda = s.device == "cuda";
   if (opts.backend != "auto" && opts.backend != "mpi" && opts.backend != "nccl")
-    throw std::invalid_argument("DeviceMesh: backend '" + opts.backend + "' is not one of auto, mpi, nccl");
+    throw std::invalid_argument("DeviceMesh: backend '" + opts.backend +
+                                "' is not one of auto, mpi, nccl");
   if (opts.backend == "nccl" && !kHaveNCCL)
-    throw std::runtime_error("DeviceMesh: backend nccl requested but this build has no NCCL (DITSTUDIO_HAVE_NCCL off)");
+    throw std::runtime_error(
+        "DeviceMesh: backend nccl requested but this build has no NCCL (DITSTUDIO_HAVE_NCCL off)");
   if (opts.backend == "nccl" && !cuda)
-    throw std::invalid_argument("DeviceMesh: backend nccl needs device cuda (strategy device is " + s.device + ")");
+    throw std::invalid_argument("DeviceMesh: backend nccl needs device cuda (strategy device is " +
+                                s.device + ")");
   const bool useNccl = cuda && kHaveNCCL && opts.backend != "mpi";
   backend_ = worldSize == 1 ? "local" : (useNccl ? "nccl" : "mpi");
   checked_ = worldSize > 1 && collectiveChecksEnabled(backend_, opts.check_collectives);
@@ -71,8 +77,9 @@ DeviceMesh::DeviceMesh(const Strategy& s, MPI_Comm world, const DeviceMeshOption
     const int local = localRank();  // collective on first use; every rank reaches this line
     const size_t n = at::getNumGPUs();
     if (n == 0)
-      throw std::runtime_error("device cuda requested on world rank " + std::to_string(rank_) +
-                               " but no CUDA device is visible (CPU-only LibTorch, or CUDA_VISIBLE_DEVICES empty)");
+      throw std::runtime_error(
+          "device cuda requested on world rank " + std::to_string(rank_) +
+          " but no CUDA device is visible (CPU-only LibTorch, or CUDA_VISIBLE_DEVICES empty)");
     deviceIndex_ = localDeviceIndex(local, static_cast<int>(n));
     if (useNccl) setCurrentCudaDevice(deviceIndex_);
   }
@@ -95,7 +102,8 @@ DeviceMesh::DeviceMesh(const Strategy& s, MPI_Comm world, const DeviceMeshOption
     // When ring_degree (ulysses_degree) is 1 the cp group has exactly the ranks of the ulysses
     // (ring) group: share it instead of creating a second communicator.
     std::string name = dim;
-    if ((dim == "ulysses" && s.ring_degree == 1) || (dim == "ring" && s.ulysses_degree == 1)) name += "=cp";
+    if ((dim == "ulysses" && s.ring_degree == 1) || (dim == "ring" && s.ulysses_degree == 1))
+      name += "=cp";
     try {
       groups_[dim] = makeGroup(sub, name);
     } catch (...) {
@@ -140,13 +148,16 @@ std::shared_ptr<ProcessGroup> DeviceMesh::makeGroup(MPI_Comm comm, const std::st
 
 int DeviceMesh::rankOf(const std::array<int, 5>& c) const {
   const auto& s = strategy_;
-  return (((c[0] * s.cfg_degree + c[1]) * s.ring_degree + c[2]) * s.ulysses_degree + c[3]) * s.tp_degree + c[4];
+  return (((c[0] * s.cfg_degree + c[1]) * s.ring_degree + c[2]) * s.ulysses_degree + c[3]) *
+             s.tp_degree +
+         c[4];
 }
 
 std::shared_ptr<ProcessGroup> DeviceMesh::group(const std::string& dim) const {
   auto it = groups_.find(dim);
   if (it == groups_.end())
-    throw std::invalid_argument("DeviceMesh: unknown dim '" + dim + "' (valid: dp, cfg, ring, ulysses, tp, cp, world)");
+    throw std::invalid_argument("DeviceMesh: unknown dim '" + dim +
+                                "' (valid: dp, cfg, ring, ulysses, tp, cp, world)");
   return it->second;
 }
 
@@ -155,7 +166,8 @@ int DeviceMesh::coord(const std::string& dim) const {
   if (dim == "cp") return coords_[2] * strategy_.ulysses_degree + coords_[3];
   const int k = dimIndex(dim);
   if (k < 0)
-    throw std::invalid_argument("DeviceMesh: unknown dim '" + dim + "' (valid: dp, cfg, ring, ulysses, tp, cp, world)");
+    throw std::invalid_argument("DeviceMesh: unknown dim '" + dim +
+                                "' (valid: dp, cfg, ring, ulysses, tp, cp, world)");
   return coords_[k];
 }
 
@@ -164,7 +176,8 @@ int DeviceMesh::size(const std::string& dim) const {
   if (dim == "cp") return strategy_.cpDegree();
   const int k = dimIndex(dim);
   if (k < 0)
-    throw std::invalid_argument("DeviceMesh: unknown dim '" + dim + "' (valid: dp, cfg, ring, ulysses, tp, cp, world)");
+    throw std::invalid_argument("DeviceMesh: unknown dim '" + dim +
+                                "' (valid: dp, cfg, ring, ulysses, tp, cp, world)");
   return degreesOf(strategy_)[k];
 }
 

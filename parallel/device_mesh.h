@@ -4,10 +4,10 @@
 // Dims (outermost first): dp, cfg, ring, ulysses, tp (tp innermost), so that
 //   world rank = ((((dp_i*cfg + cfg_i)*ring + ring_i)*ulysses + uly_i)*tp + tp_i)
 // (strategy.h meshCoords()). Groups: one per single dim (the ranks that differ only in that
-// coordinate; group rank = the coordinate), "cp" = ring x ulysses (the ranks sharing dp, cfg and tp;
-// cp rank = ring_i*ulysses + uly_i), and "world". A dim of degree 1 gets makeLocalProcessGroup();
-// a dim whose ranks are exactly those of another group shares that group object (e.g. "cp" is
-// the "ulysses" group when ring_degree is 1).
+// coordinate; group rank = the coordinate), "cp" = ring x ulysses (the ranks sharing dp, cfg and
+// tp; cp rank = ring_i*ulysses + uly_i), and "world". A dim of degree 1 gets
+// makeLocalProcessGroup(); a dim whose ranks are exactly those of another group shares that group
+// object (e.g. "cp" is the "ulysses" group when ring_degree is 1).
 //
 // Backend: "mpi" for device cpu; for cuda, ProcessGroupNCCL when built with NCCL
 // (DITSTUDIO_HAVE_NCCL), else ProcessGroupMPI staging through host memory.
@@ -65,7 +65,8 @@ class DeviceMesh {
   /// s.world differs from the size of `world` (message: joinIssues); std::runtime_error when the
   /// requested backend is unavailable. For cuda, selects CUDA device
   /// localDeviceIndex(localRank(), device count) (std::runtime_error when none is visible).
-  DeviceMesh(const Strategy& s, MPI_Comm world = MPI_COMM_WORLD, const DeviceMeshOptions& opts = {});
+  DeviceMesh(const Strategy& s, MPI_Comm world = MPI_COMM_WORLD,
+             const DeviceMeshOptions& opts = {});
   ~DeviceMesh();
   DeviceMesh(const DeviceMesh&) = delete;
   DeviceMesh& operator=(const DeviceMesh&) = delete;

@@ -59,23 +59,26 @@ class ProcessGroup {
 
   /// In-place all-reduce of `t` (any shape; float32/16, bfloat16, int64); `t` holds the result
   /// after wait() (also result()).
-  [[nodiscard]] virtual std::shared_ptr<Work> allreduce(at::Tensor& t, ReduceOp op = ReduceOp::Sum) = 0;
+  [[nodiscard]] virtual std::shared_ptr<Work> allreduce(at::Tensor& t,
+                                                        ReduceOp op = ReduceOp::Sum) = 0;
 
   /// Gathers each rank's `t` along `dim`. Ranks may contribute different sizes along `dim`
   /// (uneven, "anything" modes) provided `sizes` lists every rank's size; with `sizes` empty all
   /// ranks must contribute the same shape. result(): the concatenation in rank order.
   [[nodiscard]] virtual std::shared_ptr<Work> allgather(const at::Tensor& t, int64_t dim,
-                                          const std::vector<int64_t>& sizes = {}) = 0;
+                                                        const std::vector<int64_t>& sizes = {}) = 0;
 
   /// Reduce-scatter along dim 0: `t` has size() * n rows; rank r receives the sum over ranks of
   /// rows [r*n, (r+1)*n) as result(). std::invalid_argument when t.size(0) % size() != 0.
-  [[nodiscard]] virtual std::shared_ptr<Work> reduceScatter(const at::Tensor& t, ReduceOp op = ReduceOp::Sum) = 0;
+  [[nodiscard]] virtual std::shared_ptr<Work> reduceScatter(const at::Tensor& t,
+                                                            ReduceOp op = ReduceOp::Sum) = 0;
 
   /// All-to-all with uneven splits. `inputs[j]` is sent to rank j; results()[j] came from rank j
-  /// with shape `outputShapes[j]`. dtypes must agree; inputs.size() == outputShapes.size() == size()
-  /// (std::invalid_argument otherwise).
-  [[nodiscard]] virtual std::shared_ptr<Work> allToAll(const std::vector<at::Tensor>& inputs,
-                                         const std::vector<std::vector<int64_t>>& outputShapes) = 0;
+  /// with shape `outputShapes[j]`. dtypes must agree; inputs.size() == outputShapes.size() ==
+  /// size() (std::invalid_argument otherwise).
+  [[nodiscard]] virtual std::shared_ptr<Work> allToAll(
+      const std::vector<at::Tensor>& inputs,
+      const std::vector<std::vector<int64_t>>& outputShapes) = 0;
 
   /// Broadcast of `t` (same shape and dtype on every rank) from `root`, in place (after wait()).
   [[nodiscard]] virtual std::shared_ptr<Work> broadcast(at::Tensor& t, int root) = 0;
@@ -84,8 +87,9 @@ class ProcessGroup {
   /// `recvShape` (dtype of `send`) from rank `src` — the ring-attention K/V rotation step.
   /// Collective over the group: every rank calls it in the same step, and the (dst, src) pairs
   /// form a permutation.
-  [[nodiscard]] virtual std::shared_ptr<Work> sendRecv(const at::Tensor& send, int dst, const std::vector<int64_t>& recvShape,
-                                         int src) = 0;
+  [[nodiscard]] virtual std::shared_ptr<Work> sendRecv(const at::Tensor& send, int dst,
+                                                       const std::vector<int64_t>& recvShape,
+                                                       int src) = 0;
 
   /// Point-to-point send of `t` to `dst` / receive into `t` from `src` (in place, after wait()).
   /// Sends between one pair of ranks are matched in order; the two ends agree on dtype, shape
@@ -111,7 +115,8 @@ class ProcessGroup {
 };
 
 /// Sets a group's timeout for the lifetime of this object and restores the previous value.
-/// Example: `{ ScopedTimeout idle(*world, 0); world->broadcast(request, 0)->wait(); }` for an idle wait.
+/// Example: `{ ScopedTimeout idle(*world, 0); world->broadcast(request, 0)->wait(); }` for an idle
+/// wait.
 class ScopedTimeout {
  public:
   ScopedTimeout(ProcessGroup& g, double seconds) : g_(g), old_(g.timeoutSeconds()) {

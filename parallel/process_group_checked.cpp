@@ -30,14 +30,14 @@ enum Slot : int {
   sB,
   sC,
   sNdim,
-  sShape,                       // kMaxDims slots
+  sShape,  // kMaxDims slots
   sHash = sShape + kMaxDims,
   sNdim2,
-  sShape2,                      // kMaxDims slots
+  sShape2,  // kMaxDims slots
   sHash2 = sShape2 + kMaxDims,
   sNumel,
   sNumel2,
-  kFixedSlots,                  // per-rank values follow
+  kFixedSlots,  // per-rank values follow
 };
 
 int64_t shapeHash(const std::vector<int64_t>& s) {
@@ -69,7 +69,8 @@ void mpiCheck(int rc, const char* fn) {
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, msg, &len);
-  throw std::runtime_error(std::string(fn) + " failed in the collective checker: " + std::string(msg, len));
+  throw std::runtime_error(std::string(fn) +
+                           " failed in the collective checker: " + std::string(msg, len));
 }
 
 void requireDefined(const at::Tensor& t, const char* op) {
@@ -93,7 +94,8 @@ std::string callAt(const Hdr& h) {
   return describeCall(h.c) + " (call #" + std::to_string(h.seq + 1) + ")";
 }
 
-Verdict mismatch(const std::string& why, const std::vector<Hdr>& h, std::initializer_list<int> ranks) {
+Verdict mismatch(const std::string& why, const std::vector<Hdr>& h,
+                 std::initializer_list<int> ranks) {
   std::ostringstream o;
   o << why << "; calls:";
   bool first = true;
@@ -105,27 +107,30 @@ Verdict mismatch(const std::string& why, const std::vector<Hdr>& h, std::initial
 }
 
 Verdict invalid(const std::string& why, const std::vector<Hdr>& h, int r) {
-  return {Verdict::Invalid, why + "; call: rank " + std::to_string(r) + " " + callAt(h[static_cast<size_t>(r)])};
+  return {Verdict::Invalid,
+          why + "; call: rank " + std::to_string(r) + " " + callAt(h[static_cast<size_t>(r)])};
 }
 
 Verdict verifyAll(const std::vector<Hdr>& h) {
   const int n = static_cast<int>(h.size());
   for (int r = 0; r < n; ++r)
-    if (!h[r].ok) return {Verdict::Mismatch, "rank " + std::to_string(r) + " sent a corrupt call header"};
+    if (!h[r].ok)
+      return {Verdict::Mismatch, "rank " + std::to_string(r) + " sent a corrupt call header"};
   const Hdr& h0 = h[0];
   for (int r = 1; r < n; ++r) {
     if (h[r].c.op != h0.c.op)
-      return mismatch(std::string("rank 0 called ") + callOpName(h0.c.op) + " but rank " + std::to_string(r) +
-                          " called " + callOpName(h[r].c.op),
+      return mismatch(std::string("rank 0 called ") + callOpName(h0.c.op) + " but rank " +
+                          std::to_string(r) + " called " + callOpName(h[r].c.op),
                       h, {0, r});
     if (h[r].seq != h0.seq)
-      return mismatch("rank 0 is at call #" + std::to_string(h0.seq + 1) + " of this group but rank " +
-                          std::to_string(r) + " at call #" + std::to_string(h[r].seq + 1) +
+      return mismatch("rank 0 is at call #" + std::to_string(h0.seq + 1) +
+                          " of this group but rank " + std::to_string(r) + " at call #" +
+                          std::to_string(h[r].seq + 1) +
                           " (a rank skipped or repeated a collective)",
                       h, {0, r});
     if (h[r].c.dtype != h0.c.dtype)
-      return mismatch(std::string("dtypes differ: rank 0 ") + dtypeName(h0.c.dtype) + ", rank " + std::to_string(r) +
-                          " " + dtypeName(h[r].c.dtype),
+      return mismatch(std::string("dtypes differ: rank 0 ") + dtypeName(h0.c.dtype) + ", rank " +
+                          std::to_string(r) + " " + dtypeName(h[r].c.dtype),
                       h, {0, r});
   }
   const CallOp op = h0.c.op;
@@ -134,17 +139,19 @@ Verdict verifyAll(const std::vector<Hdr>& h) {
     case CallOp::ReduceScatter:
       for (int r = 1; r < n; ++r) {
         if (h[r].c.a != h0.c.a)
-          return mismatch(std::string("reduce ops differ: rank 0 ") + reduceOpName(h0.c.a) + ", rank " +
-                              std::to_string(r) + " " + reduceOpName(h[r].c.a),
+          return mismatch(std::string("reduce ops differ: rank 0 ") + reduceOpName(h0.c.a) +
+                              ", rank " + std::to_string(r) + " " + reduceOpName(h[r].c.a),
                           h, {0, r});
         if (h[r].hash != h0.hash)
           return mismatch("shapes differ: rank 0 " + shapeString(h0.c.shape, h0.ndim) + " (" +
-                              bytesString(h0.numel, h0.c.dtype) + "), rank " + std::to_string(r) + " " +
-                              shapeString(h[r].c.shape, h[r].ndim) + " (" + bytesString(h[r].numel, h[r].c.dtype) + ")",
+                              bytesString(h0.numel, h0.c.dtype) + "), rank " + std::to_string(r) +
+                              " " + shapeString(h[r].c.shape, h[r].ndim) + " (" +
+                              bytesString(h[r].numel, h[r].c.dtype) + ")",
                           h, {0, r});
       }
       if (op == CallOp::ReduceScatter) {
-        if (h0.ndim < 1) return invalid("reduceScatter needs a tensor with at least 1 dimension", h, 0);
+        if (h0.ndim < 1)
+          return invalid("reduceScatter needs a tensor with at least 1 dimension", h, 0);
         if (h0.c.shape[0] % n != 0)
           return invalid("reduceScatter: dim 0 size " + std::to_string(h0.c.shape[0]) +
                              " is not divisible by the group size " + std::to_string(n),
@@ -155,12 +162,12 @@ Verdict verifyAll(const std::vector<Hdr>& h) {
       const int64_t d = h0.c.a;
       for (int r = 1; r < n; ++r) {
         if (h[r].c.a != d)
-          return mismatch("gather dims differ: rank 0 dim " + std::to_string(d) + ", rank " + std::to_string(r) +
-                              " dim " + std::to_string(h[r].c.a),
+          return mismatch("gather dims differ: rank 0 dim " + std::to_string(d) + ", rank " +
+                              std::to_string(r) + " dim " + std::to_string(h[r].c.a),
                           h, {0, r});
         if (h[r].ndim != h0.ndim)
-          return mismatch("tensor ranks differ: rank 0 has " + std::to_string(h0.ndim) + " dims, rank " +
-                              std::to_string(r) + " " + std::to_string(h[r].ndim),
+          return mismatch("tensor ranks differ: rank 0 has " + std::to_string(h0.ndim) +
+                              " dims, rank " + std::to_string(r) + " " + std::to_string(h[r].ndim),
                           h, {0, r});
         if (h[r].c.b != h0.c.b)
           return mismatch("rank 0 gives " + std::to_string(h0.c.b) + " per-rank sizes but rank " +
@@ -169,37 +176,39 @@ Verdict verifyAll(const std::vector<Hdr>& h) {
       }
       const bool hasSizes = h0.c.b != 0;
       if (hasSizes && h0.c.b != n)
-        return invalid("allgather: " + std::to_string(h0.c.b) + " per-rank sizes given for a group of " +
-                           std::to_string(n) + " ranks",
+        return invalid("allgather: " + std::to_string(h0.c.b) +
+                           " per-rank sizes given for a group of " + std::to_string(n) + " ranks",
                        h, 0);
       for (int r = 0; r < n; ++r) {
         if (hasSizes && r > 0) {
           for (int k = 0; k < n; ++k)
             if (h[r].c.perRank[k] != h0.c.perRank[k])
-              return mismatch("the per-rank sizes differ: rank 0 says rank " + std::to_string(k) + " has " +
-                                  std::to_string(h0.c.perRank[k]) + ", rank " + std::to_string(r) + " says " +
-                                  std::to_string(h[r].c.perRank[k]),
+              return mismatch("the per-rank sizes differ: rank 0 says rank " + std::to_string(k) +
+                                  " has " + std::to_string(h0.c.perRank[k]) + ", rank " +
+                                  std::to_string(r) + " says " + std::to_string(h[r].c.perRank[k]),
                               h, {0, r});
         }
         const size_t shown = std::min<size_t>(h[r].c.shape.size(), h0.c.shape.size());
         for (size_t k = 0; k < shown; ++k) {
           if (static_cast<int64_t>(k) == d) continue;
           if (h[r].c.shape[k] != h0.c.shape[k])
-            return mismatch("shapes differ outside the gather dim " + std::to_string(d) + ": rank 0 " +
-                                shapeString(h0.c.shape, h0.ndim) + ", rank " + std::to_string(r) + " " +
-                                shapeString(h[r].c.shape, h[r].ndim),
+            return mismatch("shapes differ outside the gather dim " + std::to_string(d) +
+                                ": rank 0 " + shapeString(h0.c.shape, h0.ndim) + ", rank " +
+                                std::to_string(r) + " " + shapeString(h[r].c.shape, h[r].ndim),
                             h, {0, r});
         }
         if (d < static_cast<int64_t>(h[r].c.shape.size())) {
           const int64_t got = h[r].c.shape[d];
           if (hasSizes && got != h0.c.perRank[r])
-            return mismatch("rank " + std::to_string(r) + " contributes " + std::to_string(got) + " along dim " +
-                                std::to_string(d) + " but the per-rank sizes say " + std::to_string(h0.c.perRank[r]),
+            return mismatch("rank " + std::to_string(r) + " contributes " + std::to_string(got) +
+                                " along dim " + std::to_string(d) + " but the per-rank sizes say " +
+                                std::to_string(h0.c.perRank[r]),
                             h, {r});
           if (!hasSizes && got != h0.c.shape[d])
-            return mismatch("sizes along the gather dim " + std::to_string(d) + " differ (rank 0: " +
-                                std::to_string(h0.c.shape[d]) + ", rank " + std::to_string(r) + ": " +
-                                std::to_string(got) + ") and no per-rank sizes were given",
+            return mismatch("sizes along the gather dim " + std::to_string(d) +
+                                " differ (rank 0: " + std::to_string(h0.c.shape[d]) + ", rank " +
+                                std::to_string(r) + ": " + std::to_string(got) +
+                                ") and no per-rank sizes were given",
                             h, {0, r});
         }
       }
@@ -208,19 +217,21 @@ Verdict verifyAll(const std::vector<Hdr>& h) {
     case CallOp::AllToAll: {
       for (int r = 0; r < n; ++r)
         if (h[r].c.b != n || h[r].c.c != n)
-          return invalid("allToAll: rank " + std::to_string(r) + " passes " + std::to_string(h[r].c.b) +
-                             " inputs and " + std::to_string(h[r].c.c) + " output shapes for a group of " +
-                             std::to_string(n) + " ranks",
+          return invalid("allToAll: rank " + std::to_string(r) + " passes " +
+                             std::to_string(h[r].c.b) + " inputs and " + std::to_string(h[r].c.c) +
+                             " output shapes for a group of " + std::to_string(n) + " ranks",
                          h, r);
       for (int i = 0; i < n; ++i)
         for (int j = 0; j < n; ++j) {
           const int64_t sent = h[i].c.perRank[j];
           const int64_t expected = h[j].c.perRank[n + i];
           if (sent != expected)
-            return mismatch("rank " + std::to_string(i) + " sends " + std::to_string(sent) + " elements (" +
-                                bytesString(sent, h[i].c.dtype) + ") to rank " + std::to_string(j) + " but rank " +
-                                std::to_string(j) + " expects " + std::to_string(expected) + " elements (" +
-                                bytesString(expected, h[j].c.dtype) + ") from rank " + std::to_string(i),
+            return mismatch("rank " + std::to_string(i) + " sends " + std::to_string(sent) +
+                                " elements (" + bytesString(sent, h[i].c.dtype) + ") to rank " +
+                                std::to_string(j) + " but rank " + std::to_string(j) + " expects " +
+                                std::to_string(expected) + " elements (" +
+                                bytesString(expected, h[j].c.dtype) + ") from rank " +
+                                std::to_string(i),
                             h, {i, j});
         }
       break;
@@ -233,35 +244,39 @@ Verdict verifyAll(const std::vector<Hdr>& h) {
                           h, {0, r});
         if (h[r].hash != h0.hash)
           return mismatch("shapes differ: rank 0 " + shapeString(h0.c.shape, h0.ndim) + " (" +
-                              bytesString(h0.numel, h0.c.dtype) + "), rank " + std::to_string(r) + " " +
-                              shapeString(h[r].c.shape, h[r].ndim) + " (" + bytesString(h[r].numel, h[r].c.dtype) + ")",
+                              bytesString(h0.numel, h0.c.dtype) + "), rank " + std::to_string(r) +
+                              " " + shapeString(h[r].c.shape, h[r].ndim) + " (" +
+                              bytesString(h[r].numel, h[r].c.dtype) + ")",
                           h, {0, r});
       }
       if (h0.c.a < 0 || h0.c.a >= n)
-        return invalid("broadcast root " + std::to_string(h0.c.a) + " outside the group of " + std::to_string(n) +
-                           " ranks",
+        return invalid("broadcast root " + std::to_string(h0.c.a) + " outside the group of " +
+                           std::to_string(n) + " ranks",
                        h, 0);
       break;
     case CallOp::SendRecv:
       for (int r = 0; r < n; ++r) {
         const int64_t d = h[r].c.a, s = h[r].c.b;
         if (d < 0 || d >= n || s < 0 || s >= n)
-          return invalid("sendRecv: rank " + std::to_string(r) + " uses dst " + std::to_string(d) + " / src " +
-                             std::to_string(s) + " outside the group of " + std::to_string(n) + " ranks",
+          return invalid("sendRecv: rank " + std::to_string(r) + " uses dst " + std::to_string(d) +
+                             " / src " + std::to_string(s) + " outside the group of " +
+                             std::to_string(n) + " ranks",
                          h, r);
       }
       for (int r = 0; r < n; ++r) {
         const int d = static_cast<int>(h[r].c.a);
         if (h[d].c.b != r)
-          return mismatch("rank " + std::to_string(r) + " sends to rank " + std::to_string(d) + " but rank " +
-                              std::to_string(d) + " receives from rank " + std::to_string(h[d].c.b),
+          return mismatch("rank " + std::to_string(r) + " sends to rank " + std::to_string(d) +
+                              " but rank " + std::to_string(d) + " receives from rank " +
+                              std::to_string(h[d].c.b),
                           h, {r, d});
         if (h[d].hash2 != h[r].hash)
           return mismatch("rank " + std::to_string(r) + " sends " + dtypeName(h[r].c.dtype) + " " +
-                              shapeString(h[r].c.shape, h[r].ndim) + " (" + bytesString(h[r].numel, h[r].c.dtype) +
-                              ") to rank " + std::to_string(d) + " but rank " + std::to_string(d) + " expects " +
-                              shapeString(h[d].c.shape2, h[d].ndim2) + " (" + bytesString(h[d].numel2, h[d].c.dtype) +
-                              ") from it",
+                              shapeString(h[r].c.shape, h[r].ndim) + " (" +
+                              bytesString(h[r].numel, h[r].c.dtype) + ") to rank " +
+                              std::to_string(d) + " but rank " + std::to_string(d) + " expects " +
+                              shapeString(h[d].c.shape2, h[d].ndim2) + " (" +
+                              bytesString(h[d].numel2, h[d].c.dtype) + ") from it",
                           h, {r, d});
       }
       break;
@@ -286,21 +301,25 @@ Verdict verifyPair(const Hdr& a, int ra, const Hdr& b, int rb) {
   const int rs = aSends ? ra : rb, rr = aSends ? rb : ra;
   if (a.c.op == b.c.op || (a.c.op != CallOp::Send && a.c.op != CallOp::Recv) ||
       (b.c.op != CallOp::Send && b.c.op != CallOp::Recv))
-    return mismatch(std::string("rank ") + std::to_string(ra) + " called " + callOpName(a.c.op) + " and rank " +
-                        std::to_string(rb) + " called " + callOpName(b.c.op) + " (one must send and the other receive)",
+    return mismatch(std::string("rank ") + std::to_string(ra) + " called " + callOpName(a.c.op) +
+                        " and rank " + std::to_string(rb) + " called " + callOpName(b.c.op) +
+                        " (one must send and the other receive)",
                     h, {ra, rb});
   if (s.seq != r.seq)
-    return mismatch("rank " + std::to_string(rs) + " is at its send #" + std::to_string(s.seq + 1) + " to rank " +
-                        std::to_string(rr) + " but rank " + std::to_string(rr) + " at its recv #" +
-                        std::to_string(r.seq + 1) + " from rank " + std::to_string(rs),
+    return mismatch("rank " + std::to_string(rs) + " is at its send #" + std::to_string(s.seq + 1) +
+                        " to rank " + std::to_string(rr) + " but rank " + std::to_string(rr) +
+                        " at its recv #" + std::to_string(r.seq + 1) + " from rank " +
+                        std::to_string(rs),
                     h, {rs, rr});
   if (s.c.b != r.c.b)
-    return mismatch("tags differ: rank " + std::to_string(rs) + " sends with tag " + std::to_string(s.c.b) +
-                        ", rank " + std::to_string(rr) + " receives with tag " + std::to_string(r.c.b),
+    return mismatch("tags differ: rank " + std::to_string(rs) + " sends with tag " +
+                        std::to_string(s.c.b) + ", rank " + std::to_string(rr) +
+                        " receives with tag " + std::to_string(r.c.b),
                     h, {rs, rr});
   if (s.c.dtype != r.c.dtype || s.hash != r.hash)
-    return mismatch("rank " + std::to_string(rs) + " sends " + dtypeName(s.c.dtype) + " " + shapeString(s.c.shape, s.ndim) +
-                        " (" + bytesString(s.numel, s.c.dtype) + ") but rank " + std::to_string(rr) + " receives into " +
+    return mismatch("rank " + std::to_string(rs) + " sends " + dtypeName(s.c.dtype) + " " +
+                        shapeString(s.c.shape, s.ndim) + " (" + bytesString(s.numel, s.c.dtype) +
+                        ") but rank " + std::to_string(rr) + " receives into " +
                         dtypeName(r.c.dtype) + " " + shapeString(r.c.shape, r.ndim) + " (" +
                         bytesString(r.numel, r.c.dtype) + ")",
                     h, {rs, rr});
@@ -308,8 +327,10 @@ Verdict verifyPair(const Hdr& a, int ra, const Hdr& b, int rb) {
 }
 
 void raise(const Verdict& v, const std::string& where) {
-  if (v.kind == Verdict::Mismatch) throw CollectiveMismatchError("collective mismatch on " + where + ": " + v.msg);
-  if (v.kind == Verdict::Invalid) throw std::invalid_argument("invalid collective on " + where + ": " + v.msg);
+  if (v.kind == Verdict::Mismatch)
+    throw CollectiveMismatchError("collective mismatch on " + where + ": " + v.msg);
+  if (v.kind == Verdict::Invalid)
+    throw std::invalid_argument("invalid collective on " + where + ": " + v.msg);
 }
 
 Hdr decodeHdr(const int64_t* p, int n) {
@@ -323,8 +344,10 @@ Hdr decodeHdr(const int64_t* p, int n) {
   h.c.c = p[sC];
   h.ndim = p[sNdim];
   h.ndim2 = p[sNdim2];
-  for (int64_t i = 0; i < std::min<int64_t>(h.ndim, kMaxDims); ++i) h.c.shape.push_back(p[sShape + i]);
-  for (int64_t i = 0; i < std::min<int64_t>(h.ndim2, kMaxDims); ++i) h.c.shape2.push_back(p[sShape2 + i]);
+  for (int64_t i = 0; i < std::min<int64_t>(h.ndim, kMaxDims); ++i)
+    h.c.shape.push_back(p[sShape + i]);
+  for (int64_t i = 0; i < std::min<int64_t>(h.ndim2, kMaxDims); ++i)
+    h.c.shape2.push_back(p[sShape2 + i]);
   h.hash = p[sHash];
   h.hash2 = p[sHash2];
   h.numel = p[sNumel];
@@ -351,7 +374,8 @@ std::vector<int64_t> ProcessGroupChecked::encode(const CallInfo& c, int64_t seq)
   h[sHash2] = shapeHash(c.shape2);
   h[sNumel] = numelOf(c.shape);
   h[sNumel2] = numelOf(c.shape2);
-  for (size_t i = 0; i < c.perRank.size() && i < static_cast<size_t>(2 * size_); ++i) h[kFixedSlots + i] = c.perRank[i];
+  for (size_t i = 0; i < c.perRank.size() && i < static_cast<size_t>(2 * size_); ++i)
+    h[kFixedSlots + i] = c.perRank[i];
   return h;
 }
 
@@ -369,16 +393,18 @@ std::vector<CallInfo> ProcessGroupChecked::agree(const CallInfo& mine) {
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
       reqs.emplace_back();
-      mpiCheck(MPI_Irecv(all->data() + L * r, static_cast<int>(L), MPI_INT64_T, r, kTagHeader, ctrl_, &reqs.back()),
-            "MPI_Irecv");
+      mpiCheck(MPI_Irecv(all->data() + L * r, static_cast<int>(L), MPI_INT64_T, r, kTagHeader,
+                         ctrl_, &reqs.back()),
+               "MPI_Irecv");
       kinds.push_back(1);
       peers.push_back(r);
     }
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
       reqs.emplace_back();
-      mpiCheck(MPI_Isend(out->data(), static_cast<int>(L), MPI_INT64_T, r, kTagHeader, ctrl_, &reqs.back()),
-            "MPI_Isend");
+      mpiCheck(MPI_Isend(out->data(), static_cast<int>(L), MPI_INT64_T, r, kTagHeader, ctrl_,
+                         &reqs.back()),
+               "MPI_Isend");
       kinds.push_back(2);
       peers.push_back(r);
     }
@@ -394,7 +420,8 @@ std::vector<CallInfo> ProcessGroupChecked::agree(const CallInfo& mine) {
       const std::string detail =
           missing.empty() ? "the call headers could not be delivered (a peer died or hangs)"
                           : "rank(s) " + rankList(missing) + " (world " + rankList(missingWorld) +
-                                ") never arrived at this call (they died, hang, or are blocked in a different call)";
+                                ") never arrived at this call (they died, hang, or are blocked in "
+                                "a different call)";
       timeout(describeCall(mine) + " (call #" + std::to_string(seq + 1) + ")", detail, reqs, kinds);
     }
   }
@@ -411,33 +438,43 @@ std::vector<CallInfo> ProcessGroupChecked::agree(const CallInfo& mine) {
 CallInfo ProcessGroupChecked::agreePair(const CallInfo& mine, int peer) {
   ensureUsable();
   if (peer < 0 || peer >= size_ || peer == rank_)
-    throw std::invalid_argument(std::string(callOpName(mine.op)) + " on " + describeGroup() + ": peer rank " +
-                                std::to_string(peer) + " is invalid for rank " + std::to_string(rank_));
+    throw std::invalid_argument(std::string(callOpName(mine.op)) + " on " + describeGroup() +
+                                ": peer rank " + std::to_string(peer) + " is invalid for rank " +
+                                std::to_string(rank_));
   const bool sender = mine.op == CallOp::Send;
   const int64_t seq = sender ? sendSeq_[peer]++ : recvSeq_[peer]++;
   const size_t L = static_cast<size_t>(kFixedSlots + 2 * size_);
   auto out = std::make_shared<std::vector<int64_t>>(encode(mine, seq));
   auto in = std::make_shared<std::vector<int64_t>>(L, 0);
-  const std::string what = describeCall(mine) + " (#" + std::to_string(seq + 1) + " to/from this peer)";
+  const std::string what =
+      describeCall(mine) + " (#" + std::to_string(seq + 1) + " to/from this peer)";
   auto fail = [&](std::vector<MPI_Request>& reqs, const std::vector<int>& kinds) {
     graveyard_.push_back(out);
     graveyard_.push_back(in);
     timeout(what,
-            "rank " + std::to_string(peer) + " (world " + std::to_string(worldRanks_[peer]) + ") never posted the matching " +
-                (sender ? "recv" : "send") + " (it died, hangs, or is blocked in a different call)",
+            "rank " + std::to_string(peer) + " (world " + std::to_string(worldRanks_[peer]) +
+                ") never posted the matching " + (sender ? "recv" : "send") +
+                " (it died, hangs, or is blocked in a different call)",
             reqs, kinds);
   };
   if (sender) {
     std::vector<MPI_Request> reqs(2);
-    mpiCheck(MPI_Isend(out->data(), static_cast<int>(L), MPI_INT64_T, peer, kTagP2P, ctrl_, &reqs[0]), "MPI_Isend");
-    mpiCheck(MPI_Irecv(in->data(), static_cast<int>(L), MPI_INT64_T, peer, kTagP2PAck, ctrl_, &reqs[1]), "MPI_Irecv");
+    mpiCheck(
+        MPI_Isend(out->data(), static_cast<int>(L), MPI_INT64_T, peer, kTagP2P, ctrl_, &reqs[0]),
+        "MPI_Isend");
+    mpiCheck(
+        MPI_Irecv(in->data(), static_cast<int>(L), MPI_INT64_T, peer, kTagP2PAck, ctrl_, &reqs[1]),
+        "MPI_Irecv");
     if (!pollRequests(reqs, timeoutSeconds())) fail(reqs, {2, 1});
   } else {
     std::vector<MPI_Request> r1(1);
-    mpiCheck(MPI_Irecv(in->data(), static_cast<int>(L), MPI_INT64_T, peer, kTagP2P, ctrl_, &r1[0]), "MPI_Irecv");
+    mpiCheck(MPI_Irecv(in->data(), static_cast<int>(L), MPI_INT64_T, peer, kTagP2P, ctrl_, &r1[0]),
+             "MPI_Irecv");
     if (!pollRequests(r1, timeoutSeconds())) fail(r1, {1});
     std::vector<MPI_Request> r2(1);
-    mpiCheck(MPI_Isend(out->data(), static_cast<int>(L), MPI_INT64_T, peer, kTagP2PAck, ctrl_, &r2[0]), "MPI_Isend");
+    mpiCheck(
+        MPI_Isend(out->data(), static_cast<int>(L), MPI_INT64_T, peer, kTagP2PAck, ctrl_, &r2[0]),
+        "MPI_Isend");
     if (!pollRequests(r2, timeoutSeconds())) fail(r2, {2});
   }
   Hdr me = decodeHdr(out->data(), size_);
@@ -446,16 +483,17 @@ CallInfo ProcessGroupChecked::agreePair(const CallInfo& mine, int peer) {
   return other.c;
 }
 
-ProcessGroupChecked::ProcessGroupChecked(std::shared_ptr<ProcessGroup> inner, MPI_Comm comm) : inner_(std::move(inner)) {
+ProcessGroupChecked::ProcessGroupChecked(std::shared_ptr<ProcessGroup> inner, MPI_Comm comm)
+    : inner_(std::move(inner)) {
   if (!inner_) throw std::invalid_argument("ProcessGroupChecked: null group to wrap");
   int r = 0, n = 1;
   MPI_Comm_rank(comm, &r);
   MPI_Comm_size(comm, &n);
   if (r != inner_->rank() || n != inner_->size())
-    throw std::invalid_argument("ProcessGroupChecked: the communicator (rank " + std::to_string(r) + " of " +
-                                std::to_string(n) + ") does not match the wrapped group '" + inner_->name() +
-                                "' (rank " + std::to_string(inner_->rank()) + " of " + std::to_string(inner_->size()) +
-                                ")");
+    throw std::invalid_argument(
+        "ProcessGroupChecked: the communicator (rank " + std::to_string(r) + " of " +
+        std::to_string(n) + ") does not match the wrapped group '" + inner_->name() + "' (rank " +
+        std::to_string(inner_->rank()) + " of " + std::to_string(inner_->size()) + ")");
   mpiCheck(MPI_Comm_dup(comm, &ctrl_), "MPI_Comm_dup");
   MPI_Comm_set_errhandler(ctrl_, MPI_ERRORS_RETURN);
   rank_ = r;
@@ -469,19 +507,23 @@ ProcessGroupChecked::~ProcessGroupChecked() {
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
-  if (!init || fin || broken_) return;  // after a timeout, header exchanges may still be pending: leak
+  if (!init || fin || broken_)
+    return;  // after a timeout, header exchanges may still be pending: leak
   if (ctrl_ != MPI_COMM_NULL) MPI_Comm_free(&ctrl_);
 }
 
-std::string ProcessGroupChecked::describeGroup() const { return dit::describeGroup(inner_->name(), worldRanks_); }
+std::string ProcessGroupChecked::describeGroup() const {
+  return dit::describeGroup(inner_->name(), worldRanks_);
+}
 
 void ProcessGroupChecked::ensureUsable() const {
   if (broken_)
-    throw std::runtime_error(describeGroup() + " is unusable after an earlier failure: " + brokenReason_);
+    throw std::runtime_error(describeGroup() +
+                             " is unusable after an earlier failure: " + brokenReason_);
 }
 
-void ProcessGroupChecked::timeout(const std::string& what, const std::string& detail, std::vector<MPI_Request>& reqs,
-                                  const std::vector<int>& reqKind) {
+void ProcessGroupChecked::timeout(const std::string& what, const std::string& detail,
+                                  std::vector<MPI_Request>& reqs, const std::vector<int>& reqKind) {
   // reqKind: 1 = receive (cancelled), 2 = send (freed; MPI completes or drops it).
   for (size_t i = 0; i < reqs.size(); ++i) {
     if (reqs[i] == MPI_REQUEST_NULL) continue;
@@ -492,8 +534,9 @@ void ProcessGroupChecked::timeout(const std::string& what, const std::string& de
       MPI_Request_free(&reqs[i]);
     }
   }
-  const std::string msg = "collective timeout: " + what + " on " + describeGroup() + " did not complete within " +
-                          secondsStr(timeoutSeconds()) + " s on rank " + std::to_string(rank_) + " (world rank " +
+  const std::string msg = "collective timeout: " + what + " on " + describeGroup() +
+                          " did not complete within " + secondsStr(timeoutSeconds()) +
+                          " s on rank " + std::to_string(rank_) + " (world rank " +
                           std::to_string(worldRanks_[static_cast<size_t>(rank_)]) + "): " + detail;
   broken_ = true;
   brokenReason_ = msg;
@@ -506,7 +549,8 @@ std::shared_ptr<Work> ProcessGroupChecked::allreduce(at::Tensor& t, ReduceOp op)
   return inner_->allreduce(t, op);
 }
 
-std::shared_ptr<Work> ProcessGroupChecked::allgather(const at::Tensor& t, int64_t dim, const std::vector<int64_t>& sizes) {
+std::shared_ptr<Work> ProcessGroupChecked::allgather(const at::Tensor& t, int64_t dim,
+                                                     const std::vector<int64_t>& sizes) {
   requireDefined(t, "allgather");
   const int64_t nd = t.dim();
   const int64_t d = dim < 0 ? dim + nd : dim;
@@ -523,8 +567,8 @@ std::shared_ptr<Work> ProcessGroupChecked::reduceScatter(const at::Tensor& t, Re
   return inner_->reduceScatter(t, op);
 }
 
-std::shared_ptr<Work> ProcessGroupChecked::allToAll(const std::vector<at::Tensor>& inputs,
-                                                    const std::vector<std::vector<int64_t>>& outputShapes) {
+std::shared_ptr<Work> ProcessGroupChecked::allToAll(
+    const std::vector<at::Tensor>& inputs, const std::vector<std::vector<int64_t>>& outputShapes) {
   if (inputs.empty()) throw std::invalid_argument("allToAll on " + describeGroup() + ": no inputs");
   for (const auto& x : inputs) requireDefined(x, "allToAll");
   agree(allToAllCall(inputs, outputShapes, size_));
@@ -538,7 +582,8 @@ std::shared_ptr<Work> ProcessGroupChecked::broadcast(at::Tensor& t, int root) {
 }
 
 std::shared_ptr<Work> ProcessGroupChecked::sendRecv(const at::Tensor& send, int dst,
-                                                    const std::vector<int64_t>& recvShape, int src) {
+                                                    const std::vector<int64_t>& recvShape,
+                                                    int src) {
   requireDefined(send, "sendRecv");
   agree(sendRecvCall(send, dst, recvShape, src));
   return inner_->sendRecv(send, dst, recvShape, src);
@@ -546,14 +591,18 @@ std::shared_ptr<Work> ProcessGroupChecked::sendRecv(const at::Tensor& send, int 
 
 std::shared_ptr<Work> ProcessGroupChecked::send(const at::Tensor& t, int dst, int tag) {
   requireDefined(t, "send");
-  if (tag < 0) throw std::invalid_argument("send on " + describeGroup() + ": negative tag " + std::to_string(tag));
+  if (tag < 0)
+    throw std::invalid_argument("send on " + describeGroup() + ": negative tag " +
+                                std::to_string(tag));
   agreePair(sendCall(t, dst, tag), dst);
   return inner_->send(t, dst, tag);
 }
 
 std::shared_ptr<Work> ProcessGroupChecked::recv(at::Tensor& t, int src, int tag) {
   requireDefined(t, "recv");
-  if (tag < 0) throw std::invalid_argument("recv on " + describeGroup() + ": negative tag " + std::to_string(tag));
+  if (tag < 0)
+    throw std::invalid_argument("recv on " + describeGroup() + ": negative tag " +
+                                std::to_string(tag));
   agreePair(recvCall(t, src, tag), src);
   return inner_->recv(t, src, tag);
 }
@@ -563,7 +612,8 @@ std::shared_ptr<Work> ProcessGroupChecked::barrier() {
   return inner_->barrier();
 }
 
-std::shared_ptr<ProcessGroup> makeCheckedProcessGroup(std::shared_ptr<ProcessGroup> inner, MPI_Comm comm) {
+std::shared_ptr<ProcessGroup> makeCheckedProcessGroup(std::shared_ptr<ProcessGroup> inner,
+                                                      MPI_Comm comm) {
   return std::make_shared<ProcessGroupChecked>(std::move(inner), comm);
 }
 

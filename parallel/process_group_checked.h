@@ -45,7 +45,8 @@ class ProcessGroupChecked final : public ProcessGroup {
  public:
   /// Wraps `inner`. `comm` must hold the same ranks as `inner` in the same order (its rank and size
   /// equal inner->rank()/size(); std::invalid_argument otherwise); it is duplicated, the caller
-  /// keeps ownership. Collective over `comm`: all its ranks construct the wrapper at the same point.
+  /// keeps ownership. Collective over `comm`: all its ranks construct the wrapper at the same
+  /// point.
   ProcessGroupChecked(std::shared_ptr<ProcessGroup> inner, MPI_Comm comm);
   /// Frees the duplicated communicator (locally, if MPI is still active and nothing is pending).
   ~ProcessGroupChecked() override;
@@ -63,13 +64,14 @@ class ProcessGroupChecked final : public ProcessGroup {
   /// Each call: local argument checks, agree() (or agreePair() for send/recv), then the wrapped
   /// group's call, whose Work is returned.
   std::shared_ptr<Work> allreduce(at::Tensor& t, ReduceOp op = ReduceOp::Sum) override;
-  std::shared_ptr<Work> allgather(const at::Tensor& t, int64_t dim, const std::vector<int64_t>& sizes = {}) override;
+  std::shared_ptr<Work> allgather(const at::Tensor& t, int64_t dim,
+                                  const std::vector<int64_t>& sizes = {}) override;
   std::shared_ptr<Work> reduceScatter(const at::Tensor& t, ReduceOp op = ReduceOp::Sum) override;
   std::shared_ptr<Work> allToAll(const std::vector<at::Tensor>& inputs,
                                  const std::vector<std::vector<int64_t>>& outputShapes) override;
   std::shared_ptr<Work> broadcast(at::Tensor& t, int root) override;
-  std::shared_ptr<Work> sendRecv(const at::Tensor& send, int dst, const std::vector<int64_t>& recvShape,
-                                 int src) override;
+  std::shared_ptr<Work> sendRecv(const at::Tensor& send, int dst,
+                                 const std::vector<int64_t>& recvShape, int src) override;
   std::shared_ptr<Work> send(const at::Tensor& t, int dst, int tag = 0) override;
   std::shared_ptr<Work> recv(at::Tensor& t, int src, int tag = 0) override;
   std::shared_ptr<Work> barrier() override;
@@ -90,8 +92,8 @@ class ProcessGroupChecked final : public ProcessGroup {
 
  private:
   void ensureUsable() const;
-  [[noreturn]] void timeout(const std::string& what, const std::string& detail, std::vector<MPI_Request>& reqs,
-                            const std::vector<int>& reqKind);
+  [[noreturn]] void timeout(const std::string& what, const std::string& detail,
+                            std::vector<MPI_Request>& reqs, const std::vector<int>& reqKind);
   std::vector<int64_t> encode(const CallInfo& c, int64_t seq) const;
 
   std::shared_ptr<ProcessGroup> inner_;
@@ -107,6 +109,7 @@ class ProcessGroupChecked final : public ProcessGroup {
 };
 
 /// Wraps `inner` in a ProcessGroupChecked over `comm` (see its constructor).
-std::shared_ptr<ProcessGroup> makeCheckedProcessGroup(std::shared_ptr<ProcessGroup> inner, MPI_Comm comm);
+std::shared_ptr<ProcessGroup> makeCheckedProcessGroup(std::shared_ptr<ProcessGroup> inner,
+                                                      MPI_Comm comm);
 
 }  // namespace dit

@@ -1,10 +1,10 @@
 // A ProcessGroup of one rank: every collective is a local copy, nothing is sent.
 #include <ATen/ATen.h>
 
-#include "parallel/process_group.h"
-
 #include <sstream>
 #include <stdexcept>
+
+#include "parallel/process_group.h"
 
 namespace dit {
 
@@ -29,7 +29,8 @@ class LocalProcessGroup final : public ProcessGroup {
     return Work::completed({t});
   }
 
-  std::shared_ptr<Work> allgather(const at::Tensor& t, int64_t dim, const std::vector<int64_t>& sizes) override {
+  std::shared_ptr<Work> allgather(const at::Tensor& t, int64_t dim,
+                                  const std::vector<int64_t>& sizes) override {
     checkDefined(t, "allgather");
     const int64_t d = normDim(t, dim, "allgather");
     if (!sizes.empty() && (sizes.size() != 1 || sizes[0] != t.size(d)))
@@ -43,15 +44,17 @@ class LocalProcessGroup final : public ProcessGroup {
 
   std::shared_ptr<Work> reduceScatter(const at::Tensor& t, ReduceOp) override {
     checkDefined(t, "reduceScatter");
-    if (t.dim() < 1) throw std::invalid_argument("reduceScatter needs a tensor with at least 1 dimension");
+    if (t.dim() < 1)
+      throw std::invalid_argument("reduceScatter needs a tensor with at least 1 dimension");
     return Work::completed({t.clone(at::MemoryFormat::Contiguous)});
   }
 
   std::shared_ptr<Work> allToAll(const std::vector<at::Tensor>& inputs,
                                  const std::vector<std::vector<int64_t>>& outputShapes) override {
     if (inputs.size() != 1 || outputShapes.size() != 1)
-      throw std::invalid_argument("allToAll on the local group needs exactly 1 input and 1 output shape, got " +
-                                  std::to_string(inputs.size()) + " and " + std::to_string(outputShapes.size()));
+      throw std::invalid_argument(
+          "allToAll on the local group needs exactly 1 input and 1 output shape, got " +
+          std::to_string(inputs.size()) + " and " + std::to_string(outputShapes.size()));
     checkDefined(inputs[0], "allToAll");
     int64_t n = 1;
     for (int64_t s : outputShapes[0]) n *= s;
@@ -65,21 +68,24 @@ class LocalProcessGroup final : public ProcessGroup {
 
   std::shared_ptr<Work> broadcast(at::Tensor& t, int root) override {
     checkDefined(t, "broadcast");
-    if (root != 0) throw std::invalid_argument("broadcast root " + std::to_string(root) + " outside the local group of 1 rank");
+    if (root != 0)
+      throw std::invalid_argument("broadcast root " + std::to_string(root) +
+                                  " outside the local group of 1 rank");
     return Work::completed({t});
   }
 
-  std::shared_ptr<Work> sendRecv(const at::Tensor& send, int dst, const std::vector<int64_t>& recvShape,
-                                 int src) override {
+  std::shared_ptr<Work> sendRecv(const at::Tensor& send, int dst,
+                                 const std::vector<int64_t>& recvShape, int src) override {
     checkDefined(send, "sendRecv");
     if (dst != 0 || src != 0)
-      throw std::invalid_argument("sendRecv on the local group: dst " + std::to_string(dst) + " / src " +
-                                  std::to_string(src) + " must be 0");
+      throw std::invalid_argument("sendRecv on the local group: dst " + std::to_string(dst) +
+                                  " / src " + std::to_string(src) + " must be 0");
     int64_t n = 1;
     for (int64_t s : recvShape) n *= s;
     if (n != send.numel())
-      throw CollectiveMismatchError("sendRecv on the local group: rank 0 sends " + shapeStr(send.sizes()) +
-                                    " to itself but expects " + shapeStr(recvShape));
+      throw CollectiveMismatchError("sendRecv on the local group: rank 0 sends " +
+                                    shapeStr(send.sizes()) + " to itself but expects " +
+                                    shapeStr(recvShape));
     return Work::completed({send.contiguous().view(recvShape).clone()});
   }
 
@@ -88,8 +94,9 @@ class LocalProcessGroup final : public ProcessGroup {
                                 " on the local group of 1 rank (a rank cannot send to itself)");
   }
   std::shared_ptr<Work> recv(at::Tensor&, int src, int) override {
-    throw std::invalid_argument("recv from rank " + std::to_string(src) +
-                                " on the local group of 1 rank (a rank cannot receive from itself)");
+    throw std::invalid_argument(
+        "recv from rank " + std::to_string(src) +
+        " on the local group of 1 rank (a rank cannot receive from itself)");
   }
 
   std::shared_ptr<Work> barrier() override { return Work::completed(); }
@@ -103,14 +110,16 @@ class LocalProcessGroup final : public ProcessGroup {
     const int64_t nd = t.dim();
     const int64_t d = dim < 0 ? dim + nd : dim;
     if (d < 0 || d >= nd)
-      throw std::invalid_argument(std::string(op) + ": dim " + std::to_string(dim) + " out of range for a " +
-                                  std::to_string(nd) + "-d tensor");
+      throw std::invalid_argument(std::string(op) + ": dim " + std::to_string(dim) +
+                                  " out of range for a " + std::to_string(nd) + "-d tensor");
     return d;
   }
 };
 
 }  // namespace
 
-std::shared_ptr<ProcessGroup> makeLocalProcessGroup() { return std::make_shared<LocalProcessGroup>(); }
+std::shared_ptr<ProcessGroup> makeLocalProcessGroup() {
+  return std::make_shared<LocalProcessGroup>();
+}
 
 }  // namespace dit

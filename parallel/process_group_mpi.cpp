@@ -25,14 +25,22 @@ std::vector<int64_t> toVec(at::IntArrayRef s) { return std::vector<int64_t>(s.be
 
 MPI_Datatype reduceType(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return MPI_FLOAT;
-    case at::kDouble: return MPI_DOUBLE;
-    case at::kLong: return MPI_INT64_T;
-    case at::kInt: return MPI_INT32_T;
-    case at::kShort: return MPI_INT16_T;
-    case at::kChar: return MPI_INT8_T;
-    case at::kByte: return MPI_UINT8_T;
-    default: return MPI_DATATYPE_NULL;
+    case at::kFloat:
+      return MPI_FLOAT;
+    case at::kDouble:
+      return MPI_DOUBLE;
+    case at::kLong:
+      return MPI_INT64_T;
+    case at::kInt:
+      return MPI_INT32_T;
+    case at::kShort:
+      return MPI_INT16_T;
+    case at::kChar:
+      return MPI_INT8_T;
+    case at::kByte:
+      return MPI_UINT8_T;
+    default:
+      return MPI_DATATYPE_NULL;
   }
 }
 
@@ -40,9 +48,12 @@ bool reducedInFloat(at::ScalarType t) { return t == at::kHalf || t == at::kBFloa
 
 MPI_Op mpiOp(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return MPI_SUM;
-    case ReduceOp::Max: return MPI_MAX;
-    case ReduceOp::Min: return MPI_MIN;
+    case ReduceOp::Sum:
+      return MPI_SUM;
+    case ReduceOp::Max:
+      return MPI_MAX;
+    case ReduceOp::Min:
+      return MPI_MIN;
   }
   return MPI_SUM;
 }
@@ -54,18 +65,24 @@ struct Unit {
 };
 Unit unitFor(at::ScalarType t) {
   switch (c10::elementSize(t)) {
-    case 1: return {MPI_BYTE, 1};
-    case 2: return {MPI_UINT16_T, 1};
-    case 4: return {MPI_UINT32_T, 1};
-    case 8: return {MPI_UINT64_T, 1};
-    default: return {MPI_BYTE, static_cast<int64_t>(c10::elementSize(t))};
+    case 1:
+      return {MPI_BYTE, 1};
+    case 2:
+      return {MPI_UINT16_T, 1};
+    case 4:
+      return {MPI_UINT32_T, 1};
+    case 8:
+      return {MPI_UINT64_T, 1};
+    default:
+      return {MPI_BYTE, static_cast<int64_t>(c10::elementSize(t))};
   }
 }
 
 int toCount(int64_t n, const char* op) {
   if (n < 0 || n > INT_MAX)
-    throw std::invalid_argument(std::string(op) + ": " + std::to_string(n) +
-                                " elements exceed one MPI call's count limit (2^31-1); split the tensor");
+    throw std::invalid_argument(
+        std::string(op) + ": " + std::to_string(n) +
+        " elements exceed one MPI call's count limit (2^31-1); split the tensor");
   return static_cast<int>(n);
 }
 
@@ -93,8 +110,9 @@ void requireDefined(const at::Tensor& t, const char* op) {
 void requireReducible(const at::Tensor& t, const char* op) {
   const auto st = t.scalar_type();
   if (!reducedInFloat(st) && reduceType(st) == MPI_DATATYPE_NULL)
-    throw std::invalid_argument(std::string(op) + ": dtype " + dtypeName(static_cast<int64_t>(st)) +
-                                " cannot be reduced (float32/float16/bfloat16/float64/int64/int32/int16/int8/uint8)");
+    throw std::invalid_argument(
+        std::string(op) + ": dtype " + dtypeName(static_cast<int64_t>(st)) +
+        " cannot be reduced (float32/float16/bfloat16/float64/int64/int32/int16/int8/uint8)");
 }
 
 std::string rankList(const std::vector<int>& v) {
@@ -117,8 +135,9 @@ std::string secondsStr(double s) {
 // The Work of one started MPI operation.
 class MPIWork final : public Work {
  public:
-  MPIWork(ProcessGroupMPI* g, std::string what, std::vector<MPI_Request> reqs, std::vector<int> kinds,
-          std::vector<at::Tensor> keep, std::function<std::vector<at::Tensor>()> fin)
+  MPIWork(ProcessGroupMPI* g, std::string what, std::vector<MPI_Request> reqs,
+          std::vector<int> kinds, std::vector<at::Tensor> keep,
+          std::function<std::vector<at::Tensor>()> fin)
       : g_(g),
         what_(std::move(what)),
         reqs_(std::move(reqs)),
@@ -142,10 +161,11 @@ class MPIWork final : public Work {
   }
   void block() override {
     if (pollRequests(reqs_, g_->timeout_)) return;
-    g_->timeout(what_,
-                "the transfer did not finish (a peer died, hangs, or issued a different collective; "
-                "DITSTUDIO_CHECK_COLLECTIVES=1 names the ranks)",
-                reqs_, kinds_, std::move(keep_));
+    g_->timeout(
+        what_,
+        "the transfer did not finish (a peer died, hangs, or issued a different collective; "
+        "DITSTUDIO_CHECK_COLLECTIVES=1 names the ranks)",
+        reqs_, kinds_, std::move(keep_));
   }
   void finish() override {
     keep_.clear();
@@ -182,7 +202,8 @@ bool pollRequests(std::vector<MPI_Request>& reqs, double timeoutSeconds) {
       if (r == MPI_REQUEST_NULL) continue;
       int flag = 0;
       const int rc = MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
-      if (rc != MPI_SUCCESS) throw std::runtime_error("MPI_Test failed (error code " + std::to_string(rc) + ")");
+      if (rc != MPI_SUCCESS)
+        throw std::runtime_error("MPI_Test failed (error code " + std::to_string(rc) + ")");
       if (!flag) all = false;
     }
     if (all) return true;
@@ -241,30 +262,36 @@ ProcessGroupMPI::~ProcessGroupMPI() {
   if (ring_ != MPI_COMM_NULL) MPI_Comm_free(&ring_);
 }
 
-std::string ProcessGroupMPI::describeGroup() const { return dit::describeGroup(name_, worldRanks_); }
+std::string ProcessGroupMPI::describeGroup() const {
+  return dit::describeGroup(name_, worldRanks_);
+}
 
 void ProcessGroupMPI::check(int rc, const char* fn) const {
   if (rc == MPI_SUCCESS) return;
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, msg, &len);
-  throw std::runtime_error(std::string(fn) + " failed on group '" + name_ + "': " + std::string(msg, len));
+  throw std::runtime_error(std::string(fn) + " failed on group '" + name_ +
+                           "': " + std::string(msg, len));
 }
 
 void ProcessGroupMPI::ensureUsable() const {
   if (broken_)
-    throw std::runtime_error(describeGroup() + " is unusable after an earlier failure: " + brokenReason_);
+    throw std::runtime_error(describeGroup() +
+                             " is unusable after an earlier failure: " + brokenReason_);
 }
 
-std::shared_ptr<Work> ProcessGroupMPI::makeWork(std::string what, std::vector<MPI_Request> reqs, std::vector<int> kinds,
+std::shared_ptr<Work> ProcessGroupMPI::makeWork(std::string what, std::vector<MPI_Request> reqs,
+                                                std::vector<int> kinds,
                                                 std::vector<at::Tensor> keep,
                                                 std::function<std::vector<at::Tensor>()> finish) {
-  return std::make_shared<MPIWork>(this, std::move(what), std::move(reqs), std::move(kinds), std::move(keep),
-                                   std::move(finish));
+  return std::make_shared<MPIWork>(this, std::move(what), std::move(reqs), std::move(kinds),
+                                   std::move(keep), std::move(finish));
 }
 
-void ProcessGroupMPI::timeout(const std::string& what, const std::string& detail, std::vector<MPI_Request>& reqs,
-                              const std::vector<int>& reqKind, std::vector<at::Tensor> keep) {
+void ProcessGroupMPI::timeout(const std::string& what, const std::string& detail,
+                              std::vector<MPI_Request>& reqs, const std::vector<int>& reqKind,
+                              std::vector<at::Tensor> keep) {
   for (auto& t : keep) graveyard_.push_back(std::move(t));
   // reqKind: 0 = collective (cannot be cancelled or freed), 1 = p2p receive, 2 = p2p send.
   for (size_t i = 0; i < reqs.size(); ++i) {
@@ -276,8 +303,9 @@ void ProcessGroupMPI::timeout(const std::string& what, const std::string& detail
       MPI_Request_free(&reqs[i]);
     }
   }
-  const std::string msg = "collective timeout: " + what + " on " + describeGroup() + " did not complete within " +
-                          secondsStr(timeout_) + " s on rank " + std::to_string(rank_) + " (world rank " +
+  const std::string msg = "collective timeout: " + what + " on " + describeGroup() +
+                          " did not complete within " + secondsStr(timeout_) + " s on rank " +
+                          std::to_string(rank_) + " (world rank " +
                           std::to_string(worldRanks_[static_cast<size_t>(rank_)]) + "): " + detail;
   broken_ = true;
   brokenReason_ = msg;
@@ -292,17 +320,20 @@ std::shared_ptr<Work> ProcessGroupMPI::allreduce(at::Tensor& t, ReduceOp op) {
   at::Tensor work = reductionBuffer(t);
   const int count = toCount(work.numel(), "allreduce");
   std::vector<MPI_Request> reqs(1);
-  check(MPI_Iallreduce(MPI_IN_PLACE, work.data_ptr(), count, reduceType(work.scalar_type()), mpiOp(op), data_, &reqs[0]),
+  check(MPI_Iallreduce(MPI_IN_PLACE, work.data_ptr(), count, reduceType(work.scalar_type()),
+                       mpiOp(op), data_, &reqs[0]),
         "MPI_Iallreduce");
   at::Tensor out = t;  // shares t's storage: the caller's tensor is written in finish()
-  return makeWork(describeCall(allreduceCall(t, op)), std::move(reqs), {0}, {work}, [this, work, out]() mutable {
-    bytes_ += static_cast<uint64_t>(2 * (size_ - 1) * work.nbytes() / size_);
-    if (!work.is_same(out)) out.copy_(work);
-    return std::vector<at::Tensor>{out};
-  });
+  return makeWork(describeCall(allreduceCall(t, op)), std::move(reqs), {0}, {work},
+                  [this, work, out]() mutable {
+                    bytes_ += static_cast<uint64_t>(2 * (size_ - 1) * work.nbytes() / size_);
+                    if (!work.is_same(out)) out.copy_(work);
+                    return std::vector<at::Tensor>{out};
+                  });
 }
 
-std::shared_ptr<Work> ProcessGroupMPI::allgather(const at::Tensor& t, int64_t dim, const std::vector<int64_t>& sizes) {
+std::shared_ptr<Work> ProcessGroupMPI::allgather(const at::Tensor& t, int64_t dim,
+                                                 const std::vector<int64_t>& sizes) {
   requireDefined(t, "allgather");
   ensureUsable();
   const int64_t nd = t.dim();
@@ -311,11 +342,13 @@ std::shared_ptr<Work> ProcessGroupMPI::allgather(const at::Tensor& t, int64_t di
     throw std::invalid_argument("allgather on " + describeGroup() + ": dim " + std::to_string(dim) +
                                 " out of range for a " + std::to_string(nd) + "-d tensor");
   if (!sizes.empty() && sizes.size() != static_cast<size_t>(size_))
-    throw std::invalid_argument("allgather on " + describeGroup() + ": " + std::to_string(sizes.size()) +
-                                " per-rank sizes given for a group of " + std::to_string(size_) + " ranks");
+    throw std::invalid_argument(
+        "allgather on " + describeGroup() + ": " + std::to_string(sizes.size()) +
+        " per-rank sizes given for a group of " + std::to_string(size_) + " ranks");
   if (!sizes.empty() && sizes[static_cast<size_t>(rank_)] != t.size(d))
-    throw CollectiveMismatchError("collective mismatch on " + describeGroup() + ": rank " + std::to_string(rank_) +
-                                  " contributes " + std::to_string(t.size(d)) + " along dim " + std::to_string(d) +
+    throw CollectiveMismatchError("collective mismatch on " + describeGroup() + ": rank " +
+                                  std::to_string(rank_) + " contributes " +
+                                  std::to_string(t.size(d)) + " along dim " + std::to_string(d) +
                                   " but the per-rank sizes are " + shapeString(sizes));
   if (size_ == 1) return Work::completed({t.clone(at::MemoryFormat::Contiguous)});
   const CallInfo c = allgatherCall(t, d, sizes);
@@ -336,33 +369,34 @@ std::shared_ptr<Work> ProcessGroupMPI::allgather(const at::Tensor& t, int64_t di
   toCount(total * u.per, "allgather");
   at::Tensor recv = at::empty({total}, x.options());
   std::vector<MPI_Request> reqs(1);
-  check(MPI_Iallgatherv(x.data_ptr(), counts[rank_], u.type, recv.data_ptr(), counts.data(), displs.data(), u.type,
-                        data_, &reqs[0]),
+  check(MPI_Iallgatherv(x.data_ptr(), counts[rank_], u.type, recv.data_ptr(), counts.data(),
+                        displs.data(), u.type, data_, &reqs[0]),
         "MPI_Iallgatherv");
   at::Tensor like = t;
-  return makeWork(describeCall(c), std::move(reqs), {0}, {x, recv}, [this, c, d, x, recv, rows, inner, like]() {
-    bytes_ += static_cast<uint64_t>(x.nbytes()) * static_cast<uint64_t>(size_ - 1);
-    int64_t sumRows = 0;
-    for (int64_t r : rows) sumRows += r;
-    std::vector<int64_t> outShape = c.shape;
-    outShape[d] = sumRows;
-    at::Tensor out;
-    if (d == 0) {
-      out = recv.view(outShape);
-    } else {
-      std::vector<at::Tensor> parts;
-      parts.reserve(static_cast<size_t>(size_));
-      int64_t off = 0;
-      for (int r = 0; r < size_; ++r) {
-        std::vector<int64_t> s = c.shape;
-        s[d] = rows[r];
-        parts.push_back(recv.narrow(0, off, rows[r] * inner).view(s));
-        off += rows[r] * inner;
-      }
-      out = at::cat(parts, d);
-    }
-    return std::vector<at::Tensor>{onDeviceOf(out, like, like.scalar_type())};
-  });
+  return makeWork(describeCall(c), std::move(reqs), {0}, {x, recv},
+                  [this, c, d, x, recv, rows, inner, like]() {
+                    bytes_ += static_cast<uint64_t>(x.nbytes()) * static_cast<uint64_t>(size_ - 1);
+                    int64_t sumRows = 0;
+                    for (int64_t r : rows) sumRows += r;
+                    std::vector<int64_t> outShape = c.shape;
+                    outShape[d] = sumRows;
+                    at::Tensor out;
+                    if (d == 0) {
+                      out = recv.view(outShape);
+                    } else {
+                      std::vector<at::Tensor> parts;
+                      parts.reserve(static_cast<size_t>(size_));
+                      int64_t off = 0;
+                      for (int r = 0; r < size_; ++r) {
+                        std::vector<int64_t> s = c.shape;
+                        s[d] = rows[r];
+                        parts.push_back(recv.narrow(0, off, rows[r] * inner).view(s));
+                        off += rows[r] * inner;
+                      }
+                      out = at::cat(parts, d);
+                    }
+                    return std::vector<at::Tensor>{onDeviceOf(out, like, like.scalar_type())};
+                  });
 }
 
 std::shared_ptr<Work> ProcessGroupMPI::reduceScatter(const at::Tensor& t, ReduceOp op) {
@@ -370,10 +404,12 @@ std::shared_ptr<Work> ProcessGroupMPI::reduceScatter(const at::Tensor& t, Reduce
   requireReducible(t, "reduceScatter");
   ensureUsable();
   if (t.dim() < 1)
-    throw std::invalid_argument("reduceScatter on " + describeGroup() + ": needs a tensor with at least 1 dimension");
+    throw std::invalid_argument("reduceScatter on " + describeGroup() +
+                                ": needs a tensor with at least 1 dimension");
   if (t.size(0) % size_ != 0)
-    throw std::invalid_argument("reduceScatter on " + describeGroup() + ": dim 0 size " + std::to_string(t.size(0)) +
-                                " is not divisible by the group size " + std::to_string(size_));
+    throw std::invalid_argument("reduceScatter on " + describeGroup() + ": dim 0 size " +
+                                std::to_string(t.size(0)) + " is not divisible by the group size " +
+                                std::to_string(size_));
   if (size_ == 1) return Work::completed({t.clone(at::MemoryFormat::Contiguous)});
   at::Tensor work = reductionBuffer(t);
   std::vector<int64_t> outShape = toVec(t.sizes());
@@ -382,8 +418,8 @@ std::shared_ptr<Work> ProcessGroupMPI::reduceScatter(const at::Tensor& t, Reduce
   const int count = toCount(recv.numel(), "reduceScatter");
   toCount(work.numel(), "reduceScatter");
   std::vector<MPI_Request> reqs(1);
-  check(MPI_Ireduce_scatter_block(work.data_ptr(), recv.data_ptr(), count, reduceType(work.scalar_type()), mpiOp(op),
-                                  data_, &reqs[0]),
+  check(MPI_Ireduce_scatter_block(work.data_ptr(), recv.data_ptr(), count,
+                                  reduceType(work.scalar_type()), mpiOp(op), data_, &reqs[0]),
         "MPI_Ireduce_scatter_block");
   at::Tensor like = t;
   return makeWork(describeCall(reduceScatterCall(t, op)), std::move(reqs), {0}, {work, recv},
@@ -393,26 +429,30 @@ std::shared_ptr<Work> ProcessGroupMPI::reduceScatter(const at::Tensor& t, Reduce
                   });
 }
 
-std::shared_ptr<Work> ProcessGroupMPI::allToAll(const std::vector<at::Tensor>& inputs,
-                                                const std::vector<std::vector<int64_t>>& outputShapes) {
+std::shared_ptr<Work> ProcessGroupMPI::allToAll(
+    const std::vector<at::Tensor>& inputs, const std::vector<std::vector<int64_t>>& outputShapes) {
   ensureUsable();
   if (inputs.empty()) throw std::invalid_argument("allToAll on " + describeGroup() + ": no inputs");
   for (const auto& x : inputs) requireDefined(x, "allToAll");
   const at::ScalarType dt = inputs[0].scalar_type();
   for (size_t j = 1; j < inputs.size(); ++j)
     if (inputs[j].scalar_type() != dt)
-      throw std::invalid_argument("allToAll on " + describeGroup() + ": inputs[" + std::to_string(j) + "] is " +
-                                  dtypeName(static_cast<int64_t>(inputs[j].scalar_type())) + " but inputs[0] is " +
-                                  dtypeName(static_cast<int64_t>(dt)));
-  if (inputs.size() != static_cast<size_t>(size_) || outputShapes.size() != static_cast<size_t>(size_))
-    throw std::invalid_argument("allToAll on " + describeGroup() + ": rank " + std::to_string(rank_) + " passes " +
-                                std::to_string(inputs.size()) + " inputs and " + std::to_string(outputShapes.size()) +
-                                " output shapes for a group of " + std::to_string(size_) + " ranks");
-  if (inputs[static_cast<size_t>(rank_)].numel() != numelOf(outputShapes[static_cast<size_t>(rank_)]))
-    throw CollectiveMismatchError("collective mismatch on " + describeGroup() + ": rank " + std::to_string(rank_) +
-                                  " sends " + std::to_string(inputs[static_cast<size_t>(rank_)].numel()) +
-                                  " elements to itself but expects " +
-                                  shapeString(outputShapes[static_cast<size_t>(rank_)]));
+      throw std::invalid_argument("allToAll on " + describeGroup() + ": inputs[" +
+                                  std::to_string(j) + "] is " +
+                                  dtypeName(static_cast<int64_t>(inputs[j].scalar_type())) +
+                                  " but inputs[0] is " + dtypeName(static_cast<int64_t>(dt)));
+  if (inputs.size() != static_cast<size_t>(size_) ||
+      outputShapes.size() != static_cast<size_t>(size_))
+    throw std::invalid_argument(
+        "allToAll on " + describeGroup() + ": rank " + std::to_string(rank_) + " passes " +
+        std::to_string(inputs.size()) + " inputs and " + std::to_string(outputShapes.size()) +
+        " output shapes for a group of " + std::to_string(size_) + " ranks");
+  if (inputs[static_cast<size_t>(rank_)].numel() !=
+      numelOf(outputShapes[static_cast<size_t>(rank_)]))
+    throw CollectiveMismatchError(
+        "collective mismatch on " + describeGroup() + ": rank " + std::to_string(rank_) +
+        " sends " + std::to_string(inputs[static_cast<size_t>(rank_)].numel()) +
+        " elements to itself but expects " + shapeString(outputShapes[static_cast<size_t>(rank_)]));
   if (size_ == 1) return Work::completed({inputs[0].contiguous().view(outputShapes[0]).clone()});
   const Unit u = unitFor(dt);
   std::vector<at::Tensor> flat;
@@ -436,12 +476,12 @@ std::shared_ptr<Work> ProcessGroupMPI::allToAll(const std::vector<at::Tensor>& i
   toCount(ro * u.per, "allToAll");
   at::Tensor recv = at::empty({ro}, sendBuf.options());
   std::vector<MPI_Request> reqs(1);
-  check(MPI_Ialltoallv(sendBuf.data_ptr(), sc.data(), sd.data(), u.type, recv.data_ptr(), rc.data(), rd.data(), u.type,
-                       data_, &reqs[0]),
+  check(MPI_Ialltoallv(sendBuf.data_ptr(), sc.data(), sd.data(), u.type, recv.data_ptr(), rc.data(),
+                       rd.data(), u.type, data_, &reqs[0]),
         "MPI_Ialltoallv");
   const at::Device device = inputs[0].device();
-  return makeWork(describeCall(allToAllCall(inputs, outputShapes, size_)), std::move(reqs), {0}, {sendBuf, recv},
-                  [this, recv, outputShapes, sentBytes, device, dt]() {
+  return makeWork(describeCall(allToAllCall(inputs, outputShapes, size_)), std::move(reqs), {0},
+                  {sendBuf, recv}, [this, recv, outputShapes, sentBytes, device, dt]() {
                     bytes_ += sentBytes;
                     std::vector<at::Tensor> outs;
                     outs.reserve(static_cast<size_t>(size_));
@@ -460,38 +500,45 @@ std::shared_ptr<Work> ProcessGroupMPI::broadcast(at::Tensor& t, int root) {
   requireDefined(t, "broadcast");
   ensureUsable();
   if (root < 0 || root >= size_)
-    throw std::invalid_argument("broadcast on " + describeGroup() + ": root " + std::to_string(root) +
-                                " outside the group of " + std::to_string(size_) + " ranks");
+    throw std::invalid_argument("broadcast on " + describeGroup() + ": root " +
+                                std::to_string(root) + " outside the group of " +
+                                std::to_string(size_) + " ranks");
   if (size_ == 1) return Work::completed({t});
   at::Tensor work = hostContiguous(t);
   const Unit u = unitFor(t.scalar_type());
   std::vector<MPI_Request> reqs(1);
-  check(MPI_Ibcast(work.data_ptr(), toCount(work.numel() * u.per, "broadcast"), u.type, root, data_, &reqs[0]),
+  check(MPI_Ibcast(work.data_ptr(), toCount(work.numel() * u.per, "broadcast"), u.type, root, data_,
+                   &reqs[0]),
         "MPI_Ibcast");
   at::Tensor out = t;
   return makeWork(describeCall(broadcastCall(t, root)), std::move(reqs), {0}, {work},
                   [this, work, out, root]() mutable {
-                    if (rank_ == root) bytes_ += static_cast<uint64_t>(work.nbytes()) * static_cast<uint64_t>(size_ - 1);
+                    if (rank_ == root)
+                      bytes_ +=
+                          static_cast<uint64_t>(work.nbytes()) * static_cast<uint64_t>(size_ - 1);
                     if (!work.is_same(out)) out.copy_(work);
                     return std::vector<at::Tensor>{out};
                   });
 }
 
-std::shared_ptr<Work> ProcessGroupMPI::sendRecv(const at::Tensor& send, int dst, const std::vector<int64_t>& recvShape,
-                                                int src) {
+std::shared_ptr<Work> ProcessGroupMPI::sendRecv(const at::Tensor& send, int dst,
+                                                const std::vector<int64_t>& recvShape, int src) {
   requireDefined(send, "sendRecv");
   ensureUsable();
   if (dst < 0 || dst >= size_ || src < 0 || src >= size_)
-    throw std::invalid_argument("sendRecv on " + describeGroup() + ": dst " + std::to_string(dst) + " / src " +
-                                std::to_string(src) + " outside the group of " + std::to_string(size_) + " ranks");
+    throw std::invalid_argument("sendRecv on " + describeGroup() + ": dst " + std::to_string(dst) +
+                                " / src " + std::to_string(src) + " outside the group of " +
+                                std::to_string(size_) + " ranks");
   if ((dst == rank_) != (src == rank_))
-    throw std::invalid_argument("sendRecv on " + describeGroup() + ": rank " + std::to_string(rank_) + " sends to rank " +
-                                std::to_string(dst) + " but receives from rank " + std::to_string(src) +
+    throw std::invalid_argument("sendRecv on " + describeGroup() + ": rank " +
+                                std::to_string(rank_) + " sends to rank " + std::to_string(dst) +
+                                " but receives from rank " + std::to_string(src) +
                                 " (a rank that sends to itself must receive from itself)");
   if (dst == rank_) {
     if (send.numel() != numelOf(recvShape))
-      throw CollectiveMismatchError("collective mismatch on " + describeGroup() + ": rank " + std::to_string(rank_) +
-                                    " sends " + shapeString(toVec(send.sizes())) + " to itself but expects " +
+      throw CollectiveMismatchError("collective mismatch on " + describeGroup() + ": rank " +
+                                    std::to_string(rank_) + " sends " +
+                                    shapeString(toVec(send.sizes())) + " to itself but expects " +
                                     shapeString(recvShape));
     return Work::completed({send.contiguous().view(recvShape).clone()});
   }
@@ -499,13 +546,15 @@ std::shared_ptr<Work> ProcessGroupMPI::sendRecv(const at::Tensor& send, int dst,
   at::Tensor recv = at::empty(recvShape, x.options());
   const Unit u = unitFor(send.scalar_type());
   std::vector<MPI_Request> reqs(2);
-  check(MPI_Irecv(recv.data_ptr(), toCount(recv.numel() * u.per, "sendRecv"), u.type, src, kTagSendRecv, ring_, &reqs[0]),
+  check(MPI_Irecv(recv.data_ptr(), toCount(recv.numel() * u.per, "sendRecv"), u.type, src,
+                  kTagSendRecv, ring_, &reqs[0]),
         "MPI_Irecv");
-  check(MPI_Isend(x.data_ptr(), toCount(x.numel() * u.per, "sendRecv"), u.type, dst, kTagSendRecv, ring_, &reqs[1]),
+  check(MPI_Isend(x.data_ptr(), toCount(x.numel() * u.per, "sendRecv"), u.type, dst, kTagSendRecv,
+                  ring_, &reqs[1]),
         "MPI_Isend");
   at::Tensor like = send;
-  return makeWork(describeCall(sendRecvCall(send, dst, recvShape, src)), std::move(reqs), {1, 2}, {x, recv},
-                  [this, x, recv, like]() {
+  return makeWork(describeCall(sendRecvCall(send, dst, recvShape, src)), std::move(reqs), {1, 2},
+                  {x, recv}, [this, x, recv, like]() {
                     bytes_ += static_cast<uint64_t>(x.nbytes());
                     return std::vector<at::Tensor>{onDeviceOf(recv, like, like.scalar_type())};
                   });
@@ -514,14 +563,19 @@ std::shared_ptr<Work> ProcessGroupMPI::sendRecv(const at::Tensor& send, int dst,
 std::shared_ptr<Work> ProcessGroupMPI::send(const at::Tensor& t, int dst, int tag) {
   requireDefined(t, "send");
   ensureUsable();
-  if (tag < 0) throw std::invalid_argument("send on " + describeGroup() + ": negative tag " + std::to_string(tag));
+  if (tag < 0)
+    throw std::invalid_argument("send on " + describeGroup() + ": negative tag " +
+                                std::to_string(tag));
   if (dst < 0 || dst >= size_ || dst == rank_)
-    throw std::invalid_argument("send on " + describeGroup() + ": peer rank " + std::to_string(dst) +
-                                " is invalid for rank " + std::to_string(rank_));
+    throw std::invalid_argument("send on " + describeGroup() + ": peer rank " +
+                                std::to_string(dst) + " is invalid for rank " +
+                                std::to_string(rank_));
   at::Tensor x = hostContiguous(t);
   const Unit u = unitFor(t.scalar_type());
   std::vector<MPI_Request> reqs(1);
-  check(MPI_Isend(x.data_ptr(), toCount(x.numel() * u.per, "send"), u.type, dst, tag, data_, &reqs[0]), "MPI_Isend");
+  check(MPI_Isend(x.data_ptr(), toCount(x.numel() * u.per, "send"), u.type, dst, tag, data_,
+                  &reqs[0]),
+        "MPI_Isend");
   return makeWork(describeCall(sendCall(t, dst, tag)), std::move(reqs), {2}, {x}, [this, x]() {
     bytes_ += static_cast<uint64_t>(x.nbytes());
     return std::vector<at::Tensor>{};
@@ -531,20 +585,25 @@ std::shared_ptr<Work> ProcessGroupMPI::send(const at::Tensor& t, int dst, int ta
 std::shared_ptr<Work> ProcessGroupMPI::recv(at::Tensor& t, int src, int tag) {
   requireDefined(t, "recv");
   ensureUsable();
-  if (tag < 0) throw std::invalid_argument("recv on " + describeGroup() + ": negative tag " + std::to_string(tag));
+  if (tag < 0)
+    throw std::invalid_argument("recv on " + describeGroup() + ": negative tag " +
+                                std::to_string(tag));
   if (src < 0 || src >= size_ || src == rank_)
-    throw std::invalid_argument("recv on " + describeGroup() + ": peer rank " + std::to_string(src) +
-                                " is invalid for rank " + std::to_string(rank_));
+    throw std::invalid_argument("recv on " + describeGroup() + ": peer rank " +
+                                std::to_string(src) + " is invalid for rank " +
+                                std::to_string(rank_));
   at::Tensor work = hostContiguous(t);
   const Unit u = unitFor(t.scalar_type());
   std::vector<MPI_Request> reqs(1);
-  check(MPI_Irecv(work.data_ptr(), toCount(work.numel() * u.per, "recv"), u.type, src, tag, data_, &reqs[0]),
+  check(MPI_Irecv(work.data_ptr(), toCount(work.numel() * u.per, "recv"), u.type, src, tag, data_,
+                  &reqs[0]),
         "MPI_Irecv");
   at::Tensor out = t;
-  return makeWork(describeCall(recvCall(t, src, tag)), std::move(reqs), {1}, {work}, [work, out]() mutable {
-    if (!work.is_same(out)) out.copy_(work);
-    return std::vector<at::Tensor>{out};
-  });
+  return makeWork(describeCall(recvCall(t, src, tag)), std::move(reqs), {1}, {work},
+                  [work, out]() mutable {
+                    if (!work.is_same(out)) out.copy_(work);
+                    return std::vector<at::Tensor>{out};
+                  });
 }
 
 std::shared_ptr<Work> ProcessGroupMPI::barrier() {

@@ -24,9 +24,8 @@
 // same order (send/recv: the two ranks involved, in matching order).
 #pragma once
 
-#include <mpi.h>
-
 #include <ATen/core/Tensor.h>
+#include <mpi.h>
 
 #include <atomic>
 #include <cstdint>
@@ -59,7 +58,8 @@ class ProcessGroupMPI final : public ProcessGroup {
   /// point-to-point on one, sendRecv on the other so its tag never matches a user send; the caller
   /// keeps ownership of `comm`). Collective over `comm`: all its ranks construct their groups in
   /// the same order. `name` appears in every error message. timeoutSeconds <= 0: no deadline.
-  ProcessGroupMPI(MPI_Comm comm, std::string name, double timeoutSeconds = defaultCollectiveTimeoutSeconds());
+  ProcessGroupMPI(MPI_Comm comm, std::string name,
+                  double timeoutSeconds = defaultCollectiveTimeoutSeconds());
   /// Frees the duplicated communicators (locally, if MPI is still active and nothing is pending).
   ~ProcessGroupMPI() override;
   ProcessGroupMPI(const ProcessGroupMPI&) = delete;
@@ -77,7 +77,8 @@ class ProcessGroupMPI final : public ProcessGroup {
   /// rounded back. Bytes counted: 2(n-1)/n of the buffer handed to MPI (ring-algorithm equivalent).
   std::shared_ptr<Work> allreduce(at::Tensor& t, ReduceOp op = ReduceOp::Sum) override;
   /// See ProcessGroup (MPI_Iallgatherv). Any dtype. Bytes counted: (n-1) x this rank's part.
-  std::shared_ptr<Work> allgather(const at::Tensor& t, int64_t dim, const std::vector<int64_t>& sizes = {}) override;
+  std::shared_ptr<Work> allgather(const at::Tensor& t, int64_t dim,
+                                  const std::vector<int64_t>& sizes = {}) override;
   /// See ProcessGroup (MPI_Ireduce_scatter_block); dtypes as allreduce. t.size(0) must divide by
   /// size() (std::invalid_argument otherwise). Bytes counted: (n-1)/n x buffer.
   std::shared_ptr<Work> reduceScatter(const at::Tensor& t, ReduceOp op = ReduceOp::Sum) override;
@@ -90,8 +91,8 @@ class ProcessGroupMPI final : public ProcessGroup {
   std::shared_ptr<Work> broadcast(at::Tensor& t, int root) override;
   /// See ProcessGroup (MPI_Isend + MPI_Irecv on the second communicator). dst == rank() requires
   /// src == rank() (a local copy). Bytes counted: the tensor sent (0 when dst is this rank).
-  std::shared_ptr<Work> sendRecv(const at::Tensor& send, int dst, const std::vector<int64_t>& recvShape,
-                                 int src) override;
+  std::shared_ptr<Work> sendRecv(const at::Tensor& send, int dst,
+                                 const std::vector<int64_t>& recvShape, int src) override;
   /// MPI_Isend of `t` to `dst` with `tag` (0 <= tag <= MPI_TAG_UB); the receiver calls
   /// recv(…, this rank, same tag) with the same dtype and shape.
   std::shared_ptr<Work> send(const at::Tensor& t, int dst, int tag = 0) override;
@@ -117,12 +118,14 @@ class ProcessGroupMPI final : public ProcessGroup {
   /// Wraps started requests into a Work. kinds[i]: 0 collective (cannot be cancelled or freed),
   /// 1 receive, 2 send. `keep`: buffers MPI reads or writes until completion. `finish` runs once
   /// after success and returns the outputs.
-  std::shared_ptr<Work> makeWork(std::string what, std::vector<MPI_Request> reqs, std::vector<int> kinds,
-                                 std::vector<at::Tensor> keep, std::function<std::vector<at::Tensor>()> finish);
+  std::shared_ptr<Work> makeWork(std::string what, std::vector<MPI_Request> reqs,
+                                 std::vector<int> kinds, std::vector<at::Tensor> keep,
+                                 std::function<std::vector<at::Tensor>()> finish);
   /// Marks the group broken, cancels/frees what MPI allows, keeps `keep` alive and throws
   /// CollectiveTimeoutError.
-  [[noreturn]] void timeout(const std::string& what, const std::string& detail, std::vector<MPI_Request>& reqs,
-                            const std::vector<int>& reqKind, std::vector<at::Tensor> keep);
+  [[noreturn]] void timeout(const std::string& what, const std::string& detail,
+                            std::vector<MPI_Request>& reqs, const std::vector<int>& reqKind,
+                            std::vector<at::Tensor> keep);
   void check(int rc, const char* fn) const;
 
   MPI_Comm data_ = MPI_COMM_NULL;

@@ -34,24 +34,44 @@ namespace {
 
 ncclRedOp_t ncclOp(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return ncclSum;
-    case ReduceOp::Max: return ncclMax;
-    case ReduceOp::Min: return ncclMin;
+    case ReduceOp::Sum:
+      return ncclSum;
+    case ReduceOp::Max:
+      return ncclMax;
+    case ReduceOp::Min:
+      return ncclMin;
   }
   return ncclSum;
 }
 
 bool ncclReduceType(at::ScalarType t, ncclDataType_t* out) {
   switch (t) {
-    case at::kFloat: *out = ncclFloat32; return true;
-    case at::kHalf: *out = ncclFloat16; return true;
-    case at::kBFloat16: *out = ncclBfloat16; return true;
-    case at::kDouble: *out = ncclFloat64; return true;
-    case at::kLong: *out = ncclInt64; return true;
-    case at::kInt: *out = ncclInt32; return true;
-    case at::kChar: *out = ncclInt8; return true;
-    case at::kByte: *out = ncclUint8; return true;
-    default: return false;
+    case at::kFloat:
+      *out = ncclFloat32;
+      return true;
+    case at::kHalf:
+      *out = ncclFloat16;
+      return true;
+    case at::kBFloat16:
+      *out = ncclBfloat16;
+      return true;
+    case at::kDouble:
+      *out = ncclFloat64;
+      return true;
+    case at::kLong:
+      *out = ncclInt64;
+      return true;
+    case at::kInt:
+      *out = ncclInt32;
+      return true;
+    case at::kChar:
+      *out = ncclInt8;
+      return true;
+    case at::kByte:
+      *out = ncclUint8;
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -65,8 +85,9 @@ class ProcessGroupNCCL;
 // The Work of one enqueued NCCL operation: an end event on the communication stream.
 class NCCLWork final : public Work {
  public:
-  NCCLWork(ProcessGroupNCCL* g, std::string what, c10::DeviceIndex device, std::unique_ptr<at::cuda::CUDAEvent> end,
-           std::vector<at::Tensor> keep, std::function<std::vector<at::Tensor>()> fin, bool hostBlock)
+  NCCLWork(ProcessGroupNCCL* g, std::string what, c10::DeviceIndex device,
+           std::unique_ptr<at::cuda::CUDAEvent> end, std::vector<at::Tensor> keep,
+           std::function<std::vector<at::Tensor>()> fin, bool hostBlock)
       : g_(g),
         what_(std::move(what)),
         device_(device),
@@ -103,7 +124,8 @@ class ProcessGroupNCCL final : public ProcessGroup {
   ProcessGroupNCCL(std::shared_ptr<ProcessGroupMPI> mpi, int device)
       : mpi_(std::move(mpi)),
         device_(static_cast<c10::DeviceIndex>(device)),
-        commStream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, static_cast<c10::DeviceIndex>(device))),
+        commStream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true,
+                                                 static_cast<c10::DeviceIndex>(device))),
         blockingWait_(envBlockingWait()) {
     if (!mpi_) throw std::invalid_argument("ProcessGroupNCCL: null MPI group");
     c10::cuda::CUDAGuard guard(device_);
@@ -139,7 +161,8 @@ class ProcessGroupNCCL final : public ProcessGroup {
     ncclDataType_t type;
     if (!ncclReduceType(t.scalar_type(), &type))
       throw std::invalid_argument("allreduce on " + mpi_->describeGroup() + ": dtype " +
-                                  dtypeName(static_cast<int64_t>(t.scalar_type())) + " cannot be reduced by NCCL");
+                                  dtypeName(static_cast<int64_t>(t.scalar_type())) +
+                                  " cannot be reduced by NCCL");
     if (size() == 1) return Work::completed({t});
     at::Tensor work = t.contiguous();
     at::Tensor out = t;
@@ -147,8 +170,8 @@ class ProcessGroupNCCL final : public ProcessGroup {
     return enqueue(
         describeCall(allreduceCall(t, op)), {work},
         [&](cudaStream_t s) {
-          check(ncclAllReduce(work.data_ptr(), work.data_ptr(), static_cast<size_t>(work.numel()), type, ncclOp(op),
-                              comm_, s),
+          check(ncclAllReduce(work.data_ptr(), work.data_ptr(), static_cast<size_t>(work.numel()),
+                              type, ncclOp(op), comm_, s),
                 "ncclAllReduce");
         },
         [this, work, out, bytes]() mutable {
@@ -158,21 +181,24 @@ class ProcessGroupNCCL final : public ProcessGroup {
         });
   }
 
-  std::shared_ptr<Work> allgather(const at::Tensor& t, int64_t dim, const std::vector<int64_t>& sizes) override {
+  std::shared_ptr<Work> allgather(const at::Tensor& t, int64_t dim,
+                                  const std::vector<int64_t>& sizes) override {
     if (!t.defined()) throw std::invalid_argument("allgather: undefined tensor");
     if (t.device().is_cpu()) return mpi_->allgather(t, dim, sizes);
     requireDevice(t, "allgather");
     const int64_t nd = t.dim();
     const int64_t d = dim < 0 ? dim + nd : dim;
     if (d < 0 || d >= nd)
-      throw std::invalid_argument("allgather on " + mpi_->describeGroup() + ": dim " + std::to_string(dim) +
-                                  " out of range for a " + std::to_string(nd) + "-d tensor");
+      throw std::invalid_argument("allgather on " + mpi_->describeGroup() + ": dim " +
+                                  std::to_string(dim) + " out of range for a " +
+                                  std::to_string(nd) + "-d tensor");
     const int n = size(), me = rank();
-    if (!sizes.empty() && (sizes.size() != static_cast<size_t>(n) || sizes[static_cast<size_t>(me)] != t.size(d)))
-      throw std::invalid_argument("allgather on " + mpi_->describeGroup() + ": the per-rank sizes " +
-                                  shapeString(sizes) + " do not fit a group of " + std::to_string(n) +
-                                  " ranks where rank " + std::to_string(me) + " contributes " +
-                                  std::to_string(t.size(d)));
+    if (!sizes.empty() &&
+        (sizes.size() != static_cast<size_t>(n) || sizes[static_cast<size_t>(me)] != t.size(d)))
+      throw std::invalid_argument(
+          "allgather on " + mpi_->describeGroup() + ": the per-rank sizes " + shapeString(sizes) +
+          " do not fit a group of " + std::to_string(n) + " ranks where rank " +
+          std::to_string(me) + " contributes " + std::to_string(t.size(d)));
     if (n == 1) return Work::completed({t.clone(at::MemoryFormat::Contiguous)});
     const CallInfo c = allgatherCall(t, d, sizes);
     at::Tensor x = t.contiguous();
@@ -190,13 +216,15 @@ class ProcessGroupNCCL final : public ProcessGroup {
     }
     at::Tensor recv = at::empty({total}, x.options());
     const size_t es = x.element_size();
-    if (!even) recv.narrow(0, offs[me], rows[me] * inner).copy_(x.view({-1}));  // on the current stream
+    if (!even)
+      recv.narrow(0, offs[me], rows[me] * inner).copy_(x.view({-1}));  // on the current stream
     const uint64_t bytes = static_cast<uint64_t>(x.nbytes()) * static_cast<uint64_t>(n - 1);
     return enqueue(
         describeCall(c), {x, recv},
         [&](cudaStream_t s) {
           if (even) {
-            check(ncclAllGather(x.data_ptr(), recv.data_ptr(), static_cast<size_t>(x.numel()) * es, ncclInt8, comm_, s),
+            check(ncclAllGather(x.data_ptr(), recv.data_ptr(), static_cast<size_t>(x.numel()) * es,
+                                ncclInt8, comm_, s),
                   "ncclAllGather");
             return;
           }
@@ -205,9 +233,12 @@ class ProcessGroupNCCL final : public ProcessGroup {
           for (int p = 0; p < n; ++p) {
             if (p == me) continue;
             if (x.numel() > 0)
-              check(ncclSend(x.data_ptr(), static_cast<size_t>(x.numel()) * es, ncclInt8, p, comm_, s), "ncclSend");
+              check(ncclSend(x.data_ptr(), static_cast<size_t>(x.numel()) * es, ncclInt8, p, comm_,
+                             s),
+                    "ncclSend");
             if (rows[p] * inner > 0)
-              check(ncclRecv(rbase + offs[p] * es, static_cast<size_t>(rows[p] * inner) * es, ncclInt8, p, comm_, s),
+              check(ncclRecv(rbase + offs[p] * es, static_cast<size_t>(rows[p] * inner) * es,
+                             ncclInt8, p, comm_, s),
                     "ncclRecv");
           }
           check(ncclGroupEnd(), "ncclGroupEnd");
@@ -233,15 +264,17 @@ class ProcessGroupNCCL final : public ProcessGroup {
     if (!t.defined()) throw std::invalid_argument("reduceScatter: undefined tensor");
     if (t.device().is_cpu()) return mpi_->reduceScatter(t, op);
     requireDevice(t, "reduceScatter");
-    if (t.dim() < 1) throw std::invalid_argument("reduceScatter needs a tensor with at least 1 dimension");
+    if (t.dim() < 1)
+      throw std::invalid_argument("reduceScatter needs a tensor with at least 1 dimension");
     ncclDataType_t type;
     if (!ncclReduceType(t.scalar_type(), &type))
-      throw std::invalid_argument("reduceScatter: dtype " + dtypeName(static_cast<int64_t>(t.scalar_type())) +
+      throw std::invalid_argument("reduceScatter: dtype " +
+                                  dtypeName(static_cast<int64_t>(t.scalar_type())) +
                                   " cannot be reduced by NCCL");
     if (t.size(0) % size() != 0)
       throw std::invalid_argument("reduceScatter on " + mpi_->describeGroup() + ": dim 0 size " +
-                                  std::to_string(t.size(0)) + " is not divisible by the group size " +
-                                  std::to_string(size()));
+                                  std::to_string(t.size(0)) +
+                                  " is not divisible by the group size " + std::to_string(size()));
     if (size() == 1) return Work::completed({t.clone(at::MemoryFormat::Contiguous)});
     at::Tensor x = t.contiguous();
     std::vector<int64_t> outShape(t.sizes().begin(), t.sizes().end());
@@ -251,8 +284,8 @@ class ProcessGroupNCCL final : public ProcessGroup {
     return enqueue(
         describeCall(reduceScatterCall(t, op)), {x, recv},
         [&](cudaStream_t s) {
-          check(ncclReduceScatter(x.data_ptr(), recv.data_ptr(), static_cast<size_t>(recv.numel()), type, ncclOp(op),
-                                  comm_, s),
+          check(ncclReduceScatter(x.data_ptr(), recv.data_ptr(), static_cast<size_t>(recv.numel()),
+                                  type, ncclOp(op), comm_, s),
                 "ncclReduceScatter");
         },
         [this, recv, bytes]() {
@@ -264,30 +297,34 @@ class ProcessGroupNCCL final : public ProcessGroup {
   std::shared_ptr<Work> allToAll(const std::vector<at::Tensor>& inputs,
                                  const std::vector<std::vector<int64_t>>& outputShapes) override {
     if (inputs.empty()) throw std::invalid_argument("allToAll: no inputs");
-    if (inputs[0].defined() && inputs[0].device().is_cpu()) return mpi_->allToAll(inputs, outputShapes);
+    if (inputs[0].defined() && inputs[0].device().is_cpu())
+      return mpi_->allToAll(inputs, outputShapes);
     const int n = size(), me = rank();
     const at::ScalarType dt = inputs[0].scalar_type();
     for (size_t j = 0; j < inputs.size(); ++j) {
-      if (!inputs[j].defined()) throw std::invalid_argument("allToAll: undefined input " + std::to_string(j));
+      if (!inputs[j].defined())
+        throw std::invalid_argument("allToAll: undefined input " + std::to_string(j));
       requireDevice(inputs[j], "allToAll");
       if (inputs[j].scalar_type() != dt)
-        throw std::invalid_argument("allToAll on " + mpi_->describeGroup() + ": inputs have different dtypes");
+        throw std::invalid_argument("allToAll on " + mpi_->describeGroup() +
+                                    ": inputs have different dtypes");
     }
     if (inputs.size() != static_cast<size_t>(n) || outputShapes.size() != static_cast<size_t>(n))
-      throw std::invalid_argument("allToAll on " + mpi_->describeGroup() + ": rank " + std::to_string(me) + " passes " +
-                                  std::to_string(inputs.size()) + " inputs and " + std::to_string(outputShapes.size()) +
+      throw std::invalid_argument("allToAll on " + mpi_->describeGroup() + ": rank " +
+                                  std::to_string(me) + " passes " + std::to_string(inputs.size()) +
+                                  " inputs and " + std::to_string(outputShapes.size()) +
                                   " output shapes for a group of " + std::to_string(n) + " ranks");
     if (inputs[static_cast<size_t>(me)].numel() != numelOf(outputShapes[static_cast<size_t>(me)]))
-      throw CollectiveMismatchError("collective mismatch on " + mpi_->describeGroup() + ": rank " +
-                                    std::to_string(me) + " sends " +
-                                    std::to_string(inputs[static_cast<size_t>(me)].numel()) +
-                                    " elements to itself but expects " +
-                                    shapeString(outputShapes[static_cast<size_t>(me)]));
+      throw CollectiveMismatchError(
+          "collective mismatch on " + mpi_->describeGroup() + ": rank " + std::to_string(me) +
+          " sends " + std::to_string(inputs[static_cast<size_t>(me)].numel()) +
+          " elements to itself but expects " + shapeString(outputShapes[static_cast<size_t>(me)]));
     if (n == 1) return Work::completed({inputs[0].contiguous().view(outputShapes[0]).clone()});
     std::vector<at::Tensor> xs, outs;
     for (const auto& x : inputs) xs.push_back(x.contiguous());
     for (int j = 0; j < n; ++j) outs.push_back(at::empty(outputShapes[j], xs[0].options()));
-    if (outs[me].numel() > 0) outs[me].view({-1}).copy_(xs[me].view({-1}));  // on the current stream
+    if (outs[me].numel() > 0)
+      outs[me].view({-1}).copy_(xs[me].view({-1}));  // on the current stream
     const size_t es = xs[0].element_size();
     uint64_t sent = 0;
     for (int j = 0; j < n; ++j)
@@ -301,10 +338,12 @@ class ProcessGroupNCCL final : public ProcessGroup {
           for (int j = 0; j < n; ++j) {
             if (j == me) continue;
             if (xs[j].numel() > 0)
-              check(ncclSend(xs[j].data_ptr(), static_cast<size_t>(xs[j].numel()) * es, ncclInt8, j, comm_, s),
+              check(ncclSend(xs[j].data_ptr(), static_cast<size_t>(xs[j].numel()) * es, ncclInt8, j,
+                             comm_, s),
                     "ncclSend");
             if (outs[j].numel() > 0)
-              check(ncclRecv(outs[j].data_ptr(), static_cast<size_t>(outs[j].numel()) * es, ncclInt8, j, comm_, s),
+              check(ncclRecv(outs[j].data_ptr(), static_cast<size_t>(outs[j].numel()) * es,
+                             ncclInt8, j, comm_, s),
                     "ncclRecv");
           }
           check(ncclGroupEnd(), "ncclGroupEnd");
@@ -320,18 +359,20 @@ class ProcessGroupNCCL final : public ProcessGroup {
     if (t.device().is_cpu()) return mpi_->broadcast(t, root);
     requireDevice(t, "broadcast");
     if (root < 0 || root >= size())
-      throw std::invalid_argument("broadcast on " + mpi_->describeGroup() + ": root " + std::to_string(root) +
-                                  " outside the group of " + std::to_string(size()) + " ranks");
+      throw std::invalid_argument("broadcast on " + mpi_->describeGroup() + ": root " +
+                                  std::to_string(root) + " outside the group of " +
+                                  std::to_string(size()) + " ranks");
     if (size() == 1) return Work::completed({t});
     at::Tensor work = t.contiguous();
     at::Tensor out = t;
     const uint64_t bytes =
-        rank() == root ? static_cast<uint64_t>(work.nbytes()) * static_cast<uint64_t>(size() - 1) : 0;
+        rank() == root ? static_cast<uint64_t>(work.nbytes()) * static_cast<uint64_t>(size() - 1)
+                       : 0;
     return enqueue(
         describeCall(broadcastCall(t, root)), {work},
         [&](cudaStream_t s) {
-          check(ncclBroadcast(work.data_ptr(), work.data_ptr(), static_cast<size_t>(work.nbytes()), ncclInt8, root,
-                              comm_, s),
+          check(ncclBroadcast(work.data_ptr(), work.data_ptr(), static_cast<size_t>(work.nbytes()),
+                              ncclInt8, root, comm_, s),
                 "ncclBroadcast");
         },
         [this, work, out, bytes]() mutable {
@@ -341,20 +382,22 @@ class ProcessGroupNCCL final : public ProcessGroup {
         });
   }
 
-  std::shared_ptr<Work> sendRecv(const at::Tensor& send, int dst, const std::vector<int64_t>& recvShape,
-                                 int src) override {
+  std::shared_ptr<Work> sendRecv(const at::Tensor& send, int dst,
+                                 const std::vector<int64_t>& recvShape, int src) override {
     if (!send.defined()) throw std::invalid_argument("sendRecv: undefined tensor");
     if (send.device().is_cpu()) return mpi_->sendRecv(send, dst, recvShape, src);
     requireDevice(send, "sendRecv");
     const int n = size(), me = rank();
     if (dst < 0 || dst >= n || src < 0 || src >= n || (dst == me) != (src == me))
-      throw std::invalid_argument("sendRecv on " + mpi_->describeGroup() + ": rank " + std::to_string(me) +
-                                  " uses dst " + std::to_string(dst) + " / src " + std::to_string(src) +
-                                  " (both inside the group, and a rank that sends to itself receives from itself)");
+      throw std::invalid_argument(
+          "sendRecv on " + mpi_->describeGroup() + ": rank " + std::to_string(me) + " uses dst " +
+          std::to_string(dst) + " / src " + std::to_string(src) +
+          " (both inside the group, and a rank that sends to itself receives from itself)");
     if (dst == me) {
       if (send.numel() != numelOf(recvShape))
-        throw CollectiveMismatchError("collective mismatch on " + mpi_->describeGroup() + ": rank " +
-                                      std::to_string(me) + " sends " + std::to_string(send.numel()) +
+        throw CollectiveMismatchError("collective mismatch on " + mpi_->describeGroup() +
+                                      ": rank " + std::to_string(me) + " sends " +
+                                      std::to_string(send.numel()) +
                                       " elements to itself but expects " + shapeString(recvShape));
       return Work::completed({send.contiguous().view(recvShape).clone()});
     }
@@ -365,8 +408,10 @@ class ProcessGroupNCCL final : public ProcessGroup {
         describeCall(sendRecvCall(send, dst, recvShape, src)), {x, recv},
         [&](cudaStream_t s) {
           check(ncclGroupStart(), "ncclGroupStart");
-          if (x.numel() > 0) check(ncclSend(x.data_ptr(), x.nbytes(), ncclInt8, dst, comm_, s), "ncclSend");
-          if (recv.numel() > 0) check(ncclRecv(recv.data_ptr(), recv.nbytes(), ncclInt8, src, comm_, s), "ncclRecv");
+          if (x.numel() > 0)
+            check(ncclSend(x.data_ptr(), x.nbytes(), ncclInt8, dst, comm_, s), "ncclSend");
+          if (recv.numel() > 0)
+            check(ncclRecv(recv.data_ptr(), recv.nbytes(), ncclInt8, src, comm_, s), "ncclRecv");
           check(ncclGroupEnd(), "ncclGroupEnd");
         },
         [this, recv, bytes]() {
@@ -385,7 +430,8 @@ class ProcessGroupNCCL final : public ProcessGroup {
     return enqueue(
         describeCall(sendCall(t, dst, tag)), {x},
         [&](cudaStream_t s) {
-          if (x.numel() > 0) check(ncclSend(x.data_ptr(), x.nbytes(), ncclInt8, dst, comm_, s), "ncclSend");
+          if (x.numel() > 0)
+            check(ncclSend(x.data_ptr(), x.nbytes(), ncclInt8, dst, comm_, s), "ncclSend");
         },
         [this, bytes]() {
           mpi_->addBytesSent(bytes);
@@ -403,7 +449,8 @@ class ProcessGroupNCCL final : public ProcessGroup {
     return enqueue(
         describeCall(recvCall(t, src, tag)), {work},
         [&](cudaStream_t s) {
-          if (work.numel() > 0) check(ncclRecv(work.data_ptr(), work.nbytes(), ncclInt8, src, comm_, s), "ncclRecv");
+          if (work.numel() > 0)
+            check(ncclRecv(work.data_ptr(), work.nbytes(), ncclInt8, src, comm_, s), "ncclRecv");
         },
         [work, out]() mutable {
           if (!work.is_same(out)) out.copy_(work);
@@ -417,11 +464,13 @@ class ProcessGroupNCCL final : public ProcessGroup {
       throw std::runtime_error("barrier on " + mpi_->describeGroup() +
                                ": the NCCL communicator was aborted after an earlier failure");
     c10::cuda::CUDAGuard guard(device_);
-    at::Tensor one = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, device_));
+    at::Tensor one =
+        at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, device_));
     return enqueue(
         describeCall(barrierCall()), {one},
         [&](cudaStream_t s) {
-          check(ncclAllReduce(one.data_ptr(), one.data_ptr(), 1, ncclFloat32, ncclSum, comm_, s), "ncclAllReduce");
+          check(ncclAllReduce(one.data_ptr(), one.data_ptr(), 1, ncclFloat32, ncclSum, comm_, s),
+                "ncclAllReduce");
         },
         nullptr, /*hostBlock=*/true);
   }
@@ -438,15 +487,17 @@ class ProcessGroupNCCL final : public ProcessGroup {
       if (async != ncclSuccess) {
         ncclCommAbort(comm_);
         aborted_ = true;
-        throw std::runtime_error(what + " on " + mpi_->describeGroup() + ": NCCL asynchronous error: " +
-                                 ncclGetErrorString(async));
+        throw std::runtime_error(what + " on " + mpi_->describeGroup() +
+                                 ": NCCL asynchronous error: " + ncclGetErrorString(async));
       }
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (limit > 0 && elapsed >= limit) {
         ncclCommAbort(comm_);
         aborted_ = true;
-        throw CollectiveTimeoutError("collective timeout: " + what + " on " + mpi_->describeGroup() +
-                                     " did not finish on the GPU within " + std::to_string(limit) + " s on rank " +
+        throw CollectiveTimeoutError("collective timeout: " + what + " on " +
+                                     mpi_->describeGroup() + " did not finish on the GPU within " +
+                                     std::to_string(limit) + " s on rank " +
                                      std::to_string(rank()) + " (NCCL communicator aborted)");
       }
       std::this_thread::sleep_for(std::chrono::microseconds(elapsed < 0.01 ? 20 : 500));
@@ -460,7 +511,8 @@ class ProcessGroupNCCL final : public ProcessGroup {
   // point; `used` are the device tensors the operation reads or writes.
   std::shared_ptr<Work> enqueue(std::string what, std::vector<at::Tensor> used,
                                 const std::function<void(cudaStream_t)>& launch,
-                                std::function<std::vector<at::Tensor>()> fin, bool hostBlock = false) {
+                                std::function<std::vector<at::Tensor>()> fin,
+                                bool hostBlock = false) {
     c10::cuda::CUDAGuard guard(device_);
     const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device_);
     at::cuda::CUDAEvent ready(cudaEventDisableTiming);
@@ -468,16 +520,18 @@ class ProcessGroupNCCL final : public ProcessGroup {
     ready.block(commStream_);
     launch(commStream_.stream());
     for (const auto& t : used)
-      if (t.defined() && t.numel() > 0) c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), commStream_);
+      if (t.defined() && t.numel() > 0)
+        c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), commStream_);
     auto end = std::make_unique<at::cuda::CUDAEvent>(cudaEventDisableTiming);
     end->record(commStream_);
-    return std::make_shared<NCCLWork>(this, std::move(what), device_, std::move(end), std::move(used), std::move(fin),
-                                      hostBlock);
+    return std::make_shared<NCCLWork>(this, std::move(what), device_, std::move(end),
+                                      std::move(used), std::move(fin), hostBlock);
   }
 
   void check(ncclResult_t r, const char* fn) {
     if (r == ncclSuccess) return;
-    std::string msg = std::string(fn) + " failed on " + mpi_->describeGroup() + ": " + ncclGetErrorString(r);
+    std::string msg =
+        std::string(fn) + " failed on " + mpi_->describeGroup() + ": " + ncclGetErrorString(r);
     if (comm_) {
       const char* last = ncclGetLastError(comm_);
       if (last && *last) msg += std::string(" (") + last + ")";
@@ -490,14 +544,16 @@ class ProcessGroupNCCL final : public ProcessGroup {
       throw std::runtime_error(std::string(op) + " on " + mpi_->describeGroup() +
                                ": the NCCL communicator was aborted after an earlier failure");
     if (!t.is_cuda() || t.device().index() != device_)
-      throw std::invalid_argument(std::string(op) + " on " + mpi_->describeGroup() + ": tensor on " + t.device().str() +
+      throw std::invalid_argument(std::string(op) + " on " + mpi_->describeGroup() +
+                                  ": tensor on " + t.device().str() +
                                   " but this NCCL group runs on cuda:" + std::to_string(device_));
   }
 
   void requirePeer(int peer, const char* op) const {
     if (peer < 0 || peer >= size() || peer == rank())
-      throw std::invalid_argument(std::string(op) + " on " + mpi_->describeGroup() + ": peer rank " +
-                                  std::to_string(peer) + " is invalid for rank " + std::to_string(rank()));
+      throw std::invalid_argument(std::string(op) + " on " + mpi_->describeGroup() +
+                                  ": peer rank " + std::to_string(peer) + " is invalid for rank " +
+                                  std::to_string(rank()));
   }
 
   std::shared_ptr<ProcessGroupMPI> mpi_;
@@ -514,10 +570,13 @@ void NCCLWork::block() {
 
 }  // namespace
 
-std::shared_ptr<ProcessGroup> makeNCCLProcessGroup(std::shared_ptr<ProcessGroupMPI> mpi, int device) {
+std::shared_ptr<ProcessGroup> makeNCCLProcessGroup(std::shared_ptr<ProcessGroupMPI> mpi,
+                                                   int device) {
   return std::make_shared<ProcessGroupNCCL>(std::move(mpi), device);
 }
 
-void setCurrentCudaDevice(int device) { c10::cuda::set_device(static_cast<c10::DeviceIndex>(device)); }
+void setCurrentCudaDevice(int device) {
+  c10::cuda::set_device(static_cast<c10::DeviceIndex>(device));
+}
 
 }  // namespace dit

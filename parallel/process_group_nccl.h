@@ -38,13 +38,15 @@ inline constexpr bool kHaveNCCL = true;
 /// `mpi`: all its ranks call it in the same order). `mpi` carries the bootstrap and CPU-tensor
 /// calls; it is owned by the returned group. Throws std::runtime_error with NCCL's error string
 /// on failure.
-std::shared_ptr<ProcessGroup> makeNCCLProcessGroup(std::shared_ptr<ProcessGroupMPI> mpi, int device);
+std::shared_ptr<ProcessGroup> makeNCCLProcessGroup(std::shared_ptr<ProcessGroupMPI> mpi,
+                                                   int device);
 /// Makes `device` the current CUDA device of the calling thread (c10::cuda::set_device).
 void setCurrentCudaDevice(int device);
 #else
 inline constexpr bool kHaveNCCL = false;
 /// Not built with NCCL: always throws std::runtime_error.
-std::shared_ptr<ProcessGroup> makeNCCLProcessGroup(std::shared_ptr<ProcessGroupMPI> mpi, int device);
+std::shared_ptr<ProcessGroup> makeNCCLProcessGroup(std::shared_ptr<ProcessGroupMPI> mpi,
+                                                   int device);
 /// Not built with NCCL: does nothing (the engine passes explicit devices).
 void setCurrentCudaDevice(int device);
 #endif

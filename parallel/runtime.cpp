@@ -2,19 +2,17 @@
 
 #include <mpi.h>
 
-#include <nlohmann/json.hpp>
-
 #include <climits>
-
-#include "app/protocol/protocol.h"
-
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+
+#include "app/protocol/protocol.h"
 
 namespace dit {
 
@@ -66,7 +64,8 @@ void initRuntime(int& argc, char**& argv) {
   if (init) return;
   int provided = 0;
   const int rc = MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
-  if (rc != MPI_SUCCESS) throw std::runtime_error("MPI_Init_thread failed with code " + std::to_string(rc));
+  if (rc != MPI_SUCCESS)
+    throw std::runtime_error("MPI_Init_thread failed with code " + std::to_string(rc));
   if (provided < MPI_THREAD_FUNNELED) {
     throw std::runtime_error("MPI provides thread level " + std::to_string(provided) +
                              ", DiT Studio needs MPI_THREAD_FUNNELED");
@@ -106,7 +105,8 @@ int localRank() {
     }
   }
   MPI_Comm node;
-  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS)
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) !=
+      MPI_SUCCESS)
     return 0;
   int r = 0;
   MPI_Comm_rank(node, &r);
@@ -117,13 +117,16 @@ int localRank() {
 
 int localDeviceIndex(int localRank, int deviceCount) {
   if (deviceCount < 1)
-    throw std::invalid_argument("no CUDA device is visible on this host (device count " + std::to_string(deviceCount) +
+    throw std::invalid_argument("no CUDA device is visible on this host (device count " +
+                                std::to_string(deviceCount) +
                                 "; CPU-only LibTorch, or CUDA_VISIBLE_DEVICES empty)");
-  if (localRank < 0) throw std::invalid_argument("local rank " + std::to_string(localRank) + " is negative");
+  if (localRank < 0)
+    throw std::invalid_argument("local rank " + std::to_string(localRank) + " is negative");
   return localRank % deviceCount;
 }
 
-// Invalid UTF-8 (e.g. echoed from a bad request line) is replaced, never thrown (protocol::eventLine).
+// Invalid UTF-8 (e.g. echoed from a bad request line) is replaced, never thrown
+// (protocol::eventLine).
 void emitEvent(const nlohmann::json& event) { writeLine(protocol::eventLine(event)); }
 void emitEvent(const nlohmann::ordered_json& event) { writeLine(protocol::eventLine(event)); }
 
@@ -139,7 +142,8 @@ void abortGroup(int rank, const std::string& message) {
     // Replace invalid UTF-8 instead of throwing from dump().
     line = protocol::eventLine(ev);
   } catch (...) {
-    line = std::string(protocol::kEventPrefix) + "{\"event\":\"error\",\"id\":null,\"rank\":" + std::to_string(rank) +
+    line = std::string(protocol::kEventPrefix) +
+           "{\"event\":\"error\",\"id\":null,\"rank\":" + std::to_string(rank) +
            ",\"message\":\"(unprintable message)\",\"fatal\":true}";
   }
   writeLine(line);

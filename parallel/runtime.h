@@ -1,16 +1,15 @@
 // Process-level runtime of a worker rank: MPI start-up and shutdown, the event stream on stdout
-// (app/PROTOCOL.md: one line per event, formatted by dit_protocol, which this links as a leaf), group-wide abort on a fatal error, and
-// per-rank memory figures for the `ranks` event.
+// (app/PROTOCOL.md: one line per event, formatted by dit_protocol, which this links as a leaf),
+// group-wide abort on a fatal error, and per-rank memory figures for the `ranks` event.
 //
 // Threading: MPI is initialised with MPI_THREAD_FUNNELED — only the thread that called
 // initRuntime() may call MPI (or any ProcessGroup). Other threads (e.g. rank 0's stdin reader) may
 // call emitEvent(), the memory helpers and, as a last resort, abortGroup().
 #pragma once
 
-#include <nlohmann/json_fwd.hpp>
-
 #include <cstdint>
 #include <exception>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <utility>
 

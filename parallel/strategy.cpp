@@ -17,9 +17,9 @@ void add(std::vector<StrategyIssue>& out, std::string rule, std::string message)
 
 // "dp_degree 2 x cfg_degree 1 x ring_degree 2 x ulysses_degree 1 x tp_degree 1"
 std::string degreeProduct(const Strategy& s) {
-  return "dp_degree " + str(s.dp_degree) + " x cfg_degree " + str(s.cfg_degree) + " x ring_degree " +
-         str(s.ring_degree) + " x ulysses_degree " + str(s.ulysses_degree) + " x tp_degree " +
-         str(s.tp_degree);
+  return "dp_degree " + str(s.dp_degree) + " x cfg_degree " + str(s.cfg_degree) +
+         " x ring_degree " + str(s.ring_degree) + " x ulysses_degree " + str(s.ulysses_degree) +
+         " x tp_degree " + str(s.tp_degree);
 }
 
 bool degreesPositive(const Strategy& s) {
@@ -43,7 +43,8 @@ std::string Strategy::describe() const {
   o << world << (world == 1 ? " rank: " : " ranks: ");
   std::vector<std::string> parts;
   if (tp_degree != 1) parts.push_back("tp " + str(tp_degree));
-  if (ring_degree != 1) parts.push_back("ring " + str(ring_degree) + (ring_anything ? " (anything)" : ""));
+  if (ring_degree != 1)
+    parts.push_back("ring " + str(ring_degree) + (ring_anything ? " (anything)" : ""));
   if (ulysses_degree != 1)
     parts.push_back("ulysses " + str(ulysses_degree) + (ulysses_anything ? " (anything)" : ""));
   if (cfg_degree != 1) parts.push_back("cfg " + str(cfg_degree));
@@ -73,12 +74,13 @@ std::vector<StrategyIssue> validateDegrees(const Strategy& s) {
             " is not supported: CFG parallel splits the conditional and unconditional branch, so "
             "cfg_degree must be 1 or 2");
   if (degreesPositive(s) && s.world >= 1) {
-    const long long product = 1LL * s.dp_degree * s.cfg_degree * s.ring_degree * s.ulysses_degree *
-                              s.tp_degree;
+    const long long product =
+        1LL * s.dp_degree * s.cfg_degree * s.ring_degree * s.ulysses_degree * s.tp_degree;
     if (product != s.world)
       add(out, "world",
-          degreeProduct(s) + " = " + str(product) + " does not equal the world size " + str(s.world) +
-              " (mpirun -np " + str(s.world) + "); the product of the degrees must be the rank count");
+          degreeProduct(s) + " = " + str(product) + " does not equal the world size " +
+              str(s.world) + " (mpirun -np " + str(s.world) +
+              "); the product of the degrees must be the rank count");
   }
   if (s.ulysses_anything && s.ring_anything) {
     add(out, "anything_both",
@@ -88,12 +90,13 @@ std::vector<StrategyIssue> validateDegrees(const Strategy& s) {
     if (s.ulysses_anything) {
       if (s.ulysses_degree <= 1)
         add(out, "ulysses_anything",
-            "ulysses_anything needs ulysses_degree > 1 (got ulysses_degree " + str(s.ulysses_degree) +
-                ")");
+            "ulysses_anything needs ulysses_degree > 1 (got ulysses_degree " +
+                str(s.ulysses_degree) + ")");
       if (s.ring_degree != 1)
         add(out, "ulysses_anything",
             "ulysses_anything needs ring_degree 1 (got ring_degree " + str(s.ring_degree) +
-                " with ulysses_degree " + str(s.ulysses_degree) + "); use strict unified ring x ulysses or drop the ring");
+                " with ulysses_degree " + str(s.ulysses_degree) +
+                "); use strict unified ring x ulysses or drop the ring");
     }
     if (s.ring_anything) {
       if (s.ring_degree <= 1)
@@ -102,13 +105,15 @@ std::vector<StrategyIssue> validateDegrees(const Strategy& s) {
       if (s.ulysses_degree != 1)
         add(out, "ring_anything",
             "ring_anything needs ulysses_degree 1 (got ulysses_degree " + str(s.ulysses_degree) +
-                " with ring_degree " + str(s.ring_degree) + "); use strict unified ring x ulysses or drop Ulysses");
+                " with ring_degree " + str(s.ring_degree) +
+                "); use strict unified ring x ulysses or drop Ulysses");
     }
   }
   if (s.ring_degree > 1 && s.ulysses_degree > 1 && s.world < 4)
     add(out, "unified",
-        "unified ring x ulysses attention (ring_degree " + str(s.ring_degree) + " x ulysses_degree " +
-            str(s.ulysses_degree) + ") needs at least 4 ranks, world size is " + str(s.world));
+        "unified ring x ulysses attention (ring_degree " + str(s.ring_degree) +
+            " x ulysses_degree " + str(s.ulysses_degree) +
+            ") needs at least 4 ranks, world size is " + str(s.world));
   if (s.device != "cpu" && s.device != "cuda")
     add(out, "device", "device '" + s.device + "' is not supported; use cpu or cuda");
   return out;
@@ -127,13 +132,15 @@ std::vector<StrategyIssue> validateForModel(const Strategy& s, const ModelDims& 
   if (tp > 1) {
     if (!m.tensor_parallel_plan) {
       add(out, "tp_plan",
-          "tp_degree " + str(tp) + " is not possible: this model declares no tensor-parallel plan "
-          "(use tp_degree 1 and another kind of parallelism)");
+          "tp_degree " + str(tp) +
+              " is not possible: this model declares no tensor-parallel plan "
+              "(use tp_degree 1 and another kind of parallelism)");
     } else if (!m.parameters) {
       add(out, "tp_plan",
           "tp_degree " + str(tp) + " cannot be checked: the model's parameters are unknown");
     } else {
-      for (auto& i : m.tensor_parallel_plan->validate(*m.parameters, tp)) out.push_back(std::move(i));
+      for (auto& i : m.tensor_parallel_plan->validate(*m.parameters, tp))
+        out.push_back(std::move(i));
     }
   }
   if (s.ulysses_degree > 1 && !s.ulysses_anything && tp >= 1 && heads % tp == 0) {
@@ -176,22 +183,26 @@ std::vector<StrategyIssue> validateForRequest(const Strategy& s, const ModelDims
     const bool imageOk = image % cp == 0;
     if (!textOk || !imageOk) {
       const int gw = r.width / mult, gh = r.height / mult;
-      std::string which = !textOk && !imageOk ? "neither is" : (!textOk ? "text_len is not" : "image tokens are not");
-      add(out, s.ring_degree > 1 && s.ulysses_degree > 1 ? "cp_tokens"
-               : (s.ring_degree > 1 ? "ring_tokens" : "ulysses_tokens"),
+      std::string which = !textOk && !imageOk
+                              ? "neither is"
+                              : (!textOk ? "text_len is not" : "image tokens are not");
+      add(out,
+          s.ring_degree > 1 && s.ulysses_degree > 1
+              ? "cp_tokens"
+              : (s.ring_degree > 1 ? "ring_tokens" : "ulysses_tokens"),
           cpWords(s) + " needs text_len " + str(r.text_len) + " and image tokens " + str(image) +
               " (" + str(r.width) + "x" + str(r.height) + " px = " + str(gw) + "x" + str(gh) +
               " tokens) both divisible by " + str(cp) + "; " + which + " divisible by " + str(cp) +
               "; use --ulysses-anything / --ring-anything" +
-              (s.ring_degree > 1 && s.ulysses_degree > 1
-                   ? " (each needs the other degree to be 1)"
-                   : ""));
+              (s.ring_degree > 1 && s.ulysses_degree > 1 ? " (each needs the other degree to be 1)"
+                                                         : ""));
     }
   }
   if (s.cfg_degree == 2 && !r.true_cfg)
     add(out, "cfg_true_cfg",
         "cfg_degree 2 needs true CFG (a negative prompt and true_cfg_scale > 1): CFG parallel is "
-        "useless at true_cfg_scale 1 / without a negative prompt, one half of the ranks would idle; "
+        "useless at true_cfg_scale 1 / without a negative prompt, one half of the ranks would "
+        "idle; "
         "use cfg_degree 1 (or dp_degree 2 for throughput)");
   return out;
 }
@@ -207,11 +218,13 @@ std::string joinIssues(const std::vector<StrategyIssue>& issues) {
 
 std::array<int, 5> meshCoords(const Strategy& s, int rank) {
   if (!degreesPositive(s))
-    throw std::invalid_argument("meshCoords: every degree must be at least 1 (" + degreeProduct(s) + ")");
-  const long long world = 1LL * s.dp_degree * s.cfg_degree * s.ring_degree * s.ulysses_degree * s.tp_degree;
+    throw std::invalid_argument("meshCoords: every degree must be at least 1 (" + degreeProduct(s) +
+                                ")");
+  const long long world =
+      1LL * s.dp_degree * s.cfg_degree * s.ring_degree * s.ulysses_degree * s.tp_degree;
   if (rank < 0 || rank >= world)
-    throw std::invalid_argument("meshCoords: rank " + str(rank) + " outside the mesh of " + str(world) +
-                                " ranks (" + degreeProduct(s) + ")");
+    throw std::invalid_argument("meshCoords: rank " + str(rank) + " outside the mesh of " +
+                                str(world) + " ranks (" + degreeProduct(s) + ")");
   std::array<int, 5> c{};
   int r = rank;
   c[4] = r % s.tp_degree;
@@ -227,7 +240,8 @@ std::array<int, 5> meshCoords(const Strategy& s, int rank) {
 }
 
 std::vector<int> evenSplit(int n, int parts) {
-  if (parts < 1) throw std::invalid_argument("evenSplit: parts " + str(parts) + " must be at least 1");
+  if (parts < 1)
+    throw std::invalid_argument("evenSplit: parts " + str(parts) + " must be at least 1");
   if (n < 0) throw std::invalid_argument("evenSplit: n " + str(n) + " must not be negative");
   std::vector<int> out(parts, n / parts);
   for (int i = 0; i < n % parts; ++i) ++out[i];

@@ -37,7 +37,7 @@ struct Strategy {
 struct ModelDims {
   int num_attention_heads = 0;  ///< attention heads per layer (Ulysses splits them)
   int attention_head_dim = 0;
-  int vae_scale_factor = 8;     ///< pixels per latent pixel
+  int vae_scale_factor = 8;  ///< pixels per latent pixel
   /// The model's tensor-parallel plan; null = the model cannot run with tp_degree > 1.
   std::shared_ptr<const ShardingPlan> tensor_parallel_plan;
   /// Every parameter the model declares (names, global shapes, stored dtypes); needed by
@@ -51,9 +51,9 @@ struct ModelDims {
 
 /// Sizes of one request that the rules need.
 struct RequestDims {
-  int width = 0, height = 0;   ///< pixels
-  int text_len = 0;            ///< T5 max_sequence_length (text tokens)
-  bool true_cfg = false;       ///< negative prompt given and true_cfg_scale > 1
+  int width = 0, height = 0;  ///< pixels
+  int text_len = 0;           ///< T5 max_sequence_length (text tokens)
+  bool true_cfg = false;      ///< negative prompt given and true_cfg_scale > 1
   int num_images = 1;
   int imageTokens(int vae_scale_factor) const {
     return (height / (2 * vae_scale_factor)) * (width / (2 * vae_scale_factor));

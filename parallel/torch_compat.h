@@ -45,11 +45,16 @@ enum class SdpaBackend { Math, Flash, Efficient, Cudnn, Other };
 inline SdpaBackend sdpaChoice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
 #if DITSTUDIO_TORCH_AT_LEAST(2, 0)
   switch (at::_fused_sdp_choice(q, k, v)) {
-    case 0: return SdpaBackend::Math;
-    case 1: return SdpaBackend::Flash;
-    case 2: return SdpaBackend::Efficient;
-    case 3: return SdpaBackend::Cudnn;
-    default: return SdpaBackend::Other;
+    case 0:
+      return SdpaBackend::Math;
+    case 1:
+      return SdpaBackend::Flash;
+    case 2:
+      return SdpaBackend::Efficient;
+    case 3:
+      return SdpaBackend::Cudnn;
+    default:
+      return SdpaBackend::Other;
   }
 #else
   (void)q, (void)k, (void)v;

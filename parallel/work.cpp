@@ -64,8 +64,8 @@ void Work::waitQuietly() noexcept {
 const at::Tensor& Work::result() {
   wait();
   if (outputs_.size() != 1)
-    throw std::logic_error("Work::result(): this collective has " + std::to_string(outputs_.size()) +
-                           " outputs (use results())");
+    throw std::logic_error("Work::result(): this collective has " +
+                           std::to_string(outputs_.size()) + " outputs (use results())");
   return outputs_[0];
 }
 

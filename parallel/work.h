@@ -1,4 +1,5 @@
-// Work: the handle of one asynchronous collective, as c10d's Work (torch/csrc/distributed/c10d/Work.hpp).
+// Work: the handle of one asynchronous collective, as c10d's Work
+// (torch/csrc/distributed/c10d/Work.hpp).
 //
 // Every ProcessGroup collective starts the operation and returns a std::shared_ptr<Work>
 // (c10d: c10::intrusive_ptr<Work>). The caller later waits for it; results (allgather,
@@ -85,7 +86,7 @@ class Work {
  private:
   void complete(std::exception_ptr e);
 
-  bool done_ = false;      // the backend operation ended (finish() ran or an error was stored)
+  bool done_ = false;  // the backend operation ended (finish() ran or an error was stored)
   std::exception_ptr error_;
   std::vector<at::Tensor> outputs_;
 };

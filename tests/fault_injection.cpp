@@ -8,9 +8,9 @@
 //   exit      rank 1 calls exit(3) mid-run while the others block in allreduce
 //   mismatch  rank r allgathers 4 + r elements without per-rank sizes (-> CollectiveMismatchError)
 //   corrupt   rank 1 opens a truncated safetensors file while the others wait in a barrier
-//   hang      rank 1 sleeps outside any collective; the others time out (DITSTUDIO_COLLECTIVE_TIMEOUT_S)
+//   hang      rank 1 sleeps outside any collective; the others time out
+//   (DITSTUDIO_COLLECTIVE_TIMEOUT_S)
 #include <ATen/ATen.h>
-
 #include <unistd.h>
 
 #include <chrono>
@@ -19,11 +19,10 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "backend/io/safetensors.h"
 #include "parallel/process_group_checked.h"
@@ -42,7 +41,8 @@ void corruptRead(int rank) {
   try {
     dit::SafetensorsReader reader(path);
     std::filesystem::remove(path);
-    throw std::runtime_error("rank " + std::to_string(rank) + ": the truncated file " + path + " was accepted");
+    throw std::runtime_error("rank " + std::to_string(rank) + ": the truncated file " + path +
+                             " was accepted");
   } catch (...) {
     std::filesystem::remove(path);
     throw;
@@ -50,9 +50,10 @@ void corruptRead(int rank) {
 }
 
 int run(const std::string& mode) {
-  // The agreement checks name the ranks in mismatch and timeout messages (as DeviceMesh does by default).
-  auto world = dit::makeCheckedProcessGroup(std::make_shared<dit::ProcessGroupMPI>(MPI_COMM_WORLD, "world"),
-                                            MPI_COMM_WORLD);
+  // The agreement checks name the ranks in mismatch and timeout messages (as DeviceMesh does by
+  // default).
+  auto world = dit::makeCheckedProcessGroup(
+      std::make_shared<dit::ProcessGroupMPI>(MPI_COMM_WORLD, "world"), MPI_COMM_WORLD);
   const int rank = world->rank();
   if (world->size() < 2) throw std::runtime_error("fault_injection needs at least 2 ranks");
 
@@ -64,7 +65,9 @@ int run(const std::string& mode) {
     world->allreduce(t)->wait();
   } else if (mode == "exit") {
     if (rank == 1) {
-      dit::emitEvent(nlohmann::json{{"event", "log"}, {"rank", rank}, {"level", "error"},
+      dit::emitEvent(nlohmann::json{{"event", "log"},
+                                    {"rank", rank},
+                                    {"level", "error"},
                                     {"message", "fault injection: rank 1 calls exit(3)"}});
       std::exit(3);
     }
@@ -82,7 +85,8 @@ int run(const std::string& mode) {
     throw std::invalid_argument("fault_injection: unknown mode '" + mode + "'");
   }
   world->barrier()->wait();
-  if (rank == 0) std::printf("fault_injection: rank 0 finished without a fault (%s)\n", mode.c_str());
+  if (rank == 0)
+    std::printf("fault_injection: rank 0 finished without a fault (%s)\n", mode.c_str());
   std::fflush(stdout);
   return 0;
 }

@@ -24,8 +24,7 @@ inline const SafetensorsCollection& goldens() {
 
 inline at::Tensor golden(const std::string& name) {
   const auto& info = goldens().info(name);
-  return loadTensor(goldens(), name,
-                    info.dtype == DType::I64 ? at::kLong : at::kFloat);
+  return loadTensor(goldens(), name, info.dtype == DType::I64 ? at::kLong : at::kFloat);
 }
 
 inline const nlohmann::json& goldenJson() {

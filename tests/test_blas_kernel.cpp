@@ -8,9 +8,9 @@
 //   bad-auto:        DITSTUDIO_BLAS_AUTO=NoSuchCore -> the check fails, the process re-executes
 //                    without the setting -> "fallback" naming the reason
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "app/blas_kernel.h"
@@ -45,22 +45,22 @@ TEST(BlasKernel, CandidatesFollowTheFlags) {
   EXPECT_TRUE(dit::blasCoreCandidates(sse).empty());
   EXPECT_EQ(dit::blasCoreCandidates(avx2), (std::vector<std::string>{"Haswell"}));
   EXPECT_EQ(dit::blasCoreCandidates(skx), (std::vector<std::string>{"SkylakeX", "Haswell"}));
-  EXPECT_EQ(dit::blasCoreCandidates(cpl), (std::vector<std::string>{"Cooperlake", "SkylakeX", "Haswell"}));
+  EXPECT_EQ(dit::blasCoreCandidates(cpl),
+            (std::vector<std::string>{"Cooperlake", "SkylakeX", "Haswell"}));
 }
 
 TEST(BlasKernel, ForcesOnlyWhenFarBelowTheFlags) {
-  const std::vector<std::string> cpl{"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"};
+  const std::vector<std::string> cpl{"avx2",     "fma",      "avx512f",    "avx512bw",
+                                     "avx512dq", "avx512vl", "avx512_bf16"};
   EXPECT_EQ(dit::blasCoreToForce("Prescott", cpl), "Cooperlake");
   EXPECT_EQ(dit::blasCoreToForce("Sandybridge", cpl), "Cooperlake");
-  EXPECT_EQ(dit::blasCoreToForce("Haswell", cpl), "");     // has AVX2 kernels: library's choice
+  EXPECT_EQ(dit::blasCoreToForce("Haswell", cpl), "");  // has AVX2 kernels: library's choice
   EXPECT_EQ(dit::blasCoreToForce("Cooperlake", cpl), "");
   EXPECT_EQ(dit::blasCoreToForce("Prescott", {"sse3"}), "");  // nothing better exists
   EXPECT_EQ(dit::blasCoreToForce("SomethingNew", cpl), "");   // unknown names are kept
 }
 
-TEST(BlasKernel, SelfCheckPassesOnTheLoadedBlas) {
-  EXPECT_EQ(dit::blasSelfCheck(), "");
-}
+TEST(BlasKernel, SelfCheckPassesOnTheLoadedBlas) { EXPECT_EQ(dit::blasSelfCheck(), ""); }
 
 TEST(BlasKernel, QueryNamesOpenBlasAndItsCore) {
   const auto q = dit::queryBlas();
@@ -69,7 +69,8 @@ TEST(BlasKernel, QueryNamesOpenBlasAndItsCore) {
   EXPECT_FALSE(q.core.empty());
   EXPECT_GE(q.threads, 1);
   const auto j = dit::blasInfoJson(q);
-  for (const char* k : {"library", "config", "core", "threads", "selection", "note"}) EXPECT_TRUE(j.contains(k)) << k;
+  for (const char* k : {"library", "config", "core", "threads", "selection", "note"})
+    EXPECT_TRUE(j.contains(k)) << k;
 }
 
 TEST(BlasKernel, SelectionAtStartUp) {

@@ -36,12 +36,15 @@ void sh(const std::string& cmd) {
 std::string makeModel(const std::string& name, const std::string& extra) {
   const fs::path out = root() / name;
   sh(std::string(DITSTUDIO_MAKE_MODEL) + " --template " + fixtureDir() + " --out " + out.string() +
-     " --seed 7 --num-layers 1 --num-single-layers 3 --num-attention-heads 2 --attention-head-dim 24"
-     " --axes-dims-rope 4 10 10 --vae-block-out-channels 8 16 16 " + extra);
+     " --seed 7 --num-layers 1 --num-single-layers 3 --num-attention-heads 2 --attention-head-dim "
+     "24"
+     " --axes-dims-rope 4 10 10 --vae-block-out-channels 8 16 16 " +
+     extra);
   return out.string();
 }
 
-at::Tensor generate(const std::string& model, const std::string& name, double guidance, int size = 48) {
+at::Tensor generate(const std::string& model, const std::string& name, double guidance,
+                    int size = 48) {
   const fs::path out = root() / name;
   std::ostringstream cmd;
   cmd << DITSTUDIO_CLI << " --model " << model << " --prompt 'a lighthouse at dusk' --seed 5"
@@ -58,13 +61,15 @@ at::Tensor generate(const std::string& model, const std::string& name, double gu
 TEST(CheckpointVariants, ShardedBf16NoGuidanceDeepVae) {
   const std::string single = makeModel("single-fp32", "--guidance-embeds 0");
   const std::string sharded = makeModel("sharded-fp32", "--guidance-embeds 0 --shard-bytes 40000");
-  const std::string bf16 = makeModel("sharded-bf16", "--guidance-embeds 0 --shard-bytes 40000 --disk-dtype bfloat16");
+  const std::string bf16 =
+      makeModel("sharded-bf16", "--guidance-embeds 0 --shard-bytes 40000 --disk-dtype bfloat16");
   // The sharded checkpoint really is sharded.
   int shards = 0;
   for (auto& e : fs::directory_iterator(fs::path(sharded) / "transformer"))
     shards += e.path().extension() == ".safetensors";
   EXPECT_GT(shards, 2);
-  EXPECT_TRUE(fs::exists(fs::path(sharded) / "transformer/diffusion_pytorch_model.safetensors.index.json"));
+  EXPECT_TRUE(
+      fs::exists(fs::path(sharded) / "transformer/diffusion_pytorch_model.safetensors.index.json"));
 
   at::Tensor a = generate(single, "single", 3.5);
   // vae_scale_factor 4 (three VAE levels): 48x48 pixels -> 6x6 packed tokens, image [3, 48, 48].
@@ -84,9 +89,9 @@ TEST(CheckpointVariants, ShardedBf16NoGuidanceDeepVae) {
 TEST(CheckpointVariants, SizeMustFitDeeperVae) {
   const std::string m = makeModel("deep-vae", "");
   // 2 x vae_scale_factor = 8: 44 is refused with the multiple named.
-  const std::string cmd = std::string(DITSTUDIO_CLI) + " --model " + m +
-                          " --width 44 --height 48 --steps 1 --output " + (root() / "bad.png").string() +
-                          " > " + (root() / "bad.log").string() + " 2>&1";
+  const std::string cmd =
+      std::string(DITSTUDIO_CLI) + " --model " + m + " --width 44 --height 48 --steps 1 --output " +
+      (root() / "bad.png").string() + " > " + (root() / "bad.log").string() + " 2>&1";
   const int rc = std::system(cmd.c_str());
   EXPECT_NE(rc, 0);
   std::ifstream in(root() / "bad.log");

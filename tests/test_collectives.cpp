@@ -6,18 +6,16 @@
 //
 // Expected values are closed forms of the rank and the group size n.
 #include <ATen/ATen.h>
-
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
 #include <memory>
-#include <string>
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "app/protocol/protocol.h"
 #include "parallel/device_mesh.h"
@@ -59,7 +57,9 @@ std::string messageOf(F&& f) {
   return "<no exception>";
 }
 
-bool contains(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
+bool contains(const std::string& s, const std::string& sub) {
+  return s.find(sub) != std::string::npos;
+}
 
 double sumTo(int n) { return n * (n + 1) / 2.0; }
 
@@ -68,8 +68,8 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
   explicit RankFailurePrinter(int rank) : rank_(rank) {}
   void OnTestPartResult(const ::testing::TestPartResult& r) override {
     if (!r.failed()) return;
-    std::fprintf(stdout, "[rank %d] %s:%d: Failure\n%s\n", rank_, r.file_name() ? r.file_name() : "?", r.line_number(),
-                 r.message());
+    std::fprintf(stdout, "[rank %d] %s:%d: Failure\n%s\n", rank_,
+                 r.file_name() ? r.file_name() : "?", r.line_number(), r.message());
     std::fflush(stdout);
   }
   void OnTestEnd(const ::testing::TestInfo& info) override {
@@ -187,7 +187,8 @@ TEST(Allgather, UnevenSizesDependingOnRank) {
       EXPECT_FLOAT_EQ(g[row][1].item<float>(), 10.0f * r + i + 0.5f);
     }
   // Uneven along dim 1 (bfloat16, 3-d): rank r has 2 - r % 2 columns of value r.
-  at::Tensor u = at::full({2, 2 - R() % 2, 3}, double(R()), at::TensorOptions().dtype(at::kBFloat16));
+  at::Tensor u =
+      at::full({2, 2 - R() % 2, 3}, double(R()), at::TensorOptions().dtype(at::kBFloat16));
   std::vector<int64_t> cols;
   for (int r = 0; r < N(); ++r) cols.push_back(2 - r % 2);
   at::Tensor gu = W().allgather(u, 1, cols)->result();
@@ -195,7 +196,8 @@ TEST(Allgather, UnevenSizesDependingOnRank) {
   int64_t c = 0;
   for (int r = 0; r < N(); ++r)
     for (int k = 0; k < cols[r]; ++k, ++c)
-      EXPECT_TRUE(at::equal(gu.select(1, c), at::full({2, 3}, double(r), at::TensorOptions().dtype(at::kBFloat16))));
+      EXPECT_TRUE(at::equal(gu.select(1, c),
+                            at::full({2, 3}, double(r), at::TensorOptions().dtype(at::kBFloat16))));
   EXPECT_EQ(c, gu.size(1));
 }
 
@@ -226,15 +228,16 @@ TEST(ReduceScatter, SumRowsPerRank) {
 TEST(ReduceScatter, RowsNotDivisibleIsInvalidOnEveryRank) {
   at::Tensor t = at::ones({N() + 1, 2}, at::kFloat);
   const auto msg = messageOf<std::invalid_argument>([&] { W().reduceScatter(t)->result(); });
-  EXPECT_TRUE(contains(msg, "dim 0 size " + std::to_string(N() + 1) + " is not divisible by the group size " +
-                                std::to_string(N())))
+  EXPECT_TRUE(contains(msg, "dim 0 size " + std::to_string(N() + 1) +
+                                " is not divisible by the group size " + std::to_string(N())))
       << msg;
 }
 
 // ---------------------------------------------------------------- all-to-all
 
 TEST(AllToAll, UnevenShapesFromCaller) {
-  // Rank i sends to j: (i + j + 1) values 1000 i + 10 j + k; so rank i receives from j shape {j+i+1}.
+  // Rank i sends to j: (i + j + 1) values 1000 i + 10 j + k; so rank i receives from j shape
+  // {j+i+1}.
   std::vector<at::Tensor> in;
   std::vector<std::vector<int64_t>> shapes;
   for (int j = 0; j < N(); ++j) {
@@ -245,7 +248,8 @@ TEST(AllToAll, UnevenShapesFromCaller) {
   ASSERT_EQ(out.size(), size_t(N()));
   for (int j = 0; j < N(); ++j) {
     ASSERT_EQ(out[j].numel(), j + R() + 1);
-    EXPECT_TRUE(at::equal(out[j], at::arange(j + R() + 1, at::kFloat) + 1000.0 * j + 10.0 * R())) << out[j];
+    EXPECT_TRUE(at::equal(out[j], at::arange(j + R() + 1, at::kFloat) + 1000.0 * j + 10.0 * R()))
+        << out[j];
   }
 }
 
@@ -262,7 +266,8 @@ TEST(AllToAll, UlyssesStyleHeadsAndTokens) {
   }
   auto out = W().allToAll(in, shapes)->results();
   for (int j = 0; j < N(); ++j)
-    for (int t = 0; t <= j; ++t) EXPECT_FLOAT_EQ(out[j][t][1].item<float>(), 100.0f * j + 10.0f * t + R());
+    for (int t = 0; t <= j; ++t)
+      EXPECT_FLOAT_EQ(out[j][t][1].item<float>(), 100.0f * j + 10.0f * t + R());
 }
 
 // ---------------------------------------------------------------- broadcast
@@ -308,12 +313,17 @@ TEST(SendRecv, PointToPoint) {
 
 TEST(SendRecv, PointToPointMismatchThrowsOnBothEnds) {
   if (R() == 0) {
-    const auto msg = messageOf<CollectiveMismatchError>([&] { W().send(at::ones({3}, at::kFloat), 1)->wait(); });
-    EXPECT_TRUE(contains(msg, "rank 0 sends float32 [3] (12 B) but rank 1 receives into float32 [4] (16 B)")) << msg;
+    const auto msg =
+        messageOf<CollectiveMismatchError>([&] { W().send(at::ones({3}, at::kFloat), 1)->wait(); });
+    EXPECT_TRUE(contains(
+        msg, "rank 0 sends float32 [3] (12 B) but rank 1 receives into float32 [4] (16 B)"))
+        << msg;
   } else if (R() == 1) {
     at::Tensor t = at::zeros({4}, at::kFloat);
     const auto msg = messageOf<CollectiveMismatchError>([&] { W().recv(t, 0)->wait(); });
-    EXPECT_TRUE(contains(msg, "rank 0 sends float32 [3] (12 B) but rank 1 receives into float32 [4] (16 B)")) << msg;
+    EXPECT_TRUE(contains(
+        msg, "rank 0 sends float32 [3] (12 B) but rank 1 receives into float32 [4] (16 B)"))
+        << msg;
   }
   W().barrier()->wait();
 }
@@ -355,8 +365,10 @@ TEST(Mismatch, AllgatherSizesWithoutPerRankSizes) {
   const auto msg = messageOf<CollectiveMismatchError>([&] { W().allgather(t, 0)->result(); });
   EXPECT_TRUE(contains(msg, "(rank 0: 4, rank 1: 5) and no per-rank sizes were given")) << msg;
   std::vector<int64_t> wrong(N(), 4);  // rank 1 really has 5
-  const auto msg2 = messageOf<CollectiveMismatchError>([&] { W().allgather(t, 0, wrong)->result(); });
-  EXPECT_TRUE(contains(msg2, "rank 1 contributes 5 along dim 0 but the per-rank sizes say 4")) << msg2;
+  const auto msg2 =
+      messageOf<CollectiveMismatchError>([&] { W().allgather(t, 0, wrong)->result(); });
+  EXPECT_TRUE(contains(msg2, "rank 1 contributes 5 along dim 0 but the per-rank sizes say 4"))
+      << msg2;
 }
 
 TEST(Mismatch, AllToAllPairwiseSizes) {
@@ -367,7 +379,9 @@ TEST(Mismatch, AllToAllPairwiseSizes) {
     shapes.push_back({(R() == 1 && j == 0) ? 2 : 1});  // rank 1 expects 2 elements from rank 0
   }
   const auto msg = messageOf<CollectiveMismatchError>([&] { W().allToAll(in, shapes)->results(); });
-  EXPECT_TRUE(contains(msg, "rank 0 sends 1 elements (4 B) to rank 1 but rank 1 expects 2 elements (8 B) from rank 0"))
+  EXPECT_TRUE(contains(
+      msg,
+      "rank 0 sends 1 elements (4 B) to rank 1 but rank 1 expects 2 elements (8 B) from rank 0"))
       << msg;
 }
 
@@ -389,7 +403,9 @@ TEST(Timeout, MissingRankIsNamed) {
   if (R() == 0) {
     at::Tensor t = at::ones({3}, at::kFloat);
     const auto msg = messageOf<CollectiveTimeoutError>([&] { g->allreduce(t)->wait(); });
-    EXPECT_TRUE(contains(msg, "collective timeout: allreduce(sum, float32 [3], 12 B) (call #1) on group 'timeout-test'"))
+    EXPECT_TRUE(contains(
+        msg,
+        "collective timeout: allreduce(sum, float32 [3], 12 B) (call #1) on group 'timeout-test'"))
         << msg;
     EXPECT_TRUE(contains(msg, "within 0.5 s on rank 0")) << msg;
     std::string missing = "rank(s) 1";
@@ -453,7 +469,8 @@ TEST(Work, BackToBackWaitedOutOfOrder) {
   EXPECT_TRUE(at::equal(wc->result(), at::full({4}, double(src), at::kFloat)));
   at::Tensor gb = wb->result();
   ASSERT_EQ(gb.numel(), 2 * N());
-  for (int r = 0; r < N(); ++r) EXPECT_TRUE(at::equal(gb.narrow(0, 2 * r, 2), at::full({2}, double(r), at::kFloat)));
+  for (int r = 0; r < N(); ++r)
+    EXPECT_TRUE(at::equal(gb.narrow(0, 2 * r, 2), at::full({2}, double(r), at::kFloat)));
   wa->wait();
   EXPECT_TRUE(at::equal(a, at::full({3}, sumTo(N()), at::kFloat)));
   EXPECT_TRUE(at::equal(wa->result(), a));
@@ -473,10 +490,12 @@ TEST(Work, IsCompletedTurnsTrueWithoutWait) {
   while (!w->isCompleted() && std::chrono::steady_clock::now() - start < std::chrono::seconds(30))
     std::this_thread::yield();
   ASSERT_TRUE(w->isCompleted());
-  EXPECT_TRUE(at::equal(t, at::full({8}, sumTo(N()), at::kFloat)));  // outputs valid after isCompleted
-  w->wait();                                                          // idempotent
+  EXPECT_TRUE(
+      at::equal(t, at::full({8}, sumTo(N()), at::kFloat)));  // outputs valid after isCompleted
+  w->wait();                                                 // idempotent
   at::Tensor x = at::full({1}, double(R()), at::kFloat);
-  auto all = Raw().allToAll(std::vector<at::Tensor>(N(), x), std::vector<std::vector<int64_t>>(N(), {1}));
+  auto all =
+      Raw().allToAll(std::vector<at::Tensor>(N(), x), std::vector<std::vector<int64_t>>(N(), {1}));
   const auto& outs = all->results();
   ASSERT_EQ(outs.size(), size_t(N()));
   for (int j = 0; j < N(); ++j) EXPECT_FLOAT_EQ(outs[j].item<float>(), float(j));
@@ -493,7 +512,9 @@ TEST(Work, TimedOutWorkThrowsFromWait) {
     at::Tensor t = at::ones({3}, at::kFloat);
     auto w = g->allreduce(t);  // issued: nothing thrown yet
     const auto msg = messageOf<CollectiveTimeoutError>([&] { w->wait(); });
-    EXPECT_TRUE(contains(msg, "collective timeout: allreduce(sum, float32 [3], 12 B) on group 'work-timeout'")) << msg;
+    EXPECT_TRUE(contains(
+        msg, "collective timeout: allreduce(sum, float32 [3], 12 B) on group 'work-timeout'"))
+        << msg;
     EXPECT_TRUE(contains(msg, "within 0.4 s on rank 0")) << msg;
     EXPECT_TRUE(w->isCompleted());
     EXPECT_FALSE(w->isSuccess());
@@ -510,7 +531,8 @@ TEST(Work, TimedOutWorkThrowsFromWait) {
     EXPECT_TRUE(at::equal(t, at::full({3}, double(N()), at::kFloat)));  // rank 0's buffer took part
     W().barrier()->wait();
   }
-  static std::vector<std::shared_ptr<ProcessGroupMPI>> keep;  // rank 0 marked it broken: never freed
+  static std::vector<std::shared_ptr<ProcessGroupMPI>>
+      keep;  // rank 0 marked it broken: never freed
   keep.push_back(g);
 }
 
@@ -521,7 +543,8 @@ TEST(Checked, DisabledGroupStillComputes) {
   EXPECT_TRUE(at::allclose(t, at::full({3, 5}, sumTo(N()), at::kFloat)));
   std::vector<int64_t> sizes;
   for (int r = 0; r < N(); ++r) sizes.push_back(r + 1);
-  at::Tensor g = Raw().allgather(at::full({R() + 1, 2}, double(R()), at::kFloat), 0, sizes)->result();
+  at::Tensor g =
+      Raw().allgather(at::full({R() + 1, 2}, double(R()), at::kFloat), 0, sizes)->result();
   ASSERT_EQ(g.size(0), int64_t(sumTo(N())));
   EXPECT_FLOAT_EQ(g[g.size(0) - 1][1].item<float>(), float(N() - 1));
   at::Tensor rs = Raw().reduceScatter(at::ones({2 * N()}, at::kFloat))->result();
@@ -539,7 +562,9 @@ TEST(Checked, WrapperReportsTheWrappedGroup) {
   EXPECT_EQ(c.rank(), R());
   EXPECT_DOUBLE_EQ(c.timeoutSeconds(), 60.0);
   EXPECT_EQ(c.bytesSent(), c.wrapped()->bytesSent());
-  EXPECT_EQ(c.describeGroup().rfind("group 'world' (" + std::to_string(N()) + " ranks: world 0,1", 0), 0u);
+  EXPECT_EQ(
+      c.describeGroup().rfind("group 'world' (" + std::to_string(N()) + " ranks: world 0,1", 0),
+      0u);
 }
 
 TEST(Checked, MeshWrapsByDefaultForMpiAndHonoursTheSwitch) {
@@ -565,7 +590,8 @@ TEST(Checked, MeshWrapsByDefaultForMpiAndHonoursTheSwitch) {
     EXPECT_NE(dynamic_cast<dit::ProcessGroupChecked*>(mesh.group("tp").get()), nullptr);
     EXPECT_NE(dynamic_cast<dit::ProcessGroupChecked*>(mesh.world().get()), nullptr);
     at::Tensor t = at::ones({4 + R()}, at::kFloat);
-    const auto msg = messageOf<CollectiveMismatchError>([&] { mesh.group("tp")->allreduce(t)->wait(); });
+    const auto msg =
+        messageOf<CollectiveMismatchError>([&] { mesh.group("tp")->allreduce(t)->wait(); });
     EXPECT_TRUE(contains(msg, "collective mismatch on group 'tp'")) << msg;
   }
   dit::DeviceMeshOptions off;
@@ -614,7 +640,8 @@ int64_t groupSumOfWorldRanks(dit::ProcessGroup& g) {
 TEST(DeviceMesh, EverySingleDimOverTheWholeWorld) {
   for (const char* dim : {"tp", "ring", "ulysses", "dp"}) {
     const std::string d = dim;
-    dit::Strategy s = strat(d == "tp" ? N() : 1, d == "ring" ? N() : 1, d == "ulysses" ? N() : 1, 1, d == "dp" ? N() : 1);
+    dit::Strategy s = strat(d == "tp" ? N() : 1, d == "ring" ? N() : 1, d == "ulysses" ? N() : 1, 1,
+                            d == "dp" ? N() : 1);
     dit::DeviceMesh mesh(s);
     EXPECT_EQ(mesh.backend(), "mpi");
     EXPECT_EQ(mesh.size(d), N());
@@ -670,7 +697,7 @@ TEST(DeviceMesh, World4DpTimesCfg) {
   EXPECT_EQ(mesh.group("cfg")->rank(), cfg);
   EXPECT_EQ(mesh.group("dp")->rank(), dp);
   EXPECT_EQ(groupSumOfWorldRanks(*mesh.group("cfg")), 4 * dp + 1);  // {2d, 2d+1}
-  EXPECT_EQ(groupSumOfWorldRanks(*mesh.group("dp")), 2 * cfg + 2);   // {c, c+2}
+  EXPECT_EQ(groupSumOfWorldRanks(*mesh.group("dp")), 2 * cfg + 2);  // {c, c+2}
   EXPECT_EQ(mesh.size("cp"), 1);
 }
 
@@ -687,7 +714,7 @@ TEST(DeviceMesh, World4UnifiedRingTimesUlysses) {
   at::Tensor mine = at::full({1}, int64_t(R()), at::kLong);
   at::Tensor all = mesh.group("cp")->allgather(mine, 0)->result();
   EXPECT_TRUE(at::equal(all, at::arange(4, at::kLong)));
-  EXPECT_EQ(groupSumOfWorldRanks(*mesh.group("ring")), 2 * uly + 2);   // {u, u+2}
+  EXPECT_EQ(groupSumOfWorldRanks(*mesh.group("ring")), 2 * uly + 2);      // {u, u+2}
   EXPECT_EQ(groupSumOfWorldRanks(*mesh.group("ulysses")), 4 * ring + 1);  // {2r, 2r+1}
   EXPECT_GE(mesh.bytesSent(), 8u);
 }
@@ -718,7 +745,8 @@ TEST(Runtime, RanksMemoryAndEvents) {
   nlohmann::ordered_json ev;
   ev["event"] = "hello";
   ev["rank"] = R();
-  EXPECT_EQ(dit::protocol::eventLine(ev), "@@DIT {\"event\":\"hello\",\"rank\":" + std::to_string(R()) + "}");
+  EXPECT_EQ(dit::protocol::eventLine(ev),
+            "@@DIT {\"event\":\"hello\",\"rank\":" + std::to_string(R()) + "}");
   EXPECT_GE(dit::localRank(), 0);
 }
 
@@ -752,7 +780,8 @@ int main(int argc, char** argv) {
   int rc = RUN_ALL_TESTS();
   int any = 0;
   MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (rank == 0 && any != 0 && rc == 0) std::printf("FAILED on another rank (see the [rank r] lines above)\n");
+  if (rank == 0 && any != 0 && rc == 0)
+    std::printf("FAILED on another rank (see the [rank r] lines above)\n");
   g_world.reset();
   g_raw.reset();
   dit::finalizeRuntime();

@@ -5,10 +5,9 @@
 //
 // Run under mpirun with 1, 2 or 4 ranks; each multi-rank test runs only at its world size (the
 // others skip it). Every rank generates the same q, k, v from a fixed seed.
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
-
-#include <ATen/ATen.h>
 
 #include <cmath>
 #include <cstdint>
@@ -69,14 +68,20 @@ class StubGroup final : public dit::ProcessGroup {
   int size() const override { return size_; }
   std::string backend() const override { return "stub"; }
   std::shared_ptr<dit::Work> allreduce(at::Tensor&, dit::ReduceOp) override { fail(); }
-  std::shared_ptr<dit::Work> allgather(const at::Tensor&, int64_t, const std::vector<int64_t>&) override { fail(); }
+  std::shared_ptr<dit::Work> allgather(const at::Tensor&, int64_t,
+                                       const std::vector<int64_t>&) override {
+    fail();
+  }
   std::shared_ptr<dit::Work> reduceScatter(const at::Tensor&, dit::ReduceOp) override { fail(); }
   std::shared_ptr<dit::Work> allToAll(const std::vector<at::Tensor>&,
                                       const std::vector<std::vector<int64_t>>&) override {
     fail();
   }
   std::shared_ptr<dit::Work> broadcast(at::Tensor&, int) override { fail(); }
-  std::shared_ptr<dit::Work> sendRecv(const at::Tensor&, int, const std::vector<int64_t>&, int) override { fail(); }
+  std::shared_ptr<dit::Work> sendRecv(const at::Tensor&, int, const std::vector<int64_t>&,
+                                      int) override {
+    fail();
+  }
   std::shared_ptr<dit::Work> send(const at::Tensor&, int, int) override { fail(); }
   std::shared_ptr<dit::Work> recv(at::Tensor&, int, int) override { fail(); }
   std::shared_ptr<dit::Work> barrier() override { fail(); }
@@ -122,7 +127,8 @@ TEST(LocalAttention, LargeQueryCountIsChunkedConsistently) {
   // so only in the single-rank run).
   if (worldSize() != 1) GTEST_SKIP() << "runs in the 1-rank invocation";
   at::manual_seed(2);
-  auto q = at::randn({1, 2, 4200, 8}), k = at::randn({1, 2, 8200, 8}), v = at::randn({1, 2, 8200, 8});
+  auto q = at::randn({1, 2, 4200, 8}), k = at::randn({1, 2, 8200, 8}),
+       v = at::randn({1, 2, 8200, 8});
   auto out = dit::localAttention(q, k, v);
   auto [out2, lse] = dit::attentionWithLse(q, k, v);
   auto rows = at::arange(0, 4200, 997);
@@ -190,7 +196,9 @@ std::vector<std::string> expectedCpuKernel() {
 TEST(FusedAttention, CpuKernelMatchesUnfusedPath) {
   // Sizes that are not multiples of the flash kernel's query/key blocks, S_q != S_k, one query,
   // and FLUX.1's head dim 128.
-  struct Case { int64_t b, h, sq, sk, d; };
+  struct Case {
+    int64_t b, h, sq, sk, d;
+  };
   for (const Case c : {Case{2, 3, 37, 53, 64}, Case{1, 4, 300, 300, 8}, Case{1, 2, 1, 70, 16},
                        Case{1, 2, 96, 160, 128}}) {
     at::manual_seed(40 + c.sq);
@@ -216,7 +224,8 @@ TEST(FusedAttention, CpuKernelMatchesUnfusedPath) {
 
 TEST(FusedAttention, CpuKernelBFloat16MatchesUnfusedPath) {
   at::manual_seed(50);
-  auto q = at::randn({1, 3, 45, 64}).to(at::kBFloat16), k = at::randn({1, 3, 61, 64}).to(at::kBFloat16),
+  auto q = at::randn({1, 3, 45, 64}).to(at::kBFloat16),
+       k = at::randn({1, 3, 61, 64}).to(at::kBFloat16),
        v = at::randn({1, 3, 61, 64}).to(at::kBFloat16);
   auto [refOut, refLse] = dit::mathAttentionWithLse(q, k, v);
   dit::resetAttentionKernelsUsed();
@@ -318,8 +327,8 @@ TEST(ContextParallelValidation, StrictModesThrowBeforeAnyCollective) {
   }
   // Wrong bookkeeping is refused in every mode.
   auto any = stubCp(1, 2, 1, false, true);
-  EXPECT_THROW(any.attention(q, q, q, {3, 2}), std::invalid_argument);      // says 2, holds 3
-  EXPECT_THROW(any.attention(q, q, q, {3, 3, 3}), std::invalid_argument);   // 3 entries
+  EXPECT_THROW(any.attention(q, q, q, {3, 2}), std::invalid_argument);     // says 2, holds 3
+  EXPECT_THROW(any.attention(q, q, q, {3, 3, 3}), std::invalid_argument);  // 3 entries
   EXPECT_THROW(any.gatherSequence(at::randn({1, 3, 4}), {3, 2}), std::invalid_argument);
   // A valid call reaches the (stub) communication.
   EXPECT_THROW(any.attention(q, q, q, {2, 3}), NoCommunication);
@@ -423,9 +432,9 @@ Result runCase(const Case& c) {
   return res;
 }
 
-#define REQUIRE_WORLD(n)                                                                  \
-  do {                                                                                    \
-    if (worldSize() != (n)) GTEST_SKIP() << "needs mpirun -np " << (n);                   \
+#define REQUIRE_WORLD(n)                                                \
+  do {                                                                  \
+    if (worldSize() != (n)) GTEST_SKIP() << "needs mpirun -np " << (n); \
   } while (0)
 
 constexpr double kTol = 1e-5;

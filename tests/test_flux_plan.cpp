@@ -41,7 +41,8 @@ int worldSize() {
 }
 
 const FluxTransformerConfig& fixtureConfig() {
-  static const FluxTransformerConfig c = fluxConfig(ModelFolder::open(test::fixtureDir())).transformer;
+  static const FluxTransformerConfig c =
+      fluxConfig(ModelFolder::open(test::fixtureDir())).transformer;
   return c;
 }
 
@@ -49,14 +50,16 @@ const FluxTransformerConfig& fixtureConfig() {
 ShardingPlan withoutDoubleBlockFeedForward(const ShardingPlan& base) {
   ShardingPlan p;
   for (const auto& r : base.rules())
-    if (r.pattern != "transformer_blocks.*.ff.net.0.proj" && r.pattern != "transformer_blocks.*.ff.net.2") p.add(r);
+    if (r.pattern != "transformer_blocks.*.ff.net.0.proj" &&
+        r.pattern != "transformer_blocks.*.ff.net.2")
+      p.add(r);
   for (const auto& q : base.requirements()) p.requireDivisible(q.name, q.value, q.why, q.rule);
   return p;
 }
 
 std::shared_ptr<WeightSource> fixtureWeights() {
-  return WeightSource::fromFolder(test::fixtureDir() + "/transformer", "diffusion_pytorch_model", at::kFloat,
-                                  c10::Device(at::kCPU));
+  return WeightSource::fromFolder(test::fixtureDir() + "/transformer", "diffusion_pytorch_model",
+                                  at::kFloat, c10::Device(at::kCPU));
 }
 
 // Deterministic inputs, identical on every rank.
@@ -118,7 +121,8 @@ TEST(FluxPlan, ByteCountsFollowTheRules) {
   const ParameterTable params = fluxParameterTable(c);
   const int64_t C = c.innerDim(), M = c.mlpHidden(), L = c.num_layers;
   const int64_t delta = L * (C * M + M + M * C) * 4 / 2;
-  EXPECT_EQ(static_cast<int64_t>(changed.bytesPerRank(params, 2, 4)) - static_cast<int64_t>(base.bytesPerRank(params, 2, 4)),
+  EXPECT_EQ(static_cast<int64_t>(changed.bytesPerRank(params, 2, 4)) -
+                static_cast<int64_t>(base.bytesPerRank(params, 2, 4)),
             delta);
   // tp 1: nothing is sharded, the plans agree.
   EXPECT_EQ(changed.bytesPerRank(params, 1, 4), base.bytesPerRank(params, 1, 4));
@@ -146,7 +150,8 @@ TEST(FluxPlan, LoadedShardsAndOutputFollowTheRules) {
   FluxParallelism par;
   par.tp = mesh.group("tp");
 
-  for (const auto& [label, plan] : {std::pair{"FLUX.1 plan", base}, std::pair{"ff replicated", changed}}) {
+  for (const auto& [label, plan] :
+       {std::pair{"FLUX.1 plan", base}, std::pair{"ff replicated", changed}}) {
     SCOPED_TRACE(label);
     auto w = fixtureWeights();
     const FluxTransformer2DModel model(c, *w, par, plan);
@@ -158,8 +163,10 @@ TEST(FluxPlan, LoadedShardsAndOutputFollowTheRules) {
     ASSERT_TRUE(ff0 && ff2 && mlp);
     const bool replicatedFF = plan == changed;
     EXPECT_EQ(ff0->spec.replicated(), replicatedFF);
-    EXPECT_EQ(ff0->spec.localShape(ff0->info.shape), (std::vector<int64_t>{replicatedFF ? M : M / 2, C}));
-    EXPECT_EQ(ff2->spec.localShape(ff2->info.shape), (std::vector<int64_t>{C, replicatedFF ? M : M / 2}));
+    EXPECT_EQ(ff0->spec.localShape(ff0->info.shape),
+              (std::vector<int64_t>{replicatedFF ? M : M / 2, C}));
+    EXPECT_EQ(ff2->spec.localShape(ff2->info.shape),
+              (std::vector<int64_t>{C, replicatedFF ? M : M / 2}));
     // Untouched rules keep sharding.
     EXPECT_EQ(mlp->spec.localShape(mlp->info.shape), (std::vector<int64_t>{M / 2, C}));
     EXPECT_EQ(ff0->info.dtype, "F32");

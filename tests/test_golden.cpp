@@ -4,13 +4,13 @@
 #include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
+#include "backend/io/weight_source.h"
 #include "backend/models/autoencoders/autoencoder_kl.h"
-#include "backend/pipelines/flux/pipeline_flux.h"
 #include "backend/models/flux/transformer_flux.h"
-#include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
 #include "backend/models/text_encoders/modeling_clip.h"
 #include "backend/models/text_encoders/modeling_t5.h"
-#include "backend/io/weight_source.h"
+#include "backend/pipelines/flux/pipeline_flux.h"
+#include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
 #include "golden_util.h"
 
 using namespace dit;
@@ -43,8 +43,10 @@ TEST(Golden, SchedulerTables) {
     at::Tensor gs = golden(k + ".sigmas"), gt = golden(k + ".timesteps");
     ASSERT_EQ(gs.numel(), static_cast<int64_t>(t.sigmas.size())) << k;
     ASSERT_EQ(gt.numel(), static_cast<int64_t>(t.timesteps.size())) << k;
-    for (int i = 0; i < gs.numel(); ++i) EXPECT_NEAR(t.sigmas[i], gs[i].item<float>(), 1e-6) << k << " sigma " << i;
-    for (int i = 0; i < gt.numel(); ++i) EXPECT_NEAR(t.timesteps[i], gt[i].item<float>(), 1e-3) << k << " t " << i;
+    for (int i = 0; i < gs.numel(); ++i)
+      EXPECT_NEAR(t.sigmas[i], gs[i].item<float>(), 1e-6) << k << " sigma " << i;
+    for (int i = 0; i < gt.numel(); ++i)
+      EXPECT_NEAR(t.timesteps[i], gt[i].item<float>(), 1e-3) << k << " t " << i;
     ++n;
   }
   EXPECT_EQ(n, 30);
@@ -55,9 +57,16 @@ TEST(Golden, TextEmbeddings) {
   const int L = goldenJson()["max_sequence_length"];
   for (int i : {0, 1, 2, 8}) {
     auto e = pipeline().encodePrompt(prompts[i].get<std::string>(), L);
-    EXPECT_LT(diff("enc.prompt_embeds." + std::to_string(i), e.prompt_embeds.squeeze(0), golden("enc.prompt_embeds." + std::to_string(i))), kTol) << i;
-    EXPECT_LT(diff("enc.pooled." + std::to_string(i), e.pooled.squeeze(0), golden("enc.pooled." + std::to_string(i))), kTol) << i;
-    EXPECT_LT(maxAbsDiff(e.text_ids, golden("enc.text_ids." + std::to_string(i))), 0.0 + 1e-12) << i;
+    EXPECT_LT(diff("enc.prompt_embeds." + std::to_string(i), e.prompt_embeds.squeeze(0),
+                   golden("enc.prompt_embeds." + std::to_string(i))),
+              kTol)
+        << i;
+    EXPECT_LT(diff("enc.pooled." + std::to_string(i), e.pooled.squeeze(0),
+                   golden("enc.pooled." + std::to_string(i))),
+              kTol)
+        << i;
+    EXPECT_LT(maxAbsDiff(e.text_ids, golden("enc.text_ids." + std::to_string(i))), 0.0 + 1e-12)
+        << i;
   }
 }
 
@@ -77,7 +86,8 @@ TEST(Golden, TransformerForward) {
 
 TEST(Golden, VaeDecode) {
   auto m = ModelFolder::open(fixtureDir());
-  auto w = WeightSource::fromFolder(m.component("vae"), "diffusion_pytorch_model", at::kFloat, at::kCPU);
+  auto w =
+      WeightSource::fromFolder(m.component("vae"), "diffusion_pytorch_model", at::kFloat, at::kCPU);
   AutoencoderKL vae(fluxConfig(m).vae, *w);
   at::NoGradGuard ng;
   at::Tensor out = vae.decode(golden("vae.in"));

@@ -4,8 +4,8 @@
 //    has 8 mantissa bits, ~4e-3 relative per op, and errors compound over the layers);
 //  - ProcessGroupNCCL at world size 1 (one GPU): allreduce, allgather, all-to-all, broadcast.
 #include <ATen/ATen.h>
-#include <ATen/core/grad_mode.h>
 #include <ATen/Context.h>
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -49,7 +49,8 @@ void checkRuns(at::ScalarType dtype, double tol) {
     const std::string k = "run." + std::to_string(r) + ".";
     const double dl = maxAbsDiff(res.final_latents, golden(k + "final_latents"));
     const double di = maxAbsDiff(res.image, golden(k + "image"));
-    std::printf("  %s %s final_latents %.3g image %.3g\n", computeDTypeName(dtype), k.c_str(), dl, di);
+    std::printf("  %s %s final_latents %.3g image %.3g\n", computeDTypeName(dtype), k.c_str(), dl,
+                di);
     EXPECT_LT(dl, tol) << k;
     EXPECT_LT(di, tol) << k;
   }
@@ -58,8 +59,9 @@ void checkRuns(at::ScalarType dtype, double tol) {
   for (int c = 0; c < 3; ++c) {
     const std::string p = "dit." + std::to_string(c) + ".in.";
     at::Tensor out = pipe.transformer().forward(
-        golden(p + "hidden_states"), golden(p + "encoder_hidden_states"), golden(p + "pooled_projections"),
-        golden(p + "timestep"), golden(p + "img_ids"), golden(p + "txt_ids"), golden(p + "guidance"));
+        golden(p + "hidden_states"), golden(p + "encoder_hidden_states"),
+        golden(p + "pooled_projections"), golden(p + "timestep"), golden(p + "img_ids"),
+        golden(p + "txt_ids"), golden(p + "guidance"));
     const double d = maxAbsDiff(out, golden("dit." + std::to_string(c) + ".out"));
     std::printf("  %s dit.%d %.3g\n", computeDTypeName(dtype), c, d);
     EXPECT_LT(d, tol * 2);

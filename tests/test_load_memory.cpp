@@ -25,12 +25,12 @@
 #include <fstream>
 #include <string>
 
-#include "backend/models/flux/flux_plan.h"
-#include "backend/models/flux/transformer_flux.h"
 #include "backend/io/model_folder.h"
-#include "backend/pipelines/flux/flux_pipeline_config.h"
 #include "backend/io/safetensors.h"
 #include "backend/io/weight_source.h"
+#include "backend/models/flux/flux_plan.h"
+#include "backend/models/flux/transformer_flux.h"
+#include "backend/pipelines/flux/flux_pipeline_config.h"
 #include "parallel/device_mesh.h"
 #include "parallel/runtime.h"
 #include "parallel/strategy.h"
@@ -132,7 +132,8 @@ TEST(LoadMemory, ShardOnLoadPeakStaysNearTheShard) {
   const ModelFolder m = ModelFolder::open(g_dir);
   const int tp = g_world;
   const ShardingPlan plan = fluxShardingPlan(fluxConfig(m).transformer);
-  const auto st = SafetensorsCollection::openFolder(g_dir + "/transformer", "diffusion_pytorch_model");
+  const auto st =
+      SafetensorsCollection::openFolder(g_dir + "/transformer", "diffusion_pytorch_model");
   const Split sp = planSplit(st, plan, tp);
   ASSERT_EQ(sp.sharded % tp, 0);
   ASSERT_GT(sp.total, int64_t(100) << 20) << "the checkpoint should be 100+ MB to measure anything";
@@ -154,21 +155,29 @@ TEST(LoadMemory, ShardOnLoadPeakStaysNearTheShard) {
   const int64_t bound = static_cast<int64_t>(1.1 * shard) + sp.replicated + allowance;
 
   // Figures of every rank, printed by rank 0.
-  int64_t mine[7] = {f.weightBytes, f.rssBefore, f.rssAfter, f.rssPeak, f.growth(),
-                     static_cast<int64_t>(f.seconds * 1e6), f.fileAfter - f.fileBefore};
+  int64_t mine[7] = {f.weightBytes,
+                     f.rssBefore,
+                     f.rssAfter,
+                     f.rssPeak,
+                     f.growth(),
+                     static_cast<int64_t>(f.seconds * 1e6),
+                     f.fileAfter - f.fileBefore};
   std::vector<int64_t> all(7 * g_world);
   MPI_Gather(mine, 7, MPI_INT64_T, all.data(), 7, MPI_INT64_T, 0, MPI_COMM_WORLD);
   if (g_rank == 0) {
-    std::printf("checkpoint %.1f MiB: replicated %.1f MiB, tp-sharded %.1f MiB, largest tensor %.1f MiB\n",
-                mib(sp.total), mib(sp.replicated), mib(sp.sharded), mib(sp.largest));
-    std::printf("tp %d: expected weight %.2f MiB per rank (shard %.2f), peak-growth bound %.2f MiB "
-                "(1.1 x shard + replicated + largest + %.0f MiB)\n",
-                tp, mib(expectBytes), mib(shard), mib(bound), mib(kSlackBytes));
+    std::printf(
+        "checkpoint %.1f MiB: replicated %.1f MiB, tp-sharded %.1f MiB, largest tensor %.1f MiB\n",
+        mib(sp.total), mib(sp.replicated), mib(sp.sharded), mib(sp.largest));
+    std::printf(
+        "tp %d: expected weight %.2f MiB per rank (shard %.2f), peak-growth bound %.2f MiB "
+        "(1.1 x shard + replicated + largest + %.0f MiB)\n",
+        tp, mib(expectBytes), mib(shard), mib(bound), mib(kSlackBytes));
     for (int r = 0; r < g_world; ++r) {
       const int64_t* v = &all[7 * r];
-      std::printf("  rank %d: weight %.2f MiB, rss before %.1f MiB, after %.1f MiB, peak %.1f MiB, "
-                  "peak growth %.2f MiB (file-backed %+.2f MiB), load %.2f s\n",
-                  r, mib(v[0]), mib(v[1]), mib(v[2]), mib(v[3]), mib(v[4]), mib(v[6]), v[5] / 1e6);
+      std::printf(
+          "  rank %d: weight %.2f MiB, rss before %.1f MiB, after %.1f MiB, peak %.1f MiB, "
+          "peak growth %.2f MiB (file-backed %+.2f MiB), load %.2f s\n",
+          r, mib(v[0]), mib(v[1]), mib(v[2]), mib(v[3]), mib(v[4]), mib(v[6]), v[5] / 1e6);
     }
     std::fflush(stdout);
   }
@@ -184,10 +193,13 @@ TEST(LoadMemory, ShardOnLoadPeakStaysNearTheShard) {
   MPI_Barrier(MPI_COMM_WORLD);
   if (g_rank == 0) {
     const LoadFigures full = loadOnce(fluxConfig(m).transformer, {});
-    std::printf("tp 1 (rank 0 alone): weight %.2f MiB, rss before %.1f MiB, peak %.1f MiB, peak growth "
-                "%.2f MiB (file-backed %+.2f MiB), load %.2f s; tp %d peak growth / tp 1 peak growth = %.3f\n",
-                mib(full.weightBytes), mib(full.rssBefore), mib(full.rssPeak), mib(full.growth()),
-                mib(full.fileAfter - full.fileBefore), full.seconds, tp, static_cast<double>(f.growth()) / static_cast<double>(full.growth()));
+    std::printf(
+        "tp 1 (rank 0 alone): weight %.2f MiB, rss before %.1f MiB, peak %.1f MiB, peak growth "
+        "%.2f MiB (file-backed %+.2f MiB), load %.2f s; tp %d peak growth / tp 1 peak growth = "
+        "%.3f\n",
+        mib(full.weightBytes), mib(full.rssBefore), mib(full.rssPeak), mib(full.growth()),
+        mib(full.fileAfter - full.fileBefore), full.seconds, tp,
+        static_cast<double>(f.growth()) / static_cast<double>(full.growth()));
     std::fflush(stdout);
     EXPECT_EQ(full.weightBytes, sp.total);
     EXPECT_LE(full.growth(), static_cast<int64_t>(1.1 * sp.total) + allowance);
@@ -235,10 +247,11 @@ int main(int argc, char** argv) {
     } else {
       tmpRoot = templ;
       const std::string out = (tmpRoot / "model").string();
-      const std::string cmd = std::string("'") + DITSTUDIO_MAKE_MODEL + "' --template '" + DITSTUDIO_FIXTURE +
-                              "' --out '" + out +
-                              "' --num-layers 2 --num-single-layers 4 --num-attention-heads 8"
-                              " --attention-head-dim 64 --axes-dims-rope 8 28 28 --seed 7 > /dev/null";
+      const std::string cmd =
+          std::string("'") + DITSTUDIO_MAKE_MODEL + "' --template '" + DITSTUDIO_FIXTURE +
+          "' --out '" + out +
+          "' --num-layers 2 --num-single-layers 4 --num-attention-heads 8"
+          " --attention-head-dim 64 --axes-dims-rope 8 28 28 --seed 7 > /dev/null";
       if (std::system(cmd.c_str()) != 0) {
         std::fprintf(stderr, "failed: %s\n", cmd.c_str());
         ok = 0;
@@ -255,7 +268,8 @@ int main(int argc, char** argv) {
   }
   int any = 0;
   MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (g_rank == 0 && any != 0 && rc == 0) std::printf("FAILED on another rank (see the [rank r] lines above)\n");
+  if (g_rank == 0 && any != 0 && rc == 0)
+    std::printf("FAILED on another rank (see the [rank r] lines above)\n");
   if (g_rank == 0 && !tmpRoot.empty()) {
     std::error_code ec;
     fs::remove_all(tmpRoot, ec);

@@ -1,30 +1,27 @@
 // Model-file and request errors: each case asserts that loading fails with a message naming the
 // file and the cause (never reading past the mapped file).
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include <ATen/ATen.h>
-
 #include <algorithm>
-
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
-#include "backend/pipelines/flux/pipeline_flux.h"
-#include "backend/models/flux/flux_plan.h"
-#include "backend/models/flux/transformer_flux.h"
+#include "backend/io/config_json.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/safetensors.h"
 #include "backend/io/tensor_io.h"
 #include "backend/io/weight_source.h"
+#include "backend/models/flux/flux_plan.h"
+#include "backend/models/flux/transformer_flux.h"
 #include "backend/models/registry.h"
-#include "parallel/strategy.h"
+#include "backend/models/torch_registry.h"
+#include "backend/pipelines/flux/pipeline_flux.h"
 #include "backend/pipelines/registry.h"
 #include "backend/pipelines/torch_registry.h"
-#include "backend/models/torch_registry.h"
-#include "backend/io/config_json.h"
 #include "golden_util.h"
+#include "parallel/strategy.h"
 
 using namespace dit;
 namespace fs = std::filesystem;
@@ -32,7 +29,8 @@ namespace fs = std::filesystem;
 namespace {
 
 fs::path tempDir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("ditstudio-errors-" + std::to_string(::getpid())) / name;
+  fs::path p =
+      fs::temp_directory_path() / ("ditstudio-errors-" + std::to_string(::getpid())) / name;
   fs::remove_all(p);
   fs::create_directories(p);
   return p;
@@ -57,7 +55,8 @@ void expectError(F fn, std::initializer_list<std::string> parts) {
     FAIL() << "no error thrown";
   } catch (const std::exception& e) {
     const std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "message: " << msg << "\nmissing: " << p;
+    for (const auto& p : parts)
+      EXPECT_NE(msg.find(p), std::string::npos) << "message: " << msg << "\nmissing: " << p;
   }
 }
 
@@ -100,16 +99,18 @@ TEST(SafetensorsErrors, OffsetsOutOfRange) {
 }
 
 TEST(SafetensorsErrors, Overlapping) {
-  auto f = writeRaw(tempDir("overlap") / "a.safetensors",
-                    R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})",
-                    24);
+  auto f = writeRaw(
+      tempDir("overlap") / "a.safetensors",
+      R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})",
+      24);
   expectError([&] { SafetensorsReader r(f); }, {f, "'a' and 'b' overlap"});
 }
 
 TEST(SafetensorsErrors, ShapeAndByteSizeDisagree) {
   auto f = writeRaw(tempDir("size") / "a.safetensors",
                     R"({"w":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,8]}})", 8);
-  expectError([&] { SafetensorsReader r(f); }, {f, "tensor 'w'", "need 12 bytes but data_offsets span 8"});
+  expectError([&] { SafetensorsReader r(f); },
+              {f, "tensor 'w'", "need 12 bytes but data_offsets span 8"});
 }
 
 TEST(SafetensorsErrors, UnknownDtype) {
@@ -136,15 +137,18 @@ TEST(SafetensorsErrors, TruncatedRealFile) {
 
 TEST(SafetensorsErrors, IndexNamesMissingShard) {
   auto d = tempDir("index-shard");
-  std::ofstream(d / "m.safetensors.index.json") << R"({"weight_map":{"w":"m-00001-of-00002.safetensors"}})";
-  expectError([&] { SafetensorsCollection c((d / "m.safetensors.index.json").string()); },
-              {"m.safetensors.index.json", "shard 'm-00001-of-00002.safetensors'", "does not exist"});
+  std::ofstream(d / "m.safetensors.index.json")
+      << R"({"weight_map":{"w":"m-00001-of-00002.safetensors"}})";
+  expectError(
+      [&] { SafetensorsCollection c((d / "m.safetensors.index.json").string()); },
+      {"m.safetensors.index.json", "shard 'm-00001-of-00002.safetensors'", "does not exist"});
 }
 
 TEST(SafetensorsErrors, IndexNamesMissingTensor) {
   auto d = tempDir("index-tensor");
   writeRaw(d / "s.safetensors", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4);
-  std::ofstream(d / "m.safetensors.index.json") << R"({"weight_map":{"a":"s.safetensors","b":"s.safetensors"}})";
+  std::ofstream(d / "m.safetensors.index.json")
+      << R"({"weight_map":{"a":"s.safetensors","b":"s.safetensors"}})";
   expectError([&] { SafetensorsCollection c((d / "m.safetensors.index.json").string()); },
               {"m.safetensors.index.json", "tensor 'b'", "does not contain it"});
 }
@@ -171,13 +175,15 @@ TEST(SafetensorsRoundTrip, SliceReadsOnlyTheSlice) {
 }
 
 TEST(ModelFolderErrors, MissingFolder) {
-  expectError([] { ModelFolder::open("/nonexistent/model"); }, {"/nonexistent/model", "does not exist"});
+  expectError([] { ModelFolder::open("/nonexistent/model"); },
+              {"/nonexistent/model", "does not exist"});
 }
 
 TEST(ModelFolderErrors, MissingComponent) {
   auto d = copyFixture("nocomp");
   fs::remove_all(d / "vae");
-  expectError([&] { ModelFolder::open(d.string()); }, {(d / "vae").string(), "component folder is missing"});
+  expectError([&] { ModelFolder::open(d.string()); },
+              {(d / "vae").string(), "component folder is missing"});
 }
 
 TEST(ModelFolderErrors, MissingModelIndex) {
@@ -190,7 +196,8 @@ TEST(ModelFolderErrors, MissingWeightsFile) {
   auto d = copyFixture("noweights");
   fs::remove(d / "transformer/diffusion_pytorch_model.safetensors");
   auto m = ModelFolder::open(d.string());
-  expectError([&] { FluxPipeline p(m, {}); }, {(d / "transformer").string(), "no diffusion_pytorch_model.safetensors"});
+  expectError([&] { FluxPipeline p(m, {}); },
+              {(d / "transformer").string(), "no diffusion_pytorch_model.safetensors"});
 }
 
 TEST(ModelFolderErrors, ConfigDisagreesWithWeights) {
@@ -202,7 +209,8 @@ TEST(ModelFolderErrors, ConfigDisagreesWithWeights) {
     std::ofstream(d / "transformer/config.json") << j.dump();
   }
   auto m = ModelFolder::open(d.string());
-  expectError([&] { FluxPipeline p(m, {}); }, {"context_embedder.weight", "has shape [64, 32]", "[64, 48]"});
+  expectError([&] { FluxPipeline p(m, {}); },
+              {"context_embedder.weight", "has shape [64, 32]", "[64, 48]"});
 }
 
 TEST(ModelFolderErrors, CorruptTransformerWeights) {
@@ -240,9 +248,10 @@ TEST(ModelRegistry, FixtureDispatchesToFlux) {
 TEST(ModelRegistry, UnknownPipelineClassRefused) {
   auto d = copyFixture("unknownpipe");
   setClassName(d / "model_index.json", "QwenImagePipeline");
-  expectError([&] { ModelFolder::open(d.string()); },
-              {(d / "model_index.json").string(), "pipeline class \"QwenImagePipeline\" is not supported",
-               "supported pipeline classes: FluxPipeline"});
+  expectError(
+      [&] { ModelFolder::open(d.string()); },
+      {(d / "model_index.json").string(), "pipeline class \"QwenImagePipeline\" is not supported",
+       "supported pipeline classes: FluxPipeline"});
   try {
     ModelFolder::open(d.string());
   } catch (const UnsupportedModelError&) {
@@ -323,9 +332,10 @@ TEST(ModelRegistry, LoadTransformerByClassName) {
   const auto m = ModelFolder::open(test::fixtureDir());
   const std::string file = m.component("transformer") + "/config.json";
   const nlohmann::json cfg = readConfigJson(file);
-  auto w = WeightSource::fromFolder(m.component("transformer"), "diffusion_pytorch_model", at::kFloat,
-                                    c10::Device(at::kCPU));
-  const std::unique_ptr<DiffusionTransformer> t = loadTransformer(m.transformer_class, cfg, file, *w);
+  auto w = WeightSource::fromFolder(m.component("transformer"), "diffusion_pytorch_model",
+                                    at::kFloat, c10::Device(at::kCPU));
+  const std::unique_ptr<DiffusionTransformer> t =
+      loadTransformer(m.transformer_class, cfg, file, *w);
   ASSERT_NE(dynamic_cast<FluxTransformer2DModel*>(t.get()), nullptr);
   EXPECT_EQ(t->parameters().size(), m.dims().parameters->size());
   auto w2 = WeightSource::random(1, at::kFloat, c10::Device(at::kCPU));
@@ -344,8 +354,12 @@ TEST(ModelRegistry, LoadTransformerByClassName) {
   const at::Tensor ts = at::full({1}, 0.5, f32), g = at::full({1}, 3.5, f32);
   const at::Tensor img = FluxPipeline::latentImageIds(4, 4), txt = at::zeros({8, 3}, f32);
   const at::Tensor a = f.forward(hs, enc, pooled, ts, img, txt, g);
-  TransformerInputs in{{"hidden_states", hs}, {"encoder_hidden_states", enc}, {"pooled_projections", pooled},
-                       {"timestep", ts},      {"img_ids", img},             {"txt_ids", txt},
+  TransformerInputs in{{"hidden_states", hs},
+                       {"encoder_hidden_states", enc},
+                       {"pooled_projections", pooled},
+                       {"timestep", ts},
+                       {"img_ids", img},
+                       {"txt_ids", txt},
                        {"guidance", g}};
   EXPECT_TRUE(at::equal(t->forward(in), a));
   EXPECT_DOUBLE_EQ(t->forwardFlops(16, 8), FluxTransformer2DModel::flops(fc, 16, 8));
@@ -354,7 +368,8 @@ TEST(ModelRegistry, LoadTransformerByClassName) {
   expectError([&] { (void)t->forward(missing); }, {"input 'txt_ids' is missing"});
   TransformerInputs extra = in;
   extra["encoder_attention_mask"] = txt;
-  expectError([&] { (void)t->forward(extra); }, {"unknown input 'encoder_attention_mask'", "accepted inputs"});
+  expectError([&] { (void)t->forward(extra); },
+              {"unknown input 'encoder_attention_mask'", "accepted inputs"});
 }
 
 TEST(ModelRegistry, FamilyDeclaresItsContextParallelPlan) {
@@ -375,11 +390,13 @@ TEST(RequestErrors, SizeNotMultipleOfPatch) {
   PipelineInputs g;
   g.width = 30;
   g.height = 32;
-  expectError([&] { p.resolve(g); }, {"multiples of 4", "2 x vae_scale_factor 2", "30x32", "try 28x32"});
+  expectError([&] { p.resolve(g); },
+              {"multiples of 4", "2 x vae_scale_factor 2", "30x32", "try 28x32"});
 }
 
 TEST(RequestErrors, UnknownDtype) {
-  expectError([] { parseComputeDType("float64"); }, {"unknown dtype 'float64'", "float32, bfloat16 or float16"});
+  expectError([] { parseComputeDType("float64"); },
+              {"unknown dtype 'float64'", "float32, bfloat16 or float16"});
 }
 
 TEST(TensorParallelPlan, RefusesDegreesThatDoNotDivide) {
@@ -396,13 +413,19 @@ TEST(TensorParallelPlan, RefusesDegreesThatDoNotDivide) {
   EXPECT_EQ(validateTp(1), "");
   EXPECT_EQ(validateTp(4), "");
   const std::string msg = validateTp(3);
-  EXPECT_NE(msg.find("tp_degree 3 does not divide num_attention_heads 4"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tp_degree 3 does not divide num_attention_heads 4"), std::string::npos)
+      << msg;
   // Every sharded dimension the plan declares, named by its rule patterns: 64 = inner_dim
   // (colwise dim 0, rowwise dim 1, packed block 0), 256 = the mlp hidden size.
   EXPECT_NE(msg.find("tp_degree 3 does not divide 64, the size of dimension 0 (ColwiseParallel) of "
-                     "transformer_blocks.*.attn.to_q"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("tp_degree 3 does not divide 256, the size of block 1 of [64, 256] on dimension 1 "
-                     "(PackedRowwiseParallel) of single_transformer_blocks.*.proj_out"), std::string::npos) << msg;
+                     "transformer_blocks.*.attn.to_q"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(
+      msg.find("tp_degree 3 does not divide 256, the size of block 1 of [64, 256] on dimension 1 "
+               "(PackedRowwiseParallel) of single_transformer_blocks.*.proj_out"),
+      std::string::npos)
+      << msg;
   EXPECT_NE(validateTp(8).find("does not divide num_attention_heads 4"), std::string::npos);
 }
 
@@ -411,8 +434,8 @@ TEST(TensorParallelPlan, RefusesDegreesThatDoNotDivide) {
 TEST(TensorParallelPlan, FluxParameterTableMatchesTheCheckpoint) {
   auto m = ModelFolder::open(test::fixtureDir());
   const ParameterTable table = fluxParameterTable(fluxConfig(m).transformer);
-  const auto st = SafetensorsCollection::openFolder(test::fixtureDir() + std::string("/transformer"),
-                                                    "diffusion_pytorch_model");
+  const auto st = SafetensorsCollection::openFolder(
+      test::fixtureDir() + std::string("/transformer"), "diffusion_pytorch_model");
   EXPECT_EQ(table.size(), st.names().size());
   for (const auto& name : st.names()) {
     const ParameterInfo* p = table.find(name);

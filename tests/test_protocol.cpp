@@ -3,10 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
 #include <cstdlib>
 #include <limits>
+#include <nlohmann/json.hpp>
 
 #include "app/protocol/launch.h"
 #include "app/protocol/protocol.h"
@@ -100,7 +99,8 @@ TEST(Protocol, CancelAndShutdownRoundTrip) {
 }
 
 TEST(Protocol, SeedsAre64BitExact) {
-  const std::uint64_t seeds[] = {0ULL, (1ULL << 53) + 1, 1ULL << 63, std::numeric_limits<std::uint64_t>::max()};
+  const std::uint64_t seeds[] = {0ULL, (1ULL << 53) + 1, 1ULL << 63,
+                                 std::numeric_limits<std::uint64_t>::max()};
   for (std::uint64_t seed : seeds) {
     GenerateRequest g;
     g.id = "s";
@@ -109,10 +109,12 @@ TEST(Protocol, SeedsAre64BitExact) {
     EXPECT_NE(line.find("\"seed\":" + std::to_string(seed)), std::string::npos) << line;
     EXPECT_EQ(std::get<GenerateRequest>(parseRequestLine(line)).params.seed, seed) << line;
     // From literal text too (what another client may write).
-    const auto r = parseRequestLine(R"({"type":"generate","id":"s","seed":)" + std::to_string(seed) + "}");
+    const auto r =
+        parseRequestLine(R"({"type":"generate","id":"s","seed":)" + std::to_string(seed) + "}");
     EXPECT_EQ(std::get<GenerateRequest>(r).params.seed, seed);
     // And inside an event (image events report the seed used).
-    const auto ev = parseEventLine(eventLine(json{{"event", "image"}, {"id", "s"}, {"seed", seed}}));
+    const auto ev =
+        parseEventLine(eventLine(json{{"event", "image"}, {"id", "s"}, {"seed", seed}}));
     ASSERT_TRUE(ev);
     EXPECT_EQ(ev->data["seed"].get<std::uint64_t>(), seed);
   }
@@ -125,19 +127,25 @@ TEST(Protocol, SeedsAre64BitExact) {
   EXPECT_EQ(toJson(r)["seed"], -1);
   EXPECT_EQ(paramsFromJson(toJson(r), d), r);
   // A double never stands for a seed (2^53 + 1 is not representable).
-  EXPECT_EQ(errorOf([] { parseRequestLine(R"({"type":"generate","id":"s","seed":9007199254740993.0})"); }, "seed"),
-            "request field 'seed' has the wrong type: 9.007199254740992e+15");
+  EXPECT_EQ(
+      errorOf([] { parseRequestLine(R"({"type":"generate","id":"s","seed":9007199254740993.0})"); },
+              "seed"),
+      "request field 'seed' has the wrong type: 9.007199254740992e+15");
   // Past 2^64 - 1: nlohmann reads it as a double, refused the same way.
-  errorOf([] { parseRequestLine(R"({"type":"generate","id":"s","seed":18446744073709551616})"); }, "seed");
+  errorOf([] { parseRequestLine(R"({"type":"generate","id":"s","seed":18446744073709551616})"); },
+          "seed");
 }
 
 TEST(Protocol, MalformedRequestsNameTheField) {
   EXPECT_EQ(errorOf([] { parseRequestLine("42"); }, ""), "request must be a JSON object, got 42");
-  EXPECT_EQ(errorOf([] { parseRequestLine("[1,2]"); }, ""), "request must be a JSON object, got [1,2]");
-  EXPECT_EQ(errorOf([] { parseRequestLine("garbage"); }, "").rfind("request is not valid JSON: ", 0), 0u);
+  EXPECT_EQ(errorOf([] { parseRequestLine("[1,2]"); }, ""),
+            "request must be a JSON object, got [1,2]");
+  EXPECT_EQ(
+      errorOf([] { parseRequestLine("garbage"); }, "").rfind("request is not valid JSON: ", 0), 0u);
   // Invalid UTF-8 names the field and the byte offset inside its text (issue 11).
-  EXPECT_EQ(errorOf([] { parseRequestLine("{\"type\":\"gen\xff\"}"); }, "type"),
-            "request field 'type' is not valid UTF-8: invalid byte 0xff at byte offset 3 of its text");
+  EXPECT_EQ(
+      errorOf([] { parseRequestLine("{\"type\":\"gen\xff\"}"); }, "type"),
+      "request field 'type' is not valid UTF-8: invalid byte 0xff at byte offset 3 of its text");
   EXPECT_EQ(errorOf([] { parseRequestLine("{}"); }, "type"),
             "request needs a string \"type\" (generate, cancel or shutdown)");
   EXPECT_EQ(errorOf([] { parseRequestLine(R"({"type":5})"); }, "type"),
@@ -149,13 +157,20 @@ TEST(Protocol, MalformedRequestsNameTheField) {
   EXPECT_EQ(errorOf([] { parseRequestLine(R"({"type":"generate"})"); }, "id"),
             "a generate request needs a string \"id\"");
   const std::pair<const char*, const char*> cases[] = {
-      {R"("output_dir":5)", "output_dir"},   {R"("preview_every":"a")", "preview_every"},
-      {R"("prompts":[1,2])", "prompts"},     {R"("prompts":"one")", "prompts"},
-      {R"("width":"64")", "width"},          {R"("width":64.5)", "width"},
-      {R"("steps":true)", "steps"},          {R"("guidance":"3.5")", "guidance"},
-      {R"("prompt":["a"])", "prompt"},       {R"("true_cfg_scale":null,"negative_prompt":1)", "negative_prompt"},
-      {R"("seed":"42")", "seed"},            {R"("num_images":1.0)", "num_images"},
-      {R"("output":{})", "output"},          {R"("max_sequence_length":[])", "max_sequence_length"},
+      {R"("output_dir":5)", "output_dir"},
+      {R"("preview_every":"a")", "preview_every"},
+      {R"("prompts":[1,2])", "prompts"},
+      {R"("prompts":"one")", "prompts"},
+      {R"("width":"64")", "width"},
+      {R"("width":64.5)", "width"},
+      {R"("steps":true)", "steps"},
+      {R"("guidance":"3.5")", "guidance"},
+      {R"("prompt":["a"])", "prompt"},
+      {R"("true_cfg_scale":null,"negative_prompt":1)", "negative_prompt"},
+      {R"("seed":"42")", "seed"},
+      {R"("num_images":1.0)", "num_images"},
+      {R"("output":{})", "output"},
+      {R"("max_sequence_length":[])", "max_sequence_length"},
   };
   for (const auto& [fields, field] : cases) {
     const std::string line = std::string(R"({"type":"generate","id":"bad",)") + fields + "}";
@@ -164,41 +179,78 @@ TEST(Protocol, MalformedRequestsNameTheField) {
       ADD_FAILURE() << "accepted " << line;
     } catch (const ProtocolError& e) {
       EXPECT_EQ(e.field(), field) << line;
-      EXPECT_EQ(std::string(e.what()).rfind(std::string("request field '") + field + "' has the wrong type: ", 0), 0u)
+      EXPECT_EQ(std::string(e.what()).rfind(
+                    std::string("request field '") + field + "' has the wrong type: ", 0),
+                0u)
           << e.what();
       ASSERT_TRUE(e.requestId());
       EXPECT_EQ(*e.requestId(), "bad");
     }
   }
-  EXPECT_EQ(errorOf([] { parseRequestLine(R"({"type":"generate","id":"x","output_dir":5})"); }, "output_dir"),
+  EXPECT_EQ(errorOf([] { parseRequestLine(R"({"type":"generate","id":"x","output_dir":5})"); },
+                    "output_dir"),
             "request field 'output_dir' has the wrong type: 5");
-  EXPECT_EQ(errorOf([] { parseRequestLine(R"({"type":"generate","id":"x","width":4294967360})"); }, "width"),
+  EXPECT_EQ(errorOf([] { parseRequestLine(R"({"type":"generate","id":"x","width":4294967360})"); },
+                    "width"),
             "request field 'width' is out of range: 4294967360");
-  EXPECT_EQ(errorOf([] { parseRequestLine(R"({"type":"generate","id":"x","num_images":0})"); }, "num_images"),
+  EXPECT_EQ(errorOf([] { parseRequestLine(R"({"type":"generate","id":"x","num_images":0})"); },
+                    "num_images"),
             "request field 'num_images' must be in 1 .. 10000, got 0");
   // null keeps the default.
-  const auto r = std::get<GenerateRequest>(parseRequestLine(R"({"type":"generate","id":"n","steps":null})"));
+  const auto r =
+      std::get<GenerateRequest>(parseRequestLine(R"({"type":"generate","id":"n","steps":null})"));
   EXPECT_EQ(r.params.steps, 0);
 }
 
 TEST(Protocol, EveryEventTypeRoundTrips) {
   const json events[] = {
       {{"event", "hello"}, {"rank", 1}, {"world", 2}, {"pid", 4242}, {"host", "vm"}},
-      {{"event", "ready"}, {"world", 2}, {"strategy", strategyToJson(strat(2, 1, 2, 1))},
-       {"model", {{"path", "/m"}, {"heads", 4}, {"inner_dim", 64}, {"layers", 1}, {"single_layers", 2},
-                  {"vae_scale_factor", 2}, {"default_steps", 28}, {"guidance_embeds", true},
-                  {"max_sequence_length", 48}}},
+      {{"event", "ready"},
+       {"world", 2},
+       {"strategy", strategyToJson(strat(2, 1, 2, 1))},
+       {"model",
+        {{"path", "/m"},
+         {"heads", 4},
+         {"inner_dim", 64},
+         {"layers", 1},
+         {"single_layers", 2},
+         {"vae_scale_factor", 2},
+         {"default_steps", 28},
+         {"guidance_embeds", true},
+         {"max_sequence_length", 48}}},
        {"load_seconds", 0.5}},
       {{"event", "status"}, {"stage", "loading"}, {"message", "loading /m"}},
-      {{"event", "ranks"}, {"ranks", json::array({{{"rank", 0}, {"stage", "denoising"}, {"step", 2}, {"steps", 4},
-                                                   {"rss", 1LL << 40}, {"rss_peak", 2}, {"dev", 3}, {"dev_peak", 4},
-                                                   {"bytes_sent", 5}, {"step_ms", 1.5}}})}},
+      {{"event", "ranks"},
+       {"ranks", json::array({{{"rank", 0},
+                               {"stage", "denoising"},
+                               {"step", 2},
+                               {"steps", 4},
+                               {"rss", 1LL << 40},
+                               {"rss_peak", 2},
+                               {"dev", 3},
+                               {"dev_peak", 4},
+                               {"bytes_sent", 5},
+                               {"step_ms", 1.5}}})}},
       {{"event", "accepted"}, {"id", "r1"}, {"queue_position", 0}},
-      {{"event", "progress"}, {"id", "r1"}, {"step", 1}, {"steps", 4}, {"step_ms", 10.0}, {"eta_s", 0.03},
+      {{"event", "progress"},
+       {"id", "r1"},
+       {"step", 1},
+       {"steps", 4},
+       {"step_ms", 10.0},
+       {"eta_s", 0.03},
        {"image_index", 0}},
-      {{"event", "preview"}, {"id", "r1"}, {"step", 1}, {"image_index", 0}, {"png", "iVBORw0KGgo="}},
-      {{"event", "image"}, {"id", "r1"}, {"image_index", 0}, {"path", "/tmp/r1-0.png"},
-       {"seed", std::numeric_limits<std::uint64_t>::max()}, {"params", toJson(GenerationParams{})}, {"seconds", 1.0}},
+      {{"event", "preview"},
+       {"id", "r1"},
+       {"step", 1},
+       {"image_index", 0},
+       {"png", "iVBORw0KGgo="}},
+      {{"event", "image"},
+       {"id", "r1"},
+       {"image_index", 0},
+       {"path", "/tmp/r1-0.png"},
+       {"seed", std::numeric_limits<std::uint64_t>::max()},
+       {"params", toJson(GenerationParams{})},
+       {"seconds", 1.0}},
       {{"event", "done"}, {"id", "r1"}, {"seconds", 2.0}},
       {{"event", "cancelled"}, {"id", "r1"}, {"step", 3}},
       errorEvent(std::string("r1"), 1, "boom", false),
@@ -231,7 +283,8 @@ TEST(Protocol, EveryEventTypeRoundTrips) {
   o["id"] = nullptr;
   EXPECT_EQ(eventLine(o), "@@DIT {\"event\":\"error\",\"id\":null}");
   // Invalid UTF-8 is replaced, not thrown.
-  EXPECT_NE(eventLine(json{{"event", "log"}, {"message", "bad \xff byte"}}).find("\xEF\xBF\xBD"), std::string::npos);
+  EXPECT_NE(eventLine(json{{"event", "log"}, {"message", "bad \xff byte"}}).find("\xEF\xBF\xBD"),
+            std::string::npos);
   // A "type" name is accepted as the event name.
   auto t = parseEventLine(R"(@@DIT {"type":"bye"})");
   ASSERT_TRUE(t);
@@ -246,9 +299,18 @@ TEST(Protocol, EveryEventTypeRoundTrips) {
 }
 
 TEST(Protocol, NoiseIsNotAnEvent) {
-  const char* noise[] = {"", "loading kernels", "@@DIT", "@@DIT ", "@@DIT {", "@@DIT [1,2]", "@@DIT {\"x\":1}",
-                         "@@DIT {\"event\":\"\"}", "@@DIT {\"event\":5}", "@@DITX {\"event\":\"bye\"}",
-                         "xx @@DIT {\"event\":\"bye\"}", "@@DIT {\"event\":\"bye\"} trailing"};
+  const char* noise[] = {"",
+                         "loading kernels",
+                         "@@DIT",
+                         "@@DIT ",
+                         "@@DIT {",
+                         "@@DIT [1,2]",
+                         "@@DIT {\"x\":1}",
+                         "@@DIT {\"event\":\"\"}",
+                         "@@DIT {\"event\":5}",
+                         "@@DITX {\"event\":\"bye\"}",
+                         "xx @@DIT {\"event\":\"bye\"}",
+                         "@@DIT {\"event\":\"bye\"} trailing"};
   for (const char* n : noise) EXPECT_FALSE(parseEventLine(n)) << n;
 }
 
@@ -266,25 +328,39 @@ TEST(Protocol, StrategyJson) {
   EXPECT_EQ(strategyFromJson(json{{"tp_degree", 2}, {"dp_degree", 3}}).world, 6);
   EXPECT_EQ(strategyFromJson(json{{"np", 4}, {"ring_degree", 4}}).world, 4);
   EXPECT_EQ(strategyFromJson(json{{"ranks", 3}}).world, 3);
-  EXPECT_EQ(strategyFromJson(json{{"world", 5}, {"tp_degree", 2}}).world, 5);  // kept, refused by validateDegrees
+  EXPECT_EQ(strategyFromJson(json{{"world", 5}, {"tp_degree", 2}}).world,
+            5);  // kept, refused by validateDegrees
   EXPECT_EQ(strategyFromJson(json::object()).world, 1);
   EXPECT_EQ(strategyFromJson(json::object()).device, "cpu");
-  EXPECT_EQ(errorOf([] { strategyFromJson(json{{"tp_degree", "2"}}); }, "tp_degree"),
+  EXPECT_EQ(errorOf(
+                [] {
+                  strategyFromJson(json{{"tp_degree", "2"}});
+                },
+                "tp_degree"),
             "strategy field 'tp_degree' has the wrong type: \"2\"");
-  EXPECT_EQ(errorOf([] { strategyFromJson(json{{"ring_anything", 1}}); }, "ring_anything"),
+  EXPECT_EQ(errorOf(
+                [] {
+                  strategyFromJson(json{{"ring_anything", 1}});
+                },
+                "ring_anything"),
             "strategy field 'ring_anything' has the wrong type: 1");
-  EXPECT_EQ(errorOf([] { strategyFromJson(json{{"device", 0}}); }, "device"),
+  EXPECT_EQ(errorOf(
+                [] {
+                  strategyFromJson(json{{"device", 0}});
+                },
+                "device"),
             "strategy field 'device' has the wrong type: 0");
-  EXPECT_EQ(errorOf([] { strategyFromJson(json::array()); }, ""), "strategy must be a JSON object, got []");
+  EXPECT_EQ(errorOf([] { strategyFromJson(json::array()); }, ""),
+            "strategy must be a JSON object, got []");
 }
 
 TEST(Protocol, WorkerArgvFromStrategy) {
   Strategy s = strat(16, 2, 1, 2, 2, 2);
   s.ulysses_anything = true;
   s.device = "cuda";
-  const std::vector<std::string> expected = {"--tp-degree", "2", "--ring-degree", "1", "--ulysses-degree", "2",
-                                             "--ulysses-anything", "--cfg-degree", "2", "--dp-degree", "2",
-                                             "--device", "cuda"};
+  const std::vector<std::string> expected = {
+      "--tp-degree",  "2", "--ring-degree", "1", "--ulysses-degree", "2",   "--ulysses-anything",
+      "--cfg-degree", "2", "--dp-degree",   "2", "--device",         "cuda"};
   EXPECT_EQ(strategyArgs(s), expected);
   // Parsed back by the programs' option registration (+ --device).
   Strategy back;
@@ -307,20 +383,59 @@ TEST(Protocol, MpirunCommandLine) {
   l.strategy = strat(2, 1, 2, 1);
   l.worker = "/opt/ditstudio/bin/ditstudio-worker";
   l.model = "/models/tiny-flux";
-  std::vector<std::string> expected = {"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2",
-                                       "-x", "OMP_NUM_THREADS=1", "/opt/ditstudio/bin/ditstudio-worker",
-                                       "--model", "/models/tiny-flux", "--tp-degree", "1", "--ring-degree", "2",
-                                       "--ulysses-degree", "1", "--cfg-degree", "1", "--dp-degree", "1",
-                                       "--device", "cpu"};
+  std::vector<std::string> expected = {"mpirun",
+                                       "--allow-run-as-root",
+                                       "--oversubscribe",
+                                       "-np",
+                                       "2",
+                                       "-x",
+                                       "OMP_NUM_THREADS=1",
+                                       "/opt/ditstudio/bin/ditstudio-worker",
+                                       "--model",
+                                       "/models/tiny-flux",
+                                       "--tp-degree",
+                                       "1",
+                                       "--ring-degree",
+                                       "2",
+                                       "--ulysses-degree",
+                                       "1",
+                                       "--cfg-degree",
+                                       "1",
+                                       "--dp-degree",
+                                       "1",
+                                       "--device",
+                                       "cpu"};
   EXPECT_EQ(mpirunArgv(l), expected);
   l.hostfile = " /etc/mpi hosts ";
   l.omp_threads = 4;
   l.mpirun = "/usr/local/bin/mpirun";
   l.extra_worker_args = {"--dtype", "bfloat16"};
-  expected = {"/usr/local/bin/mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "--hostfile",
-              "/etc/mpi hosts", "-x", "OMP_NUM_THREADS=4", "/opt/ditstudio/bin/ditstudio-worker", "--model",
-              "/models/tiny-flux", "--tp-degree", "1", "--ring-degree", "2", "--ulysses-degree", "1",
-              "--cfg-degree", "1", "--dp-degree", "1", "--device", "cpu", "--dtype", "bfloat16"};
+  expected = {"/usr/local/bin/mpirun",
+              "--allow-run-as-root",
+              "--oversubscribe",
+              "-np",
+              "2",
+              "--hostfile",
+              "/etc/mpi hosts",
+              "-x",
+              "OMP_NUM_THREADS=4",
+              "/opt/ditstudio/bin/ditstudio-worker",
+              "--model",
+              "/models/tiny-flux",
+              "--tp-degree",
+              "1",
+              "--ring-degree",
+              "2",
+              "--ulysses-degree",
+              "1",
+              "--cfg-degree",
+              "1",
+              "--dp-degree",
+              "1",
+              "--device",
+              "cpu",
+              "--dtype",
+              "bfloat16"};
   EXPECT_EQ(mpirunArgv(l), expected);
   EXPECT_EQ(shellQuoted({"mpirun", "-np", "2", "/m/FLUX.1 dev", "it's", ""}),
             "mpirun -np 2 '/m/FLUX.1 dev' 'it'\\''s' ''");
@@ -340,7 +455,8 @@ TEST(Protocol, MpirunFailures) {
   auto f = parseMpirunFailure(
       "Primary job  terminated normally, but 1 process returned\n"
       "a non-zero exit code. Per user-direction, the job has been aborted.\n"
-      "mpirun noticed that process rank 1 with PID 31337 on node worker-a exited on signal 9 (Killed).\n");
+      "mpirun noticed that process rank 1 with PID 31337 on node worker-a exited on signal 9 "
+      "(Killed).\n");
   ASSERT_TRUE(f);
   EXPECT_EQ(f->rank, 1);
   EXPECT_EQ(f->pid, 31337);
@@ -357,18 +473,21 @@ TEST(Protocol, MpirunFailures) {
   EXPECT_EQ(f->exit_code, 3);
   EXPECT_EQ(f->reason, "rank 1 exited with code 3");  // the CLI prints "error: " + reason
 
-  f = parseMpirunFailure("MPI_ABORT was invoked on rank 2 in communicator MPI_COMM_WORLD\nwith errorcode 1.\n");
+  f = parseMpirunFailure(
+      "MPI_ABORT was invoked on rank 2 in communicator MPI_COMM_WORLD\nwith errorcode 1.\n");
   ASSERT_TRUE(f);
   EXPECT_EQ(f->rank, 2);
   EXPECT_EQ(f->exit_code, 1);
   EXPECT_EQ(f->reason, "rank 2 aborted the group (MPI_Abort, error code 1)");
 
-  f = parseMpirunFailure("mpirun noticed that process rank 3 with PID 9 on node h exited with status 4\n");
+  f = parseMpirunFailure(
+      "mpirun noticed that process rank 3 with PID 9 on node h exited with status 4\n");
   ASSERT_TRUE(f);
   EXPECT_EQ(f->rank, 3);
   EXPECT_EQ(f->exit_code, 4);
 
-  f = parseMpirunFailure("Primary job  terminated normally, but 1 process returned\na non-zero exit code.");
+  f = parseMpirunFailure(
+      "Primary job  terminated normally, but 1 process returned\na non-zero exit code.");
   ASSERT_TRUE(f);
   EXPECT_EQ(f->rank, -1);
   EXPECT_FALSE(parseMpirunFailure("all fine\nnothing to see"));
@@ -383,16 +502,24 @@ TEST(Protocol, MpirunFailures) {
 // Issue 11: every number checked for finiteness and range, every text field for UTF-8, at the door.
 TEST(Protocol, NumbersAndTextCheckedAtTheDoor) {
   const std::pair<const char*, const char*> bad[] = {
-      {R"("guidance":-0.5)", "request field 'guidance' must be a finite number in 0 .. 100, got -0.5"},
-      {R"("guidance":1e300)", "request field 'guidance' must be a finite number in 0 .. 100, got 1e+300"},
-      {R"("true_cfg_scale":-1)", "request field 'true_cfg_scale' must be a finite number in 0 .. 100, got -1"},
-      {R"("width":-8)", "request field 'width' must be 0 (the model's default) or 1 .. 16384 pixels, got -8"},
-      {R"("height":20000)", "request field 'height' must be 0 (the model's default) or 1 .. 16384 pixels, got 20000"},
-      {R"("steps":-1)", "request field 'steps' must be 0 (the model's default) or 1 .. 1000, got -1"},
+      {R"("guidance":-0.5)",
+       "request field 'guidance' must be a finite number in 0 .. 100, got -0.5"},
+      {R"("guidance":1e300)",
+       "request field 'guidance' must be a finite number in 0 .. 100, got 1e+300"},
+      {R"("true_cfg_scale":-1)",
+       "request field 'true_cfg_scale' must be a finite number in 0 .. 100, got -1"},
+      {R"("width":-8)",
+       "request field 'width' must be 0 (the model's default) or 1 .. 16384 pixels, got -8"},
+      {R"("height":20000)",
+       "request field 'height' must be 0 (the model's default) or 1 .. 16384 pixels, got 20000"},
+      {R"("steps":-1)",
+       "request field 'steps' must be 0 (the model's default) or 1 .. 1000, got -1"},
       {R"("max_sequence_length":513)",
-       "request field 'max_sequence_length' must be 0 (the model's default) or 1 .. 512 tokens, got 513"},
+       "request field 'max_sequence_length' must be 0 (the model's default) or 1 .. 512 tokens, "
+       "got 513"},
       {R"("num_images":10001)", "request field 'num_images' must be in 1 .. 10000, got 10001"},
-      {R"("preview_every":-2)", "request field 'preview_every' must be in 0 .. 1000000 (0: no previews), got -2"},
+      {R"("preview_every":-2)",
+       "request field 'preview_every' must be in 0 .. 1000000 (0: no previews), got -2"},
   };
   for (const auto& [fields, message] : bad) {
     const std::string line = std::string(R"({"type":"generate","id":"n",)") + fields + "}";
@@ -405,7 +532,8 @@ TEST(Protocol, NumbersAndTextCheckedAtTheDoor) {
       EXPECT_EQ(*e.requestId(), "n");
     }
   }
-  // NaN and infinity cannot be written in JSON; built in memory (the GUI, the CLI) they are refused.
+  // NaN and infinity cannot be written in JSON; built in memory (the GUI, the CLI) they are
+  // refused.
   GenerationParams p;
   p.guidance = std::numeric_limits<double>::quiet_NaN();
   EXPECT_EQ(errorOf([&] { checkParams(p); }, "guidance"),
@@ -418,14 +546,26 @@ TEST(Protocol, NumbersAndTextCheckedAtTheDoor) {
   EXPECT_NO_THROW(parseRequestLine(
       R"({"type":"generate","id":"ok","true_cfg_scale":0,"guidance":100,"width":16384,"steps":1000,"max_sequence_length":512})"));
   // Text: each field named with the byte offset in its decoded text.
-  EXPECT_EQ(errorOf([] { parseRequestLine("{\"type\":\"generate\",\"id\":\"u\",\"prompt\":\"a\\n\xc3\xa9\xff\"}"); },
-                    "prompt"),
-            "request field 'prompt' is not valid UTF-8: invalid byte 0xff at byte offset 4 of its text");
-  EXPECT_EQ(errorOf([] { parseRequestLine("{\"type\":\"generate\",\"id\":\"u\",\"prompts\":[\"ok\",\"b\xed\xa0\x80\"]}"); },
-                    "prompts[1]"),
-            "request field 'prompts[1]' is not valid UTF-8: invalid byte 0xed at byte offset 1 of its text");
+  EXPECT_EQ(
+      errorOf(
+          [] {
+            parseRequestLine(
+                "{\"type\":\"generate\",\"id\":\"u\",\"prompt\":\"a\\n\xc3\xa9\xff\"}");
+          },
+          "prompt"),
+      "request field 'prompt' is not valid UTF-8: invalid byte 0xff at byte offset 4 of its text");
+  EXPECT_EQ(
+      errorOf(
+          [] {
+            parseRequestLine(
+                "{\"type\":\"generate\",\"id\":\"u\",\"prompts\":[\"ok\",\"b\xed\xa0\x80\"]}");
+          },
+          "prompts[1]"),
+      "request field 'prompts[1]' is not valid UTF-8: invalid byte 0xed at byte offset 1 of its "
+      "text");
   try {
-    parseRequestLine("{\"type\":\"generate\",\"id\":\"u7\",\"negative_prompt\":\"\xc0\xaf\"}");  // overlong '/'
+    parseRequestLine(
+        "{\"type\":\"generate\",\"id\":\"u7\",\"negative_prompt\":\"\xc0\xaf\"}");  // overlong '/'
     ADD_FAILURE() << "overlong accepted";
   } catch (const ProtocolError& e) {
     EXPECT_EQ(e.field(), "negative_prompt");
@@ -435,11 +575,12 @@ TEST(Protocol, NumbersAndTextCheckedAtTheDoor) {
   GenerateRequest g;
   g.id = "c";
   g.output = "/tmp/\xfe.png";
-  EXPECT_EQ(errorOf([&] { checkRequest(g); }, "output"),
-            "request field 'output' is not valid UTF-8: invalid byte 0xfe at byte offset 5 of its text");
+  EXPECT_EQ(
+      errorOf([&] { checkRequest(g); }, "output"),
+      "request field 'output' is not valid UTF-8: invalid byte 0xfe at byte offset 5 of its text");
   EXPECT_EQ(invalidUtf8Offset("plain \xe2\x82\xac \xf0\x9f\xa6\x8a"), std::string::npos);
   EXPECT_EQ(invalidUtf8Offset("\xf4\x90\x80\x80"), 0u);  // above U+10FFFF
-  EXPECT_EQ(invalidUtf8Offset("ab\xe2\x82"), 2u);          // truncated sequence
+  EXPECT_EQ(invalidUtf8Offset("ab\xe2\x82"), 2u);        // truncated sequence
 }
 
 // Issue 11: a negative prompt given as "" counts (diffusers: negative_prompt is not None).
@@ -448,10 +589,11 @@ TEST(Protocol, EmptyNegativePromptIsGiven) {
       parseRequestLine(R"({"type":"generate","id":"e","negative_prompt":"","true_cfg_scale":4})"));
   EXPECT_TRUE(g.params.negative_prompt_given);
   EXPECT_TRUE(g.params.trueCfg());
-  auto absent = std::get<GenerateRequest>(parseRequestLine(R"({"type":"generate","id":"e","true_cfg_scale":4})"));
+  auto absent = std::get<GenerateRequest>(
+      parseRequestLine(R"({"type":"generate","id":"e","true_cfg_scale":4})"));
   EXPECT_FALSE(absent.params.trueCfg());
-  auto null = std::get<GenerateRequest>(
-      parseRequestLine(R"({"type":"generate","id":"e","negative_prompt":null,"true_cfg_scale":4})"));
+  auto null = std::get<GenerateRequest>(parseRequestLine(
+      R"({"type":"generate","id":"e","negative_prompt":null,"true_cfg_scale":4})"));
   EXPECT_FALSE(null.params.trueCfg());
   auto one = std::get<GenerateRequest>(
       parseRequestLine(R"({"type":"generate","id":"e","negative_prompt":"","true_cfg_scale":1})"));
@@ -482,6 +624,9 @@ TEST(Protocol, SeedsRoundTripExactly) {
     EXPECT_FALSE(g.params.random_seed);
     EXPECT_NE(requestLine(Request{g}).find("\"seed\":" + std::to_string(seed)), std::string::npos);
   }
-  EXPECT_EQ(errorOf([] { parseRequestLine(R"({"type":"generate","id":"s","seed":18446744073709551616})"); }, "seed"),
-            "request field 'seed' has the wrong type: 1.8446744073709552e+19");
+  EXPECT_EQ(
+      errorOf(
+          [] { parseRequestLine(R"({"type":"generate","id":"s","seed":18446744073709551616})"); },
+          "seed"),
+      "request field 'seed' has the wrong type: 1.8446744073709552e+19");
 }

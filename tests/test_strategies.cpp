@@ -36,13 +36,14 @@ std::string quote(const std::string& s) {
 }
 
 // Runs ditstudio-cli for golden run `r` with extra flags; returns the exit status.
-int runCli(int r, const std::string& flags, int maxSeq, const std::string& out, std::string* log = nullptr) {
+int runCli(int r, const std::string& flags, int maxSeq, const std::string& out,
+           std::string* log = nullptr) {
   const auto& c = goldenJson()["cases"]["runs"][r];
   std::ostringstream cmd;
   cmd << DITSTUDIO_CLI << " --model " << quote(fixtureDir()) << " --prompt " << quote(c["prompt"])
-      << " --seed " << c["seed"].get<int64_t>() << " --width " << c["width"].get<int>() << " --height "
-      << c["height"].get<int>() << " --steps " << c["steps"].get<int>() << " --guidance "
-      << c["guidance"].get<double>() << " --max-sequence-length " << maxSeq;
+      << " --seed " << c["seed"].get<int64_t>() << " --width " << c["width"].get<int>()
+      << " --height " << c["height"].get<int>() << " --steps " << c["steps"].get<int>()
+      << " --guidance " << c["guidance"].get<double>() << " --max-sequence-length " << maxSeq;
   if (c.contains("negative_prompt"))
     cmd << " --negative-prompt " << quote(c["negative_prompt"]) << " --true-cfg-scale "
         << c["true_cfg_scale"].get<double>();
@@ -103,8 +104,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"ulysses_anything4_text47", "--ulysses-degree 4 --ulysses-anything", 1, 47},
         Case{"ring_anything4_text47", "--ring-degree 4 --ring-anything", 1, 47},
         Case{"tp2_ulysses2", "--tp-degree 2 --ulysses-degree 2", 0},
-        Case{"tp2_ring2", "--tp-degree 2 --ring-degree 2", 0},
-        Case{"cfg2", "--cfg-degree 2", 2}, Case{"cfg2_tp2", "--cfg-degree 2 --tp-degree 2", 2}),
+        Case{"tp2_ring2", "--tp-degree 2 --ring-degree 2", 0}, Case{"cfg2", "--cfg-degree 2", 2},
+        Case{"cfg2_tp2", "--cfg-degree 2 --tp-degree 2", 2}),
     [](const auto& info) { return info.param.name; });
 
 TEST(DataParallel, ReplicasUseSeedPlusIndex) {
@@ -113,21 +114,26 @@ TEST(DataParallel, ReplicasUseSeedPlusIndex) {
   const std::string out = tmp("dp2");
   std::string log;
   ASSERT_EQ(runCli(0, "--dp-degree 2 --num-images 2", 48, out, &log), 0) << log;
-  const double d0 = maxAbsDiff(load(out + "-0.safetensors", "final_latents"), golden("run.0.final_latents"));
+  const double d0 =
+      maxAbsDiff(load(out + "-0.safetensors", "final_latents"), golden("run.0.final_latents"));
   EXPECT_LT(d0, 1e-4);
   EXPECT_LT(maxAbsDiff(load(out + "-0.safetensors", "image"), golden("run.0.image")), 1e-4);
   const std::string ref = tmp("dp2-ref43");
   ASSERT_EQ(runCli(0, "", 48, ref, &log), 0) << log;  // seed 42 one rank, for comparison
   // Replica 1 must differ from replica 0 (its own seed), and equal a one-rank run at seed 43.
-  EXPECT_GT(maxAbsDiff(load(out + "-1.safetensors", "final_latents"), golden("run.0.final_latents")), 1e-2);
+  EXPECT_GT(
+      maxAbsDiff(load(out + "-1.safetensors", "final_latents"), golden("run.0.final_latents")),
+      1e-2);
   const auto& c = goldenJson()["cases"]["runs"][0];
   std::ostringstream cmd;
   cmd << DITSTUDIO_CLI << " --model " << quote(fixtureDir()) << " --prompt " << quote(c["prompt"])
       << " --seed 43 --width 32 --height 32 --steps 4 --guidance 3.5 --max-sequence-length 48"
-      << " --output " << quote(ref + "-43.png") << " --output-tensors " << quote(ref + "-43.safetensors")
-      << " > /dev/null 2>&1";
+      << " --output " << quote(ref + "-43.png") << " --output-tensors "
+      << quote(ref + "-43.safetensors") << " > /dev/null 2>&1";
   ASSERT_EQ(std::system(cmd.str().c_str()), 0);
-  EXPECT_LT(maxAbsDiff(load(out + "-1.safetensors", "final_latents"), load(ref + "-43.safetensors", "final_latents")), 1e-4);
+  EXPECT_LT(maxAbsDiff(load(out + "-1.safetensors", "final_latents"),
+                       load(ref + "-43.safetensors", "final_latents")),
+            1e-4);
 }
 
 TEST(StrictModes, RefuseIndivisibleBeforeLoading) {
@@ -138,7 +144,8 @@ TEST(StrictModes, RefuseIndivisibleBeforeLoading) {
   EXPECT_EQ(runCli(1, "--ulysses-degree 2", 47, tmp("strict-uly"), &log), 2);
   EXPECT_NE(log.find("text_len 47"), std::string::npos) << log;
   EXPECT_EQ(runCli(0, "--tp-degree 3", 48, tmp("strict-tp"), &log), 2);
-  EXPECT_NE(log.find("tp_degree 3 does not divide num_attention_heads 4"), std::string::npos) << log;
+  EXPECT_NE(log.find("tp_degree 3 does not divide num_attention_heads 4"), std::string::npos)
+      << log;
   EXPECT_EQ(runCli(0, "--cfg-degree 2", 48, tmp("strict-cfg"), &log), 2);
   EXPECT_NE(log.find("needs true CFG"), std::string::npos) << log;
   EXPECT_FALSE(fs::exists(tmp("strict-tp") + ".png"));

@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "backend/tokenizers/clip_tokenizer.h"
 #include "backend/io/safetensors.h"
+#include "backend/tokenizers/clip_tokenizer.h"
 #include "backend/tokenizers/t5_tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -44,8 +44,8 @@ const Goldens& goldens() {
     const auto j = nlohmann::json::parse(f);
     r.prompts = j.at("prompts").get<std::vector<std::string>>();
     r.maxSequenceLength = j.at("max_sequence_length").get<int>();
-    r.tensors = std::make_unique<dit::SafetensorsCollection>(kFixture +
-                                                             "/golden/golden.safetensors");
+    r.tensors =
+        std::make_unique<dit::SafetensorsCollection>(kFixture + "/golden/golden.safetensors");
     return r;
   }();
   return g;
@@ -146,7 +146,8 @@ TEST(CLIPTokenizer, Normalization) {
   EXPECT_EQ(clip().encode("cafe\xcc\x81"), clip().encode("caf\xc3\xa9"));
   EXPECT_EQ(clip().encode("\xe1\x84\x92\xe1\x85\xa1\xe1\x86\xab"), clip().encode("\xed\x95\x9c"));
   // Whitespace of any kind separates words and is dropped (U+3000, U+00A0, newline).
-  EXPECT_EQ(clip().encode("a\xe3\x80\x80photo\xc2\xa0of\n\na cat"), clip().encode("a photo of a cat"));
+  EXPECT_EQ(clip().encode("a\xe3\x80\x80photo\xc2\xa0of\n\na cat"),
+            clip().encode("a photo of a cat"));
   // A special token that only appears after lower-casing is text: the ByteLevel split breaks it
   // into "<|", "startoftext", "|>".
   EXPECT_EQ(clip().encode("<|StartOfText|>"), clip().encode("<| startoftext |>"));
@@ -162,7 +163,10 @@ TEST(CLIPTokenizer, UnicodeNormalizationDetails) {
   EXPECT_EQ(clip().encode("\xc4\xb0stanbul"), clip().encode("i\xcc\x87stanbul"));
   EXPECT_NE(clip().encode("\xc4\xb0stanbul"), clip().encode("istanbul"));
   // No locale rules: 'I' -> 'i' also next to Turkish letters (non-ASCII path).
-  EXPECT_EQ(clip().encode("I\xc4\x9e" "DIR"), clip().encode("i\xc4\x9f" "dir"));
+  EXPECT_EQ(clip().encode("I\xc4\x9e"
+                          "DIR"),
+            clip().encode("i\xc4\x9f"
+                          "dir"));
   // Character by character: no Final_Sigma context, 'Σ' -> 'σ' even at the end of a word.
   EXPECT_EQ(clip().encode("\xce\x9f\xce\x94\xce\x9f\xce\xa3"),
             clip().encode("\xce\xbf\xce\xb4\xce\xbf\xcf\x83"));
@@ -180,8 +184,8 @@ TEST(CLIPTokenizer, UnicodeNormalizationDetails) {
   // Ill-formed UTF-8: each maximal subpart becomes one U+FFFD (as Python's
   // bytes.decode("utf-8", "replace") and Rust's String::from_utf8_lossy).
   const std::string fffd = "\xef\xbf\xbd";
-  EXPECT_EQ(clip().encode("\xe0\xa0x"), clip().encode(fffd + "x"));          // truncated
-  EXPECT_EQ(clip().encode("\xe0\x80x"), clip().encode(fffd + fffd + "x"));   // overlong
+  EXPECT_EQ(clip().encode("\xe0\xa0x"), clip().encode(fffd + "x"));             // truncated
+  EXPECT_EQ(clip().encode("\xe0\x80x"), clip().encode(fffd + fffd + "x"));      // overlong
   EXPECT_EQ(clip().encode("\xed\xa0\x80"), clip().encode(fffd + fffd + fffd));  // surrogate
   EXPECT_EQ(clip().encode("\xf4\x90\x80\x80"), clip().encode(fffd + fffd + fffd + fffd));
   EXPECT_EQ(clip().encode("\xc3(\xff"), clip().encode(fffd + "(" + fffd));
@@ -206,8 +210,9 @@ TEST(CLIPTokenizer, ConcurrentEncodeIsConsistent) {
 }
 
 TEST(CLIPTokenizer, MissingFolderOrFiles) {
-  EXPECT_NE(errorOf([] { dit::CLIPTokenizer t("/nonexistent/tokenizer"); })
-                .find("/nonexistent/tokenizer"),
+  EXPECT_NE(errorOf([] {
+              dit::CLIPTokenizer t("/nonexistent/tokenizer");
+            }).find("/nonexistent/tokenizer"),
             std::string::npos);
   TempDir d;
   d.copyFrom(kFixture + "/tokenizer", "merges.txt");

@@ -1,7 +1,6 @@
 // Advisor (ui/advisor.h): the DESIGN.md "Choosing a strategy" rules, and every recommendation
 // passes the worker's own validation (dit::validateForRequest).
 #include <QtTest>
-
 #include <cmath>
 #include <stdexcept>
 
@@ -31,7 +30,8 @@ QString issuesOf(const Advice& a, const AdvisorInput& in) {
   r.text_len = in.text_len;
   r.true_cfg = in.true_cfg;
   r.num_images = in.images_per_request;
-  return QString::fromStdString(dit::joinIssues(dit::validateForRequest(a.strategy, in.transformer, r)));
+  return QString::fromStdString(
+      dit::joinIssues(dit::validateForRequest(a.strategy, in.transformer, r)));
 }
 
 // Elements of a FLUX.1 transformer that the FLUX.1 tensor-parallel plan (DESIGN.md section 3)

@@ -22,12 +22,27 @@ class TestCommand : public QObject {
     c.workerPath = "/opt/ditstudio/bin/ditstudio-worker";
     const LaunchCommand cmd = buildLaunchCommand(c);
     QCOMPARE(cmd.program, QString("mpirun"));
-    const QStringList expected = {"--allow-run-as-root", "--oversubscribe", "-np", "2",
-                                  "-x", "OMP_NUM_THREADS=1",
+    const QStringList expected = {"--allow-run-as-root",
+                                  "--oversubscribe",
+                                  "-np",
+                                  "2",
+                                  "-x",
+                                  "OMP_NUM_THREADS=1",
                                   "/opt/ditstudio/bin/ditstudio-worker",
-                                  "--model", "/models/tiny-flux",
-                                  "--tp-degree", "1", "--ring-degree", "2", "--ulysses-degree", "1",
-                                  "--cfg-degree", "1", "--dp-degree", "1", "--device", "cpu"};
+                                  "--model",
+                                  "/models/tiny-flux",
+                                  "--tp-degree",
+                                  "1",
+                                  "--ring-degree",
+                                  "2",
+                                  "--ulysses-degree",
+                                  "1",
+                                  "--cfg-degree",
+                                  "1",
+                                  "--dp-degree",
+                                  "1",
+                                  "--device",
+                                  "cpu"};
     QCOMPARE(cmd.arguments, expected);
   }
 
@@ -48,14 +63,33 @@ class TestCommand : public QObject {
     c.extraWorkerArgs = {"--dtype", "bfloat16"};
     const LaunchCommand cmd = buildLaunchCommand(c);
     QCOMPARE(cmd.program, QString("/usr/local/bin/mpirun"));
-    const QStringList expected = {"--allow-run-as-root", "--oversubscribe", "-np", "16",
-                                  "--hostfile", "/etc/mpi hosts",
-                                  "-x", "OMP_NUM_THREADS=1", "/w",
-                                  "--model", "/m/FLUX.1 dev",
-                                  "--tp-degree", "2", "--ring-degree", "1", "--ulysses-degree", "2",
-                                  "--ulysses-anything", "--ring-anything",
-                                  "--cfg-degree", "2", "--dp-degree", "2", "--device", "cuda",
-                                  "--dtype", "bfloat16"};
+    const QStringList expected = {"--allow-run-as-root",
+                                  "--oversubscribe",
+                                  "-np",
+                                  "16",
+                                  "--hostfile",
+                                  "/etc/mpi hosts",
+                                  "-x",
+                                  "OMP_NUM_THREADS=1",
+                                  "/w",
+                                  "--model",
+                                  "/m/FLUX.1 dev",
+                                  "--tp-degree",
+                                  "2",
+                                  "--ring-degree",
+                                  "1",
+                                  "--ulysses-degree",
+                                  "2",
+                                  "--ulysses-anything",
+                                  "--ring-anything",
+                                  "--cfg-degree",
+                                  "2",
+                                  "--dp-degree",
+                                  "2",
+                                  "--device",
+                                  "cuda",
+                                  "--dtype",
+                                  "bfloat16"};
     QCOMPARE(cmd.arguments, expected);
     // Display quotes what needs quoting.
     QVERIFY(cmd.display().contains("'/m/FLUX.1 dev'"));
@@ -84,7 +118,8 @@ class TestCommand : public QObject {
 
   void defaultModel() {
     QCOMPARE(defaultModelDirFor("/usr/bin"), QString("/usr/share/ditstudio/models/tiny-flux"));
-    QCOMPARE(defaultModelDirFor("/work/build/bin"), QString("/work/build/share/ditstudio/models/tiny-flux"));
+    QCOMPARE(defaultModelDirFor("/work/build/bin"),
+             QString("/work/build/share/ditstudio/models/tiny-flux"));
     qputenv("DITSTUDIO_MODEL_DIR", "/data/models/flux-dev");
     QCOMPARE(defaultModelDirFor("/usr/bin"), QString("/data/models/flux-dev"));
     QCOMPARE(defaultModelDir(), QString("/data/models/flux-dev"));

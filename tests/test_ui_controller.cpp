@@ -2,16 +2,15 @@
 // mpirun + worker (a POSIX sh script written at run time that speaks app/PROTOCOL.md): start,
 // events among noise, queue, cancel, stop (shutdown, then terminate), crash reports naming the
 // rank, failed start. The real worker is exercised by test_ui_integration.
-#include <QtTest>
-
 #include <QBuffer>
 #include <QDir>
 #include <QElapsedTimer>
-#include <QJsonDocument>
 #include <QFile>
 #include <QImage>
+#include <QJsonDocument>
 #include <QSignalSpy>
 #include <QTemporaryDir>
+#include <QtTest>
 
 #include "ui/worker_controller.h"
 
@@ -91,10 +90,12 @@ class TestController : public QObject {
     // The mpirun command line reached the launcher.
     QFile args(dir_.filePath("args.txt"));
     QVERIFY(args.open(QIODevice::ReadOnly));
-    QCOMPARE(QString::fromLocal8Bit(args.readAll()).trimmed(),
-             QString("--allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 /bin/ditstudio-worker "
-                     "--model /models/tiny --tp-degree 1 --ring-degree 2 --ulysses-degree 1 --cfg-degree 1 "
-                     "--dp-degree 1 --device cpu"));
+    QCOMPARE(
+        QString::fromLocal8Bit(args.readAll()).trimmed(),
+        QString(
+            "--allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 /bin/ditstudio-worker "
+            "--model /models/tiny --tp-degree 1 --ring-degree 2 --ulysses-degree 1 --cfg-degree 1 "
+            "--dp-degree 1 --device cpu"));
     // The request line is the protocol's.
     QFile req(dir_.filePath("requests.txt"));
     QVERIFY(req.open(QIODevice::ReadOnly));

@@ -1,10 +1,9 @@
 // Event stream parsing (ui/event_parser.h): `@@DIT ` lines among library noise, partial chunks,
 // `ranks` events, mpirun's failure reports; and WorkerController's handling of a fed stream.
-#include <QtTest>
-
 #include <QBuffer>
 #include <QImage>
 #include <QSignalSpy>
+#include <QtTest>
 
 #include "ui/event_parser.h"
 #include "ui/worker_controller.h"
@@ -16,7 +15,8 @@ class TestEvents : public QObject {
  private Q_SLOTS:
   void parsesEvents() {
     // The worker names the event in "event"; "type" is accepted too.
-    auto ev = parseEventLine(R"(@@DIT {"event":"hello","host":"vm","pid":4242,"rank":1,"world":2})");
+    auto ev =
+        parseEventLine(R"(@@DIT {"event":"hello","host":"vm","pid":4242,"rank":1,"world":2})");
     QVERIFY(ev);
     QCOMPARE(ev->type, QString("hello"));
     QCOMPARE(ev->data.value("host").toString(), QString("vm"));
@@ -34,7 +34,8 @@ class TestEvents : public QObject {
     QVERIFY(ev);
     QCOMPARE(ev->data.value("stage").toString(), QString("loading"));
     // Unicode survives.
-    ev = parseEventLine(QString(R"(@@DIT {"type":"log","rank":0,"level":"info","message":"café 日本"})").toUtf8());
+    ev = parseEventLine(
+        QString(R"(@@DIT {"type":"log","rank":0,"level":"info","message":"café 日本"})").toUtf8());
     QVERIFY(ev);
     QCOMPARE(ev->data.value("message").toString(), QString("café 日本"));
   }
@@ -48,15 +49,15 @@ class TestEvents : public QObject {
         "@@DIT ",
         "@@DIT not json",
         "@@DIT {\"type\":\"hello\"",          // truncated
-        "@@DIT [1,2,3]",                       // not an object
-        "@@DIT {\"rank\":0}",                  // no type
-        "@@DIT {\"type\":42}",                 // type not a string
-        "@@DIT {\"event\":null}",              // event not a string
-        "@@DIT {\"event\":\"\"}",              // empty name
-        "@@DITX {\"type\":\"hello\"}",         // wrong prefix
-        "@@dit {\"type\":\"hello\"}",          // case matters
-        "prefix @@DIT {\"type\":\"hello\"}",   // prefix must start the line
-        "{\"type\":\"hello\"}",                // JSON without prefix is noise too
+        "@@DIT [1,2,3]",                      // not an object
+        "@@DIT {\"rank\":0}",                 // no type
+        "@@DIT {\"type\":42}",                // type not a string
+        "@@DIT {\"event\":null}",             // event not a string
+        "@@DIT {\"event\":\"\"}",             // empty name
+        "@@DITX {\"type\":\"hello\"}",        // wrong prefix
+        "@@dit {\"type\":\"hello\"}",         // case matters
+        "prefix @@DIT {\"type\":\"hello\"}",  // prefix must start the line
+        "{\"type\":\"hello\"}",               // JSON without prefix is noise too
     };
     for (const QByteArray& n : noise) QVERIFY2(!parseEventLine(n), n.constData());
   }
@@ -109,7 +110,8 @@ class TestEvents : public QObject {
         "a non-zero exit code. Per user-direction, the job has been aborted.\n"
         "--------------------------------------------------------------------------\n"
         "--------------------------------------------------------------------------\n"
-        "mpirun noticed that process rank 1 with PID 31337 on node worker-a exited on signal 9 (Killed).\n"
+        "mpirun noticed that process rank 1 with PID 31337 on node worker-a exited on signal 9 "
+        "(Killed).\n"
         "--------------------------------------------------------------------------\n";
     const auto f = parseMpirunFailure(err);
     QVERIFY(f);
@@ -173,7 +175,8 @@ class TestEvents : public QObject {
   }
 
   void mpirunPrimaryOnly() {
-    const auto f = parseMpirunFailure("Primary job  terminated normally, but 1 process returned\na non-zero exit code.");
+    const auto f = parseMpirunFailure(
+        "Primary job  terminated normally, but 1 process returned\na non-zero exit code.");
     QVERIFY(f);
     QCOMPARE(f->rank, -1);
     QVERIFY(!parseMpirunFailure("all fine\nnothing to see"));
@@ -208,12 +211,21 @@ class TestEvents : public QObject {
         "noise before\n"
         "@@DIT {\"event\":\"hello\",\"rank\":0,\"world\":2,\"pid\":100}\n"
         "@@DIT {\"event\":\"hello\",\"rank\":1,\"world\":2,\"pid\":101}\n"
-        "@@DIT {\"event\":\"ready\",\"world\":2,\"strategy\":{\"ring_degree\":2},\"model\":{\"heads\":4},\"load_seconds\":0.5}\n"
+        "@@DIT "
+        "{\"event\":\"ready\",\"world\":2,\"strategy\":{\"ring_degree\":2},\"model\":{\"heads\":4},"
+        "\"load_seconds\":0.5}\n"
         "@@DIT {\"event\":\"ranks\",\"ranks\":[{\"rank\":0,\"rss\":1},{\"rank\":1,\"rss\":2}]}\n"
-        "@@DIT {\"event\":\"progress\",\"id\":\"r1\",\"step\":1,\"steps\":4,\"step_ms\":10,\"eta_s\":0.03,\"image_index\":0}\n"
-        "@@DIT {\"event\":\"preview\",\"id\":\"r1\",\"step\":1,\"image_index\":0,\"png\":\"" + png.toBase64() + "\"}\n"
-        "@@DIT {\"event\":\"image\",\"id\":\"r1\",\"image_index\":0,\"path\":\"/tmp/x.png\",\"seed\":77,\"params\":{\"prompt\":\"p\"},\"seconds\":1.5}\n"
-        "@@DIT {\"event\":\"error\",\"id\":\"r9\",\"rank\":1,\"message\":\"bad request\",\"fatal\":false}\n"
+        "@@DIT "
+        "{\"event\":\"progress\",\"id\":\"r1\",\"step\":1,\"steps\":4,\"step_ms\":10,\"eta_s\":0."
+        "03,\"image_index\":0}\n"
+        "@@DIT {\"event\":\"preview\",\"id\":\"r1\",\"step\":1,\"image_index\":0,\"png\":\"" +
+        png.toBase64() +
+        "\"}\n"
+        "@@DIT "
+        "{\"event\":\"image\",\"id\":\"r1\",\"image_index\":0,\"path\":\"/tmp/"
+        "x.png\",\"seed\":77,\"params\":{\"prompt\":\"p\"},\"seconds\":1.5}\n"
+        "@@DIT {\"event\":\"error\",\"id\":\"r9\",\"rank\":1,\"message\":\"bad "
+        "request\",\"fatal\":false}\n"
         "@@DIT {\"type\":\"log\",\"rank\":1,\"level\":\"warn\",\"message\":\"hi\"}\n";
     // Feed in awkward chunks.
     for (int i = 0; i < stream.size(); i += 7) c.feedStdoutForTest(stream.mid(i, 7));

@@ -78,7 +78,6 @@ if [ "$mode" = hang ]; then exec sleep 30; fi
 exit 0
 )SH";
 
-
 }  // namespace
 
 QString writeFakeMpirun(const QString& dir) {

@@ -3,21 +3,20 @@
 // image arriving in the gallery with its parameters, per-rank memory and progress, cancel
 // mid-way, a rank killed with SIGKILL (error naming it, window recovers, restart works), and an
 // invalid strategy that starts nothing.
-#include <QtTest>
+#include <sys/types.h>
 
 #include <QAction>
 #include <QSignalSpy>
 #include <QTemporaryDir>
-
+#include <QtTest>
 #include <csignal>
-#include <sys/types.h>
 
 #include "ui/main_window.h"
 
 using namespace dit::ui;
 
 namespace {
-constexpr int kStartMs = 180000;   // mpirun + model load on a busy 2-core machine
+constexpr int kStartMs = 180000;  // mpirun + model load on a busy 2-core machine
 constexpr int kImageMs = 300000;
 
 QString worker() { return qEnvironmentVariable("DITSTUDIO_TEST_WORKER"); }
@@ -71,7 +70,8 @@ class TestIntegration : public QObject {
     const QString id = w->generate();
     QVERIFY(!id.isEmpty());
     QTRY_COMPARE_WITH_TIMEOUT(w->gallery()->count(), 1, kImageMs);
-    QVERIFY2(w->controller()->lastFailure().message.isEmpty(), qPrintable(w->controller()->lastFailure().message));
+    QVERIFY2(w->controller()->lastFailure().message.isEmpty(),
+             qPrintable(w->controller()->lastFailure().message));
     // The image and its parameters.
     const HistoryEntry e = w->historyStore()->entries().first();
     QVERIFY(QFileInfo::exists(e.path));
@@ -155,7 +155,10 @@ class TestIntegration : public QObject {
     QCOMPARE(::kill(static_cast<pid_t>(pid), SIGKILL), 0);
     QTRY_COMPARE_WITH_TIMEOUT(failed.count(), 1, 120000);
     const WorkerFailure f = failed.first().at(0).value<WorkerFailure>();
-    QVERIFY2(f.rank == 1, qPrintable(QString("rank %1: %2\n%3").arg(f.rank).arg(f.message, w->controller()->stderrTail())));
+    QVERIFY2(
+        f.rank == 1,
+        qPrintable(
+            QString("rank %1: %2\n%3").arg(f.rank).arg(f.message, w->controller()->stderrTail())));
     QCOMPARE(w->controller()->state(), WorkerController::State::Failed);
     QVERIFY(w->bannerVisible());
     QVERIFY2(w->bannerText().contains("Rank 1"), qPrintable(w->bannerText()));

@@ -1,8 +1,7 @@
 // Mesh layout of the strategy editor (ui/mesh_layout.h): rows = dp x cfg x ring groups, columns =
 // ulysses x tp, coordinates identical to the worker's dit::meshCoords.
-#include <QtTest>
-
 #include <QSet>
+#include <QtTest>
 
 #include "ui/mesh_layout.h"
 #include "ui/strategy_json.h"
@@ -53,7 +52,7 @@ class TestMesh : public QObject {
       QCOMPARE(c.col, c.rank % 4);
       positions.insert({c.row, c.col});
     }
-    QCOMPARE(positions.size(), 32);  // one box per cell
+    QCOMPARE(positions.size(), 32);     // one box per cell
     const MeshCell& r13 = L.cells[13];  // 13 = 0b01101: dp0 cfg1 ring1 uly0 tp1
     QCOMPARE(r13.label, QString("rank 13\ndp 0 cfg 1 ring 1 uly 0 tp 1"));
     QCOMPARE(L.rowLabels.size(), 8);

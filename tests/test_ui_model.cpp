@@ -1,16 +1,15 @@
 // Model folder reading (ui/model_info.h), live validation identical to the worker's
 // (ui/validation.h vs dit::validate*), generation parameters JSON and PNG "parameters" chunks.
-#include <QtTest>
-
 #include <QDir>
 #include <QFile>
 #include <QImage>
 #include <QJsonDocument>
 #include <QTemporaryDir>
+#include <QtTest>
 
+#include "backend/io/model_folder.h"
 #include "backend/io/safetensors.h"
 #include "ui/history_store.h"
-#include "backend/io/model_folder.h"
 #include "ui/model_info.h"
 #include "ui/validation.h"
 
@@ -63,7 +62,8 @@ class TestModel : public QObject {
     QCOMPARE(m.vae_scale_factor, 2);  // block_out_channels [8, 16]
     QCOMPARE(m.sizeMultiple(), 4);
     // Parameter count equals the sum over the safetensors header (SafetensorsReader).
-    const dit::SafetensorsReader r((fixture() + "/transformer/diffusion_pytorch_model.safetensors").toStdString());
+    const dit::SafetensorsReader r(
+        (fixture() + "/transformer/diffusion_pytorch_model.safetensors").toStdString());
     qint64 expect = 0;
     for (const auto& n : r.names()) expect += r.info(n).numel();
     QCOMPARE(m.component("transformer")->parameters, expect);
@@ -87,7 +87,8 @@ class TestModel : public QObject {
     QCOMPARE(d.parameters->size(), f.dims().parameters->size());
     QCOMPARE(d.tensor_parallel_plan->rules().size(), f.dims().tensor_parallel_plan->rules().size());
     QVERIFY(d.context_parallel_plan);
-    QVERIFY(d.context_parallel_plan->joint_sequence == f.dims().context_parallel_plan->joint_sequence);
+    QVERIFY(d.context_parallel_plan->joint_sequence ==
+            f.dims().context_parallel_plan->joint_sequence);
     QCOMPARE(m.max_sequence_length, f.config->max_sequence_length);
   }
 
@@ -206,7 +207,8 @@ class TestModel : public QObject {
     QCOMPARE(QString::fromStdString(q.prompt), QString("only"));
     QCOMPARE(q.steps, 33);
     QVERIFY(!q.trueCfg());
-    q.negative_prompt = std::string(1, 'n');  // not = "n": GCC 12 -Wrestrict false positive (PR105329)
+    q.negative_prompt =
+        std::string(1, 'n');  // not = "n": GCC 12 -Wrestrict false positive (PR105329)
     q.true_cfg_scale = 1.0;
     QVERIFY(!q.trueCfg());
     q.true_cfg_scale = 1.5;
@@ -218,10 +220,14 @@ class TestModel : public QObject {
     const QString path = dir.filePath("img.png");
     QImage img(8, 8, QImage::Format_RGB888);
     img.fill(Qt::blue);
-    const QJsonObject params{{"prompt", "a red fox"}, {"negative_prompt", ""}, {"true_cfg_scale", 1.0},
-                             {"width", 8}, {"height", 8}, {"steps", 4}, {"guidance", 3.5}, {"seed", 1234},
-                             {"model", "/m"}, {"strategy", QJsonObject{{"ring_degree", 2}}}};
-    img.setText("parameters", QString::fromUtf8(QJsonDocument(params).toJson(QJsonDocument::Compact)));
+    const QJsonObject params{
+        {"prompt", "a red fox"}, {"negative_prompt", ""},
+        {"true_cfg_scale", 1.0}, {"width", 8},
+        {"height", 8},           {"steps", 4},
+        {"guidance", 3.5},       {"seed", 1234},
+        {"model", "/m"},         {"strategy", QJsonObject{{"ring_degree", 2}}}};
+    img.setText("parameters",
+                QString::fromUtf8(QJsonDocument(params).toJson(QJsonDocument::Compact)));
     QVERIFY(img.save(path));
     QString err;
     const QJsonObject back = readPngParameters(path, &err);

@@ -1,11 +1,10 @@
 // PresetStore (ui/preset_store.h): built-in presets from the Qt resource, save/rename/delete,
 // JSON round trip, import/export, atomic writes; HistoryStore persistence.
-#include <QtTest>
-
 #include <QDir>
 #include <QFile>
 #include <QJsonDocument>
 #include <QTemporaryDir>
+#include <QtTest>
 
 #include "ui/history_store.h"
 #include "ui/json_io.h"
@@ -72,7 +71,8 @@ class TestPresets : public QObject {
       QVERIFY(p.builtin);
       QVERIFY(p.hasGeneration);
       const auto issues = dit::validateDegrees(p.strategy);
-      QVERIFY2(issues.empty(), qPrintable(p.name + ": " + QString::fromStdString(dit::joinIssues(issues))));
+      QVERIFY2(issues.empty(),
+               qPrintable(p.name + ": " + QString::fromStdString(dit::joinIssues(issues))));
     }
     auto demo = store.find("CPU demo (2 ranks)");
     QVERIFY(demo);

@@ -2,8 +2,6 @@
 // messages, presets, size stepping, mesh, advisor, gallery parameters; and a whole session
 // against the scripted mpirun stand-in (image in the gallery, per-rank monitor, crash banner
 // naming the rank, restart). The real worker: test_ui_integration.
-#include <QtTest>
-
 #include <QAction>
 #include <QDir>
 #include <QListWidget>
@@ -11,6 +9,7 @@
 #include <QSpinBox>
 #include <QTabWidget>
 #include <QTemporaryDir>
+#include <QtTest>
 
 #include "ui/advisor_dialog.h"
 #include "ui/main_window.h"
@@ -194,7 +193,8 @@ class TestWidgets : public QObject {
     QCOMPARE(in.transformer.num_attention_heads, 4);
     // The model's own declaration (the tiny fixture's table and plan), not a rebuilt config.
     QVERIFY(in.transformer.parameters && in.transformer.tensor_parallel_plan);
-    QCOMPARE(in.transformer.parameters.get(), w->generationPanel()->modelInfo().dims().parameters.get());
+    QCOMPARE(in.transformer.parameters.get(),
+             w->generationPanel()->modelInfo().dims().parameters.get());
     QCOMPARE(in.interconnect, Interconnect::CPU);
     in.num_devices = 4;
     dlg->setInput(in);

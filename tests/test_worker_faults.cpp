@@ -22,12 +22,14 @@ struct Outcome {
 };
 
 Outcome runWithFault(const std::string& env, const std::string& flags, const std::string& model) {
-  const fs::path dir = fs::temp_directory_path() / ("ditstudio-faults-" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("ditstudio-faults-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const std::string log = (dir / "log.txt").string();
-  const std::string cmd = env + " timeout 120 " + DITSTUDIO_CLI + " --model " + model +
-                          " --prompt 'a cat' --width 32 --height 32 --steps 4 --max-sequence-length 48 " +
-                          flags + " --output " + (dir / "out.png").string() + " > " + log + " 2>&1";
+  const std::string cmd =
+      env + " timeout 120 " + DITSTUDIO_CLI + " --model " + model +
+      " --prompt 'a cat' --width 32 --height 32 --steps 4 --max-sequence-length 48 " + flags +
+      " --output " + (dir / "out.png").string() + " > " + log + " 2>&1";
   auto t0 = std::chrono::steady_clock::now();
   const int rc = std::system(cmd.c_str());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -48,8 +50,8 @@ TEST(WorkerFaults, RankThrowsMidRun) {
 }
 
 TEST(WorkerFaults, RankExitsMidRun) {
-  auto o = runWithFault("DITSTUDIO_FAULT_RANK=1 DITSTUDIO_FAULT=exit_at_step:2", "--ulysses-degree 2",
-                        dit::test::fixtureDir());
+  auto o = runWithFault("DITSTUDIO_FAULT_RANK=1 DITSTUDIO_FAULT=exit_at_step:2",
+                        "--ulysses-degree 2", dit::test::fixtureDir());
   EXPECT_NE(o.rc, 0) << o.log;
   EXPECT_NE(o.rc, 124) << "timed out (hang)\n" << o.log;
   EXPECT_LT(o.seconds, 60.0);
@@ -58,15 +60,16 @@ TEST(WorkerFaults, RankExitsMidRun) {
 }
 
 TEST(WorkerFaults, CorruptModelOnOneRankOnly) {
-  const fs::path bad = fs::temp_directory_path() / ("ditstudio-faults-model-" + std::to_string(::getpid()));
+  const fs::path bad =
+      fs::temp_directory_path() / ("ditstudio-faults-model-" + std::to_string(::getpid()));
   fs::remove_all(bad);
   fs::copy(dit::test::fixtureDir(), bad, fs::copy_options::recursive);
   for (auto& e : fs::recursive_directory_iterator(bad))
     fs::permissions(e.path(), fs::perms::owner_write, fs::perm_options::add);
   const fs::path f = bad / "transformer/diffusion_pytorch_model.safetensors";
   fs::resize_file(f, fs::file_size(f) - 4096);
-  auto o = runWithFault("DITSTUDIO_FAULT_RANK=1 DITSTUDIO_FAULT=model:" + bad.string(), "--tp-degree 2",
-                        dit::test::fixtureDir());
+  auto o = runWithFault("DITSTUDIO_FAULT_RANK=1 DITSTUDIO_FAULT=model:" + bad.string(),
+                        "--tp-degree 2", dit::test::fixtureDir());
   EXPECT_NE(o.rc, 0) << o.log;
   EXPECT_NE(o.rc, 124) << "timed out (hang)\n" << o.log;
   EXPECT_LT(o.seconds, 60.0);
@@ -77,8 +80,9 @@ TEST(WorkerFaults, CorruptModelOnOneRankOnly) {
 TEST(WorkerFaults, HungRankEndsAtCollectiveTimeout) {
   // A rank stuck in compute: the others give up at the collective timeout (10 s here; default
   // 300 s, DITSTUDIO_COLLECTIVE_TIMEOUT_S) and the whole group is aborted.
-  auto o = runWithFault("DITSTUDIO_COLLECTIVE_TIMEOUT_S=10 DITSTUDIO_FAULT_RANK=1 DITSTUDIO_FAULT=hang_at_step:2",
-                        "--ring-degree 2", dit::test::fixtureDir());
+  auto o = runWithFault(
+      "DITSTUDIO_COLLECTIVE_TIMEOUT_S=10 DITSTUDIO_FAULT_RANK=1 DITSTUDIO_FAULT=hang_at_step:2",
+      "--ring-degree 2", dit::test::fixtureDir());
   EXPECT_NE(o.rc, 0) << o.log;
   EXPECT_NE(o.rc, 124) << "timed out (hang)\n" << o.log;
   EXPECT_LT(o.seconds, 60.0);
@@ -90,9 +94,11 @@ TEST(WorkerFaults, HungRankEndsAtCollectiveTimeout) {
 TEST(WorkerFaults, ModelMissingOnOneRankOnlyEndsTogether) {
   // One node's model folder differs (here: missing on rank 1): every rank learns it before the
   // mesh is built and exits; nothing waits for a rank that will never arrive.
-  auto o = runWithFault("DITSTUDIO_FAULT_RANK=1 DITSTUDIO_FAULT=model:/nonexistent/model", "--tp-degree 2",
-                        dit::test::fixtureDir());
+  auto o = runWithFault("DITSTUDIO_FAULT_RANK=1 DITSTUDIO_FAULT=model:/nonexistent/model",
+                        "--tp-degree 2", dit::test::fixtureDir());
   EXPECT_EQ(o.rc, 2) << o.log;
   EXPECT_LT(o.seconds, 60.0);
-  EXPECT_NE(o.log.find("rank 1: /nonexistent/model: model folder does not exist"), std::string::npos) << o.log;
+  EXPECT_NE(o.log.find("rank 1: /nonexistent/model: model folder does not exist"),
+            std::string::npos)
+      << o.log;
 }

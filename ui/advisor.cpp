@@ -11,7 +11,6 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-
 std::vector<int> divisors(int n) {
   std::vector<int> d;
   for (int i = 1; i <= n; ++i)
@@ -26,8 +25,10 @@ struct Memory {
 Memory estimate(const AdvisorInput& in, int tp, int cp) {
   Memory m;
   m.weights = weightBytesPerRank(in, tp) / kGiB;
-  const double inner = double(in.transformer.num_attention_heads) * in.transformer.attention_head_dim;
-  const double tokens = imageTokens(in.width, in.height, in.transformer.vae_scale_factor) + in.text_len;
+  const double inner =
+      double(in.transformer.num_attention_heads) * in.transformer.attention_head_dim;
+  const double tokens =
+      imageTokens(in.width, in.height, in.transformer.vae_scale_factor) + in.text_len;
   const double local = tokens / std::max(1, cp);
   // Hidden states, QKV, attention output and the 4x MLP of one block, in the compute dtype.
   m.activations = local * inner * in.bytes_per_param * 24.0 / kGiB;
@@ -35,7 +36,8 @@ Memory estimate(const AdvisorInput& in, int tp, int cp) {
     // CPU attention materialises the float32 score matrix [heads/tp, local, tokens].
     m.activations += double(in.transformer.num_attention_heads) / tp * local * tokens * 4.0 / kGiB;
   }
-  const double overhead = in.interconnect == Interconnect::CPU ? 0.5 : 1.0;  // runtime, CUDA context
+  const double overhead =
+      in.interconnect == Interconnect::CPU ? 0.5 : 1.0;  // runtime, CUDA context
   m.total = m.weights + m.activations + overhead;
   return m;
 }
@@ -63,7 +65,8 @@ double weightBytesPerRank(const AdvisorInput& in, int tp) {
   double transformer = 0;
   if (in.transformer.parameters) {
     if (in.transformer.tensor_parallel_plan)
-      transformer = double(in.transformer.tensor_parallel_plan->bytesPerRank(*in.transformer.parameters, tp, eb));
+      transformer = double(
+          in.transformer.tensor_parallel_plan->bytesPerRank(*in.transformer.parameters, tp, eb));
     else if (tp == 1)
       transformer = transformerParameters(in) * double(eb);
     else
@@ -79,9 +82,12 @@ int imageTokens(int width, int height, int vsf) {
 
 QString interconnectName(Interconnect ic) {
   switch (ic) {
-    case Interconnect::NVLink: return QStringLiteral("NVLink");
-    case Interconnect::PCIe: return QStringLiteral("PCIe");
-    case Interconnect::CPU: return QStringLiteral("CPU (MPI)");
+    case Interconnect::NVLink:
+      return QStringLiteral("NVLink");
+    case Interconnect::PCIe:
+      return QStringLiteral("PCIe");
+    case Interconnect::CPU:
+      return QStringLiteral("CPU (MPI)");
   }
   return {};
 }
@@ -130,22 +136,27 @@ Advice adviseStrategy(const AdvisorInput& in) {
   s.tp_degree = tp;
   const Memory single = estimate(in, 1, m);
   if (tp > 1) {
-    a.reasons << QStringLiteral(
-                     "One rank would need about %1 (weights %2) but has %3 usable: tp %4 splits the "
-                     "transformer's weight matrices across %4 ranks.")
-                     .arg(gib(single.total), gib(single.weights), gib(a.usable_gib))
-                     .arg(tp);
+    a.reasons
+        << QStringLiteral(
+               "One rank would need about %1 (weights %2) but has %3 usable: tp %4 splits the "
+               "transformer's weight matrices across %4 ranks.")
+               .arg(gib(single.total), gib(single.weights), gib(a.usable_gib))
+               .arg(tp);
     if (!fast)
       a.warnings << QStringLiteral(
-          "Tensor parallel over %1: every transformer block does AllReduces, and on a slow link "
-          "the traffic can outweigh the compute saved. Devices with more memory (or component "
-          "placement, which DiT Studio does not offer) avoid it.")
+                        "Tensor parallel over %1: every transformer block does AllReduces, and on "
+                        "a slow link "
+                        "the traffic can outweigh the compute saved. Devices with more memory (or "
+                        "component "
+                        "placement, which DiT Studio does not offer) avoid it.")
                         .arg(interconnectName(in.interconnect));
     else
       a.reasons << QStringLiteral("NVLink makes tp's per-block AllReduce cheap.");
   } else if (a.fits) {
-    a.reasons << QStringLiteral("The whole model fits on one rank (about %1 of %2 usable): no tensor parallel.")
-                     .arg(gib(single.total), gib(a.usable_gib));
+    a.reasons
+        << QStringLiteral(
+               "The whole model fits on one rank (about %1 of %2 usable): no tensor parallel.")
+               .arg(gib(single.total), gib(a.usable_gib));
   }
 
   // 3. Data parallel for several images per request.
@@ -172,10 +183,13 @@ Advice adviseStrategy(const AdvisorInput& in) {
     if (fast) {
       if (heads % r == 0 && divides(r)) {
         s.ulysses_degree = r;
-        a.reasons << QStringLiteral(
-                         "Ulysses %1 splits the sequence (%2 image + %3 text tokens); its all-to-all "
-                         "suits a fast interconnect.")
-                         .arg(r).arg(img).arg(in.text_len);
+        a.reasons
+            << QStringLiteral(
+                   "Ulysses %1 splits the sequence (%2 image + %3 text tokens); its all-to-all "
+                   "suits a fast interconnect.")
+                   .arg(r)
+                   .arg(img)
+                   .arg(in.text_len);
       } else {
         int bestU = 0;
         if (r >= 4 && divides(r)) {
@@ -185,32 +199,45 @@ Advice adviseStrategy(const AdvisorInput& in) {
         if (bestU > 0) {
           s.ulysses_degree = bestU;
           s.ring_degree = r / bestU;
-          a.reasons << QStringLiteral(
-                           "%1 heads do not split %2 ways: unified attention runs Ulysses %3 inside "
-                           "each group and ring %4 across groups.")
-                           .arg(heads).arg(r).arg(bestU).arg(r / bestU);
+          a.reasons
+              << QStringLiteral(
+                     "%1 heads do not split %2 ways: unified attention runs Ulysses %3 inside "
+                     "each group and ring %4 across groups.")
+                     .arg(heads)
+                     .arg(r)
+                     .arg(bestU)
+                     .arg(r / bestU);
         } else {
           s.ulysses_degree = r;
           s.ulysses_anything = true;
           a.reasons << QStringLiteral(
                            "The sequence (%1 image + %2 text tokens) or the %3 heads do not divide "
                            "by %4: Ulysses anything splits them unevenly.")
-                           .arg(img).arg(in.text_len).arg(heads).arg(r);
+                           .arg(img)
+                           .arg(in.text_len)
+                           .arg(heads)
+                           .arg(r);
         }
       }
     } else {
       s.ring_degree = r;
       if (divides(r)) {
-        a.reasons << QStringLiteral(
-                         "Ring %1 splits the sequence (%2 image + %3 text tokens); K/V blocks travel "
-                         "between neighbours, which suits a limited-bandwidth %4 link.")
-                         .arg(r).arg(img).arg(in.text_len).arg(interconnectName(in.interconnect));
+        a.reasons
+            << QStringLiteral(
+                   "Ring %1 splits the sequence (%2 image + %3 text tokens); K/V blocks travel "
+                   "between neighbours, which suits a limited-bandwidth %4 link.")
+                   .arg(r)
+                   .arg(img)
+                   .arg(in.text_len)
+                   .arg(interconnectName(in.interconnect));
       } else {
         s.ring_anything = true;
         a.reasons << QStringLiteral(
                          "The sequence (%1 image + %2 text tokens) does not divide by %3: ring "
                          "anything splits it unevenly.")
-                         .arg(img).arg(in.text_len).arg(r);
+                         .arg(img)
+                         .arg(in.text_len)
+                         .arg(r);
       }
     }
     if (img + in.text_len < 1024 * r)
@@ -238,9 +265,12 @@ Advice adviseStrategy(const AdvisorInput& in) {
   QStringList dims;
   if (s.dp_degree > 1) dims << QStringLiteral("dp %1").arg(s.dp_degree);
   if (s.cfg_degree > 1) dims << QStringLiteral("cfg %1").arg(s.cfg_degree);
-  if (s.ring_degree > 1) dims << QStringLiteral("ring %1%2").arg(s.ring_degree).arg(s.ring_anything ? " anything" : "");
+  if (s.ring_degree > 1)
+    dims << QStringLiteral("ring %1%2").arg(s.ring_degree).arg(s.ring_anything ? " anything" : "");
   if (s.ulysses_degree > 1)
-    dims << QStringLiteral("ulysses %1%2").arg(s.ulysses_degree).arg(s.ulysses_anything ? " anything" : "");
+    dims << QStringLiteral("ulysses %1%2")
+                .arg(s.ulysses_degree)
+                .arg(s.ulysses_anything ? " anything" : "");
   if (s.tp_degree > 1) dims << QStringLiteral("tp %1").arg(s.tp_degree);
   a.title = QStringLiteral("%1 x %2: %3")
                 .arg(n)

@@ -26,10 +26,10 @@ struct AdvisorInput {
   /// dim, vae_scale_factor, its parameter table and tensor-parallel plan, from which the weight
   /// bytes per rank come (ShardingPlan::bytesPerRank). No plan: tp stays 1.
   dit::ModelDims transformer = fluxDevTransformerDims();
-  double other_params = 4.9e9;         ///< text encoders + VAE (replicated on every rank)
-  double bytes_per_param = 2.0;        ///< compute bytes per element: 2 for bf16/fp16, 4 for fp32
-  int text_len = 512;  ///< T5 max_sequence_length (text tokens, split by context parallel)
-  int num_devices = 1;             ///< GPUs, or CPU ranks for Interconnect::CPU
+  double other_params = 4.9e9;   ///< text encoders + VAE (replicated on every rank)
+  double bytes_per_param = 2.0;  ///< compute bytes per element: 2 for bf16/fp16, 4 for fp32
+  int text_len = 512;   ///< T5 max_sequence_length (text tokens, split by context parallel)
+  int num_devices = 1;  ///< GPUs, or CPU ranks for Interconnect::CPU
   double memory_gib_per_device = 80;  ///< GPU memory (host memory per rank on CPU)
   Interconnect interconnect = Interconnect::NVLink;
   int width = 1024;

@@ -25,8 +25,9 @@ AdvisorDialog::AdvisorDialog(QWidget* parent) : QDialog(parent) {
   // The count comes from the model's declared parameter table (the plan shards exactly those).
   transformerB_->setReadOnly(true);
   transformerB_->setButtonSymbols(QAbstractSpinBox::NoButtons);
-  transformerB_->setToolTip(tr("The model's declared transformer parameters; its tensor-parallel plan "
-                               "decides which are split across tp ranks"));
+  transformerB_->setToolTip(
+      tr("The model's declared transformer parameters; its tensor-parallel plan "
+         "decides which are split across tp ranks"));
   form->addRow(tr("Transformer params"), transformerB_);
   otherB_ = new QDoubleSpinBox(this);
   otherB_->setRange(0, 1000);
@@ -130,10 +131,13 @@ void AdvisorDialog::recompute() {
   html += "</ul>";
   if (!advice_.warnings.isEmpty()) {
     html += "<p style='color:#ffb74d'><b>Warnings</b></p><ul>";
-    for (const QString& w : advice_.warnings) html += "<li style='color:#ffb74d'>" + w.toHtmlEscaped() + "</li>";
+    for (const QString& w : advice_.warnings)
+      html += "<li style='color:#ffb74d'>" + w.toHtmlEscaped() + "</li>";
     html += "</ul>";
   }
-  html += QStringLiteral("<p>Per rank: weights %1 GiB, activations %2 GiB, total about %3 GiB of %4 GiB usable%5.</p>")
+  html += QStringLiteral(
+              "<p>Per rank: weights %1 GiB, activations %2 GiB, total about %3 GiB of %4 GiB "
+              "usable%5.</p>")
               .arg(advice_.weights_gib, 0, 'f', 2)
               .arg(advice_.activations_gib, 0, 'f', 2)
               .arg(advice_.total_gib, 0, 'f', 2)

@@ -9,7 +9,8 @@
 namespace dit::ui {
 
 std::optional<WorkerEvent> parseEventLine(const QByteArray& line) {
-  auto ev = dit::protocol::parseEventLine(std::string_view(line.constData(), static_cast<size_t>(line.size())));
+  auto ev = dit::protocol::parseEventLine(
+      std::string_view(line.constData(), static_cast<size_t>(line.size())));
   if (!ev) return std::nullopt;
   return WorkerEvent{QString::fromStdString(ev->type), toQJsonObject(ev->data)};
 }

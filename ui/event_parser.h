@@ -7,7 +7,6 @@
 #include <QJsonObject>
 #include <QList>
 #include <QString>
-
 #include <optional>
 #include <string_view>
 
@@ -67,11 +66,12 @@ struct RankFailure {
   int signal = -1;     ///< terminating signal, -1 when it exited
   int exit_code = -1;  ///< exit status, -1 when not reported
   QString node;        ///< host name when reported
-  QString reason;      ///< one-sentence summary, e.g. "rank 1 (pid 4242) was killed by signal 9 (Killed)"
+  QString
+      reason;  ///< one-sentence summary, e.g. "rank 1 (pid 4242) was killed by signal 9 (Killed)"
 };
 
-/// dit::protocol::parseMpirunFailure (OpenMPI 4 and 5 wordings; the CLI uses the same parser) with Qt
-/// types. Returns nullopt when no report is present.
+/// dit::protocol::parseMpirunFailure (OpenMPI 4 and 5 wordings; the CLI uses the same parser) with
+/// Qt types. Returns nullopt when no report is present.
 std::optional<RankFailure> parseMpirunFailure(const QString& stderrText);
 
 /// Rank named by a log line, from the worker's spdlog pattern "[rank r/N]" or an OpenMPI tag

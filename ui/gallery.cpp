@@ -22,7 +22,8 @@ QString describe(const QJsonObject& p, qint64 seed, double seconds) {
   if (p.contains("width"))
     parts << QStringLiteral("%1×%2").arg(p.value("width").toInt()).arg(p.value("height").toInt());
   if (p.contains("steps")) parts << QStringLiteral("%1 steps").arg(p.value("steps").toInt());
-  if (p.contains("guidance")) parts << QStringLiteral("guidance %1").arg(p.value("guidance").toDouble());
+  if (p.contains("guidance"))
+    parts << QStringLiteral("guidance %1").arg(p.value("guidance").toDouble());
   if (p.value("true_cfg_scale").toDouble(1) > 1)
     parts << QStringLiteral("true CFG %1").arg(p.value("true_cfg_scale").toDouble());
   if (seconds > 0) parts << QStringLiteral("%1 s").arg(seconds, 0, 'f', 1);
@@ -124,14 +125,16 @@ Gallery::Gallery(HistoryStore* history, QWidget* parent) : QWidget(parent), hist
     if (const HistoryEntry* e = selected()) Q_EMIT useParameters(*e);
   });
   connect(open, &QPushButton::clicked, this, [this] {
-    const QString f = QFileDialog::getOpenFileName(this, tr("Open a generated PNG"), QString(), tr("PNG images (*.png)"));
+    const QString f = QFileDialog::getOpenFileName(this, tr("Open a generated PNG"), QString(),
+                                                   tr("PNG images (*.png)"));
     QString err;
     if (!f.isEmpty() && !openPng(f, &err)) Q_EMIT errorMessage(err);
   });
   connect(save_, &QPushButton::clicked, this, [this] {
     const HistoryEntry* e = selected();
     if (!e) return;
-    const QString dest = QFileDialog::getSaveFileName(this, tr("Save image"), QFileInfo(e->path).fileName(), tr("PNG images (*.png)"));
+    const QString dest = QFileDialog::getSaveFileName(
+        this, tr("Save image"), QFileInfo(e->path).fileName(), tr("PNG images (*.png)"));
     if (dest.isEmpty()) return;
     if (QFile::exists(dest)) QFile::remove(dest);
     // A byte copy keeps the parameters text chunk.
@@ -145,7 +148,9 @@ Gallery::Gallery(HistoryStore* history, QWidget* parent) : QWidget(parent), hist
     reload();
   });
   connect(clear, &QPushButton::clicked, this, [this] {
-    if (QMessageBox::question(this, tr("Clear history"), tr("Forget all images? The PNG files stay on disk.")) != QMessageBox::Yes)
+    if (QMessageBox::question(this, tr("Clear history"),
+                              tr("Forget all images? The PNG files stay on disk.")) !=
+        QMessageBox::Yes)
       return;
     QString err;
     if (!history_->clear(&err)) Q_EMIT errorMessage(err);
@@ -159,12 +164,15 @@ void Gallery::reload() {
   for (const HistoryEntry& e : history_->entries()) {
     auto* item = new QListWidgetItem(list_);
     QImage thumb(e.path);
-    item->setIcon(QPixmap::fromImage(thumb.isNull() ? QImage() : thumb.scaled(96, 96, Qt::KeepAspectRatio, Qt::SmoothTransformation)));
+    item->setIcon(QPixmap::fromImage(
+        thumb.isNull() ? QImage()
+                       : thumb.scaled(96, 96, Qt::KeepAspectRatio, Qt::SmoothTransformation)));
     item->setText(e.seed >= 0 ? QString::number(e.seed) : QString());
     item->setToolTip(describe(e.params, e.seed, e.seconds) + "\n" + e.path);
     item->setData(Qt::UserRole, e.path);
   }
-  if (list_->count() > 0) list_->setCurrentRow(0);
+  if (list_->count() > 0)
+    list_->setCurrentRow(0);
   else {
     view_->setImage({});
     caption_->clear();

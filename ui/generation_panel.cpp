@@ -1,6 +1,7 @@
 #include "ui/generation_panel.h"
 
 #include <QCheckBox>
+#include <QDir>
 #include <QDoubleSpinBox>
 #include <QFileDialog>
 #include <QFormLayout>
@@ -13,7 +14,6 @@
 #include <QRegularExpressionValidator>
 #include <QSpinBox>
 #include <QStyle>
-#include <QDir>
 #include <QVBoxLayout>
 
 #include "ui/worker_command.h"
@@ -55,7 +55,8 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   cfgScale_ = new QDoubleSpinBox(genBox);
   cfgScale_->setRange(1.0, 30.0);
   cfgScale_->setSingleStep(0.5);
-  cfgScale_->setToolTip(tr("True CFG scale: > 1 with a negative prompt runs the model twice per step"));
+  cfgScale_->setToolTip(
+      tr("True CFG scale: > 1 with a negative prompt runs the model twice per step"));
   form->addRow(tr("True CFG scale"), cfgScale_);
 
   auto* sizeRow = new QHBoxLayout;
@@ -133,7 +134,8 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
     seed_->setText(QString::number(lastSeed_));
   });
   connect(browse, &QPushButton::clicked, this, [this] {
-    const QString d = QFileDialog::getExistingDirectory(this, tr("Choose a diffusers model folder"), modelDir());
+    const QString d =
+        QFileDialog::getExistingDirectory(this, tr("Choose a diffusers model folder"), modelDir());
     if (!d.isEmpty()) setModelDir(d);
   });
   connect(deflt, &QPushButton::clicked, this, [this] { setModelDir(defaultModelDir()); });

@@ -6,7 +6,9 @@ namespace dit::ui {
 
 QString defaultPrompt() { return QString::fromUtf8(dit::protocol::kDefaultPrompt); }
 
-QJsonObject paramsToQJson(const GenerationParams& p) { return toQJsonObject(dit::protocol::toJson(p)); }
+QJsonObject paramsToQJson(const GenerationParams& p) {
+  return toQJsonObject(dit::protocol::toJson(p));
+}
 
 GenerationParams paramsFromQJson(const QJsonObject& j, const GenerationParams& defaults) {
   return dit::protocol::paramsFromJson(toNlohmann(j), defaults);

@@ -11,19 +11,17 @@
 namespace dit::ui {
 
 QJsonObject HistoryEntry::toJson() const {
-  return QJsonObject{{"path", path},
-                     {"id", requestId},
-                     {"seed", seed},
-                     {"params", params},
-                     {"seconds", seconds},
-                     {"created", created.toString(Qt::ISODateWithMs)}};
+  return QJsonObject{{"path", path},       {"id", requestId},
+                     {"seed", seed},       {"params", params},
+                     {"seconds", seconds}, {"created", created.toString(Qt::ISODateWithMs)}};
 }
 
 HistoryEntry HistoryEntry::fromJson(const QJsonObject& j) {
   HistoryEntry e;
   e.path = j.value("path").toString();
   e.requestId = j.value("id").toString();
-  e.seed = j.value("seed").toInteger(-1);  // older files stored it as a double: same value up to 2^53
+  e.seed =
+      j.value("seed").toInteger(-1);  // older files stored it as a double: same value up to 2^53
   e.params = j.value("params").toObject();
   e.seconds = j.value("seconds").toDouble(0);
   e.created = QDateTime::fromString(j.value("created").toString(), Qt::ISODateWithMs);
@@ -47,22 +45,27 @@ GenerationParams HistoryEntry::generation(const GenerationParams& defaults) cons
 HistoryStore::HistoryStore(QString dataDir, int maxEntries)
     : dataDir_(dataDir.isEmpty() ? appDataDir() : dataDir), max_(maxEntries) {}
 
-QString HistoryStore::file() const { return QDir(dataDir_).filePath(QStringLiteral("history.json")); }
+QString HistoryStore::file() const {
+  return QDir(dataDir_).filePath(QStringLiteral("history.json"));
+}
 
 bool HistoryStore::load(QString* error) {
   entries_.clear();
   if (!QFileInfo::exists(file())) return true;
   QJsonDocument doc;
   if (!readJsonFile(file(), &doc, error)) return false;
-  for (const QJsonValue& v : doc.object().value("images").toArray()) entries_.append(HistoryEntry::fromJson(v.toObject()));
+  for (const QJsonValue& v : doc.object().value("images").toArray())
+    entries_.append(HistoryEntry::fromJson(v.toObject()));
   return true;
 }
 
 bool HistoryStore::persist(QString* error) {
   QJsonArray arr;
   for (const HistoryEntry& e : entries_) arr.append(e.toJson());
-  return writeJsonAtomic(file(), QJsonDocument(QJsonObject{{"format", "ditstudio-history"}, {"version", 1}, {"images", arr}}),
-                         error);
+  return writeJsonAtomic(
+      file(),
+      QJsonDocument(QJsonObject{{"format", "ditstudio-history"}, {"version", 1}, {"images", arr}}),
+      error);
 }
 
 bool HistoryStore::add(const HistoryEntry& e, QString* error) {
@@ -92,7 +95,8 @@ bool HistoryStore::clear(QString* error) {
 QJsonObject readPngParameters(const QString& path, QString* error) {
   QImageReader reader(path);
   if (!reader.canRead()) {
-    if (error) *error = QStringLiteral("%1 is not a readable image: %2").arg(path, reader.errorString());
+    if (error)
+      *error = QStringLiteral("%1 is not a readable image: %2").arg(path, reader.errorString());
     return {};
   }
   const QString text = reader.text(QStringLiteral("parameters"));
@@ -103,7 +107,9 @@ QJsonObject readPngParameters(const QString& path, QString* error) {
   QJsonParseError pe;
   const QJsonDocument doc = QJsonDocument::fromJson(text.toUtf8(), &pe);
   if (!doc.isObject()) {
-    if (error) *error = QStringLiteral("the parameters of %1 are not a JSON object: %2").arg(path, pe.errorString());
+    if (error)
+      *error = QStringLiteral("the parameters of %1 are not a JSON object: %2")
+                   .arg(path, pe.errorString());
     return {};
   }
   return doc.object();

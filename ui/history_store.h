@@ -13,11 +13,11 @@ namespace dit::ui {
 
 /// One generated image.
 struct HistoryEntry {
-  QString path;         ///< PNG file
+  QString path;  ///< PNG file
   QString requestId;
-  qint64 seed = -1;     ///< seed actually used
-  QJsonObject params;   ///< the parameters object (prompt, width, ..., model, strategy)
-  double seconds = 0;   ///< generation time
+  qint64 seed = -1;    ///< seed actually used
+  QJsonObject params;  ///< the parameters object (prompt, width, ..., model, strategy)
+  double seconds = 0;  ///< generation time
   QDateTime created;
 
   QJsonObject toJson() const;

@@ -41,8 +41,10 @@ bool readJsonFile(const QString& path, QJsonDocument* doc, QString* error) {
   QJsonParseError pe;
   *doc = QJsonDocument::fromJson(f.readAll(), &pe);
   if (pe.error != QJsonParseError::NoError) {
-    if (error) *error = QStringLiteral("%1 is not valid JSON: %2 at offset %3")
-                            .arg(path, pe.errorString()).arg(pe.offset);
+    if (error)
+      *error = QStringLiteral("%1 is not valid JSON: %2 at offset %3")
+                   .arg(path, pe.errorString())
+                   .arg(pe.offset);
     return false;
   }
   return true;

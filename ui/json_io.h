@@ -5,7 +5,6 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QString>
-
 #include <nlohmann/json.hpp>
 
 namespace dit::ui {

@@ -65,7 +65,8 @@ void MainWindow::buildUi() {
   generateAct_->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Return));
   cancelAct_ = tb->addAction(tr("✕ Cancel"), this, &MainWindow::cancelCurrent);
   startAct_->setToolTip(tr("Start the worker process group (mpirun) with this strategy"));
-  generateAct_->setToolTip(tr("Queue a request (Ctrl+Enter); starts or restarts the group if needed"));
+  generateAct_->setToolTip(
+      tr("Queue a request (Ctrl+Enter); starts or restarts the group if needed"));
 
   auto* split = new QSplitter(Qt::Horizontal, this);
   setCentralWidget(split);
@@ -137,7 +138,8 @@ void MainWindow::buildUi() {
   ql->addLayout(qb);
   rtabs->addTab(qw, tr("Queue"));
   connect(cancelSel, &QPushButton::clicked, this, [this] {
-    if (auto* it = queueList_->currentItem()) controller_->cancel(it->data(Qt::UserRole).toString());
+    if (auto* it = queueList_->currentItem())
+      controller_->cancel(it->data(Qt::UserRole).toString());
   });
   connect(cancelAllBtn, &QPushButton::clicked, this, &MainWindow::cancelAll);
   right->setStretchFactor(0, 3);
@@ -163,14 +165,19 @@ void MainWindow::buildUi() {
     genPanel_->setParams(e.generation(genPanel_->params()));
     if (e.params.value("strategy").isObject()) {
       try {
-        log_->append(-1, "info", tr("image strategy: %1").arg(strategyText(strategyFromJson(e.params.value("strategy").toObject()))));
+        log_->append(
+            -1, "info",
+            tr("image strategy: %1")
+                .arg(strategyText(strategyFromJson(e.params.value("strategy").toObject()))));
       } catch (const dit::protocol::ProtocolError& err) {
-        log_->append(-1, "warning", tr("image strategy unreadable: %1").arg(QString::fromStdString(err.what())));
+        log_->append(-1, "warning",
+                     tr("image strategy unreadable: %1").arg(QString::fromStdString(err.what())));
       }
     }
     leftTabs_->setCurrentIndex(0);
   });
-  connect(gallery_, &Gallery::errorMessage, this, [this](const QString& m) { showBanner(m, {}, false, false); });
+  connect(gallery_, &Gallery::errorMessage, this,
+          [this](const QString& m) { showBanner(m, {}, false, false); });
 }
 
 void MainWindow::connectController() {
@@ -192,16 +199,18 @@ void MainWindow::connectController() {
     log_->setWorld(world);
   });
   connect(c, &WorkerController::readyReceived, this, [this](const QJsonObject& info) {
-    log_->append(-1, "info", tr("group ready (%1 ranks, model loaded in %2 s)")
-                                 .arg(info.value("world").toInt(controller_->world()))
-                                 .arg(info.value("load_seconds").toDouble(), 0, 'f', 1));
+    log_->append(-1, "info",
+                 tr("group ready (%1 ranks, model loaded in %2 s)")
+                     .arg(info.value("world").toInt(controller_->world()))
+                     .arg(info.value("load_seconds").toDouble(), 0, 'f', 1));
     revalidate();
   });
-  connect(c, &WorkerController::statusReceived, this, [this](const QString& stage, const QString& msg) {
-    stage_ = stage;
-    stateLabel_->setToolTip(msg);
-    updateStatus();
-  });
+  connect(c, &WorkerController::statusReceived, this,
+          [this](const QString& stage, const QString& msg) {
+            stage_ = stage;
+            stateLabel_->setToolTip(msg);
+            updateStatus();
+          });
   connect(c, &WorkerController::ranksUpdated, this, [this](const QList<RankStats>& ranks) {
     rankModel_->update(ranks, controller_->elapsedSeconds());
   });
@@ -213,7 +222,11 @@ void MainWindow::connectController() {
   connect(c, &WorkerController::previewReceived, this,
           [this](const QString& id, int step, int imageIndex, const QImage& img) {
             const int steps = requestParams_.value(id).steps;
-            gallery_->showPreview(img, tr("preview of %1 · image %2 · step %3/%4").arg(id).arg(imageIndex + 1).arg(step).arg(steps));
+            gallery_->showPreview(img, tr("preview of %1 · image %2 · step %3/%4")
+                                           .arg(id)
+                                           .arg(imageIndex + 1)
+                                           .arg(step)
+                                           .arg(steps));
           });
   connect(c, &WorkerController::imageReceived, this, &MainWindow::onImage);
   connect(c, &WorkerController::requestDone, this, [this](const QString& id, double seconds) {
@@ -237,7 +250,8 @@ void MainWindow::connectController() {
   connect(c, &WorkerController::errorReported, this, [this](const WorkerFailure& f) {
     if (f.rank >= 0 && f.fatal) rankModel_->markFailed(f.rank, f.message);
     // Request errors arrive through requestFailed, fatal ones through groupFailed.
-    if (!f.fatal && f.id.isEmpty()) showBanner(tr("The worker reported an error"), f.message, false, false);
+    if (!f.fatal && f.id.isEmpty())
+      showBanner(tr("The worker reported an error"), f.message, false, false);
   });
   connect(c, &WorkerController::groupFailed, this, &MainWindow::onGroupFailed);
   connect(c, &WorkerController::groupStopped, this, [this](int) {
@@ -267,12 +281,14 @@ bool MainWindow::configDiffers() const {
   if (!controller_->isRunning()) return false;
   const LaunchConfig now = launchConfig();
   const LaunchConfig& run = controller_->config();
-  return !sameStrategy(now.strategy, run.strategy) || QDir::cleanPath(now.modelDir) != QDir::cleanPath(run.modelDir) ||
+  return !sameStrategy(now.strategy, run.strategy) ||
+         QDir::cleanPath(now.modelDir) != QDir::cleanPath(run.modelDir) ||
          now.hostfile != run.hostfile;
 }
 
 void MainWindow::revalidate() {
-  validation_ = validate(editor_->strategy(), genPanel_->modelInfo(), genPanel_->params(), textLength(), editor_->hostfile());
+  validation_ = validate(editor_->strategy(), genPanel_->modelInfo(), genPanel_->params(),
+                         textLength(), editor_->hostfile());
   editor_->setIssues(validation_.startIssues, validation_.requestIssues);
   rankMonitor_->setDevice(QString::fromStdString(editor_->strategy().device));
   updateActions();
@@ -285,19 +301,25 @@ void MainWindow::updateActions() {
   const bool running = controller_->isRunning();
   startAct_->setEnabled(!running && validation_.canStart());
   stopAct_->setEnabled(running && s != S::Stopping);
-  restartAct_->setEnabled(validation_.canStart() && s != S::Stopping && (running || s == S::Failed));
+  restartAct_->setEnabled(validation_.canStart() && s != S::Stopping &&
+                          (running || s == S::Failed));
   generateAct_->setEnabled(validation_.canGenerate() && s != S::Stopping);
   cancelAct_->setEnabled(!controller_->queue().isEmpty());
   QStringList tips = validation_.all();
-  startAct_->setToolTip(tips.isEmpty() ? tr("Start the worker process group (mpirun) with this strategy") : tips.join('\n'));
-  generateAct_->setToolTip(tips.isEmpty() ? tr("Queue a request (Ctrl+Enter); starts or restarts the group if needed") : tips.join('\n'));
+  startAct_->setToolTip(tips.isEmpty()
+                            ? tr("Start the worker process group (mpirun) with this strategy")
+                            : tips.join('\n'));
+  generateAct_->setToolTip(
+      tips.isEmpty() ? tr("Queue a request (Ctrl+Enter); starts or restarts the group if needed")
+                     : tips.join('\n'));
 }
 
 void MainWindow::updateStatus() {
   const WorkerController::State s = controller_->state();
   QString text = tr("Group: %1").arg(WorkerController::stateName(s));
   if (controller_->isRunning()) {
-    if (!stage_.isEmpty() && s != WorkerController::State::Ready) text += QStringLiteral(" (%1)").arg(stage_);
+    if (!stage_.isEmpty() && s != WorkerController::State::Ready)
+      text += QStringLiteral(" (%1)").arg(stage_);
     text += QStringLiteral(" · %1").arg(strategyText(controller_->config().strategy));
     if (configDiffers()) text += tr(" · strategy changed: Restart (or Generate) applies it");
   } else if (!validation_.canStart()) {
@@ -305,16 +327,21 @@ void MainWindow::updateStatus() {
   }
   stateLabel_->setText(text);
   const ModelInfo& m = genPanel_->modelInfo();
-  groupLabel_->setText(m.ok ? tr("model %1 · %2 params").arg(QFileInfo(m.path).fileName(), formatCount(m.totalParameters()))
-                            : tr("no model"));
+  groupLabel_->setText(
+      m.ok ? tr("model %1 · %2 params")
+                 .arg(QFileInfo(m.path).fileName(), formatCount(m.totalParameters()))
+           : tr("no model"));
 }
 
 void MainWindow::refreshQueue() {
   queueList_->clear();
   for (const auto& r : controller_->queue()) {
-    QString t = QStringLiteral("%1  %2  %3").arg(r.id, r.sent ? (r.step > 0 ? tr("step %1/%2").arg(r.step).arg(r.steps) : tr("sent"))
-                                                             : tr("waiting"),
-                                                QString::fromStdString(r.params.prompt).left(60));
+    QString t =
+        QStringLiteral("%1  %2  %3")
+            .arg(r.id,
+                 r.sent ? (r.step > 0 ? tr("step %1/%2").arg(r.step).arg(r.steps) : tr("sent"))
+                        : tr("waiting"),
+                 QString::fromStdString(r.params.prompt).left(60));
     auto* it = new QListWidgetItem(t, queueList_);
     it->setData(Qt::UserRole, r.id);
   }
@@ -323,12 +350,14 @@ void MainWindow::refreshQueue() {
 bool MainWindow::bannerVisible() const { return !banner_->isHidden(); }
 
 QString MainWindow::bannerText() const {
-  return bannerLabel_->text() + (bannerDetail_->text().isEmpty() ? QString() : "\n" + bannerDetail_->text());
+  return bannerLabel_->text() +
+         (bannerDetail_->text().isEmpty() ? QString() : "\n" + bannerDetail_->text());
 }
 
 QString MainWindow::statusText() const { return stateLabel_->text(); }
 
-void MainWindow::showBanner(const QString& text, const QString& detail, bool error, bool offerRestart) {
+void MainWindow::showBanner(const QString& text, const QString& detail, bool error,
+                            bool offerRestart) {
   bannerLabel_->setText(text);
   bannerDetail_->setText(detail);
   bannerDetail_->setVisible(!detail.isEmpty());
@@ -344,7 +373,8 @@ void MainWindow::hideBanner() { banner_->hide(); }
 bool MainWindow::startGroup() {
   revalidate();
   if (!validation_.canStart()) {
-    showBanner(tr("Cannot start: the strategy is invalid"), validation_.startIssues.join('\n'), true, false);
+    showBanner(tr("Cannot start: the strategy is invalid"), validation_.startIssues.join('\n'),
+               true, false);
     leftTabs_->setCurrentIndex(1);
     return false;
   }
@@ -361,7 +391,8 @@ void MainWindow::stopGroup() { controller_->stop(); }
 bool MainWindow::restartGroup() {
   revalidate();
   if (!validation_.canStart()) {
-    showBanner(tr("Cannot restart: the strategy is invalid"), validation_.startIssues.join('\n'), true, false);
+    showBanner(tr("Cannot restart: the strategy is invalid"), validation_.startIssues.join('\n'),
+               true, false);
     return false;
   }
   hideBanner();
@@ -402,18 +433,26 @@ QString MainWindow::generate() {
 
 void MainWindow::cancelCurrent() {
   const QString id = controller_->activeId();
-  if (!id.isEmpty()) controller_->cancel(id);
-  else if (!controller_->queue().isEmpty()) controller_->cancel(controller_->queue().first().id);
+  if (!id.isEmpty())
+    controller_->cancel(id);
+  else if (!controller_->queue().isEmpty())
+    controller_->cancel(controller_->queue().first().id);
 }
 
 void MainWindow::cancelAll() { controller_->cancelAll(); }
 
-void MainWindow::onProgress(const QString& id, int step, int steps, double stepMs, double eta, int imageIndex) {
+void MainWindow::onProgress(const QString& id, int step, int steps, double stepMs, double eta,
+                            int imageIndex) {
   const GenerationParams p = requestParams_.value(id);
   const int n = std::max(1, p.num_images);
   const int total = std::max(1, steps) * n;
   const int done = std::min(imageIndex, n - 1) * std::max(1, steps) + step;
-  QString text = tr("%1 · image %2/%3 · step %4/%5").arg(id).arg(std::min(imageIndex, n - 1) + 1).arg(n).arg(step).arg(steps);
+  QString text = tr("%1 · image %2/%3 · step %4/%5")
+                     .arg(id)
+                     .arg(std::min(imageIndex, n - 1) + 1)
+                     .arg(n)
+                     .arg(step)
+                     .arg(steps);
   if (stepMs >= 0) text += tr(" · %1 ms/step").arg(stepMs, 0, 'f', 0);
   if (eta >= 0) text += tr(" · ETA %1 s").arg(eta, 0, 'f', eta < 10 ? 1 : 0);
   gallery_->setProgress(static_cast<int>(1000.0 * done / total), text);
@@ -434,7 +473,8 @@ void MainWindow::onImage(const ImageResult& r) {
   if (!history_.add(e, &err)) log_->append(-1, "error", err);
   gallery_->addImage(e);
   if (e.seed >= 0) genPanel_->setLastSeed(e.seed);
-  log_->append(-1, "info", tr("image %1 (seed %2) in %3 s").arg(r.path).arg(e.seed).arg(r.seconds, 0, 'f', 2));
+  log_->append(-1, "info",
+               tr("image %1 (seed %2) in %3 s").arg(r.path).arg(e.seed).arg(r.seconds, 0, 'f', 2));
   if (autoActive_) {
     QTimer::singleShot(400, this, [this, path = r.path] {
       if (!autoFile_.isEmpty()) {
@@ -550,16 +590,19 @@ void MainWindow::loadSession() {
       }
     }
   }
-  if (!options_.modelDir.isEmpty()) genPanel_->setModelDir(options_.modelDir);
-  else if (genPanel_->modelDir().isEmpty()) genPanel_->setModelDir(defaultModelDir());
+  if (!options_.modelDir.isEmpty())
+    genPanel_->setModelDir(options_.modelDir);
+  else if (genPanel_->modelDir().isEmpty())
+    genPanel_->setModelDir(defaultModelDir());
 }
 
 void MainWindow::saveSession() const {
   if (!options_.restoreSession) return;
   Preset p = currentPreset();
   p.name = QStringLiteral("session");
-  writeJsonAtomic(QDir(dataDir_).filePath("session.json"),
-                  QJsonDocument(QJsonObject{{"preset", p.toJson()}, {"model", genPanel_->modelDir()}}));
+  writeJsonAtomic(
+      QDir(dataDir_).filePath("session.json"),
+      QJsonDocument(QJsonObject{{"preset", p.toJson()}, {"model", genPanel_->modelDir()}}));
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {

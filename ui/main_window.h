@@ -32,11 +32,11 @@ class AdvisorDialog;
 
 /// Construction options (tests point them at temporary folders and the built worker).
 struct MainWindowOptions {
-  QString dataDir;         ///< presets, history, session and images; empty: appDataDir()
-  QString modelDir;        ///< overrides the session's model; empty: session, else defaultModelDir()
-  QString workerPath;      ///< empty: defaultWorkerPath()
-  QString mpirunPath;      ///< empty: defaultMpirun()
-  QString builtinPresets;  ///< empty: the Qt resource
+  QString dataDir;     ///< presets, history, session and images; empty: appDataDir()
+  QString modelDir;    ///< overrides the session's model; empty: session, else defaultModelDir()
+  QString workerPath;  ///< empty: defaultWorkerPath()
+  QString mpirunPath;  ///< empty: defaultMpirun()
+  QString builtinPresets;      ///< empty: the Qt resource
   bool restoreSession = true;  ///< read/write <dataDir>/session.json
 };
 
@@ -108,7 +108,8 @@ class MainWindow : public QMainWindow {
   void hideBanner();
   void onImage(const ImageResult& r);
   void onGroupFailed(const WorkerFailure& f);
-  void onProgress(const QString& id, int step, int steps, double stepMs, double eta, int imageIndex);
+  void onProgress(const QString& id, int step, int steps, double stepMs, double eta,
+                  int imageIndex);
   void loadSession();
   void saveSession() const;
   void openAdvisor();

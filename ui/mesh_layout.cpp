@@ -5,8 +5,13 @@ namespace dit::ui {
 MeshLayout computeMeshLayout(const dit::Strategy& s) {
   MeshLayout L;
   L.dims = QStringLiteral("dp %1 x cfg %2 x ring %3 x ulysses %4 x tp %5")
-               .arg(s.dp_degree).arg(s.cfg_degree).arg(s.ring_degree).arg(s.ulysses_degree).arg(s.tp_degree);
-  const long long product = 1LL * s.dp_degree * s.cfg_degree * s.ring_degree * s.ulysses_degree * s.tp_degree;
+               .arg(s.dp_degree)
+               .arg(s.cfg_degree)
+               .arg(s.ring_degree)
+               .arg(s.ulysses_degree)
+               .arg(s.tp_degree);
+  const long long product =
+      1LL * s.dp_degree * s.cfg_degree * s.ring_degree * s.ulysses_degree * s.tp_degree;
   if (s.world < 1 || s.world > 1024 || s.dp_degree < 1 || s.cfg_degree < 1 || s.ring_degree < 1 ||
       s.ulysses_degree < 1 || s.tp_degree < 1 || product != s.world)
     return L;

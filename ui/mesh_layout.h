@@ -7,7 +7,6 @@
 #include <QList>
 #include <QString>
 #include <QStringList>
-
 #include <array>
 
 #include "parallel/strategy.h"
@@ -28,9 +27,9 @@ struct MeshLayout {
   bool valid = false;
   int rows = 0;
   int cols = 0;
-  QList<MeshCell> cells;   ///< in rank order
-  QStringList rowLabels;   ///< "dp 0 / cfg 1 / ring 0" per row (dimensions > 1 only)
-  QString dims;            ///< "dp 1 x cfg 2 x ring 1 x ulysses 2 x tp 1"
+  QList<MeshCell> cells;  ///< in rank order
+  QStringList rowLabels;  ///< "dp 0 / cfg 1 / ring 0" per row (dimensions > 1 only)
+  QString dims;           ///< "dp 1 x cfg 2 x ring 1 x ulysses 2 x tp 1"
 };
 
 /// Computes the layout (up to 1024 ranks).

@@ -1,7 +1,6 @@
 #include "ui/model_info.h"
 
 #include <QDir>
-
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -28,7 +27,8 @@ ComponentSize readComponent(const ModelFolder& m, const char* name, const char* 
   }
   namespace fs = std::filesystem;
   for (const auto& e : fs::directory_iterator(m.component(name)))
-    if (e.path().extension() == ".safetensors") c.bytes += static_cast<qint64>(fs::file_size(e.path()));
+    if (e.path().extension() == ".safetensors")
+      c.bytes += static_cast<qint64>(fs::file_size(e.path()));
   qint64 best = -1;
   for (const auto& [dt, n] : byDtype)
     if (n > best) best = n, c.dtype = QString::fromStdString(dt);

@@ -34,7 +34,7 @@ struct ModelInfo {
   int in_channels = 0;
   bool guidance_embeds = false;
   // vae/config.json
-  int vae_scale_factor = 8;  ///< 2^(len(block_out_channels)-1)
+  int vae_scale_factor = 8;       ///< 2^(len(block_out_channels)-1)
   int max_sequence_length = 512;  ///< the pipeline's default text length (FLUX: T5 tokens)
   QList<ComponentSize> components;
   /// The transformer family's declared ModelDims (sizes, tensor- and context-parallel plans,

@@ -52,28 +52,34 @@ PresetPanel::PresetPanel(PresetStore* store, std::function<Preset()> current, QW
     const QString suggestion = store_->isBuiltin(selectedName()) || selectedName().isEmpty()
                                    ? store_->uniqueName(tr("My preset"))
                                    : selectedName();
-    const QString name = QInputDialog::getText(this, tr("Save preset"), tr("Name:"), QLineEdit::Normal, suggestion, &ok);
+    const QString name = QInputDialog::getText(this, tr("Save preset"), tr("Name:"),
+                                               QLineEdit::Normal, suggestion, &ok);
     if (!ok || name.trimmed().isEmpty()) return;
     if (store_->find(name.trimmed()) && !store_->isBuiltin(name.trimmed()) &&
-        QMessageBox::question(this, tr("Save preset"), tr("Replace \"%1\"?").arg(name.trimmed())) != QMessageBox::Yes)
+        QMessageBox::question(this, tr("Save preset"), tr("Replace \"%1\"?").arg(name.trimmed())) !=
+            QMessageBox::Yes)
       return;
     saveCurrentAs(name);
   });
   connect(rename_, &QPushButton::clicked, this, [this] {
     bool ok = false;
-    const QString name = QInputDialog::getText(this, tr("Rename preset"), tr("New name:"), QLineEdit::Normal, selectedName(), &ok);
+    const QString name = QInputDialog::getText(this, tr("Rename preset"), tr("New name:"),
+                                               QLineEdit::Normal, selectedName(), &ok);
     if (ok) renameSelected(name);
   });
   connect(delete_, &QPushButton::clicked, this, [this] {
-    if (QMessageBox::question(this, tr("Delete preset"), tr("Delete \"%1\"?").arg(selectedName())) == QMessageBox::Yes)
+    if (QMessageBox::question(this, tr("Delete preset"),
+                              tr("Delete \"%1\"?").arg(selectedName())) == QMessageBox::Yes)
       deleteSelected();
   });
   connect(import, &QPushButton::clicked, this, [this] {
-    const QString f = QFileDialog::getOpenFileName(this, tr("Import presets"), QString(), tr("Presets (*.json)"));
+    const QString f =
+        QFileDialog::getOpenFileName(this, tr("Import presets"), QString(), tr("Presets (*.json)"));
     if (!f.isEmpty()) importFile(f);
   });
   connect(export_, &QPushButton::clicked, this, [this] {
-    const QString f = QFileDialog::getSaveFileName(this, tr("Export preset"), selectedName() + ".json", tr("Presets (*.json)"));
+    const QString f = QFileDialog::getSaveFileName(
+        this, tr("Export preset"), selectedName() + ".json", tr("Presets (*.json)"));
     if (!f.isEmpty()) exportSelected(f);
   });
   refresh();
@@ -83,7 +89,8 @@ void PresetPanel::refresh(const QString& selectName) {
   const QString keep = selectName.isEmpty() ? selectedName() : selectName;
   list_->clear();
   for (const Preset& p : store_->presets()) {
-    auto* item = new QListWidgetItem(p.builtin ? QStringLiteral("◆ %1").arg(p.name) : p.name, list_);
+    auto* item =
+        new QListWidgetItem(p.builtin ? QStringLiteral("◆ %1").arg(p.name) : p.name, list_);
     item->setData(Qt::UserRole, p.name);
     item->setToolTip(QStringLiteral("%1\n%2%3")
                          .arg(p.builtin ? tr("built-in (read-only)") : tr("user preset"))
@@ -117,7 +124,8 @@ void PresetPanel::updateButtons() {
   delete_->setEnabled(user);
   export_->setEnabled(has);
   if (auto p = store_->find(n))
-    description_->setText(strategyText(p->strategy) + (p->description.isEmpty() ? QString() : "\n" + p->description));
+    description_->setText(strategyText(p->strategy) +
+                          (p->description.isEmpty() ? QString() : "\n" + p->description));
   else
     description_->clear();
 }

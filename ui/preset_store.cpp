@@ -40,7 +40,8 @@ std::optional<Preset> Preset::fromJson(const QJsonObject& j, QString* error) {
       p.generation = paramsFromQJson(j.value("generation").toObject());
     }
   } catch (const dit::protocol::ProtocolError& e) {
-    if (error) *error = QStringLiteral("preset \"%1\": %2").arg(p.name, QString::fromStdString(e.what()));
+    if (error)
+      *error = QStringLiteral("preset \"%1\": %2").arg(p.name, QString::fromStdString(e.what()));
     return std::nullopt;
   }
   return p;
@@ -48,10 +49,13 @@ std::optional<Preset> Preset::fromJson(const QJsonObject& j, QString* error) {
 
 PresetStore::PresetStore(QString dataDir, QString builtinFile)
     : dataDir_(dataDir.isEmpty() ? appDataDir() : dataDir),
-      builtinFile_(builtinFile.isEmpty() ? QStringLiteral(":/ditstudio/presets/builtin-presets.json")
-                                         : builtinFile) {}
+      builtinFile_(builtinFile.isEmpty()
+                       ? QStringLiteral(":/ditstudio/presets/builtin-presets.json")
+                       : builtinFile) {}
 
-QString PresetStore::userFile() const { return QDir(dataDir_).filePath(QStringLiteral("presets.json")); }
+QString PresetStore::userFile() const {
+  return QDir(dataDir_).filePath(QStringLiteral("presets.json"));
+}
 
 QJsonObject PresetStore::toDocument(const QList<Preset>& presets) {
   QJsonArray arr;
@@ -74,8 +78,10 @@ QList<Preset> PresetStore::fromDocument(const QJsonValue& doc, QString* error) {
   }
   for (const QJsonValue& v : arr) {
     QString err;
-    if (auto p = Preset::fromJson(v.toObject(), &err)) out.append(*p);
-    else if (error && error->isEmpty()) *error = err;
+    if (auto p = Preset::fromJson(v.toObject(), &err))
+      out.append(*p);
+    else if (error && error->isEmpty())
+      *error = err;
   }
   return out;
 }
@@ -158,13 +164,16 @@ bool PresetStore::save(const Preset& presetIn, QString* error) {
     return false;
   }
   if (isBuiltin(p.name)) {
-    if (error) *error = QStringLiteral("\"%1\" is a built-in preset; save under another name").arg(p.name);
+    if (error)
+      *error = QStringLiteral("\"%1\" is a built-in preset; save under another name").arg(p.name);
     return false;
   }
   const QList<Preset> before = user_;
   const int i = userIndex(p.name);
-  if (i >= 0) user_[i] = p;
-  else user_.append(p);
+  if (i >= 0)
+    user_[i] = p;
+  else
+    user_.append(p);
   if (!persist(error)) {
     user_ = before;
     return false;

@@ -7,14 +7,15 @@
 #include <QLineSeries>
 #include <QSplitter>
 #include <QTableView>
-#include <QValueAxis>
 #include <QVBoxLayout>
+#include <QValueAxis>
 
 #include "ui/model_info.h"
 
 namespace dit::ui {
 
-RankMonitor::RankMonitor(RankMonitorModel* model, QWidget* parent) : QWidget(parent), model_(model) {
+RankMonitor::RankMonitor(RankMonitorModel* model, QWidget* parent)
+    : QWidget(parent), model_(model) {
   auto* lay = new QVBoxLayout(this);
   lay->setContentsMargins(0, 0, 0, 0);
   auto* split = new QSplitter(Qt::Vertical, this);
@@ -121,7 +122,8 @@ void RankMonitor::rebuildSeries() {
   axisX_->applyNiceNumbers();
   axisY_->setRange(0, maxY_ * 1.1);
   axisY_->applyNiceNumbers();
-  axisY_->setLabelFormat(axisY_->max() < 10 ? "%.1f" : "%.0f");  // no repeated labels on small ranges
+  axisY_->setLabelFormat(axisY_->max() < 10 ? "%.1f"
+                                            : "%.0f");  // no repeated labels on small ranges
 }
 
 void RankMonitor::appendSamples(double t) {
@@ -142,7 +144,8 @@ void RankMonitor::appendSamples(double t) {
   axisX_->applyNiceNumbers();
   axisY_->setRange(0, maxY_ * 1.1);
   axisY_->applyNiceNumbers();
-  axisY_->setLabelFormat(axisY_->max() < 10 ? "%.1f" : "%.0f");  // no repeated labels on small ranges
+  axisY_->setLabelFormat(axisY_->max() < 10 ? "%.1f"
+                                            : "%.0f");  // no repeated labels on small ranges
   totals_->setText(tr("sent by all ranks: %1").arg(formatBytes(model_->totalBytesSent())));
 }
 

@@ -86,7 +86,9 @@ int RankMonitorModel::rowCount(const QModelIndex& parent) const {
   return parent.isValid() ? 0 : static_cast<int>(rows_.size());
 }
 
-int RankMonitorModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : ColumnCount; }
+int RankMonitorModel::columnCount(const QModelIndex& parent) const {
+  return parent.isValid() ? 0 : ColumnCount;
+}
 
 QVariant RankMonitorModel::data(const QModelIndex& index, int role) const {
   if (!index.isValid() || index.row() >= rows_.size()) return {};
@@ -95,16 +97,27 @@ QVariant RankMonitorModel::data(const QModelIndex& index, int role) const {
   auto mem = [](qint64 b) { return b < 0 ? QStringLiteral("-") : formatBytes(b); };
   if (role == Qt::DisplayRole) {
     switch (index.column()) {
-      case Rank: return index.row();
-      case Pid: return row.pid < 0 ? QStringLiteral("-") : QString::number(row.pid);
-      case Stage: return row.failed ? QStringLiteral("FAILED") : (s.stage.isEmpty() ? QStringLiteral("-") : s.stage);
-      case Step: return s.steps > 0 ? QStringLiteral("%1/%2").arg(s.step).arg(s.steps) : QStringLiteral("-");
-      case StepMs: return s.step_ms < 0 ? QStringLiteral("-") : QString::number(s.step_ms, 'f', 1);
-      case Rss: return mem(s.rss);
-      case RssPeak: return mem(s.rss_peak);
-      case Dev: return mem(s.dev);
-      case DevPeak: return mem(s.dev_peak);
-      case Sent: return mem(s.bytes_sent);
+      case Rank:
+        return index.row();
+      case Pid:
+        return row.pid < 0 ? QStringLiteral("-") : QString::number(row.pid);
+      case Stage:
+        return row.failed ? QStringLiteral("FAILED")
+                          : (s.stage.isEmpty() ? QStringLiteral("-") : s.stage);
+      case Step:
+        return s.steps > 0 ? QStringLiteral("%1/%2").arg(s.step).arg(s.steps) : QStringLiteral("-");
+      case StepMs:
+        return s.step_ms < 0 ? QStringLiteral("-") : QString::number(s.step_ms, 'f', 1);
+      case Rss:
+        return mem(s.rss);
+      case RssPeak:
+        return mem(s.rss_peak);
+      case Dev:
+        return mem(s.dev);
+      case DevPeak:
+        return mem(s.dev_peak);
+      case Sent:
+        return mem(s.bytes_sent);
     }
   } else if (role == Qt::ToolTipRole && row.failed) {
     return row.failure;
@@ -119,16 +132,26 @@ QVariant RankMonitorModel::data(const QModelIndex& index, int role) const {
 QVariant RankMonitorModel::headerData(int section, Qt::Orientation o, int role) const {
   if (o != Qt::Horizontal || role != Qt::DisplayRole) return {};
   switch (section) {
-    case Rank: return QStringLiteral("Rank");
-    case Pid: return QStringLiteral("PID");
-    case Stage: return QStringLiteral("Stage");
-    case Step: return QStringLiteral("Step");
-    case StepMs: return QStringLiteral("ms/step");
-    case Rss: return QStringLiteral("Host RSS");
-    case RssPeak: return QStringLiteral("RSS peak");
-    case Dev: return QStringLiteral("Device");
-    case DevPeak: return QStringLiteral("Dev peak");
-    case Sent: return QStringLiteral("Sent");
+    case Rank:
+      return QStringLiteral("Rank");
+    case Pid:
+      return QStringLiteral("PID");
+    case Stage:
+      return QStringLiteral("Stage");
+    case Step:
+      return QStringLiteral("Step");
+    case StepMs:
+      return QStringLiteral("ms/step");
+    case Rss:
+      return QStringLiteral("Host RSS");
+    case RssPeak:
+      return QStringLiteral("RSS peak");
+    case Dev:
+      return QStringLiteral("Device");
+    case DevPeak:
+      return QStringLiteral("Dev peak");
+    case Sent:
+      return QStringLiteral("Sent");
   }
   return {};
 }

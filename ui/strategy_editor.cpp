@@ -53,8 +53,9 @@ void MeshView::paintEvent(QPaintEvent*) {
   p.setRenderHint(QPainter::Antialiasing);
   if (!layout_.valid) {
     p.setPen(QColor(0xff, 0x8a, 0x80));
-    p.drawText(rect().adjusted(4, 4, -4, -4), Qt::AlignLeft | Qt::AlignTop | Qt::TextWordWrap,
-               tr("No mesh: the degrees' product (%1) must equal the number of ranks.").arg(layout_.dims));
+    p.drawText(
+        rect().adjusted(4, 4, -4, -4), Qt::AlignLeft | Qt::AlignTop | Qt::TextWordWrap,
+        tr("No mesh: the degrees' product (%1) must equal the number of ranks.").arg(layout_.dims));
     return;
   }
   static const QColor rowColors[] = {QColor(0x2b, 0x4c, 0x7e), QColor(0x3c, 0x6e, 0x47),
@@ -64,8 +65,8 @@ void MeshView::paintEvent(QPaintEvent*) {
   p.setFont(small);
   for (int row = 0; row < layout_.rows; ++row) {
     p.setPen(QColor(0x9a, 0xa4, 0xb2));
-    p.drawText(QRect(2, 4 + row * (kBoxH + kGap), kLabelW - 6, kBoxH), Qt::AlignVCenter | Qt::AlignLeft,
-               layout_.rowLabels.value(row));
+    p.drawText(QRect(2, 4 + row * (kBoxH + kGap), kLabelW - 6, kBoxH),
+               Qt::AlignVCenter | Qt::AlignLeft, layout_.rowLabels.value(row));
   }
   for (const MeshCell& c : layout_.cells) {
     const int bw = boxWidth();
@@ -116,7 +117,9 @@ StrategyEditor::StrategyEditor(QWidget* parent) : QWidget(parent) {
   ur->addWidget(ulysses_, 1);
   ur->addWidget(ulyssesAnything_);
   form->addRow(tr("ulysses degree"), ur);
-  cfg_ = spin(1, 2, tr("CFG parallel: 2 computes conditional and unconditional halves at once (needs true CFG)"));
+  cfg_ = spin(
+      1, 2,
+      tr("CFG parallel: 2 computes conditional and unconditional halves at once (needs true CFG)"));
   form->addRow(tr("cfg degree"), cfg_);
   dp_ = spin(1, 1024, tr("Data parallel: replicas generating different images"));
   form->addRow(tr("dp degree"), dp_);
@@ -131,7 +134,8 @@ StrategyEditor::StrategyEditor(QWidget* parent) : QWidget(parent) {
   auto* fill = new QPushButton(tr("Ranks = product"), box);
   fill->setToolTip(tr("Set the number of ranks to dp × cfg × ring × ulysses × tp"));
   auto* advisor = new QPushButton(tr("Advisor…"), box);
-  advisor->setToolTip(tr("Recommend a strategy from model size, GPU memory, interconnect and resolution"));
+  advisor->setToolTip(
+      tr("Recommend a strategy from model size, GPU memory, interconnect and resolution"));
   buttons->addWidget(fill);
   buttons->addStretch(1);
   buttons->addWidget(advisor);
@@ -172,7 +176,8 @@ StrategyEditor::StrategyEditor(QWidget* parent) : QWidget(parent) {
   connect(ringAnything_, &QCheckBox::toggled, this, emitChanged);
   connect(hostfile_, &QLineEdit::textChanged, this, emitChanged);
   connect(fill, &QPushButton::clicked, this, [this] {
-    world_->setValue(tp_->value() * ring_->value() * ulysses_->value() * cfg_->value() * dp_->value());
+    world_->setValue(tp_->value() * ring_->value() * ulysses_->value() * cfg_->value() *
+                     dp_->value());
   });
   connect(advisor, &QPushButton::clicked, this, &StrategyEditor::advisorRequested);
   connect(hb, &QPushButton::clicked, this, [this] {

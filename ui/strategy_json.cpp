@@ -7,9 +7,13 @@
 
 namespace dit::ui {
 
-QJsonObject strategyToJson(const dit::Strategy& s) { return toQJsonObject(dit::protocol::strategyToJson(s)); }
+QJsonObject strategyToJson(const dit::Strategy& s) {
+  return toQJsonObject(dit::protocol::strategyToJson(s));
+}
 
-dit::Strategy strategyFromJson(const QJsonObject& j) { return dit::protocol::strategyFromJson(toNlohmann(j)); }
+dit::Strategy strategyFromJson(const QJsonObject& j) {
+  return dit::protocol::strategyFromJson(toNlohmann(j));
+}
 
 bool sameStrategy(const dit::Strategy& a, const dit::Strategy& b) {
   return a.world == b.world && a.tp_degree == b.tp_degree && a.ring_degree == b.ring_degree &&
@@ -23,7 +27,8 @@ QString strategyText(const dit::Strategy& s) {
   if (s.dp_degree > 1) parts << QStringLiteral("dp %1").arg(s.dp_degree);
   if (s.cfg_degree > 1) parts << QStringLiteral("cfg %1").arg(s.cfg_degree);
   if (s.ring_degree > 1)
-    parts << QStringLiteral("ring %1%2").arg(s.ring_degree).arg(s.ring_anything ? " (anything)" : "");
+    parts
+        << QStringLiteral("ring %1%2").arg(s.ring_degree).arg(s.ring_anything ? " (anything)" : "");
   if (s.ulysses_degree > 1)
     parts << QStringLiteral("ulysses %1%2")
                  .arg(s.ulysses_degree)

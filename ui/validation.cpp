@@ -28,7 +28,8 @@ Validation validate(const dit::Strategy& s, const ModelInfo& model, const Genera
   if (!hostfile.trimmed().isEmpty() && !QFileInfo::exists(hostfile.trimmed()))
     v.startIssues << QStringLiteral("hostfile %1 does not exist").arg(hostfile.trimmed());
   if (!model.ok) {
-    v.startIssues << (model.error.isEmpty() ? QStringLiteral("no model folder chosen") : model.error);
+    v.startIssues << (model.error.isEmpty() ? QStringLiteral("no model folder chosen")
+                                            : model.error);
     return v;
   }
   const dit::ModelDims dims = model.dims();

@@ -16,7 +16,8 @@ std::vector<std::string> toStd(const QStringList& l) {
 }  // namespace
 
 QString LaunchCommand::display() const {
-  return QString::fromStdString(dit::protocol::shellQuoted(toStd(QStringList{program} + arguments)));
+  return QString::fromStdString(
+      dit::protocol::shellQuoted(toStd(QStringList{program} + arguments)));
 }
 
 LaunchCommand buildLaunchCommand(const LaunchConfig& c) {
@@ -48,7 +49,8 @@ QString defaultWorkerPath() {
 QString defaultModelDirFor(const QString& exeDir) {
   const QString env = qEnvironmentVariable("DITSTUDIO_MODEL_DIR");
   if (!env.isEmpty()) return env;
-  return QDir::cleanPath(QDir(exeDir).filePath(QStringLiteral("../share/ditstudio/models/tiny-flux")));
+  return QDir::cleanPath(
+      QDir(exeDir).filePath(QStringLiteral("../share/ditstudio/models/tiny-flux")));
 }
 
 QString defaultModelDir() { return defaultModelDirFor(QCoreApplication::applicationDirPath()); }

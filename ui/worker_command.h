@@ -12,11 +12,11 @@ namespace dit::ui {
 
 /// What the controller needs to start a process group.
 struct LaunchConfig {
-  dit::Strategy strategy;  ///< world = mpirun -np; degrees become the worker's strategy flags
-  QString modelDir;        ///< --model
-  QString hostfile;        ///< optional mpirun --hostfile
-  QString workerPath;      ///< ditstudio-worker executable (empty: defaultWorkerPath())
-  QString mpirunPath;      ///< mpirun executable (empty: defaultMpirun())
+  dit::Strategy strategy;       ///< world = mpirun -np; degrees become the worker's strategy flags
+  QString modelDir;             ///< --model
+  QString hostfile;             ///< optional mpirun --hostfile
+  QString workerPath;           ///< ditstudio-worker executable (empty: defaultWorkerPath())
+  QString mpirunPath;           ///< mpirun executable (empty: defaultMpirun())
   QStringList extraWorkerArgs;  ///< appended after the strategy flags (e.g. "--dtype", "float32")
 };
 

@@ -28,7 +28,8 @@ WorkerController::~WorkerController() {
   QProcess* p = process_;
   p->disconnect(this);
   stopRequested_ = true;
-  const QByteArray bye = QByteArray::fromStdString(dit::protocol::requestLine(dit::protocol::ShutdownRequest{}) + "\n");
+  const QByteArray bye = QByteArray::fromStdString(
+      dit::protocol::requestLine(dit::protocol::ShutdownRequest{}) + "\n");
   p->write(bye);
   p->waitForBytesWritten(500);
   if (!p->waitForFinished(2000)) {
@@ -42,12 +43,18 @@ WorkerController::~WorkerController() {
 
 QString WorkerController::stateName(State s) {
   switch (s) {
-    case State::Stopped: return QStringLiteral("stopped");
-    case State::Starting: return QStringLiteral("starting");
-    case State::Ready: return QStringLiteral("ready");
-    case State::Busy: return QStringLiteral("busy");
-    case State::Stopping: return QStringLiteral("stopping");
-    case State::Failed: return QStringLiteral("failed");
+    case State::Stopped:
+      return QStringLiteral("stopped");
+    case State::Starting:
+      return QStringLiteral("starting");
+    case State::Ready:
+      return QStringLiteral("ready");
+    case State::Busy:
+      return QStringLiteral("busy");
+    case State::Stopping:
+      return QStringLiteral("stopping");
+    case State::Failed:
+      return QStringLiteral("failed");
   }
   return {};
 }
@@ -101,7 +108,8 @@ bool WorkerController::start(const LaunchConfig& config) {
           [this] { handleStderr(process_->readAllStandardError()); });
   connect(process_, &QProcess::finished, this, &WorkerController::handleFinished);
   connect(process_, &QProcess::errorOccurred, this, &WorkerController::handleProcessError);
-  Q_EMIT logLine(-1, QStringLiteral("info"), QStringLiteral("starting: %1").arg(command_.display()));
+  Q_EMIT logLine(-1, QStringLiteral("info"),
+                 QStringLiteral("starting: %1").arg(command_.display()));
   setState(State::Starting);
   process_->start(command_.program, command_.arguments);
   return true;
@@ -293,8 +301,10 @@ void WorkerController::handleEvent(const WorkerEvent& ev) {
     const int i = indexOf(id);
     if (i < 0) return;  // already finished (e.g. a cancel that arrived after `done`)
     queue_.removeAt(i);
-    if (ev.type == "done") Q_EMIT requestDone(id, d.value("seconds").toDouble(0));
-    else Q_EMIT requestCancelled(id, d.value("step").toInt(0));
+    if (ev.type == "done")
+      Q_EMIT requestDone(id, d.value("seconds").toDouble(0));
+    else
+      Q_EMIT requestCancelled(id, d.value("step").toInt(0));
     Q_EMIT queueChanged();
     updateBusy();
   } else if (ev.type == "error") {
@@ -339,26 +349,31 @@ WorkerFailure WorkerController::buildCrashFailure(int exitCode, QProcess::ExitSt
     f.message = mp->reason;
     // OpenMPI sometimes reports "PID 0"; the rank's hello event has the real one.
     if (mp->pid <= 0 && f.pid > 0)
-      f.message.replace(QStringLiteral("(pid %1 ").arg(mp->pid), QStringLiteral("(pid %1 ").arg(f.pid));
+      f.message.replace(QStringLiteral("(pid %1 ").arg(mp->pid),
+                        QStringLiteral("(pid %1 ").arg(f.pid));
     if (f.rank >= 0 && lastRanks_.contains(f.rank)) {
       const RankStats& r = lastRanks_[f.rank];
       if (!r.stage.isEmpty())
-        f.message += r.steps > 0 ? QStringLiteral(" while %1 (step %2/%3)").arg(r.stage).arg(r.step).arg(r.steps)
-                                 : QStringLiteral(" while %1").arg(r.stage);
+        f.message +=
+            r.steps > 0
+                ? QStringLiteral(" while %1 (step %2/%3)").arg(r.stage).arg(r.step).arg(r.steps)
+                : QStringLiteral(" while %1").arg(r.stage);
     }
   } else if (status == QProcess::CrashExit) {
     f.message = QStringLiteral("mpirun crashed");
   } else {
     f.message = sawReady_
-                    ? QStringLiteral("the worker group exited unexpectedly (mpirun exit code %1)").arg(exitCode)
-                    : QStringLiteral("the worker group failed to start (mpirun exit code %1)").arg(exitCode);
+                    ? QStringLiteral("the worker group exited unexpectedly (mpirun exit code %1)")
+                          .arg(exitCode)
+                    : QStringLiteral("the worker group failed to start (mpirun exit code %1)")
+                          .arg(exitCode);
   }
   // Last meaningful stderr lines for context.
   QStringList lines = err.split('\n', Qt::SkipEmptyParts);
   QStringList tail;
   for (int i = lines.size() - 1; i >= 0 && tail.size() < 6; --i) {
     const QString l = lines[i].trimmed();
-    if (l.isEmpty() || l.startsWith("----") ) continue;
+    if (l.isEmpty() || l.startsWith("----")) continue;
     tail.prepend(l);
   }
   if (!tail.isEmpty()) f.detail += (f.detail.isEmpty() ? "" : "\n") + tail.join('\n');

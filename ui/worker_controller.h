@@ -13,7 +13,6 @@
 #include <QProcess>
 #include <QString>
 #include <QTimer>
-
 #include <optional>
 
 #include "ui/event_parser.h"

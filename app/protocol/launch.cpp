@@ -1,7 +1,6 @@
 #include "app/protocol/launch.h"
 
 #include <CLI/CLI.hpp>
-
 #include <cstdlib>
 #include <regex>
 #include <stdexcept>
@@ -24,8 +23,9 @@ std::vector<std::string> strategyArgs(const Strategy& s) {
                              "--ulysses-degree", std::to_string(s.ulysses_degree)};
   if (s.ulysses_anything) a.push_back("--ulysses-anything");
   if (s.ring_anything) a.push_back("--ring-anything");
-  a.insert(a.end(), {"--cfg-degree", std::to_string(s.cfg_degree), "--dp-degree", std::to_string(s.dp_degree),
-                     "--device", s.device.empty() ? std::string("cpu") : s.device});
+  a.insert(a.end(), {"--cfg-degree", std::to_string(s.cfg_degree), "--dp-degree",
+                     std::to_string(s.dp_degree), "--device",
+                     s.device.empty() ? std::string("cpu") : s.device});
   return a;
 }
 
@@ -44,14 +44,17 @@ std::string trim(const std::string& s) {
 
 std::vector<std::string> mpirunArgv(const MpirunLaunch& l) {
   if (l.strategy.world < 1)
-    throw std::invalid_argument("mpirun -np " + std::to_string(l.strategy.world) + ": world size must be at least 1");
+    throw std::invalid_argument("mpirun -np " + std::to_string(l.strategy.world) +
+                                ": world size must be at least 1");
   if (l.omp_threads < 1)
-    throw std::invalid_argument("OMP_NUM_THREADS " + std::to_string(l.omp_threads) + " must be at least 1");
+    throw std::invalid_argument("OMP_NUM_THREADS " + std::to_string(l.omp_threads) +
+                                " must be at least 1");
   if (l.worker.empty()) throw std::invalid_argument("no ditstudio-worker executable given");
   std::vector<std::string> a{l.mpirun.empty() ? defaultMpirun() : l.mpirun, "--allow-run-as-root",
                              "--oversubscribe", "-np", std::to_string(l.strategy.world)};
   if (const std::string hf = trim(l.hostfile); !hf.empty()) a.insert(a.end(), {"--hostfile", hf});
-  a.insert(a.end(), {"-x", "OMP_NUM_THREADS=" + std::to_string(l.omp_threads), l.worker, "--model", l.model});
+  a.insert(a.end(), {"-x", "OMP_NUM_THREADS=" + std::to_string(l.omp_threads), l.worker, "--model",
+                     l.model});
   const auto s = strategyArgs(l.strategy);
   a.insert(a.end(), s.begin(), s.end());
   a.insert(a.end(), l.extra_worker_args.begin(), l.extra_worker_args.end());
@@ -81,10 +84,14 @@ std::optional<RankFailure> parseMpirunFailure(std::string_view textIn) {
       R"(process\s+rank\s+(\d+)\s+with\s+PID\s+(\d+)\s+on\s+node\s+(\S+)\s+exited\s+on\s+signal\s+(\d+)(?:\s+\(([^)]*)\))?)");
   static const regex noticedExitRe(
       R"(process\s+rank\s+(\d+)\s+with\s+PID\s+(\d+)\s+on\s+node\s+(\S+)\s+exited\s+with\s+(?:non-zero\s+)?(?:status|exit\s+code)\s+(-?\d+))");
-  static const regex abortRe(R"(MPI_ABORT\s+was\s+invoked\s+on\s+rank\s+(\d+)(?:[^\n]*?\n?[^\n]*?errorcode\s+(\d+))?)");
-  // OpenMPI 4: "Process name: [[job,1],R]"; OpenMPI 5 (prterun): "Process name: [prterun-host-pid@1,R]".
-  static const regex procRe(R"(Process\s+name:\s*\[(?:\[\d+,\d+\]|[^\]\s@]+@\d+),(\d+)\]\s*(?:Exit\s+code:\s*(-?\d+))?)");
-  static const regex primaryRe(R"(Primary\s+job\s+terminated\s+normally,\s+but\s+(\d+)\s+process(?:es)?\s+returned)");
+  static const regex abortRe(
+      R"(MPI_ABORT\s+was\s+invoked\s+on\s+rank\s+(\d+)(?:[^\n]*?\n?[^\n]*?errorcode\s+(\d+))?)");
+  // OpenMPI 4: "Process name: [[job,1],R]"; OpenMPI 5 (prterun): "Process name:
+  // [prterun-host-pid@1,R]".
+  static const regex procRe(
+      R"(Process\s+name:\s*\[(?:\[\d+,\d+\]|[^\]\s@]+@\d+),(\d+)\]\s*(?:Exit\s+code:\s*(-?\d+))?)");
+  static const regex primaryRe(
+      R"(Primary\s+job\s+terminated\s+normally,\s+but\s+(\d+)\s+process(?:es)?\s+returned)");
   std::smatch m;
   RankFailure f;
   if (std::regex_search(text, m, signalRe)) {
@@ -92,8 +99,9 @@ std::optional<RankFailure> parseMpirunFailure(std::string_view textIn) {
     f.pid = std::stoll(m[2]);
     f.node = m[3];
     f.signal = std::stoi(m[4]);
-    f.reason = "rank " + m[1].str() + " (pid " + m[2].str() + " on " + f.node + ") was killed by signal " +
-               m[4].str() + (m[5].matched && m[5].length() > 0 ? " (" + m[5].str() + ")" : std::string());
+    f.reason = "rank " + m[1].str() + " (pid " + m[2].str() + " on " + f.node +
+               ") was killed by signal " + m[4].str() +
+               (m[5].matched && m[5].length() > 0 ? " (" + m[5].str() + ")" : std::string());
     return f;
   }
   if (std::regex_search(text, m, noticedExitRe)) {
@@ -101,14 +109,16 @@ std::optional<RankFailure> parseMpirunFailure(std::string_view textIn) {
     f.pid = std::stoll(m[2]);
     f.node = m[3];
     f.exit_code = std::stoi(m[4]);
-    f.reason = "rank " + m[1].str() + " exited with code " + m[4].str() + " (pid " + m[2].str() + " on " + f.node + ")";
+    f.reason = "rank " + m[1].str() + " exited with code " + m[4].str() + " (pid " + m[2].str() +
+               " on " + f.node + ")";
     return f;
   }
   if (std::regex_search(text, m, abortRe)) {
     f.rank = std::stoi(m[1]);
     if (m[2].matched) f.exit_code = std::stoi(m[2]);
     f.reason = "rank " + m[1].str() + " aborted the group (MPI_Abort" +
-               (f.exit_code >= 0 ? ", error code " + std::to_string(f.exit_code) : std::string()) + ")";
+               (f.exit_code >= 0 ? ", error code " + std::to_string(f.exit_code) : std::string()) +
+               ")";
     return f;
   }
   if (std::regex_search(text, m, procRe)) {

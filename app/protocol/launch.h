@@ -32,12 +32,12 @@ std::vector<std::string> strategyArgs(const Strategy& s);
 
 /// What starting a process group needs.
 struct MpirunLaunch {
-  std::string mpirun;          ///< launcher program; "" = defaultMpirun()
-  Strategy strategy;           ///< world = mpirun -np; degrees become strategyArgs()
-  std::string hostfile;        ///< optional --hostfile (surrounding blanks are trimmed)
-  int omp_threads = 1;         ///< OMP_NUM_THREADS exported to every rank (-x), >= 1
-  std::string worker;          ///< ditstudio-worker executable
-  std::string model;           ///< --model folder
+  std::string mpirun;    ///< launcher program; "" = defaultMpirun()
+  Strategy strategy;     ///< world = mpirun -np; degrees become strategyArgs()
+  std::string hostfile;  ///< optional --hostfile (surrounding blanks are trimmed)
+  int omp_threads = 1;   ///< OMP_NUM_THREADS exported to every rank (-x), >= 1
+  std::string worker;    ///< ditstudio-worker executable
+  std::string model;     ///< --model folder
   std::vector<std::string> extra_worker_args;  ///< appended after the strategy flags
 };
 
@@ -55,13 +55,14 @@ std::string shellQuoted(const std::vector<std::string>& argv);
 
 /// A rank that died, as reported by mpirun on stderr.
 struct RankFailure {
-  int rank = -1;            ///< MPI_COMM_WORLD rank, -1 when mpirun did not name one
-  std::int64_t pid = -1;    ///< pid of the rank, -1 when not reported
-  int signal = -1;          ///< terminating signal, -1 when it exited
-  int exit_code = -1;       ///< exit status, -1 when not reported
-  std::string node;         ///< host name when reported
+  int rank = -1;          ///< MPI_COMM_WORLD rank, -1 when mpirun did not name one
+  std::int64_t pid = -1;  ///< pid of the rank, -1 when not reported
+  int signal = -1;        ///< terminating signal, -1 when it exited
+  int exit_code = -1;     ///< exit status, -1 when not reported
+  std::string node;       ///< host name when reported
   /// One clause naming the rank and the cause, e.g. "rank 1 (pid 4242 on h) was killed by signal
-  /// 9 (Killed)", "rank 1 exited with code 3", "rank 2 aborted the group (MPI_Abort, error code 1)".
+  /// 9 (Killed)", "rank 1 exited with code 3", "rank 2 aborted the group (MPI_Abort, error code
+  /// 1)".
   std::string reason;
 };
 

@@ -12,11 +12,14 @@ using nlohmann::json;
 namespace {
 
 // Invalid UTF-8 (e.g. echoed from a bad request line) is replaced, never thrown.
-std::string dumpSafe(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string dumpSafe(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 [[noreturn]] void wrongType(const char* what, const std::string& key, const json& v,
                             const std::optional<std::string>& id) {
-  throw ProtocolError(std::string(what) + " field '" + key + "' has the wrong type: " + dumpSafe(v), key, id);
+  throw ProtocolError(std::string(what) + " field '" + key + "' has the wrong type: " + dumpSafe(v),
+                      key, id);
 }
 
 // Field readers: absent or null keeps `out`; a value of the wrong type throws naming the field.
@@ -38,10 +41,12 @@ struct Reader {
   void integer(const char* key, int& out) const {
     if (const json* v = find(key)) {
       if (!v->is_number_integer()) wrongType(what, key, *v, id);
-      if (v->is_number_unsigned() ? v->get<std::uint64_t>() > std::uint64_t(std::numeric_limits<int>::max())
-                                  : (v->get<std::int64_t>() < std::numeric_limits<int>::min() ||
-                                     v->get<std::int64_t>() > std::numeric_limits<int>::max()))
-        throw ProtocolError(std::string(what) + " field '" + key + "' is out of range: " + dumpSafe(*v), key, id);
+      if (v->is_number_unsigned()
+              ? v->get<std::uint64_t>() > std::uint64_t(std::numeric_limits<int>::max())
+              : (v->get<std::int64_t>() < std::numeric_limits<int>::min() ||
+                 v->get<std::int64_t>() > std::numeric_limits<int>::max()))
+        throw ProtocolError(
+            std::string(what) + " field '" + key + "' is out of range: " + dumpSafe(*v), key, id);
       out = static_cast<int>(v->get<std::int64_t>());
     }
   }
@@ -70,7 +75,8 @@ struct Reader {
   }
 };
 
-GenerationParams readParams(const json& j, const GenerationParams& defaults, const std::optional<std::string>& id) {
+GenerationParams readParams(const json& j, const GenerationParams& defaults,
+                            const std::optional<std::string>& id) {
   Reader r{j, "request", id};
   GenerationParams p = defaults;
   r.str("prompt", p.prompt);
@@ -109,7 +115,8 @@ std::size_t utf8SequenceLength(std::string_view s, std::size_t i) {
   if (c < 0x80) return 1;
   std::size_t n;
   unsigned char lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) n = 2;
+  if (c >= 0xC2 && c <= 0xDF)
+    n = 2;
   else if (c >= 0xE0 && c <= 0xEF) {
     n = 3;
     if (c == 0xE0) lo = 0xA0;
@@ -135,8 +142,9 @@ std::string hexByte(unsigned char c) {
 
 [[noreturn]] void notUtf8(const std::string& field, std::size_t offset, unsigned char byte,
                           const std::optional<std::string>& id) {
-  throw ProtocolError("request field '" + field + "' is not valid UTF-8: invalid byte " + hexByte(byte) +
-                          " at byte offset " + std::to_string(offset) + " of its text",
+  throw ProtocolError("request field '" + field + "' is not valid UTF-8: invalid byte " +
+                          hexByte(byte) + " at byte offset " + std::to_string(offset) +
+                          " of its text",
                       field, id);
 }
 
@@ -166,19 +174,23 @@ void refuseInvalidUtf8Line(std::string_view line) {
       ++i;
     } else if (c == ',') {
       if (!stack.empty()) {
-        if (stack.back().object) stack.back().expectKey = true;
-        else ++stack.back().index;
+        if (stack.back().object)
+          stack.back().expectKey = true;
+        else
+          ++stack.back().index;
       }
       ++i;
     } else if (c == '"') {
       const bool isKey = !stack.empty() && stack.back().object && stack.back().expectKey;
       std::string field;
-      if (isKey) field = "(a key)";
+      if (isKey)
+        field = "(a key)";
       else if (!stack.empty()) {
         // The innermost object key, with the array index when inside a list ("prompts[1]").
         std::string suffix;
         for (auto it = stack.rbegin(); it != stack.rend(); ++it) {
-          if (!it->object) suffix.insert(0, '[' + std::to_string(it->index) + ']');
+          if (!it->object)
+            suffix.insert(0, '[' + std::to_string(it->index) + ']');
           else {
             field = it->key + suffix;
             break;
@@ -192,8 +204,13 @@ void refuseInvalidUtf8Line(std::string_view line) {
       while (i < line.size() && line[i] != '"') {
         if (line[i] == '\\' && i + 1 < line.size()) {
           if (line[i + 1] == 'u' && i + 5 < line.size()) {
-            const unsigned cp = static_cast<unsigned>(std::strtoul(std::string(line.substr(i + 2, 4)).c_str(), nullptr, 16));
-            decoded += cp < 0x80 ? 1 : cp < 0x800 ? 2 : (cp >= 0xD800 && cp <= 0xDBFF) ? 4 : (cp >= 0xDC00 && cp <= 0xDFFF) ? 0 : 3;
+            const unsigned cp = static_cast<unsigned>(
+                std::strtoul(std::string(line.substr(i + 2, 4)).c_str(), nullptr, 16));
+            decoded += cp < 0x80                        ? 1
+                       : cp < 0x800                     ? 2
+                       : (cp >= 0xD800 && cp <= 0xDBFF) ? 4
+                       : (cp >= 0xDC00 && cp <= 0xDFFF) ? 0
+                                                        : 3;
             i += 6;
           } else {
             text += line[i + 1];
@@ -203,7 +220,9 @@ void refuseInvalidUtf8Line(std::string_view line) {
           continue;
         }
         const std::size_t n = utf8SequenceLength(line, i);
-        if (n == 0) notUtf8(isKey ? std::string("(a key)") : field, decoded, static_cast<unsigned char>(line[i]), id);
+        if (n == 0)
+          notUtf8(isKey ? std::string("(a key)") : field, decoded,
+                  static_cast<unsigned char>(line[i]), id);
         text.append(line.substr(i, n));
         decoded += n;
         i += n;
@@ -231,9 +250,10 @@ void trimLineEnd(std::string_view& line) {
 bool GenerationParams::trueCfg() const { return hasNegativePrompt() && true_cfg_scale > 1.0; }
 
 bool GenerationParams::operator==(const GenerationParams& o) const {
-  return prompt == o.prompt && negative_prompt == o.negative_prompt && hasNegativePrompt() == o.hasNegativePrompt() &&
-         true_cfg_scale == o.true_cfg_scale && width == o.width && height == o.height && steps == o.steps &&
-         guidance == o.guidance && seed == o.seed && random_seed == o.random_seed && num_images == o.num_images &&
+  return prompt == o.prompt && negative_prompt == o.negative_prompt &&
+         hasNegativePrompt() == o.hasNegativePrompt() && true_cfg_scale == o.true_cfg_scale &&
+         width == o.width && height == o.height && steps == o.steps && guidance == o.guidance &&
+         seed == o.seed && random_seed == o.random_seed && num_images == o.num_images &&
          max_sequence_length == o.max_sequence_length;
 }
 
@@ -261,18 +281,21 @@ std::string numberText(double v) {
   return buf;
 }
 
-void checkReal(const char* field, double v, double lo, double hi, const std::optional<std::string>& id) {
+void checkReal(const char* field, double v, double lo, double hi,
+               const std::optional<std::string>& id) {
   if (!std::isfinite(v) || v < lo || v > hi)
-    throw ProtocolError(std::string("request field '") + field + "' must be a finite number in " + numberText(lo) +
-                            " .. " + numberText(hi) + ", got " + numberText(v),
+    throw ProtocolError(std::string("request field '") + field + "' must be a finite number in " +
+                            numberText(lo) + " .. " + numberText(hi) + ", got " + numberText(v),
                         field, id);
 }
 
 // 0 (= the model's default) or 1 .. hi.
-void checkDefaultable(const char* field, int v, int hi, const char* unit, const std::optional<std::string>& id) {
+void checkDefaultable(const char* field, int v, int hi, const char* unit,
+                      const std::optional<std::string>& id) {
   if (v < 0 || v > hi)
-    throw ProtocolError(std::string("request field '") + field + "' must be 0 (the model's default) or 1 .. " +
-                            std::to_string(hi) + unit + ", got " + std::to_string(v),
+    throw ProtocolError(std::string("request field '") + field +
+                            "' must be 0 (the model's default) or 1 .. " + std::to_string(hi) +
+                            unit + ", got " + std::to_string(v),
                         field, id);
 }
 
@@ -288,8 +311,8 @@ void checkParams(const GenerationParams& p, const std::optional<std::string>& id
   checkDefaultable("steps", p.steps, kMaxSteps, "", id);
   checkDefaultable("max_sequence_length", p.max_sequence_length, kMaxSequenceLength, " tokens", id);
   if (p.num_images < 1 || p.num_images > kMaxImages)
-    throw ProtocolError("request field 'num_images' must be in 1 .. " + std::to_string(kMaxImages) + ", got " +
-                            std::to_string(p.num_images),
+    throw ProtocolError("request field 'num_images' must be in 1 .. " + std::to_string(kMaxImages) +
+                            ", got " + std::to_string(p.num_images),
                         "num_images", id);
 }
 
@@ -301,33 +324,34 @@ void checkRequest(const GenerateRequest& r) {
                             " prompts; at most " + std::to_string(kMaxImages),
                         "prompts", id);
   checkParams(r.params, id);
-  for (std::size_t i = 0; i < r.prompts.size(); ++i) checkUtf8("prompts[" + std::to_string(i) + "]", r.prompts[i], id);
+  for (std::size_t i = 0; i < r.prompts.size(); ++i)
+    checkUtf8("prompts[" + std::to_string(i) + "]", r.prompts[i], id);
   checkUtf8("output", r.output, id);
   checkUtf8("output_dir", r.output_dir, id);
   checkUtf8("output_tensors", r.output_tensors, id);
   if (r.preview_every < 0 || r.preview_every > 1000000)
-    throw ProtocolError("request field 'preview_every' must be in 0 .. 1000000 (0: no previews), got " +
-                            std::to_string(r.preview_every),
-                        "preview_every", id);
+    throw ProtocolError(
+        "request field 'preview_every' must be in 0 .. 1000000 (0: no previews), got " +
+            std::to_string(r.preview_every),
+        "preview_every", id);
 }
 
 json toJson(const GenerationParams& p) {
-  json j{{"prompt", p.prompt},
-         {"true_cfg_scale", p.true_cfg_scale},
-         {"width", p.width},
-         {"height", p.height},
-         {"steps", p.steps},
-         {"guidance", p.guidance},
-         {"num_images", p.num_images},
-         {"max_sequence_length", p.max_sequence_length}};
+  json j{{"prompt", p.prompt},         {"true_cfg_scale", p.true_cfg_scale},
+         {"width", p.width},           {"height", p.height},
+         {"steps", p.steps},           {"guidance", p.guidance},
+         {"num_images", p.num_images}, {"max_sequence_length", p.max_sequence_length}};
   if (p.hasNegativePrompt()) j["negative_prompt"] = p.negative_prompt;  // given, even ""
-  if (p.random_seed) j["seed"] = -1;
-  else j["seed"] = p.seed;  // number_unsigned: exact for every 64-bit value
+  if (p.random_seed)
+    j["seed"] = -1;
+  else
+    j["seed"] = p.seed;  // number_unsigned: exact for every 64-bit value
   return j;
 }
 
 GenerationParams paramsFromJson(const json& j, const GenerationParams& defaults) {
-  if (!j.is_object()) throw ProtocolError("generation parameters must be a JSON object, got " + dumpSafe(j));
+  if (!j.is_object())
+    throw ProtocolError("generation parameters must be a JSON object, got " + dumpSafe(j));
   return readParams(j, defaults, std::nullopt);
 }
 
@@ -337,9 +361,12 @@ int GenerateRequest::imageCount() const {
 
 std::string requestType(const Request& r) {
   switch (r.index()) {
-    case 0: return "generate";
-    case 1: return "cancel";
-    default: return "shutdown";
+    case 0:
+      return "generate";
+    case 1:
+      return "cancel";
+    default:
+      return "shutdown";
   }
 }
 
@@ -356,7 +383,8 @@ json toJson(const Request& r) {
     j["preview_every"] = g->preview_every;
     return j;
   }
-  if (const auto* c = std::get_if<CancelRequest>(&r)) return json{{"type", "cancel"}, {"id", c->id}};
+  if (const auto* c = std::get_if<CancelRequest>(&r))
+    return json{{"type", "cancel"}, {"id", c->id}};
   const auto& s = std::get<ShutdownRequest>(r);
   json j{{"type", "shutdown"}};
   if (!s.reason.empty()) j["reason"] = s.reason;
@@ -372,7 +400,8 @@ Request parseRequest(const json& j) {
     throw ProtocolError("request needs a string \"type\" (generate, cancel or shutdown)", "type");
   const std::string type = t->get<std::string>();
   if (type != "generate" && type != "cancel" && type != "shutdown")
-    throw ProtocolError("unknown request type '" + type + "' (generate, cancel or shutdown)", "type");
+    throw ProtocolError("unknown request type '" + type + "' (generate, cancel or shutdown)",
+                        "type");
   std::optional<std::string> id;
   if (auto i = j.find("id"); i != j.end() && i->is_string()) id = i->get<std::string>();
   if (type == "shutdown") {
@@ -392,7 +421,8 @@ Request parseRequest(const json& j) {
   r.str("output_tensors", g.output_tensors);
   r.boolean("overwrite", g.overwrite);
   r.integer("preview_every", g.preview_every);
-  if (!g.prompts.empty()) g.params.num_images = static_cast<int>(std::min<std::size_t>(g.prompts.size(), kMaxImages + 1));
+  if (!g.prompts.empty())
+    g.params.num_images = static_cast<int>(std::min<std::size_t>(g.prompts.size(), kMaxImages + 1));
   checkRequest(g);
   return g;
 }
@@ -412,7 +442,8 @@ Request parseRequestLine(std::string_view line) {
 std::string eventLine(const json& event) { return std::string(kEventPrefix) + dumpSafe(event); }
 
 std::string eventLine(const nlohmann::ordered_json& event) {
-  return std::string(kEventPrefix) + event.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  return std::string(kEventPrefix) +
+         event.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 std::optional<Event> parseEventLine(std::string_view line) {
@@ -427,19 +458,25 @@ std::optional<Event> parseEventLine(std::string_view line) {
   }
   if (line.size() - start < kEventPrefix.size() + 2) return std::nullopt;
   if (line.substr(start, kEventPrefix.size()) != kEventPrefix) return std::nullopt;
-  json j = json::parse(line.substr(start + kEventPrefix.size()), nullptr, /*allow_exceptions=*/false);
+  json j =
+      json::parse(line.substr(start + kEventPrefix.size()), nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return std::nullopt;  // also the "discarded" value of a parse error
   auto t = j.find("event");
   if (t == j.end() || !t->is_string()) t = j.find("type");
-  if (t == j.end() || !t->is_string() || t->get_ref<const std::string&>().empty()) return std::nullopt;
+  if (t == j.end() || !t->is_string() || t->get_ref<const std::string&>().empty())
+    return std::nullopt;
   Event ev;
   ev.type = t->get<std::string>();
   ev.data = std::move(j);
   return ev;
 }
 
-json errorEvent(const std::optional<std::string>& id, int rank, const std::string& message, bool fatal) {
-  return json{{"event", "error"}, {"id", id ? json(*id) : json()}, {"rank", rank}, {"message", message},
+json errorEvent(const std::optional<std::string>& id, int rank, const std::string& message,
+                bool fatal) {
+  return json{{"event", "error"},
+              {"id", id ? json(*id) : json()},
+              {"rank", rank},
+              {"message", message},
               {"fatal", fatal}};
 }
 
@@ -450,7 +487,8 @@ std::vector<RankStats> parseRanks(const json& event) {
   auto i64 = [](const json& o, const char* key) -> std::int64_t {
     auto v = o.find(key);
     if (v == o.end() || !v->is_number()) return -1;
-    return v->is_number_float() ? static_cast<std::int64_t>(v->get<double>()) : v->get<std::int64_t>();
+    return v->is_number_float() ? static_cast<std::int64_t>(v->get<double>())
+                                : v->get<std::int64_t>();
   };
   for (const json& o : *it) {
     if (!o.is_object()) continue;

@@ -10,9 +10,8 @@
 //   dit_protocol -> strategy (Torch-free);  parallel runtime, dit_app, dit_ui -> dit_protocol.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -28,7 +27,8 @@ namespace dit::protocol {
 inline constexpr std::string_view kEventPrefix = "@@DIT ";
 
 /// The default prompt of every front end (GUI panel, headless run, ditstudio-cli).
-inline constexpr const char* kDefaultPrompt = "a watercolor painting of a red fox in a snowy forest";
+inline constexpr const char* kDefaultPrompt =
+    "a watercolor painting of a red fox in a snowy forest";
 
 /// A request or strategy object that does not follow the protocol. what() is the sentence shown to
 /// the user (e.g. "request field 'width' has the wrong type: \"64\""); field() names the offending
@@ -96,18 +96,19 @@ GenerationParams paramsFromJson(const nlohmann::json& j, const GenerationParams&
 /// Allowed ranges of the numeric request fields (inclusive). 0 for width, height, steps and
 /// max_sequence_length means "the model's default"; the pipeline further requires width and
 /// height to be multiples of 2 x vae_scale_factor.
-inline constexpr int kMaxSide = 16384;           ///< width, height: 0 or 1 .. kMaxSide pixels
-inline constexpr int kMaxSteps = 1000;           ///< steps: 0 or 1 .. kMaxSteps
-inline constexpr int kMaxSequenceLength = 512;   ///< max_sequence_length: 0 or 1 .. 512 (T5)
-inline constexpr int kMaxImages = 10000;         ///< num_images: 1 .. kMaxImages
-inline constexpr double kMaxGuidance = 100.0;    ///< guidance, true_cfg_scale: finite, 0 .. 100
+inline constexpr int kMaxSide = 16384;          ///< width, height: 0 or 1 .. kMaxSide pixels
+inline constexpr int kMaxSteps = 1000;          ///< steps: 0 or 1 .. kMaxSteps
+inline constexpr int kMaxSequenceLength = 512;  ///< max_sequence_length: 0 or 1 .. 512 (T5)
+inline constexpr int kMaxImages = 10000;        ///< num_images: 1 .. kMaxImages
+inline constexpr double kMaxGuidance = 100.0;   ///< guidance, true_cfg_scale: finite, 0 .. 100
 
 /// The first byte of `s` that is not part of well-formed UTF-8 (RFC 3629: no overlongs, no
 /// surrogates, nothing above U+10FFFF), or std::string::npos when `s` is valid.
 std::size_t invalidUtf8Offset(std::string_view s);
 /// Throws ProtocolError naming `field` and the byte offset ("request field 'prompt' is not valid
 /// UTF-8: byte 3 (0xff) ...") when `s` is not valid UTF-8.
-void checkUtf8(const std::string& field, std::string_view s, const std::optional<std::string>& id = std::nullopt);
+void checkUtf8(const std::string& field, std::string_view s,
+               const std::optional<std::string>& id = std::nullopt);
 /// Checks every field at the door, before any work starts: each number finite and in its range
 /// (messages state the allowed range, e.g. "request field 'guidance' must be a finite number in
 /// 0 .. 100, got nan"), each text field valid UTF-8. Throws ProtocolError naming the field.
@@ -119,13 +120,13 @@ struct GenerateRequest {
   std::string id;
   GenerationParams params;
   std::vector<std::string> prompts;  ///< one image per prompt (num_images is then their count)
-  std::string output;                ///< PNG path ("name-i.png" with several images); "" = output_dir
-  std::string output_dir;            ///< "" = the system temporary folder
-  std::string output_tensors;        ///< optional safetensors with image and latents
+  std::string output;          ///< PNG path ("name-i.png" with several images); "" = output_dir
+  std::string output_dir;      ///< "" = the system temporary folder
+  std::string output_tensors;  ///< optional safetensors with image and latents
   /// false (default): an existing file at `output` / `output_tensors` is an error (nothing is
   /// overwritten); true: replace it. Images under output_dir always get new unique names.
   bool overwrite = false;
-  int preview_every = 0;             ///< > 0: a preview event every N steps (0 .. 1000000)
+  int preview_every = 0;  ///< > 0: a preview event every N steps (0 .. 1000000)
   /// Images this request makes: prompts.size() when a prompt list is given, else num_images.
   int imageCount() const;
   bool operator==(const GenerateRequest&) const = default;
@@ -177,8 +178,8 @@ std::string eventLine(const nlohmann::ordered_json& event);
 /// noise, truncated JSON. Integers stay exact (64-bit seeds).
 std::optional<Event> parseEventLine(std::string_view line);
 /// The `error` event: {"event":"error","id":id or null,"rank","message","fatal"}.
-nlohmann::json errorEvent(const std::optional<std::string>& id, int rank, const std::string& message,
-                          bool fatal);
+nlohmann::json errorEvent(const std::optional<std::string>& id, int rank,
+                          const std::string& message, bool fatal);
 
 /// Per-rank figures of a `ranks` event (bytes, milliseconds); -1 when the worker omitted one.
 struct RankStats {

@@ -2,9 +2,8 @@
 // naming the file and the key, so a broken model folder is reported as such.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "backend/io/safetensors.h"  // ModelFileError
 
@@ -23,7 +22,8 @@ void getConfigValue(const nlohmann::json& j, const char* key, T& out, const std:
   try {
     out = it->template get<T>();
   } catch (const nlohmann::json::exception&) {
-    throw ModelFileError(file, std::string("config key '") + key + "' has the wrong type: " + it->dump());
+    throw ModelFileError(file,
+                         std::string("config key '") + key + "' has the wrong type: " + it->dump());
   }
 }
 

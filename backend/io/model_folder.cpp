@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 #include <filesystem>
-
 #include <nlohmann/json.hpp>
 
 #include "backend/io/config_json.h"
@@ -25,7 +24,8 @@ ModelFolder ModelFolder::open(const std::string& path) {
   const PipelineFamily& family = pipelineFamily(m.pipeline_class, idx);
   for (const std::string& comp : family.components) {
     if (mi.contains(comp) && mi[comp].is_array() && !mi[comp].empty() && mi[comp][0].is_null())
-      throw ModelFileError(idx, "component '" + comp + "' is null; " + family.class_name + " needs it");
+      throw ModelFileError(idx,
+                           "component '" + comp + "' is null; " + family.class_name + " needs it");
     if (!fs::is_directory(path + "/" + comp))
       throw ModelFileError(path + "/" + comp, "component folder is missing");
   }
@@ -41,7 +41,8 @@ ModelFolder ModelFolder::open(const std::string& path) {
         m.transformer_class = (*it)[1].get<std::string>();
     }
     if (m.transformer_class.empty())
-      throw ModelFileError(f, "no \"_class_name\" here nor in model_index.json: unknown transformer class");
+      throw ModelFileError(
+          f, "no \"_class_name\" here nor in model_index.json: unknown transformer class");
     transformerFamily(m.transformer_class, f);  // refuses an unregistered class
   }
   m.config = family.parse(m);
@@ -60,7 +61,9 @@ std::string defaultModelDir() {
   std::error_code ec;
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (ec) return "share/ditstudio/models/tiny-flux";
-  return (exe.parent_path().parent_path() / "share/ditstudio/models/tiny-flux").lexically_normal().string();
+  return (exe.parent_path().parent_path() / "share/ditstudio/models/tiny-flux")
+      .lexically_normal()
+      .string();
 }
 
 }  // namespace dit

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "backend/io/safetensors.h"  // ModelFileError
-#include "parallel/strategy.h"      // ModelDims
+#include "parallel/strategy.h"       // ModelDims
 
 namespace dit {
 
@@ -32,8 +32,9 @@ struct PipelineConfig {
 
 struct ModelFolder {
   std::string path;
-  std::string pipeline_class;     ///< model_index.json "_class_name", e.g. "FluxPipeline"
-  std::string transformer_class;  ///< transformer/config.json "_class_name", e.g. "FluxTransformer2DModel"
+  std::string pipeline_class;  ///< model_index.json "_class_name", e.g. "FluxPipeline"
+  std::string
+      transformer_class;  ///< transformer/config.json "_class_name", e.g. "FluxTransformer2DModel"
   std::shared_ptr<const PipelineConfig> config;  ///< parsed by the pipeline family
 
   /// Reads model_index.json, dispatches on its `_class_name` to the registered pipeline family,
@@ -59,9 +60,10 @@ struct ModelFolder {
   template <typename T>
   const T& configAs() const {
     if (auto* c = dynamic_cast<const T*>(config.get())) return *c;
-    throw std::invalid_argument("model folder " + path + " holds a " +
-                                (pipeline_class.empty() ? std::string("<no pipeline>") : pipeline_class) +
-                                ", which this code path does not support");
+    throw std::invalid_argument(
+        "model folder " + path + " holds a " +
+        (pipeline_class.empty() ? std::string("<no pipeline>") : pipeline_class) +
+        ", which this code path does not support");
   }
 };
 
@@ -69,7 +71,8 @@ struct ModelFolder {
 /// it came from, and lists the supported classes.
 class UnsupportedModelError : public ModelFileError {
  public:
-  UnsupportedModelError(const std::string& file, const std::string& cause) : ModelFileError(file, cause) {}
+  UnsupportedModelError(const std::string& file, const std::string& cause)
+      : ModelFileError(file, cause) {}
 };
 
 /// The embedded default model shipped with DiT Studio: $DITSTUDIO_MODEL_DIR, else

@@ -31,7 +31,8 @@ std::vector<uint8_t> encodePng(const uint8_t* rgb, int width, int height,
     chunk.insert(chunk.end(), v.begin(), v.end());
     appendBE32(out, static_cast<uint32_t>(chunk.size() - 4));
     out.insert(out.end(), chunk.begin(), chunk.end());
-    appendBE32(out, static_cast<uint32_t>(crc32(0L, chunk.data(), static_cast<uInt>(chunk.size()))));
+    appendBE32(out,
+               static_cast<uint32_t>(crc32(0L, chunk.data(), static_cast<uInt>(chunk.size()))));
   }
   out.insert(out.end(), png + 33, png + len);
   STBIW_FREE(png);
@@ -45,7 +46,8 @@ void writePng(const std::string& path, const uint8_t* rgb, int width, int height
   {
     std::ofstream o(tmp, std::ios::binary | std::ios::trunc);
     if (!o) throw std::runtime_error("cannot write " + path);
-    o.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    o.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
     if (!o) throw std::runtime_error("write failed: " + path);
   }
   std::filesystem::rename(tmp, path);
@@ -60,7 +62,8 @@ std::map<std::string, std::string> readPngText(const std::string& path) {
   std::map<std::string, std::string> text;
   size_t p = 8;
   while (p + 12 <= b.size()) {
-    uint32_t n = (uint32_t(b[p]) << 24) | (uint32_t(b[p + 1]) << 16) | (uint32_t(b[p + 2]) << 8) | b[p + 3];
+    uint32_t n =
+        (uint32_t(b[p]) << 24) | (uint32_t(b[p + 1]) << 16) | (uint32_t(b[p + 2]) << 8) | b[p + 3];
     if (p + 12 + n > b.size()) break;
     if (std::memcmp(&b[p + 4], "tEXt", 4) == 0) {
       std::string s(reinterpret_cast<const char*>(&b[p + 8]), n);

@@ -18,20 +18,34 @@ using nlohmann::json;
 
 size_t dtypeSize(DType t) {
   switch (t) {
-    case DType::BOOL: case DType::U8: case DType::I8: case DType::F8_E4M3: case DType::F8_E5M2:
+    case DType::BOOL:
+    case DType::U8:
+    case DType::I8:
+    case DType::F8_E4M3:
+    case DType::F8_E5M2:
       return 1;
-    case DType::U16: case DType::I16: case DType::F16: case DType::BF16: return 2;
-    case DType::U32: case DType::I32: case DType::F32: return 4;
-    case DType::U64: case DType::I64: case DType::F64: return 8;
+    case DType::U16:
+    case DType::I16:
+    case DType::F16:
+    case DType::BF16:
+      return 2;
+    case DType::U32:
+    case DType::I32:
+    case DType::F32:
+      return 4;
+    case DType::U64:
+    case DType::I64:
+    case DType::F64:
+      return 8;
   }
   return 0;
 }
 
 static const std::pair<DType, const char*> kNames[] = {
-    {DType::BOOL, "BOOL"}, {DType::U8, "U8"},     {DType::I8, "I8"},
-    {DType::U16, "U16"},   {DType::I16, "I16"},   {DType::F16, "F16"},
-    {DType::BF16, "BF16"}, {DType::U32, "U32"},   {DType::I32, "I32"},
-    {DType::F32, "F32"},   {DType::U64, "U64"},   {DType::I64, "I64"},
+    {DType::BOOL, "BOOL"}, {DType::U8, "U8"},           {DType::I8, "I8"},
+    {DType::U16, "U16"},   {DType::I16, "I16"},         {DType::F16, "F16"},
+    {DType::BF16, "BF16"}, {DType::U32, "U32"},         {DType::I32, "I32"},
+    {DType::F32, "F32"},   {DType::U64, "U64"},         {DType::I64, "I64"},
     {DType::F64, "F64"},   {DType::F8_E4M3, "F8_E4M3"}, {DType::F8_E5M2, "F8_E5M2"}};
 
 const char* dtypeName(DType t) {
@@ -68,7 +82,8 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   }
   void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
-  if (p == MAP_FAILED) throw ModelFileError(path, std::string("mmap failed: ") + std::strerror(errno));
+  if (p == MAP_FAILED)
+    throw ModelFileError(path, std::string("mmap failed: ") + std::strerror(errno));
   base_ = static_cast<const uint8_t*>(p);
 
   try {
@@ -136,16 +151,15 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
                   ") lie outside the data section (" + std::to_string(size_ - dataStart) +
                   " bytes): file truncated or corrupt");
       if (en - b != expect)
-        throw bad("shape and dtype need " + std::to_string(expect) + " bytes but data_offsets span " +
-                  std::to_string(en - b));
+        throw bad("shape and dtype need " + std::to_string(expect) +
+                  " bytes but data_offsets span " + std::to_string(en - b));
       t.begin = dataStart + b;
       t.end = dataStart + en;
       auto [pos, ok] = tensors_.emplace(name, std::move(t));
       if (!ok) throw bad("listed twice");
       order.push_back(&pos->second);
     }
-    std::sort(order.begin(), order.end(),
-              [](auto* a, auto* b) { return a->begin < b->begin; });
+    std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->begin < b->begin; });
     // Sorted by start: a tensor overlaps an earlier one iff it starts before the furthest end so
     // far (empty tensors occupy nothing and are skipped).
     const TensorInfo* furthest = nullptr;
@@ -216,7 +230,8 @@ SafetensorsCollection SafetensorsCollection::openFolder(const std::string& dir,
     if (e.path().extension() == ".safetensors") found.push_back(e.path());
   if (found.size() == 1) return SafetensorsCollection(found[0].string());
   if (found.empty())
-    throw ModelFileError(dir, "no " + stem + ".safetensors (or .safetensors.index.json) weights file");
+    throw ModelFileError(dir,
+                         "no " + stem + ".safetensors (or .safetensors.index.json) weights file");
   throw ModelFileError(dir, "several .safetensors files and no " + stem +
                                 ".safetensors.index.json to say which to use");
 }
@@ -240,14 +255,15 @@ SafetensorsCollection::SafetensorsCollection(const std::string& path) : path_(pa
     throw ModelFileError(path, "index has no \"weight_map\" object");
   std::map<std::string, size_t> shardIdx;
   for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-    if (!it->is_string()) throw ModelFileError(path, "weight_map entry '" + it.key() + "' is not a file name");
+    if (!it->is_string())
+      throw ModelFileError(path, "weight_map entry '" + it.key() + "' is not a file name");
     std::string f = it->get<std::string>();
     auto s = shardIdx.find(f);
     if (s == shardIdx.end()) {
       fs::path sp = p.parent_path() / f;
       if (!fs::exists(sp))
-        throw ModelFileError(path, "names shard '" + f + "' (for tensor '" + it.key() +
-                                       "') which does not exist");
+        throw ModelFileError(
+            path, "names shard '" + f + "' (for tensor '" + it.key() + "') which does not exist");
       shards_.push_back(std::make_shared<SafetensorsReader>(sp.string()));
       s = shardIdx.emplace(f, shards_.size() - 1).first;
     }
@@ -292,7 +308,8 @@ void writeSafetensors(const std::string& path, const std::map<std::string, RawTe
       throw std::runtime_error("writeSafetensors: tensor '" + name + "' has " +
                                std::to_string(t.bytes.size()) + " bytes, shape needs " +
                                std::to_string(need));
-    h[name] = {{"dtype", dtypeName(t.dtype)}, {"shape", t.shape}, {"data_offsets", {off, off + need}}};
+    h[name] = {
+        {"dtype", dtypeName(t.dtype)}, {"shape", t.shape}, {"data_offsets", {off, off + need}}};
     off += need;
   }
   std::string hs = h.dump();
@@ -305,7 +322,8 @@ void writeSafetensors(const std::string& path, const std::map<std::string, RawTe
     for (int i = 0; i < 8; ++i) o.put(static_cast<char>((n >> (8 * i)) & 0xff));
     o.write(hs.data(), static_cast<std::streamsize>(hs.size()));
     for (auto& [name, t] : tensors)
-      o.write(reinterpret_cast<const char*>(t.bytes.data()), static_cast<std::streamsize>(t.bytes.size()));
+      o.write(reinterpret_cast<const char*>(t.bytes.data()),
+              static_cast<std::streamsize>(t.bytes.size()));
     if (!o) throw std::runtime_error("write failed: " + tmp);
   }
   fs::rename(tmp, path);

@@ -17,7 +17,23 @@
 namespace dit {
 
 /// Element types the safetensors format defines (names as in the file header).
-enum class DType { BOOL, U8, I8, U16, I16, F16, BF16, U32, I32, F32, U64, I64, F64, F8_E4M3, F8_E5M2 };
+enum class DType {
+  BOOL,
+  U8,
+  I8,
+  U16,
+  I16,
+  F16,
+  BF16,
+  U32,
+  I32,
+  F32,
+  U64,
+  I64,
+  F64,
+  F8_E4M3,
+  F8_E5M2
+};
 
 /// Bytes per element of `t`.
 size_t dtypeSize(DType t);

@@ -9,20 +9,34 @@ namespace dit {
 
 at::ScalarType scalarTypeFor(DType t) {
   switch (t) {
-    case DType::BOOL: return at::kBool;
-    case DType::U8: return at::kByte;
-    case DType::I8: return at::kChar;
-    case DType::I16: return at::kShort;
-    case DType::I32: return at::kInt;
-    case DType::I64: return at::kLong;
-    case DType::F16: return at::kHalf;
-    case DType::BF16: return at::kBFloat16;
-    case DType::F32: return at::kFloat;
-    case DType::F64: return at::kDouble;
-    case DType::F8_E4M3: case DType::F8_E5M2: return at::kFloat;
-    default: break;
+    case DType::BOOL:
+      return at::kBool;
+    case DType::U8:
+      return at::kByte;
+    case DType::I8:
+      return at::kChar;
+    case DType::I16:
+      return at::kShort;
+    case DType::I32:
+      return at::kInt;
+    case DType::I64:
+      return at::kLong;
+    case DType::F16:
+      return at::kHalf;
+    case DType::BF16:
+      return at::kBFloat16;
+    case DType::F32:
+      return at::kFloat;
+    case DType::F64:
+      return at::kDouble;
+    case DType::F8_E4M3:
+    case DType::F8_E5M2:
+      return at::kFloat;
+    default:
+      break;
   }
-  throw std::invalid_argument(std::string("dtype ") + dtypeName(t) + " is not supported by LibTorch");
+  throw std::invalid_argument(std::string("dtype ") + dtypeName(t) +
+                              " is not supported by LibTorch");
 }
 
 // Decodes one 8-bit float. E4M3 is the "fn" variant (no infinities, 0x7f/0xff are NaN) as in
@@ -162,14 +176,22 @@ at::Tensor loadPackedSlice(const SafetensorsCollection& st, const std::string& n
 
 static DType dtypeFor(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return DType::F32;
-    case at::kHalf: return DType::F16;
-    case at::kBFloat16: return DType::BF16;
-    case at::kLong: return DType::I64;
-    case at::kInt: return DType::I32;
-    case at::kByte: return DType::U8;
-    case at::kDouble: return DType::F64;
-    default: break;
+    case at::kFloat:
+      return DType::F32;
+    case at::kHalf:
+      return DType::F16;
+    case at::kBFloat16:
+      return DType::BF16;
+    case at::kLong:
+      return DType::I64;
+    case at::kInt:
+      return DType::I32;
+    case at::kByte:
+      return DType::U8;
+    case at::kDouble:
+      return DType::F64;
+    default:
+      break;
   }
   throw std::invalid_argument("saveTensors: unsupported dtype");
 }
@@ -196,10 +218,14 @@ at::ScalarType parseComputeDType(const std::string& s) {
 
 const char* computeDTypeName(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return "float32";
-    case at::kBFloat16: return "bfloat16";
-    case at::kHalf: return "float16";
-    default: return "other";
+    case at::kFloat:
+      return "float32";
+    case at::kBFloat16:
+      return "bfloat16";
+    case at::kHalf:
+      return "float16";
+    default:
+      return "other";
   }
 }
 

@@ -12,12 +12,14 @@
 namespace dit {
 
 /// at::ScalarType for a safetensors dtype. F8_E4M3/F8_E5M2 have no LibTorch 1.13 type: they map to
-/// at::kFloat and are decoded on load. Throws std::invalid_argument for unsigned 16/32/64-bit types.
+/// at::kFloat and are decoded on load. Throws std::invalid_argument for unsigned 16/32/64-bit
+/// types.
 at::ScalarType scalarTypeFor(DType t);
 
 /// Reads tensor `name` whole, converted to `dtype` (CPU, contiguous, owns its memory).
 /// Throws ModelFileError if the tensor is absent.
-at::Tensor loadTensor(const SafetensorsCollection& st, const std::string& name, at::ScalarType dtype);
+at::Tensor loadTensor(const SafetensorsCollection& st, const std::string& name,
+                      at::ScalarType dtype);
 
 /// Reads only the slice [start, start+length) of dimension `dim` (0 or 1) of tensor `name`; the
 /// rest of the tensor is never touched or copied (shard-on-load). For `dim == 1`, tensors must be

@@ -20,12 +20,14 @@ WeightLoader::WeightLoader(WeightSource& source, std::shared_ptr<const ShardingP
 int WeightLoader::tpRank() const { return tp_ ? tp_->rank() : 0; }
 int WeightLoader::tpSize() const { return tp_ ? tp_->size() : 1; }
 
-ShardSpec WeightLoader::specFor(const std::string& paramName, const std::vector<int64_t>& shape) const {
+ShardSpec WeightLoader::specFor(const std::string& paramName,
+                                const std::vector<int64_t>& shape) const {
   if (!plan_ || tpSize() == 1) return {};
   return plan_->shardSpec(paramName, shape, tpRank(), tpSize());
 }
 
-void WeightLoader::record(const std::string& name, const std::vector<int64_t>& shape, const ShardSpec& spec) {
+void WeightLoader::record(const std::string& name, const std::vector<int64_t>& shape,
+                          const ShardSpec& spec) {
   LoadedParameter p;
   p.info.name = name;
   p.info.shape = shape;
@@ -34,7 +36,8 @@ void WeightLoader::record(const std::string& name, const std::vector<int64_t>& s
   loaded_.push_back(std::move(p));
 }
 
-at::Tensor WeightLoader::read(const std::string& name, const std::vector<int64_t>& shape, const ShardSpec& spec) {
+at::Tensor WeightLoader::read(const std::string& name, const std::vector<int64_t>& shape,
+                              const ShardSpec& spec) {
   at::Tensor t;
   if (spec.replicated())
     t = src_.get(name, shape);
@@ -46,8 +49,8 @@ at::Tensor WeightLoader::read(const std::string& name, const std::vector<int64_t
   return t;
 }
 
-std::shared_ptr<tensor_parallel::Linear> WeightLoader::linear(const std::string& path, int64_t in, int64_t out,
-                                                              bool bias) {
+std::shared_ptr<tensor_parallel::Linear> WeightLoader::linear(const std::string& path, int64_t in,
+                                                              int64_t out, bool bias) {
   const std::vector<int64_t> wShape{out, in}, bShape{out};
   const ShardSpec ws = specFor(path + ".weight", wShape);
   const ShardSpec bs = bias ? specFor(path + ".bias", bShape) : ShardSpec{};
@@ -59,14 +62,16 @@ std::shared_ptr<tensor_parallel::Linear> WeightLoader::linear(const std::string&
 }
 
 std::shared_ptr<FusedColumnParallelLinear> WeightLoader::fusedColumn(
-    const std::string& name, const std::vector<std::pair<std::string, int64_t>>& parts, int64_t in) {
+    const std::string& name, const std::vector<std::pair<std::string, int64_t>>& parts,
+    int64_t in) {
   std::vector<FusedColumnParallelLinear::Part> ps;
   for (const auto& [path, out] : parts) {
     const std::vector<int64_t> wShape{out, in}, bShape{out};
     const ShardSpec ws = specFor(path + ".weight", wShape);
     if (tpSize() > 1 && (ws.replicated() || ws.dim != 0)) {
       const ShardRule* r = plan_ ? plan_->match(path) : nullptr;
-      throw std::invalid_argument("cannot fuse " + path + " into " + name + ": under tensor parallelism every part " +
+      throw std::invalid_argument("cannot fuse " + path + " into " + name +
+                                  ": under tensor parallelism every part " +
                                   "must be ColwiseParallel, but the plan gives it " +
                                   (r ? parallelStyleName(r->style) : "no rule (replicated)"));
     }

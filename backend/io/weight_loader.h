@@ -47,13 +47,15 @@ class WeightLoader {
  public:
   /// `plan` null = everything replicated; `tp` null or size 1 = no tensor parallelism (every
   /// layer is a ReplicatedLinear holding the whole weight).
-  WeightLoader(WeightSource& source, std::shared_ptr<const ShardingPlan> plan, std::shared_ptr<ProcessGroup> tp);
+  WeightLoader(WeightSource& source, std::shared_ptr<const ShardingPlan> plan,
+               std::shared_ptr<ProcessGroup> tp);
 
   /// The linear layer at module path `path` (parameters `path.weight` [out, in], `path.bias` [out]
   /// when `bias`), chosen and sharded by the plan rule matching `path` (table above). Throws
   /// ModelFileError for a missing tensor or a stored shape other than [out, in] / [out] (naming
   /// both), std::invalid_argument when the plan's slice does not divide the dimension.
-  std::shared_ptr<tensor_parallel::Linear> linear(const std::string& path, int64_t in, int64_t out, bool bias = true);
+  std::shared_ptr<tensor_parallel::Linear> linear(const std::string& path, int64_t in, int64_t out,
+                                                  bool bias = true);
 
   /// Several projections that share their input, computed as one GEMM: `parts` = {module path,
   /// out features} each with weight [out_i, in] and bias [out_i]. Every part must be
@@ -61,7 +63,8 @@ class WeightLoader {
   /// parts' outputs would not line up (std::invalid_argument naming the part and its style).
   /// `name` names the fused layer in logs.
   std::shared_ptr<tensor_parallel::FusedColumnParallelLinear> fusedColumn(
-      const std::string& name, const std::vector<std::pair<std::string, int64_t>>& parts, int64_t in);
+      const std::string& name, const std::vector<std::pair<std::string, int64_t>>& parts,
+      int64_t in);
 
   /// A non-linear parameter (norm weight, embedding table), always replicated. Same errors as
   /// WeightSource::get.
@@ -79,7 +82,8 @@ class WeightLoader {
 
  private:
   ShardSpec specFor(const std::string& paramName, const std::vector<int64_t>& shape) const;
-  at::Tensor read(const std::string& name, const std::vector<int64_t>& shape, const ShardSpec& spec);
+  at::Tensor read(const std::string& name, const std::vector<int64_t>& shape,
+                  const ShardSpec& spec);
   void record(const std::string& name, const std::vector<int64_t>& shape, const ShardSpec& spec);
 
   WeightSource& src_;

@@ -42,9 +42,9 @@ bool WeightSource::contains(const std::string& name) const { return !st_ || st_-
 void WeightSource::checkShape(const std::string& name, const std::vector<int64_t>& shape) const {
   const auto& info = st_->info(name);  // throws naming the file and tensor
   if (info.shape != shape)
-    throw ModelFileError(st_->reader(name).path(), "tensor '" + name + "' has shape " +
-                                                      shapeStr(info.shape) + " but the config implies " +
-                                                      shapeStr(shape));
+    throw ModelFileError(st_->reader(name).path(),
+                         "tensor '" + name + "' has shape " + shapeStr(info.shape) +
+                             " but the config implies " + shapeStr(shape));
 }
 
 at::Tensor WeightSource::finish(at::Tensor t) {
@@ -82,9 +82,9 @@ at::Tensor WeightSource::getOptional(const std::string& name, const std::vector<
 at::Tensor WeightSource::shard(const std::string& name, const std::vector<int64_t>& shape,
                                int64_t dim, int64_t part, int64_t parts) {
   if (shape[dim] % parts != 0)
-    throw std::invalid_argument("cannot shard '" + name + "': dim " + std::to_string(dim) + " size " +
-                                std::to_string(shape[dim]) + " is not divisible by tp_degree " +
-                                std::to_string(parts));
+    throw std::invalid_argument("cannot shard '" + name + "': dim " + std::to_string(dim) +
+                                " size " + std::to_string(shape[dim]) +
+                                " is not divisible by tp_degree " + std::to_string(parts));
   const int64_t len = shape[dim] / parts;
   if (!st_) {
     // Random: generate only the shard (seeded per name and part) so memory stays ~1/tp.
@@ -114,9 +114,12 @@ std::pair<std::string, int64_t> WeightSource::storage(const std::string& name) c
     return {dtypeName(t), static_cast<int64_t>(dtypeSize(t))};
   }
   switch (dtype_) {
-    case at::kBFloat16: return {"BF16", 2};
-    case at::kHalf: return {"F16", 2};
-    default: return {"F32", 4};
+    case at::kBFloat16:
+      return {"BF16", 2};
+    case at::kHalf:
+      return {"F16", 2};
+    default:
+      return {"F32", 4};
   }
 }
 

@@ -81,6 +81,7 @@ struct Linear {
 };
 
 /// Loads `prefix.weight` [out, in] and `prefix.bias` [out] (bias optional when `bias` false).
-Linear loadLinear(WeightSource& w, const std::string& prefix, int64_t in, int64_t out, bool bias = true);
+Linear loadLinear(WeightSource& w, const std::string& prefix, int64_t in, int64_t out,
+                  bool bias = true);
 
 }  // namespace dit

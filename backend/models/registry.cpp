@@ -21,8 +21,9 @@ const TransformerFamily& transformerFamily(const std::string& class_name, const 
     if (f.class_name == class_name) return f;
   std::string list;
   for (const auto& c : supportedTransformerClasses()) list += (list.empty() ? "" : ", ") + c;
-  throw UnsupportedModelError(file, "transformer class \"" + class_name +
-                                        "\" is not supported; supported transformer classes: " + list);
+  throw UnsupportedModelError(file,
+                              "transformer class \"" + class_name +
+                                  "\" is not supported; supported transformer classes: " + list);
 }
 
 std::vector<std::string> supportedTransformerClasses() {

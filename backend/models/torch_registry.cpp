@@ -25,16 +25,18 @@ std::string joined(const std::vector<std::string>& v) {
 
 }  // namespace
 
-std::unique_ptr<DiffusionTransformer> loadTransformer(const std::string& class_name, const nlohmann::json& config,
+std::unique_ptr<DiffusionTransformer> loadTransformer(const std::string& class_name,
+                                                      const nlohmann::json& config,
                                                       const std::string& file, WeightSource& w,
                                                       const TransformerParallelism& par) {
   (void)transformerFamily(class_name, file);  // unknown class: refused with the supported list
   for (const auto& b : builders())
     if (b.class_name == class_name) return b.load(config, file, w, par);
-  throw UnsupportedModelError(file, "transformer class \"" + class_name +
-                                        "\" has a config reader but no Torch implementation in this build; "
-                                        "implemented transformer classes: " +
-                                        joined(loadableTransformerClasses()));
+  throw UnsupportedModelError(
+      file, "transformer class \"" + class_name +
+                "\" has a config reader but no Torch implementation in this build; "
+                "implemented transformer classes: " +
+                joined(loadableTransformerClasses()));
 }
 
 std::vector<std::string> loadableTransformerClasses() {

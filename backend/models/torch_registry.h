@@ -11,10 +11,9 @@
 
 #include <functional>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "backend/models/diffusion_transformer.h"
 
@@ -28,14 +27,16 @@ struct TransformerBuilder {
   /// and loads the model's weights from `w` under `par` (each rank reads only its tensor-parallel
   /// slices). Throws ModelFileError (config, missing/mismatching tensors) or
   /// std::invalid_argument (the plan does not fit the tp degree).
-  std::function<std::unique_ptr<DiffusionTransformer>(const nlohmann::json& config, const std::string& file,
-                                                      WeightSource& w, const TransformerParallelism& par)>
+  std::function<std::unique_ptr<DiffusionTransformer>(const nlohmann::json& config,
+                                                      const std::string& file, WeightSource& w,
+                                                      const TransformerParallelism& par)>
       load;
 };
 
 /// Builds the transformer of class `class_name`: see TransformerBuilder::load. Throws
 /// UnsupportedModelError naming the class and `file` and listing the supported classes.
-std::unique_ptr<DiffusionTransformer> loadTransformer(const std::string& class_name, const nlohmann::json& config,
+std::unique_ptr<DiffusionTransformer> loadTransformer(const std::string& class_name,
+                                                      const nlohmann::json& config,
                                                       const std::string& file, WeightSource& w,
                                                       const TransformerParallelism& par = {});
 /// Classes with a Torch builder, in registration order.

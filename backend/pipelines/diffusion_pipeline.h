@@ -67,19 +67,19 @@ struct GenerationResult {
   at::Tensor image;            ///< [3, H, W] float32 in [0, 1]
   bool cancelled = false;
   int steps_done = 0;
-  PipelineInputs params;       ///< resolved inputs (defaults filled in)
+  PipelineInputs params;                     ///< resolved inputs (defaults filled in)
   std::map<std::string, double> timings_ms;  ///< tokenize, encode, step.i, denoise, decode
 };
 
 /// What the worker's `ready` event reports about the loaded model (app/PROTOCOL.md).
 struct PipelineModelInfo {
   int num_attention_heads = 0;
-  int inner_dim = 0;            ///< heads x head dim
-  int num_layers = 0;           ///< dual-stream (text + image) blocks
-  int num_single_layers = 0;    ///< single-stream blocks (0 when the family has none)
-  int vae_scale_factor = 8;     ///< pixels per latent pixel
+  int inner_dim = 0;          ///< heads x head dim
+  int num_layers = 0;         ///< dual-stream (text + image) blocks
+  int num_single_layers = 0;  ///< single-stream blocks (0 when the family has none)
+  int vae_scale_factor = 8;   ///< pixels per latent pixel
   int default_steps = 28;
-  bool guidance_embeds = false; ///< takes a distilled guidance scale
+  bool guidance_embeds = false;   ///< takes a distilled guidance scale
   int max_sequence_length = 512;  ///< default text tokens
 };
 
@@ -93,7 +93,8 @@ class DiffusionPipeline {
   /// Fills defaults and validates sizes. Throws std::invalid_argument with the fix to apply.
   virtual PipelineInputs resolve(PipelineInputs p) const = 0;
   /// The whole pipeline for one image (collective over the pipeline's groups).
-  virtual GenerationResult generate(const PipelineInputs& params, const PipelineCallbacks& cb = {}) = 0;
+  virtual GenerationResult generate(const PipelineInputs& params,
+                                    const PipelineCallbacks& cb = {}) = 0;
   /// Decodes packed latents (e.g. a step's x0 estimate, for previews) to an image [3, H, W]
   /// float32 in [0, 1]; height/width in pixels.
   virtual at::Tensor decode(const at::Tensor& packed, int height, int width) = 0;

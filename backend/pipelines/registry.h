@@ -16,8 +16,8 @@ struct ModelFolder;
 struct PipelineConfig;
 
 struct PipelineFamily {
-  std::string class_name;                 ///< diffusers pipeline class, e.g. "FluxPipeline"
-  std::vector<std::string> components;    ///< component folders the pipeline needs
+  std::string class_name;               ///< diffusers pipeline class, e.g. "FluxPipeline"
+  std::vector<std::string> components;  ///< component folders the pipeline needs
   std::string transformer_component = "transformer";  ///< the denoiser's folder
   /// Parses the component configs of `folder` (path and classes already set). Throws
   /// ModelFileError naming the file.

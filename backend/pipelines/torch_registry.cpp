@@ -22,15 +22,18 @@ std::string joined(const std::vector<std::string>& v) {
 
 }  // namespace
 
-std::unique_ptr<DiffusionPipeline> loadPipeline(const ModelFolder& model, const PipelineOptions& opts) {
+std::unique_ptr<DiffusionPipeline> loadPipeline(const ModelFolder& model,
+                                                const PipelineOptions& opts) {
   const std::string file = model.path + "/model_index.json";
-  (void)pipelineFamily(model.pipeline_class, file);  // unknown class: refused with the supported list
+  (void)pipelineFamily(model.pipeline_class,
+                       file);  // unknown class: refused with the supported list
   for (const auto& l : loaders())
     if (l.class_name == model.pipeline_class) return l.load(model, opts);
-  throw UnsupportedModelError(file, "pipeline class \"" + model.pipeline_class +
-                                        "\" has a config reader but no Torch implementation in this build; "
-                                        "implemented pipeline classes: " +
-                                        joined(loadablePipelineClasses()));
+  throw UnsupportedModelError(
+      file, "pipeline class \"" + model.pipeline_class +
+                "\" has a config reader but no Torch implementation in this build; "
+                "implemented pipeline classes: " +
+                joined(loadablePipelineClasses()));
 }
 
 std::vector<std::string> loadablePipelineClasses() {

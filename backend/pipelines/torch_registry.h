@@ -21,13 +21,16 @@ struct PipelineLoader {
   std::string class_name;  ///< diffusers pipeline class, e.g. "FluxPipeline"
   /// Loads every component of `model` (opened by ModelFolder::open). Throws ModelFileError /
   /// std::invalid_argument naming the file or the degree that does not fit.
-  std::function<std::unique_ptr<DiffusionPipeline>(const ModelFolder& model, const PipelineOptions& opts)> load;
+  std::function<std::unique_ptr<DiffusionPipeline>(const ModelFolder& model,
+                                                   const PipelineOptions& opts)>
+      load;
 };
 
 /// Loads the pipeline registered under model.pipeline_class. Throws UnsupportedModelError naming
 /// the class and model_index.json and listing the supported classes (an unopened folder: the
 /// class is empty and named as such).
-std::unique_ptr<DiffusionPipeline> loadPipeline(const ModelFolder& model, const PipelineOptions& opts);
+std::unique_ptr<DiffusionPipeline> loadPipeline(const ModelFolder& model,
+                                                const PipelineOptions& opts);
 /// Classes with a Torch loader, in registration order.
 std::vector<std::string> loadablePipelineClasses();
 

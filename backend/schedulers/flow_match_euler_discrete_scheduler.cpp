@@ -30,7 +30,8 @@ double calculateShift(int image_seq_len, int base_seq_len, int max_seq_len, doub
 }
 
 SchedulerTables fluxSchedule(const SchedulerConfig& cfg, int steps, int image_seq_len) {
-  if (steps < 1) throw std::invalid_argument("steps must be at least 1, got " + std::to_string(steps));
+  if (steps < 1)
+    throw std::invalid_argument("steps must be at least 1, got " + std::to_string(steps));
   SchedulerTables t;
   t.mu = calculateShift(image_seq_len, cfg.base_image_seq_len, cfg.max_image_seq_len,
                         cfg.base_shift, cfg.max_shift);

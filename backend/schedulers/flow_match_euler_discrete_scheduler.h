@@ -4,10 +4,9 @@
 // diffusers (numpy float32 arrays, then torch float32).
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 namespace dit {
 

@@ -208,8 +208,8 @@ std::string tokenString(const nlohmann::json& cfg, const char* key, const std::s
   if (v.is_string()) return v.get<std::string>();
   if (v.is_object() && v.contains("content") && v["content"].is_string())
     return v["content"].get<std::string>();
-  throw ModelFileError(file, std::string("\"") + key +
-                                 "\" must be a string or an object with a \"content\" string");
+  throw ModelFileError(
+      file, std::string("\"") + key + "\" must be a string or an object with a \"content\" string");
 }
 
 }  // namespace
@@ -329,9 +329,8 @@ void CLIPTokenizer::Impl::encodeSegment(std::string_view raw, std::vector<int64_
   const std::string_view sv(text);
   splitRe->forEachMatch(sv, md1.md, [&](size_t b, size_t e) {
     const std::string_view piece = sv.substr(b, e - b);
-    byteLevelRe->forEachMatch(piece, md2.md, [&](size_t b2, size_t e2) {
-      bpe(piece.substr(b2, e2 - b2), out);
-    });
+    byteLevelRe->forEachMatch(piece, md2.md,
+                              [&](size_t b2, size_t e2) { bpe(piece.substr(b2, e2 - b2), out); });
   });
 }
 
@@ -342,7 +341,8 @@ CLIPTokenizer::CLIPTokenizer(const std::string& folder) : impl_(std::make_unique
   {
     std::error_code ec;
     if (!fs::is_directory(dir, ec))
-      throw ModelFileError(folder, "tokenizer folder not found (expected vocab.json and merges.txt)");
+      throw ModelFileError(folder,
+                           "tokenizer folder not found (expected vocab.json and merges.txt)");
   }
 
   // --- tokenizer_config.json / special_tokens_map.json (optional)
@@ -456,14 +456,13 @@ CLIPTokenizer::CLIPTokenizer(const std::string& folder) : impl_(std::make_unique
 
   // --- pre-tokenizer patterns. `\s` follows Oniguruma's Unicode White_Space, which (unlike
   // PCRE2 in UCP mode) does not include U+180E MONGOLIAN VOWEL SEPARATOR.
-  const std::string sp = "[^\\S\\x{180E}]";          // whitespace
-  const std::string nsp = "[\\S\\x{180E}]";          // non-whitespace
+  const std::string sp = "[^\\S\\x{180E}]";                      // whitespace
+  const std::string nsp = "[\\S\\x{180E}]";                      // non-whitespace
   const std::string other = "(?:[^\\s\\p{L}\\p{N}]|\\x{180E})";  // not space, letter, number
   m.splitRe = std::make_unique<Regex>(regexEscape(m.bos) + "|" + regexEscape(m.eos) +
-                                      "|'s|'t|'re|'ve|'m|'ll|'d|[\\p{L}]+|[\\p{N}]|" + other +
-                                      "+");
-  m.byteLevelRe = std::make_unique<Regex>("'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?" +
-                                          other + "+|" + sp + "+(?!" + nsp + ")|" + sp + "+");
+                                      "|'s|'t|'re|'ve|'m|'ll|'d|[\\p{L}]+|[\\p{N}]|" + other + "+");
+  m.byteLevelRe = std::make_unique<Regex>("'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?" + other +
+                                          "+|" + sp + "+(?!" + nsp + ")|" + sp + "+");
 }
 
 CLIPTokenizer::~CLIPTokenizer() = default;
@@ -476,8 +475,8 @@ std::vector<int64_t> CLIPTokenizer::encode(const std::string& text) const {
   ids.reserve(text.size() / 3 + 2);
   ids.push_back(m.bosId);
   encodeAroundSpecials(
-      text, m.specials, [&m](std::string_view seg, std::vector<int64_t>& out) { m.encodeSegment(seg, out); },
-      ids);
+      text, m.specials,
+      [&m](std::string_view seg, std::vector<int64_t>& out) { m.encodeSegment(seg, out); }, ids);
   ids.push_back(m.eosId);
   return ids;
 }

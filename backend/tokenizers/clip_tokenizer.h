@@ -12,7 +12,8 @@
 namespace dit {
 
 /// Byte-level BPE tokenizer that reproduces transformers' `CLIPTokenizerFast` (the HF `tokenizers`
-/// pipeline that diffusers' FluxPipeline gets from `CLIPTokenizer.from_pretrained`), token for token:
+/// pipeline that diffusers' FluxPipeline gets from `CLIPTokenizer.from_pretrained`), token for
+/// token:
 ///
 ///  1. The special tokens (bos `<|startoftext|>`, eos/pad/unk `<|endoftext|>`) are matched
 ///     verbatim in the raw text first (leftmost, then longest) and become their ids.

@@ -30,7 +30,8 @@ const Api& api() {
     std::error_code ec;
     fs::path exe = fs::read_symlink("/proc/self/exe", ec);
     if (!ec) {
-      candidates.push_back((exe.parent_path().parent_path() / "lib/ditstudio/libdit_spm.so").string());
+      candidates.push_back(
+          (exe.parent_path().parent_path() / "lib/ditstudio/libdit_spm.so").string());
       candidates.push_back((exe.parent_path() / "libdit_spm.so").string());
     }
 #ifdef DITSTUDIO_SPM_BUILD_PATH
@@ -49,7 +50,9 @@ const Api& api() {
       error += ")";
       return;
     }
-    auto sym = [&](auto& fn, const char* name) { fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name)); };
+    auto sym = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
+    };
     sym(a.load, "dit_spm_load");
     sym(a.unload, "dit_spm_unload");
     sym(a.encode, "dit_spm_encode");
@@ -87,7 +90,9 @@ std::vector<int> SentencePieceModel::encode(std::string_view text) const {
 }
 
 int SentencePieceModel::pieceSize() const { return api().pieceSize(h_); }
-int SentencePieceModel::pieceToId(const std::string& piece) const { return api().pieceToId(h_, piece.c_str()); }
+int SentencePieceModel::pieceToId(const std::string& piece) const {
+  return api().pieceToId(h_, piece.c_str());
+}
 std::string SentencePieceModel::idToPiece(int id) const {
   char buf[1024];
   const int n = api().idToPiece(h_, id, buf, sizeof buf);

@@ -42,7 +42,8 @@ __attribute__((visibility("default"))) int dit_spm_encode(void* h, const char* t
                                                           int** ids, size_t* count, char* err,
                                                           size_t errlen) {
   std::vector<int> v;
-  auto st = static_cast<sentencepiece::SentencePieceProcessor*>(h)->Encode(std::string_view(text, n), &v);
+  auto st =
+      static_cast<sentencepiece::SentencePieceProcessor*>(h)->Encode(std::string_view(text, n), &v);
   if (!st.ok()) {
     setErr(err, errlen, st.ToString());
     return 1;
@@ -64,7 +65,8 @@ __attribute__((visibility("default"))) int dit_spm_piece_to_id(void* h, const ch
 }
 
 // Copies the piece of `id` into buf (NUL-terminated); returns its length, or -1 if it does not fit.
-__attribute__((visibility("default"))) int dit_spm_id_to_piece(void* h, int id, char* buf, size_t len) {
+__attribute__((visibility("default"))) int dit_spm_id_to_piece(void* h, int id, char* buf,
+                                                               size_t len) {
   const std::string& p = static_cast<sentencepiece::SentencePieceProcessor*>(h)->IdToPiece(id);
   if (p.size() + 1 > len) return -1;
   std::memcpy(buf, p.c_str(), p.size() + 1);

@@ -1,7 +1,6 @@
 // T5Tokenizer: see t5_tokenizer.h.
 #include "backend/tokenizers/t5_tokenizer.h"
 
-
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -12,8 +11,8 @@
 #include <utility>
 
 #include "backend/io/safetensors.h"  // dit::ModelFileError
-#include "backend/tokenizers/token_split.h"
 #include "backend/tokenizers/spm_loader.h"
+#include "backend/tokenizers/token_split.h"
 
 namespace dit {
 
@@ -63,12 +62,14 @@ T5Tokenizer::T5Tokenizer(const std::string& folder) : impl_(std::make_unique<Imp
   {
     const std::string bytes = readFile(modelPath);
     if (bytes.rfind("version https://git-lfs", 0) == 0)
-      throw ModelFileError(modelPath.string(),
-                           "is a git-lfs pointer file, not the SentencePiece model (run git lfs pull)");
+      throw ModelFileError(
+          modelPath.string(),
+          "is a git-lfs pointer file, not the SentencePiece model (run git lfs pull)");
     try {
       m.sp = std::make_unique<SentencePieceModel>(bytes);
     } catch (const std::exception& e) {
-      throw ModelFileError(modelPath.string(), std::string("not a valid SentencePiece model: ") + e.what());
+      throw ModelFileError(modelPath.string(),
+                           std::string("not a valid SentencePiece model: ") + e.what());
     }
   }
   const int pieces = m.sp->pieceSize();
@@ -150,8 +151,8 @@ std::vector<int64_t> T5Tokenizer::encode(const std::string& text) const {
   std::vector<int64_t> ids;
   ids.reserve(text.size() / 2 + 1);
   encodeAroundSpecials(
-      text, m.specials, [&m](std::string_view seg, std::vector<int64_t>& out) { m.encodeSegment(seg, out); },
-      ids);
+      text, m.specials,
+      [&m](std::string_view seg, std::vector<int64_t>& out) { m.encodeSegment(seg, out); }, ids);
   ids.push_back(m.eosId);
   return ids;
 }

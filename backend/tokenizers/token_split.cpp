@@ -13,7 +13,8 @@ void encodeAroundSpecials(
     for (const auto& [tok, id] : specials) {
       const size_t f = text.find(tok, pos);
       if (f == std::string::npos) continue;
-      if (f < best || (f == best && tok.size() > bestLen)) best = f, bestLen = tok.size(), bestId = id;
+      if (f < best || (f == best && tok.size() > bestLen))
+        best = f, bestLen = tok.size(), bestId = id;
     }
     if (best == std::string::npos) {
       encodeSegment(std::string_view(text).substr(pos), out);
@@ -25,7 +26,8 @@ void encodeAroundSpecials(
   }
 }
 
-std::vector<int64_t> truncateAndPad(std::vector<int64_t> ids, size_t length, int64_t eos, int64_t pad) {
+std::vector<int64_t> truncateAndPad(std::vector<int64_t> ids, size_t length, int64_t eos,
+                                    int64_t pad) {
   if (ids.size() > length) {
     ids.resize(length - 1);
     ids.push_back(eos);

@@ -20,6 +20,7 @@ void encodeAroundSpecials(
 
 /// What the pipelines do with `padding="max_length", truncation=True`: truncate to `length`
 /// keeping `eos` as the last id, then pad with `pad`.
-std::vector<int64_t> truncateAndPad(std::vector<int64_t> ids, size_t length, int64_t eos, int64_t pad);
+std::vector<int64_t> truncateAndPad(std::vector<int64_t> ids, size_t length, int64_t eos,
+                                    int64_t pad);
 
 }  // namespace dit

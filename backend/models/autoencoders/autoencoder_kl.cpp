@@ -119,12 +119,13 @@ AutoencoderKL::AutoencoderKL(const AutoencoderKLConfig& cfg, WeightSource& w) : 
     out = boc[n - 1 - i];
     UpBlock ub;
     for (int j = 0; j <= cfg.layers_per_block; ++j)
-      ub.resnets.push_back(loadResnet(w, "decoder.up_blocks." + std::to_string(i) + ".resnets." +
-                                             std::to_string(j),
-                                      j == 0 ? prev : out, out, g));
+      ub.resnets.push_back(
+          loadResnet(w, "decoder.up_blocks." + std::to_string(i) + ".resnets." + std::to_string(j),
+                     j == 0 ? prev : out, out, g));
     if (i != n - 1) {
       ub.upsample = true;
-      ub.up = loadConv(w, "decoder.up_blocks." + std::to_string(i) + ".upsamplers.0.conv", out, out, 3);
+      ub.up =
+          loadConv(w, "decoder.up_blocks." + std::to_string(i) + ".upsamplers.0.conv", out, out, 3);
     }
     d_->ups.push_back(std::move(ub));
   }

@@ -2,10 +2,9 @@
 // Defaults are diffusers' constructor defaults, used only when a key is absent.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 namespace dit {
 

@@ -22,7 +22,8 @@ at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w) {
   const auto dt = x.scalar_type();
   at::Tensor xf = x.to(at::kFloat);
   at::Tensor h = xf * at::rsqrt(xf.pow(2).mean(-1, true) + 1e-6);
-  if (w.scalar_type() == at::kHalf || w.scalar_type() == at::kBFloat16) return h.to(w.scalar_type()) * w;
+  if (w.scalar_type() == at::kHalf || w.scalar_type() == at::kBFloat16)
+    return h.to(w.scalar_type()) * w;
   return (h * w).to(dt);
 }
 
@@ -41,7 +42,8 @@ at::Tensor geluTanh(const at::Tensor& x) { return at::gelu(x, "tanh"); }
 
 }  // namespace
 
-at::Tensor AttentionBackend::operator()(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const {
+at::Tensor AttentionBackend::operator()(const at::Tensor& q, const at::Tensor& k,
+                                        const at::Tensor& v) const {
   // [B, S, H, D] -> [B, H, S, D]
   at::Tensor Q = q.transpose(1, 2), K = k.transpose(1, 2), V = v.transpose(1, 2);
   at::Tensor o = cp ? cp->attention(Q, K, V, localLens) : localAttention(Q, K, V);
@@ -51,7 +53,8 @@ at::Tensor AttentionBackend::operator()(const at::Tensor& q, const at::Tensor& k
 AdaLayerNormZero::AdaLayerNormZero(WeightLoader& w, const std::string& prefix, int64_t C)
     : linear_(w.linear(prefix + ".linear", C, 6 * C)) {}
 
-AdaLayerNormZero::Output AdaLayerNormZero::operator()(const at::Tensor& x, const at::Tensor& silu_temb) const {
+AdaLayerNormZero::Output AdaLayerNormZero::operator()(const at::Tensor& x,
+                                                      const at::Tensor& silu_temb) const {
   auto e = linear_->forward(silu_temb).chunk(6, 1);
   Output o;
   o.shift_msa = e[0];
@@ -64,11 +67,12 @@ AdaLayerNormZero::Output AdaLayerNormZero::operator()(const at::Tensor& x, const
   return o;
 }
 
-AdaLayerNormZeroSingle::AdaLayerNormZeroSingle(WeightLoader& w, const std::string& prefix, int64_t C)
+AdaLayerNormZeroSingle::AdaLayerNormZeroSingle(WeightLoader& w, const std::string& prefix,
+                                               int64_t C)
     : linear_(w.linear(prefix + ".linear", C, 3 * C)) {}
 
-AdaLayerNormZeroSingle::Output AdaLayerNormZeroSingle::operator()(const at::Tensor& x,
-                                                                  const at::Tensor& silu_temb) const {
+AdaLayerNormZeroSingle::Output AdaLayerNormZeroSingle::operator()(
+    const at::Tensor& x, const at::Tensor& silu_temb) const {
   auto e = linear_->forward(silu_temb).chunk(3, 1);
   Output o;
   o.shift_msa = e[0];
@@ -78,10 +82,12 @@ AdaLayerNormZeroSingle::Output AdaLayerNormZeroSingle::operator()(const at::Tens
   return o;
 }
 
-AdaLayerNormContinuous::AdaLayerNormContinuous(WeightLoader& w, const std::string& prefix, int64_t C)
+AdaLayerNormContinuous::AdaLayerNormContinuous(WeightLoader& w, const std::string& prefix,
+                                               int64_t C)
     : linear_(w.linear(prefix + ".linear", C, 2 * C)) {}
 
-at::Tensor AdaLayerNormContinuous::operator()(const at::Tensor& x, const at::Tensor& silu_temb) const {
+at::Tensor AdaLayerNormContinuous::operator()(const at::Tensor& x,
+                                              const at::Tensor& silu_temb) const {
   auto e = linear_->forward(silu_temb).to(x.scalar_type()).chunk(2, 1);  // scale, shift
   return layerNorm(x) * (1 + e[0].unsqueeze(1)) + e[1].unsqueeze(1);
 }
@@ -92,8 +98,8 @@ std::pair<at::Tensor, at::Tensor> FluxPosEmbed::operator()(const at::Tensor& ids
   for (size_t a = 0; a < axes_dim_.size(); ++a) {
     const int64_t dim = axes_dim_[a];
     auto o64 = at::TensorOptions().dtype(at::kDouble).device(ids.device());
-    at::Tensor freqs =
-        1.0 / at::pow(10000.0, at::arange(0, dim, 2, o64).slice(0, 0, dim / 2) / static_cast<double>(dim));
+    at::Tensor freqs = 1.0 / at::pow(10000.0, at::arange(0, dim, 2, o64).slice(0, 0, dim / 2) /
+                                                  static_cast<double>(dim));
     at::Tensor f = at::outer(pos.select(1, static_cast<int64_t>(a)), freqs);
     cosParts.push_back(f.cos().repeat_interleave(2, 1).to(at::kFloat));
     sinParts.push_back(f.sin().repeat_interleave(2, 1).to(at::kFloat));
@@ -101,14 +107,18 @@ std::pair<at::Tensor, at::Tensor> FluxPosEmbed::operator()(const at::Tensor& ids
   return {at::cat(cosParts, -1), at::cat(sinParts, -1)};
 }
 
-at::Tensor FeedForward::operator()(const at::Tensor& x) const { return out->forward(geluTanh(proj->forward(x))); }
+at::Tensor FeedForward::operator()(const at::Tensor& x) const {
+  return out->forward(geluTanh(proj->forward(x)));
+}
 
-FluxAttention::FluxAttention(WeightLoader& w, const std::string& p, int64_t C, int64_t headDim, bool added_kv,
-                             int64_t headsLocal)
+FluxAttention::FluxAttention(WeightLoader& w, const std::string& p, int64_t C, int64_t headDim,
+                             bool added_kv, int64_t headsLocal)
     : headDim_(headDim), headsLocal_(headsLocal) {
   if (added_kv) {
     qkv = w.fusedColumn(p + ".qkv", {{p + ".to_q", C}, {p + ".to_k", C}, {p + ".to_v", C}}, C);
-    add_qkv = w.fusedColumn(p + ".add_qkv", {{p + ".add_q_proj", C}, {p + ".add_k_proj", C}, {p + ".add_v_proj", C}}, C);
+    add_qkv =
+        w.fusedColumn(p + ".add_qkv",
+                      {{p + ".add_q_proj", C}, {p + ".add_k_proj", C}, {p + ".add_v_proj", C}}, C);
     // The heads this rank computes follow from how the plan sharded to_q.
     headsLocal_ = qkv->parts()[0].outLocal / headDim;
   }
@@ -126,9 +136,9 @@ at::Tensor FluxAttention::heads(const at::Tensor& x) const {
   return x.reshape({x.size(0), x.size(1), headsLocal_, headDim_});
 }
 
-std::pair<at::Tensor, at::Tensor> FluxAttention::operator()(const at::Tensor& hidden, const at::Tensor& encoder,
-                                                            const at::Tensor& cos, const at::Tensor& sin,
-                                                            const AttentionBackend& attention) const {
+std::pair<at::Tensor, at::Tensor> FluxAttention::operator()(
+    const at::Tensor& hidden, const at::Tensor& encoder, const at::Tensor& cos,
+    const at::Tensor& sin, const AttentionBackend& attention) const {
   const auto dt = hidden.scalar_type();
   auto x3 = qkv->forwardParts(hidden);
   auto c3 = add_qkv->forwardParts(encoder);
@@ -147,8 +157,9 @@ std::pair<at::Tensor, at::Tensor> FluxAttention::operator()(const at::Tensor& hi
   return {ai, ac};
 }
 
-at::Tensor FluxAttention::attendProjected(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
-                                          const at::Tensor& cos, const at::Tensor& sin,
+at::Tensor FluxAttention::attendProjected(const at::Tensor& q_in, const at::Tensor& k_in,
+                                          const at::Tensor& v_in, const at::Tensor& cos,
+                                          const at::Tensor& sin,
                                           const AttentionBackend& attention) const {
   const auto dt = q_in.scalar_type();
   at::Tensor q = applyRope(rmsNorm(heads(q_in), norm_q), cos, sin);
@@ -157,26 +168,27 @@ at::Tensor FluxAttention::attendProjected(const at::Tensor& q_in, const at::Tens
   return attention(q, k, v).to(dt);
 }
 
-FluxTransformerBlock::FluxTransformerBlock(WeightLoader& w, const std::string& p, int64_t C, int64_t M,
-                                           int64_t headDim)
+FluxTransformerBlock::FluxTransformerBlock(WeightLoader& w, const std::string& p, int64_t C,
+                                           int64_t M, int64_t headDim)
     : norm1(w, p + ".norm1", C),
       norm1_context(w, p + ".norm1_context", C),
       attn(w, p + ".attn", C, headDim, /*added_kv=*/true),
       ff{w.linear(p + ".ff.net.0.proj", C, M), w.linear(p + ".ff.net.2", M, C)},
-      ff_context{w.linear(p + ".ff_context.net.0.proj", C, M), w.linear(p + ".ff_context.net.2", M, C)} {}
+      ff_context{w.linear(p + ".ff_context.net.0.proj", C, M),
+                 w.linear(p + ".ff_context.net.2", M, C)} {}
 
-std::pair<at::Tensor, at::Tensor> FluxTransformerBlock::operator()(const at::Tensor& hidden_in,
-                                                                   const at::Tensor& encoder_in,
-                                                                   const at::Tensor& silu_temb,
-                                                                   const at::Tensor& cos, const at::Tensor& sin,
-                                                                   const AttentionBackend& attention) const {
+std::pair<at::Tensor, at::Tensor> FluxTransformerBlock::operator()(
+    const at::Tensor& hidden_in, const at::Tensor& encoder_in, const at::Tensor& silu_temb,
+    const at::Tensor& cos, const at::Tensor& sin, const AttentionBackend& attention) const {
   const auto n = norm1(hidden_in, silu_temb);
   const auto nc = norm1_context(encoder_in, silu_temb);
-  auto [attn_output, context_attn_output] = attn(n.norm_hidden_states, nc.norm_hidden_states, cos, sin, attention);
+  auto [attn_output, context_attn_output] =
+      attn(n.norm_hidden_states, nc.norm_hidden_states, cos, sin, attention);
   at::Tensor hidden = hidden_in + n.gate_msa.unsqueeze(1) * attn_output;
   hidden = hidden + n.gate_mlp.unsqueeze(1) * ff(modulate(hidden, n.scale_mlp, n.shift_mlp));
   at::Tensor encoder = encoder_in + nc.gate_msa.unsqueeze(1) * context_attn_output;
-  encoder = encoder + nc.gate_mlp.unsqueeze(1) * ff_context(modulate(encoder, nc.scale_mlp, nc.shift_mlp));
+  encoder = encoder +
+            nc.gate_mlp.unsqueeze(1) * ff_context(modulate(encoder, nc.scale_mlp, nc.shift_mlp));
   if (encoder.scalar_type() == at::kHalf) encoder = encoder.clamp(-65504, 65504);
   return {encoder, hidden};
 }
@@ -188,11 +200,14 @@ int64_t localHeads(const tensor_parallel::FusedColumnParallelLinear& qkv, int64_
 }
 }  // namespace
 
-FluxSingleTransformerBlock::FluxSingleTransformerBlock(WeightLoader& w, const std::string& p, int64_t C,
-                                                       int64_t M, int64_t headDim)
+FluxSingleTransformerBlock::FluxSingleTransformerBlock(WeightLoader& w, const std::string& p,
+                                                       int64_t C, int64_t M, int64_t headDim)
     : norm(w, p + ".norm", C),
       qkv_mlp(w.fusedColumn(p + ".qkv_mlp",
-                            {{p + ".attn.to_q", C}, {p + ".attn.to_k", C}, {p + ".attn.to_v", C}, {p + ".proj_mlp", M}},
+                            {{p + ".attn.to_q", C},
+                             {p + ".attn.to_k", C},
+                             {p + ".attn.to_v", C},
+                             {p + ".proj_mlp", M}},
                             C)),
       attn(w, p + ".attn", C, headDim, /*added_kv=*/false, localHeads(*qkv_mlp, headDim)),
       proj_out(w.linear(p + ".proj_out", C + M, C)) {}
@@ -204,7 +219,8 @@ at::Tensor FluxSingleTransformerBlock::operator()(const at::Tensor& x, const at:
   auto parts = qkv_mlp->forwardParts(n.norm_hidden_states);
   at::Tensor mlp_hidden_states = geluTanh(parts[3]);
   at::Tensor attn_output = attn.attendProjected(parts[0], parts[1], parts[2], cos, sin, attention);
-  at::Tensor out = x + n.gate_msa.unsqueeze(1) * proj_out->forward(at::cat({attn_output, mlp_hidden_states}, 2));
+  at::Tensor out =
+      x + n.gate_msa.unsqueeze(1) * proj_out->forward(at::cat({attn_output, mlp_hidden_states}, 2));
   if (out.scalar_type() == at::kHalf) out = out.clamp(-65504, 65504);
   return out;
 }

@@ -60,7 +60,7 @@ class AdaLayerNormZero {
 class AdaLayerNormZeroSingle {
  public:
   struct Output {
-    at::Tensor norm_hidden_states;           ///< [B, S, C]
+    at::Tensor norm_hidden_states;              ///< [B, S, C]
     at::Tensor shift_msa, scale_msa, gate_msa;  ///< each [B, C]
   };
   AdaLayerNormZeroSingle() = default;
@@ -119,8 +119,8 @@ class FluxAttention {
   /// Double-stream (added_kv_proj_dim set) when `added_kv`, else pre_only single-stream (its
   /// block loads to_q/to_k/to_v fused with proj_mlp). `headsLocal` = heads this rank computes
   /// (its to_q output rows / head dim, as the plan sharded them).
-  FluxAttention(WeightLoader& w, const std::string& prefix, int64_t C, int64_t headDim, bool added_kv,
-                int64_t headsLocal = 0);
+  FluxAttention(WeightLoader& w, const std::string& prefix, int64_t C, int64_t headDim,
+                bool added_kv, int64_t headsLocal = 0);
 
   /// Double-stream: hidden [B, S_img, C], encoder [B, S_txt, C] (both already modulated), rotary
   /// tables over cat(text, image) -> {hidden attention output [B, S_img, C], encoder attention
@@ -138,8 +138,8 @@ class FluxAttention {
   FusedLinearPtr qkv;      ///< to_q, to_k, to_v as one GEMM (double-stream only)
   FusedLinearPtr add_qkv;  ///< add_q_proj, add_k_proj, add_v_proj as one GEMM (double-stream only)
   at::Tensor norm_q, norm_k, norm_added_q, norm_added_k;  ///< RMSNorm weights [D]
-  LinearPtr to_out;      ///< to_out.0 (double-stream only)
-  LinearPtr to_add_out;  ///< to_add_out (double-stream only)
+  LinearPtr to_out;                                       ///< to_out.0 (double-stream only)
+  LinearPtr to_add_out;                                   ///< to_add_out (double-stream only)
 
  private:
   at::Tensor heads(const at::Tensor& x) const;
@@ -152,12 +152,14 @@ class FluxAttention {
 class FluxTransformerBlock {
  public:
   /// Loads every layer of block `prefix` ("transformer_blocks.<i>") through the loader.
-  FluxTransformerBlock(WeightLoader& w, const std::string& prefix, int64_t C, int64_t M, int64_t headDim);
+  FluxTransformerBlock(WeightLoader& w, const std::string& prefix, int64_t C, int64_t M,
+                       int64_t headDim);
   /// hidden [B, S_img, C], encoder [B, S_txt, C], silu_temb [B, C], rotary cos/sin
   /// [S_txt + S_img, D] -> {encoder, hidden} (diffusers returns encoder_hidden_states first).
   std::pair<at::Tensor, at::Tensor> operator()(const at::Tensor& hidden, const at::Tensor& encoder,
                                                const at::Tensor& silu_temb, const at::Tensor& cos,
-                                               const at::Tensor& sin, const AttentionBackend& attention) const;
+                                               const at::Tensor& sin,
+                                               const AttentionBackend& attention) const;
 
   AdaLayerNormZero norm1, norm1_context;
   FluxAttention attn;
@@ -171,7 +173,8 @@ class FluxTransformerBlock {
 class FluxSingleTransformerBlock {
  public:
   /// Loads every layer of block `prefix` ("single_transformer_blocks.<i>") through the loader.
-  FluxSingleTransformerBlock(WeightLoader& w, const std::string& prefix, int64_t C, int64_t M, int64_t headDim);
+  FluxSingleTransformerBlock(WeightLoader& w, const std::string& prefix, int64_t C, int64_t M,
+                             int64_t headDim);
   /// x = cat(text, image) [B, S, C] -> [B, S, C].
   at::Tensor operator()(const at::Tensor& x, const at::Tensor& silu_temb, const at::Tensor& cos,
                         const at::Tensor& sin, const AttentionBackend& attention) const;

@@ -78,7 +78,10 @@ ShardingPlan fluxShardingPlan(const FluxTransformerConfig& c) {
 
 ContextParallelPlan fluxContextParallelPlan() {
   ContextParallelPlan p;
-  p.inputs = {{"hidden_states", 1, 3}, {"encoder_hidden_states", 1, 3}, {"img_ids", 0, 2}, {"txt_ids", 0, 2}};
+  p.inputs = {{"hidden_states", 1, 3},
+              {"encoder_hidden_states", 1, 3},
+              {"img_ids", 0, 2},
+              {"txt_ids", 0, 2}};
   p.output = {1, "hidden_states", 3};
   p.joint_sequence = {"encoder_hidden_states", "hidden_states"};
   return p;

@@ -1,8 +1,8 @@
 // FLUX.1 (diffusers FluxTransformer2DModel, models/transformers/transformer_flux.py) declared as
 // data, without Torch: its parameters, its tensor-parallel plan, its context-parallel plan and the
-// family registration (both plans travel in the family's ModelDims). This is the one statement of how FLUX.1 is sharded: the weight loader, the
-// strategy validation (worker, CLI, GUI), the benchmark's and the advisor's per-rank byte counts
-// and the memory test all derive from it.
+// family registration (both plans travel in the family's ModelDims). This is the one statement of
+// how FLUX.1 is sharded: the weight loader, the strategy validation (worker, CLI, GUI), the
+// benchmark's and the advisor's per-rank byte counts and the memory test all derive from it.
 #pragma once
 
 #include <cstdint>

@@ -22,7 +22,9 @@ namespace {
 // diffusers TimestepEmbedding / PixArtAlphaTextProjection(act silu): linear_2(silu(linear_1(x))).
 struct MLPEmbed {
   flux::LinearPtr linear_1, linear_2;
-  at::Tensor operator()(const at::Tensor& x) const { return linear_2->forward(at::silu(linear_1->forward(x))); }
+  at::Tensor operator()(const at::Tensor& x) const {
+    return linear_2->forward(at::silu(linear_1->forward(x)));
+  }
 };
 
 MLPEmbed loadMLPEmbed(WeightLoader& w, const std::string& prefix, int64_t in, int64_t out) {
@@ -58,8 +60,9 @@ struct FluxTransformer2DModel::Impl {
   TransformerHooks* hooks = nullptr;
 };
 
-FluxTransformer2DModel::FluxTransformer2DModel(const FluxTransformerConfig& cfg, WeightSource& source,
-                                               FluxParallelism par, std::shared_ptr<const ShardingPlan> plan)
+FluxTransformer2DModel::FluxTransformer2DModel(const FluxTransformerConfig& cfg,
+                                               WeightSource& source, FluxParallelism par,
+                                               std::shared_ptr<const ShardingPlan> plan)
     : d_(new Impl) {
   auto& D = *d_;
   D.cfg = cfg;
@@ -75,16 +78,19 @@ FluxTransformer2DModel::FluxTransformer2DModel(const FluxTransformerConfig& cfg,
   D.context_embedder = w.linear("context_embedder", cfg.joint_attention_dim, C);
   D.timestep_embedder = loadMLPEmbed(w, "time_text_embed.timestep_embedder", 256, C);
   D.hasGuidance = cfg.guidance_embeds;
-  if (D.hasGuidance) D.guidance_embedder = loadMLPEmbed(w, "time_text_embed.guidance_embedder", 256, C);
-  D.text_embedder = {w.linear("time_text_embed.text_embedder.linear_1", cfg.pooled_projection_dim, C),
-                     w.linear("time_text_embed.text_embedder.linear_2", C, C)};
+  if (D.hasGuidance)
+    D.guidance_embedder = loadMLPEmbed(w, "time_text_embed.guidance_embedder", 256, C);
+  D.text_embedder = {
+      w.linear("time_text_embed.text_embedder.linear_1", cfg.pooled_projection_dim, C),
+      w.linear("time_text_embed.text_embedder.linear_2", C, C)};
   D.pos_embed = flux::FluxPosEmbed(cfg.axes_dims_rope);
   D.transformer_blocks.reserve(static_cast<size_t>(cfg.num_layers));
   for (int i = 0; i < cfg.num_layers; ++i)
     D.transformer_blocks.emplace_back(w, "transformer_blocks." + std::to_string(i), C, M, hd);
   D.single_transformer_blocks.reserve(static_cast<size_t>(cfg.num_single_layers));
   for (int i = 0; i < cfg.num_single_layers; ++i)
-    D.single_transformer_blocks.emplace_back(w, "single_transformer_blocks." + std::to_string(i), C, M, hd);
+    D.single_transformer_blocks.emplace_back(w, "single_transformer_blocks." + std::to_string(i), C,
+                                             M, hd);
   D.norm_out = flux::AdaLayerNormContinuous(w, "norm_out", C);
   D.proj_out = w.linear("proj_out", C, cfg.out_channels);
   // The model loaded exactly what it declares (names and global shapes): the plan, the byte
@@ -93,17 +99,21 @@ FluxTransformer2DModel::FluxTransformer2DModel(const FluxTransformerConfig& cfg,
     const ParameterInfo* d = declared.find(p.info.name);
     if (!d || d->shape != p.info.shape)
       throw std::logic_error("FluxTransformer2DModel loaded " + p.info.name +
-                             (d ? " with a shape other than declared" : ", which fluxParameterTable does not declare"));
+                             (d ? " with a shape other than declared"
+                                : ", which fluxParameterTable does not declare"));
   }
   if (w.parameters().size() != declared.size())
-    throw std::logic_error("FluxTransformer2DModel loaded " + std::to_string(w.parameters().size()) +
-                           " parameters, fluxParameterTable declares " + std::to_string(declared.size()));
+    throw std::logic_error(
+        "FluxTransformer2DModel loaded " + std::to_string(w.parameters().size()) +
+        " parameters, fluxParameterTable declares " + std::to_string(declared.size()));
   D.parameters = w.parameters();
 }
 
 FluxTransformer2DModel::~FluxTransformer2DModel() = default;
 const FluxTransformerConfig& FluxTransformer2DModel::config() const { return d_->cfg; }
-const std::vector<LoadedParameter>& FluxTransformer2DModel::parameters() const { return d_->parameters; }
+const std::vector<LoadedParameter>& FluxTransformer2DModel::parameters() const {
+  return d_->parameters;
+}
 const ShardingPlan& FluxTransformer2DModel::shardingPlan() const { return *d_->plan; }
 void FluxTransformer2DModel::setHooks(TransformerHooks* hooks) { d_->hooks = hooks; }
 
@@ -132,7 +142,8 @@ at::Tensor FluxTransformer2DModel::forward(const at::Tensor& hidden_states,
   at::Tensor t = timestep.to(dev, dt) * 1000;
   at::Tensor temb = D.timestep_embedder(timestepProj(t).to(dt));
   if (D.hasGuidance) {
-    if (!guidance.defined()) throw std::invalid_argument("this transformer needs a guidance value (guidance_embeds)");
+    if (!guidance.defined())
+      throw std::invalid_argument("this transformer needs a guidance value (guidance_embeds)");
     at::Tensor g = guidance.to(dev, dt) * 1000;
     temb = temb + D.guidance_embedder(timestepProj(g).to(dt));
   }
@@ -169,8 +180,9 @@ double FluxTransformer2DModel::flops(const FluxTransformerConfig& c, int64_t img
 }
 
 at::Tensor FluxTransformer2DModel::forward(const TransformerInputs& in) const {
-  static const char* kRequired[] = {"hidden_states", "encoder_hidden_states", "pooled_projections",
-                                    "timestep", "img_ids", "txt_ids"};
+  static const char* kRequired[] = {
+      "hidden_states", "encoder_hidden_states", "pooled_projections", "timestep", "img_ids",
+      "txt_ids"};
   std::string accepted;
   for (const char* n : kRequired) accepted += std::string(n) + ", ";
   accepted += "guidance";
@@ -190,7 +202,8 @@ at::Tensor FluxTransformer2DModel::forward(const TransformerInputs& in) const {
   };
   auto g = in.find("guidance");
   return forward(get("hidden_states"), get("encoder_hidden_states"), get("pooled_projections"),
-                 get("timestep"), get("img_ids"), get("txt_ids"), g == in.end() ? at::Tensor() : g->second);
+                 get("timestep"), get("img_ids"), get("txt_ids"),
+                 g == in.end() ? at::Tensor() : g->second);
 }
 
 double FluxTransformer2DModel::forwardFlops(int64_t imageTokens, int64_t textTokens) const {
@@ -202,7 +215,8 @@ TransformerBuilder fluxTransformerBuilder() {
   b.class_name = "FluxTransformer2DModel";
   b.load = [](const nlohmann::json& config, const std::string& file, WeightSource& w,
               const TransformerParallelism& par) -> std::unique_ptr<DiffusionTransformer> {
-    return std::make_unique<FluxTransformer2DModel>(parseFluxTransformerConfig(config, file), w, par);
+    return std::make_unique<FluxTransformer2DModel>(parseFluxTransformerConfig(config, file), w,
+                                                    par);
   };
   return b;
 }

@@ -24,8 +24,8 @@
 
 #include "backend/io/weight_loader.h"
 #include "backend/models/diffusion_transformer.h"
-#include "backend/models/torch_registry.h"
 #include "backend/models/flux/flux_config.h"
+#include "backend/models/torch_registry.h"
 #include "parallel/tensor_parallel/sharding_plan.h"
 
 namespace dit {
@@ -42,7 +42,8 @@ class FluxTransformer2DModel : public DiffusionTransformer {
   /// validates the plan against the declared parameters (fluxParameterTable) at the tp degree:
   /// throws std::invalid_argument naming the rule patterns, sizes and tp_degree (heads, sharded
   /// dims, packed blocks, stale rules). Throws ModelFileError for missing/mismatching tensors.
-  FluxTransformer2DModel(const FluxTransformerConfig& cfg, WeightSource& w, FluxParallelism par = {},
+  FluxTransformer2DModel(const FluxTransformerConfig& cfg, WeightSource& w,
+                         FluxParallelism par = {},
                          std::shared_ptr<const ShardingPlan> plan = nullptr);
   ~FluxTransformer2DModel() override;
 

@@ -85,7 +85,8 @@ std::pair<at::Tensor, at::Tensor> CLIPTextModel::forward(const at::Tensor& ids) 
     idx = idsd.to(at::kInt).argmax(-1);
   else
     idx = (idsd.to(at::kInt) == static_cast<int>(c.eos_token_id)).to(at::kInt).argmax(-1);
-  at::Tensor pooled = x.index({at::arange(B, at::TensorOptions().dtype(at::kLong).device(dev)), idx.to(at::kLong)});
+  at::Tensor pooled =
+      x.index({at::arange(B, at::TensorOptions().dtype(at::kLong).device(dev)), idx.to(at::kLong)});
   return {x, pooled};
 }
 

@@ -27,8 +27,9 @@ struct T5EncoderModel::Impl {
 T5EncoderModel::T5EncoderModel(const T5Config& cfg, WeightSource& w) : d_(new Impl) {
   d_->cfg = cfg;
   const int64_t dm = cfg.d_model, inner = cfg.num_heads * cfg.d_kv, ff = cfg.d_ff;
-  d_->emb = w.contains("shared.weight") ? w.get("shared.weight", {cfg.vocab_size, dm})
-                                        : w.get("encoder.embed_tokens.weight", {cfg.vocab_size, dm});
+  d_->emb = w.contains("shared.weight")
+                ? w.get("shared.weight", {cfg.vocab_size, dm})
+                : w.get("encoder.embed_tokens.weight", {cfg.vocab_size, dm});
   for (int i = 0; i < cfg.num_layers; ++i) {
     const std::string b = "encoder.block." + std::to_string(i) + ".layer.";
     T5Layer L;
@@ -85,7 +86,8 @@ at::Tensor T5EncoderModel::forward(const at::Tensor& ids) const {
   at::Tensor ctx = at::arange(L, lo).unsqueeze(1), mem = at::arange(L, lo).unsqueeze(0);
   at::Tensor bucket = t5RelativePositionBucket(mem - ctx, c.relative_attention_num_buckets,
                                                c.relative_attention_max_distance);
-  at::Tensor bias = at::embedding(d_->rel_bias, bucket).permute({2, 0, 1}).unsqueeze(0);  // [1,H,L,L]
+  at::Tensor bias =
+      at::embedding(d_->rel_bias, bucket).permute({2, 0, 1}).unsqueeze(0);  // [1,H,L,L]
   for (const auto& Ly : d_->layers) {
     at::Tensor h = t5Norm(x, Ly.ln0, c.layer_norm_epsilon);
     auto heads = [&](const at::Tensor& t) { return t.view({B, L, H, D}).transpose(1, 2); };

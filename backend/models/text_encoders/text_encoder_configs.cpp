@@ -5,7 +5,8 @@
 namespace dit {
 
 CLIPTextConfig parseCLIPTextConfig(const nlohmann::json& file_json, const std::string& f) {
-  const nlohmann::json& j = file_json.contains("text_config") ? file_json["text_config"] : file_json;
+  const nlohmann::json& j =
+      file_json.contains("text_config") ? file_json["text_config"] : file_json;
   CLIPTextConfig c;
   getConfigValue(j, "vocab_size", c.vocab_size, f);
   getConfigValue(j, "hidden_size", c.hidden_size, f);

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <filesystem>
-
 #include <nlohmann/json.hpp>
 
 #include "backend/io/config_json.h"
@@ -10,7 +9,8 @@
 
 namespace dit {
 
-FluxPipelineConfig parseFluxPipelineConfig(const std::string& path, const std::string& transformerClass) {
+FluxPipelineConfig parseFluxPipelineConfig(const std::string& path,
+                                           const std::string& transformerClass) {
   FluxPipelineConfig m;
   {
     const std::string f = path + "/transformer/config.json";
@@ -41,7 +41,8 @@ FluxPipelineConfig parseFluxPipelineConfig(const std::string& path, const std::s
     const nlohmann::json j = readConfigJson(f);
     int v = 0;
     getConfigValue(j, "model_max_length", v, f);
-    if (v > 0 && v < 100000) (std::string(tk) == "tokenizer" ? m.tokenizer_max_length : m.t5_max_length) = v;
+    if (v > 0 && v < 100000)
+      (std::string(tk) == "tokenizer" ? m.tokenizer_max_length : m.t5_max_length) = v;
   }
   m.max_sequence_length = std::min(512, m.t5_max_length);
   return m;
@@ -50,10 +51,12 @@ FluxPipelineConfig parseFluxPipelineConfig(const std::string& path, const std::s
 PipelineFamily fluxPipelineFamily() {
   PipelineFamily f;
   f.class_name = "FluxPipeline";
-  f.components = {"transformer", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2", "vae", "scheduler"};
+  f.components = {"transformer", "text_encoder", "text_encoder_2", "tokenizer",
+                  "tokenizer_2", "vae",          "scheduler"};
   f.transformer_component = "transformer";
   f.parse = [](const ModelFolder& folder) -> std::shared_ptr<const PipelineConfig> {
-    return std::make_shared<FluxPipelineConfig>(parseFluxPipelineConfig(folder.path, folder.transformer_class));
+    return std::make_shared<FluxPipelineConfig>(
+        parseFluxPipelineConfig(folder.path, folder.transformer_class));
   };
   return f;
 }

@@ -25,12 +25,16 @@ struct FluxPipelineConfig : PipelineConfig {
 /// Parses every component config of a FluxPipeline folder whose transformer is of the registered
 /// class `transformerClass` (its family gives `dims`). Throws ModelFileError naming the file,
 /// UnsupportedModelError for an unregistered transformer class.
-FluxPipelineConfig parseFluxPipelineConfig(const std::string& folder, const std::string& transformerClass);
+FluxPipelineConfig parseFluxPipelineConfig(const std::string& folder,
+                                           const std::string& transformerClass);
 
 /// The "FluxPipeline" registration (pipelines/registry.cpp).
 PipelineFamily fluxPipelineFamily();
 
-/// Shorthand for m.configAs<FluxPipelineConfig>() (throws std::invalid_argument for another family).
-inline const FluxPipelineConfig& fluxConfig(const ModelFolder& m) { return m.configAs<FluxPipelineConfig>(); }
+/// Shorthand for m.configAs<FluxPipelineConfig>() (throws std::invalid_argument for another
+/// family).
+inline const FluxPipelineConfig& fluxConfig(const ModelFolder& m) {
+  return m.configAs<FluxPipelineConfig>();
+}
 
 }  // namespace dit

@@ -8,15 +8,15 @@
 #include <cstring>
 #include <sstream>
 
+#include "backend/io/weight_source.h"
 #include "backend/models/autoencoders/autoencoder_kl.h"
-#include "backend/tokenizers/clip_tokenizer.h"
-#include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
-#include "backend/tokenizers/t5_tokenizer.h"
 #include "backend/models/text_encoders/modeling_clip.h"
 #include "backend/models/text_encoders/modeling_t5.h"
-#include "parallel/strategy.h"
-#include "backend/io/weight_source.h"
+#include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
+#include "backend/tokenizers/clip_tokenizer.h"
+#include "backend/tokenizers/t5_tokenizer.h"
 #include "parallel/process_group.h"
+#include "parallel/strategy.h"
 
 namespace dit {
 
@@ -46,13 +46,17 @@ FluxPipeline::FluxPipeline(const ModelFolder& model, const PipelineOptions& opts
   D.opts = opts;
   D.device = c10::Device(opts.device);
   if (D.device.is_cuda() && !at::hasCUDA())
-    throw std::invalid_argument("--device cuda: this build of DiT Studio has no CUDA support (LibTorch " +
-                                std::string("without CUDA); use --device cpu or a CUDA build"));
+    throw std::invalid_argument(
+        "--device cuda: this build of DiT Studio has no CUDA support (LibTorch " +
+        std::string("without CUDA); use --device cpu or a CUDA build"));
   if (D.device.is_cpu() && opts.dtype == at::kHalf)
-    throw std::invalid_argument("float16 is not supported on the CPU (LibTorch has no CPU half LayerNorm/GroupNorm kernels); use float32 or bfloat16 on the CPU, float16 on GPUs");
+    throw std::invalid_argument(
+        "float16 is not supported on the CPU (LibTorch has no CPU half LayerNorm/GroupNorm "
+        "kernels); use float32 or bfloat16 on the CPU, float16 on GPUs");
   // Validate the parallel plan before reading any weight.
   {
-    // The transformer family's declared plan (models/registry.h), the rules the GUI and the CLI run.
+    // The transformer family's declared plan (models/registry.h), the rules the GUI and the CLI
+    // run.
     Strategy s;
     s.world = s.tp_degree = opts.parallel.tpSize();
     auto issues = validateDegrees(s);
@@ -68,17 +72,20 @@ FluxPipeline::FluxPipeline(const ModelFolder& model, const PipelineOptions& opts
     D.bytes["transformer"] = w->bytesLoaded();
   }
   {
-    auto w = WeightSource::fromFolder(model.component("text_encoder"), "model", opts.dtype, D.device);
+    auto w =
+        WeightSource::fromFolder(model.component("text_encoder"), "model", opts.dtype, D.device);
     D.clip = std::make_unique<CLIPTextModel>(D.cfg.text_encoder, *w);
     D.bytes["text_encoder"] = w->bytesLoaded();
   }
   {
-    auto w = WeightSource::fromFolder(model.component("text_encoder_2"), "model", opts.dtype, D.device);
+    auto w =
+        WeightSource::fromFolder(model.component("text_encoder_2"), "model", opts.dtype, D.device);
     D.t5 = std::make_unique<T5EncoderModel>(D.cfg.text_encoder_2, *w);
     D.bytes["text_encoder_2"] = w->bytesLoaded();
   }
   {
-    auto w = WeightSource::fromFolder(model.component("vae"), "diffusion_pytorch_model", opts.dtype, D.device);
+    auto w = WeightSource::fromFolder(model.component("vae"), "diffusion_pytorch_model", opts.dtype,
+                                      D.device);
     D.vae = std::make_unique<AutoencoderKL>(D.cfg.vae, *w);
     D.bytes["vae"] = w->bytesLoaded();
   }
@@ -106,7 +113,8 @@ PipelineModelInfo FluxPipeline::info() const {
 PipelineLoader fluxPipelineLoader() {
   PipelineLoader l;
   l.class_name = "FluxPipeline";
-  l.load = [](const ModelFolder& model, const PipelineOptions& opts) -> std::unique_ptr<DiffusionPipeline> {
+  l.load = [](const ModelFolder& model,
+              const PipelineOptions& opts) -> std::unique_ptr<DiffusionPipeline> {
     return std::make_unique<FluxPipeline>(model, opts);
   };
   return l;
@@ -118,23 +126,27 @@ PipelineInputs FluxPipeline::resolve(PipelineInputs p) const {
   if (!std::isfinite(p.guidance) || !std::isfinite(p.true_cfg_scale))
     throw std::invalid_argument("guidance and true_cfg_scale must be finite numbers");
   if (p.width < 0 || p.height < 0 || p.steps < 0 || p.max_sequence_length < 0)
-    throw std::invalid_argument("width, height, steps and max_sequence_length cannot be negative (0 = the model's default)");
+    throw std::invalid_argument(
+        "width, height, steps and max_sequence_length cannot be negative (0 = the model's "
+        "default)");
   if (p.width <= 0) p.width = 128 * vsf;
   if (p.height <= 0) p.height = 128 * vsf;
   if (p.steps <= 0) p.steps = 28;
   if (p.max_sequence_length <= 0) p.max_sequence_length = d_->cfg.max_sequence_length;
   if (p.width % mult != 0 || p.height % mult != 0)
-    throw std::invalid_argument(
-        "width and height must be multiples of " + std::to_string(mult) +
-        " (2 x vae_scale_factor " + std::to_string(vsf) + ") for this model; got " +
-        std::to_string(p.width) + "x" + std::to_string(p.height) + " — try " +
-        std::to_string(std::max(mult, p.width / mult * mult)) + "x" +
-        std::to_string(std::max(mult, p.height / mult * mult)));
+    throw std::invalid_argument("width and height must be multiples of " + std::to_string(mult) +
+                                " (2 x vae_scale_factor " + std::to_string(vsf) +
+                                ") for this model; got " + std::to_string(p.width) + "x" +
+                                std::to_string(p.height) + " — try " +
+                                std::to_string(std::max(mult, p.width / mult * mult)) + "x" +
+                                std::to_string(std::max(mult, p.height / mult * mult)));
   constexpr int kMaxSide = 16384;
   if (p.width > kMaxSide || p.height > kMaxSide)
     throw std::invalid_argument("width and height are limited to " + std::to_string(kMaxSide) +
-                                " pixels; got " + std::to_string(p.width) + "x" + std::to_string(p.height));
-  if (p.steps > 1000) throw std::invalid_argument("steps are limited to 1000; got " + std::to_string(p.steps));
+                                " pixels; got " + std::to_string(p.width) + "x" +
+                                std::to_string(p.height));
+  if (p.steps > 1000)
+    throw std::invalid_argument("steps are limited to 1000; got " + std::to_string(p.steps));
   if (p.max_sequence_length > 512)
     throw std::invalid_argument("max_sequence_length cannot be greater than 512, got " +
                                 std::to_string(p.max_sequence_length));
@@ -156,7 +168,8 @@ PromptEmbeds FluxPipeline::encodePrompt(const std::string& prompt, int maxLen) {
   e.pooled = D.clip->forward(ci).second;
   e.prompt_embeds = D.t5->forward(ti);
   e.encode_ms = msSince(t1);
-  e.text_ids = at::zeros({e.prompt_embeds.size(1), 3}, at::TensorOptions().dtype(at::kFloat).device(D.device));
+  e.text_ids = at::zeros({e.prompt_embeds.size(1), 3},
+                         at::TensorOptions().dtype(at::kFloat).device(D.device));
   return e;
 }
 
@@ -175,15 +188,16 @@ std::vector<std::string> FluxPipeline::requestWarnings(const PipelineInputs& p0)
     const int clipMax = D.cfg.tokenizer_max_length;
     const auto clip = D.clipTok->encode(text);
     if (static_cast<int64_t>(clip.size()) > clipMax)
-      w.push_back(std::string("the ") + which + " was truncated: CLIP can only handle sequences up to " +
+      w.push_back(std::string("the ") + which +
+                  " was truncated: CLIP can only handle sequences up to " +
                   std::to_string(clipMax) + " tokens; " + std::to_string(clip.size() - clipMax) +
                   " of its " + std::to_string(clip.size() - 2) + " tokens were dropped");
     const auto t5 = D.t5Tok->encode(text);
     if (static_cast<int64_t>(t5.size()) > p.max_sequence_length)
       w.push_back(std::string("the ") + which + " was truncated: T5 uses max_sequence_length " +
                   std::to_string(p.max_sequence_length) + " tokens; " +
-                  std::to_string(t5.size() - p.max_sequence_length) + " of its " + std::to_string(t5.size() - 1) +
-                  " tokens were dropped");
+                  std::to_string(t5.size() - p.max_sequence_length) + " of its " +
+                  std::to_string(t5.size() - 1) + " tokens were dropped");
   };
   truncation("prompt", p.prompt);
   if (p.trueCfg()) truncation("negative prompt", p.negative_prompt);
@@ -191,11 +205,14 @@ std::vector<std::string> FluxPipeline::requestWarnings(const PipelineInputs& p0)
     w.push_back("true_cfg_scale is " + fmt(p.true_cfg_scale) +
                 ", but classifier-free guidance is not enabled since no negative prompt is given");
   else if (p.true_cfg_scale <= 1 && p.hasNegativePrompt())
-    w.push_back("a negative prompt is given but classifier-free guidance is not enabled since true_cfg_scale " +
-                fmt(p.true_cfg_scale) + " <= 1");
+    w.push_back(
+        "a negative prompt is given but classifier-free guidance is not enabled since "
+        "true_cfg_scale " +
+        fmt(p.true_cfg_scale) + " <= 1");
   if (!D.cfg.transformer.guidance_embeds && p.guidance != PipelineInputs{}.guidance)
     w.push_back("guidance " + fmt(p.guidance) +
-                " has no effect: this model has no guidance embedding (transformer guidance_embeds is false)");
+                " has no effect: this model has no guidance embedding (transformer guidance_embeds "
+                "is false)");
   return w;
 }
 
@@ -212,7 +229,9 @@ at::Tensor FluxPipeline::initialLatents(uint64_t seed, int height, int width) co
                 w = 2 * (width / (vsf * 2));
   auto gen = at::detail::createCPUGenerator(seed);
   at::Tensor noise = at::randn({1, C, h, w}, gen, at::TensorOptions().dtype(at::kFloat));
-  return noise.view({1, C, h / 2, 2, w / 2, 2}).permute({0, 2, 4, 1, 3, 5}).reshape({1, (h / 2) * (w / 2), C * 4});
+  return noise.view({1, C, h / 2, 2, w / 2, 2})
+      .permute({0, 2, 4, 1, 3, 5})
+      .reshape({1, (h / 2) * (w / 2), C * 4});
 }
 
 at::Tensor FluxPipeline::decode(const at::Tensor& packed, int height, int width) {
@@ -221,13 +240,15 @@ at::Tensor FluxPipeline::decode(const at::Tensor& packed, int height, int width)
   const int64_t h = 2 * (height / (vsf * 2)), w = 2 * (width / (vsf * 2));
   const int64_t C = packed.size(2) / 4;
   at::NoGradGuard ng;
-  at::Tensor z = packed.view({1, h / 2, w / 2, C, 2, 2}).permute({0, 3, 1, 4, 2, 5}).reshape({1, C, h, w});
+  at::Tensor z =
+      packed.view({1, h / 2, w / 2, C, 2, 2}).permute({0, 3, 1, 4, 2, 5}).reshape({1, C, h, w});
   z = z / D.cfg.vae.scaling_factor + D.cfg.vae.shift_factor;
   at::Tensor img = D.vae->decode(z.to(D.device));
   return (img / 2 + 0.5).clamp(0, 1).to(at::kFloat).to(at::kCPU).squeeze(0).contiguous();
 }
 
-GenerationResult FluxPipeline::generate(const PipelineInputs& params0, const PipelineCallbacks& cb) {
+GenerationResult FluxPipeline::generate(const PipelineInputs& params0,
+                                        const PipelineCallbacks& cb) {
   auto& D = *d_;
   at::NoGradGuard ng;
   GenerationResult res;
@@ -241,13 +262,16 @@ GenerationResult FluxPipeline::generate(const PipelineInputs& params0, const Pip
         "one half of the group would idle — use cfg_degree 1");
   const int cfgRank = cfgParallel ? D.opts.cfg->rank() : 0;
 
-  auto stage = [&](const char* s) { if (cb.onStage) cb.onStage(s); };
+  auto stage = [&](const char* s) {
+    if (cb.onStage) cb.onStage(s);
+  };
   auto t0 = Clock::now();
   stage("encode");  // tokenize + text encoders
   // Under CFG parallel each half encodes only the prompt it denoises.
   PromptEmbeds pos, neg;
   if (!cfgParallel || cfgRank == 0) pos = encodePrompt(p.prompt, p.max_sequence_length);
-  if (trueCfg && (!cfgParallel || cfgRank == 1)) neg = encodePrompt(p.negative_prompt, p.max_sequence_length);
+  if (trueCfg && (!cfgParallel || cfgRank == 1))
+    neg = encodePrompt(p.negative_prompt, p.max_sequence_length);
   res.timings_ms["tokenize"] = pos.tokenize_ms + neg.tokenize_ms;
   res.timings_ms["encode"] = pos.encode_ms + neg.encode_ms;
   res.timings_ms["encode_total"] = msSince(t0);
@@ -270,9 +294,11 @@ GenerationResult FluxPipeline::generate(const PipelineInputs& params0, const Pip
     auto ts = Clock::now();
     const float t = sched.timesteps[i];
     // timestep.expand(B).to(latents.dtype) / 1000, as FluxPipeline passes it.
-    at::Tensor tt = (at::full({1}, t, at::TensorOptions().dtype(at::kFloat).device(D.device)).to(dt) / 1000);
+    at::Tensor tt =
+        (at::full({1}, t, at::TensorOptions().dtype(at::kFloat).device(D.device)).to(dt) / 1000);
     auto run = [&](const PromptEmbeds& e) {
-      return D.transformer->forward(latents, e.prompt_embeds, e.pooled, tt, imgIds, e.text_ids, guidance);
+      return D.transformer->forward(latents, e.prompt_embeds, e.pooled, tt, imgIds, e.text_ids,
+                                    guidance);
     };
     at::Tensor v;
     if (!trueCfg) {
@@ -318,7 +344,12 @@ GenerationResult FluxPipeline::generate(const PipelineInputs& params0, const Pip
 }
 
 std::vector<uint8_t> toRGB8(const at::Tensor& image) {
-  at::Tensor u8 = (image.to(at::kFloat) * 255).round().clamp(0, 255).to(at::kByte).permute({1, 2, 0}).contiguous();
+  at::Tensor u8 = (image.to(at::kFloat) * 255)
+                      .round()
+                      .clamp(0, 255)
+                      .to(at::kByte)
+                      .permute({1, 2, 0})
+                      .contiguous();
   std::vector<uint8_t> out(u8.numel());
   std::memcpy(out.data(), u8.data_ptr(), out.size());
   return out;

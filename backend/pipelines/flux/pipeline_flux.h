@@ -3,7 +3,8 @@
 // optional true CFG, VAE decode and post-processing. Parallel strategies plug in through
 // PipelineOptions (tensor/context parallel inside the transformer, CFG parallel across a group
 // of two). Data parallel is handled above this class (each replica runs its own pipeline).
-// Programs reach it through the DiffusionPipeline interface (loadPipeline, pipelines/torch_registry.h).
+// Programs reach it through the DiffusionPipeline interface (loadPipeline,
+// pipelines/torch_registry.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -22,9 +23,9 @@
 namespace dit {
 
 struct PromptEmbeds {
-  at::Tensor prompt_embeds;  ///< [1, L, joint_attention_dim]
-  at::Tensor pooled;         ///< [1, pooled_projection_dim]
-  at::Tensor text_ids;       ///< [L, 3] zeros
+  at::Tensor prompt_embeds;               ///< [1, L, joint_attention_dim]
+  at::Tensor pooled;                      ///< [1, pooled_projection_dim]
+  at::Tensor text_ids;                    ///< [L, 3] zeros
   double tokenize_ms = 0, encode_ms = 0;  ///< wall time of tokenization and of the encoders
 };
 
@@ -62,7 +63,8 @@ class FluxPipeline : public DiffusionPipeline {
   /// without guidance embeds (no effect). `p` is resolved first (throws as resolve does).
   std::vector<std::string> requestWarnings(const PipelineInputs& p) const override;
   /// The whole pipeline for one image.
-  GenerationResult generate(const PipelineInputs& params, const PipelineCallbacks& cb = {}) override;
+  GenerationResult generate(const PipelineInputs& params,
+                            const PipelineCallbacks& cb = {}) override;
 
   FluxTransformer2DModel& transformer() override;
   /// Bytes of weights held by this rank, per component ("transformer", "text_encoder", ...).
