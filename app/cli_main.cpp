@@ -105,9 +105,8 @@ void refuseMemory(const CliOptions& o, const ModelFolder& model,
   RequestDims rd;
   rd.width = g.width > 0 ? g.width : 128 * vsf;
   rd.height = g.height > 0 ? g.height : 128 * vsf;
-  rd.text_len = g.max_sequence_length > 0
-                    ? g.max_sequence_length
-                    : model.config->max_sequence_length;
+  rd.text_len =
+      g.max_sequence_length > 0 ? g.max_sequence_length : model.config->max_sequence_length;
   rd.true_cfg = g.trueCfg();
   const bool cuda = o.device == "cuda";
   const MemoryEstimate est =

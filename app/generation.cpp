@@ -140,7 +140,10 @@ void tuneHostAllocator() {
 
 uint64_t randomSeed() {
   std::random_device rd;
-  return (uint64_t(rd()) << 32) | rd();  // the whole unsigned 64-bit range
+  // Drawn from [0, 2^63): any seed up to 2^64 - 1 can be requested, but a seed the program picks
+  // itself stays exact in every store that holds signed 64-bit integers (Qt's JSON, the GUI's
+  // history), so Reuse and recall give the same image.
+  return ((uint64_t(rd()) << 32) | rd()) >> 1;
 }
 
 }  // namespace dit

@@ -62,7 +62,8 @@ std::string validateStrategyForRequest(const Strategy& s, const ModelFolder& m,
 /// once at program start.
 void tuneHostAllocator();
 
-/// Random seed from std::random_device over the whole unsigned 64-bit range (random_seed requests).
+/// Random seed from std::random_device in [0, 2^63) (random_seed requests): exact wherever a signed
+/// 64-bit integer is stored (Qt JSON, GUI history); requested seeds may use the full uint64 range.
 uint64_t randomSeed();
 
 }  // namespace dit
