@@ -101,7 +101,10 @@ std::string uniqueImagePath(const std::string& dir, const std::string& id, int i
                                              std::to_string(index) + "-s" + std::to_string(seed)))
                                .string();
   for (int n = 1; n < 100000; ++n) {
-    const std::string path = stem + (n == 1 ? std::string() : "-" + std::to_string(n)) + ".png";
+    std::string path =
+        stem;  // appended piecewise: `"-" + to_string(n)` trips GCC 12's -Wstringop-overflow
+    if (n > 1) path.append("-").append(std::to_string(n));
+    path.append(".png");
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd >= 0) {
       ::close(fd);
