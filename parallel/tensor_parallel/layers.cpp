@@ -78,12 +78,13 @@ void Linear::checkInput(const at::Tensor& x, int64_t expectedIn) const {
                                 " does not end in " + str(expectedIn) + " features");
 }
 
-at::Tensor Linear::matmul(const at::Tensor& x) const { return at::linear(x, weight_); }
+at::Tensor Linear::matmul(const at::Tensor& x, const at::Tensor& bias) const {
+  return at::linear(x, weight_, bias);
+}
 
 at::Tensor Linear::forward(const at::Tensor& x) const {
   checkInput(x, inFeaturesLocal());
-  at::Tensor y = matmul(x);
-  return bias_.defined() ? y + bias_ : y;
+  return matmul(x, bias_);
 }
 
 ReplicatedLinear::ReplicatedLinear(std::string name, at::Tensor weight, at::Tensor bias)
@@ -146,8 +147,9 @@ at::Tensor RowParallelLinear::forward(const at::Tensor& x) const {
     xl = shardTensor(x, s);
   }
   checkInput(xl, inFeaturesLocal());
-  at::Tensor y = matmul(xl).contiguous();
-  if (groupSize(group_) > 1) allReduceSum(*group_, y);
+  if (groupSize(group_) == 1) return matmul(xl, bias_);
+  at::Tensor y = matmul(xl, at::Tensor()).contiguous();  // partial sums: no bias yet
+  allReduceSum(*group_, y);
   return bias_.defined() ? y + bias_ : y;  // once, after the reduce
 }
 

@@ -15,11 +15,12 @@
 // product; ColumnParallelLinear::forward with gather_output all-gathers on the last dimension.
 // A null group or a group of size 1 makes every layer a plain dense linear with no communication.
 //
-// The seam: every layer computes its product through the protected virtual `matmul(x)`
-// (x W_local^T, no bias). LoRA deltas (llama.cpp build_lora_mm: x W^T + s * (x A^T) B^T, with
-// B sharded for colwise and A for rowwise layers) and quantized compute (FP8 with scales, GGUF
-// dequantize-then-GEMM) attach later by overriding matmul in a subclass or a decorator;
-// forward() keeps the bias and the collectives in one place so such a subclass never needs to
+// The seam: every layer computes its product through the protected virtual `matmul(x, bias)`
+// (x W_local^T + bias, one fused GEMM; bias undefined = none). LoRA deltas (llama.cpp
+// build_lora_mm: x W^T + s * (x A^T) B^T, with B sharded for colwise and A for rowwise layers) and
+// quantized compute (FP8 with scales, GGUF dequantize-then-GEMM) attach later by overriding matmul
+// in a subclass or a decorator; forward() decides which bias goes in (none before a rowwise reduce:
+// it is added once after) and keeps the collectives in one place, so such a subclass never needs to
 // know about tensor parallelism.
 #pragma once
 
@@ -69,9 +70,11 @@ class Linear {
   /// global out size (rowwise). Throws std::invalid_argument naming the layer on bad shapes.
   Linear(std::string name, at::Tensor weight, at::Tensor bias, ShardSpec spec);
 
-  /// The seam: x [..., in_local] -> x W_local^T [..., out_local], without bias. Override to add
-  /// LoRA deltas or quantized compute; forward() adds the bias and does the collectives.
-  virtual at::Tensor matmul(const at::Tensor& x) const;
+  /// The seam: x [..., in_local] -> x W_local^T + bias [..., out_local] (at::linear: one fused
+  /// GEMM with the bias as its addend; `bias` undefined = none). Override to add LoRA deltas or
+  /// quantized compute; forward() chooses the bias (none before a rowwise all-reduce) and does
+  /// the collectives.
+  virtual at::Tensor matmul(const at::Tensor& x, const at::Tensor& bias) const;
 
   void checkInput(const at::Tensor& x, int64_t expectedIn) const;
 
