@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "app/blas_kernel.h"
@@ -166,6 +167,7 @@ int runMpi(const CliOptions& o) {
   int images = 0;
   bool fatal = false;
   std::string firstError, otherOutput;
+  std::set<std::string> fatalSeen;  // rank + message of the fatal errors reported so far
   while (getline(&line, &cap, in) > 0) {
     std::string l(line);
     // stdout and stderr share this pipe, and mpirun forwards them separately: OpenMPI 5 can put
@@ -185,8 +187,13 @@ int runMpi(const CliOptions& o) {
       continue;
     }
     const json& ev = parsed->data;
-    if (o.jsonEvents) std::cout << ev.dump() << std::endl;
     const std::string& e = parsed->type;
+    // A rank's fatal error arrives twice (abortGroup writes it to stdout and stderr, so that it
+    // survives mpirun dropping the last stdout line on MPI_Abort): the second copy is dropped.
+    if (e == "error" && ev.value("fatal", false) &&
+        !fatalSeen.insert(ev.value("rank", json()).dump() + '\n' + ev.value("message", "")).second)
+      continue;
+    if (o.jsonEvents) std::cout << ev.dump() << std::endl;
     if (e == "ready") {
       spdlog::info("process group ready: {} ranks, {} (loaded in {:.2f} s)", ev.value("world", 0),
                    ev.value("strategy", json()).dump(), ev.value("load_seconds", 0.0));

@@ -1,5 +1,6 @@
 #include "ui/worker_controller.h"
 
+#include <QByteArrayView>
 #include <QDir>
 #include <QJsonArray>
 #include <QJsonDocument>
@@ -227,14 +228,35 @@ void WorkerController::handleStdout(const QByteArray& bytes) {
 void WorkerController::handleStderr(const QByteArray& bytes) {
   stderrTail_.append(bytes);
   if (stderrTail_.size() > 65536) stderrTail_.remove(0, stderrTail_.size() - 65536);
-  for (const QByteArray& line : err_.feed(bytes)) {
+  for (QByteArray line : err_.feed(bytes)) {
+    // A rank that aborts the group writes its fatal `error` event to stderr as well (mpirun may
+    // drop its last stdout line on MPI_Abort, OpenMPI 5), possibly in the middle of a line of
+    // another rank's stderr: that event is handled (a repeat of the stdout copy is ignored in
+    // handleEvent), the text before it is log output.
+    if (const qsizetype at = line.indexOf(QByteArrayView(kEventPrefix.data(), qsizetype(kEventPrefix.size())));
+        at >= 0) {
+      if (auto ev = parseEventLine(line.mid(at)); ev && ev->type == QLatin1String("error") &&
+                                                  ev->data.value("fatal").toBool(false)) {
+        handleEvent(*ev);
+        line.truncate(at);
+      }
+    }
     if (line.trimmed().isEmpty()) continue;
     const QString text = QString::fromUtf8(line);
     Q_EMIT logLine(rankOfLogLine(text), QStringLiteral("stderr"), text);
   }
 }
 
+bool WorkerController::isRepeatedFatalError(const WorkerEvent& ev) const {
+  if (ev.type != QLatin1String("error") || !ev.data.value("fatal").toBool(false) || !fatalEvent_) return false;
+  const int rank = ev.data.value("rank").toInt(-1);
+  const QString msg = ev.data.value("message").toString();
+  return fatalEvent_->rank == rank &&
+         fatalEvent_->message == (rank >= 0 ? QStringLiteral("rank %1: %2").arg(rank).arg(msg) : msg);
+}
+
 void WorkerController::handleEvent(const WorkerEvent& ev) {
+  if (isRepeatedFatalError(ev)) return;  // the stderr copy of a fatal error already handled
   const QJsonObject& d = ev.data;
   Q_EMIT eventReceived(ev);
   const QString id = d.value("id").toString();
@@ -358,7 +380,8 @@ WorkerFailure WorkerController::buildCrashFailure(int exitCode, QProcess::ExitSt
   QStringList tail;
   for (int i = lines.size() - 1; i >= 0 && tail.size() < 6; --i) {
     const QString l = lines[i].trimmed();
-    if (l.isEmpty() || l.startsWith("----") ) continue;
+    // Fatal events copied to stderr are already the failure's message.
+    if (l.isEmpty() || l.startsWith("----") || l.contains(QLatin1String(kEventPrefix.data(), qsizetype(kEventPrefix.size())))) continue;
     tail.prepend(l);
   }
   if (!tail.isEmpty()) f.detail += (f.detail.isEmpty() ? "" : "\n") + tail.join('\n');
