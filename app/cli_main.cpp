@@ -170,14 +170,15 @@ int runMpi(const CliOptions& o) {
   std::set<std::string> fatalSeen;  // rank + message of the fatal errors reported so far
   while (getline(&line, &cap, in) > 0) {
     std::string l(line);
-    // stdout and stderr share this pipe, and mpirun forwards them separately: OpenMPI 5 can put
-    // an event line in the middle of a rank's stderr line ("...: da@@DIT {...}\n"). The text
-    // before the marker is log output; the event runs from the marker to the end of the line.
-    if (const size_t at = l.find(protocol::kEventPrefix); at != std::string::npos && at > 0) {
-      std::cerr << l.substr(0, at) << '\n';
-      l.erase(0, at);
+    // stdout and stderr share this pipe, and mpirun forwards them separately and in pieces:
+    // OpenMPI 5 can put an event in the middle of a rank's stderr line ("...: da@@DIT {...}\n"),
+    // or inside another event line it cut ("@@DIT {...safete@@DIT {...}\n"). The text before the
+    // event that parses is log output (or the cut event, whose copy on the other stream counts).
+    std::optional<protocol::Event> parsed;
+    if (auto found = protocol::findEventInLine(l)) {
+      if (found->offset > 0) std::cerr << l.substr(0, found->offset) << '\n';
+      parsed = std::move(found->event);
     }
-    auto parsed = protocol::parseEventLine(l);
     if (!parsed) {
       // Library noise and mpirun's own report of a rank that died (parsed once it has exited);
       // only the tail is kept, where mpirun writes its report.

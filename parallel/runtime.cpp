@@ -59,16 +59,17 @@ int unreadOutputBytes(int fd) {
   return n;
 }
 
-// Before MPI_Abort: waits until mpirun's I/O forwarder has read what this rank wrote to stdout
-// and stderr (at most 1 s, polling every 5 ms), then 100 ms more for it to pass the lines on.
-// Bounded, so a reader that stopped reading cannot delay the abort by more than 1.1 s.
-void waitForOutputForwarded() {
+// Waits until mpirun's I/O forwarder has read what this rank wrote to stdout and stderr (at most
+// 500 ms, polling every 5 ms; a pty may not report its queue), then `settle` more for it to read
+// the rest and pass the lines on. Bounded, so a reader that stopped reading cannot hold up the
+// caller for more than 500 ms + settle.
+void waitForOutputForwarded(std::chrono::milliseconds settle) {
   using namespace std::chrono;
-  const auto deadline = steady_clock::now() + milliseconds(1000);
+  const auto deadline = steady_clock::now() + milliseconds(500);
   while (steady_clock::now() < deadline &&
          (unreadOutputBytes(STDOUT_FILENO) > 0 || unreadOutputBytes(STDERR_FILENO) > 0))
     std::this_thread::sleep_for(milliseconds(5));
-  std::this_thread::sleep_for(milliseconds(100));
+  std::this_thread::sleep_for(settle);
 }
 
 // Reads "<key>:   <n> kB" from /proc/self/status.
@@ -177,14 +178,17 @@ void abortGroup(int rank, const std::string& message) {
   writeLine(line);
   // The same event on stderr: when MPI_Abort tears the job down, OpenMPI 5's prterun sometimes
   // drops the aborting rank's last stdout line, so the CLI and the GUI could not name the rank.
-  // They scan stderr for events too and drop the second copy (same rank and message).
+  // They scan stderr for events too and drop the second copy (same rank and message). Written
+  // once mpirun has read the stdout line: OpenMPI 5 reads stdout (a pty) in pieces, and a copy
+  // written at once can land inside the stdout line in a merged stream, cutting both.
+  if (mpiActive()) waitForOutputForwarded(std::chrono::milliseconds(50));
   {
     std::lock_guard<std::mutex> lock(outputMutex());
     std::fprintf(stderr, "%s\n[rank %d] fatal: %s\n", line.c_str(), rank, message.c_str());
     std::fflush(stderr);
   }
   if (mpiActive()) {
-    waitForOutputForwarded();
+    waitForOutputForwarded(std::chrono::milliseconds(100));
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   std::_Exit(1);

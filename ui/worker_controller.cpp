@@ -1,6 +1,5 @@
 #include "ui/worker_controller.h"
 
-#include <QByteArrayView>
 #include <QDir>
 #include <QJsonArray>
 #include <QJsonDocument>
@@ -215,9 +214,16 @@ void WorkerController::updateBusy() {
 }
 
 void WorkerController::handleStdout(const QByteArray& bytes) {
-  for (const QByteArray& line : out_.feed(bytes)) {
-    if (auto ev = parseEventLine(line)) {
-      handleEvent(*ev);
+  for (QByteArray line : out_.feed(bytes)) {
+    // mpirun interleaves the ranks' output in pieces: an event may follow other text (or a cut
+    // event) on the line; that text is logged.
+    if (auto found = findEventInLine(line)) {
+      line.truncate(found->offset);
+      if (!line.trimmed().isEmpty()) {
+        const QString text = QString::fromUtf8(line);
+        Q_EMIT logLine(rankOfLogLine(text), QStringLiteral("stdout"), text);
+      }
+      handleEvent(found->event);
     } else if (!line.trimmed().isEmpty()) {
       const QString text = QString::fromUtf8(line);
       Q_EMIT logLine(rankOfLogLine(text), QStringLiteral("stdout"), text);
@@ -233,13 +239,10 @@ void WorkerController::handleStderr(const QByteArray& bytes) {
     // drop its last stdout line on MPI_Abort, OpenMPI 5), possibly in the middle of a line of
     // another rank's stderr: that event is handled (a repeat of the stdout copy is ignored in
     // handleEvent), the text before it is log output.
-    if (const qsizetype at = line.indexOf(QByteArrayView(kEventPrefix.data(), qsizetype(kEventPrefix.size())));
-        at >= 0) {
-      if (auto ev = parseEventLine(line.mid(at)); ev && ev->type == QLatin1String("error") &&
-                                                  ev->data.value("fatal").toBool(false)) {
-        handleEvent(*ev);
-        line.truncate(at);
-      }
+    if (auto found = findEventInLine(line); found && found->event.type == QLatin1String("error") &&
+                                             found->event.data.value("fatal").toBool(false)) {
+      handleEvent(found->event);
+      line.truncate(found->offset);
     }
     if (line.trimmed().isEmpty()) continue;
     const QString text = QString::fromUtf8(line);
