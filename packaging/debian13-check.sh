@@ -26,13 +26,15 @@
 #   base chroot (debootstrap minbase): ~40 MB download, 215 MB on disk, ~5 min (first run only);
 #   cpu chroot packages: ~420 MB download, 2.6 GB on disk with a build, ~10 min (first run only);
 #   gpu chroot packages: ~2.8 GB download, 8.7 GB on disk with a build, ~20 min (first run only);
-#   leg cpu build + whole suite + .deb: 40 min on 2 cores shared with other builds (suite ~9);
+#   later runs download nothing; compilations go through a ccache kept in each chroot;
+#   leg cpu build + whole suite + .deb: 27.6 min on 2 cores shared with two other builds (load
+#   6-8), ccache cold for most objects (build ~22 min, suite 5.4 min);
 #   leg gpu compile + link: ~30 min on 2 shared cores.
 # Needs debootstrap (installed with apt-get on Debian hosts), mount (proc, /dev and /sys are bound
 # into the chroots for OpenMPI, and unmounted at exit), and about 12 GB free under ROOT.
 set -euo pipefail
 
-usage() { sed -n '2,32p' "$0"; }
+usage() { sed -n '2,/^[^#]/{/^#/p}' "$0"; }
 LEGS=()
 for a in "$@"; do
   case "$a" in
