@@ -29,7 +29,7 @@
 #   later runs download nothing; compilations go through a ccache kept in each chroot;
 #   leg cpu build + whole suite + .deb: 27.6 min on 2 cores shared with two other builds (load
 #   6-8), ccache cold for most objects (build ~22 min, suite 5.4 min);
-#   leg gpu compile + link: ~30 min on 2 shared cores.
+#   leg gpu compile + link: 16.8 min on the same shared cores, ccache cold.
 # Needs debootstrap (installed with apt-get on Debian hosts), mount (proc, /dev and /sys are bound
 # into the chroots for OpenMPI, and unmounted at exit), and about 12 GB free under ROOT.
 set -euo pipefail
