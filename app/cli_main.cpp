@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "app/blas_kernel.h"
 #include "app/device_stats.h"
@@ -237,16 +238,18 @@ int runMpi(const CliOptions& o) {
   int images = 0;
   bool fatal = false;
   std::string firstError, otherOutput;
+  std::set<std::string> fatalSeen;  // rank + message of the fatal errors reported so far
   while (getline(&line, &cap, in) > 0) {
     std::string l(line);
-    // stdout and stderr share this pipe, and mpirun forwards them separately: OpenMPI 5 can put
-    // an event line in the middle of a rank's stderr line ("...: da@@DIT {...}\n"). The text
-    // before the marker is log output; the event runs from the marker to the end of the line.
-    if (const size_t at = l.find(protocol::kEventPrefix); at != std::string::npos && at > 0) {
-      std::cerr << l.substr(0, at) << '\n';
-      l.erase(0, at);
+    // stdout and stderr share this pipe, and mpirun forwards them separately and in pieces:
+    // OpenMPI 5 can put an event in the middle of a rank's stderr line ("...: da@@DIT {...}\n"),
+    // or inside another event line it cut ("@@DIT {...safete@@DIT {...}\n"). The text before the
+    // event that parses is log output (or the cut event, whose copy on the other stream counts).
+    std::optional<protocol::Event> parsed;
+    if (auto found = protocol::findEventInLine(l)) {
+      if (found->offset > 0) std::cerr << l.substr(0, found->offset) << '\n';
+      parsed = std::move(found->event);
     }
-    auto parsed = protocol::parseEventLine(l);
     if (!parsed) {
       // Library noise and mpirun's own report of a rank that died (parsed once it has exited);
       // only the tail is kept, where mpirun writes its report.
@@ -256,8 +259,13 @@ int runMpi(const CliOptions& o) {
       continue;
     }
     const json& ev = parsed->data;
-    if (o.jsonEvents) std::cout << ev.dump() << std::endl;
     const std::string& e = parsed->type;
+    // A rank's fatal error arrives twice (abortGroup writes it to stdout and stderr, so that it
+    // survives mpirun dropping the last stdout line on MPI_Abort): the second copy is dropped.
+    if (e == "error" && ev.value("fatal", false) &&
+        !fatalSeen.insert(ev.value("rank", json()).dump() + '\n' + ev.value("message", "")).second)
+      continue;
+    if (o.jsonEvents) std::cout << ev.dump() << std::endl;
     if (e == "ready") {
       spdlog::info("process group ready: {} ranks, {} (loaded in {:.2f} s)", ev.value("world", 0),
                    ev.value("strategy", json()).dump(), ev.value("load_seconds", 0.0));

@@ -1,7 +1,11 @@
 #include "parallel/runtime.h"
 
 #include <mpi.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "app/protocol/protocol.h"
 
@@ -35,6 +40,33 @@ void writeLine(const std::string& line) {
   std::fwrite(line.data(), 1, line.size(), stdout);
   std::fputc('\n', stdout);
   std::fflush(stdout);
+}
+
+// Bytes written to `fd` (a pipe, socket or pty) that its reader has not taken yet; 0 when the
+// kernel cannot tell (a file, or an ioctl it refuses).
+int unreadOutputBytes(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return 0;
+  int n = 0;
+  // A pipe answers FIONREAD at either end; a pty or a socket counts its unsent output (TIOCOUTQ).
+  const unsigned long request = S_ISFIFO(st.st_mode)                     ? FIONREAD
+                                : (S_ISSOCK(st.st_mode) || ::isatty(fd)) ? TIOCOUTQ
+                                                                         : 0;
+  if (request == 0 || ::ioctl(fd, request, &n) != 0) return 0;
+  return n;
+}
+
+// Waits until mpirun's I/O forwarder has read what this rank wrote to stdout and stderr (at most
+// 500 ms, polling every 5 ms; a pty may not report its queue), then `settle` more for it to read
+// the rest and pass the lines on. Bounded, so a reader that stopped reading cannot hold up the
+// caller for more than 500 ms + settle.
+void waitForOutputForwarded(std::chrono::milliseconds settle) {
+  using namespace std::chrono;
+  const auto deadline = steady_clock::now() + milliseconds(500);
+  while (steady_clock::now() < deadline &&
+         (unreadOutputBytes(STDOUT_FILENO) > 0 || unreadOutputBytes(STDERR_FILENO) > 0))
+    std::this_thread::sleep_for(milliseconds(5));
+  std::this_thread::sleep_for(settle);
 }
 
 // Reads "<key>:   <n> kB" from /proc/self/status.
@@ -147,9 +179,21 @@ void abortGroup(int rank, const std::string& message) {
            ",\"message\":\"(unprintable message)\",\"fatal\":true}";
   }
   writeLine(line);
-  std::fprintf(stderr, "[rank %d] fatal: %s\n", rank, message.c_str());
-  std::fflush(stderr);
-  if (mpiActive()) MPI_Abort(MPI_COMM_WORLD, 1);
+  // The same event on stderr: when MPI_Abort tears the job down, OpenMPI 5's prterun sometimes
+  // drops the aborting rank's last stdout line, so the CLI and the GUI could not name the rank.
+  // They scan stderr for events too and drop the second copy (same rank and message). Written
+  // once mpirun has read the stdout line: OpenMPI 5 reads stdout (a pty) in pieces, and a copy
+  // written at once can land inside the stdout line in a merged stream, cutting both.
+  if (mpiActive()) waitForOutputForwarded(std::chrono::milliseconds(50));
+  {
+    std::lock_guard<std::mutex> lock(outputMutex());
+    std::fprintf(stderr, "%s\n[rank %d] fatal: %s\n", line.c_str(), rank, message.c_str());
+    std::fflush(stderr);
+  }
+  if (mpiActive()) {
+    waitForOutputForwarded(std::chrono::milliseconds(100));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
   std::_Exit(1);
 }
 

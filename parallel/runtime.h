@@ -55,10 +55,13 @@ void emitEvent(const nlohmann::ordered_json& event);
 
 /// Fatal error on this rank: prints exactly one line
 ///   @@DIT {"event":"error","id":null,"rank":R,"message":"...","fatal":true}
-/// to stdout (flushed), a human-readable "[rank R] fatal: ..." line to stderr, then calls
-/// MPI_Abort(MPI_COMM_WORLD, 1) so that mpirun ends every rank (or _Exit(1) when MPI is not
-/// active). Not collective: one failing rank calls it and the whole group goes down; any thread
-/// may call it. Never returns.
+/// to stdout (flushed), the same line and a human-readable "[rank R] fatal: ..." line to stderr
+/// (the stderr copy survives when mpirun drops the rank's last stdout line on abort, as OpenMPI
+/// 5's prterun sometimes does; readers drop the repeated event; written after mpirun has read the
+/// stdout line, at least 50 ms later), waits until mpirun has read both streams (at most about
+/// 1.2 s in all), then calls MPI_Abort(MPI_COMM_WORLD, 1) so that mpirun ends
+/// every rank (or _Exit(1) at once when MPI is not active). Not collective: one failing rank
+/// calls it and the whole group goes down; any thread may call it. Never returns.
 [[noreturn]] void abortGroup(int rank, const std::string& message);
 
 /// Text for an exception: what(), or "unknown exception" for non-std exceptions.

@@ -314,6 +314,41 @@ TEST(Protocol, NoiseIsNotAnEvent) {
   for (const char* n : noise) EXPECT_FALSE(parseEventLine(n)) << n;
 }
 
+TEST(Protocol, EventInsideALine) {
+  // A whole event line: offset 0, the --tag-output prefix included.
+  auto f = findEventInLine("[1,0]<stdout>:@@DIT {\"event\":\"bye\"}\n");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->offset, 0u);
+  EXPECT_EQ(f->event.type, "bye");
+  // After a rank's log text (OpenMPI 5 puts a stdout event inside a stderr line).
+  f = findEventInLine("[12:00:01] [rank 0/2] da@@DIT {\"event\":\"progress\",\"step\":2}");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->offset, std::string("[12:00:01] [rank 0/2] da").size());
+  EXPECT_EQ(f->event.data["step"], 2);
+  // A fatal error event cut by its own stderr copy (seen with OpenMPI 5.0.7: the stdout line is
+  // read from its pty in two pieces, the stderr copy lands between them).
+  const std::string whole =
+      R"(@@DIT {"event":"error","id":null,"rank":1,"message":"/tmp/m/diffusion_pytorch_model.safetensors: tensor 'x_embedder.weight': data_offsets [1929024, 1933120) lie outside the data section","fatal":true})";
+  const std::string cut = whole.substr(0, 60);
+  f = findEventInLine(cut + whole);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->offset, 60u);
+  EXPECT_EQ(f->event.type, "error");
+  EXPECT_EQ(f->event.data["rank"], 1);
+  EXPECT_EQ(f->event.data["fatal"], true);
+  EXPECT_EQ(f->event.data["message"].get<std::string>().substr(0, 9), "/tmp/m/di");
+  // The cut event's rest on the next line is not an event; neither is noise.
+  EXPECT_FALSE(findEventInLine(whole.substr(60)));
+  EXPECT_FALSE(findEventInLine("loading kernels"));
+  EXPECT_FALSE(findEventInLine("@@DIT {\"event\":\"error\",\"rank\":1@@DIT {\"x\":1}"));
+  // The first occurrence that parses wins (a complete event after a cut one, not its inner text).
+  f = findEventInLine(
+      "a@@DIT {\"event\":\"log\",\"message\":\"@@DIT {\\\"event\\\":\\\"bye\\\"}\"}");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->offset, 1u);
+  EXPECT_EQ(f->event.type, "log");
+}
+
 TEST(Protocol, StrategyJson) {
   Strategy s = strat(16, 2, 1, 2, 2, 2);
   s.ulysses_anything = true;

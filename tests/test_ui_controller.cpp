@@ -195,6 +195,35 @@ class TestController : public QObject {
     QVERIFY(f.detail.contains("rank 1"));
   }
 
+  void fatalErrorCopiedToStderrIsReportedOnce() {
+    // abortGroup writes the fatal event to stdout and stderr; OpenMPI 5 may lose the stdout copy.
+    for (const char* mode : {"error_both", "error_stderr_only"}) {
+      qputenv("FAKE_MODE", mode);
+      WorkerController c;
+      QSignalSpy failed(&c, &WorkerController::groupFailed);
+      QSignalSpy errors(&c, &WorkerController::errorReported);
+      QSignalSpy logs(&c, &WorkerController::logLine);
+      QVERIFY(c.start(config()));
+      c.submit(GenerationParams{});
+      QTRY_COMPARE_WITH_TIMEOUT(failed.count(), 1, 10000);
+      QCOMPARE(errors.count(), 1);
+      const WorkerFailure f = failed.first().at(0).value<WorkerFailure>();
+      QCOMPARE(f.rank, 1);
+      QCOMPARE(f.message, QStringLiteral("rank 1: out of memory in attention"));
+      QVERIFY2(!f.detail.contains("@@DIT"), qPrintable(f.detail));
+      QVERIFY2(f.detail.contains("[rank 1] fatal: out of memory in attention"),
+               qPrintable(f.detail));
+      // The text before the event on that stderr line is still logged; no raw event is.
+      bool before = false;
+      for (const QList<QVariant>& l : logs) {
+        const QString text = l.at(2).toString();
+        QVERIFY2(!text.contains("@@DIT"), qPrintable(text));
+        before |= l.at(1).toString() == "stderr" && text == "[12:00:01] [rank 0/2] da";
+      }
+      QVERIFY2(before, mode);
+    }
+  }
+
   void nonFatalErrorKeepsServing() {
     qputenv("FAKE_MODE", "badrequest");
     WorkerController c;

@@ -33,6 +33,15 @@ class TestEvents : public QObject {
     ev = parseEventLine(R"([1,0]<stdout>:@@DIT {"type":"status","stage":"loading","message":"x"})");
     QVERIFY(ev);
     QCOMPARE(ev->data.value("stage").toString(), QString("loading"));
+    // An event after other text on the line (mpirun's pieces of several streams): the offset
+    // of its marker.
+    auto found = findEventInLine(
+        R"([rank 0/2] da@@DIT {"event":"error","rank":1,"message":"m","fatal":true})");
+    QVERIFY(found);
+    QCOMPARE(found->offset, qsizetype(13));
+    QCOMPARE(found->event.type, QString("error"));
+    QCOMPARE(found->event.data.value("rank").toInt(), 1);
+    QVERIFY(!findEventInLine("[rank 0/2] loading"));
     // Unicode survives.
     ev = parseEventLine(
         QString(R"(@@DIT {"type":"log","rank":0,"level":"info","message":"café 日本"})").toUtf8());

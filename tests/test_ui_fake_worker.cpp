@@ -1,7 +1,9 @@
 // Test helper (not a test): a scripted stand-in for "mpirun ... ditstudio-worker" that speaks
 // app/PROTOCOL.md, for the controller and window tests that must not depend on the real worker.
 // FAKE_MODE selects the behaviour: ok (default), crash (mpirun reports rank 1 killed by signal 9),
-// error (fatal error event from rank 1 + MPI_Abort), badrequest (non-fatal error event), hang
+// error (fatal error event from rank 1 + MPI_Abort), error_both (the same event on stdout and
+// stderr, as abortGroup writes it), error_stderr_only (only the stderr copy: mpirun lost the
+// stdout line), badrequest (non-fatal error event), hang
 // (ignores shutdown; only SIGTERM ends it).
 #include <QBuffer>
 #include <QDir>
@@ -50,6 +52,20 @@ while IFS= read -r line; do
         echo "--------------------------------------------------------------------------" >&2
         echo "mpirun noticed that process rank 1 with PID 5001 on node fakehost exited on signal 9 (Killed)." >&2
         exit 137
+      fi
+      if [ "$mode" = error_stderr_only ] || [ "$mode" = error_both ]; then
+        # abortGroup's copy on stderr (in the middle of another rank's stderr line, as OpenMPI 5
+        # forwards it); with error_both the stdout copy arrives as well, with error_stderr_only
+        # mpirun lost it.
+        if [ "$mode" = error_both ]; then
+          echo "@@DIT {\"event\":\"error\",\"id\":null,\"rank\":1,\"message\":\"out of memory in attention\",\"fatal\":true}"
+        fi
+        printf '[12:00:01] [rank 0/2] da' >&2
+        echo "@@DIT {\"event\":\"error\",\"id\":null,\"rank\":1,\"message\":\"out of memory in attention\",\"fatal\":true}" >&2
+        echo "[rank 1] fatal: out of memory in attention" >&2
+        echo "MPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD" >&2
+        echo "with errorcode 1." >&2
+        exit 1
       fi
       if [ "$mode" = error ]; then
         echo "@@DIT {\"event\":\"error\",\"id\":\"$id\",\"rank\":1,\"message\":\"out of memory in attention\",\"fatal\":true}"

@@ -15,6 +15,15 @@ std::optional<WorkerEvent> parseEventLine(const QByteArray& line) {
   return WorkerEvent{QString::fromStdString(ev->type), toQJsonObject(ev->data)};
 }
 
+std::optional<WorkerEventInLine> findEventInLine(const QByteArray& line) {
+  auto found = dit::protocol::findEventInLine(
+      std::string_view(line.constData(), static_cast<size_t>(line.size())));
+  if (!found) return std::nullopt;
+  return WorkerEventInLine{
+      static_cast<qsizetype>(found->offset),
+      WorkerEvent{QString::fromStdString(found->event.type), toQJsonObject(found->event.data)}};
+}
+
 QList<QByteArray> LineSplitter::feed(const QByteArray& chunk) {
   buffer_.append(chunk);
   QList<QByteArray> lines;

@@ -30,6 +30,14 @@ struct WorkerEvent {
 /// OpenMPI --tag-output prefix such as "[1,0]<stdout>:".
 std::optional<WorkerEvent> parseEventLine(const QByteArray& line);
 
+/// dit::protocol::findEventInLine (an event after log text or inside a cut event on the same
+/// line) with the event converted: `offset` is the byte offset of its "@@DIT " marker in `line`.
+struct WorkerEventInLine {
+  qsizetype offset = 0;
+  WorkerEvent event;
+};
+std::optional<WorkerEventInLine> findEventInLine(const QByteArray& line);
+
 /// Splits a byte stream into complete lines; keeps a trailing partial line for the next chunk.
 class LineSplitter {
  public:

@@ -222,9 +222,16 @@ void WorkerController::updateBusy() {
 }
 
 void WorkerController::handleStdout(const QByteArray& bytes) {
-  for (const QByteArray& line : out_.feed(bytes)) {
-    if (auto ev = parseEventLine(line)) {
-      handleEvent(*ev);
+  for (QByteArray line : out_.feed(bytes)) {
+    // mpirun interleaves the ranks' output in pieces: an event may follow other text (or a cut
+    // event) on the line; that text is logged.
+    if (auto found = findEventInLine(line)) {
+      line.truncate(found->offset);
+      if (!line.trimmed().isEmpty()) {
+        const QString text = QString::fromUtf8(line);
+        Q_EMIT logLine(rankOfLogLine(text), QStringLiteral("stdout"), text);
+      }
+      handleEvent(found->event);
     } else if (!line.trimmed().isEmpty()) {
       const QString text = QString::fromUtf8(line);
       Q_EMIT logLine(rankOfLogLine(text), QStringLiteral("stdout"), text);
@@ -235,14 +242,34 @@ void WorkerController::handleStdout(const QByteArray& bytes) {
 void WorkerController::handleStderr(const QByteArray& bytes) {
   stderrTail_.append(bytes);
   if (stderrTail_.size() > 65536) stderrTail_.remove(0, stderrTail_.size() - 65536);
-  for (const QByteArray& line : err_.feed(bytes)) {
+  for (QByteArray line : err_.feed(bytes)) {
+    // A rank that aborts the group writes its fatal `error` event to stderr as well (mpirun may
+    // drop its last stdout line on MPI_Abort, OpenMPI 5), possibly in the middle of a line of
+    // another rank's stderr: that event is handled (a repeat of the stdout copy is ignored in
+    // handleEvent), the text before it is log output.
+    if (auto found = findEventInLine(line); found && found->event.type == QLatin1String("error") &&
+                                            found->event.data.value("fatal").toBool(false)) {
+      handleEvent(found->event);
+      line.truncate(found->offset);
+    }
     if (line.trimmed().isEmpty()) continue;
     const QString text = QString::fromUtf8(line);
     Q_EMIT logLine(rankOfLogLine(text), QStringLiteral("stderr"), text);
   }
 }
 
+bool WorkerController::isRepeatedFatalError(const WorkerEvent& ev) const {
+  if (ev.type != QLatin1String("error") || !ev.data.value("fatal").toBool(false) || !fatalEvent_)
+    return false;
+  const int rank = ev.data.value("rank").toInt(-1);
+  const QString msg = ev.data.value("message").toString();
+  return fatalEvent_->rank == rank &&
+         fatalEvent_->message ==
+             (rank >= 0 ? QStringLiteral("rank %1: %2").arg(rank).arg(msg) : msg);
+}
+
 void WorkerController::handleEvent(const WorkerEvent& ev) {
+  if (isRepeatedFatalError(ev)) return;  // the stderr copy of a fatal error already handled
   const QJsonObject& d = ev.data;
   Q_EMIT eventReceived(ev);
   const QString id = d.value("id").toString();
@@ -373,7 +400,10 @@ WorkerFailure WorkerController::buildCrashFailure(int exitCode, QProcess::ExitSt
   QStringList tail;
   for (int i = lines.size() - 1; i >= 0 && tail.size() < 6; --i) {
     const QString l = lines[i].trimmed();
-    if (l.isEmpty() || l.startsWith("----")) continue;
+    // Fatal events copied to stderr are already the failure's message.
+    if (l.isEmpty() || l.startsWith("----") ||
+        l.contains(QLatin1String(kEventPrefix.data(), qsizetype(kEventPrefix.size()))))
+      continue;
     tail.prepend(l);
   }
   if (!tail.isEmpty()) f.detail += (f.detail.isEmpty() ? "" : "\n") + tail.join('\n');

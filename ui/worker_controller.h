@@ -142,6 +142,9 @@ class WorkerController : public QObject {
   void handleStdout(const QByteArray& bytes);
   void handleStderr(const QByteArray& bytes);
   void handleEvent(const WorkerEvent& ev);
+  /// True for a fatal `error` event equal (rank, message) to the one already handled: abortGroup
+  /// writes it to stdout and to stderr.
+  bool isRepeatedFatalError(const WorkerEvent& ev) const;
   void handleFinished(int exitCode, QProcess::ExitStatus status);
   void handleProcessError(QProcess::ProcessError error);
   void flushQueue();

@@ -471,6 +471,15 @@ std::optional<Event> parseEventLine(std::string_view line) {
   return ev;
 }
 
+std::optional<EventInLine> findEventInLine(std::string_view line) {
+  if (auto ev = parseEventLine(line)) return EventInLine{0, std::move(*ev)};
+  for (size_t at = line.find(kEventPrefix); at != std::string_view::npos;
+       at = line.find(kEventPrefix, at + 1)) {
+    if (auto ev = parseEventLine(line.substr(at))) return EventInLine{at, std::move(*ev)};
+  }
+  return std::nullopt;
+}
+
 json errorEvent(const std::optional<std::string>& id, int rank, const std::string& message,
                 bool fatal) {
   return json{{"event", "error"},

@@ -177,6 +177,19 @@ std::string eventLine(const nlohmann::ordered_json& event);
 /// the prefix followed by a JSON object with a non-empty string "event" (or "type"): library
 /// noise, truncated JSON. Integers stay exact (64-bit seeds).
 std::optional<Event> parseEventLine(std::string_view line);
+/// An event that starts inside `line`, and where: mpirun forwards each rank's stdout and stderr
+/// separately and in pieces, so one line of the merged stream can hold log text and then an event
+/// ("...: da@@DIT {...}", OpenMPI 5), or the first part of one event, a whole second event and
+/// nothing of the first's rest ("@@DIT {...safete@@DIT {...}" — the rest of the cut event comes
+/// on the next line). Tries each kEventPrefix occurrence from the first and returns the first
+/// from which the rest of the line parses with parseEventLine; `offset` is that occurrence's
+/// byte offset (text before it is log output or a cut event). A whole line that parses as is
+/// (an OpenMPI --tag-output prefix included) gives offset 0. nullopt when nothing parses.
+struct EventInLine {
+  size_t offset = 0;
+  Event event;
+};
+std::optional<EventInLine> findEventInLine(std::string_view line);
 /// The `error` event: {"event":"error","id":id or null,"rank","message","fatal"}.
 nlohmann::json errorEvent(const std::optional<std::string>& id, int rank,
                           const std::string& message, bool fatal);
