@@ -70,7 +70,7 @@ const char kUsage[] =
     "  --model DIR        diffusers FLUX.1 folder (default: $DITSTUDIO_MODEL_DIR or the embedded "
     "model)\n"
     "  --headless         no window: run the default generation with ditstudio-cli into\n"
-    "                     ditstudio-output.png (also chosen when no display is available)\n"
+    "                     ditstudio-output.png, or -2, -3, ... if taken (also without a display)\n"
     "  --screenshot FILE  grab the window to FILE (with --auto-generate: after one image)\n"
     "  --auto-generate    start the worker group and generate once, then quit\n"
     "Environment: DITSTUDIO_MPIRUN (mpirun path), DITSTUDIO_WORKER, DITSTUDIO_MODEL_DIR,\n"
@@ -87,6 +87,10 @@ int runHeadless(int argc, char** argv, const Args& args) {
   const QString cli = dit::ui::siblingExecutable(QStringLiteral("ditstudio-cli"));
   const QString model = args.model.isEmpty() ? dit::ui::defaultModelDir() : args.model;
   const dit::ui::GenerationParams p = dit::ui::startingParams();
+  // Never overwrite an earlier image: ditstudio-output.png, else ditstudio-output-2.png, -3, ...
+  QString output = QStringLiteral("ditstudio-output.png");
+  for (int n = 2; QFileInfo::exists(output); ++n)
+    output = QStringLiteral("ditstudio-output-%1.png").arg(n);
   const QStringList cliArgs = {cli,
                                QStringLiteral("--model"),
                                model,
@@ -103,7 +107,7 @@ int runHeadless(int argc, char** argv, const Args& args) {
                                QStringLiteral("--seed"),
                                QString::number(p.seed),
                                QStringLiteral("--output"),
-                               QStringLiteral("ditstudio-output.png")};
+                               output};
   std::fprintf(stderr, "ditstudio: running headless: %s\n",
                dit::ui::LaunchCommand{cli, cliArgs.mid(1)}.display().toLocal8Bit().constData());
   std::vector<std::string> store;
