@@ -69,6 +69,21 @@ std::string dtypeName(int64_t d) {
   }
 }
 
+std::string rankList(const std::vector<int>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(v[i]);
+  }
+  return s;
+}
+
+std::string secondsStr(double s) {
+  std::ostringstream o;
+  o << s;
+  return o.str();
+}
+
 std::string bytesString(int64_t numel, int64_t dtype) {
   return std::to_string(numel * elemSize(dtype)) + " B";
 }

@@ -56,6 +56,10 @@ const char* reduceOpName(int64_t op);
 std::string shapeString(const std::vector<int64_t>& shape, int64_t ndim = -1);
 /// "<numel x element size> B".
 std::string bytesString(int64_t numel, int64_t dtype);
+/// "0,2,3": ranks for messages.
+std::string rankList(const std::vector<int>& ranks);
+/// A duration in seconds as the shortest text ("300", "0.5") for messages.
+std::string secondsStr(double seconds);
 /// Product of the sizes (1 for a scalar shape).
 int64_t numelOf(const std::vector<int64_t>& shape);
 

@@ -49,21 +49,6 @@ int64_t shapeHash(const std::vector<int64_t>& s) {
   return static_cast<int64_t>(h & 0x7fffffffffffffffULL);
 }
 
-std::string rankList(const std::vector<int>& v) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) s += ',';
-    s += std::to_string(v[i]);
-  }
-  return s;
-}
-
-std::string secondsStr(double s) {
-  std::ostringstream o;
-  o << s;
-  return o.str();
-}
-
 void mpiCheck(int rc, const char* fn) {
   if (rc == MPI_SUCCESS) return;
   char msg[MPI_MAX_ERROR_STRING];

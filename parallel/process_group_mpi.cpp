@@ -115,21 +115,6 @@ void requireReducible(const at::Tensor& t, const char* op) {
         " cannot be reduced (float32/float16/bfloat16/float64/int64/int32/int16/int8/uint8)");
 }
 
-std::string rankList(const std::vector<int>& v) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) s += ',';
-    s += std::to_string(v[i]);
-  }
-  return s;
-}
-
-std::string secondsStr(double s) {
-  std::ostringstream o;
-  o << s;
-  return o.str();
-}
-
 }  // namespace
 
 // The Work of one started MPI operation.
