@@ -31,6 +31,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
 
@@ -39,9 +40,11 @@
 #include "app/generation.h"
 #include "app/protocol/launch.h"
 #include "app/protocol/protocol.h"
+#include "backend/io/checkpoint_layouts.h"
 #include "backend/io/config_json.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/tensor_io.h"
+#include "backend/io/weight_loader.h"
 #include "backend/io/weight_source.h"
 #include "backend/models/flux/flux_plan.h"
 #include "backend/models/flux/transformer_flux.h"
@@ -214,8 +217,33 @@ int runBench(Args a) {
     md = transformerFamily(cls, file).dims(configJson, file);  // refuses an unregistered class
     cfg = parseFluxTransformerConfig(configJson, file);
   };
+  std::string singleFile;  // --model FILE: a single FLUX.1 transformer / all-in-one checkpoint
   try {
-    if (!a.model.empty() == (a.randomWeights || !a.config.empty()))
+    if (!a.model.empty() && fs::is_regular_file(a.model)) {
+      // Hyper-parameters from the tensor shapes; --config (a transformer config.json) only
+      // supplies what the shapes cannot (the RoPE axes when the head dim is not FLUX.1's 128).
+      singleFile = a.model;
+      const CheckpointComponent c = inspectCheckpoint(a.model).require("transformer", "--model");
+      SafetensorsReader r(a.model);
+      FluxTransformerConfig ref;
+      if (!a.config.empty()) ref = parseFluxTransformerConfig(a.config);
+      cfg = fluxConfigFromBfl(r, c.prefix, a.config.empty() ? nullptr : &ref);
+      configJson = nlohmann::json{{"_class_name", "FluxTransformer2DModel"},
+                                  {"in_channels", cfg.in_channels},
+                                  {"out_channels", cfg.out_channels},
+                                  {"num_layers", cfg.num_layers},
+                                  {"num_single_layers", cfg.num_single_layers},
+                                  {"attention_head_dim", cfg.attention_head_dim},
+                                  {"num_attention_heads", cfg.num_attention_heads},
+                                  {"joint_attention_dim", cfg.joint_attention_dim},
+                                  {"pooled_projection_dim", cfg.pooled_projection_dim},
+                                  {"guidance_embeds", cfg.guidance_embeds},
+                                  {"axes_dims_rope", cfg.axes_dims_rope}};
+      configFile = a.model;
+      transformerClass = "FluxTransformer2DModel";
+      md = transformerFamily(transformerClass, a.model).dims(configJson, a.model);
+      source = a.model;
+    } else if (!a.model.empty() == (a.randomWeights || !a.config.empty()))
       throw std::invalid_argument(
           "give either --model DIR or --config transformer_config.json --random-weights");
     if (!a.model.empty()) {
@@ -294,12 +322,23 @@ int runBench(Args a) {
   const auto tl0 = Clock::now();
   std::unique_ptr<DiffusionTransformer> model;
   int64_t weightBytes = 0;
+  std::map<std::string, int64_t> storageBytes;  // this rank's transformer weights by storage
   {
-    std::shared_ptr<WeightSource> w =
-        weightsDir.empty()
-            ? WeightSource::random(a.seed + 1, dtype, device)
-            : WeightSource::fromFolder(weightsDir, "diffusion_pytorch_model", dtype, device);
+    std::shared_ptr<WeightSource> w;
+    if (!singleFile.empty()) {
+      SafetensorsReader r(singleFile);
+      w = WeightSource::fromLayout(
+          componentLayout(r, inspectCheckpoint(singleFile).require("transformer", "--model")),
+          dtype, device);
+    } else {
+      w = weightsDir.empty()
+              ? WeightSource::random(a.seed + 1, dtype, device)
+              : WeightSource::fromFolder(weightsDir, "diffusion_pytorch_model", dtype, device);
+    }
     model = loadTransformer(transformerClass, configJson, configFile, *w, par);
+    storageBytes =
+        heldBytesByStorage(model->parameters(), static_cast<int64_t>(c10::elementSize(dtype)),
+                           computeDTypeName(dtype));
     weightBytes = static_cast<int64_t>(w->bytesLoaded());
   }  // the source (and its file mappings) is released here
   deviceSync(device);
@@ -515,6 +554,7 @@ int runBench(Args a) {
         {"dp", co[0]}, {"cfg", co[1]}, {"ring", co[2]}, {"ulysses", co[3]}, {"tp", co[4]}};
     rj["weight_bytes"] = v(0);
     rj["expected_weight_bytes"] = expectedWeightBytes;
+    if (r == 0) rj["weight_storage_bytes"] = storageBytes;
     rj["rss_before_load_bytes"] = v(1);
     rj["rss_after_load_bytes"] = v(2);
     rj["rss_peak_load_bytes"] = v(3);
@@ -536,6 +576,9 @@ int runBench(Args a) {
   }
   j["ranks"] = ranks;
   j["notes"] = {
+      {"weight_storage_bytes",
+       "rank 0's transformer weights by storage: 8-bit float checkpoints keep their linear "
+       "weights as 1-byte codes (dequantized at use), the rest is held in the compute dtype"},
       {"weight_bytes",
        "WeightSource::bytesLoaded(): this rank's transformer weights in the compute dtype; "
        "expected = replicated + tp-sharded/tp_degree (closed form from the config)"},
@@ -571,7 +614,9 @@ int main(int argc, char** argv) {
                "ditstudio-bench"};
   Args a;
   app.add_option("--model", a.model,
-                 "diffusers FLUX.1 folder (or its transformer folder): real weights");
+                 "diffusers FLUX.1 folder (or its transformer folder), or a single FLUX.1 "
+                 "transformer / all-in-one checkpoint file (BFL, fp8, ComfyUI scaled fp8): real "
+                 "weights");
   app.add_option("--config", a.config, "transformer config.json (with --random-weights)");
   app.add_flag("--random-weights", a.randomWeights,
                "random weights from the config alone (shards generated directly)");

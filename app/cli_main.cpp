@@ -23,6 +23,7 @@
 #include "app/device_stats.h"
 #include "app/generation.h"
 #include "app/memory_estimate.h"
+#include "app/model_source_options.h"
 #include "app/protocol/launch.h"
 #include "app/protocol/protocol.h"
 #include "backend/io/model_folder.h"
@@ -46,6 +47,12 @@ struct CliOptions {
   bool jsonEvents = false;
   bool overwrite = false;  ///< replace an existing --output / --output-tensors
   std::vector<std::string> prompts;
+  ModelSources src;  ///< --config, --vae, --text-encoder(-2), --tokenizer(-2); model = --model
+  ModelSources sources() const {
+    ModelSources s = src;
+    s.model = model;
+    return s;
+  }
 };
 
 // --seed: a 64-bit integer (0 .. 2^64-1, exactly) or a negative number for a random seed.
@@ -143,7 +150,7 @@ protocol::GenerateRequest request(const CliOptions& o) {
 
 // One rank, in this process.
 int runLocal(const CliOptions& o) {
-  auto model = ModelFolder::open(o.model);
+  auto model = ModelFolder::open(o.sources());
   PipelineOptions po;
   po.dtype = parseComputeDType(o.dtype);
   po.device = o.device;
@@ -196,6 +203,7 @@ int runMpi(const CliOptions& o) {
   launch.worker = exeDir() + "/ditstudio-worker";
   launch.model = o.model;
   launch.extra_worker_args = {"--dtype", o.dtype};
+  for (const auto& a : modelSourceArgs(o.src)) launch.extra_worker_args.push_back(a);
   const std::vector<std::string> args = protocol::mpirunArgv(launch);
 
   int toChild[2], fromChild[2];
@@ -314,7 +322,7 @@ int runMpi(const CliOptions& o) {
 
 // Benchmark of the whole pipeline on one rank: JSON with each stage's time and peak RSS.
 int runBench(const CliOptions& o, int warmup) {
-  auto model = ModelFolder::open(o.model);
+  auto model = ModelFolder::open(o.sources());
   PipelineOptions po;
   po.dtype = parseComputeDType(o.dtype);
   po.device = o.device;
@@ -366,7 +374,10 @@ int main(int argc, char** argv) {
   CliOptions o;
   int warmup = 0;
   auto addGen = [&](CLI::App* a) {
-    a->add_option("--model", o.model, "diffusers FLUX.1 folder (default: the embedded tiny model)");
+    a->add_option("--model", o.model,
+                  "diffusers FLUX.1 folder, single transformer file (BFL / fp8 / ComfyUI scaled "
+                  "fp8) or ComfyUI all-in-one checkpoint (default: the embedded tiny model)");
+    addModelSourceOptions(*a, o.src);
     a->add_option("--prompt", o.gen.prompt, "prompt")->capture_default_str();
     a->add_option("--negative-prompt", o.gen.negative_prompt,
                   "negative prompt; given (even as \"\") with --true-cfg-scale > 1 it runs true "
@@ -435,7 +446,9 @@ int main(int argc, char** argv) {
     refuseOverwrite(o, request(o).imageCount());
     // Refuse an impossible strategy or size before anything starts (configs and safetensors
     // headers only, no weights read).
-    const auto model = ModelFolder::open(o.model);
+    const auto model = ModelFolder::open(o.sources());
+    if (!model.components.empty() && model.components.at("transformer").single_file)
+      spdlog::info("model sources:\n{}", model.describeSources());
     if (o.np > 1 || !o.hostfile.empty())
       if (auto msg = validateStrategyForRequest(s, model, o.gen, request(o).imageCount());
           !msg.empty())

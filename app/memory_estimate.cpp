@@ -18,10 +18,7 @@ uint64_t ceilDiv(uint64_t a, uint64_t b) { return b == 0 ? a : (a + b - 1) / b; 
 // Elements of every tensor in a component's safetensors (headers only) times the compute size.
 uint64_t componentBytes(const ModelFolder& m, const std::string& component, const std::string& stem,
                         int64_t elementBytes) {
-  auto st = SafetensorsCollection::openFolder(m.component(component), stem);
-  uint64_t n = 0;
-  for (const auto& name : st.names()) n += static_cast<uint64_t>(st.info(name).numel());
-  return n * static_cast<uint64_t>(elementBytes);
+  return m.componentParameterCount(component, stem) * static_cast<uint64_t>(elementBytes);
 }
 
 // Saturating arithmetic: impossible sizes must give a huge figure, never a wrapped small one.

@@ -26,11 +26,13 @@
 #include "app/device_stats.h"
 #include "app/generation.h"
 #include "app/memory_estimate.h"
+#include "app/model_source_options.h"
 #include "app/protocol/launch.h"
 #include "app/protocol/protocol.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/png_io.h"
 #include "backend/io/tensor_io.h"
+#include "backend/io/weight_loader.h"
 #include "backend/pipelines/torch_registry.h"
 #include "parallel/context_parallel.h"
 #include "parallel/device_mesh.h"
@@ -175,8 +177,8 @@ BlasInfo g_blas;
 
 class Worker {
  public:
-  Worker(Strategy s, std::string modelDir, std::string dtype)
-      : s_(std::move(s)), modelDir_(std::move(modelDir)), dtype_(std::move(dtype)) {}
+  Worker(Strategy s, ModelSources src, std::string dtype)
+      : s_(std::move(s)), src_(std::move(src)), modelDir_(src_.model), dtype_(std::move(dtype)) {}
 
   int run() {
     rank_ = worldRank();
@@ -187,7 +189,8 @@ class Worker {
     std::string refusal;
     ModelFolder model;
     try {
-      model = ModelFolder::open(modelDir_);
+      src_.model = modelDir_;
+      model = ModelFolder::open(src_);
       refusal = joinIssues(validateDegrees(s_));
       if (refusal.empty()) refusal = joinIssues(validateForModel(s_, dims(model)));
       if (!refusal.empty()) refusal = "strategy refused: " + refusal;
@@ -236,6 +239,15 @@ class Worker {
     auto weights = pipe_->weightBytes();
     json wb = json::object();
     for (auto& [k, v] : weights) wb[k] = v;
+    // The transformer's weights this rank holds, by storage (FP8 checkpoints stay 8-bit).
+    json storage = json::object();
+    {
+      const at::ScalarType cdt = parseComputeDType(dtype_);
+      for (auto& [k, v] :
+           heldBytesByStorage(pipe_->transformer().parameters(),
+                              static_cast<int64_t>(c10::elementSize(cdt)), computeDTypeName(cdt)))
+        storage[k] = v;
+    }
     syncStats(0, 0, 0.0, /*emit=*/true);
     if (rank_ == 0) {
       const PipelineModelInfo mi = pipe_->info();
@@ -244,8 +256,10 @@ class Worker {
                      {"strategy", s_},
                      {"load_seconds", loadS},
                      {"weight_bytes_rank0", wb},
+                     {"transformer_storage_rank0", storage},
                      {"model",
                       {{"path", modelDir_},
+                       {"sources", sourcesJson(model)},
                        {"heads", mi.num_attention_heads},
                        {"inner_dim", mi.inner_dim},
                        {"layers", mi.num_layers},
@@ -278,6 +292,17 @@ class Worker {
     return h;
   }
   static ModelDims dims(const ModelFolder& m) { return modelDims(m); }
+  // Where each component came from (single files: layout and prefix), for the ready event.
+  static json sourcesJson(const ModelFolder& m) {
+    json j = json::object();
+    for (const auto& [name, c] : m.components) {
+      json e{{"path", c.path}, {"from", c.flag}};
+      if (c.single_file) e["layout"] = c.layout, e["prefix"] = c.prefix;
+      j[name] = e;
+    }
+    if (!m.variant.empty()) j["variant"] = m.variant;
+    return j;
+  }
   // Every rank learns whether any rank refuses to start (e.g. a model folder that differs on
   // one node), so all of them exit together instead of some waiting in the mesh set-up. The
   // message is printed once: by rank 0 if it refuses, else by each refusing rank.
@@ -557,6 +582,7 @@ class Worker {
 
   Strategy s_;
   int ranksOnHost_ = 1;
+  ModelSources src_;
   std::string modelDir_, dtype_, device_ = "cpu", stage_ = "idle";
   int rank_ = 0;
   std::unique_ptr<DeviceMesh> mesh_;
@@ -582,7 +608,11 @@ int main(int argc, char** argv) {
   CLI::App app{"DiT Studio rank program (start with mpirun)", "ditstudio-worker"};
   Strategy s;
   std::string model, dtype = "float32";
-  app.add_option("--model", model, "diffusers FLUX.1 folder (default: embedded tiny model)");
+  ModelSources src;
+  app.add_option("--model", model,
+                 "diffusers FLUX.1 folder, single transformer file or all-in-one checkpoint "
+                 "(default: embedded tiny model)");
+  addModelSourceOptions(app, src);
   app.add_option("--dtype", dtype, "float32 | bfloat16 | float16");
   app.add_option("--device", s.device, "cpu | cuda");
   protocol::addStrategyOptions(app, s);
@@ -597,7 +627,8 @@ int main(int argc, char** argv) {
   }
   if (model.empty()) model = defaultModelDir();
   s.world = worldSize();
-  int rc = runOrAbort([&] { return Worker(s, model, dtype).run(); });
+  src.model = model;
+  int rc = runOrAbort([&] { return Worker(s, src, dtype).run(); });
   finalizeRuntime();
   return rc;
 }

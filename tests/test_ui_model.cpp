@@ -92,6 +92,39 @@ class TestModel : public QObject {
     QCOMPARE(m.max_sequence_length, f.config->max_sequence_length);
   }
 
+  // The model chooser takes single files too and shows what was detected (issue 12).
+  void readsSingleFiles() {
+    const QString dir = qEnvironmentVariable("DITSTUDIO_TEST_FORMATS");
+    QVERIFY2(QFileInfo::exists(dir + "/transformer-bfl.safetensors"),
+             "DITSTUDIO_TEST_FORMATS must point at ../shared/fixtures/tiny-flux-A/formats");
+    // Transformer-only file: the VAE is missing, named with the flag that supplies it.
+    ModelInfo m = readModelInfo(dir + "/transformer-bfl.safetensors", fixture());
+    QVERIFY(!m.ok);
+    QVERIFY2(m.error.contains("give one with --vae"), qPrintable(m.error));
+    // All-in-one checkpoint: every component from the one file.
+    m = readModelInfo(dir + "/checkpoint-comfy-aio.safetensors", fixture());
+    QVERIFY2(m.ok, qPrintable(m.error));
+    QCOMPARE(m.detected, QStringLiteral("flux / flux-dev"));
+    QCOMPARE(m.num_attention_heads, 4);
+    QCOMPARE(m.num_layers, 2);
+    QVERIFY(m.component("vae"));
+    QVERIFY2(m.component("vae")->source.contains("ldm layout, prefix vae."),
+             qPrintable(m.component("vae")->source));
+    QVERIFY2(m.component("text_encoder_2")->source.contains("text_encoders.t5xxl.transformer."),
+             qPrintable(m.component("text_encoder_2")->source));
+    QCOMPARE(m.component("transformer")->storage, QStringLiteral("F32 x84"));
+    QVERIFY2(m.summary().contains("detected: flux / flux-dev"), qPrintable(m.summary()));
+    QVERIFY2(m.summary().contains("tokenizer"), qPrintable(m.summary()));
+    // Without a config folder, head dim 16 (not FLUX.1's 128) cannot give the RoPE axes.
+    m = readModelInfo(dir + "/checkpoint-comfy-aio.safetensors");
+    QVERIFY(!m.ok);
+    QVERIFY2(m.error.contains("--config"), qPrintable(m.error));
+    // A VAE file as the model.
+    m = readModelInfo(dir + "/ae.safetensors", fixture());
+    QVERIFY(!m.ok);
+    QVERIFY2(m.error.contains("holds a VAE"), qPrintable(m.error));
+  }
+
   void brokenFolders() {
     QCOMPARE(readModelInfo("/nonexistent/model").ok, false);
     QVERIFY(readModelInfo("/nonexistent/model").error.contains("does not exist"));

@@ -46,7 +46,7 @@ ditstudio_ui_test(test_ui_presets)
 ditstudio_ui_test(test_ui_events)
 ditstudio_ui_test(test_ui_command)
 ditstudio_ui_test(test_ui_mesh)
-ditstudio_ui_test(test_ui_model)
+ditstudio_ui_test(test_ui_model ENV "DITSTUDIO_TEST_FORMATS=${DITSTUDIO_FORMATS_FIXTURE}")
 # QProcess plumbing and the window, against the scripted stand-in.
 ditstudio_ui_test(test_ui_controller LIBS test_ui_fake_worker TIMEOUT 180)
 ditstudio_ui_test(test_ui_widgets LIBS test_ui_fake_worker TIMEOUT 300)

@@ -27,12 +27,18 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   auto* ml = new QVBoxLayout(modelBox);
   auto* row = new QHBoxLayout;
   modelEdit_ = new QLineEdit(modelBox);
-  modelEdit_->setPlaceholderText(tr("diffusers FLUX.1 model folder"));
+  modelEdit_->setPlaceholderText(
+      tr("diffusers FLUX.1 folder, or a single checkpoint file (BFL, fp8, ComfyUI all-in-one)"));
   auto* browse = new QPushButton(tr("Browse…"), modelBox);
+  browse->setToolTip(tr("Choose a diffusers model folder"));
+  auto* browseFile = new QPushButton(tr("File…"), modelBox);
+  browseFile->setObjectName("modelFileButton");
+  browseFile->setToolTip(tr("Choose a single .safetensors checkpoint"));
   auto* deflt = new QPushButton(tr("Default"), modelBox);
   deflt->setToolTip(tr("The embedded default model"));
   row->addWidget(modelEdit_, 1);
   row->addWidget(browse);
+  row->addWidget(browseFile);
   row->addWidget(deflt);
   ml->addLayout(row);
   modelSummary_ = new QLabel(modelBox);
@@ -137,6 +143,12 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
     const QString d =
         QFileDialog::getExistingDirectory(this, tr("Choose a diffusers model folder"), modelDir());
     if (!d.isEmpty()) setModelDir(d);
+  });
+  connect(browseFile, &QPushButton::clicked, this, [this] {
+    const QString f = QFileDialog::getOpenFileName(
+        this, tr("Choose a FLUX.1 checkpoint file (BFL, fp8, ComfyUI all-in-one)"), modelDir(),
+        tr("safetensors (*.safetensors)"));
+    if (!f.isEmpty()) setModelDir(f);
   });
   connect(deflt, &QPushButton::clicked, this, [this] { setModelDir(defaultModelDir()); });
   connect(modelEdit_, &QLineEdit::editingFinished, this, [this] {

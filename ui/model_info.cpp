@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 
+#include "backend/io/checkpoint_layouts.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/safetensors.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
@@ -18,6 +19,30 @@ namespace {
 ComponentSize readComponent(const ModelFolder& m, const char* name, const char* stem) {
   ComponentSize c;
   c.name = QString::fromLatin1(name);
+  auto src = m.components.find(name);
+  if (src != m.components.end() && src->second.single_file) {
+    const CheckpointInfo info = inspectCheckpoint(src->second.path);
+    const CheckpointComponent* cc = info.find(name);
+    if (!cc) throw ModelFileError(src->second.path, std::string("no ") + name + " in this file");
+    c.parameters = static_cast<qint64>(m.componentParameterCount(name, stem));
+    c.bytes = static_cast<qint64>(cc->bytes);
+    qint64 best = -1;
+    for (const auto& [dt, n] : cc->dtypes) {
+      c.storage +=
+          QStringLiteral("%1%2 x%3")
+              .arg(c.storage.isEmpty() ? "" : ", ", QString::fromStdString(dt), QString::number(n));
+      if (n > best) best = n, c.dtype = QString::fromStdString(dt);
+    }
+    c.source =
+        QStringLiteral("%1 (%2 layout%3) [%4]")
+            .arg(QString::fromStdString(src->second.path), QString::fromStdString(cc->layout),
+                 cc->prefix.empty()
+                     ? QString()
+                     : QStringLiteral(", prefix %1").arg(QString::fromStdString(cc->prefix)),
+                 QString::fromStdString(src->second.flag));
+    return c;
+  }
+  c.source = QStringLiteral("folder %1").arg(QString::fromStdString(m.component(name)));
   const auto st = SafetensorsCollection::openFolder(m.component(name), stem);
   std::map<std::string, qint64> byDtype;
   for (const auto& t : st.names()) {
@@ -30,8 +55,11 @@ ComponentSize readComponent(const ModelFolder& m, const char* name, const char* 
     if (e.path().extension() == ".safetensors")
       c.bytes += static_cast<qint64>(fs::file_size(e.path()));
   qint64 best = -1;
-  for (const auto& [dt, n] : byDtype)
+  for (const auto& [dt, n] : byDtype) {
     if (n > best) best = n, c.dtype = QString::fromStdString(dt);
+    c.storage +=
+        QStringLiteral("%1%2").arg(c.storage.isEmpty() ? "" : ", ", QString::fromStdString(dt));
+  }
   return c;
 }
 
@@ -57,18 +85,22 @@ const ComponentSize* ModelInfo::component(const QString& name) const {
 
 QString ModelInfo::summary() const {
   if (!ok) return error;
-  QString s = QStringLiteral("%1 double + %2 single blocks, %3 heads x %4 head dim (inner %5)\n")
-                  .arg(num_layers)
-                  .arg(num_single_layers)
-                  .arg(num_attention_heads)
-                  .arg(attention_head_dim)
-                  .arg(innerDim());
+  QString s;
+  if (!detected.isEmpty()) s += QStringLiteral("detected: %1\n").arg(detected);
+  s += QStringLiteral("%1 double + %2 single blocks, %3 heads x %4 head dim (inner %5)\n")
+           .arg(num_layers)
+           .arg(num_single_layers)
+           .arg(num_attention_heads)
+           .arg(attention_head_dim)
+           .arg(innerDim());
   for (const auto& c : components) {
     if (c.bytes == 0) continue;
     s += QStringLiteral("%1: %2 params, %3%4\n")
              .arg(c.name, formatCount(c.parameters), formatBytes(c.bytes),
-                  c.dtype.isEmpty() ? QString() : QStringLiteral(" %1").arg(c.dtype));
+                  c.storage.isEmpty() ? QString() : QStringLiteral(" %1").arg(c.storage));
+    if (!detected.isEmpty()) s += QStringLiteral("  from %1\n").arg(c.source);
   }
+  for (const auto& n : notes) s += n + QStringLiteral("\n");
   s += QStringLiteral("total %1 params; sizes step by %2 px (vae scale factor %3)")
            .arg(formatCount(totalParameters()))
            .arg(sizeMultiple())
@@ -76,7 +108,7 @@ QString ModelInfo::summary() const {
   return s;
 }
 
-ModelInfo readModelInfo(const QString& dirIn) {
+ModelInfo readModelInfo(const QString& dirIn, const QString& configDir) {
   ModelInfo info;
   info.path = QDir::cleanPath(dirIn);
   if (dirIn.trimmed().isEmpty()) {
@@ -85,7 +117,18 @@ ModelInfo readModelInfo(const QString& dirIn) {
   }
   try {
     // The worker's own reader: same checks, same messages (configs and headers only).
-    const ModelFolder m = ModelFolder::open(info.path.toStdString());
+    ModelSources src;
+    src.model = info.path.toStdString();
+    src.config = configDir.toStdString();
+    const ModelFolder m = ModelFolder::open(src);
+    if (!m.components.empty() && m.components.at("transformer").single_file) {
+      const CheckpointInfo ci = inspectCheckpoint(m.path);
+      info.detected =
+          QStringLiteral("%1 / %2%3")
+              .arg(QString::fromStdString(ci.family), QString::fromStdString(ci.variant),
+                   ci.scaled_fp8 ? QStringLiteral(" (scaled fp8)") : QString());
+      for (const auto& n : m.notes) info.notes << QString::fromStdString(n);
+    }
     const auto& t = fluxConfig(m).transformer;
     info.num_layers = t.num_layers;
     info.num_single_layers = t.num_single_layers;

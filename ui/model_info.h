@@ -16,6 +16,8 @@ struct ComponentSize {
   qint64 parameters = 0;  ///< sum of tensor element counts (0 when unreadable)
   qint64 bytes = 0;       ///< sum of the .safetensors file sizes on disk
   QString dtype;          ///< dtype of most parameters ("F32", "BF16", ...), empty when unknown
+  QString storage;        ///< every stored dtype with its tensor count, e.g. "F8_E4M3 x36, F32 x48"
+  QString source;  ///< where it comes from: "folder <path>" or "<file> (bfl layout, prefix ...)"
 };
 
 /// What the GUI shows and validates against. `ok` is false with `error` set for a missing or
@@ -40,6 +42,11 @@ struct ModelInfo {
   /// The transformer family's declared ModelDims (sizes, tensor- and context-parallel plans,
   /// parameter table), as dit::ModelFolder::dims() gives them; empty when !ok.
   dit::ModelDims model_dims;
+  /// Single-file models: what was detected from the keys, e.g. "flux / flux-dev (scaled fp8)";
+  /// empty for a diffusers folder.
+  QString detected;
+  /// Notes on what was inferred (embedded tokenizers, published default configs).
+  QStringList notes;
 
   int innerDim() const { return num_attention_heads * attention_head_dim; }
   /// Width/height step: 2 * vae_scale_factor (latents are packed 2x2).
@@ -54,8 +61,11 @@ struct ModelInfo {
   QString summary() const;
 };
 
-/// Reads `dir`. Never throws; see ModelInfo::ok / error.
-ModelInfo readModelInfo(const QString& dir);
+/// Reads `path`: a diffusers folder, a single FLUX.1 transformer file or a ComfyUI all-in-one
+/// checkpoint (dit::ModelFolder::open(ModelSources)); `configDir` completes a single file's
+/// configs as the CLI's --config (empty = FLUX.1's published ones). Never throws; see
+/// ModelInfo::ok / error.
+ModelInfo readModelInfo(const QString& path, const QString& configDir = QString());
 
 /// "12.3 M", "11.9 B" style parameter count.
 QString formatCount(qint64 n);

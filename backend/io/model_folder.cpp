@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "backend/io/checkpoint_layouts.h"
 #include "backend/io/config_json.h"
 #include "backend/models/registry.h"
 #include "backend/pipelines/registry.h"
@@ -50,10 +51,129 @@ ModelFolder ModelFolder::open(const std::string& path) {
 }
 
 uint64_t ModelFolder::transformerParameterCount() const {
-  auto st = SafetensorsCollection::openFolder(path + "/transformer", "diffusion_pytorch_model");
+  return componentParameterCount("transformer", "diffusion_pytorch_model");
+}
+
+uint64_t ModelFolder::componentParameterCount(const std::string& name,
+                                              const std::string& stem) const {
   uint64_t n = 0;
-  for (auto& name : st.names()) n += static_cast<uint64_t>(st.info(name).numel());
+  auto it = components.find(name);
+  if (it != components.end() && it->second.single_file) {
+    SafetensorsReader r(it->second.path);
+    for (const auto& k : r.names())
+      if (k.rfind(it->second.prefix, 0) == 0 && k.find("scale_weight") == std::string::npos &&
+          k != it->second.prefix + "scaled_fp8")
+        n += static_cast<uint64_t>(r.info(k).numel());
+    return n;
+  }
+  auto st = SafetensorsCollection::openFolder(component(name), stem);
+  for (auto& k : st.names()) n += static_cast<uint64_t>(st.info(k).numel());
   return n;
+}
+
+namespace {
+// The option that supplies each component.
+std::string flagFor(const std::string& comp) {
+  static const std::map<std::string, std::string> f{
+      {"transformer", "--model"},         {"vae", "--vae"},
+      {"text_encoder", "--text-encoder"}, {"text_encoder_2", "--text-encoder-2"},
+      {"tokenizer", "--tokenizer"},       {"tokenizer_2", "--tokenizer-2"},
+      {"scheduler", "--config"}};
+  auto it = f.find(comp);
+  return it == f.end() ? "--model" : it->second;
+}
+}  // namespace
+
+ModelFolder ModelFolder::open(const ModelSources& s) {
+  const std::string modelPath = s.model.empty() ? defaultModelDir() : s.model;
+  ModelFolder m;
+  const PipelineFamily* family = nullptr;
+  if (fs::is_directory(modelPath)) {
+    m = open(modelPath);
+    family = &pipelineFamily(m.pipeline_class, modelPath + "/model_index.json");
+    for (const std::string& c : family->components)
+      m.components[c] = ComponentSource{modelPath + "/" + c, false, "", "", "--model"};
+  } else if (fs::is_regular_file(modelPath)) {
+    const CheckpointInfo info = inspectCheckpoint(modelPath);
+    info.require("transformer", "--model");
+    m.path = modelPath;
+    m.pipeline_class = "FluxPipeline";  // the only family inspectCheckpoint accepts
+    m.transformer_class = "FluxTransformer2DModel";
+    m.variant = info.variant;
+    family = &pipelineFamily(m.pipeline_class, modelPath);
+    for (const auto& c : info.components)
+      m.components[c.name] = ComponentSource{modelPath, true, c.prefix, c.layout, "--model"};
+  } else {
+    throw ModelFileError(modelPath, "model folder or file does not exist (--model)");
+  }
+  if (!s.config.empty() && !fs::is_directory(s.config))
+    throw ModelFileError(s.config, "--config must be a diffusers model folder");
+  auto over = [&](const std::string& name, const std::string& p) {
+    if (p.empty()) return;
+    const std::string flag = flagFor(name);
+    const bool tokenizer = name.rfind("tokenizer", 0) == 0;
+    if (fs::is_directory(p)) {
+      if (!tokenizer && !fs::exists(p + "/config.json"))
+        throw ModelFileError(p, "no config.json: " + flag +
+                                    " takes a diffusers component folder "
+                                    "or a single .safetensors file");
+      m.components[name] = ComponentSource{p, false, "", "", flag};
+    } else if (fs::is_regular_file(p)) {
+      if (tokenizer) throw ModelFileError(p, flag + " takes a tokenizer folder, not a file");
+      const CheckpointComponent c = inspectCheckpoint(p).require(name, flag);  // a copy
+      m.components[name] = ComponentSource{p, true, c.prefix, c.layout, flag};
+    } else {
+      throw ModelFileError(p, "no such file or folder (" + flag + ")");
+    }
+  };
+  over("vae", s.vae);
+  over("text_encoder", s.text_encoder);
+  over("text_encoder_2", s.text_encoder_2);
+  over("tokenizer", s.tokenizer);
+  over("tokenizer_2", s.tokenizer_2);
+  const std::string fallback = s.config.empty() ? defaultModelDir() : s.config;
+  for (const char* tok : {"tokenizer", "tokenizer_2"}) {
+    if (m.components.count(tok)) continue;
+    m.components[tok] = ComponentSource{fallback + "/" + tok, false, "", "",
+                                        s.config.empty() ? "embedded" : "--config"};
+    m.notes.push_back(std::string(tok) + ": the checkpoint has none; using " +
+                      (s.config.empty() ? "the embedded model's " : "--config's ") + tok + " (" +
+                      fallback + "/" + tok + ")");
+  }
+  if (!m.components.count("scheduler")) {
+    if (!s.config.empty()) {
+      m.components["scheduler"] =
+          ComponentSource{s.config + "/scheduler", false, "", "", "--config"};
+    } else {
+      m.notes.push_back("scheduler: FLUX.1 " +
+                        std::string(m.variant == "flux-schnell" ? "schnell" : "dev") +
+                        "'s published FlowMatchEulerDiscreteScheduler config");
+    }
+  }
+  std::string missing;
+  for (const std::string& c : family->components) {
+    if (c == "scheduler" || m.components.count(c)) continue;
+    missing += (missing.empty() ? "has no " : ", no ") + c + " (give one with " + flagFor(c) + ")";
+  }
+  if (!missing.empty())
+    throw ModelFileError(modelPath,
+                         missing + ": each a diffusers component folder or a single file");
+  m.sources = s;
+  m.sources.model = modelPath;
+  m.config = family->parse(m);
+  return m;
+}
+
+std::string ModelFolder::describeSources() const {
+  std::string r;
+  for (const auto& [name, c] : components) {
+    r += name + ": " + c.path;
+    if (c.single_file)
+      r += " (single file, " + c.layout + " layout" +
+           (c.prefix.empty() ? std::string() : ", prefix '" + c.prefix + "'") + ")";
+    r += " [" + c.flag + "]\n";
+  }
+  return r;
 }
 
 std::string defaultModelDir() {

@@ -9,9 +9,11 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "backend/io/safetensors.h"  // ModelFileError
 #include "parallel/strategy.h"       // ModelDims
@@ -30,6 +32,31 @@ struct PipelineConfig {
   int max_sequence_length = 512;
 };
 
+/// Where each component comes from: ditstudio-cli / ditstudio-worker --model, --config, --vae,
+/// --text-encoder, --text-encoder-2, --tokenizer, --tokenizer-2. Empty = not given.
+struct ModelSources {
+  std::string model;  ///< diffusers folder, single transformer file, or all-in-one checkpoint
+  /// diffusers folder whose configs complete single files (what the tensors cannot say: RoPE
+  /// axes, VAE scaling, scheduler), as diffusers' from_single_file(config=...).
+  std::string config;
+  std::string vae, text_encoder, text_encoder_2;  ///< component folder or single file each
+  std::string tokenizer, tokenizer_2;             ///< tokenizer folders
+  /// True when only `model` (or nothing) is set: a plain diffusers folder run.
+  bool onlyModel() const {
+    return config.empty() && vae.empty() && text_encoder.empty() && text_encoder_2.empty() &&
+           tokenizer.empty() && tokenizer_2.empty();
+  }
+};
+
+/// Where one component's files are.
+struct ComponentSource {
+  std::string path;          ///< folder, or single file
+  bool single_file = false;  ///< read through a KeyLayout (backend/io/checkpoint_layouts.h)
+  std::string prefix;        ///< single files: key prefix of the component
+  std::string layout;        ///< single files: "bfl", "ldm", "diffusers", "transformers"
+  std::string flag;          ///< option that supplied it ("--model", "--vae", ...; "embedded")
+};
+
 struct ModelFolder {
   std::string path;
   std::string pipeline_class;  ///< model_index.json "_class_name", e.g. "FluxPipeline"
@@ -45,7 +72,27 @@ struct ModelFolder {
   /// the wrong type. Throws UnsupportedModelError for a pipeline or transformer class that is not
   /// registered (the message names it and lists the supported ones).
   static ModelFolder open(const std::string& path);
-  std::string component(const std::string& name) const { return path + "/" + name; }
+  /// Opens a model from its sources: `s.model` a diffusers folder (then each other source
+  /// overrides the folder's component), a single FLUX.1 transformer file or a ComfyUI
+  /// all-in-one checkpoint (family and variant detected from its keys, inspectCheckpoint). A
+  /// component neither the model nor a flag supplies is refused naming the flag that supplies
+  /// it; missing tokenizers fall back to the --config folder's, else the embedded model's
+  /// (noted in `notes`). Configs: folders' config.json; single files' hyper-parameters from
+  /// their tensor shapes, the rest from --config, else FLUX.1's published configs. Throws
+  /// ModelFileError / UnsupportedModelError naming the file and the cause.
+  static ModelFolder open(const ModelSources& s);
+  /// The component's folder (or single file when components[name].single_file).
+  std::string component(const std::string& name) const {
+    auto it = components.find(name);
+    return it != components.end() ? it->second.path : path + "/" + name;
+  }
+  /// Filled by open(ModelSources): every component's source; empty for open(path).
+  std::map<std::string, ComponentSource> components;
+  ModelSources sources;            ///< what open(ModelSources) was given
+  std::string variant;             ///< "flux-dev" / "flux-schnell" when detected from keys
+  std::vector<std::string> notes;  ///< what was inferred (embedded tokenizers, default configs)
+  /// One line per component: "vae: <path> (single file, ldm layout, from --model)".
+  std::string describeSources() const;
   /// The strategy rules' view of this model (config->dims). Throws std::logic_error when the
   /// folder was not opened.
   const ModelDims& dims() const {
@@ -54,6 +101,9 @@ struct ModelFolder {
   }
   /// Total number of transformer parameters on disk (sum of numel over the safetensors shards).
   uint64_t transformerParameterCount() const;
+  /// Parameters (elements) of component `name`: its folder's `stem` safetensors, or its
+  /// tensors inside a single file (scales and markers excluded).
+  uint64_t componentParameterCount(const std::string& name, const std::string& stem) const;
 
   /// The family's config, e.g. configAs<FluxPipelineConfig>(). Throws std::invalid_argument when
   /// the folder holds another family (naming the pipeline class).

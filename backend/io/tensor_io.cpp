@@ -59,9 +59,24 @@ static float decodeF8(uint8_t v, bool e4m3) {
   return sign ? -r : r;
 }
 
+at::Tensor float8Table(DType t) {
+  if (t != DType::F8_E4M3 && t != DType::F8_E5M2)
+    throw std::invalid_argument(std::string("float8Table: ") + dtypeName(t) +
+                                " is not an 8-bit float type");
+  at::Tensor out = at::empty({256}, at::kFloat);
+  float* o = out.data_ptr<float>();
+  for (int v = 0; v < 256; ++v) o[v] = decodeF8(static_cast<uint8_t>(v), t == DType::F8_E4M3);
+  return out;
+}
+
 // Converts `count` raw elements at `src` into a new CPU tensor of `shape` in `dtype`.
 static at::Tensor fromRaw(const uint8_t* src, DType dt, const std::vector<int64_t>& shape,
                           at::ScalarType dtype) {
+  if ((dt == DType::F8_E4M3 || dt == DType::F8_E5M2) && dtype == at::kByte) {
+    at::Tensor codes = at::empty(shape, at::kByte);  // raw codes, decoded at use (float8Table)
+    std::memcpy(codes.data_ptr(), src, static_cast<size_t>(codes.numel()));
+    return codes;
+  }
   if (dt == DType::F8_E4M3 || dt == DType::F8_E5M2) {
     at::Tensor out = at::empty(shape, at::kFloat);
     float* o = out.data_ptr<float>();

@@ -16,6 +16,12 @@ namespace dit {
 /// types.
 at::ScalarType scalarTypeFor(DType t);
 
+/// The float32 value of each of the 256 codes of an 8-bit float type (F8_E4M3 = torch's
+/// float8_e4m3fn, F8_E5M2 = float8_e5m2): a [256] CPU tensor. Reading an F8 tensor with dtype
+/// at::kByte (loadTensor / loadSlice) returns its raw codes, which this table decodes. Throws
+/// std::invalid_argument for other types.
+at::Tensor float8Table(DType t);
+
 /// Reads tensor `name` whole, converted to `dtype` (CPU, contiguous, owns its memory).
 /// Throws ModelFileError if the tensor is absent.
 at::Tensor loadTensor(const SafetensorsCollection& st, const std::string& name,

@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "backend/io/tensor_io.h"
 #include "parallel/process_group.h"
 
 namespace dit {
@@ -49,16 +50,45 @@ at::Tensor WeightLoader::read(const std::string& name, const std::vector<int64_t
   return t;
 }
 
+std::shared_ptr<const tensor_parallel::WeightStorage> WeightLoader::readFloat8(
+    const std::string& name, const std::vector<int64_t>& shape, const ShardSpec& spec,
+    at::Tensor& codes) {
+  const std::string format = src_.float8Format(name);
+  if (format.empty()) return nullptr;
+  src_.setKeepFloat8(true);
+  try {
+    codes = read(name, shape, spec);
+  } catch (...) {
+    src_.setKeepFloat8(false);
+    throw;
+  }
+  src_.setKeepFloat8(false);
+  auto s = std::make_shared<tensor_parallel::WeightStorage>();
+  s->format = format;
+  s->table = float8Table(parseDType(format)).to(codes.device());
+  s->rowScale = at::full({codes.size(0)}, src_.float8Scale(name),
+                         at::TensorOptions().dtype(at::kFloat).device(codes.device()));
+  return s;
+}
+
 std::shared_ptr<tensor_parallel::Linear> WeightLoader::linear(const std::string& path, int64_t in,
                                                               int64_t out, bool bias) {
   const std::vector<int64_t> wShape{out, in}, bShape{out};
   const ShardSpec ws = specFor(path + ".weight", wShape);
   const ShardSpec bs = bias ? specFor(path + ".bias", bShape) : ShardSpec{};
-  at::Tensor w = read(path + ".weight", wShape, ws);
+  at::Tensor w;
+  auto storage = readFloat8(path + ".weight", wShape, ws, w);
+  if (!storage) w = read(path + ".weight", wShape, ws);
   at::Tensor b = bias ? read(path + ".bias", bShape, bs) : at::Tensor();
-  if (ws.replicated()) return std::make_shared<ReplicatedLinear>(path, w, b);
-  if (ws.dim == 0) return std::make_shared<ColumnParallelLinear>(path, w, b, ws, tp_);
-  return std::make_shared<RowParallelLinear>(path, w, b, ws, tp_);
+  std::shared_ptr<tensor_parallel::Linear> l;
+  if (ws.replicated())
+    l = std::make_shared<ReplicatedLinear>(path, w, b);
+  else if (ws.dim == 0)
+    l = std::make_shared<ColumnParallelLinear>(path, w, b, ws, tp_);
+  else
+    l = std::make_shared<RowParallelLinear>(path, w, b, ws, tp_);
+  if (storage) l->setWeightStorage(storage);
+  return l;
 }
 
 std::shared_ptr<FusedColumnParallelLinear> WeightLoader::fusedColumn(
@@ -78,7 +108,8 @@ std::shared_ptr<FusedColumnParallelLinear> WeightLoader::fusedColumn(
     FusedColumnParallelLinear::Part p;
     p.name = path;
     p.spec = ws;
-    p.weight = read(path + ".weight", wShape, ws);
+    p.storage = readFloat8(path + ".weight", wShape, ws, p.weight);
+    if (!p.storage) p.weight = read(path + ".weight", wShape, ws);
     p.bias = read(path + ".bias", bShape, specFor(path + ".bias", bShape));
     ps.push_back(std::move(p));
   }
@@ -87,6 +118,20 @@ std::shared_ptr<FusedColumnParallelLinear> WeightLoader::fusedColumn(
 
 at::Tensor WeightLoader::param(const std::string& name, const std::vector<int64_t>& shape) {
   return read(name, shape, ShardSpec{});
+}
+
+std::map<std::string, int64_t> heldBytesByStorage(const std::vector<LoadedParameter>& params,
+                                                  int64_t computeBytes,
+                                                  const std::string& computeName) {
+  std::map<std::string, int64_t> out;
+  for (const auto& p : params) {
+    int64_t n = 1;
+    for (int64_t v : p.info.shape) n *= v;
+    if (!p.spec.replicated() && p.spec.parts > 0) n /= p.spec.parts;
+    const bool f8 = p.info.dtype == "F8_E4M3" || p.info.dtype == "F8_E5M2";
+    out[f8 ? p.info.dtype : computeName] += n * (f8 ? 1 : computeBytes);
+  }
+  return out;
 }
 
 ParameterTable WeightLoader::parameterTable() const {

@@ -11,6 +11,10 @@
 //   RowwiseParallel                 RowParallelLinear            columns [in/tp] (bias whole)
 //   PackedRowwiseParallel           RowParallelLinear            columns of each block
 //
+// FP8 checkpoints: a linear weight stored as F8_E4M3 / F8_E5M2 stays 8-bit in memory (its codes,
+// sharded as any weight) with a tensor_parallel::WeightStorage (decode table x the ComfyUI
+// scale_weight per row) and is dequantized by the layer at each use (weight-only).
+//
 // Projections sharing their input (q/k/v[/mlp]) are built as one FusedColumnParallelLinear that
 // keeps each part's checkpoint name and ShardSpec. Every parameter requested is recorded in
 // parameters() with its checkpoint name, global shape, stored dtype and ShardSpec, so LoRA and
@@ -24,6 +28,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -42,6 +47,13 @@ struct LoadedParameter {
   ParameterInfo info;  ///< checkpoint name, global shape, stored dtype and element bytes
   ShardSpec spec;      ///< this rank's slice (replicated when dim < 0)
 };
+
+/// Bytes this rank holds for `params` by storage: 8-bit float weights kept as codes count 1 byte
+/// per local element under their stored dtype ("F8_E4M3"), everything else `computeBytes` per
+/// local element under `computeName` (e.g. "float32"). Local elements = the ShardSpec's slice.
+std::map<std::string, int64_t> heldBytesByStorage(const std::vector<LoadedParameter>& params,
+                                                  int64_t computeBytes,
+                                                  const std::string& computeName);
 
 class WeightLoader {
  public:
@@ -84,6 +96,12 @@ class WeightLoader {
   ShardSpec specFor(const std::string& paramName, const std::vector<int64_t>& shape) const;
   at::Tensor read(const std::string& name, const std::vector<int64_t>& shape,
                   const ShardSpec& spec);
+  /// An 8-bit float weight kept as its codes: reads them (sharded by `spec`) into `codes` and
+  /// returns the storage (table of the format, rowScale = the tensor's scale for each local row).
+  /// Null (and `codes` untouched) when `name` is not stored as an 8-bit float.
+  std::shared_ptr<const tensor_parallel::WeightStorage> readFloat8(
+      const std::string& name, const std::vector<int64_t>& shape, const ShardSpec& spec,
+      at::Tensor& codes);
   void record(const std::string& name, const std::vector<int64_t>& shape, const ShardSpec& spec);
 
   WeightSource& src_;

@@ -2,8 +2,11 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <functional>
 
+#include "backend/io/checkpoint_layouts.h"
+#include "backend/io/model_folder.h"
 #include "backend/io/safetensors.h"
 #include "backend/io/tensor_io.h"
 
@@ -24,6 +27,85 @@ std::shared_ptr<WeightSource> WeightSource::fromFolder(const std::string& dir,
   return w;
 }
 
+std::shared_ptr<WeightSource> WeightSource::fromLayout(std::shared_ptr<const KeyLayout> layout,
+                                                       at::ScalarType dtype, c10::Device device) {
+  std::shared_ptr<WeightSource> w(new WeightSource(dtype, device));
+  w->st_ = std::make_unique<SafetensorsCollection>(layout->file);
+  w->dir_ = layout->file;
+  w->layout_ = std::move(layout);
+  return w;
+}
+
+std::shared_ptr<WeightSource> WeightSource::forComponent(const ModelFolder& model,
+                                                         const std::string& name,
+                                                         const std::string& stem,
+                                                         at::ScalarType dtype, c10::Device device) {
+  auto it = model.components.find(name);
+  if (it != model.components.end() && it->second.single_file) {
+    SafetensorsReader r(it->second.path);
+    return fromLayout(
+        componentLayout(r, CheckpointComponent{name, it->second.prefix, it->second.layout, {}, 0}),
+        dtype, device);
+  }
+  return fromFolder(model.component(name), stem, dtype, device);
+}
+
+std::string WeightSource::float8Format(const std::string& name) const {
+  if (!st_ || !contains(name)) return {};
+  const std::string t = storage(name).first;
+  return t == "F8_E4M3" || t == "F8_E5M2" ? t : std::string();
+}
+
+float WeightSource::float8Scale(const std::string& name) const {
+  if (!layout_) return 1.0f;
+  auto it = layout_->tensors.find(name);
+  if (it == layout_->tensors.end() || it->second.scaleKey.empty()) return 1.0f;
+  return loadTensor(*st_, it->second.scaleKey, at::kFloat).reshape({}).item<float>();
+}
+
+at::ScalarType WeightSource::loadTypeFor(const std::string& name) const {
+  return keepFloat8_ && !float8Format(name).empty() ? at::kByte : dtype_;
+}
+
+at::Tensor WeightSource::readMapped(const std::string& name, int64_t dim, int64_t start,
+                                    int64_t len) {
+  const MappedTensor& m = layout_->tensors.at(name);
+  const bool codes = loadTypeFor(name) == at::kByte;
+  const at::ScalarType loadType = codes ? at::kByte : m.scaleKey.empty() ? dtype_ : at::kFloat;
+  std::vector<at::Tensor> pieces;
+  int64_t off = 0;  // logical row of the current segment
+  for (const TensorSegment& seg : m.segments) {
+    const TensorInfo& si = st_->info(seg.key);
+    const bool wholeRows = seg.row0 == 0 && !si.shape.empty() && seg.rows == si.shape[0];
+    if (dim == 0) {
+      const int64_t a = std::max(start, off), b = std::min(start + len, off + seg.rows);
+      if (a < b) {
+        at::Tensor t = si.shape.empty()
+                           ? loadTensor(*st_, seg.key, loadType)
+                           : loadSlice(*st_, seg.key, 0, seg.row0 + a - off, b - a, loadType);
+        pieces.push_back(t);
+      }
+    } else if (wholeRows) {
+      pieces.push_back(loadSlice(*st_, seg.key, 1, start, len, loadType));
+    } else {
+      // Columns of a row range of a fused tensor: the range's rows are read, then narrowed.
+      pieces.push_back(loadSlice(*st_, seg.key, 0, seg.row0, seg.rows, loadType)
+                           .narrow(1, start, len)
+                           .contiguous());
+    }
+    off += seg.rows;
+  }
+  at::Tensor t = pieces.size() == 1 ? pieces[0] : at::cat(pieces, 0);
+  std::vector<int64_t> shape = m.shape;
+  if (!shape.empty()) shape[dim] = len;
+  t = t.reshape(shape);
+  if (!m.scaleKey.empty() && !codes) {
+    // ComfyUI scaled fp8: weight = fp8.to(float32) * scale_weight, in float32.
+    t = (t * loadTensor(*st_, m.scaleKey, at::kFloat).reshape({})).to(dtype_);
+  }
+  return t.contiguous();
+}
+
 std::shared_ptr<WeightSource> WeightSource::random(uint64_t seed, at::ScalarType dtype,
                                                    c10::Device device, double std) {
   std::shared_ptr<WeightSource> w(new WeightSource(dtype, device));
@@ -37,9 +119,23 @@ WeightSource::~WeightSource() = default;
 
 std::string WeightSource::where() const { return st_ ? st_->path() : dir_; }
 
-bool WeightSource::contains(const std::string& name) const { return !st_ || st_->contains(name); }
+bool WeightSource::contains(const std::string& name) const {
+  if (layout_) return layout_->tensors.count(name) != 0;
+  return !st_ || st_->contains(name);
+}
 
 void WeightSource::checkShape(const std::string& name, const std::vector<int64_t>& shape) const {
+  if (layout_) {
+    auto it = layout_->tensors.find(name);
+    if (it == layout_->tensors.end())
+      throw ModelFileError(layout_->file,
+                           "the " + layout_->description + " has no tensor for '" + name + "'");
+    if (it->second.shape != shape)
+      throw ModelFileError(layout_->file, "tensor '" + it->second.segments.front().key + "' (as '" +
+                                              name + "') has shape " + shapeStr(it->second.shape) +
+                                              " but the config implies " + shapeStr(shape));
+    return;
+  }
   const auto& info = st_->info(name);  // throws naming the file and tensor
   if (info.shape != shape)
     throw ModelFileError(st_->reader(name).path(),
@@ -71,11 +167,12 @@ at::Tensor WeightSource::get(const std::string& name, const std::vector<int64_t>
     return finish(t);
   }
   checkShape(name, shape);
-  return finish(loadTensor(*st_, name, dtype_));
+  if (layout_) return finish(readMapped(name, 0, 0, shape.empty() ? 1 : shape[0]));
+  return finish(loadTensor(*st_, name, loadTypeFor(name)));
 }
 
 at::Tensor WeightSource::getOptional(const std::string& name, const std::vector<int64_t>& shape) {
-  if (st_ && !st_->contains(name)) return {};
+  if (st_ && !contains(name)) return {};
   return get(name, shape);
 }
 
@@ -93,7 +190,8 @@ at::Tensor WeightSource::shard(const std::string& name, const std::vector<int64_
     return finish(randomTensor(name + "#" + std::to_string(part), s));
   }
   checkShape(name, shape);
-  return finish(loadSlice(*st_, name, dim, part * len, len, dtype_));
+  if (layout_) return finish(readMapped(name, dim, part * len, len));
+  return finish(loadSlice(*st_, name, dim, part * len, len, loadTypeFor(name)));
 }
 
 at::Tensor WeightSource::packedShard(const std::string& name, const std::vector<int64_t>& shape,
@@ -105,10 +203,30 @@ at::Tensor WeightSource::packedShard(const std::string& name, const std::vector<
     return finish(randomTensor(name + "#" + std::to_string(part), s));
   }
   checkShape(name, shape);
-  return finish(loadPackedSlice(*st_, name, dim, blocks, part, parts, dtype_));
+  if (layout_) {
+    std::vector<at::Tensor> pieces;
+    int64_t off = 0;
+    for (int64_t b : blocks) {
+      if (b % parts != 0)
+        throw std::invalid_argument("packed block of size " + std::to_string(b) + " in '" + name +
+                                    "' is not divisible by " + std::to_string(parts));
+      pieces.push_back(readMapped(name, dim, off + part * (b / parts), b / parts));
+      off += b;
+    }
+    return finish(at::cat(pieces, dim));
+  }
+  return finish(loadPackedSlice(*st_, name, dim, blocks, part, parts, loadTypeFor(name)));
 }
 
 std::pair<std::string, int64_t> WeightSource::storage(const std::string& name) const {
+  if (layout_) {
+    auto it = layout_->tensors.find(name);
+    if (it == layout_->tensors.end())
+      throw ModelFileError(layout_->file,
+                           "the " + layout_->description + " has no tensor for '" + name + "'");
+    const DType t = st_->info(it->second.segments.front().key).dtype;
+    return {dtypeName(t), static_cast<int64_t>(dtypeSize(t))};
+  }
   if (st_) {
     const DType t = st_->info(name).dtype;
     return {dtypeName(t), static_cast<int64_t>(dtypeSize(t))};

@@ -19,12 +19,30 @@
 
 namespace dit {
 
+struct KeyLayout;
+struct ModelFolder;
+
 class WeightSource {
  public:
   /// Weights from `dir` (file stem e.g. "diffusion_pytorch_model" or "model"). Throws
   /// ModelFileError for missing/corrupt files.
   static std::shared_ptr<WeightSource> fromFolder(const std::string& dir, const std::string& stem,
                                                   at::ScalarType dtype, c10::Device device);
+  /// Weights of one component of a single file (BFL / LDM / ComfyUI layouts, checkpoint_layouts.h)
+  /// addressed by diffusers names through `layout`: a name maps to row ranges of stored tensors
+  /// (fused qkv / linear1 rows, BFL's swapped final-layer halves, 1x1 conv attention), so get /
+  /// shard / packedShard read only the rows asked for. F8 tensors are decoded (times their
+  /// ComfyUI `scale_weight` when the layout names one) in float32, then cast to `dtype`. Throws
+  /// ModelFileError for a missing or corrupt file.
+  static std::shared_ptr<WeightSource> fromLayout(std::shared_ptr<const KeyLayout> layout,
+                                                  at::ScalarType dtype, c10::Device device);
+  /// Weights of component `name` of `model`: fromLayout when the component comes from a single
+  /// file (ModelFolder::components, open(ModelSources)), else fromFolder(model.component(name),
+  /// stem). Throws ModelFileError naming the file.
+  static std::shared_ptr<WeightSource> forComponent(const ModelFolder& model,
+                                                    const std::string& name,
+                                                    const std::string& stem, at::ScalarType dtype,
+                                                    c10::Device device);
   /// Random N(0, std^2) weights (norm weights 1, biases 0), deterministic from `seed`.
   static std::shared_ptr<WeightSource> random(uint64_t seed, at::ScalarType dtype,
                                               c10::Device device, double std = 0.02);
@@ -46,7 +64,17 @@ class WeightSource {
   /// element}. Random sources report their compute dtype. Throws ModelFileError when a
   /// checkpoint lacks the tensor.
   std::pair<std::string, int64_t> storage(const std::string& name) const;
-  /// Bytes of weights materialised by this source so far (in the compute dtype).
+  /// While on, tensors stored as 8-bit floats (F8_E4M3 / F8_E5M2) are returned as their raw kByte
+  /// codes (no decoding, no scale): the weight loader keeps FP8 linear weights in 8 bits and
+  /// dequantizes them at use (tensor_parallel/weight_storage.h). Off by default.
+  void setKeepFloat8(bool on) { keepFloat8_ = on; }
+  /// "F8_E4M3" / "F8_E5M2" when `name` is stored as an 8-bit float, else "".
+  std::string float8Format(const std::string& name) const;
+  /// The scale that multiplies `name`'s decoded 8-bit values (ComfyUI scaled fp8
+  /// `<module>.scale_weight`); 1 when it has none.
+  float float8Scale(const std::string& name) const;
+  /// Bytes of weights materialised by this source so far (in the compute dtype; 1 per element
+  /// for 8-bit codes kept with setKeepFloat8).
   uint64_t bytesLoaded() const { return bytes_; }
   at::ScalarType dtype() const { return dtype_; }
   c10::Device device() const { return device_; }
@@ -61,7 +89,10 @@ class WeightSource {
   void checkShape(const std::string& name, const std::vector<int64_t>& shape) const;
   at::Tensor finish(at::Tensor t);
   at::Tensor randomTensor(const std::string& name, std::vector<int64_t> shape);
+  /// Layout sources: rows / columns [start, start + len) of dim `dim` of mapped tensor `name`.
+  at::Tensor readMapped(const std::string& name, int64_t dim, int64_t start, int64_t len);
   std::unique_ptr<SafetensorsCollection> st_;
+  std::shared_ptr<const KeyLayout> layout_;
   std::string dir_;
   at::ScalarType dtype_;
   c10::Device device_;
@@ -69,6 +100,9 @@ class WeightSource {
   double std_ = 0.02;
   uint64_t bytes_ = 0;
   bool recording_ = false;
+  bool keepFloat8_ = false;
+  /// dtype_, or kByte for an 8-bit float tensor while keepFloat8_ is on.
+  at::ScalarType loadTypeFor(const std::string& name) const;
   std::map<std::string, at::Tensor> recorded_;
 };
 

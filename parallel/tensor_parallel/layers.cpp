@@ -67,8 +67,22 @@ Linear::Linear(std::string name, at::Tensor weight, at::Tensor bias, ShardSpec s
         (weight_.defined() ? shapeStr(weight_.sizes()) : std::string("none")));
   if (bias_.defined() && bias_.dim() != 1)
     throw std::invalid_argument(name_ + ": bias must be 1-D, got " + shapeStr(bias_.sizes()));
-  if (bias_.defined() && bias_.scalar_type() != weight_.scalar_type())
+  // (Byte weights are 8-bit codes with a WeightStorage: their bias is in the compute dtype.)
+  if (bias_.defined() && weight_.scalar_type() != at::kByte &&
+      bias_.scalar_type() != weight_.scalar_type())
     throw std::invalid_argument(name_ + ": bias dtype differs from the weight's");
+}
+
+void Linear::setWeightStorage(std::shared_ptr<const WeightStorage> storage) {
+  if (storage && (weight_.scalar_type() != at::kByte || !storage->rowScale.defined() ||
+                  storage->rowScale.numel() != weight_.size(0)))
+    throw std::invalid_argument(name_ + ": weight storage " + storage->format +
+                                " needs kByte codes and one scale per weight row");
+  storage_ = std::move(storage);
+}
+
+at::Tensor Linear::computeWeight(at::ScalarType dtype) const {
+  return storage_ ? storage_->dequantize(weight_, dtype) : weight_;
 }
 
 void Linear::checkInput(const at::Tensor& x, int64_t expectedIn) const {
@@ -79,7 +93,7 @@ void Linear::checkInput(const at::Tensor& x, int64_t expectedIn) const {
 }
 
 at::Tensor Linear::matmul(const at::Tensor& x, const at::Tensor& bias) const {
-  return at::linear(x, weight_, bias);
+  return at::linear(x, computeWeight(x.scalar_type()), bias);
 }
 
 at::Tensor Linear::forward(const at::Tensor& x) const {
@@ -215,6 +229,17 @@ FusedColumnParallelLinear::FusedColumnParallelLinear(std::string name, std::vect
     checkSpec(name_ + " part " + p.name, p.spec, 0, group_);
     parts_.push_back({p.name, p.spec, offset, p.weight.size(0)});
     offset += p.weight.size(0);
+    if (static_cast<bool>(p.storage) != static_cast<bool>(parts[0].storage) ||
+        (p.storage && p.storage->format != parts[0].storage->format))
+      throw std::invalid_argument(name_ + ": parts " + parts[0].name + " and " + p.name +
+                                  " differ in weight storage");
+  }
+  if (parts[0].storage) {  // one storage over the concatenated codes: the parts' row scales
+    auto s = std::make_shared<WeightStorage>(*parts[0].storage);
+    std::vector<at::Tensor> scales;
+    for (const auto& p : parts) scales.push_back(p.storage->rowScale);
+    s->rowScale = scales.size() == 1 ? scales[0] : at::cat(scales, 0);
+    setWeightStorage(std::move(s));
   }
 }
 

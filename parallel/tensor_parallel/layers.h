@@ -33,6 +33,7 @@
 
 #include "parallel/process_group.h"
 #include "parallel/tensor_parallel/sharding_plan.h"
+#include "parallel/tensor_parallel/weight_storage.h"
 
 namespace dit::tensor_parallel {
 
@@ -65,6 +66,14 @@ class Linear {
   int64_t inFeaturesLocal() const { return weight_.size(1); }
   int64_t outFeaturesLocal() const { return weight_.size(0); }
 
+  /// Weight storage (weight_storage.h): when set, weight() holds its kByte codes and matmul
+  /// dequantizes them (to x's dtype) at each call. Null = weight() is the compute tensor.
+  /// Throws std::invalid_argument when the codes are not kByte or rowScale does not match.
+  void setWeightStorage(std::shared_ptr<const WeightStorage> storage);
+  const WeightStorage* weightStorage() const { return storage_.get(); }
+  /// The weight as computed with: weight() itself, or its dequantization in `dtype`.
+  at::Tensor computeWeight(at::ScalarType dtype) const;
+
  protected:
   /// weight: 2-D; bias: undefined or 1-D of weight.size(0) when biasIsLocal is true, else of the
   /// global out size (rowwise). Throws std::invalid_argument naming the layer on bad shapes.
@@ -81,6 +90,7 @@ class Linear {
   std::string name_;
   at::Tensor weight_, bias_;
   ShardSpec spec_;
+  std::shared_ptr<const WeightStorage> storage_;
 };
 
 /// A dense layer with the whole weight on every rank (torch.nn.Linear): no communication.
@@ -148,6 +158,8 @@ class FusedColumnParallelLinear : public Linear {
     at::Tensor weight;  ///< local shard [out_local, in]
     at::Tensor bias;    ///< local shard [out_local] or undefined (all parts alike)
     ShardSpec spec;     ///< how `weight` was sharded
+    /// Set when `weight` holds 8-bit codes (all parts alike); rowScale [out_local].
+    std::shared_ptr<const WeightStorage> storage;
   };
   struct PartInfo {
     std::string name;

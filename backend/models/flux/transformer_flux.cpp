@@ -58,6 +58,7 @@ struct FluxTransformer2DModel::Impl {
   flux::AdaLayerNormContinuous norm_out;
   std::vector<LoadedParameter> parameters;
   TransformerHooks* hooks = nullptr;
+  at::ScalarType dtype = at::kFloat;  ///< compute dtype (the weight source's)
 };
 
 FluxTransformer2DModel::FluxTransformer2DModel(const FluxTransformerConfig& cfg,
@@ -73,6 +74,7 @@ FluxTransformer2DModel::FluxTransformer2DModel(const FluxTransformerConfig& cfg,
   if (auto issues = D.plan->validate(declared, par.tpSize()); !issues.empty())
     throw std::invalid_argument(joinIssues(issues));
   WeightLoader w(source, D.plan, par.tp);
+  D.dtype = source.dtype();
   const int64_t C = cfg.innerDim(), M = cfg.mlpHidden(), hd = cfg.attention_head_dim;
   D.x_embedder = w.linear("x_embedder", cfg.in_channels, C);
   D.context_embedder = w.linear("context_embedder", cfg.joint_attention_dim, C);
@@ -123,7 +125,7 @@ at::Tensor FluxTransformer2DModel::forward(const at::Tensor& hidden_states,
                                            const at::Tensor& img_ids, const at::Tensor& txt_ids,
                                            const at::Tensor& guidance) const {
   const auto& D = *d_;
-  const auto dt = D.x_embedder->weight().scalar_type();
+  const auto dt = D.dtype;  // the compute dtype (an FP8 checkpoint's weights are kByte codes)
   const auto dev = D.x_embedder->weight().device();
 
   // Context parallel: the declared plan splits the sequence inputs; this rank keeps its slices.

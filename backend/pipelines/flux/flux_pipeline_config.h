@@ -28,6 +28,13 @@ struct FluxPipelineConfig : PipelineConfig {
 FluxPipelineConfig parseFluxPipelineConfig(const std::string& folder,
                                            const std::string& transformerClass);
 
+/// The configs of a model opened from its sources (ModelFolder::open(ModelSources)): folders'
+/// config.json, single files' hyper-parameters from their tensor shapes (checkpoint_layouts.h)
+/// completed by --config (else the model folder's configs, else FLUX.1's published scheduler and
+/// VAE scaling for the detected variant); tokenizer limits from the tokenizer folders. Throws
+/// ModelFileError naming the file.
+FluxPipelineConfig parseFluxPipelineSources(const ModelFolder& m);
+
 /// The "FluxPipeline" registration (pipelines/registry.cpp).
 PipelineFamily fluxPipelineFamily();
 

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
+#include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <cmath>
@@ -63,29 +64,28 @@ FluxPipeline::FluxPipeline(const ModelFolder& model, const PipelineOptions& opts
     if (issues.empty()) issues = validateForModel(s, model.dims());
     if (!issues.empty()) throw std::invalid_argument(joinIssues(issues));
   }
+  for (const std::string& note : model.notes) spdlog::info("{}", note);
   D.clipTok = std::make_unique<CLIPTokenizer>(model.component("tokenizer"));
   D.t5Tok = std::make_unique<T5Tokenizer>(model.component("tokenizer_2"));
   {
-    auto w = WeightSource::fromFolder(model.component("transformer"), "diffusion_pytorch_model",
-                                      opts.dtype, D.device);
+    auto w = WeightSource::forComponent(model, "transformer", "diffusion_pytorch_model", opts.dtype,
+                                        D.device);
     D.transformer = std::make_unique<FluxTransformer2DModel>(D.cfg.transformer, *w, opts.parallel);
     D.bytes["transformer"] = w->bytesLoaded();
   }
   {
-    auto w =
-        WeightSource::fromFolder(model.component("text_encoder"), "model", opts.dtype, D.device);
+    auto w = WeightSource::forComponent(model, "text_encoder", "model", opts.dtype, D.device);
     D.clip = std::make_unique<CLIPTextModel>(D.cfg.text_encoder, *w);
     D.bytes["text_encoder"] = w->bytesLoaded();
   }
   {
-    auto w =
-        WeightSource::fromFolder(model.component("text_encoder_2"), "model", opts.dtype, D.device);
+    auto w = WeightSource::forComponent(model, "text_encoder_2", "model", opts.dtype, D.device);
     D.t5 = std::make_unique<T5EncoderModel>(D.cfg.text_encoder_2, *w);
     D.bytes["text_encoder_2"] = w->bytesLoaded();
   }
   {
-    auto w = WeightSource::fromFolder(model.component("vae"), "diffusion_pytorch_model", opts.dtype,
-                                      D.device);
+    auto w =
+        WeightSource::forComponent(model, "vae", "diffusion_pytorch_model", opts.dtype, D.device);
     D.vae = std::make_unique<AutoencoderKL>(D.cfg.vae, *w);
     D.bytes["vae"] = w->bytesLoaded();
   }

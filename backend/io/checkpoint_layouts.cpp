@@ -1,0 +1,597 @@
+#include "backend/io/checkpoint_layouts.h"
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+
+namespace dit {
+
+namespace {
+
+bool startsWith(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
+bool endsWith(const std::string& s, const std::string& p) {
+  return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
+}
+
+std::string shapeStr(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+// Highest index + 1 of `<prefix><group>.<N>.` keys.
+int countBlocks(const SafetensorsReader& r, const std::string& prefix, const std::string& group) {
+  int n = 0;
+  const std::string p = prefix + group + ".";
+  for (const auto& k : r.names()) {
+    if (!startsWith(k, p)) continue;
+    const size_t e = k.find('.', p.size());
+    try {
+      n = std::max(n, std::stoi(k.substr(p.size(), e - p.size())) + 1);
+    } catch (const std::exception&) {
+    }
+  }
+  return n;
+}
+
+const TensorInfo& need(const SafetensorsReader& r, const std::string& key, size_t dims) {
+  if (!r.contains(key)) throw ModelFileError(r.path(), "tensor '" + key + "' is missing");
+  const TensorInfo& i = r.info(key);
+  if (i.shape.size() != dims)
+    throw ModelFileError(r.path(), "tensor '" + key + "' has shape " + shapeStr(i.shape) +
+                                       ", expected " + std::to_string(dims) + " dimensions");
+  return i;
+}
+
+// Builder shared by the layouts: records mappings and which stored keys they consumed.
+struct Builder {
+  const SafetensorsReader& r;
+  std::string prefix;
+  KeyLayout out;
+  std::set<std::string> used;
+  bool scaled = false;  // the file declares scaled fp8: every F8 weight needs its scale
+
+  Builder(const SafetensorsReader& rd, std::string p) : r(rd), prefix(std::move(p)) {
+    out.file = r.path();
+    scaled = r.contains(prefix + "scaled_fp8");
+    if (scaled) used.insert(prefix + "scaled_fp8");
+  }
+  bool has(const std::string& k) const { return r.contains(prefix + k); }
+  // The scale of stored weight `key` (ComfyUI `<module>.scale_weight`), "" when none.
+  std::string scaleFor(const std::string& key) {
+    if (!endsWith(key, ".weight")) return {};
+    const std::string s = key.substr(0, key.size() - 7) + ".scale_weight";
+    if (r.contains(s)) {
+      const TensorInfo& i = r.info(s);
+      if (i.numel() != 1 || i.dtype != DType::F32)
+        throw ModelFileError(r.path(), "scale '" + s + "' must be one F32 number, found " +
+                                           dtypeName(i.dtype) + " " + shapeStr(i.shape));
+      used.insert(s);
+      return s;
+    }
+    const TensorInfo& w = r.info(key);
+    if (scaled && w.dtype == DType::F8_E4M3 && w.shape.size() == 2)
+      throw ModelFileError(r.path(), "scaled fp8 checkpoint: weight '" + key +
+                                         "' is stored as F8_E4M3 but its scale '" + s +
+                                         "' is missing");
+    return {};
+  }
+  // diffusers `name` = stored `key` whole (reshaped to `shape` when given).
+  void whole(const std::string& name, const std::string& k, std::vector<int64_t> shape = {}) {
+    const std::string key = prefix + k;
+    if (!r.contains(key)) throw ModelFileError(r.path(), "tensor '" + key + "' is missing");
+    const TensorInfo& i = r.info(key);
+    MappedTensor m;
+    m.segments.push_back({key, 0, i.shape.empty() ? 1 : i.shape[0]});
+    m.shape = shape.empty() ? i.shape : shape;
+    m.scaleKey = scaleFor(key);
+    used.insert(key);
+    out.tensors[name] = std::move(m);
+  }
+  // Both .weight and .bias.
+  void linear(const std::string& name, const std::string& k) {
+    whole(name + ".weight", k + ".weight");
+    if (has(k + ".bias")) whole(name + ".bias", k + ".bias");
+  }
+  // diffusers `name` = rows [row0, row0 + rows) of stored `key`.
+  void rows(const std::string& name, const std::string& k, int64_t row0, int64_t n) {
+    const std::string key = prefix + k;
+    if (!r.contains(key)) throw ModelFileError(r.path(), "tensor '" + key + "' is missing");
+    const TensorInfo& i = r.info(key);
+    if (i.shape.empty() || row0 + n > i.shape[0])
+      throw ModelFileError(r.path(), "tensor '" + key + "' has shape " + shapeStr(i.shape) +
+                                         ": cannot take rows [" + std::to_string(row0) + ", " +
+                                         std::to_string(row0 + n) + ")");
+    MappedTensor m;
+    m.segments.push_back({key, row0, n});
+    m.shape = i.shape;
+    m.shape[0] = n;
+    m.scaleKey = scaleFor(key);
+    used.insert(key);
+    out.tensors[name] = std::move(m);
+  }
+  // Fused linear `k` (weight and bias) split by rows into `parts` = {diffusers module, rows}.
+  void split(const std::string& k, const std::vector<std::pair<std::string, int64_t>>& parts) {
+    for (const char* s : {".weight", ".bias"}) {
+      int64_t off = 0;
+      for (const auto& [name, n] : parts) {
+        rows(name + s, k + s, off, n);
+        off += n;
+      }
+      const int64_t total = r.info(prefix + k + s).shape[0];
+      if (off != total)
+        throw ModelFileError(r.path(), "tensor '" + prefix + k + s + "' has " +
+                                           std::to_string(total) + " rows, expected " +
+                                           std::to_string(off) + " from the model width");
+    }
+  }
+  // Every key under the prefix must have been consumed.
+  void checkAllUsed(const std::vector<std::string>& otherPrefixes = {}) const {
+    for (const auto& k : r.names()) {
+      if (!startsWith(k, prefix) || used.count(k)) continue;
+      bool other = false;
+      for (const auto& o : otherPrefixes) other = other || startsWith(k, o);
+      if (other) continue;
+      throw ModelFileError(r.path(), "unknown tensor '" + k + "' in the " + out.description +
+                                         ": the key layout is not the one expected");
+    }
+  }
+};
+
+}  // namespace
+
+const CheckpointComponent* CheckpointInfo::find(const std::string& name) const {
+  for (const auto& c : components)
+    if (c.name == name) return &c;
+  return nullptr;
+}
+
+const CheckpointComponent& CheckpointInfo::require(const std::string& name,
+                                                   const std::string& flag) const {
+  if (const CheckpointComponent* c = find(name)) return *c;
+  static const std::map<std::string, std::pair<std::string, std::string>> what{
+      {"transformer", {"a FLUX.1 transformer", "--model"}},
+      {"vae", {"a VAE", "--vae"}},
+      {"text_encoder", {"a CLIP text encoder", "--text-encoder"}},
+      {"text_encoder_2", {"a T5 text encoder", "--text-encoder-2"}}};
+  std::string holds;
+  for (const auto& c : components) {
+    auto it = what.find(c.name);
+    holds += (holds.empty() ? "" : " and ") +
+             (it == what.end() ? c.name
+                               : it->second.first + " (give it with " + it->second.second + ")");
+  }
+  auto w = what.find(name);
+  throw ModelFileError(file, "holds " + (holds.empty() ? std::string("nothing usable") : holds) +
+                                 ", not " + (w == what.end() ? name : w->second.first) + " as " +
+                                 flag + " needs");
+}
+
+std::string CheckpointInfo::describe() const {
+  std::ostringstream s;
+  s << (variant.empty() ? std::string("components") : variant)
+    << (scaled_fp8 ? " (scaled fp8)" : "") << ":";
+  for (size_t i = 0; i < components.size(); ++i) {
+    const auto& c = components[i];
+    s << (i ? ", " : " ") << c.name << " (" << c.layout;
+    if (!c.prefix.empty()) s << " under '" << c.prefix << "'";
+    s << ",";
+    bool first = true;
+    for (const auto& [d, n] : c.dtypes) {
+      s << (first ? " " : " + ") << d << " x" << n;
+      first = false;
+    }
+    s << ")";
+  }
+  return s.str();
+}
+
+CheckpointInfo inspectCheckpoint(const std::string& file) {
+  SafetensorsReader r(file);  // throws for missing, truncated or malformed files
+  CheckpointInfo info;
+  info.file = file;
+  const auto names = r.names();
+  auto any = [&](const std::string& p) {
+    for (const auto& k : names)
+      if (startsWith(k, p)) return true;
+    return false;
+  };
+  auto add = [&](const std::string& comp, const std::string& prefix, const std::string& layout) {
+    CheckpointComponent c;
+    c.name = comp;
+    c.prefix = prefix;
+    c.layout = layout;
+    for (const auto& k : names) {
+      if (!startsWith(k, prefix)) continue;
+      const TensorInfo& i = r.info(k);
+      c.dtypes[dtypeName(i.dtype)] += 1;
+      c.bytes += i.nbytes();
+    }
+    info.components.push_back(std::move(c));
+  };
+
+  // Other families first: the clearest refusal.
+  for (const std::string p : {"", "model.diffusion_model."}) {
+    if (r.contains(p + "input_blocks.0.0.weight"))
+      throw ModelFileError(file,
+                           "this is a Stable Diffusion UNet checkpoint (key '" + p +
+                               "input_blocks.0.0.weight'); DiT Studio runs FLUX.1 transformers");
+    if (any(p + "joint_blocks."))
+      throw ModelFileError(file, "this is a Stable Diffusion 3 (MMDiT) checkpoint (keys '" + p +
+                                     "joint_blocks.*'); DiT Studio runs FLUX.1 transformers");
+  }
+
+  // FLUX.1 transformer, BFL layout (bare or ComfyUI model.diffusion_model.).
+  for (const std::string p : {"", "model.diffusion_model."}) {
+    if (!r.contains(p + "double_blocks.0.img_attn.norm.key_norm.scale")) {
+      if (any(p + "double_blocks.") && any(p + "single_blocks."))
+        throw ModelFileError(file, "keys '" + p +
+                                       "double_blocks.*' without FLUX.1's "
+                                       "'double_blocks.0.img_attn.norm.key_norm.scale': a "
+                                       "different model family (FLUX.2 or another MMDiT), not "
+                                       "supported");
+      continue;
+    }
+    if (r.contains(p + "img_in.weight")) {
+      const auto& s = r.info(p + "img_in.weight").shape;
+      if (s.size() == 2 && s[1] == 384)
+        throw ModelFileError(file,
+                             "FLUX.1 Fill checkpoint (img_in takes 384 channels): not "
+                             "supported yet");
+      if (s.size() == 2 && s[1] == 128)
+        throw ModelFileError(file,
+                             "FLUX.1 Depth checkpoint (img_in takes 128 channels): not "
+                             "supported yet");
+    }
+    info.family = "flux";
+    info.variant = r.contains(p + "guidance_in.in_layer.bias") ? "flux-dev" : "flux-schnell";
+    info.scaled_fp8 = r.contains(p + "scaled_fp8");
+    for (const auto& k : names)
+      if (startsWith(k, p) && endsWith(k, ".scale_weight")) info.scaled_fp8 = true;
+    add("transformer", p, "bfl");
+    break;
+  }
+  // A diffusers-named transformer file (diffusion_pytorch_model.safetensors copied alone).
+  if (!info.find("transformer") && r.contains("transformer_blocks.0.attn.norm_k.weight") &&
+      r.contains("x_embedder.weight")) {
+    info.family = "flux";
+    info.variant =
+        r.contains("time_text_embed.guidance_embedder.linear_1.bias") ? "flux-dev" : "flux-schnell";
+    add("transformer", "", "diffusers");
+  }
+
+  // VAE: LDM layout bare, or under vae. / first_stage_model.; diffusers layout bare.
+  for (const std::string p : {"", "vae.", "first_stage_model."}) {
+    if (r.contains(p + "decoder.conv_in.weight") && any(p + "decoder.up.")) {
+      add("vae", p, "ldm");
+      break;
+    }
+    if (r.contains(p + "decoder.conv_in.weight") && any(p + "decoder.up_blocks.")) {
+      add("vae", p, "diffusers");
+      break;
+    }
+  }
+  // Text encoders (ComfyUI all-in-one prefixes, or a bare transformers file).
+  if (any("text_encoders.clip_l.transformer."))
+    add("text_encoder", "text_encoders.clip_l.transformer.", "transformers");
+  else if (info.components.empty() && (r.contains("text_model.embeddings.token_embedding.weight") ||
+                                       r.contains("embeddings.token_embedding.weight")))
+    add("text_encoder", "", "transformers");
+  if (any("text_encoders.t5xxl.transformer."))
+    add("text_encoder_2", "text_encoders.t5xxl.transformer.", "transformers");
+  else if (info.components.empty() &&
+           r.contains("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"))
+    add("text_encoder_2", "", "transformers");
+
+  if (info.components.empty()) {
+    std::string first;
+    for (size_t i = 0; i < names.size() && i < 4; ++i) first += (i ? "', '" : "'") + names[i];
+    if (!first.empty()) first += "'";
+    throw ModelFileError(file,
+                         "unknown key layout: not a FLUX.1 transformer (BFL or diffusers names), "
+                         "an LDM/diffusers VAE, a CLIP-L or T5 encoder, nor a ComfyUI all-in-one "
+                         "checkpoint (first keys: " +
+                             (first.empty() ? std::string("none") : first) + ")");
+  }
+  return info;
+}
+
+KeyLayout bflFluxTransformerLayout(const SafetensorsReader& r, const std::string& prefix) {
+  Builder b(r, prefix);
+  b.out.description =
+      "BFL FLUX.1 transformer" + (prefix.empty() ? std::string() : " (prefix '" + prefix + "')");
+  const int64_t D = need(r, prefix + "img_in.weight", 2).shape[0];
+  const int64_t mlp = need(r, prefix + "double_blocks.0.img_mlp.0.weight", 2).shape[0];
+  b.linear("x_embedder", "img_in");
+  b.linear("context_embedder", "txt_in");
+  b.linear("time_text_embed.timestep_embedder.linear_1", "time_in.in_layer");
+  b.linear("time_text_embed.timestep_embedder.linear_2", "time_in.out_layer");
+  b.linear("time_text_embed.text_embedder.linear_1", "vector_in.in_layer");
+  b.linear("time_text_embed.text_embedder.linear_2", "vector_in.out_layer");
+  if (b.has("guidance_in.in_layer.weight")) {
+    b.linear("time_text_embed.guidance_embedder.linear_1", "guidance_in.in_layer");
+    b.linear("time_text_embed.guidance_embedder.linear_2", "guidance_in.out_layer");
+  }
+  const int nd = countBlocks(r, prefix, "double_blocks");
+  const int ns = countBlocks(r, prefix, "single_blocks");
+  for (int n = 0; n < nd; ++n) {
+    const std::string s = "double_blocks." + std::to_string(n) + ".";
+    const std::string t = "transformer_blocks." + std::to_string(n) + ".";
+    b.linear(t + "norm1.linear", s + "img_mod.lin");
+    b.linear(t + "norm1_context.linear", s + "txt_mod.lin");
+    b.split(s + "img_attn.qkv", {{t + "attn.to_q", D}, {t + "attn.to_k", D}, {t + "attn.to_v", D}});
+    b.split(s + "txt_attn.qkv",
+            {{t + "attn.add_q_proj", D}, {t + "attn.add_k_proj", D}, {t + "attn.add_v_proj", D}});
+    b.whole(t + "attn.norm_q.weight", s + "img_attn.norm.query_norm.scale");
+    b.whole(t + "attn.norm_k.weight", s + "img_attn.norm.key_norm.scale");
+    b.whole(t + "attn.norm_added_q.weight", s + "txt_attn.norm.query_norm.scale");
+    b.whole(t + "attn.norm_added_k.weight", s + "txt_attn.norm.key_norm.scale");
+    b.linear(t + "attn.to_out.0", s + "img_attn.proj");
+    b.linear(t + "attn.to_add_out", s + "txt_attn.proj");
+    b.linear(t + "ff.net.0.proj", s + "img_mlp.0");
+    b.linear(t + "ff.net.2", s + "img_mlp.2");
+    b.linear(t + "ff_context.net.0.proj", s + "txt_mlp.0");
+    b.linear(t + "ff_context.net.2", s + "txt_mlp.2");
+  }
+  for (int m = 0; m < ns; ++m) {
+    const std::string s = "single_blocks." + std::to_string(m) + ".";
+    const std::string t = "single_transformer_blocks." + std::to_string(m) + ".";
+    b.linear(t + "norm.linear", s + "modulation.lin");
+    b.split(
+        s + "linear1",
+        {{t + "attn.to_q", D}, {t + "attn.to_k", D}, {t + "attn.to_v", D}, {t + "proj_mlp", mlp}});
+    b.whole(t + "attn.norm_q.weight", s + "norm.query_norm.scale");
+    b.whole(t + "attn.norm_k.weight", s + "norm.key_norm.scale");
+    b.linear(t + "proj_out", s + "linear2");
+  }
+  b.linear("proj_out", "final_layer.linear");
+  // BFL: shift, scale = chunk(2); diffusers AdaLayerNormContinuous: scale, shift = chunk(2).
+  for (const char* sfx : {".weight", ".bias"}) {
+    const std::string key = prefix + "final_layer.adaLN_modulation.1" + sfx;
+    const TensorInfo& i = need(r, key, sfx[1] == 'w' ? 2 : 1);
+    if (i.shape[0] != 2 * D)
+      throw ModelFileError(r.path(), "tensor '" + key + "' has shape " + shapeStr(i.shape) +
+                                         ", expected " + std::to_string(2 * D) + " rows");
+    MappedTensor m;
+    m.segments = {{key, D, D}, {key, 0, D}};
+    m.shape = i.shape;
+    m.scaleKey = b.scaleFor(key);
+    b.used.insert(key);
+    b.out.tensors[std::string("norm_out.linear") + sfx] = std::move(m);
+  }
+  // The other prefixes of an all-in-one file belong to other components.
+  b.checkAllUsed(prefix.empty() ? std::vector<std::string>{"vae.", "text_encoders."}
+                                : std::vector<std::string>{});
+  return std::move(b.out);
+}
+
+KeyLayout ldmVaeLayout(const SafetensorsReader& r, const std::string& prefix) {
+  Builder b(r, prefix);
+  b.out.description =
+      "LDM/BFL VAE" + (prefix.empty() ? std::string() : " (prefix '" + prefix + "')");
+  const int L = countBlocks(r, prefix, "encoder.down");
+  if (L == 0) throw ModelFileError(r.path(), "no 'encoder.down.*' tensors: not an LDM VAE");
+  auto resnet = [&](const std::string& to, const std::string& from) {
+    for (const char* m : {"norm1", "conv1", "norm2", "conv2"})
+      b.linear(to + "." + m, from + "." + m);
+    if (b.has(from + ".nin_shortcut.weight"))
+      b.linear(to + ".conv_shortcut", from + ".nin_shortcut");
+  };
+  auto mid = [&](const std::string& side) {
+    resnet(side + ".mid_block.resnets.0", side + ".mid.block_1");
+    resnet(side + ".mid_block.resnets.1", side + ".mid.block_2");
+    const std::string a = side + ".mid.attn_1.";
+    if (!b.has(a + "q.weight")) return;
+    const std::string t = side + ".mid_block.attentions.0.";
+    b.linear(t + "group_norm", a + "norm");
+    for (const auto& [to, from] : std::vector<std::pair<std::string, std::string>>{
+             {"to_q", "q"}, {"to_k", "k"}, {"to_v", "v"}, {"to_out.0", "proj_out"}}) {
+      const auto& s = need(r, prefix + a + from + ".weight", 4).shape;  // [C, C, 1, 1]
+      b.whole(t + to + ".weight", a + from + ".weight", {s[0], s[1]});
+      b.whole(t + to + ".bias", a + from + ".bias");
+    }
+  };
+  for (const char* side : {"encoder", "decoder"}) {
+    const std::string sd = side;
+    b.linear(sd + ".conv_in", sd + ".conv_in");
+    b.linear(sd + ".conv_out", sd + ".conv_out");
+    b.linear(sd + ".conv_norm_out", sd + ".norm_out");
+    mid(sd);
+  }
+  for (int i = 0; i < L; ++i) {
+    const std::string d = "encoder.down." + std::to_string(i);
+    const int nb = countBlocks(r, prefix, d + ".block");
+    for (int j = 0; j < nb; ++j)
+      resnet("encoder.down_blocks." + std::to_string(i) + ".resnets." + std::to_string(j),
+             d + ".block." + std::to_string(j));
+    if (b.has(d + ".downsample.conv.weight"))
+      b.linear("encoder.down_blocks." + std::to_string(i) + ".downsamplers.0.conv",
+               d + ".downsample.conv");
+  }
+  const int U = countBlocks(r, prefix, "decoder.up");
+  for (int i = 0; i < U; ++i) {
+    // LDM numbers decoder levels from the highest resolution, diffusers from the lowest.
+    const std::string u = "decoder.up." + std::to_string(U - 1 - i);
+    const int nb = countBlocks(r, prefix, u + ".block");
+    for (int j = 0; j < nb; ++j)
+      resnet("decoder.up_blocks." + std::to_string(i) + ".resnets." + std::to_string(j),
+             u + ".block." + std::to_string(j));
+    if (b.has(u + ".upsample.conv.weight"))
+      b.linear("decoder.up_blocks." + std::to_string(i) + ".upsamplers.0.conv",
+               u + ".upsample.conv");
+  }
+  for (const char* q : {"quant_conv", "post_quant_conv"})
+    if (b.has(std::string(q) + ".weight")) b.linear(q, q);
+  b.checkAllUsed();
+  return std::move(b.out);
+}
+
+KeyLayout prefixLayout(const SafetensorsReader& r, const std::string& prefix,
+                       const std::string& description) {
+  KeyLayout l;
+  l.file = r.path();
+  l.description = description;
+  for (const auto& k : r.names()) {
+    if (!startsWith(k, prefix)) continue;
+    const TensorInfo& i = r.info(k);
+    MappedTensor m;
+    m.segments.push_back({k, 0, i.shape.empty() ? 1 : i.shape[0]});
+    m.shape = i.shape;
+    const std::string name = k.substr(prefix.size());
+    if (endsWith(name, ".scale_weight") || name == "scaled_fp8") continue;
+    if (endsWith(k, ".weight")) {
+      const std::string s = k.substr(0, k.size() - 7) + ".scale_weight";
+      if (r.contains(s)) m.scaleKey = s;
+    }
+    l.tensors[name] = std::move(m);
+  }
+  return l;
+}
+
+std::shared_ptr<const KeyLayout> componentLayout(const SafetensorsReader& r,
+                                                 const CheckpointComponent& c) {
+  if (c.name == "transformer" && c.layout == "bfl")
+    return std::make_shared<KeyLayout>(bflFluxTransformerLayout(r, c.prefix));
+  if (c.name == "vae" && c.layout == "ldm")
+    return std::make_shared<KeyLayout>(ldmVaeLayout(r, c.prefix));
+  return std::make_shared<KeyLayout>(
+      prefixLayout(r, c.prefix,
+                   c.name + " (" + c.layout + " names" +
+                       (c.prefix.empty() ? "" : ", prefix '" + c.prefix + "'") + ")"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configs from shapes
+
+FluxTransformerConfig fluxConfigFromBfl(const SafetensorsReader& r, const std::string& prefix,
+                                        const FluxTransformerConfig* reference) {
+  FluxTransformerConfig c;
+  const auto& img = need(r, prefix + "img_in.weight", 2).shape;
+  const int64_t D = img[0];
+  c.in_channels = static_cast<int>(img[1]);
+  c.out_channels = static_cast<int>(need(r, prefix + "final_layer.linear.weight", 2).shape[0]);
+  c.attention_head_dim = static_cast<int>(
+      need(r, prefix + "double_blocks.0.img_attn.norm.query_norm.scale", 1).shape[0]);
+  if (c.attention_head_dim <= 0 || D % c.attention_head_dim != 0)
+    throw ModelFileError(r.path(), "width " + std::to_string(D) +
+                                       " is not a multiple of the head dim " +
+                                       std::to_string(c.attention_head_dim));
+  c.num_attention_heads = static_cast<int>(D / c.attention_head_dim);
+  c.joint_attention_dim = static_cast<int>(need(r, prefix + "txt_in.weight", 2).shape[1]);
+  c.pooled_projection_dim =
+      static_cast<int>(need(r, prefix + "vector_in.in_layer.weight", 2).shape[1]);
+  c.num_layers = countBlocks(r, prefix, "double_blocks");
+  c.num_single_layers = countBlocks(r, prefix, "single_blocks");
+  c.guidance_embeds = r.contains(prefix + "guidance_in.in_layer.weight");
+  const int64_t mlp = need(r, prefix + "double_blocks.0.img_mlp.0.weight", 2).shape[0];
+  if (mlp != 4 * D)
+    throw ModelFileError(r.path(), "MLP width " + std::to_string(mlp) + " is not 4 x the width " +
+                                       std::to_string(D) + " (FLUX.1's mlp_ratio)");
+  if (reference) {
+    c.axes_dims_rope = reference->axes_dims_rope;
+  } else if (c.attention_head_dim == 128) {
+    c.axes_dims_rope = {16, 56, 56};
+  } else {
+    throw ModelFileError(r.path(), "head dim " + std::to_string(c.attention_head_dim) +
+                                       " is not FLUX.1's 128: the RoPE axes are not in the file; "
+                                       "give a diffusers config folder with --config");
+  }
+  int sum = 0;
+  for (int a : c.axes_dims_rope) sum += a;
+  if (sum != c.attention_head_dim)
+    throw ModelFileError(r.path(), "the config's axes_dims_rope sum to " + std::to_string(sum) +
+                                       " but the file's head dim is " +
+                                       std::to_string(c.attention_head_dim));
+  return c;
+}
+
+AutoencoderKLConfig vaeConfigFromLdm(const SafetensorsReader& r, const std::string& prefix,
+                                     const AutoencoderKLConfig* reference) {
+  AutoencoderKLConfig c;
+  if (reference) {
+    c = *reference;
+  } else {
+    c.norm_num_groups = 32;
+    c.scaling_factor = 0.3611;  // FLUX.1 VAE (black-forest-labs/FLUX.1-dev vae/config.json)
+    c.shift_factor = 0.1159;
+    c.act_fn = "silu";
+  }
+  const int L = countBlocks(r, prefix, "encoder.down");
+  c.block_out_channels.clear();
+  for (int i = 0; i < L; ++i)
+    c.block_out_channels.push_back(static_cast<int>(
+        need(r, prefix + "encoder.down." + std::to_string(i) + ".block.0.conv1.weight", 4)
+            .shape[0]));
+  c.layers_per_block = countBlocks(r, prefix, "encoder.down.0.block");
+  c.in_channels = static_cast<int>(need(r, prefix + "encoder.conv_in.weight", 4).shape[1]);
+  c.out_channels = static_cast<int>(need(r, prefix + "decoder.conv_out.weight", 4).shape[0]);
+  c.latent_channels = static_cast<int>(need(r, prefix + "decoder.conv_in.weight", 4).shape[1]);
+  c.use_post_quant_conv = r.contains(prefix + "post_quant_conv.weight");
+  c.mid_block_add_attention = r.contains(prefix + "decoder.mid.attn_1.q.weight");
+  return c;
+}
+
+namespace {
+const std::vector<int64_t>& shapeOf(const KeyLayout& l, const std::string& name) {
+  auto it = l.tensors.find(name);
+  if (it == l.tensors.end())
+    throw ModelFileError(l.file, "tensor '" + name + "' is missing from the " + l.description);
+  return it->second.shape;
+}
+int countIn(const KeyLayout& l, const std::string& p) {
+  int n = 0;
+  for (const auto& [k, v] : l.tensors) {
+    if (!startsWith(k, p)) continue;
+    try {
+      n = std::max(n, std::stoi(k.substr(p.size())) + 1);
+    } catch (const std::exception&) {
+    }
+  }
+  return n;
+}
+}  // namespace
+
+CLIPTextConfig clipConfigFromShapes(const KeyLayout& l, const SafetensorsReader&,
+                                    const CLIPTextConfig* reference) {
+  CLIPTextConfig c;
+  if (reference) c = *reference;
+  const std::string p =
+      l.tensors.count("text_model.embeddings.token_embedding.weight") ? "text_model." : "";
+  const auto& tok = shapeOf(l, p + "embeddings.token_embedding.weight");
+  c.vocab_size = static_cast<int>(tok[0]);
+  c.hidden_size = static_cast<int>(tok[1]);
+  c.max_position_embeddings =
+      static_cast<int>(shapeOf(l, p + "embeddings.position_embedding.weight")[0]);
+  c.intermediate_size = static_cast<int>(shapeOf(l, p + "encoder.layers.0.mlp.fc1.weight")[0]);
+  c.num_hidden_layers = countIn(l, p + "encoder.layers.");
+  if (!reference) {
+    c.num_attention_heads = std::max(1, c.hidden_size / 64);  // CLIP-L: 768 / 64 = 12
+    c.hidden_act = "quick_gelu";
+    c.eos_token_id = 2;
+    c.projection_dim = c.hidden_size;
+  }
+  return c;
+}
+
+T5Config t5ConfigFromShapes(const KeyLayout& l, const SafetensorsReader&,
+                            const T5Config* reference) {
+  T5Config c;
+  if (reference) c = *reference;
+  const std::string a = "encoder.block.0.layer.0.SelfAttention.";
+  const auto& rel = shapeOf(l, a + "relative_attention_bias.weight");
+  c.relative_attention_num_buckets = static_cast<int>(rel[0]);
+  c.num_heads = static_cast<int>(rel[1]);
+  const auto& q = shapeOf(l, a + "q.weight");
+  c.d_model = static_cast<int>(q[1]);
+  c.d_kv = static_cast<int>(q[0] / std::max<int64_t>(1, rel[1]));
+  c.vocab_size = static_cast<int>(shapeOf(
+      l, l.tensors.count("shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight")[0]);
+  c.num_layers = countIn(l, "encoder.block.");
+  const std::string f = "encoder.block.0.layer.1.DenseReluDense.";
+  c.is_gated_act = l.tensors.count(f + "wi_0.weight") != 0;
+  c.d_ff = static_cast<int>(shapeOf(l, f + (c.is_gated_act ? "wi_0.weight" : "wi.weight"))[0]);
+  if (!reference) c.dense_act_fn = c.is_gated_act ? "gelu_new" : "relu";
+  return c;
+}
+
+}  // namespace dit

@@ -1,0 +1,25 @@
+# Single-file checkpoint formats (issue 12): BFL / LDM / FP8 / ComfyUI scaled FP8 / all-in-one files
+# from the shared fixture (../shared/fixtures/tiny-flux-A/formats), against formats_golden.
+set(DITSTUDIO_FORMATS_FIXTURE "${PROJECT_SOURCE_DIR}/../shared/fixtures/tiny-flux-A/formats"
+    CACHE PATH "tiny-flux-A single-file formats fixture (formats_golden.safetensors and the files)")
+if(EXISTS "${DITSTUDIO_FORMATS_FIXTURE}/formats_golden.safetensors")
+  add_executable(test_formats test_formats.cpp)
+  target_link_libraries(test_formats PRIVATE dit_backend GTest::gtest)
+  target_compile_definitions(test_formats PRIVATE DITSTUDIO_FIXTURE="${DITSTUDIO_FIXTURE}"
+    DITSTUDIO_FORMATS_FIXTURE="${DITSTUDIO_FORMATS_FIXTURE}")
+  target_precompile_headers(test_formats REUSE_FROM dit_backend)
+  add_test(NAME formats COMMAND test_formats)
+  set_tests_properties(formats PROPERTIES LABELS "backend;golden;formats" ENVIRONMENT "OMP_NUM_THREADS=2")
+  # tp 2 / ulysses 2 from the BFL file, scaled fp8 under tp, shard-on-load peak memory.
+  add_executable(test_formats_mpi test_formats_mpi.cpp)
+  target_link_libraries(test_formats_mpi PRIVATE dit_backend GTest::gtest MPI::MPI_C)
+  target_compile_definitions(test_formats_mpi PRIVATE DITSTUDIO_FIXTURE="${DITSTUDIO_FIXTURE}"
+    DITSTUDIO_FORMATS_FIXTURE="${DITSTUDIO_FORMATS_FIXTURE}")
+  target_precompile_headers(test_formats_mpi REUSE_FROM dit_backend)
+  add_test(NAME formats_mpi_np2 COMMAND ${DITSTUDIO_MPIRUN} -np 2 $<TARGET_FILE:test_formats_mpi>)
+  set_tests_properties(formats_mpi_np2 PROPERTIES LABELS "backend;parallel;mpi;formats;memory"
+    PROCESSORS 2 TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1;DITSTUDIO_COLLECTIVE_TIMEOUT_S=120")
+else()
+  message(WARNING "DITSTUDIO_FORMATS_FIXTURE=${DITSTUDIO_FORMATS_FIXTURE} has no formats_golden.safetensors: "
+                  "the single-file format tests (formats*) are not built")
+endif()
