@@ -19,6 +19,16 @@ if(EXISTS "${DITSTUDIO_FORMATS_FIXTURE}/formats_golden.safetensors")
   add_test(NAME formats_mpi_np2 COMMAND ${DITSTUDIO_MPIRUN} -np 2 $<TARGET_FILE:test_formats_mpi>)
   set_tests_properties(formats_mpi_np2 PROPERTIES LABELS "backend;parallel;mpi;formats;memory"
     PROCESSORS 2 TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1;DITSTUDIO_COLLECTIVE_TIMEOUT_S=120")
+  # The real CLI: all-in-one file == folder run (1 rank and tp 2), components from anywhere.
+  add_executable(test_formats_cli test_formats_cli.cpp)
+  target_link_libraries(test_formats_cli PRIVATE dit_backend GTest::gtest)
+  target_compile_definitions(test_formats_cli PRIVATE DITSTUDIO_FIXTURE="${DITSTUDIO_FIXTURE}"
+    DITSTUDIO_FORMATS_FIXTURE="${DITSTUDIO_FORMATS_FIXTURE}" DITSTUDIO_CLI="$<TARGET_FILE:ditstudio-cli>")
+  target_precompile_headers(test_formats_cli REUSE_FROM dit_backend)
+  add_dependencies(test_formats_cli ditstudio-cli ditstudio-worker)
+  add_test(NAME formats_cli COMMAND test_formats_cli)
+  set_tests_properties(formats_cli PROPERTIES LABELS "backend;formats;integration;mpi" PROCESSORS 2
+    TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")
 else()
   message(WARNING "DITSTUDIO_FORMATS_FIXTURE=${DITSTUDIO_FORMATS_FIXTURE} has no formats_golden.safetensors: "
                   "the single-file format tests (formats*) are not built")

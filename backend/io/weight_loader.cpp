@@ -95,6 +95,7 @@ std::shared_ptr<FusedColumnParallelLinear> WeightLoader::fusedColumn(
     const std::string& name, const std::vector<std::pair<std::string, int64_t>>& parts,
     int64_t in) {
   std::vector<FusedColumnParallelLinear::Part> ps;
+  std::vector<std::shared_ptr<const tensor_parallel::WeightStorage>> storages;
   for (const auto& [path, out] : parts) {
     const std::vector<int64_t> wShape{out, in}, bShape{out};
     const ShardSpec ws = specFor(path + ".weight", wShape);
@@ -108,12 +109,26 @@ std::shared_ptr<FusedColumnParallelLinear> WeightLoader::fusedColumn(
     FusedColumnParallelLinear::Part p;
     p.name = path;
     p.spec = ws;
-    p.storage = readFloat8(path + ".weight", wShape, ws, p.weight);
-    if (!p.storage) p.weight = read(path + ".weight", wShape, ws);
+    auto st = readFloat8(path + ".weight", wShape, ws, p.weight);
+    if (!st) p.weight = read(path + ".weight", wShape, ws);
+    if (!ps.empty() && static_cast<bool>(st) != static_cast<bool>(storages.back()))
+      throw ModelFileError(src_.where(), "cannot fuse " + path + " into " + name +
+                                             ": its weight is stored as " +
+                                             src_.storage(path + ".weight").first +
+                                             ", the other parts' are not (or the reverse)");
+    storages.push_back(st);
     p.bias = read(path + ".bias", bShape, specFor(path + ".bias", bShape));
     ps.push_back(std::move(p));
   }
-  return std::make_shared<FusedColumnParallelLinear>(name, std::move(ps), tp_);
+  auto fused = std::make_shared<FusedColumnParallelLinear>(name, std::move(ps), tp_);
+  if (storages.front()) {  // one storage over the concatenated codes: the parts' row scales
+    auto merged = std::make_shared<tensor_parallel::WeightStorage>(*storages.front());
+    std::vector<at::Tensor> scales;
+    for (const auto& st : storages) scales.push_back(st->rowScale);
+    merged->rowScale = scales.size() == 1 ? scales[0] : at::cat(scales, 0);
+    fused->setWeightStorage(std::move(merged));
+  }
+  return fused;
 }
 
 at::Tensor WeightLoader::param(const std::string& name, const std::vector<int64_t>& shape) {

@@ -229,17 +229,6 @@ FusedColumnParallelLinear::FusedColumnParallelLinear(std::string name, std::vect
     checkSpec(name_ + " part " + p.name, p.spec, 0, group_);
     parts_.push_back({p.name, p.spec, offset, p.weight.size(0)});
     offset += p.weight.size(0);
-    if (static_cast<bool>(p.storage) != static_cast<bool>(parts[0].storage) ||
-        (p.storage && p.storage->format != parts[0].storage->format))
-      throw std::invalid_argument(name_ + ": parts " + parts[0].name + " and " + p.name +
-                                  " differ in weight storage");
-  }
-  if (parts[0].storage) {  // one storage over the concatenated codes: the parts' row scales
-    auto s = std::make_shared<WeightStorage>(*parts[0].storage);
-    std::vector<at::Tensor> scales;
-    for (const auto& p : parts) scales.push_back(p.storage->rowScale);
-    s->rowScale = scales.size() == 1 ? scales[0] : at::cat(scales, 0);
-    setWeightStorage(std::move(s));
   }
 }
 

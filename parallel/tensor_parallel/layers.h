@@ -158,8 +158,6 @@ class FusedColumnParallelLinear : public Linear {
     at::Tensor weight;  ///< local shard [out_local, in]
     at::Tensor bias;    ///< local shard [out_local] or undefined (all parts alike)
     ShardSpec spec;     ///< how `weight` was sharded
-    /// Set when `weight` holds 8-bit codes (all parts alike); rowScale [out_local].
-    std::shared_ptr<const WeightStorage> storage;
   };
   struct PartInfo {
     std::string name;
