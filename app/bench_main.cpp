@@ -246,7 +246,9 @@ int runBench(Args a) {
     } else if (!a.model.empty() == (a.randomWeights || !a.config.empty()))
       throw std::invalid_argument(
           "give either --model DIR or --config transformer_config.json --random-weights");
-    if (!a.model.empty()) {
+    if (!singleFile.empty()) {
+      // configured above, from the file's shapes
+    } else if (!a.model.empty()) {
       if (fs::exists(fs::path(a.model) / "model_index.json")) {
         ModelFolder m = ModelFolder::open(a.model);
         readTransformerConfig(m.component("transformer") + "/config.json", m.transformer_class);
@@ -543,8 +545,24 @@ int runBench(Args a) {
   }
 
   ordered_json ranks = ordered_json::array();
-  const uint64_t expectedWeightBytes =
-      plan.bytesPerRank(params, s.tp_degree, static_cast<int64_t>(es));
+  uint64_t expectedWeightBytes = plan.bytesPerRank(params, s.tp_degree, static_cast<int64_t>(es));
+  if (!singleFile.empty()) {
+    // As held: a linear weight stored as an 8-bit float stays 1 byte per element (from the
+    // file's header through its key layout, independently of the loader), the rest `es`.
+    SafetensorsReader r(singleFile);
+    const auto layout =
+        componentLayout(r, inspectCheckpoint(singleFile).require("transformer", "--model"));
+    ParameterTable held;
+    for (ParameterInfo p : params) {
+      auto it = layout->tensors.find(p.name);
+      const DType d =
+          it == layout->tensors.end() ? DType::F32 : r.info(it->second.segments.front().key).dtype;
+      const bool f8 = (d == DType::F8_E4M3 || d == DType::F8_E5M2) && p.shape.size() == 2;
+      p.elementBytes = f8 ? 1 : static_cast<int64_t>(es);
+      held.add(p);
+    }
+    expectedWeightBytes = plan.bytesPerRank(held, s.tp_degree, 0);
+  }
   for (int r = 0; r < world; ++r) {
     auto v = [&](int i) { return all[r][i].item<int64_t>(); };
     ordered_json rj;
@@ -581,7 +599,8 @@ int runBench(Args a) {
        "weights as 1-byte codes (dequantized at use), the rest is held in the compute dtype"},
       {"weight_bytes",
        "WeightSource::bytesLoaded(): this rank's transformer weights in the compute dtype; "
-       "expected = replicated + tp-sharded/tp_degree (closed form from the config)"},
+       "expected = replicated + tp-sharded/tp_degree (closed form from the config; single "
+       "files: 1 byte per element for linear weights stored as 8-bit floats)"},
       {"rss",
        "VmRSS/VmHWM of the process (host). VmHWM was reset (clear_refs) just before loading: " +
            std::string(hwmReset ? "yes" : "no (lifetime peak)") +

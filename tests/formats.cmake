@@ -29,6 +29,17 @@ if(EXISTS "${DITSTUDIO_FORMATS_FIXTURE}/formats_golden.safetensors")
   add_test(NAME formats_cli COMMAND test_formats_cli)
   set_tests_properties(formats_cli PROPERTIES LABELS "backend;formats;integration;mpi" PROCESSORS 2
     TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")
+  # ditstudio-bench on the scaled fp8 file at tp 2: every rank's weight_bytes must equal the
+  # expected bytes computed from the header with 8-bit linear weights (bench_check_json.cmake).
+  if(EXISTS ${CMAKE_CURRENT_BINARY_DIR}/bench_check_json.cmake)  # written by bench.cmake
+    string(REPLACE ";" "|" _fmt_mpirun "${DITSTUDIO_MPIRUN}")
+    add_test(NAME bench_smoke_fp8_tp2 COMMAND ${CMAKE_COMMAND} -DNP=2
+      -DJSON_FILE=${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_fp8_tp2.json
+      "-DCMD=${_fmt_mpirun}|-np|2|$<TARGET_FILE:ditstudio-bench>|--model|${DITSTUDIO_FORMATS_FIXTURE}/transformer-fp8-scaled.safetensors|--config|${DITSTUDIO_FIXTURE}/transformer/config.json|--width|32|--height|32|--text-len|8|--steps|1|--warmup|0|--dtype|float32|--tp-degree|2|--json-out|${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_fp8_tp2.json"
+      -P ${CMAKE_CURRENT_BINARY_DIR}/bench_check_json.cmake)
+    set_tests_properties(bench_smoke_fp8_tp2 PROPERTIES LABELS "bench;mpi;formats" PROCESSORS 2
+      TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")
+  endif()
 else()
   message(WARNING "DITSTUDIO_FORMATS_FIXTURE=${DITSTUDIO_FORMATS_FIXTURE} has no formats_golden.safetensors: "
                   "the single-file format tests (formats*) are not built")
