@@ -104,7 +104,7 @@ ModelFolder ModelFolder::open(const ModelSources& s) {
     for (const auto& c : info.components)
       m.components[c.name] = ComponentSource{modelPath, true, c.prefix, c.layout, "--model"};
   } else {
-    throw ModelFileError(modelPath, "model folder or file does not exist (--model)");
+    throw ModelFileError(modelPath, "model folder does not exist (nor a checkpoint file)");
   }
   if (!s.config.empty() && !fs::is_directory(s.config))
     throw ModelFileError(s.config, "--config must be a diffusers model folder");
