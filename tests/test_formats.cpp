@@ -295,14 +295,23 @@ TEST(FormatsPipeline, ComponentsFromAnywhere) {
   s.model = formats("transformer-bfl.safetensors");
   s.config = fixtureDir();
   s.vae = formats("ae.safetensors");
-  s.text_encoder = fixtureDir() + "/text_encoder";
+  s.text_encoder = fixtureDir() + "/text_encoder/model.safetensors";  // a bare CLIP file
   s.text_encoder_2 = formats("checkpoint-comfy-aio.safetensors");
   s.tokenizer = fixtureDir() + "/tokenizer";
   const ModelFolder m = ModelFolder::open(s);
   EXPECT_EQ(m.components.at("vae").flag, "--vae");
-  EXPECT_FALSE(m.components.at("text_encoder").single_file);
+  EXPECT_TRUE(m.components.at("text_encoder").single_file);
+  EXPECT_EQ(m.components.at("text_encoder").prefix, "");
   EXPECT_EQ(m.components.at("text_encoder_2").prefix, "text_encoders.t5xxl.transformer.");
   FluxPipeline pipe(m, PipelineOptions{});
+  {  // the bare CLIP file's text encoder gives the fixture's pooled golden
+    const auto e = pipe.encodePrompt(goldenJson()["prompts"][0].get<std::string>(),
+                                     goldenJson()["max_sequence_length"].get<int>());
+    EXPECT_LT(diff("anywhere enc.pooled.0", e.pooled.squeeze(0), golden("enc.pooled.0")), kTol);
+    EXPECT_LT(diff("anywhere enc.prompt_embeds.0", e.prompt_embeds.squeeze(0),
+                   golden("enc.prompt_embeds.0")),
+              kTol);
+  }
   at::NoGradGuard ng;
   at::Tensor out = pipe.transformer().forward(
       fgolden("dit.0.in.hidden_states"), fgolden("dit.0.in.encoder_hidden_states"),
