@@ -75,8 +75,8 @@ class TestIntegration : public QObject {
     // The image and its parameters.
     const HistoryEntry e = w->historyStore()->entries().first();
     QVERIFY(QFileInfo::exists(e.path));
-    QCOMPARE(e.seed, 1234);
-    QCOMPARE(w->generationPanel()->lastSeed(), 1234);
+    QCOMPARE(e.seed, std::uint64_t(1234));
+    QCOMPARE(w->generationPanel()->lastSeed(), std::uint64_t(1234));
     QString err;
     const QJsonObject png = readPngParameters(e.path, &err);
     QVERIFY2(!png.isEmpty(), qPrintable(err));
@@ -105,7 +105,7 @@ class TestIntegration : public QObject {
     w->generationPanel()->setParams(p);
     QVERIFY(!w->generate().isEmpty());
     QTRY_COMPARE_WITH_TIMEOUT(w->gallery()->count(), 2, kImageMs);
-    QVERIFY(w->historyStore()->entries().first().seed >= 0);
+    QVERIFY(w->historyStore()->entries().first().hasSeed);
     QCOMPARE(w->generationPanel()->lastSeed(), w->historyStore()->entries().first().seed);
     shutdown(w.get());
     QCOMPARE(w->controller()->state(), WorkerController::State::Stopped);

@@ -215,8 +215,8 @@ class TestWidgets : public QObject {
     QVERIFY(!id.isEmpty());
     QVERIFY(w->controller()->isRunning());
     QTRY_COMPARE_WITH_TIMEOUT(w->gallery()->count(), 1, 15000);
-    QCOMPARE(w->historyStore()->entries().first().seed, 4242);
-    QCOMPARE(w->generationPanel()->lastSeed(), 4242);
+    QCOMPARE(w->historyStore()->entries().first().seed, std::uint64_t(4242));
+    QCOMPARE(w->generationPanel()->lastSeed(), std::uint64_t(4242));
     QVERIFY(!w->gallery()->currentImage().isNull());
     // Per-rank monitor.
     RankMonitorModel* m = w->rankModel();

@@ -13,12 +13,14 @@
 #include <QPushButton>
 #include <QVBoxLayout>
 
+#include "ui/seed_text.h"
+
 namespace dit::ui {
 namespace {
 
-QString describe(const QJsonObject& p, qint64 seed, double seconds) {
+QString describe(const QJsonObject& p, const HistoryEntry& e, double seconds) {
   QStringList parts;
-  if (seed >= 0) parts << QStringLiteral("seed %1").arg(seed);
+  if (e.hasSeed) parts << QStringLiteral("seed %1").arg(seedText(e.seed));
   if (p.contains("width"))
     parts << QStringLiteral("%1×%2").arg(p.value("width").toInt()).arg(p.value("height").toInt());
   if (p.contains("steps")) parts << QStringLiteral("%1 steps").arg(p.value("steps").toInt());
@@ -167,8 +169,8 @@ void Gallery::reload() {
     item->setIcon(QPixmap::fromImage(
         thumb.isNull() ? QImage()
                        : thumb.scaled(96, 96, Qt::KeepAspectRatio, Qt::SmoothTransformation)));
-    item->setText(e.seed >= 0 ? QString::number(e.seed) : QString());
-    item->setToolTip(describe(e.params, e.seed, e.seconds) + "\n" + e.path);
+    item->setText(e.hasSeed ? seedText(e.seed) : QString());
+    item->setToolTip(describe(e.params, e, e.seconds) + "\n" + e.path);
     item->setData(Qt::UserRole, e.path);
   }
   if (list_->count() > 0)
@@ -196,7 +198,7 @@ void Gallery::showEntry(const HistoryEntry& e) {
   QImage img(e.path);
   if (img.isNull()) view_->setPlaceholder(tr("%1 is missing").arg(e.path));
   view_->setImage(img);
-  caption_->setText(describe(e.params, e.seed, e.seconds));
+  caption_->setText(describe(e.params, e, e.seconds));
 }
 
 void Gallery::showPreview(const QImage& image, const QString& caption) {
@@ -227,9 +229,12 @@ bool Gallery::openPng(const QString& path, QString* error) {
   HistoryEntry e;
   e.path = path;
   e.params = params;
-  e.seed = params.value("seed").toInteger(-1);
+  if (const auto seed = seedFromQJson(params.value("seed"))) {
+    e.seed = *seed;
+    e.hasSeed = true;
+  }
   view_->setImage(QImage(path));
-  caption_->setText(describe(params, e.seed, 0));
+  caption_->setText(describe(params, e, 0));
   Q_EMIT useParameters(e);
   return true;
 }

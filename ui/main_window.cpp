@@ -9,7 +9,7 @@
 #include <QHBoxLayout>
 #include <QJsonDocument>
 #include <QLabel>
-#include <QListWidget>
+#include <QListView>
 #include <QPushButton>
 #include <QScrollArea>
 #include <QSplitter>
@@ -22,6 +22,7 @@
 
 #include "ui/advisor_dialog.h"
 #include "ui/json_io.h"
+#include "ui/seed_text.h"
 #include "ui/strategy_json.h"
 
 namespace dit::ui {
@@ -64,6 +65,15 @@ void MainWindow::buildUi() {
   generateAct_ = tb->addAction(tr("✦ Generate"), this, [this] { generate(); });
   generateAct_->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Return));
   cancelAct_ = tb->addAction(tr("✕ Cancel"), this, &MainWindow::cancelCurrent);
+  cancelAct_->setShortcut(QKeySequence(Qt::Key_Escape));
+  cancelAct_->setShortcutContext(Qt::WindowShortcut);
+  cancelAct_->setToolTip(tr("Cancel the running request at its next step (Esc)"));
+  // Why Generate is disabled, in words, beside the button (also its tooltip).
+  generateReason_ = new QLabel(tb);
+  generateReason_->setObjectName("generateReason");
+  generateReason_->setProperty("class", "issues");
+  generateReason_->setMaximumWidth(360);
+  tb->addWidget(generateReason_);
   startAct_->setToolTip(tr("Start the worker process group (mpirun) with this strategy"));
   generateAct_->setToolTip(
       tr("Queue a request (Ctrl+Enter); starts or restarts the group if needed"));
@@ -128,19 +138,21 @@ void MainWindow::buildUi() {
   rtabs->addTab(log_, tr("Log"));
   auto* qw = new QWidget;
   auto* ql = new QVBoxLayout(qw);
-  queueList_ = new QListWidget(qw);
-  ql->addWidget(queueList_, 1);
+  queueModel_ = new QueueModel(this);
+  queueView_ = new QListView(qw);
+  queueView_->setObjectName("queueView");
+  queueView_->setModel(queueModel_);
+  queueView_->setSelectionMode(QAbstractItemView::SingleSelection);
+  ql->addWidget(queueView_, 1);
   auto* qb = new QHBoxLayout;
   auto* cancelSel = new QPushButton(tr("Cancel selected"), qw);
+  cancelSel->setObjectName("cancelSelected");
   auto* cancelAllBtn = new QPushButton(tr("Cancel all"), qw);
   qb->addWidget(cancelSel);
   qb->addWidget(cancelAllBtn);
   ql->addLayout(qb);
   rtabs->addTab(qw, tr("Queue"));
-  connect(cancelSel, &QPushButton::clicked, this, [this] {
-    if (auto* it = queueList_->currentItem())
-      controller_->cancel(it->data(Qt::UserRole).toString());
-  });
+  connect(cancelSel, &QPushButton::clicked, this, [this] { cancelSelected(); });
   connect(cancelAllBtn, &QPushButton::clicked, this, &MainWindow::cancelAll);
   right->setStretchFactor(0, 3);
   right->setStretchFactor(1, 2);
@@ -184,7 +196,6 @@ void MainWindow::connectController() {
   WorkerController* c = controller_;
   connect(c, &WorkerController::stateChanged, this, [this](WorkerController::State s) {
     if (s == WorkerController::State::Starting) {  // a new group: fresh monitor
-      stage_.clear();
       rankModel_->reset(controller_->config().strategy.world);
       log_->setWorld(controller_->config().strategy.world);
     }
@@ -206,11 +217,17 @@ void MainWindow::connectController() {
     revalidate();
   });
   connect(c, &WorkerController::statusReceived, this,
-          [this](const QString& stage, const QString& msg) {
-            stage_ = stage;
-            stateLabel_->setToolTip(msg);
-            updateStatus();
-          });
+          [this](const QString&, const QString& msg) { stateLabel_->setToolTip(msg); });
+  connect(c, &WorkerController::stageChanged, this, [this] { updateStatus(); });
+  connect(c, &WorkerController::eventReceived, this, [this](const WorkerEvent& ev) {
+    if (ev.type != QLatin1String("hello")) return;
+    // Host and device of each rank (the device from the event when the worker names it, else
+    // the strategy's).
+    const int rank = ev.data.value("rank").toInt(-1);
+    QString device = ev.data.value("device").toString();
+    if (device.isEmpty()) device = QString::fromStdString(controller_->config().strategy.device);
+    rankModel_->setPlace(rank, ev.data.value("host").toString(), device);
+  });
   connect(c, &WorkerController::ranksUpdated, this, [this](const QList<RankStats>& ranks) {
     rankModel_->update(ranks, controller_->elapsedSeconds());
   });
@@ -256,6 +273,7 @@ void MainWindow::connectController() {
   connect(c, &WorkerController::groupFailed, this, &MainWindow::onGroupFailed);
   connect(c, &WorkerController::groupStopped, this, [this](int) {
     gallery_->setProgress(-1, {});
+    rankModel_->setStageAll(QStringLiteral("stopped"));
     if (closing_) close();
   });
 }
@@ -289,6 +307,8 @@ bool MainWindow::configDiffers() const {
 void MainWindow::revalidate() {
   validation_ = validate(editor_->strategy(), genPanel_->modelInfo(), genPanel_->params(),
                          textLength(), editor_->hostfile());
+  if (const QString seedErr = genPanel_->seedError(); !seedErr.isEmpty())
+    validation_.requestIssues << seedErr;
   editor_->setIssues(validation_.startIssues, validation_.requestIssues);
   rankMonitor_->setDevice(QString::fromStdString(editor_->strategy().device));
   updateActions();
@@ -309,17 +329,39 @@ void MainWindow::updateActions() {
   startAct_->setToolTip(tips.isEmpty()
                             ? tr("Start the worker process group (mpirun) with this strategy")
                             : tips.join('\n'));
+  const QString reason = generateBlockedReason();
   generateAct_->setToolTip(
-      tips.isEmpty() ? tr("Queue a request (Ctrl+Enter); starts or restarts the group if needed")
-                     : tips.join('\n'));
+      reason.isEmpty() ? tr("Queue a request (Ctrl+Enter); starts or restarts the group if needed")
+                       : tr("Generate is disabled: %1").arg(reason));
+  generateReason_->setText(
+      reason.isEmpty() ? QString() : tr("Cannot generate: %1").arg(reason.section('\n', 0, 0)));
+  generateReason_->setToolTip(reason);
+  generateReason_->setVisible(!reason.isEmpty());
+}
+
+QString MainWindow::generateBlockedReason() const {
+  if (controller_->state() == WorkerController::State::Stopping) return tr("the group is stopping");
+  if (!validation_.canGenerate()) return validation_.all().join('\n');
+  return {};
 }
 
 void MainWindow::updateStatus() {
   const WorkerController::State s = controller_->state();
   QString text = tr("Group: %1").arg(WorkerController::stateName(s));
   if (controller_->isRunning()) {
-    if (!stage_.isEmpty() && s != WorkerController::State::Ready)
-      text += QStringLiteral(" (%1)").arg(stage_);
+    // The real stage (from the worker's status and ranks events), with the step while denoising.
+    const QString stage = controller_->stage();
+    if (!stage.isEmpty() && s != WorkerController::State::Ready) {
+      QString detail = stage;
+      const auto q = controller_->queue();
+      for (const auto& r : q) {
+        if (r.sent && r.step > 0 && stage == QLatin1String("denoising")) {
+          detail += QStringLiteral(" %1 step %2/%3").arg(r.id).arg(r.step).arg(r.steps);
+          break;
+        }
+      }
+      text += QStringLiteral(" (%1)").arg(detail);
+    }
     text += QStringLiteral(" · %1").arg(strategyText(controller_->config().strategy));
     if (configDiffers()) text += tr(" · strategy changed: Restart (or Generate) applies it");
   } else if (!validation_.canStart()) {
@@ -333,18 +375,15 @@ void MainWindow::updateStatus() {
            : tr("no model"));
 }
 
-void MainWindow::refreshQueue() {
-  queueList_->clear();
-  for (const auto& r : controller_->queue()) {
-    QString t =
-        QStringLiteral("%1  %2  %3")
-            .arg(r.id,
-                 r.sent ? (r.step > 0 ? tr("step %1/%2").arg(r.step).arg(r.steps) : tr("sent"))
-                        : tr("waiting"),
-                 QString::fromStdString(r.params.prompt).left(60));
-    auto* it = new QListWidgetItem(t, queueList_);
-    it->setData(Qt::UserRole, r.id);
-  }
+void MainWindow::refreshQueue() { queueModel_->sync(controller_->queue()); }
+
+QString MainWindow::cancelSelected() {
+  const QModelIndexList sel = queueView_->selectionModel()->selectedIndexes();
+  const QModelIndex cur = sel.isEmpty() ? queueView_->currentIndex() : sel.first();
+  if (!cur.isValid()) return {};
+  const QString id = queueModel_->idAt(cur.row());
+  if (!id.isEmpty()) controller_->cancel(id);
+  return id;
 }
 
 bool MainWindow::bannerVisible() const { return !banner_->isHidden(); }
@@ -456,7 +495,8 @@ void MainWindow::onProgress(const QString& id, int step, int steps, double stepM
   if (stepMs >= 0) text += tr(" · %1 ms/step").arg(stepMs, 0, 'f', 0);
   if (eta >= 0) text += tr(" · ETA %1 s").arg(eta, 0, 'f', eta < 10 ? 1 : 0);
   gallery_->setProgress(static_cast<int>(1000.0 * done / total), text);
-  refreshQueue();
+  refreshQueue();  // in place: the queue's selection stays
+  updateStatus();
 }
 
 void MainWindow::onImage(const ImageResult& r) {
@@ -464,17 +504,27 @@ void MainWindow::onImage(const ImageResult& r) {
   e.path = r.path;
   e.requestId = r.id;
   e.seed = r.seed;
+  e.hasSeed = r.hasSeed;
   e.seconds = r.seconds;
   e.params = r.params;
   if (e.params.isEmpty()) e.params = readPngParameters(r.path);
   if (e.params.isEmpty()) e.params = paramsToQJson(requestParams_.value(r.id));
-  if (e.seed < 0) e.seed = e.params.value("seed").toInteger(-1);
+  if (!e.hasSeed) {
+    if (const auto seed = seedFromQJson(e.params.value("seed"))) {
+      e.seed = *seed;
+      e.hasSeed = true;
+    }
+  }
+  // The params' own "seed" is what was requested (-1 when random): the used one, exactly.
+  if (e.hasSeed) e.params.insert("seed", seedToQJson(e.seed));
   QString err;
   if (!history_.add(e, &err)) log_->append(-1, "error", err);
   gallery_->addImage(e);
-  if (e.seed >= 0) genPanel_->setLastSeed(e.seed);
+  if (e.hasSeed) genPanel_->setLastSeed(e.seed);
   log_->append(-1, "info",
-               tr("image %1 (seed %2) in %3 s").arg(r.path).arg(e.seed).arg(r.seconds, 0, 'f', 2));
+               tr("image %1 (seed %2) in %3 s")
+                   .arg(r.path, e.hasSeed ? seedText(e.seed) : tr("unknown"))
+                   .arg(r.seconds, 0, 'f', 2));
   if (autoActive_) {
     QTimer::singleShot(400, this, [this, path = r.path] {
       if (!autoFile_.isEmpty()) {

@@ -13,6 +13,7 @@
 #include "ui/log_panel.h"
 #include "ui/preset_panel.h"
 #include "ui/preset_store.h"
+#include "ui/queue_model.h"
 #include "ui/rank_monitor.h"
 #include "ui/rank_monitor_model.h"
 #include "ui/strategy_editor.h"
@@ -22,7 +23,7 @@
 class QAction;
 class QFrame;
 class QLabel;
-class QListWidget;
+class QListView;
 class QPushButton;
 class QTabWidget;
 
@@ -62,6 +63,15 @@ class MainWindow : public QMainWindow {
   QAction* restartAction() const { return restartAct_; }
   QAction* generateAction() const { return generateAct_; }
   QAction* cancelAction() const { return cancelAct_; }
+  /// The queue (a model updated in place: the selection survives progress events).
+  QListView* queueView() const { return queueView_; }
+  QueueModel* queueModel() const { return queueModel_; }
+  /// Cancels the request selected in the queue view ("Cancel selected"). Returns its id, empty
+  /// when nothing is selected.
+  QString cancelSelected();
+  /// Why Generate is disabled (also its tooltip and the label beside the toolbar), empty when
+  /// it is enabled.
+  QString generateBlockedReason() const;
   bool bannerVisible() const;
   QString bannerText() const;
   QString statusText() const;
@@ -129,7 +139,9 @@ class MainWindow : public QMainWindow {
   Gallery* gallery_ = nullptr;
   RankMonitor* rankMonitor_ = nullptr;
   LogPanel* log_ = nullptr;
-  QListWidget* queueList_ = nullptr;
+  QListView* queueView_ = nullptr;
+  QueueModel* queueModel_ = nullptr;
+  QLabel* generateReason_ = nullptr;
   QTabWidget* leftTabs_ = nullptr;
   QFrame* banner_ = nullptr;
   QLabel* bannerLabel_ = nullptr;
@@ -144,7 +156,6 @@ class MainWindow : public QMainWindow {
   QAction* cancelAct_ = nullptr;
   QPointer<AdvisorDialog> advisor_;
   QMap<QString, GenerationParams> requestParams_;
-  QString stage_;  ///< last `status` stage of the group
   bool closing_ = false;
   bool autoActive_ = false;
   QString autoFile_;

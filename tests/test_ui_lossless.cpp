@@ -1,0 +1,341 @@
+// Issue 11, GUI half ("nothing lost, nothing misreported"), against the scripted mpirun stand-in
+// (tests/test_ui_fake_worker.cpp) on the offscreen platform: a relaunch keeps the earlier
+// launch's images; seeds >= 2^53 and >= 2^63 round-trip bit-exactly through the image event,
+// history, Reuse, "Use parameters" after a relaunch and Open PNG, and malformed seeds are refused
+// naming the range; Stop cancels the running request at its next step and shuts the group down
+// cleanly (no re-run on the next Start, no base64 in the log, the true stage in the status bar and
+// the monitor); the queue keeps its selection while progress events arrive and "Cancel selected"
+// and Esc cancel what they should; presets keep the prompt; the Advisor's strategies are valid;
+// the window fits at 1024x700.
+#include <QAbstractItemView>
+#include <QAction>
+#include <QDir>
+#include <QFile>
+#include <QHeaderView>
+#include <QImage>
+#include <QLineEdit>
+#include <QListView>
+#include <QListWidget>
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QSignalSpy>
+#include <QTableView>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include "ui/main_window.h"
+#include "ui/seed_text.h"
+
+using namespace dit::ui;
+
+namespace dit::ui::testing {
+QString writeFakeMpirun(const QString& dir);
+}
+
+namespace {
+QString fixture() { return qEnvironmentVariable("DITSTUDIO_TEST_FIXTURE"); }
+
+QByteArray fileBytes(const QString& path) {
+  QFile f(path);
+  return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+}
+
+int countOf(const QByteArray& hay, const QByteArray& needle) {
+  int n = 0;
+  for (qsizetype at = hay.indexOf(needle); at >= 0; at = hay.indexOf(needle, at + 1)) ++n;
+  return n;
+}
+
+QPushButton* buttonWithText(QWidget* root, const QString& text) {
+  for (QPushButton* b : root->findChildren<QPushButton*>())
+    if (b->text() == text) return b;
+  return nullptr;
+}
+}  // namespace
+
+class TestLossless : public QObject {
+  Q_OBJECT
+  QTemporaryDir fakeDir_;
+  QString fake_;
+
+  std::unique_ptr<MainWindow> makeWindow(QTemporaryDir& data) {
+    MainWindowOptions o;
+    o.dataDir = data.path();
+    o.modelDir = fixture();
+    o.mpirunPath = fake_;
+    o.workerPath = "/opt/fake/ditstudio-worker";
+    auto w = std::make_unique<MainWindow>(o);
+    w->show();
+    return w;
+  }
+
+  void stopAndWait(MainWindow* w) {
+    w->stopGroup();
+    QTRY_VERIFY_WITH_TIMEOUT(!w->controller()->isRunning(), 15000);
+  }
+
+ private Q_SLOTS:
+  void initTestCase() {
+    if (fixture().isEmpty() || !QFileInfo::exists(fixture() + "/model_index.json"))
+      QFAIL("DITSTUDIO_TEST_FIXTURE does not point at tests/data/tiny-flux-A");
+    fake_ = dit::ui::testing::writeFakeMpirun(fakeDir_.path());
+    QVERIFY(!fake_.isEmpty());
+  }
+
+  void init() {
+    qputenv("FAKE_MODE", "ok");
+    qunsetenv("FAKE_STEP_SLEEP");
+    qunsetenv("FAKE_SEED");
+    qputenv("FAKE_IMAGE", fakeDir_.filePath("out.png").toLocal8Bit());
+    QFile::remove(fakeDir_.filePath("requests.txt"));
+  }
+
+  // Request ids (and so the image files named after them) do not restart at r1 on a new launch;
+  // the history keeps pointing at each launch's own file.
+  void relaunchKeepsOldImages() {
+    QTemporaryDir data;
+    QString firstId, firstPath;
+    {
+      auto w = makeWindow(data);
+      firstId = w->generate();
+      QVERIFY(!firstId.isEmpty());
+      QTRY_COMPARE_WITH_TIMEOUT(w->gallery()->count(), 1, 15000);
+      firstPath = w->historyStore()->entries().first().path;
+      QVERIFY2(firstPath.startsWith(QDir(data.path()).filePath("images")), qPrintable(firstPath));
+      stopAndWait(w.get());
+    }
+    // Mark the first launch's file so an overwrite would show.
+    QImage marked(firstPath);
+    QVERIFY(!marked.isNull());
+    marked.setText("marker", "first launch");
+    QVERIFY(marked.save(firstPath));
+    {
+      auto w = makeWindow(data);  // a new window and controller on the same data folder
+      QCOMPARE(w->historyStore()->entries().size(), 1);
+      const QString secondId = w->generate();
+      QVERIFY(!secondId.isEmpty());
+      QVERIFY2(secondId != firstId, qPrintable(secondId));
+      QTRY_COMPARE_WITH_TIMEOUT(w->gallery()->count(), 2, 15000);
+      const auto& es = w->historyStore()->entries();
+      QVERIFY(es[0].path != es[1].path);
+      QCOMPARE(es[1].path, firstPath);
+      QCOMPARE(es[1].requestId, firstId);
+      QCOMPARE(es[0].requestId, secondId);
+      QVERIFY(QFileInfo::exists(es[0].path));
+      QCOMPARE(QImage(firstPath).text("marker"), QString("first launch"));
+      stopAndWait(w.get());
+    }
+  }
+
+  void randomSeedRoundTripIsBitExact_data() {
+    QTest::addColumn<QString>("seed");
+    QTest::newRow("2^53+1") << "9007199254740993";
+    QTest::newRow("2^63+1") << "9223372036854775809";
+    QTest::newRow("2^64-1") << "18446744073709551615";
+  }
+
+  // A random seed reported by the worker reaches the history, Reuse, "Use parameters" after a
+  // relaunch and Open PNG without ever passing through a double.
+  void randomSeedRoundTripIsBitExact() {
+    QFETCH(QString, seed);
+    const std::uint64_t expected = seed.toULongLong();
+    QCOMPARE(seedText(expected), seed);
+    QTemporaryDir data;
+    // The PNG the worker writes: parameters with the exact seed as a JSON integer.
+    const QString png = data.filePath("seeded.png");
+    QImage img(8, 8, QImage::Format_RGB32);
+    img.fill(Qt::blue);
+    img.setText("parameters", QStringLiteral("{\"prompt\":\"fake\",\"width\":64,\"height\":64,"
+                                             "\"steps\":2,\"seed\":%1}")
+                                  .arg(seed));
+    QVERIFY(img.save(png));
+    qputenv("FAKE_IMAGE", png.toLocal8Bit());
+    qputenv("FAKE_SEED", seed.toLatin1());
+    {
+      auto w = makeWindow(data);
+      GenerationParams p = w->generationPanel()->params();
+      p.random_seed = true;
+      p.steps = 2;
+      w->generationPanel()->setParams(p);
+      QVERIFY(!w->generate().isEmpty());
+      QTRY_COMPARE_WITH_TIMEOUT(w->gallery()->count(), 1, 15000);
+      const HistoryEntry e = w->historyStore()->entries().first();
+      QVERIFY(e.hasSeed);
+      QCOMPARE(e.seed, expected);
+      QVERIFY(w->generationPanel()->hasLastSeed());
+      QCOMPARE(w->generationPanel()->lastSeed(), expected);
+      QVERIFY(w->logPanel()->text().contains(seed));
+      // Reuse copies it exactly.
+      QTest::mouseClick(w->generationPanel()->reuseSeedButton(), Qt::LeftButton);
+      QCOMPARE(w->generationPanel()->seedEdit()->text(), seed);
+      const GenerationParams q = w->generationPanel()->params();
+      QVERIFY(!q.random_seed);
+      QCOMPARE(q.seed, expected);
+      QVERIFY(w->generationPanel()->seedError().isEmpty());
+      // What is sent next: the exact integer.
+      QVERIFY(!w->generate().isEmpty());
+      QTRY_COMPARE_WITH_TIMEOUT(w->gallery()->count(), 2, 15000);
+      const QByteArray sent = fileBytes(fakeDir_.filePath("requests.txt"));
+      QVERIFY2(sent.contains("\"seed\":" + seed.toLatin1()), sent.constData());
+      stopAndWait(w.get());
+    }
+    {
+      // history.json after a relaunch, then "Use parameters".
+      auto w = makeWindow(data);
+      QCOMPARE(w->historyStore()->entries().first().seed, expected);
+      w->generationPanel()->setParams(startingParams());
+      w->gallery()->thumbnails()->setCurrentRow(0);
+      QPushButton* use = buttonWithText(w->gallery(), "Use parameters");
+      QVERIFY(use);
+      QTest::mouseClick(use, Qt::LeftButton);
+      QCOMPARE(w->generationPanel()->params().seed, expected);
+      QVERIFY(!w->generationPanel()->params().random_seed);
+      // Open PNG.
+      w->generationPanel()->setParams(startingParams());
+      QString err;
+      QVERIFY2(w->gallery()->openPng(png, &err), qPrintable(err));
+      QCOMPARE(w->generationPanel()->params().seed, expected);
+      QVERIFY(w->gallery()->caption().contains(seed));
+    }
+  }
+
+  // The seed field: the whole uint64 range; malformed or out-of-range text is refused naming the
+  // range (Generate disabled, saying why), never silently 0.
+  void seedFieldRefusesOutOfRange() {
+    QTemporaryDir data;
+    auto w = makeWindow(data);
+    GenerationPanel* g = w->generationPanel();
+    GenerationParams p = g->params();
+    p.random_seed = false;
+    g->setParams(p);
+    g->seedEdit()->setText("18446744073709551615");
+    QVERIFY(g->seedError().isEmpty());
+    QCOMPARE(g->params().seed, std::uint64_t(18446744073709551615ULL));
+    QVERIFY(w->generateAction()->isEnabled());
+    for (const char* bad : {"18446744073709551616", "99999999999999999999", "", "12x", "-1"}) {
+      g->seedEdit()->setText(bad);
+      QVERIFY2(!g->seedError().isEmpty(), bad);
+      QVERIFY2(g->seedError().contains("18446744073709551615"), qPrintable(g->seedError()));
+      QVERIFY(!w->generateAction()->isEnabled());
+      QVERIFY2(w->generateAction()->toolTip().contains("seed"),
+               qPrintable(w->generateAction()->toolTip()));
+      QVERIFY(w->generateBlockedReason().contains("seed"));
+      QVERIFY(w->generate().isEmpty());
+      QVERIFY(!w->controller()->isRunning());
+    }
+    // Typing: the validator lets only digits in.
+    g->seedEdit()->clear();
+    QTest::keyClicks(g->seedEdit(), "12ab3");
+    QCOMPARE(g->seedEdit()->text(), QString("123"));
+  }
+
+  // Stop during a generation: the running request is cancelled at its next step, the group shuts
+  // down cleanly (no terminate), the request is not re-run by the next Start, previews' base64
+  // never reaches the log, and the status bar and monitor show the real stage.
+  void stopDuringGeneration() {
+    qputenv("FAKE_STEP_SLEEP", "0.2");
+    QTemporaryDir data;
+    auto w = makeWindow(data);
+    GenerationParams p = w->generationPanel()->params();
+    p.steps = 40;
+    w->generationPanel()->setParams(p);
+    QSignalSpy cancelled(w->controller(), &WorkerController::requestCancelled);
+    const QString id = w->generate();
+    QVERIFY(!id.isEmpty());
+    QTRY_VERIFY_WITH_TIMEOUT(
+        !w->controller()->queue().isEmpty() && w->controller()->queue().first().step >= 2, 15000);
+    // The real stage, not "busy (loading)".
+    QVERIFY2(w->statusText().contains("busy (denoising"), qPrintable(w->statusText()));
+    QCOMPARE(w->controller()->stage(), QString("denoising"));
+    QCOMPARE(w->rankModel()->stats(0).stage, QString("denoising"));
+    // A preview line cut by mpirun: summarised, its base64 is not logged.
+    const QByteArray b64 = qgetenv("FAKE_PREVIEW");
+    QVERIFY(b64.size() > 100);
+    w->controller()->feedStdoutForTest("@@DIT {\"event\":\"preview\",\"id\":\"" + id.toLatin1() +
+                                       "\",\"step\":2,\"image_index\":0,\"png\":\"" +
+                                       b64.left(b64.size() / 2) + "\n");
+    w->controller()->feedStdoutForTest("noise " + QByteArray(300, 'A') + "\n");
+    QElapsedTimer t;
+    t.start();
+    w->stopGroup();
+    QTRY_COMPARE_WITH_TIMEOUT(w->controller()->state(), WorkerController::State::Stopped, 15000);
+    QVERIFY2(t.elapsed() < 4000, qPrintable(QString::number(t.elapsed())));  // no terminate (5 s)
+    QVERIFY(!w->logPanel()->text().contains("terminating mpirun"));
+    QVERIFY(!w->logPanel()->text().contains(QString::fromLatin1(b64.mid(40, 60))));
+    QVERIFY(!w->logPanel()->text().contains(QString(300, 'A')));
+    QVERIFY(w->logPanel()->text().contains("cut worker event \"preview\""));
+    bool sawCancel = false;
+    for (const auto& args : cancelled) sawCancel |= args.at(0).toString() == id;
+    QVERIFY(sawCancel);
+    const QByteArray reqs = fileBytes(fakeDir_.filePath("requests.txt"));
+    const qsizetype cancelAt = reqs.indexOf("\"type\":\"cancel\"");
+    QVERIFY2(cancelAt >= 0 && cancelAt < reqs.indexOf("\"type\":\"shutdown\""), reqs.constData());
+    QVERIFY(w->controller()->queue().isEmpty());
+    QVERIFY2(w->statusText().contains("stopped"), qPrintable(w->statusText()));
+    QCOMPARE(w->rankModel()->stats(0).stage, QString("stopped"));
+    // The next Start does not re-run the interrupted request.
+    QVERIFY(w->startGroup());
+    QTRY_COMPARE_WITH_TIMEOUT(w->controller()->state(), WorkerController::State::Ready, 15000);
+    QTest::qWait(500);
+    QCOMPARE(countOf(fileBytes(fakeDir_.filePath("requests.txt")), "\"type\":\"generate\""), 1);
+    QCOMPARE(w->gallery()->count(), 0);
+    stopAndWait(w.get());
+  }
+
+  // The queue is a model updated in place: a selection made at human speed survives the progress
+  // events, "Cancel selected" cancels that request, Esc the running one.
+  void queueCancelAtHumanSpeed() {
+    qputenv("FAKE_STEP_SLEEP", "0.05");
+    QTemporaryDir data;
+    auto w = makeWindow(data);
+    QApplication::setActiveWindow(w.get());
+    QVERIFY(QTest::qWaitForWindowActive(w.get()));
+    GenerationParams p = w->generationPanel()->params();
+    p.steps = 200;
+    w->generationPanel()->setParams(p);
+    QSignalSpy cancelled(w->controller(), &WorkerController::requestCancelled);
+    const QString a = w->generate(), b = w->generate(), c = w->generate();
+    QVERIFY(!a.isEmpty() && !b.isEmpty() && !c.isEmpty());
+    QListView* view = w->findChild<QListView*>("queueView");
+    QVERIFY(view);
+    QPushButton* cancelSel = w->findChild<QPushButton*>("cancelSelected");
+    QVERIFY(cancelSel);
+    QTRY_VERIFY_WITH_TIMEOUT(
+        !w->controller()->queue().isEmpty() && w->controller()->queue().first().step >= 2, 15000);
+    QCOMPARE(view->model()->rowCount(), 3);
+    // The user selects the second request...
+    view->setCurrentIndex(view->model()->index(1, 0));
+    QCOMPARE(view->currentIndex().data(Qt::UserRole).toString(), b);
+    const int stepBefore = w->controller()->queue().first().step;
+    // ...and takes a moment to click: progress events keep arriving.
+    QTest::qWait(700);
+    QVERIFY(w->controller()->queue().first().step > stepBefore);
+    QVERIFY(view->currentIndex().isValid());
+    QCOMPARE(view->currentIndex().data(Qt::UserRole).toString(), b);
+    QVERIFY(view->selectionModel()->isSelected(view->currentIndex()));
+    QTest::mouseClick(cancelSel, Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(
+        [&] {
+          for (const auto& args : cancelled)
+            if (args.at(0).toString() == b) return true;
+          return false;
+        }(),
+        10000);
+    QCOMPARE(w->controller()->queue().size(), 2);
+    QCOMPARE(w->controller()->queue().first().id, a);  // the running one was not touched
+    // Esc cancels the running request.
+    QTest::keyClick(w.get(), Qt::Key_Escape);
+    QTRY_VERIFY_WITH_TIMEOUT(
+        [&] {
+          for (const auto& args : cancelled)
+            if (args.at(0).toString() == a) return true;
+          return false;
+        }(),
+        10000);
+    QTRY_COMPARE_WITH_TIMEOUT(w->controller()->activeId(), c, 10000);
+    stopAndWait(w.get());
+  }
+};
+
+QTEST_MAIN(TestLossless)
+#include "test_ui_lossless.moc"
