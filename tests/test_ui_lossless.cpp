@@ -9,6 +9,7 @@
 // the window fits at 1024x700.
 #include <QAbstractItemView>
 #include <QAction>
+#include <QCheckBox>
 #include <QDir>
 #include <QFile>
 #include <QHeaderView>
@@ -23,8 +24,10 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include "ui/advisor_dialog.h"
 #include "ui/main_window.h"
 #include "ui/seed_text.h"
+#include "ui/strategy_json.h"
 
 using namespace dit::ui;
 
@@ -84,6 +87,8 @@ class TestLossless : public QObject {
 
   void init() {
     qputenv("FAKE_MODE", "ok");
+    qunsetenv("DITSTUDIO_CUDA_BUILD");
+    qunsetenv("DITSTUDIO_CUDA_DEVICES");
     qunsetenv("FAKE_STEP_SLEEP");
     qunsetenv("FAKE_SEED");
     qputenv("FAKE_IMAGE", fakeDir_.filePath("out.png").toLocal8Bit());
@@ -334,6 +339,154 @@ class TestLossless : public QObject {
         10000);
     QTRY_COMPARE_WITH_TIMEOUT(w->controller()->activeId(), c, 10000);
     stopAndWait(w.get());
+  }
+
+  // Loading a preset sets its strategy and leaves the prompt and generation settings alone unless
+  // the user opts in; a GPU preset on a CPU-only build shows as unusable before it is loaded.
+  void presetApplyKeepsPrompt() {
+    qputenv("DITSTUDIO_CUDA_BUILD", "0");
+    QTemporaryDir data;
+    auto w = makeWindow(data);
+    GenerationParams mine = w->generationPanel()->params();
+    mine.prompt = "my own prompt, not the preset's";
+    mine.width = 128;
+    mine.height = 96;
+    mine.steps = 5;
+    mine.seed = 777;
+    mine.random_seed = false;
+    w->generationPanel()->setParams(mine);
+    PresetPanel* pp = w->presetPanel();
+    QVERIFY(!pp->applyGeneration());
+    const QString gpu = "4 GPUs, Ulysses";
+    QVERIFY(w->presetStore()->find(gpu)->hasGeneration);
+    // Marked before loading.
+    QVERIFY2(pp->issuesOf(gpu).join(' ').contains("no CUDA"),
+             qPrintable(pp->issuesOf(gpu).join(' ')));
+    QVERIFY(pp->issuesOf("CPU demo (2 ranks)").isEmpty());
+    bool marked = false;
+    for (int i = 0; i < pp->list()->count(); ++i)
+      if (pp->list()->item(i)->data(Qt::UserRole).toString() == gpu)
+        marked = pp->list()->item(i)->text().startsWith(QStringLiteral("✕")) &&
+                 pp->list()->item(i)->toolTip().contains("Cannot run here");
+    QVERIFY(marked);
+    pp->select(gpu);
+    QPushButton* load = buttonWithText(pp, "Load");
+    QVERIFY(load);
+    QTest::mouseClick(load, Qt::LeftButton);
+    QCOMPARE(w->strategyEditor()->strategy().ulysses_degree, 4);
+    const GenerationParams after = w->generationPanel()->params();
+    QCOMPARE(after.prompt, mine.prompt);
+    QCOMPARE(after.width, 128);
+    QCOMPARE(after.height, 96);
+    QCOMPARE(after.steps, 5);
+    QCOMPARE(after.seed, std::uint64_t(777));
+    // Start refuses up front, saying why.
+    QVERIFY(!w->startAction()->isEnabled());
+    QVERIFY(w->validation().startIssues.join(' ').contains("no CUDA"));
+    QVERIFY(!w->generateAction()->isEnabled());
+    QVERIFY(w->generateBlockedReason().contains("no CUDA"));
+    QVERIFY(!w->startGroup());
+    QVERIFY(!w->controller()->isRunning());
+    // Opting in loads the preset's settings too.
+    pp->applyGenerationCheck()->setChecked(true);
+    QTest::mouseClick(load, Qt::LeftButton);
+    QCOMPARE(w->generationPanel()->params().width, 1024);
+    QCOMPARE(w->generationPanel()->params().prompt, w->presetStore()->find(gpu)->generation.prompt);
+  }
+
+  // On a build with CUDA and GPUs the same preset is usable.
+  void gpuPresetValidWhereCudaIs() {
+    qputenv("DITSTUDIO_CUDA_BUILD", "1");
+    qputenv("DITSTUDIO_CUDA_DEVICES", "4");
+    QTemporaryDir data;
+    auto w = makeWindow(data);
+    QVERIFY(w->presetPanel()->issuesOf("4 GPUs, Ulysses").isEmpty());
+    qputenv("DITSTUDIO_CUDA_DEVICES", "0");
+    auto w2 = makeWindow(data);
+    QVERIFY(w2->presetPanel()->issuesOf("4 GPUs, Ulysses").join(' ').contains("no NVIDIA GPU"));
+  }
+
+  // Every strategy the Advisor lets the user apply is one the editor accepts at the current
+  // resolution and request; one it would refuse is not applicable, with the reasons shown.
+  void advisorApplyIsValid_data() {
+    QTest::addColumn<int>("link");
+    QTest::newRow("CPU build, CPU ranks") << int(Interconnect::CPU);
+    QTest::newRow("CUDA build, NVLink") << int(Interconnect::NVLink);
+    QTest::newRow("CUDA build, PCIe") << int(Interconnect::PCIe);
+  }
+
+  void advisorApplyIsValid() {
+    QFETCH(int, link);
+    const auto interconnect = static_cast<Interconnect>(link);
+    const bool cuda = interconnect != Interconnect::CPU;
+    qputenv("DITSTUDIO_CUDA_BUILD", cuda ? "1" : "0");
+    qputenv("DITSTUDIO_CUDA_DEVICES", "8");
+    QTemporaryDir data;
+    auto w = makeWindow(data);
+    if (cuda) {
+      dit::Strategy s = w->strategyEditor()->strategy();
+      s.device = "cuda";
+      w->strategyEditor()->setStrategy(s);
+    }
+    int applied = 0, refused = 0;
+    QStringList refusedCases;
+    const QList<QSize> sizes{{64, 64}, {68, 68}, {128, 96}, {40, 72}};
+    for (const QSize& size : sizes) {
+      for (bool cfg : {false, true}) {
+        for (int images : {1, 3}) {
+          GenerationParams p = w->generationPanel()->params();
+          p.width = size.width();
+          p.height = size.height();
+          p.num_images = images;
+          p.negative_prompt = cfg ? "blurry" : "";
+          p.true_cfg_scale = cfg ? 3.0 : 1.0;
+          w->generationPanel()->setParams(p);
+          for (int devices = 1; devices <= 8; ++devices) {
+            Q_EMIT w->strategyEditor()->advisorRequested();
+            auto* dlg = w->findChild<AdvisorDialog*>();
+            QVERIFY(dlg);
+            AdvisorInput in = dlg->input();
+            QCOMPARE(in.width, size.width());
+            if (!cuda) QCOMPARE(in.interconnect, Interconnect::CPU);  // no CUDA in this build
+            in.interconnect = interconnect;
+            in.num_devices = devices;
+            dlg->setInput(in);
+            const QString what = QStringLiteral("%1x%2 cfg %3 images %4 devices %5: %6")
+                                     .arg(size.width())
+                                     .arg(size.height())
+                                     .arg(cfg)
+                                     .arg(images)
+                                     .arg(devices)
+                                     .arg(dlg->advice().title);
+            if (!dlg->applyButton()->isEnabled()) {
+              QVERIFY2(!dlg->issues().isEmpty(), qPrintable(what));
+              ++refused;
+              refusedCases << what + " -> " + dlg->issues().join("; ");
+              continue;
+            }
+            QTest::mouseClick(dlg->applyButton(), Qt::LeftButton);
+            QVERIFY2(sameStrategy(w->strategyEditor()->strategy(), dlg->advice().strategy),
+                     qPrintable(what));
+            QVERIFY2(w->validation().canGenerate(),
+                     qPrintable(what + " -> " + w->validation().all().join("; ")));
+            ++applied;
+          }
+        }
+      }
+    }
+    qInfo("advisor sweep: %d applied, %d refused", applied, refused);
+    for (const QString& r : refusedCases) qInfo("refused: %s", qPrintable(r));
+    QCOMPARE(refused, 0);
+    if (cuda) return;
+    // A GPU interconnect on this CPU-only build: not applicable, and the dialog says why.
+    Q_EMIT w->strategyEditor()->advisorRequested();
+    auto* dlg = w->findChild<AdvisorDialog*>();
+    AdvisorInput in = dlg->input();
+    in.interconnect = Interconnect::NVLink;
+    in.num_devices = 2;
+    dlg->setInput(in);
+    QVERIFY(!dlg->applyButton()->isEnabled());
+    QVERIFY(dlg->issues().join(' ').contains("no CUDA"));
   }
 };
 

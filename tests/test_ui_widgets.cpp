@@ -155,6 +155,9 @@ class TestWidgets : public QObject {
     w->applyPreset(*w->presetStore()->find(pp->selectedName()));
     QCOMPARE(w->strategyEditor()->strategy().ulysses_degree, 4);
     QCOMPARE(w->strategyEditor()->strategy().device, std::string("cuda"));
+    // The strategy only: the panel's size stays (the preset's settings load only when asked).
+    QCOMPARE(w->generationPanel()->params().width, 64);
+    w->applyPreset(*w->presetStore()->find(pp->selectedName()), true);
     QCOMPARE(w->generationPanel()->params().width, 1024);
     QCOMPARE(w->strategyEditor()->meshView()->layout().cols, 4);
     w->applyPreset(*w->presetStore()->find("8 GPUs, unified (ring 2 x Ulysses 4)"));

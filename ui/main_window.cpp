@@ -32,7 +32,8 @@ MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent)
       options_(options),
       dataDir_(options.dataDir.isEmpty() ? appDataDir() : options.dataDir),
       presets_(dataDir_, options.builtinPresets),
-      history_(dataDir_) {
+      history_(dataDir_),
+      caps_(currentCapabilities()) {
   setWindowTitle(tr("DiT Studio"));
   setWindowIcon(QIcon(QStringLiteral(":/ditstudio/icons/ditstudio.svg")));
   controller_ = new WorkerController(this);
@@ -170,9 +171,20 @@ void MainWindow::buildUi() {
   statusBar()->addPermanentWidget(groupLabel_);
 
   connect(genPanel_, &GenerationPanel::changed, this, &MainWindow::revalidate);
+  connect(genPanel_, &GenerationPanel::modelChanged, this, [this] { presetPanel_->refresh(); });
   connect(editor_, &StrategyEditor::changed, this, &MainWindow::revalidate);
   connect(editor_, &StrategyEditor::advisorRequested, this, &MainWindow::openAdvisor);
-  connect(presetPanel_, &PresetPanel::applyRequested, this, &MainWindow::applyPreset);
+  connect(presetPanel_, &PresetPanel::applyRequested, this,
+          [this](const Preset& p) { applyPreset(p, presetPanel_->applyGeneration()); });
+  presetPanel_->setChecker([this](const Preset& p) {
+    QStringList issues;
+    for (const auto& i : dit::validateDegrees(p.strategy))
+      issues << QString::fromStdString(i.message);
+    if (genPanel_ && genPanel_->modelInfo().ok)
+      for (const auto& i : dit::validateForModel(p.strategy, genPanel_->modelInfo().dims()))
+        issues << QString::fromStdString(i.message);
+    return issues + capabilityIssuesOf(p.strategy, p.hostfile);
+  });
   connect(gallery_, &Gallery::useParameters, this, [this](const HistoryEntry& e) {
     genPanel_->setParams(e.generation(genPanel_->params()));
     if (e.params.value("strategy").isObject()) {
@@ -307,6 +319,8 @@ bool MainWindow::configDiffers() const {
 void MainWindow::revalidate() {
   validation_ = validate(editor_->strategy(), genPanel_->modelInfo(), genPanel_->params(),
                          textLength(), editor_->hostfile());
+  for (const QString& i : capabilityIssuesOf(editor_->strategy(), editor_->hostfile()))
+    if (!validation_.startIssues.contains(i)) validation_.startIssues << i;
   if (const QString seedErr = genPanel_->seedError(); !seedErr.isEmpty())
     validation_.requestIssues << seedErr;
   editor_->setIssues(validation_.startIssues, validation_.requestIssues);
@@ -553,10 +567,23 @@ void MainWindow::onGroupFailed(const WorkerFailure& f) {
   if (closing_) close();
 }
 
-void MainWindow::applyPreset(const Preset& p) {
+QStringList MainWindow::capabilityIssuesOf(const dit::Strategy& s, const QString& hostfile) const {
+  return capabilityIssues(s, caps_, !hostfile.trimmed().isEmpty());
+}
+
+QStringList MainWindow::strategyIssues(const dit::Strategy& s) const {
+  const Validation v =
+      validate(s, genPanel_->modelInfo(), genPanel_->params(), textLength(), editor_->hostfile());
+  QStringList out = v.all();
+  for (const QString& i : capabilityIssuesOf(s, editor_->hostfile()))
+    if (!out.contains(i)) out << i;
+  return out;
+}
+
+void MainWindow::applyPreset(const Preset& p, bool withGeneration) {
   editor_->setStrategy(p.strategy);
   editor_->setHostfile(p.hostfile);
-  if (p.hasGeneration) genPanel_->setParams(p.generation);
+  if (p.hasGeneration && withGeneration) genPanel_->setParams(p.generation);
   log_->append(-1, "info", tr("preset \"%1\": %2").arg(p.name, strategyText(p.strategy)));
   revalidate();
 }
@@ -578,6 +605,7 @@ void MainWindow::openAdvisor() {
       editor_->setStrategy(s);
       revalidate();
     });
+    advisor_->setChecker([this](const dit::Strategy& s) { return strategyIssues(s); });
   }
   AdvisorInput in;
   const ModelInfo& m = genPanel_->modelInfo();
@@ -591,8 +619,11 @@ void MainWindow::openAdvisor() {
     in.bytes_per_param = (t && t->dtype == "F32") ? 4.0 : 2.0;
   }
   in.num_devices = s.world;
-  in.interconnect = s.device == "cpu" ? Interconnect::CPU : Interconnect::NVLink;
-  in.memory_gib_per_device = s.device == "cpu" ? 8 : 80;
+  // GPUs only where this build and machine have them.
+  const bool cudaHere =
+      caps_.cudaBuild && (caps_.cudaDevices > 0 || !editor_->hostfile().isEmpty());
+  in.interconnect = s.device == "cpu" || !cudaHere ? Interconnect::CPU : Interconnect::NVLink;
+  in.memory_gib_per_device = in.interconnect == Interconnect::CPU ? 8 : 80;
   in.width = p.width;
   in.height = p.height;
   in.true_cfg = p.trueCfg();
@@ -623,7 +654,7 @@ void MainWindow::loadSession() {
   if (options_.restoreSession && readJsonFile(QDir(dataDir_).filePath("session.json"), &doc)) {
     const QJsonObject s = doc.object();
     if (auto p = Preset::fromJson(s.value("preset").toObject())) {
-      applyPreset(*p);
+      applyPreset(*p, true);  // the last session, prompt and settings included
       have = true;
     }
     if (options_.modelDir.isEmpty() && !s.value("model").toString().isEmpty() &&
@@ -634,7 +665,7 @@ void MainWindow::loadSession() {
     // First run: the CPU demo preset if it exists.
     for (const Preset& p : presets_.presets()) {
       if (p.builtin && p.strategy.device == "cpu") {
-        applyPreset(p);
+        applyPreset(p, true);
         presetPanel_->select(p.name);
         break;
       }

@@ -7,6 +7,7 @@
 #include <QMainWindow>
 #include <QPointer>
 
+#include "ui/capabilities.h"
 #include "ui/gallery.h"
 #include "ui/generation_panel.h"
 #include "ui/history_store.h"
@@ -79,8 +80,14 @@ class MainWindow : public QMainWindow {
   Validation validation() const { return validation_; }
   /// The group configuration the editor and panel describe.
   LaunchConfig launchConfig() const;
-  /// Loads a preset's strategy (and generation parameters when it has them).
-  void applyPreset(const Preset& preset);
+  /// Loads a preset's strategy (and hostfile); its prompt and generation parameters only when
+  /// `withGeneration` (the preset panel's "Also load ..." box; the saved session does).
+  void applyPreset(const Preset& preset, bool withGeneration = false);
+  /// What this build/machine says against `s` (device cuda on a CPU-only build, ...).
+  QStringList capabilityIssuesOf(const dit::Strategy& s, const QString& hostfile = {}) const;
+  /// Everything that would refuse `s` with the current model and generation parameters
+  /// (Start and request issues, this build/machine): what the Advisor's Apply is checked with.
+  QStringList strategyIssues(const dit::Strategy& s) const;
   /// The preset "save current" stores.
   Preset currentPreset() const;
 
@@ -129,6 +136,7 @@ class MainWindow : public QMainWindow {
   QString dataDir_;
   PresetStore presets_;
   HistoryStore history_;
+  Capabilities caps_;
   WorkerController* controller_;
   RankMonitorModel* rankModel_;
   Validation validation_;
