@@ -31,7 +31,7 @@ echo "$args" > "$FAKE_DIR/args.txt"
 echo "library noise: loading kernels"
 r=0
 while [ $r -lt $np ]; do
-  echo "@@DIT {\"event\":\"hello\",\"rank\":$r,\"world\":$np,\"pid\":$((5000 + r))}"
+  echo "@@DIT {\"event\":\"hello\",\"rank\":$r,\"world\":$np,\"pid\":$((5000 + r)),\"host\":\"fakehost.example.org\"}"
   r=$((r + 1))
 done
 echo "[12:00:00] [rank 1/$np] loading shard" >&2

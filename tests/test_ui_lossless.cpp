@@ -19,6 +19,7 @@
 #include <QListWidget>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QScrollBar>
 #include <QSignalSpy>
 #include <QTableView>
 #include <QTemporaryDir>
@@ -487,6 +488,63 @@ class TestLossless : public QObject {
     dlg->setInput(in);
     QVERIFY(!dlg->applyButton()->isEnabled());
     QVERIFY(dlg->issues().join(' ').contains("no CUDA"));
+  }
+
+  // At 1024x700 every monitor column (Dev peak and Sent included) and every gallery button is on
+  // screen and unclipped; the monitor names each rank's host and device. With
+  // DITSTUDIO_UI_SNAPSHOT_DIR set the window is saved as main-window-1024x700.png there.
+  void layoutFitsAt1024x700() {
+    QTemporaryDir data;
+    auto w = makeWindow(data);
+    w->resize(1024, 700);
+    QVERIFY(!w->generate().isEmpty());
+    QTRY_COMPARE_WITH_TIMEOUT(w->gallery()->count(), 1, 15000);
+    QTRY_VERIFY_WITH_TIMEOUT(w->statusText().contains("ready"), 5000);
+    QTest::qWait(200);
+    QCOMPARE(w->size(), QSize(1024, 700));
+    const QString dir = qEnvironmentVariable("DITSTUDIO_UI_SNAPSHOT_DIR");
+    if (!dir.isEmpty()) QVERIFY(w->grab().save(QDir(dir).filePath("main-window-1024x700.png")));
+    // Host and device per rank (hello's "host"; the device from the strategy).
+    QTableView* table = w->rankMonitor()->table();
+    for (int r = 0; r < 2; ++r)
+      QVERIFY2(w->rankModel()->place(r) == "fakehost · cpu", qPrintable(w->rankModel()->place(r)));
+    QHeaderView* h = table->horizontalHeader();
+    const int viewport = table->viewport()->width();
+    for (int c = 0; c < table->model()->columnCount(); ++c) {
+      const QString name = table->model()->headerData(c, Qt::Horizontal).toString();
+      const int right = h->sectionViewportPosition(c) + h->sectionSize(c);
+      QVERIFY2(
+          !h->isSectionHidden(c) && h->sectionViewportPosition(c) >= 0 && right <= viewport,
+          qPrintable(
+              QStringLiteral("column %1 ends at %2 of %3").arg(name).arg(right).arg(viewport)));
+      // Wide enough for its header and its cells (not elided).
+      int need = h->fontMetrics().horizontalAdvance(name) + 8;
+      for (int r = 0; r < table->model()->rowCount(); ++r)
+        need = std::max(need, table->sizeHintForIndex(table->model()->index(r, c)).width());
+      QVERIFY2(h->sectionSize(c) >= need - 2,
+               qPrintable(QStringLiteral("column %1 is %2 px, needs %3")
+                              .arg(name)
+                              .arg(h->sectionSize(c))
+                              .arg(need)));
+    }
+    QCOMPARE(table->horizontalScrollBar()->maximum(), 0);
+    QVERIFY(table->isVisible() && table->height() >= 60);
+    // Gallery buttons: visible, inside the window, not narrower than their text.
+    const QRect win = w->rect();
+    int buttons = 0;
+    for (QPushButton* b : w->gallery()->findChildren<QPushButton*>()) {
+      QVERIFY2(b->isVisible(), qPrintable(b->text()));
+      const QRect g(b->mapTo(w.get(), QPoint(0, 0)), b->size());
+      QVERIFY2(win.contains(g), qPrintable(b->text()));
+      QVERIFY2(b->width() >= b->minimumSizeHint().width(),
+               qPrintable(QStringLiteral("%1: %2 < %3")
+                              .arg(b->text())
+                              .arg(b->width())
+                              .arg(b->minimumSizeHint().width())));
+      ++buttons;
+    }
+    QVERIFY(buttons >= 5);
+    stopAndWait(w.get());
   }
 };
 

@@ -38,7 +38,7 @@ QString describe(const QJsonObject& p, const HistoryEntry& e, double seconds) {
 }  // namespace
 
 ImageView::ImageView(QWidget* parent) : QWidget(parent) {
-  setMinimumSize(256, 256);
+  setMinimumSize(160, 140);
   setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Expanding);
   placeholder_ = tr("No image yet: press Generate");
 }
@@ -94,8 +94,8 @@ Gallery::Gallery(HistoryStore* history, QWidget* parent) : QWidget(parent), hist
   list_->setViewMode(QListView::IconMode);
   list_->setFlow(QListView::LeftToRight);
   list_->setWrapping(false);
-  list_->setIconSize(QSize(96, 96));
-  list_->setFixedHeight(128);
+  list_->setIconSize(QSize(72, 72));
+  list_->setFixedHeight(104);
   list_->setMovement(QListView::Static);
   list_->setSpacing(4);
   lay->addWidget(list_);
@@ -108,13 +108,17 @@ Gallery::Gallery(HistoryStore* history, QWidget* parent) : QWidget(parent), hist
   save_ = new QPushButton(tr("Save as…"), this);
   remove_ = new QPushButton(tr("Remove"), this);
   auto* clear = new QPushButton(tr("Clear history"), this);
+  // Two rows, so that the buttons fit a narrow gallery (1024 px wide window) unclipped.
   brow->addWidget(use_);
   brow->addWidget(open);
   brow->addWidget(save_);
   brow->addStretch(1);
-  brow->addWidget(remove_);
-  brow->addWidget(clear);
+  auto* brow2 = new QHBoxLayout;
+  brow2->addStretch(1);
+  brow2->addWidget(remove_);
+  brow2->addWidget(clear);
   lay->addLayout(brow);
+  lay->addLayout(brow2);
 
   connect(list_, &QListWidget::currentRowChanged, this, [this] {
     if (const HistoryEntry* e = selected()) showEntry(*e);
@@ -168,7 +172,7 @@ void Gallery::reload() {
     QImage thumb(e.path);
     item->setIcon(QPixmap::fromImage(
         thumb.isNull() ? QImage()
-                       : thumb.scaled(96, 96, Qt::KeepAspectRatio, Qt::SmoothTransformation)));
+                       : thumb.scaled(72, 72, Qt::KeepAspectRatio, Qt::SmoothTransformation)));
     item->setText(e.hasSeed ? seedText(e.seed) : QString());
     item->setToolTip(describe(e.params, e, e.seconds) + "\n" + e.path);
     item->setData(Qt::UserRole, e.path);

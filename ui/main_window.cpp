@@ -2,6 +2,7 @@
 
 #include <QAction>
 #include <QApplication>
+#include <QChartView>
 #include <QCloseEvent>
 #include <QDir>
 #include <QFileInfo>
@@ -98,10 +99,14 @@ void MainWindow::buildUi() {
   leftTabs_->addTab(edScroll, tr("Strategy"));
   presetPanel_ = new PresetPanel(&presets_, [this] { return currentPreset(); });
   leftTabs_->addTab(presetPanel_, tr("Presets"));
-  leftTabs_->setMinimumWidth(380);
+  leftTabs_->setMinimumWidth(280);
 
+  // Right of the tabs: gallery beside the memory chart / queue / log tabs, and the per-rank table
+  // across the whole width below them (every column fits at 1024 x 700).
+  auto* work = new QSplitter(Qt::Vertical, split);
+  auto* top = new QSplitter(Qt::Horizontal, work);
   // Center: banner + gallery.
-  auto* center = new QWidget(split);
+  auto* center = new QWidget(top);
   auto* cl = new QVBoxLayout(center);
   cl->setContentsMargins(4, 0, 4, 0);
   banner_ = new QFrame(center);
@@ -131,10 +136,10 @@ void MainWindow::buildUi() {
   gallery_ = new Gallery(&history_, center);
   cl->addWidget(gallery_, 1);
 
-  // Right: monitor + queue/log.
-  auto* right = new QSplitter(Qt::Vertical, split);
-  rankMonitor_ = new RankMonitor(rankModel_, right);
-  auto* rtabs = new QTabWidget(right);
+  // Monitor table below; its memory chart, the queue and the log in tabs beside the gallery.
+  rankMonitor_ = new RankMonitor(rankModel_, work);
+  auto* rtabs = new QTabWidget(top);
+  rtabs->addTab(rankMonitor_->chartView(), tr("Memory"));
   log_ = new LogPanel;
   rtabs->addTab(log_, tr("Log"));
   auto* qw = new QWidget;
@@ -155,13 +160,15 @@ void MainWindow::buildUi() {
   rtabs->addTab(qw, tr("Queue"));
   connect(cancelSel, &QPushButton::clicked, this, [this] { cancelSelected(); });
   connect(cancelAllBtn, &QPushButton::clicked, this, &MainWindow::cancelAll);
-  right->setStretchFactor(0, 3);
-  right->setStretchFactor(1, 2);
-  right->setSizes({480, 330});
+  top->setStretchFactor(0, 3);
+  top->setStretchFactor(1, 2);
+  top->setSizes({640, 420});
+  work->setStretchFactor(0, 3);
+  work->setStretchFactor(1, 1);
+  work->setSizes({600, 200});
   split->setStretchFactor(0, 0);
-  split->setStretchFactor(1, 3);
-  split->setStretchFactor(2, 2);
-  split->setSizes({420, 680, 480});
+  split->setStretchFactor(1, 1);
+  split->setSizes({350, 1150});
 
   // Status bar.
   stateLabel_ = new QLabel(this);

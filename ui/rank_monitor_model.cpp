@@ -49,8 +49,11 @@ void RankMonitorModel::setPlace(int rank, const QString& host, const QString& de
 QString RankMonitorModel::place(int rank) const {
   if (rank < 0 || rank >= rows_.size()) return {};
   const Row& r = rows_[rank];
-  if (r.host.isEmpty()) return r.device;
-  return r.device.isEmpty() ? r.host : r.host + QStringLiteral(" · ") + r.device;
+  // The short host name (the full one is in the tooltip).
+  QString host = r.host.section(QLatin1Char('.'), 0, 0);
+  if (host.size() > 18) host = host.left(17) + QStringLiteral("…");
+  if (host.isEmpty()) return r.device;
+  return r.device.isEmpty() ? host : host + QStringLiteral(" · ") + r.device;
 }
 
 void RankMonitorModel::setStageAll(const QString& stage) {
@@ -150,6 +153,8 @@ QVariant RankMonitorModel::data(const QModelIndex& index, int role) const {
     }
   } else if (role == Qt::ToolTipRole && row.failed) {
     return row.failure;
+  } else if (role == Qt::ToolTipRole && index.column() == Place && !row.host.isEmpty()) {
+    return QStringLiteral("%1 · %2").arg(row.host, row.device);
   } else if (role == Qt::ForegroundRole && row.failed) {
     return QBrush(QColor(0xff, 0x6b, 0x6b));
   } else if (role == Qt::TextAlignmentRole && index.column() != Stage && index.column() != Place) {
