@@ -10,6 +10,7 @@
 #include <QAbstractItemView>
 #include <QAction>
 #include <QCheckBox>
+#include <QClipboard>
 #include <QDir>
 #include <QFile>
 #include <QHeaderView>
@@ -17,6 +18,8 @@
 #include <QLineEdit>
 #include <QListView>
 #include <QListWidget>
+#include <QMimeData>
+#include <QMouseEvent>
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QScrollBar>
@@ -544,6 +547,79 @@ class TestLossless : public QObject {
       ++buttons;
     }
     QVERIFY(buttons >= 5);
+    stopAndWait(w.get());
+  }
+
+  // The image context menu (copy, open folder, use seed, delete file), zoom / 1:1 with pan, and
+  // a PNG dropped on the gallery recalling its parameters.
+  void imageMenuZoomAndDrop() {
+    qputenv("FAKE_SEED", "18446744073709551557");
+    QTemporaryDir data;
+    auto w = makeWindow(data);
+    QVERIFY(!w->generate().isEmpty());
+    QTRY_COMPARE_WITH_TIMEOUT(w->gallery()->count(), 1, 15000);
+    Gallery* g = w->gallery();
+    const QList<QAction*> actions = g->imageActions(0);
+    auto find = [&](const QString& prefix) -> QAction* {
+      for (QAction* a : actions)
+        if (a->text().startsWith(prefix)) return a;
+      return nullptr;
+    };
+    QVERIFY(find("Copy image") && find("Open containing folder") && find("Use seed") &&
+            find("Delete file"));
+    QCOMPARE(find("Use seed")->text(), QString("Use seed 18446744073709551557"));
+    find("Copy image")->trigger();
+    QCOMPARE(QGuiApplication::clipboard()->image().size(), QImage(g->currentPath()).size());
+    GenerationParams p = w->generationPanel()->params();
+    p.random_seed = true;
+    w->generationPanel()->setParams(p);
+    find("Use seed")->trigger();
+    QVERIFY(!w->generationPanel()->params().random_seed);
+    QCOMPARE(w->generationPanel()->params().seed, std::uint64_t(18446744073709551557ULL));
+    qDeleteAll(actions);
+    // Zoom: 1:1 shows one image pixel per screen pixel, a drag pans, "0" fits again.
+    ImageView* v = g->view();
+    v->resize(300, 300);
+    QImage big(600, 400, QImage::Format_RGB32);
+    big.fill(Qt::red);
+    v->setImage(big);
+    QVERIFY(v->imageRect().width() < 300);  // fit
+    QTest::mouseDClick(v, Qt::LeftButton, {}, QPoint(150, 150));
+    QCOMPARE(v->zoom(), 1.0);
+    QCOMPARE(v->imageRect().size(), QSizeF(600, 400));
+    QTest::mousePress(v, Qt::LeftButton, {}, QPoint(150, 150));
+    QMouseEvent move(QEvent::MouseMove, QPointF(110, 130), v->mapToGlobal(QPointF(110, 130)),
+                     Qt::NoButton, Qt::LeftButton, Qt::NoModifier);
+    QApplication::sendEvent(v, &move);
+    QTest::mouseRelease(v, Qt::LeftButton, {}, QPoint(110, 130));
+    QCOMPARE(v->pan(), QPointF(-40, -20));
+    QTest::keyClick(v, Qt::Key_0);
+    QCOMPARE(v->zoom(), 0.0);
+    QCOMPARE(v->pan(), QPointF());
+    // Drop a PNG: its parameters (seed exact) go to the panel.
+    const QString png = data.filePath("dropped.png");
+    QImage img(8, 8, QImage::Format_RGB32);
+    img.fill(Qt::yellow);
+    img.setText("parameters", R"({"prompt":"dropped","width":72,"height":64,"steps":3,)"
+                              R"("seed":9223372036854775809})");
+    QVERIFY(img.save(png));
+    QMimeData mime;
+    mime.setUrls({QUrl::fromLocalFile(png)});
+    QDragEnterEvent enter(QPoint(10, 10), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+    QApplication::sendEvent(g, &enter);
+    QVERIFY(enter.isAccepted());
+    QDropEvent drop(QPointF(10, 10), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+    QApplication::sendEvent(g, &drop);
+    QCOMPARE(QString::fromStdString(w->generationPanel()->params().prompt), QString("dropped"));
+    QCOMPARE(w->generationPanel()->params().seed, std::uint64_t(9223372036854775809ULL));
+    QCOMPARE(w->generationPanel()->params().width, 72);
+    // Delete file: gone from the disk and the history.
+    const QString path = w->historyStore()->entries().first().path;
+    QVERIFY(QFileInfo::exists(path));
+    QVERIFY(g->deleteFile(0, false));
+    QVERIFY(!QFileInfo::exists(path));
+    QCOMPARE(w->historyStore()->entries().size(), 0);
+    QCOMPARE(g->count(), 0);
     stopAndWait(w.get());
   }
 };

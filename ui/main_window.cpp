@@ -207,6 +207,13 @@ void MainWindow::buildUi() {
     }
     leftTabs_->setCurrentIndex(0);
   });
+  connect(gallery_, &Gallery::useSeed, this, [this](std::uint64_t seed) {
+    GenerationParams p = genPanel_->params();
+    p.seed = seed;
+    p.random_seed = false;
+    genPanel_->setParams(p);
+    leftTabs_->setCurrentIndex(0);
+  });
   connect(gallery_, &Gallery::errorMessage, this,
           [this](const QString& m) { showBanner(m, {}, false, false); });
 }
