@@ -622,6 +622,45 @@ class TestLossless : public QObject {
     QCOMPARE(g->count(), 0);
     stopAndWait(w.get());
   }
+
+  // Stop forgets the requests not yet sent; Restart keeps them for the new group (and cancels the
+  // ones in flight).
+  void stopDropsUnsentRestartKeepsThem() {
+    LaunchConfig cfg;
+    cfg.strategy.world = 2;
+    cfg.strategy.ring_degree = 2;
+    cfg.modelDir = "/models/tiny";
+    cfg.workerPath = "/bin/ditstudio-worker";
+    cfg.mpirunPath = fake_;
+    {
+      WorkerController c;
+      QSignalSpy images(&c, &WorkerController::imageReceived);
+      QVERIFY(c.start(cfg));
+      c.submit(startingParams());  // before `ready`: not sent yet
+      c.submit(startingParams());
+      QCOMPARE(c.queue().size(), 2);
+      c.restart(cfg);
+      QTRY_COMPARE_WITH_TIMEOUT(images.count(), 2, 15000);
+      c.stop();
+      QTRY_COMPARE_WITH_TIMEOUT(c.state(), WorkerController::State::Stopped, 10000);
+    }
+    {
+      WorkerController c;
+      QSignalSpy cancelled(&c, &WorkerController::requestCancelled);
+      QVERIFY(c.start(cfg));
+      c.submit(startingParams());
+      c.stop();
+      QCOMPARE(cancelled.count(), 1);
+      QVERIFY(c.queue().isEmpty());
+      QTRY_COMPARE_WITH_TIMEOUT(c.state(), WorkerController::State::Stopped, 10000);
+      QVERIFY(c.start(cfg));
+      QTRY_COMPARE_WITH_TIMEOUT(c.state(), WorkerController::State::Ready, 10000);
+      QTest::qWait(300);
+      QCOMPARE(countOf(fileBytes(fakeDir_.filePath("requests.txt")), "\"type\":\"generate\""), 2);
+      c.stop();
+      QTRY_COMPARE_WITH_TIMEOUT(c.state(), WorkerController::State::Stopped, 10000);
+    }
+  }
 };
 
 QTEST_MAIN(TestLossless)

@@ -147,6 +147,10 @@ bool WorkerController::start(const LaunchConfig& config) {
 
 void WorkerController::stop(int graceMs) {
   pendingRestart_.reset();
+  shutdownGroup(graceMs, /*dropUnsent=*/true);
+}
+
+void WorkerController::shutdownGroup(int graceMs, bool dropUnsent) {
   if (!isRunning()) {
     if (state_ != State::Failed) setState(State::Stopped);
     return;
@@ -157,7 +161,7 @@ void WorkerController::stop(int graceMs) {
   // Stop = cancel: unsent requests are dropped, the worker cancels the running one at its next
   // step (and drops the ones it queued), then shuts down cleanly.
   bool dropped = false;
-  for (int i = queue_.size() - 1; i >= 0; --i) {
+  for (int i = queue_.size() - 1; i >= 0 && dropUnsent; --i) {
     if (queue_[i].sent) continue;
     const QString id = queue_[i].id;
     queue_.removeAt(i);
@@ -165,7 +169,8 @@ void WorkerController::stop(int graceMs) {
     Q_EMIT requestCancelled(id, 0);
   }
   if (dropped) Q_EMIT queueChanged();
-  for (const Request& r : queue_) writeLine(dit::protocol::CancelRequest{r.id.toStdString()});
+  for (const Request& r : queue_)
+    if (r.sent) writeLine(dit::protocol::CancelRequest{r.id.toStdString()});
   writeLine(dit::protocol::ShutdownRequest{});
   process_->closeWriteChannel();
   terminateTimer_.start(std::max(0, graceMs));
@@ -176,15 +181,17 @@ void WorkerController::restart(const LaunchConfig& config) {
     start(config);
     return;
   }
-  // In-flight requests die with the old group; unsent ones move to the new one.
+  // In-flight requests are cancelled with the old group (the worker stops at its next step);
+  // unsent ones move to the new one.
   for (int i = queue_.size() - 1; i >= 0; --i) {
     if (!queue_[i].sent) continue;
     const QString id = queue_[i].id;
+    writeLine(dit::protocol::CancelRequest{id.toStdString()});
     queue_.removeAt(i);
     Q_EMIT requestCancelled(id, 0);
   }
   Q_EMIT queueChanged();
-  stop(3000);
+  shutdownGroup(3000, /*dropUnsent=*/false);
   pendingRestart_ = config;
 }
 

@@ -154,6 +154,9 @@ class WorkerController : public QObject {
 
  private:
   void setState(State s);
+  /// stop() without forgetting a pending restart; `dropUnsent` false keeps the requests not yet
+  /// sent for the next group (restart).
+  void shutdownGroup(int graceMs, bool dropUnsent);
   void setStage(const QString& stage);
   /// Drops the requests already written to a group that is gone (reported cancelled): they are
   /// never re-sent to the next group.
