@@ -163,9 +163,9 @@ void MainWindow::buildUi() {
   top->setStretchFactor(0, 3);
   top->setStretchFactor(1, 2);
   top->setSizes({640, 420});
-  work->setStretchFactor(0, 3);
-  work->setStretchFactor(1, 1);
-  work->setSizes({600, 200});
+  work->setStretchFactor(0, 1);
+  work->setStretchFactor(1, 0);  // extra height goes to the image, not to empty table rows
+  work->setSizes({700, 150});
   split->setStretchFactor(0, 0);
   split->setStretchFactor(1, 1);
   split->setSizes({350, 1150});
