@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -63,6 +64,14 @@ struct PipelineInputs {
   double strength = 0.6;
   /// Step caching (First Block Cache or TaylorSeer; off by default).
   StepCacheConfig cache;
+  /// The first schedule index run: FluxImg2ImgPipeline.get_timesteps' t_start =
+  /// int(max(steps - min(steps * strength, steps), 0)) with an init image, else 0. The pipeline
+  /// runs steps - firstStep() denoising steps.
+  int firstStep() const {
+    if (init_image.empty()) return 0;
+    const double init = std::min(steps * strength, static_cast<double>(steps));
+    return static_cast<int>(std::max(steps - init, 0.0));
+  }
 };
 
 struct PipelineCallbacks {

@@ -179,8 +179,11 @@ PipelineInputs FluxPipeline::resolve(PipelineInputs p) const {
 
 int img2imgStart(int steps, double strength) {
   // FluxImg2ImgPipeline.get_timesteps: Python floats, int() truncates.
-  const double init = std::min(steps * strength, static_cast<double>(steps));
-  return static_cast<int>(std::max(steps - init, 0.0));
+  PipelineInputs p;
+  p.init_image = "-";
+  p.steps = steps;
+  p.strength = strength;
+  return p.firstStep();
 }
 
 PromptEmbeds FluxPipeline::encodePrompt(const std::string& prompt, int maxLen) {
