@@ -64,3 +64,8 @@ foreach(_c IN LISTS _i2i_cases)
   set_tests_properties(strategy_i2i_${_c} PROPERTIES LABELS "parallel;mpi;strategy;pipelines"
                        TIMEOUT 240 FAIL_REGULAR_EXPRESSION "0 tests, listed below|Running 0 tests")
 endforeach()
+
+# Issue 14 bad input through the worker group: clear errors, the group keeps serving.
+add_test(NAME worker_i2i_bad_inputs COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/worker_i2i_check.sh
+         ${MPIEXEC_PROGRAM} $<TARGET_FILE:ditstudio-worker> ${DITSTUDIO_FIXTURE})
+set_tests_properties(worker_i2i_bad_inputs PROPERTIES LABELS "parallel;mpi;errors;pipelines" TIMEOUT 200)
