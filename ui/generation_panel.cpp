@@ -16,6 +16,7 @@
 #include <QStyle>
 #include <QVBoxLayout>
 
+#include "ui/image_input_panel.h"
 #include "ui/worker_command.h"
 
 namespace dit::ui {
@@ -106,7 +107,8 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   images_->setToolTip(tr("Images per request (split across data-parallel replicas)"));
   form->addRow(tr("Images"), images_);
   outer->addWidget(genBox);
-  outer->addStretch(1);
+  imagePanel_ = new ImageInputPanel(this);
+  outer->addWidget(imagePanel_, 1);
 
   setParams(startingParams());
 
@@ -120,6 +122,7 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   connect(guidance_, &QDoubleSpinBox::valueChanged, this, emitChanged);
   connect(seed_, &QLineEdit::textChanged, this, emitChanged);
   connect(images_, &QSpinBox::valueChanged, this, emitChanged);
+  connect(imagePanel_, &ImageInputPanel::changed, this, emitChanged);
   connect(randomSeed_, &QCheckBox::toggled, this, [this, emitChanged](bool on) {
     seed_->setEnabled(!on);
     emitChanged();
@@ -156,6 +159,7 @@ GenerationParams GenerationPanel::params() const {
   p.seed = seed_->text().toULongLong();
   p.random_seed = randomSeed_->isChecked();
   p.num_images = images_->value();
+  imagePanel_->apply(p);
   return p;
 }
 
@@ -172,6 +176,7 @@ void GenerationPanel::setParams(const GenerationParams& p) {
   randomSeed_->setChecked(p.random_seed);
   seed_->setEnabled(!p.random_seed);
   images_->setValue(p.num_images);
+  imagePanel_->restore(p);
   loading_ = false;
   snapSize(width_);
   snapSize(height_);

@@ -1,6 +1,7 @@
 // Generation panel: model folder chooser with the model's sizes, prompt, negative prompt + true
 // CFG scale, width/height (stepping by the model's 2 * vae_scale_factor), steps, guidance, seed
-// (fixed or random, with the seed of the last image), images per request.
+// (fixed or random, with the seed of the last image), images per request; the init image, mask,
+// strength and step cache (ImageInputPanel).
 #pragma once
 
 #include <QWidget>
@@ -17,6 +18,8 @@ class QPushButton;
 class QSpinBox;
 
 namespace dit::ui {
+
+class ImageInputPanel;
 
 /// Edits GenerationParams and the model folder. Emits changed() on every edit.
 class GenerationPanel : public QWidget {
@@ -39,6 +42,8 @@ class GenerationPanel : public QWidget {
   QSpinBox* widthSpin() const { return width_; }
   QSpinBox* heightSpin() const { return height_; }
   QLineEdit* modelEdit() const { return modelEdit_; }
+  /// Init image, mask, strength and step cache (issue 14).
+  ImageInputPanel* imagePanel() const { return imagePanel_; }
 
  Q_SIGNALS:
   void changed();
@@ -65,6 +70,7 @@ class GenerationPanel : public QWidget {
   QLabel* lastSeedLabel_;
   QPushButton* reuseSeed_;
   QSpinBox* images_;
+  ImageInputPanel* imagePanel_;
   bool loading_ = false;
 };
 

@@ -21,6 +21,7 @@
 #include <QVBoxLayout>
 
 #include "ui/advisor_dialog.h"
+#include "ui/image_input_panel.h"
 #include "ui/json_io.h"
 #include "ui/strategy_json.h"
 
@@ -74,6 +75,7 @@ void MainWindow::buildUi() {
   // Left: tabs.
   leftTabs_ = new QTabWidget(split);
   genPanel_ = new GenerationPanel;
+  genPanel_->imagePanel()->setMaskDir(QDir(dataDir_).filePath(QStringLiteral("masks")));
   auto* genScroll = new QScrollArea;
   genScroll->setWidget(genPanel_);
   genScroll->setWidgetResizable(true);
@@ -473,6 +475,9 @@ void MainWindow::onImage(const ImageResult& r) {
   if (!history_.add(e, &err)) log_->append(-1, "error", err);
   gallery_->addImage(e);
   if (e.seed >= 0) genPanel_->setLastSeed(e.seed);
+  // The measured effect of step caching (the PNG's cache_report), shown under the cache control.
+  genPanel_->imagePanel()->showCacheReport(
+      readPngParameters(r.path).value("cache_report").toObject());
   log_->append(-1, "info",
                tr("image %1 (seed %2) in %3 s").arg(r.path).arg(e.seed).arg(r.seconds, 0, 'f', 2));
   if (autoActive_) {
