@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -26,6 +27,7 @@
 #include "app/memory_estimate.h"
 #include "app/protocol/launch.h"
 #include "app/protocol/protocol.h"
+#include "backend/io/image_io.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/tensor_io.h"
 #include "backend/pipelines/torch_registry.h"
@@ -107,6 +109,12 @@ void refuseMemory(const CliOptions& o, const ModelFolder& model,
   RequestDims rd;
   rd.width = g.width > 0 ? g.width : 128 * vsf;
   rd.height = g.height > 0 ? g.height : 128 * vsf;
+  if (!g.init_image.empty() && (g.width <= 0 || g.height <= 0)) {
+    // The pipeline's default with an init image: its size, rounded down to 2 x vae_scale_factor.
+    const auto [iw, ih] = imageSize(g.init_image);
+    if (g.width <= 0) rd.width = std::max(2 * vsf, iw / (2 * vsf) * (2 * vsf));
+    if (g.height <= 0) rd.height = std::max(2 * vsf, ih / (2 * vsf) * (2 * vsf));
+  }
   rd.text_len =
       g.max_sequence_length > 0 ? g.max_sequence_length : model.config->max_sequence_length;
   rd.true_cfg = g.trueCfg();
