@@ -11,8 +11,10 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -26,6 +28,7 @@
 #include "app/model_source_options.h"
 #include "app/protocol/launch.h"
 #include "app/protocol/protocol.h"
+#include "backend/io/image_io.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/tensor_io.h"
 #include "backend/pipelines/torch_registry.h"
@@ -113,6 +116,12 @@ void refuseMemory(const CliOptions& o, const ModelFolder& model,
   RequestDims rd;
   rd.width = g.width > 0 ? g.width : 128 * vsf;
   rd.height = g.height > 0 ? g.height : 128 * vsf;
+  if (!g.init_image.empty() && (g.width <= 0 || g.height <= 0)) {
+    // The pipeline's default with an init image: its size, rounded down to 2 x vae_scale_factor.
+    const auto [iw, ih] = imageSize(g.init_image);
+    if (g.width <= 0) rd.width = std::max(2 * vsf, iw / (2 * vsf) * (2 * vsf));
+    if (g.height <= 0) rd.height = std::max(2 * vsf, ih / (2 * vsf) * (2 * vsf));
+  }
   rd.text_len =
       g.max_sequence_length > 0 ? g.max_sequence_length : model.config->max_sequence_length;
   rd.true_cfg = g.trueCfg();
@@ -142,6 +151,11 @@ protocol::GenerateRequest request(const CliOptions& o) {
   r.params = o.gen;
   r.prompts = o.prompts;
   if (!r.prompts.empty()) r.params.num_images = static_cast<int>(r.prompts.size());
+  // The worker's ranks read the init image and mask: absolute paths.
+  if (!r.params.init_image.empty())
+    r.params.init_image = fs::absolute(r.params.init_image).string();
+  if (!r.params.mask_image.empty())
+    r.params.mask_image = fs::absolute(r.params.mask_image).string();
   r.output = fs::absolute(o.output).string();
   if (!o.outputTensors.empty()) r.output_tensors = fs::absolute(o.outputTensors).string();
   r.overwrite = o.overwrite;
@@ -182,6 +196,10 @@ int runLocal(const CliOptions& o) {
       return true;
     };
     auto res = pipe.generate(p, cb);
+    if (const json c = cacheReport(res); !c.is_null())
+      spdlog::info("cache {}: computed steps {} of {}, reused {}, about {:.0f} ms saved",
+                   c["mode"].get<std::string>(), c["computed_steps"].dump(), c["steps"].get<int>(),
+                   c["reused_steps"].dump(), c["saved_ms"].get<double>());
     const protocol::GenerationParams made = imageParams(req.params, res.params);
     const std::string out = indexedPath(o.output, i, n);
     writeImagePng(out, res, made,
@@ -330,10 +348,34 @@ int runBench(const CliOptions& o, int warmup) {
   const std::unique_ptr<DiffusionPipeline> pipeline = loadPipeline(model, po);
   DiffusionPipeline& pipe = *pipeline;
   const double loadS = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  PipelineInputs p = pipelineParams(o.gen);
+  PipelineInputs p = pipelineParams(request(o).params);
   if (o.gen.random_seed) p.seed = randomSeed();
   for (int i = 0; i < warmup; ++i) pipe.generate(p);
   auto res = pipe.generate(p);
+  // With --cache: the same request uncached, for the speed-up and the image's PSNR.
+  json cacheBench = nullptr;
+  if (p.cache.enabled()) {
+    PipelineInputs u = p;
+    u.cache = StepCacheConfig{};
+    auto ref = pipe.generate(u);
+    const double mse = (res.image - ref.image).pow(2).mean().item<double>();
+    const double psnr = mse > 0 ? 10 * std::log10(1 / mse) : INFINITY;
+    const json rep = cacheReport(res);
+    const double cached = res.timings_ms["denoise"], uncached = ref.timings_ms["denoise"];
+    cacheBench = json{{"mode", p.cache.toString()},
+                      {"computed_steps", rep["computed_steps"]},
+                      {"steps_computed", rep["computed_steps"].size()},
+                      {"steps", res.steps_done},
+                      {"denoise_ms_cached", cached},
+                      {"denoise_ms_uncached", uncached},
+                      {"speedup", cached > 0 ? uncached / cached : 0.0},
+                      {"psnr_db_vs_uncached", std::isfinite(psnr) ? json(psnr) : json("inf")}};
+    std::cerr << "cache " << p.cache.toString() << ": " << rep["computed_steps"].size() << " of "
+              << res.steps_done << " steps computed " << rep["computed_steps"].dump()
+              << ", denoise " << cached << " ms vs " << uncached << " ms uncached ("
+              << (cached > 0 ? uncached / cached : 0.0) << "x), PSNR " << psnr
+              << " dB vs the uncached image" << std::endl;
+  }
   json steps = json::array();
   for (int i = 1; i <= res.steps_done; ++i)
     steps.push_back(res.timings_ms["step." + std::to_string(i)]);
@@ -354,6 +396,7 @@ int runBench(const CliOptions& o, int warmup) {
            {"decode_ms", res.timings_ms["decode"]},
            {"weight_bytes", wb},
            {"peak_rss_bytes", static_cast<uint64_t>(peakResidentSetBytes())}};
+  if (!cacheBench.is_null()) out["cache"] = cacheBench;
   std::cout << out.dump(2) << std::endl;
   return 0;
 }
@@ -406,6 +449,17 @@ int main(int argc, char** argv) {
     a->add_option("--num-images", o.gen.num_images, "images per request, 1 .. 10000");
     a->add_option("--prompts", o.prompts, "several prompts (split across data-parallel replicas)");
     a->add_option("--omp-threads", o.ompThreads, "OpenMP threads per rank (mpirun; default 1)");
+    a->add_option("--init-image", o.gen.init_image,
+                  "image-to-image: start from this picture (PNG, JPEG, ...; default size: its "
+                  "own, rounded down)");
+    a->add_option("--strength", o.gen.strength,
+                  "image-to-image strength in (0, 1]: how much of the schedule runs (default 0.6)");
+    a->add_option(
+        "--mask", o.gen.mask_image,
+        "inpainting mask for --init-image (white = repaint; resized if its size differs)");
+    a->add_option("--cache", o.gen.cache,
+                  "step caching: none | first-block:THRESHOLD | "
+                  "taylorseer:ORDER[,INTERVAL,WARMUP][,lite]");
   };
   addGen(&app);
   app.add_option("--np", o.np, "number of ranks (mpirun -np); default: product of the degrees");
@@ -428,6 +482,7 @@ int main(int argc, char** argv) {
       o.gen.num_images =
           static_cast<int>(std::min<size_t>(o.prompts.size(), protocol::kMaxImages + 1));
     checkOptions(request(o));
+    checkInputImages(request(o).params);
     if (*bench) return runBench(o, warmup);
     auto& s = o.strategy;
     const int product = s.tp_degree * s.ring_degree * s.ulysses_degree * s.cfg_degree * s.dp_degree;

@@ -6,6 +6,7 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <filesystem>
 #include <random>
 
+#include "backend/io/image_io.h"
 #include "backend/io/png_io.h"
 #include "backend/io/tensor_io.h"
 
@@ -32,7 +34,54 @@ PipelineInputs pipelineParams(const protocol::GenerationParams& p) {
   g.guidance = p.guidance;
   g.seed = p.seed;  // unsigned 64-bit end to end (torch.Generator.manual_seed's range)
   g.max_sequence_length = p.max_sequence_length;
+  g.init_image = p.init_image;
+  g.mask_image = p.mask_image;
+  g.strength = p.strength;
+  g.cache = parseStepCacheConfig(p.cache);
   return g;
+}
+
+void checkInputImages(const protocol::GenerationParams& p) {
+  if (!p.init_image.empty()) {
+    readImage(p.init_image);  // throws naming the file
+    if (!p.init_image_sha256.empty()) {
+      const std::string h = sha256File(p.init_image);
+      std::string want = p.init_image_sha256;
+      for (char& c : want) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (h != want)
+        throw std::runtime_error("init image " + p.init_image + " has SHA-256 " + h +
+                                 ", not the recorded " + want +
+                                 " (the file changed since the image was made)");
+    }
+  }
+  if (!p.mask_image.empty()) readImage(p.mask_image);
+}
+
+json cacheReport(const GenerationResult& r) {
+  if (r.cache_computed.empty()) return nullptr;
+  json computed = json::array(), reused = json::array();
+  double computedMs = 0, reusedMs = 0;
+  int nc = 0, nr = 0;
+  for (size_t i = 0; i < r.cache_computed.size(); ++i) {
+    auto it = r.timings_ms.find("step." + std::to_string(i + 1));
+    const double ms = it == r.timings_ms.end() ? 0.0 : it->second;
+    if (r.cache_computed[i]) {
+      computed.push_back(i);
+      computedMs += ms;
+      ++nc;
+    } else {
+      reused.push_back(i);
+      reusedMs += ms;
+      ++nr;
+    }
+  }
+  const double mean = nc ? computedMs / nc : 0.0;
+  return json{{"mode", r.params.cache.toString()},
+              {"computed_steps", computed},
+              {"reused_steps", reused},
+              {"steps", r.cache_computed.size()},
+              {"step_ms_computed", mean},
+              {"saved_ms", std::max(0.0, nr * mean - reusedMs)}};
 }
 
 protocol::GenerationParams imageParams(protocol::GenerationParams request,
@@ -45,6 +94,14 @@ protocol::GenerationParams imageParams(protocol::GenerationParams request,
   request.seed = resolved.seed;
   request.random_seed = false;
   request.num_images = 1;
+  request.cache = resolved.cache.enabled() ? resolved.cache.toString() : "";
+  if (!request.init_image.empty() && request.init_image_sha256.empty()) {
+    try {
+      request.init_image_sha256 = sha256File(request.init_image);
+    } catch (const std::exception&) {
+      // The file went away after the image was made: recorded by path only.
+    }
+  }
   return request;
 }
 
@@ -58,6 +115,7 @@ void writeImagePng(const std::string& path, const GenerationResult& r,
   makeParent(path);
   json meta = protocol::toJson(params);
   for (auto it = extra.begin(); it != extra.end(); ++it) meta[it.key()] = *it;
+  if (json c = cacheReport(r); !c.is_null()) meta["cache_report"] = c;
   meta["generator"] = "DiT Studio";
   auto rgb = toRGB8(r.image);
   // ensure_ascii: the tEXt chunk is Latin-1; non-ASCII prompt text is \u-escaped JSON.
@@ -126,6 +184,16 @@ std::string validateStrategyForRequest(const Strategy& s, const ModelFolder& m,
   RequestDims r;
   r.width = p.width > 0 ? p.width : 128 * vsf;
   r.height = p.height > 0 ? p.height : 128 * vsf;
+  if (!p.init_image.empty() && (p.width <= 0 || p.height <= 0)) {
+    // The pipeline's default with an init image: its size, rounded down to 2 x vae_scale_factor.
+    try {
+      const auto [iw, ih] = imageSize(p.init_image);
+      if (p.width <= 0) r.width = std::max(2 * vsf, iw / (2 * vsf) * (2 * vsf));
+      if (p.height <= 0) r.height = std::max(2 * vsf, ih / (2 * vsf) * (2 * vsf));
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+  }
   r.text_len = p.max_sequence_length > 0 ? p.max_sequence_length : m.config->max_sequence_length;
   r.true_cfg = p.trueCfg();
   r.num_images = numImages;

@@ -16,16 +16,28 @@ namespace dit {
 /// The pipeline's parameters for one image of a request (backend PipelineInputs: 0 = model
 /// default, resolved by DiffusionPipeline::resolve). The 64-bit seed is carried bit for bit (the
 /// pipeline seeds its CPU generator with the same uint64 value); random_seed and num_images are
-/// the caller's business (the worker draws the seed and loops over the images).
+/// the caller's business (the worker draws the seed and loops over the images). The cache
+/// spelling is parsed (throws std::invalid_argument for an unknown mode).
 PipelineInputs pipelineParams(const protocol::GenerationParams& p);
+
+/// Reads the request's init image and mask completely (every rank does, before any collective
+/// work) and checks init_image_sha256 when given. Throws std::runtime_error naming the file and
+/// the cause (unreadable, not an image, SHA-256 differs from the recalled one).
+void checkInputImages(const protocol::GenerationParams& p);
+
+/// Step-caching report of one image: {"mode", "computed_steps", "reused_steps", "steps",
+/// "step_ms_computed" (mean), "saved_ms" (estimated: reused steps x mean computed-step time
+/// minus their actual time)}; null without caching.
+nlohmann::json cacheReport(const GenerationResult& r);
 /// The request parameters of one made image: `request` with the pipeline's resolved values
-/// (width, height, steps, max_sequence_length, seed) and num_images 1. What image events and the
-/// PNG "parameters" chunk report.
+/// (width, height, steps, max_sequence_length, seed, the canonical cache spelling, the init
+/// image's SHA-256) and num_images 1. What image events and the PNG "parameters" chunk report.
 protocol::GenerationParams imageParams(protocol::GenerationParams request,
                                        const PipelineInputs& resolved);
 
 /// Writes the PNG (8-bit RGB, text chunk "parameters" = protocol::toJson(params) plus `extra`, e.g.
-/// model path and strategy). Creates parent folders. Throws std::runtime_error.
+/// model path and strategy, plus "cache_report" when caching ran). Creates parent folders.
+/// Throws std::runtime_error.
 void writeImagePng(const std::string& path, const GenerationResult& r,
                    const protocol::GenerationParams& params, const nlohmann::json& extra);
 

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <thread>
 #include <variant>
 
@@ -485,9 +486,11 @@ class Worker {
       if (mine) {
         res = pipe_->generate(p, cb);
       } else {
-        // Idle replica in the last round: keep the per-step collectives in lockstep.
-        for (int s = 1; s <= p.steps && !cancelled; ++s)
-          cancelled = syncStats(s, p.steps, 0.0, true, id, index);
+        // Idle replica in the last round: keep the per-step collectives in lockstep (the
+        // steps the pipeline runs: an init image's strength skips the first ones).
+        const int run = p.steps - p.firstStep();
+        for (int s = 1; s <= run && !cancelled; ++s)
+          cancelled = syncStats(s, run, 0.0, true, id, index);
       }
       if (cancelled) {
         if (rank_ == 0) emitEvent(json{{"event", "cancelled"}, {"id", id}, {"step", stepSeen}});
@@ -516,8 +519,22 @@ class Worker {
               id, rank_, "cannot write image " + std::to_string(index) + ": " + e.what(), false));
           continue;
         }
+        const json cache = cacheReport(res);
+        if (!cache.is_null()) {
+          std::ostringstream msg;
+          msg << "cache " << cache["mode"].get<std::string>() << ": image " << index
+              << " computed steps " << cache["computed_steps"].dump() << " of "
+              << cache["steps"].get<int>() << ", reused " << cache["reused_steps"].dump()
+              << ", about " << static_cast<int>(cache["saved_ms"].get<double>()) << " ms saved";
+          emitEvent(json{{"event", "log"},
+                         {"id", id},
+                         {"rank", rank_},
+                         {"level", "info"},
+                         {"message", msg.str()}});
+        }
         emitEvent(json{{"event", "image"},
                        {"id", id},
+                       {"cache", cache},
                        {"image_index", index},
                        {"path", path},
                        {"seed", made.seed},
@@ -547,6 +564,9 @@ class Worker {
                      int numImages) {
     std::string refusal;
     try {
+      // Every rank reads the init image and mask itself (a file only some ranks can read is
+      // refused by all of them together).
+      checkInputImages(req.params);
       if (rank_ == 0 && !req.overwrite)
         for (int i = 0; i < numImages && refusal.empty(); ++i)
           for (const std::string* f : {&req.output, &req.output_tensors})

@@ -51,6 +51,8 @@ class ContextParallel {
 
   /// ring_degree * ulysses_degree.
   int degree() const { return ringDegree_ * ulyssesDegree_; }
+  /// The combined cp group (for reductions over the whole sequence, e.g. a step-cache decision).
+  const std::shared_ptr<ProcessGroup>& group() const { return cp_; }
   /// This rank's index in the cp group (ring_i * ulysses_degree + uly_i).
   int cpRank() const { return cpRank_; }
   int ringRank() const { return ringRank_; }

@@ -32,3 +32,12 @@ target_precompile_headers(test_flux_plan REUSE_FROM dit_backend)
 add_test(NAME flux_plan_np2 COMMAND ${DITSTUDIO_MPIRUN} -np 2 $<TARGET_FILE:test_flux_plan>)
 set_tests_properties(flux_plan_np2 PROPERTIES LABELS "backend;parallel;mpi;strategy" PROCESSORS 2 TIMEOUT 300
   ENVIRONMENT "OMP_NUM_THREADS=1;DITSTUDIO_COLLECTIVE_TIMEOUT_S=120")
+
+# Issue 14: img2img, inpaint, VAE encoder + preprocessing, step caching (tiny-flux-A/pipelines).
+add_executable(test_pipelines test_pipelines.cpp)
+target_link_libraries(test_pipelines PRIVATE dit_backend GTest::gtest GTest::gtest_main)
+target_compile_definitions(test_pipelines PRIVATE DITSTUDIO_FIXTURE="${DITSTUDIO_FIXTURE}")
+target_precompile_headers(test_pipelines REUSE_FROM dit_backend)
+gtest_add_tests(TARGET test_pipelines TEST_LIST _pipeline_tests)
+set_tests_properties(${_pipeline_tests} PROPERTIES LABELS "backend;golden;pipelines"
+                     ENVIRONMENT "OMP_NUM_THREADS=2")

@@ -112,3 +112,12 @@ set_tests_properties(bench_smoke_tp2 bench_smoke_ring2 bench_smoke_load_np2 PROP
 unset(_bench_common)
 unset(_bench_mpirun)
 unset(_bench_check)
+
+# Issue 14: the CLI bench with a cache runs the uncached request too and reports steps computed,
+# the speed-up and the PSNR against the uncached image (First Block Cache golden case).
+add_test(NAME bench_cache COMMAND ditstudio-cli bench --model ${DITSTUDIO_FIXTURE}
+         --prompt "a photo of a cat" --seed 42 --steps 10 --width 32 --height 32
+         --max-sequence-length 48 --cache first-block:0.37)
+set_tests_properties(bench_cache PROPERTIES LABELS "bench;pipelines" TIMEOUT 120
+  ENVIRONMENT "OMP_NUM_THREADS=1"
+  PASS_REGULAR_EXPRESSION "5 of 10 steps computed \\[0,5,7,8,9\\], denoise [0-9.]+ ms vs [0-9.]+ ms uncached \\([0-9.]+x\\), PSNR 62\\.1")

@@ -45,3 +45,27 @@ target_precompile_headers(test_cli_requests REUSE_FROM dit_backend)
 add_dependencies(test_cli_requests ditstudio-cli ditstudio-worker ditstudio-make-model)
 gtest_add_tests(TARGET test_cli_requests TEST_LIST _cli_request_tests)
 set_tests_properties(${_cli_request_tests} PROPERTIES LABELS "errors;protocol;golden;mpi" TIMEOUT 240)
+
+# Issue 14 under the strategies: img2img, inpaint, First Block Cache, TaylorSeer (ditstudio-cli).
+add_executable(test_strategies_i2i test_strategies_i2i.cpp)
+target_link_libraries(test_strategies_i2i PRIVATE dit_backend GTest::gtest GTest::gtest_main)
+target_compile_definitions(test_strategies_i2i PRIVATE DITSTUDIO_FIXTURE="${DITSTUDIO_FIXTURE}"
+  DITSTUDIO_CLI="$<TARGET_FILE:ditstudio-cli>")
+target_precompile_headers(test_strategies_i2i REUSE_FROM dit_backend)
+add_dependencies(test_strategies_i2i ditstudio-cli ditstudio-worker)
+set(_i2i_cases img2img_ulysses2 img2img_ring2 img2img_tp2 inpaint_ulysses2 inpaint_ring2
+    inpaint_tp2 fbcache037_ulysses2 fbcache037_ring2 fbcache037_tp2 fbcache054_ring2
+    fbcache054_ulysses2_tp2 taylorseer_o2_ulysses2 taylorseer_o1_ring2 taylorseer_o2_tp2
+    taylorseer_lite_ring2 taylorseer_lite_tp2 img2img_cfg2 inpaint_cfg2 fbcache037_cfg2
+    taylorseer_o2_cfg2)
+foreach(_c IN LISTS _i2i_cases)
+  add_test(NAME strategy_i2i_${_c}
+           COMMAND test_strategies_i2i --gtest_filter=Cpu/StrategiesI2I.MatchesSingleRank/${_c})
+  set_tests_properties(strategy_i2i_${_c} PROPERTIES LABELS "parallel;mpi;strategy;pipelines"
+                       TIMEOUT 240 FAIL_REGULAR_EXPRESSION "0 tests, listed below|Running 0 tests")
+endforeach()
+
+# Issue 14 bad input through the worker group: clear errors, the group keeps serving.
+add_test(NAME worker_i2i_bad_inputs COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/worker_i2i_check.sh
+         ${MPIEXEC_PROGRAM} $<TARGET_FILE:ditstudio-worker> ${DITSTUDIO_FIXTURE})
+set_tests_properties(worker_i2i_bad_inputs PROPERTIES LABELS "parallel;mpi;errors;pipelines" TIMEOUT 200)

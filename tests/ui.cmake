@@ -67,3 +67,17 @@ if(TARGET ditstudio-worker)
     add_dependencies(test_ui_integration default_model)
   endif()
 endif()
+
+# Issue 14 in the GUI with the real worker: init image, mask brush, strength, caching, recall.
+if(TARGET ditstudio-worker)
+  ditstudio_ui_test(test_ui_i2i
+    LABELS ui integration pipelines
+    TIMEOUT 900
+    ENV "DITSTUDIO_TEST_WORKER=$<TARGET_FILE:ditstudio-worker>"
+        "DITSTUDIO_TEST_MODEL=${DITSTUDIO_BUILD_MODEL_DIR}/tiny-flux")
+  set_tests_properties(test_ui_i2i PROPERTIES PROCESSORS 2 RESOURCE_LOCK mpi)
+  add_dependencies(test_ui_i2i ditstudio-worker)
+  if(TARGET default_model)
+    add_dependencies(test_ui_i2i default_model)
+  endif()
+endif()

@@ -16,6 +16,7 @@
 #include <QStyle>
 #include <QVBoxLayout>
 
+#include "ui/image_input_panel.h"
 #include "ui/seed_text.h"
 #include "ui/worker_command.h"
 
@@ -116,7 +117,8 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   images_->setToolTip(tr("Images per request (split across data-parallel replicas)"));
   form->addRow(tr("Images"), images_);
   outer->addWidget(genBox);
-  outer->addStretch(1);
+  imagePanel_ = new ImageInputPanel(this);
+  outer->addWidget(imagePanel_, 1);
 
   setParams(startingParams());
 
@@ -140,6 +142,7 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
     emitChanged();
   });
   connect(images_, &QSpinBox::valueChanged, this, emitChanged);
+  connect(imagePanel_, &ImageInputPanel::changed, this, emitChanged);
   connect(randomSeed_, &QCheckBox::toggled, this, [this, emitChanged](bool on) {
     seed_->setEnabled(!on);
     emitChanged();
@@ -183,6 +186,7 @@ GenerationParams GenerationPanel::params() const {
   if (const auto seed = parseSeedText(seed_->text())) p.seed = *seed;
   p.random_seed = randomSeed_->isChecked();
   p.num_images = images_->value();
+  imagePanel_->apply(p);
   return p;
 }
 
@@ -199,6 +203,7 @@ void GenerationPanel::setParams(const GenerationParams& p) {
   randomSeed_->setChecked(p.random_seed);
   seed_->setEnabled(!p.random_seed);
   images_->setValue(p.num_images);
+  imagePanel_->restore(p);
   loading_ = false;
   snapSize(width_);
   snapSize(height_);

@@ -1,6 +1,7 @@
 // Generation panel: model folder chooser with the model's sizes, prompt, negative prompt + true
 // CFG scale, width/height (stepping by the model's 2 * vae_scale_factor), steps, guidance, seed
-// (fixed or random, with the seed of the last image), images per request.
+// (fixed or random, with the seed of the last image), images per request; the init image, mask,
+// strength and step cache (ImageInputPanel).
 #pragma once
 
 #include <QWidget>
@@ -18,6 +19,8 @@ class QPushButton;
 class QSpinBox;
 
 namespace dit::ui {
+
+class ImageInputPanel;
 
 /// Edits GenerationParams and the model folder. Emits changed() on every edit.
 class GenerationPanel : public QWidget {
@@ -46,6 +49,8 @@ class GenerationPanel : public QWidget {
   QLineEdit* modelEdit() const { return modelEdit_; }
   QLineEdit* seedEdit() const { return seed_; }
   QPushButton* reuseSeedButton() const { return reuseSeed_; }
+  /// Init image, mask, strength and step cache (issue 14).
+  ImageInputPanel* imagePanel() const { return imagePanel_; }
 
  Q_SIGNALS:
   void changed();
@@ -73,6 +78,7 @@ class GenerationPanel : public QWidget {
   QLabel* lastSeedLabel_;
   QPushButton* reuseSeed_;
   QSpinBox* images_;
+  ImageInputPanel* imagePanel_;
   bool loading_ = false;
 };
 

@@ -22,6 +22,7 @@
 #include <QVBoxLayout>
 
 #include "ui/advisor_dialog.h"
+#include "ui/image_input_panel.h"
 #include "ui/json_io.h"
 #include "ui/seed_text.h"
 #include "ui/strategy_json.h"
@@ -86,6 +87,7 @@ void MainWindow::buildUi() {
   // Left: tabs.
   leftTabs_ = new QTabWidget(split);
   genPanel_ = new GenerationPanel;
+  genPanel_->imagePanel()->setMaskDir(QDir(dataDir_).filePath(QStringLiteral("masks")));
   auto* genScroll = new QScrollArea;
   genScroll->setWidget(genPanel_);
   genScroll->setWidgetResizable(true);
@@ -549,6 +551,9 @@ void MainWindow::onImage(const ImageResult& r) {
   if (!history_.add(e, &err)) log_->append(-1, "error", err);
   gallery_->addImage(e);
   if (e.hasSeed) genPanel_->setLastSeed(e.seed);
+  // The measured effect of step caching (the PNG's cache_report), shown under the cache control.
+  genPanel_->imagePanel()->showCacheReport(
+      readPngParameters(r.path).value("cache_report").toObject());
   log_->append(-1, "info",
                tr("image %1 (seed %2) in %3 s")
                    .arg(r.path, e.hasSeed ? seedText(e.seed) : tr("unknown"))

@@ -1,9 +1,12 @@
 #include "app/protocol/protocol.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <limits>
+
+#include "backend/models/cache/step_cache_config.h"
 
 namespace dit::protocol {
 
@@ -91,6 +94,11 @@ GenerationParams readParams(const json& j, const GenerationParams& defaults,
   r.number("guidance", p.guidance);
   r.integer("num_images", p.num_images);
   r.integer("max_sequence_length", p.max_sequence_length);
+  r.str("init_image", p.init_image);
+  r.str("init_image_sha256", p.init_image_sha256);
+  r.str("mask_image", p.mask_image);
+  r.number("strength", p.strength);
+  r.str("cache", p.cache);
   if (const json* v = r.find("seed")) {
     // Integers only: a double cannot hold every 64-bit seed, so 1.0 or 1e19 is refused too.
     if (!v->is_number_integer()) wrongType("request", "seed", *v, id);
@@ -254,7 +262,9 @@ bool GenerationParams::operator==(const GenerationParams& o) const {
          hasNegativePrompt() == o.hasNegativePrompt() && true_cfg_scale == o.true_cfg_scale &&
          width == o.width && height == o.height && steps == o.steps && guidance == o.guidance &&
          seed == o.seed && random_seed == o.random_seed && num_images == o.num_images &&
-         max_sequence_length == o.max_sequence_length;
+         max_sequence_length == o.max_sequence_length && init_image == o.init_image &&
+         init_image_sha256 == o.init_image_sha256 && mask_image == o.mask_image &&
+         strength == o.strength && cache == o.cache;
 }
 
 std::size_t invalidUtf8Offset(std::string_view s) {
@@ -314,6 +324,28 @@ void checkParams(const GenerationParams& p, const std::optional<std::string>& id
     throw ProtocolError("request field 'num_images' must be in 1 .. " + std::to_string(kMaxImages) +
                             ", got " + std::to_string(p.num_images),
                         "num_images", id);
+  checkUtf8("init_image", p.init_image, id);
+  checkUtf8("mask_image", p.mask_image, id);
+  if (!std::isfinite(p.strength) || p.strength <= 0 || p.strength > 1)
+    throw ProtocolError("request field 'strength' must be a finite number in (0, 1], got " +
+                            dumpSafe(json(p.strength)),
+                        "strength", id);
+  if (!p.mask_image.empty() && p.init_image.empty())
+    throw ProtocolError("request field 'mask_image' needs an init_image (inpainting repaints it)",
+                        "mask_image", id);
+  if (!p.init_image_sha256.empty()) {
+    bool hex = p.init_image_sha256.size() == 64;
+    for (char c : p.init_image_sha256) hex = hex && std::isxdigit(static_cast<unsigned char>(c));
+    if (!hex)
+      throw ProtocolError("request field 'init_image_sha256' must be 64 hex digits",
+                          "init_image_sha256", id);
+  }
+  checkUtf8("cache", p.cache, id);
+  try {
+    parseStepCacheConfig(p.cache);
+  } catch (const std::invalid_argument& e) {
+    throw ProtocolError(std::string("request field 'cache': ") + e.what(), "cache", id);
+  }
 }
 
 void checkRequest(const GenerateRequest& r) {
@@ -342,6 +374,13 @@ json toJson(const GenerationParams& p) {
          {"steps", p.steps},           {"guidance", p.guidance},
          {"num_images", p.num_images}, {"max_sequence_length", p.max_sequence_length}};
   if (p.hasNegativePrompt()) j["negative_prompt"] = p.negative_prompt;  // given, even ""
+  if (!p.init_image.empty()) {
+    j["init_image"] = p.init_image;
+    j["strength"] = p.strength;
+    if (!p.init_image_sha256.empty()) j["init_image_sha256"] = p.init_image_sha256;
+    if (!p.mask_image.empty()) j["mask_image"] = p.mask_image;
+  }
+  if (!p.cache.empty() && p.cache != "none") j["cache"] = p.cache;
   if (p.random_seed)
     j["seed"] = -1;
   else

@@ -71,6 +71,20 @@ struct GenerationParams {
   bool random_seed = false;
   int num_images = 1;           ///< images of the request (>= 1)
   int max_sequence_length = 0;  ///< T5 tokens; 0 = model default
+  /// Image-to-image (issue 14): path of the init image, read by the worker's ranks (PNG, JPEG,
+  /// ...); "" = text-to-image. width/height 0 = the image's size rounded down to the multiple.
+  std::string init_image;
+  /// SHA-256 (64 hex digits) the init image must have; "" = not checked. PNG metadata records
+  /// it so that a recalled request refuses a changed file.
+  std::string init_image_sha256;
+  /// Inpainting: path of the mask (white = repaint; resized to the output size like the image);
+  /// needs init_image.
+  std::string mask_image;
+  /// Image-to-image strength in (0, 1] (diffusers' default 0.6); used only with init_image.
+  double strength = 0.6;
+  /// Step caching: "" / "none", "first-block:THRESHOLD" or
+  /// "taylorseer:ORDER[,INTERVAL,WARMUP][,lite]" (backend/models/cache/step_cache_config.h).
+  std::string cache;
 
   /// A negative prompt was given (negative_prompt_given or a non-empty negative_prompt).
   bool hasNegativePrompt() const { return negative_prompt_given || !negative_prompt.empty(); }
@@ -85,7 +99,9 @@ struct GenerationParams {
 
 /// The parameters as a JSON object with the protocol's keys (prompt, negative_prompt,
 /// true_cfg_scale, width, height, steps, guidance, seed, num_images, max_sequence_length); seed is
-/// the unsigned integer, or -1 when random_seed; negative_prompt only when hasNegativePrompt().
+/// the unsigned integer, or -1 when random_seed; negative_prompt only when hasNegativePrompt();
+/// init_image, init_image_sha256, mask_image and strength only with an init image; cache only
+/// when set (canonical spelling).
 nlohmann::json toJson(const GenerationParams& p);
 /// Reads the parameter keys present in `j` (absent or null keys keep `defaults`). A negative
 /// integer seed sets random_seed (seed keeps the default); 0..2^64-1 is taken exactly. Throws
@@ -111,7 +127,9 @@ void checkUtf8(const std::string& field, std::string_view s,
                const std::optional<std::string>& id = std::nullopt);
 /// Checks every field at the door, before any work starts: each number finite and in its range
 /// (messages state the allowed range, e.g. "request field 'guidance' must be a finite number in
-/// 0 .. 100, got nan"), each text field valid UTF-8. Throws ProtocolError naming the field.
+/// 0 .. 100, got nan"), each text field valid UTF-8, strength in (0, 1], a mask only with an init
+/// image, init_image_sha256 64 hex digits, cache a known mode. Throws ProtocolError naming the
+/// field.
 void checkParams(const GenerationParams& p, const std::optional<std::string>& id = std::nullopt);
 
 /// {"type":"generate", "id", parameters..., "prompts", "output", "output_dir", "output_tensors",

@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "backend/io/model_folder.h"
+#include "backend/models/cache/step_cache_config.h"
 #include "backend/models/diffusion_transformer.h"
 
 namespace dit {
@@ -49,6 +51,27 @@ struct PipelineInputs {
   bool hasNegativePrompt() const { return negative_prompt_given || !negative_prompt.empty(); }
   /// FluxPipeline.__call__: do_true_cfg = true_cfg_scale > 1 and has_neg_prompt.
   bool trueCfg() const { return hasNegativePrompt() && true_cfg_scale > 1.0; }
+  /// Image-to-image (FluxImg2ImgPipeline): path of the init image, read by every rank; empty =
+  /// text-to-image. width/height 0 = the image's size rounded down to a multiple of
+  /// 2 * vae_scale_factor; otherwise the image is resized (PIL LANCZOS) to width x height.
+  std::string init_image;
+  /// Inpainting (FluxInpaintPipeline): path of the mask (white = repaint, binarised at 0.5,
+  /// resized like the init image when its size differs); needs init_image.
+  std::string mask_image;
+  /// How much of the schedule runs, in (0, 1]: t_start = int(N - min(N * strength, N)) and the
+  /// start latents are sigma[t_start] * noise + (1 - sigma[t_start]) * image_latents (diffusers'
+  /// default 0.6). Used only with init_image.
+  double strength = 0.6;
+  /// Step caching (First Block Cache or TaylorSeer; off by default).
+  StepCacheConfig cache;
+  /// The first schedule index run: FluxImg2ImgPipeline.get_timesteps' t_start =
+  /// int(max(steps - min(steps * strength, steps), 0)) with an init image, else 0. The pipeline
+  /// runs steps - firstStep() denoising steps.
+  int firstStep() const {
+    if (init_image.empty()) return 0;
+    const double init = std::min(steps * strength, static_cast<double>(steps));
+    return static_cast<int>(std::max(steps - init, 0.0));
+  }
 };
 
 struct PipelineCallbacks {
@@ -67,7 +90,18 @@ struct GenerationResult {
   at::Tensor image;            ///< [3, H, W] float32 in [0, 1]
   bool cancelled = false;
   int steps_done = 0;
-  PipelineInputs params;                     ///< resolved inputs (defaults filled in)
+  PipelineInputs params;  ///< resolved inputs (defaults filled in)
+  /// Index of the first schedule step run (img2img / inpaint strength; 0 for text-to-image);
+  /// steps_done counts executed steps (at most steps - t_start).
+  int t_start = 0;
+  /// Step caching, per executed step: 1 = the cached part was computed, 0 = reused/predicted
+  /// (empty without caching); First Block Cache's relative L1 per step (-1 = none).
+  std::vector<int> cache_computed;
+  std::vector<double> cache_rel_l1;
+  /// Image-to-image / inpainting intermediates (float32, CPU), diffusers' names: vae_eps, noise,
+  /// image_latents (unpacked), image_in ([1,3,H,W] preprocessed), and for inpainting mask_in,
+  /// masked_image_in, masked_image_vae_eps, masked_image_latents, mask_latents (packed).
+  std::map<std::string, at::Tensor> tensors;
   std::map<std::string, double> timings_ms;  ///< tokenize, encode, step.i, denoise, decode
 };
 

@@ -16,6 +16,7 @@ AutoencoderKLConfig parseAutoencoderKLConfig(const nlohmann::json& j, const std:
   getConfigValue(j, "scaling_factor", c.scaling_factor, f);
   getConfigValue(j, "shift_factor", c.shift_factor, f);
   getConfigValue(j, "use_post_quant_conv", c.use_post_quant_conv, f);
+  getConfigValue(j, "use_quant_conv", c.use_quant_conv, f);
   getConfigValue(j, "mid_block_add_attention", c.mid_block_add_attention, f);
   if (c.block_out_channels.empty()) throw ModelFileError(f, "block_out_channels is empty");
   return c;

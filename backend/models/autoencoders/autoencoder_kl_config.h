@@ -1,4 +1,4 @@
-// diffusers AutoencoderKL config (decoder part), read from vae/config.json. Torch-free.
+// diffusers AutoencoderKL config (encoder and decoder), read from vae/config.json. Torch-free.
 // Defaults are diffusers' constructor defaults, used only when a key is absent.
 #pragma once
 
@@ -19,6 +19,7 @@ struct AutoencoderKLConfig {
   double scaling_factor = 0.18215;
   double shift_factor = 0.0;
   bool use_post_quant_conv = true;
+  bool use_quant_conv = true;  ///< encoder side: 1x1 conv on the 2 * latent_channels moments
   bool mid_block_add_attention = true;
   /// 2^(len(block_out_channels)-1), as FluxPipeline computes vae_scale_factor.
   int vaeScaleFactor() const { return 1 << (static_cast<int>(block_out_channels.size()) - 1); }

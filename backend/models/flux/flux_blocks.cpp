@@ -2,6 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <tuple>
+
+#include "backend/models/cache/step_cache.h"
 #include "parallel/attention.h"
 #include "parallel/context_parallel.h"
 
@@ -179,11 +182,20 @@ FluxTransformerBlock::FluxTransformerBlock(WeightLoader& w, const std::string& p
 
 std::pair<at::Tensor, at::Tensor> FluxTransformerBlock::operator()(
     const at::Tensor& hidden_in, const at::Tensor& encoder_in, const at::Tensor& silu_temb,
-    const at::Tensor& cos, const at::Tensor& sin, const AttentionBackend& attention) const {
+    const at::Tensor& cos, const at::Tensor& sin, const AttentionBackend& attention,
+    const AttentionCacheSeam* seam) const {
   const auto n = norm1(hidden_in, silu_temb);
   const auto nc = norm1_context(encoder_in, silu_temb);
-  auto [attn_output, context_attn_output] =
-      attn(n.norm_hidden_states, nc.norm_hidden_states, cos, sin, attention);
+  at::Tensor attn_output, context_attn_output;
+  if (seam && seam->cache && !seam->cache->taylorComputes()) {
+    auto p = seam->cache->predict(seam->module);
+    attn_output = p.at(0).to(hidden_in.scalar_type());
+    context_attn_output = p.at(1).to(encoder_in.scalar_type());
+  } else {
+    std::tie(attn_output, context_attn_output) =
+        attn(n.norm_hidden_states, nc.norm_hidden_states, cos, sin, attention);
+    if (seam && seam->cache) seam->cache->update(seam->module, {attn_output, context_attn_output});
+  }
   at::Tensor hidden = hidden_in + n.gate_msa.unsqueeze(1) * attn_output;
   hidden = hidden + n.gate_mlp.unsqueeze(1) * ff(modulate(hidden, n.scale_mlp, n.shift_mlp));
   at::Tensor encoder = encoder_in + nc.gate_msa.unsqueeze(1) * context_attn_output;
@@ -214,11 +226,18 @@ FluxSingleTransformerBlock::FluxSingleTransformerBlock(WeightLoader& w, const st
 
 at::Tensor FluxSingleTransformerBlock::operator()(const at::Tensor& x, const at::Tensor& silu_temb,
                                                   const at::Tensor& cos, const at::Tensor& sin,
-                                                  const AttentionBackend& attention) const {
+                                                  const AttentionBackend& attention,
+                                                  const AttentionCacheSeam* seam) const {
   const auto n = norm(x, silu_temb);
   auto parts = qkv_mlp->forwardParts(n.norm_hidden_states);
   at::Tensor mlp_hidden_states = geluTanh(parts[3]);
-  at::Tensor attn_output = attn.attendProjected(parts[0], parts[1], parts[2], cos, sin, attention);
+  at::Tensor attn_output;
+  if (seam && seam->cache && !seam->cache->taylorComputes()) {
+    attn_output = seam->cache->predict(seam->module).at(0).to(x.scalar_type());
+  } else {
+    attn_output = attn.attendProjected(parts[0], parts[1], parts[2], cos, sin, attention);
+    if (seam && seam->cache) seam->cache->update(seam->module, {attn_output});
+  }
   at::Tensor out =
       x + n.gate_msa.unsqueeze(1) * proj_out->forward(at::cat({attn_output, mlp_hidden_states}, 2));
   if (out.scalar_type() == at::kHalf) out = out.clamp(-65504, 65504);

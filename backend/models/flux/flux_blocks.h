@@ -22,8 +22,18 @@
 namespace dit {
 
 class ContextParallel;
+class StepCache;
 
 namespace flux {
+
+/// TaylorSeer's seam around a block's attention module (diffusers hooks the module "<block>.attn",
+/// backend/models/cache/step_cache.h): on predicted steps the attention outputs come from the
+/// cache's Taylor extrapolation and the module does not run; on computed steps its outputs update
+/// the cache. null = no caching.
+struct AttentionCacheSeam {
+  StepCache* cache = nullptr;
+  std::string module;  ///< e.g. "transformer_blocks.3.attn"
+};
 
 using LinearPtr = std::shared_ptr<const tensor_parallel::Linear>;
 using FusedLinearPtr = std::shared_ptr<const tensor_parallel::FusedColumnParallelLinear>;
@@ -159,7 +169,8 @@ class FluxTransformerBlock {
   std::pair<at::Tensor, at::Tensor> operator()(const at::Tensor& hidden, const at::Tensor& encoder,
                                                const at::Tensor& silu_temb, const at::Tensor& cos,
                                                const at::Tensor& sin,
-                                               const AttentionBackend& attention) const;
+                                               const AttentionBackend& attention,
+                                               const AttentionCacheSeam* seam = nullptr) const;
 
   AdaLayerNormZero norm1, norm1_context;
   FluxAttention attn;
@@ -177,7 +188,8 @@ class FluxSingleTransformerBlock {
                              int64_t headDim);
   /// x = cat(text, image) [B, S, C] -> [B, S, C].
   at::Tensor operator()(const at::Tensor& x, const at::Tensor& silu_temb, const at::Tensor& cos,
-                        const at::Tensor& sin, const AttentionBackend& attention) const;
+                        const at::Tensor& sin, const AttentionBackend& attention,
+                        const AttentionCacheSeam* seam = nullptr) const;
 
   AdaLayerNormZeroSingle norm;
   FusedLinearPtr qkv_mlp;  ///< attn.to_q, attn.to_k, attn.to_v, proj_mlp as one GEMM

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "backend/io/weight_source.h"
+#include "backend/models/cache/step_cache.h"
 #include "backend/models/flux/flux_blocks.h"
 #include "backend/models/flux/flux_plan.h"
 #include "parallel/attention.h"
@@ -59,6 +60,7 @@ struct FluxTransformer2DModel::Impl {
   std::vector<LoadedParameter> parameters;
   TransformerHooks* hooks = nullptr;
   at::ScalarType dtype = at::kFloat;  ///< compute dtype (the weight source's)
+  StepCache* cache = nullptr;
 };
 
 FluxTransformer2DModel::FluxTransformer2DModel(const FluxTransformerConfig& cfg,
@@ -118,6 +120,7 @@ const std::vector<LoadedParameter>& FluxTransformer2DModel::parameters() const {
 }
 const ShardingPlan& FluxTransformer2DModel::shardingPlan() const { return *d_->plan; }
 void FluxTransformer2DModel::setHooks(TransformerHooks* hooks) { d_->hooks = hooks; }
+void FluxTransformer2DModel::setStepCache(StepCache* cache) { d_->cache = cache; }
 
 at::Tensor FluxTransformer2DModel::forward(const at::Tensor& hidden_states,
                                            const at::Tensor& encoder_hidden_states,
@@ -140,6 +143,13 @@ at::Tensor FluxTransformer2DModel::forward(const at::Tensor& hidden_states,
   if (D.par.cp) attention.localLens = cp.localLens();
   const int64_t txtLocal = enc.size(1);
 
+  StepCache* const sc = D.cache;
+  if (sc) sc->beginForward();
+  // TaylorSeer lite, predicted step: every block returns zeros without running and proj_out is
+  // the Taylor extrapolation (norm_out's result would be discarded), so only that remains.
+  if (sc && sc->lite() && !sc->taylorComputes())
+    return cp.gather(sc->predict("proj_out").at(0).to(dt));
+
   // Conditioning: CombinedTimestep(Guidance)TextProjEmbeddings.
   at::Tensor t = timestep.to(dev, dt) * 1000;
   at::Tensor temb = D.timestep_embedder(timestepProj(t).to(dt));
@@ -158,19 +168,51 @@ at::Tensor FluxTransformer2DModel::forward(const at::Tensor& hidden_states,
 
   const auto [cos, sin] = D.pos_embed(at::cat({tIds, iIds}, 0));
 
-  for (size_t i = 0; i < D.transformer_blocks.size(); ++i) {
+  // TaylorSeer (default mode) hooks every block's attention module.
+  const bool taylorAttn = sc && sc->taylorSeer() && !sc->lite();
+  flux::AttentionCacheSeam seam;
+  seam.cache = sc;
+  auto seamFor = [&](const char* kind, size_t i) -> const flux::AttentionCacheSeam* {
+    if (!taylorAttn) return nullptr;
+    seam.module = std::string(kind) + "." + std::to_string(i) + ".attn";
+    return &seam;
+  };
+  // First Block Cache: transformer_blocks.0 is the head block.
+  const bool fbc = sc && sc->firstBlock() && !D.transformer_blocks.empty();
+  bool skipRemaining = false;
+  at::Tensor headImage, headText;
+  for (size_t i = 0; i < D.transformer_blocks.size() && !skipRemaining; ++i) {
     if (D.hooks) D.hooks->beforeBlock("transformer_blocks", static_cast<int>(i), hs, enc);
-    std::tie(enc, hs) = D.transformer_blocks[i](hs, enc, silu_temb, cos, sin, attention);
+    const at::Tensor hsIn = hs;
+    std::tie(enc, hs) = D.transformer_blocks[i](hs, enc, silu_temb, cos, sin, attention,
+                                                seamFor("transformer_blocks", i));
     if (D.hooks) D.hooks->afterBlock("transformer_blocks", static_cast<int>(i), hs, enc);
+    if (fbc && i == 0) {
+      if (sc->shouldComputeRemaining(hs - hsIn)) {
+        headImage = hs;
+        headText = enc;
+      } else {
+        // Reuse the remaining blocks' residuals (the text stream's result is unused after).
+        hs = hs + sc->imageResidual();
+        enc = enc + sc->textResidual();
+        skipRemaining = true;
+      }
+    }
   }
-  at::Tensor x = at::cat({enc, hs}, 1);
-  for (size_t i = 0; i < D.single_transformer_blocks.size(); ++i) {
-    if (D.hooks) D.hooks->beforeBlock("single_transformer_blocks", static_cast<int>(i), x, {});
-    x = D.single_transformer_blocks[i](x, silu_temb, cos, sin, attention);
-    if (D.hooks) D.hooks->afterBlock("single_transformer_blocks", static_cast<int>(i), x, {});
+  if (!skipRemaining) {
+    at::Tensor x = at::cat({enc, hs}, 1);
+    for (size_t i = 0; i < D.single_transformer_blocks.size(); ++i) {
+      if (D.hooks) D.hooks->beforeBlock("single_transformer_blocks", static_cast<int>(i), x, {});
+      x = D.single_transformer_blocks[i](x, silu_temb, cos, sin, attention,
+                                         seamFor("single_transformer_blocks", i));
+      if (D.hooks) D.hooks->afterBlock("single_transformer_blocks", static_cast<int>(i), x, {});
+    }
+    hs = x.narrow(1, txtLocal, x.size(1) - txtLocal);
+    if (fbc) sc->storeTailResiduals(hs - headImage, x.narrow(1, 0, txtLocal) - headText);
   }
-  hs = x.narrow(1, txtLocal, x.size(1) - txtLocal);
-  return cp.gather(D.proj_out->forward(D.norm_out(hs, silu_temb)));
+  at::Tensor out = D.proj_out->forward(D.norm_out(hs, silu_temb));
+  if (sc && sc->lite()) sc->update("proj_out", {out});
+  return cp.gather(out);
 }
 
 double FluxTransformer2DModel::flops(const FluxTransformerConfig& c, int64_t img, int64_t txt) {

@@ -31,6 +31,7 @@
 namespace dit {
 
 class WeightSource;
+class StepCache;
 
 /// The groups FLUX runs under (the generic TransformerParallelism).
 using FluxParallelism = TransformerParallelism;
@@ -67,6 +68,14 @@ class FluxTransformer2DModel : public DiffusionTransformer {
 
   /// Installs the per-block seam (not owned; null = none). Must outlive forward() calls.
   void setHooks(TransformerHooks* hooks) override;
+  /// Installs step caching (models/cache/step_cache.h; not owned; null = none), driven at the
+  /// per-block seam: First Block Cache with transformer_blocks.0 as the head block and the last
+  /// single block as the tail (image and text residuals reused when the remaining blocks are
+  /// skipped; norm_out and proj_out always run); TaylorSeer on every "<block>.attn" (double
+  /// blocks: image and text attention outputs; single blocks: the attention output), or in lite
+  /// mode on proj_out with every block skipped on predicted steps. Each forward() is one step of
+  /// the cache's current context. Must outlive forward() calls.
+  void setStepCache(StepCache* cache);
 
   const FluxTransformerConfig& config() const;
   /// Every parameter as loaded on this rank: checkpoint name, global shape, stored dtype and its

@@ -4,18 +4,23 @@
 #include <ATen/core/grad_mode.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <sstream>
 
+#include "backend/io/image_io.h"
 #include "backend/io/weight_source.h"
 #include "backend/models/autoencoders/autoencoder_kl.h"
+#include "backend/models/cache/step_cache.h"
 #include "backend/models/text_encoders/modeling_clip.h"
 #include "backend/models/text_encoders/modeling_t5.h"
+#include "backend/pipelines/image_processor.h"
 #include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
 #include "backend/tokenizers/clip_tokenizer.h"
 #include "backend/tokenizers/t5_tokenizer.h"
+#include "parallel/context_parallel.h"
 #include "parallel/process_group.h"
 #include "parallel/strategy.h"
 
@@ -129,6 +134,20 @@ PipelineInputs FluxPipeline::resolve(PipelineInputs p) const {
     throw std::invalid_argument(
         "width, height, steps and max_sequence_length cannot be negative (0 = the model's "
         "default)");
+  if (!std::isfinite(p.strength) || p.strength <= 0 || p.strength > 1)
+    throw std::invalid_argument("strength must be in (0, 1], got " + std::to_string(p.strength));
+  if (!p.mask_image.empty() && p.init_image.empty())
+    throw std::invalid_argument("a mask needs an init image (inpainting repaints the init image)");
+  if (!p.init_image.empty() && (p.width <= 0 || p.height <= 0)) {
+    // The init image's size, rounded down to the packing multiple.
+    const auto [iw, ih] = imageSize(p.init_image);
+    if (iw < mult || ih < mult)
+      throw std::invalid_argument("init image " + p.init_image + " is " + std::to_string(iw) + "x" +
+                                  std::to_string(ih) + " pixels; it must be at least " +
+                                  std::to_string(mult) + "x" + std::to_string(mult));
+    if (p.width <= 0) p.width = iw / mult * mult;
+    if (p.height <= 0) p.height = ih / mult * mult;
+  }
   if (p.width <= 0) p.width = 128 * vsf;
   if (p.height <= 0) p.height = 128 * vsf;
   if (p.steps <= 0) p.steps = 28;
@@ -150,7 +169,21 @@ PipelineInputs FluxPipeline::resolve(PipelineInputs p) const {
   if (p.max_sequence_length > 512)
     throw std::invalid_argument("max_sequence_length cannot be greater than 512, got " +
                                 std::to_string(p.max_sequence_length));
+  if (!p.init_image.empty() && img2imgStart(p.steps, p.strength) >= p.steps)
+    throw std::invalid_argument("strength " + std::to_string(p.strength) + " with " +
+                                std::to_string(p.steps) +
+                                " steps runs no denoising step (steps * strength < 1); raise "
+                                "strength or steps");
   return p;
+}
+
+int img2imgStart(int steps, double strength) {
+  // FluxImg2ImgPipeline.get_timesteps: Python floats, int() truncates.
+  PipelineInputs p;
+  p.init_image = "-";
+  p.steps = steps;
+  p.strength = strength;
+  return p.firstStep();
 }
 
 PromptEmbeds FluxPipeline::encodePrompt(const std::string& prompt, int maxLen) {
@@ -278,25 +311,95 @@ GenerationResult FluxPipeline::generate(const PipelineInputs& params0,
 
   const int vsf = D.cfg.vae.vaeScaleFactor();
   const int h2 = p.height / (vsf * 2), w2 = p.width / (vsf * 2);
-  at::Tensor latents = initialLatents(p.seed, p.height, p.width);
-  res.initial_latents = latents.clone();
   at::Tensor imgIds = latentImageIds(h2, w2).to(D.device);
   const auto sched = fluxSchedule(D.cfg.scheduler, p.steps, h2 * w2);
   const auto dt = D.opts.dtype;
+  at::Tensor latents;
+  // Inpainting: the packed image latents, noise and mask for the per-step blend.
+  at::Tensor blendImage, blendNoise, maskLatents;
+  int tStart = 0;
+  if (p.init_image.empty()) {
+    latents = initialLatents(p.seed, p.height, p.width);
+  } else {
+    stage("encode_image");
+    auto tImg = Clock::now();
+    tStart = img2imgStart(p.steps, p.strength);
+    const bool inpaint = !p.mask_image.empty();
+    const Image8 init = readImage(p.init_image);
+    const Image8 mask = inpaint ? readImage(p.mask_image) : Image8{};
+    // One CPU generator for every draw, in diffusers' order: the init image's posterior sample,
+    // the noise, then (inpainting) the masked image's posterior sample.
+    auto gen = at::detail::createCPUGenerator(p.seed);
+    const double shift = D.cfg.vae.shift_factor, scale = D.cfg.vae.scaling_factor;
+    at::Tensor imageIn = preprocessImage(init, p.height, p.width);
+    at::Tensor eps;
+    at::Tensor imageLatents =
+        ((D.vae->encode(imageIn.to(D.device, dt)).sample(gen, &eps) - shift) * scale)
+            .to(at::kFloat)
+            .cpu();
+    const int64_t C = D.cfg.transformer.in_channels / 4;
+    at::Tensor noise =
+        at::randn({1, C, 2 * h2, 2 * w2}, gen, at::TensorOptions().dtype(at::kFloat));
+    res.tensors["image_in"] = imageIn;
+    res.tensors["vae_eps"] = eps;
+    res.tensors["noise"] = noise;
+    res.tensors["image_latents"] = imageLatents;
+    // scheduler.scale_noise at the first executed timestep.
+    const float s0 = sched.sigmas[tStart];
+    latents = packLatents(s0 * noise + (1.0 - s0) * imageLatents);
+    if (inpaint) {
+      at::Tensor maskIn = preprocessMask(mask, p.height, p.width);
+      at::Tensor maskedIn = imageIn * (maskIn < 0.5f);
+      at::Tensor eps3;
+      at::Tensor masked =
+          ((D.vae->encode(maskedIn.to(D.device, dt)).sample(gen, &eps3) - shift) * scale)
+              .to(at::kFloat)
+              .cpu();
+      const int64_t hw[2] = {2 * h2, 2 * w2};
+      at::Tensor maskHw =
+          at::upsample_nearest2d(maskIn, at::IntArrayRef(hw), c10::nullopt, c10::nullopt);
+      maskLatents = packLatents(maskHw.repeat({1, C, 1, 1}));
+      blendImage = packLatents(imageLatents);
+      blendNoise = packLatents(noise);
+      res.tensors["mask_in"] = maskIn;
+      res.tensors["masked_image_in"] = maskedIn;
+      res.tensors["masked_image_vae_eps"] = eps3;
+      res.tensors["masked_image_latents"] = packLatents(masked);
+      res.tensors["mask_latent_hw"] = maskHw;
+      res.tensors["mask_latents"] = maskLatents;
+    }
+    res.timings_ms["encode_image"] = msSince(tImg);
+  }
+  res.t_start = tStart;
+  res.initial_latents = latents.clone();
   latents = latents.to(D.device, dt);
+  // Step caching: fresh state for this call (diffusers resets it when the call ends).
+  std::unique_ptr<StepCache> cache;
+  if (p.cache.enabled()) {
+    cache = std::make_unique<StepCache>(
+        p.cache, D.opts.parallel.cp ? D.opts.parallel.cp->group() : nullptr, D.opts.parallel.tp);
+    D.transformer->setStepCache(cache.get());
+  }
+  struct Unset {
+    FluxTransformer2DModel* t;
+    ~Unset() { t->setStepCache(nullptr); }
+  } unset{D.transformer.get()};
   at::Tensor guidance;
   if (D.cfg.transformer.guidance_embeds)
     guidance = at::full({1}, p.guidance, at::TensorOptions().dtype(at::kFloat).device(D.device));
 
   stage("denoise");
   auto tDen = Clock::now();
-  for (int i = 0; i < p.steps; ++i) {
+  const int stepsRun = p.steps - tStart;
+  for (int k = tStart; k < p.steps; ++k) {
+    const int i = k - tStart;  // executed step, 0-based
     auto ts = Clock::now();
-    const float t = sched.timesteps[i];
+    const float t = sched.timesteps[k];
     // timestep.expand(B).to(latents.dtype) / 1000, as FluxPipeline passes it.
     at::Tensor tt =
         (at::full({1}, t, at::TensorOptions().dtype(at::kFloat).device(D.device)).to(dt) / 1000);
     auto run = [&](const PromptEmbeds& e) {
+      if (cache) cache->setContext(&e == &neg ? "uncond" : "cond");
       return D.transformer->forward(latents, e.prompt_embeds, e.pooled, tt, imgIds, e.text_ids,
                                     guidance);
     };
@@ -315,19 +418,33 @@ GenerationResult FluxPipeline::generate(const PipelineInputs& params0,
       v = vn + p.true_cfg_scale * (vp - vn);
     }
     // FlowMatchEulerDiscreteScheduler.step: in float32, x += (sigma_next - sigma) * v.
-    const float sigma = sched.sigmas[i], sigmaNext = sched.sigmas[i + 1];
+    const float sigma = sched.sigmas[k], sigmaNext = sched.sigmas[k + 1];
     // As diffusers: the product (sigma_next - sigma) * v is formed in the model's dtype, the sum
     // in float32, the result cast back (identical in float32; matches bf16/fp16 rounding).
     at::Tensor lf = latents.to(at::kFloat);
     at::Tensor next = lf + ((sigmaNext - sigma) * v).to(at::kFloat);
     latents = next.to(v.scalar_type());
+    if (maskLatents.defined()) {
+      // FluxInpaintPipeline: keep the (re-noised) original outside the mask; the last step
+      // blends with the clean image latents.
+      at::Tensor ref = blendImage;
+      if (k + 1 < p.steps) ref = sigmaNext * blendNoise + (1.0 - sigmaNext) * blendImage;
+      const at::Tensor m = maskLatents.to(latents.device(), latents.scalar_type());
+      latents = (1 - m) * ref.to(latents.device(), latents.scalar_type()) + m * latents;
+    }
+    if (cache) {
+      // Reported for the branch this rank denoises ("cond" unless it is CFG-parallel rank 1).
+      cache->setContext(cfgParallel && cfgRank == 1 ? "uncond" : "cond");
+      res.cache_computed.push_back(cache->lastComputed() ? 1 : 0);
+      res.cache_rel_l1.push_back(cache->lastRelL1());
+    }
     at::Tensor vf = v.to(at::kFloat);
     const double ms = msSince(ts);
     res.timings_ms["step." + std::to_string(i + 1)] = ms;
     res.steps_done = i + 1;
     if (cb.onStep) {
       at::Tensor x0 = lf - sigma * vf;
-      if (!cb.onStep(i + 1, p.steps, latents, x0, ms)) {
+      if (!cb.onStep(i + 1, stepsRun, latents, x0, ms)) {
         res.cancelled = true;
         break;
       }

@@ -41,7 +41,10 @@ class FluxPipeline : public DiffusionPipeline {
   /// 28 default steps, guidance_embeds, min(512, tokenizer_2 model_max_length) text tokens.
   PipelineModelInfo info() const override;
   /// Fills defaults and validates sizes: width/height multiples of 2*vae_scale_factor, steps >=
-  /// 1, max_sequence_length in [1, 512]. Throws std::invalid_argument with the fix to apply.
+  /// 1, max_sequence_length in [1, 512]; with an init image, width/height default to its size
+  /// (rounded down), strength must be in (0, 1] and run at least one step, a mask needs an init
+  /// image. Throws std::invalid_argument with the fix to apply; std::runtime_error naming an
+  /// unreadable init image.
   PipelineInputs resolve(PipelineInputs p) const override;
 
   /// CLIP pooled + T5 sequence for one prompt (FluxPipeline.encode_prompt).
@@ -62,7 +65,10 @@ class FluxPipeline : public DiffusionPipeline {
   /// "classifier-free guidance is not enabled" warnings); a non-default guidance on a model
   /// without guidance embeds (no effect). `p` is resolved first (throws as resolve does).
   std::vector<std::string> requestWarnings(const PipelineInputs& p) const override;
-  /// The whole pipeline for one image.
+  /// The whole pipeline for one image: text-to-image (FluxPipeline), image-to-image
+  /// (FluxImg2ImgPipeline, with init_image) or inpainting (FluxInpaintPipeline, with
+  /// init_image and mask_image), optionally with step caching (PipelineInputs::cache).
+  /// Throws std::runtime_error naming an unreadable init image or mask.
   GenerationResult generate(const PipelineInputs& params,
                             const PipelineCallbacks& cb = {}) override;
 
@@ -74,6 +80,10 @@ class FluxPipeline : public DiffusionPipeline {
   struct Impl;
   std::unique_ptr<Impl> d_;
 };
+
+/// FluxImg2ImgPipeline.get_timesteps: the first schedule index run for `steps` and `strength`,
+/// int(max(steps - min(steps * strength, steps), 0)) in Python float arithmetic.
+int img2imgStart(int steps, double strength);
 
 /// The "FluxPipeline" Torch registration (pipelines/torch_registry.cpp).
 PipelineLoader fluxPipelineLoader();

@@ -1,0 +1,130 @@
+// Image-to-image, inpainting and step caching controls (issue 14): open (or drop) an init image,
+// paint a mask over it (paint, erase, clear, invert; white = repaint), a strength slider, the
+// step-cache mode, and the measured speed-up of the last cached image. The mask is saved as an
+// 8-bit grayscale PNG the size of the init image (content-named, so a recalled request finds
+// it); the worker resizes it like diffusers' mask_processor. No Torch.
+#pragma once
+
+#include <QGroupBox>
+#include <QImage>
+#include <QJsonObject>
+#include <QString>
+
+#include "ui/generation_params.h"
+
+class QComboBox;
+class QLabel;
+class QLineEdit;
+class QPushButton;
+class QSlider;
+class QSpinBox;
+class QToolButton;
+
+namespace dit::ui {
+
+/// The init image with the mask drawn over it (repaint area tinted red); the left mouse button
+/// paints (or erases) a disk of brushRadius() image pixels.
+class MaskCanvas : public QWidget {
+  Q_OBJECT
+ public:
+  explicit MaskCanvas(QWidget* parent = nullptr);
+  /// Shows `image` and resets the mask to its size (all keep).
+  void setImage(const QImage& image);
+  const QImage& image() const { return image_; }
+  /// Grayscale8, the image's size: 255 = repaint, 0 = keep.
+  const QImage& mask() const { return mask_; }
+  /// Replaces the mask (scaled to the image's size when it differs).
+  void setMask(const QImage& mask);
+  void clearMask();
+  void invertMask();
+  /// Pixels marked for repainting.
+  qint64 maskedPixels() const;
+  void setErasing(bool erase) { erasing_ = erase; }
+  bool erasing() const { return erasing_; }
+  void setBrushRadius(int r) { radius_ = r; }
+  int brushRadius() const { return radius_; }
+  /// Where image pixel (x, y) is drawn in widget coordinates (for tests and the brush).
+  QPointF toWidget(QPointF imagePoint) const;
+
+ Q_SIGNALS:
+  void maskEdited();
+
+ protected:
+  void paintEvent(QPaintEvent*) override;
+  void mousePressEvent(QMouseEvent* e) override;
+  void mouseMoveEvent(QMouseEvent* e) override;
+  void mouseReleaseEvent(QMouseEvent* e) override;
+  QSize sizeHint() const override { return {256, 256}; }
+
+ private:
+  QRectF target() const;
+  void dab(QPointF widgetPoint);
+  QImage image_, mask_;
+  bool erasing_ = false, drawing_ = false;
+  int radius_ = 4;
+};
+
+class ImageInputPanel : public QGroupBox {
+  Q_OBJECT
+ public:
+  explicit ImageInputPanel(QWidget* parent = nullptr);
+
+  /// Loads the init image (empty path: text-to-image). Returns false and sets `error` naming the
+  /// file when it is not a readable image. The mask is cleared.
+  bool loadInitImage(const QString& path, QString* error = nullptr);
+  QString initImagePath() const { return path_; }
+  /// Folder where painted masks are saved (created on demand).
+  void setMaskDir(const QString& dir) { maskDir_ = dir; }
+  /// Writes init_image, init_image_sha256, mask_image (the painted mask saved as a PNG; none
+  /// when nothing is painted), strength and cache into `p`.
+  void apply(GenerationParams& p) const;
+  /// Restores the controls from recalled parameters: loads the init image and the mask by path
+  /// (a changed init image, by SHA-256, is reported in the status line), strength and cache.
+  void restore(const GenerationParams& p);
+  /// Shows the measured effect of caching from an image's "cache_report" (PNG metadata); an
+  /// empty object clears it.
+  void showCacheReport(const QJsonObject& report);
+
+  // Widgets exposed for tests.
+  MaskCanvas* canvas() const { return canvas_; }
+  QSlider* strengthSlider() const { return strength_; }
+  QComboBox* cacheCombo() const { return cacheMode_; }
+  QLineEdit* cacheArgs() const { return cacheArgs_; }
+  QLabel* speedupLabel() const { return speedup_; }
+  QLabel* statusLabel() const { return status_; }
+  QToolButton* eraseButton() const { return erase_; }
+  QPushButton* clearMaskButton() const { return clearMask_; }
+  QPushButton* invertMaskButton() const { return invertMask_; }
+
+ Q_SIGNALS:
+  void changed();
+
+ protected:
+  void dragEnterEvent(QDragEnterEvent* e) override;
+  void dropEvent(QDropEvent* e) override;
+
+ private:
+  QString saveMask() const;
+  void updateState();
+
+  QString path_, sha256_, maskDir_;
+  MaskCanvas* canvas_;
+  QLabel* pathLabel_;
+  QLabel* status_;
+  QPushButton* open_;
+  QPushButton* remove_;
+  QToolButton* erase_;
+  QSpinBox* brush_;
+  QPushButton* clearMask_;
+  QPushButton* invertMask_;
+  QSlider* strength_;
+  QLabel* strengthValue_;
+  QComboBox* cacheMode_;
+  QLineEdit* cacheArgs_;
+  QLabel* speedup_;
+};
+
+/// SHA-256 of a file as 64 lowercase hex digits ("" when unreadable).
+QString fileSha256(const QString& path);
+
+}  // namespace dit::ui
