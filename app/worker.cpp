@@ -65,7 +65,18 @@ class RequestReader {
  private:
   void readLoop() {
     std::string line;
-    while (std::getline(std::cin, line)) {
+    for (;;) {
+      // At most kMaxRequestLineBytes are held: a longer line is read to its end and refused.
+      const protocol::LineRead got = protocol::readRequestLine(std::cin, line);
+      if (got == protocol::LineRead::End) break;
+      if (got == protocol::LineRead::TooLong) {
+        emitEvent(protocol::errorEvent(std::nullopt, 0,
+                                       "request line longer than " +
+                                           std::to_string(protocol::kMaxRequestLineBytes) +
+                                           " bytes refused unread",
+                                       false));
+        continue;
+      }
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
       // A bad line gets an error event naming the field; the worker keeps serving (nothing here
       // may throw).
@@ -79,6 +90,16 @@ class RequestReader {
       std::lock_guard<std::mutex> lk(m_);
       if (const auto* c = std::get_if<protocol::CancelRequest>(&req)) {
         cancel(c->id);
+        continue;
+      }
+      // Live ids are unique: a generate whose id is queued or running is refused (cancel and
+      // the events name one request).
+      if (const auto* g = std::get_if<protocol::GenerateRequest>(&req); g && isLive(g->id)) {
+        emitEvent(protocol::errorEvent(std::nullopt, 0,
+                                       "request id '" + g->id + "' is already " +
+                                           (g->id == running_ ? "running" : "queued") +
+                                           "; ids of queued and running requests must be unique",
+                                       false));
         continue;
       }
       q_.push_back(req);
@@ -111,6 +132,13 @@ class RequestReader {
   }
 
  private:
+  // With m_ held.
+  bool isLive(const std::string& id) const {
+    if (id == running_) return true;
+    for (const auto& r : q_)
+      if (const auto* g = std::get_if<protocol::GenerateRequest>(&r); g && g->id == id) return true;
+    return false;
+  }
   void cancel(const std::string& id) {
     for (auto it = q_.begin(); it != q_.end(); ++it)
       if (const auto* g = std::get_if<protocol::GenerateRequest>(&*it); g && g->id == id) {
