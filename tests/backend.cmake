@@ -32,3 +32,12 @@ target_precompile_headers(test_flux_plan REUSE_FROM dit_backend)
 add_test(NAME flux_plan_np2 COMMAND ${DITSTUDIO_MPIRUN} -np 2 $<TARGET_FILE:test_flux_plan>)
 set_tests_properties(flux_plan_np2 PROPERTIES LABELS "backend;parallel;mpi;strategy" PROCESSORS 2 TIMEOUT 300
   ENVIRONMENT "OMP_NUM_THREADS=1;DITSTUDIO_COLLECTIVE_TIMEOUT_S=120")
+
+# Issue 16: untrusted model files and outputs (regular files only, index shards inside the
+# folder, header limits, non-finite weights, config schema and tensors, safe output writes).
+add_executable(test_security test_security.cpp)
+target_link_libraries(test_security PRIVATE dit_backend GTest::gtest GTest::gtest_main)
+target_compile_definitions(test_security PRIVATE DITSTUDIO_FIXTURE="${DITSTUDIO_FIXTURE}")
+target_precompile_headers(test_security REUSE_FROM dit_backend)
+gtest_add_tests(TARGET test_security TEST_LIST _security_tests)
+set_tests_properties(${_security_tests} PROPERTIES LABELS "backend;errors;security;unit" TIMEOUT 120)

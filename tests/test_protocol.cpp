@@ -423,6 +423,15 @@ TEST(Protocol, MpirunCommandLine) {
                                        "--oversubscribe",
                                        "-np",
                                        "2",
+                                       "--mca",
+                                       "pml",
+                                       "ob1",
+                                       "--mca",
+                                       "btl",
+                                       "^tcp,ofi,openib,usnic,uct",
+                                       "--mca",
+                                       "oob_tcp_if_include",
+                                       "lo",
                                        "-x",
                                        "OMP_NUM_THREADS=1",
                                        "/opt/ditstudio/bin/ditstudio-worker",
@@ -471,6 +480,14 @@ TEST(Protocol, MpirunCommandLine) {
               "cpu",
               "--dtype",
               "bfloat16"};
+  EXPECT_EQ(mpirunArgv(l), expected);
+  // Hostfile groups use the interfaces the user names (issue 16).
+  l.network_interface = "eth1";
+  auto withIface = mpirunArgv(l);
+  std::vector<std::string> mca(withIface.begin() + 7, withIface.begin() + 13);
+  EXPECT_EQ(mca, (std::vector<std::string>{"--mca", "btl_tcp_if_include", "eth1", "--mca",
+                                           "oob_tcp_if_include", "eth1"}));
+  l.network_interface.clear();
   EXPECT_EQ(mpirunArgv(l), expected);
   EXPECT_EQ(shellQuoted({"mpirun", "-np", "2", "/m/FLUX.1 dev", "it's", ""}),
             "mpirun -np 2 '/m/FLUX.1 dev' 'it'\\''s' ''");

@@ -2,6 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
 #include <functional>
 
 #include "backend/io/safetensors.h"
@@ -47,6 +50,44 @@ void WeightSource::checkShape(const std::string& name, const std::vector<int64_t
                              " but the config implies " + shapeStr(shape));
 }
 
+namespace {
+std::atomic<int> g_allowNonFinite{-1};  // -1: not set, read DITSTUDIO_ALLOW_NONFINITE_WEIGHTS
+}  // namespace
+
+void setAllowNonFiniteWeights(bool allow) { g_allowNonFinite = allow ? 1 : 0; }
+
+bool allowNonFiniteWeights() {
+  const int v = g_allowNonFinite.load();
+  if (v >= 0) return v != 0;
+  const char* e = std::getenv("DITSTUDIO_ALLOW_NONFINITE_WEIGHTS");
+  return e && *e && std::string(e) != "0";
+}
+
+void WeightSource::checkFinite(const std::string& name, const at::Tensor& t) const {
+  if (!st_ || !t.is_floating_point() || allowNonFiniteWeights()) return;
+  // Once over the copy just made (in the compute dtype: a float32 value that overflows float16
+  // or bfloat16 on conversion is caught too).
+  const at::Tensor bad = at::logical_not(at::isfinite(t));
+  const int64_t n = bad.sum().item<int64_t>();
+  if (n == 0) return;
+  const int64_t first = bad.reshape({-1}).nonzero()[0][0].item<int64_t>();
+  const double v = t.reshape({-1})[first].item<double>();
+  throw ModelFileError(
+      st_->reader(name).path(),
+      "tensor '" + name + "' holds " + std::to_string(n) + " non-finite value" +
+          (n == 1 ? "" : "s") + " (first: " +
+          (std::isnan(v) ? std::string("nan")
+           : v > 0       ? "inf"
+                         : "-inf") +
+          " at flat index " + std::to_string(first) + " of this rank's part" +
+          (t.scalar_type() == at::kFloat
+               ? ""
+               : ", after conversion to " + std::string(c10::toString(t.scalar_type()))) +
+          "); refusing weights that would make NaN images. Pass "
+          "--allow-nonfinite-weights (or set DITSTUDIO_ALLOW_NONFINITE_WEIGHTS=1) "
+          "to load them anyway");
+}
+
 at::Tensor WeightSource::finish(at::Tensor t) {
   if (!device_.is_cpu()) t = t.to(device_, /*non_blocking=*/false);
   bytes_ += static_cast<uint64_t>(t.numel()) * t.element_size();
@@ -71,7 +112,9 @@ at::Tensor WeightSource::get(const std::string& name, const std::vector<int64_t>
     return finish(t);
   }
   checkShape(name, shape);
-  return finish(loadTensor(*st_, name, dtype_));
+  at::Tensor t = loadTensor(*st_, name, dtype_);
+  checkFinite(name, t);
+  return finish(t);
 }
 
 at::Tensor WeightSource::getOptional(const std::string& name, const std::vector<int64_t>& shape) {
@@ -93,7 +136,9 @@ at::Tensor WeightSource::shard(const std::string& name, const std::vector<int64_
     return finish(randomTensor(name + "#" + std::to_string(part), s));
   }
   checkShape(name, shape);
-  return finish(loadSlice(*st_, name, dim, part * len, len, dtype_));
+  at::Tensor t = loadSlice(*st_, name, dim, part * len, len, dtype_);
+  checkFinite(name, t);
+  return finish(t);
 }
 
 at::Tensor WeightSource::packedShard(const std::string& name, const std::vector<int64_t>& shape,
@@ -105,7 +150,9 @@ at::Tensor WeightSource::packedShard(const std::string& name, const std::vector<
     return finish(randomTensor(name + "#" + std::to_string(part), s));
   }
   checkShape(name, shape);
-  return finish(loadPackedSlice(*st_, name, dim, blocks, part, parts, dtype_));
+  at::Tensor t = loadPackedSlice(*st_, name, dim, blocks, part, parts, dtype_);
+  checkFinite(name, t);
+  return finish(t);
 }
 
 std::pair<std::string, int64_t> WeightSource::storage(const std::string& name) const {
