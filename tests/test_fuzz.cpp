@@ -64,7 +64,8 @@ bool processAlive(int pid, double graceSeconds = 5) {
     std::string stat;
     if (!in || !std::getline(in, stat)) return false;
     const auto close = stat.rfind(')');
-    const char state = close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
+    const char state =
+        close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
     if (state == 'Z' || state == 'X') return false;
     if (Clock::now() >= deadline) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
