@@ -31,6 +31,7 @@
 #include "backend/io/image_io.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/tensor_io.h"
+#include "backend/io/weight_source.h"
 #include "backend/pipelines/torch_registry.h"
 #include "parallel/runtime.h"
 #include "parallel/strategy.h"
@@ -48,7 +49,9 @@ struct CliOptions {
   int np = 0, ompThreads = 0;
   Strategy strategy;
   bool jsonEvents = false;
-  bool overwrite = false;  ///< replace an existing --output / --output-tensors
+  bool overwrite = false;        ///< replace an existing --output / --output-tensors
+  bool allowNonFinite = false;   ///< load checkpoints holding NaN/Inf (refused by default)
+  std::string networkInterface;  ///< MPI interfaces for hostfile groups
   std::vector<std::string> prompts;
   ModelSources src;  ///< --config, --vae, --text-encoder(-2), --tokenizer(-2); model = --model
   ModelSources sources() const {
@@ -222,6 +225,8 @@ int runMpi(const CliOptions& o) {
   launch.model = o.model;
   launch.extra_worker_args = {"--dtype", o.dtype};
   for (const auto& a : modelSourceArgs(o.src)) launch.extra_worker_args.push_back(a);
+  if (o.allowNonFinite) launch.extra_worker_args.push_back("--allow-nonfinite-weights");
+  launch.network_interface = o.networkInterface;
   const std::vector<std::string> args = protocol::mpirunArgv(launch);
 
   int toChild[2], fromChild[2];
@@ -460,11 +465,18 @@ int main(int argc, char** argv) {
     a->add_option("--cache", o.gen.cache,
                   "step caching: none | first-block:THRESHOLD | "
                   "taylorseer:ORDER[,INTERVAL,WARMUP][,lite]");
+    a->add_flag("--allow-nonfinite-weights", o.allowNonFinite,
+                "load checkpoints that hold NaN or Inf (refused by default, naming the tensor; "
+                "also DITSTUDIO_ALLOW_NONFINITE_WEIGHTS=1)");
   };
   addGen(&app);
   app.add_option("--np", o.np, "number of ranks (mpirun -np); default: product of the degrees");
   protocol::addStrategyOptions(app, o.strategy);
   app.add_option("--hostfile", o.hostfile, "mpirun hostfile for several machines");
+  app.add_option("--network-interface", o.networkInterface,
+                 "with --hostfile: the network interfaces (or CIDR subnets, comma-separated) the "
+                 "group's MPI traffic may use, e.g. eth1 or 10.0.0.0/24; without --hostfile every "
+                 "channel is bound to loopback");
   app.add_flag("--json", o.jsonEvents, "print the worker's events as JSON lines");
   auto* bench = app.add_subcommand(
       "bench",
@@ -474,6 +486,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (o.model.empty()) o.model = defaultModelDir();
+    if (o.allowNonFinite) setAllowNonFiniteWeights(true);
     applySeed(o);
     // `--negative-prompt ""` is a given (empty) negative prompt, as diffusers' negative_prompt="".
     o.gen.negative_prompt_given =

@@ -12,9 +12,12 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -34,9 +37,12 @@
 #include "backend/io/png_io.h"
 #include "backend/io/tensor_io.h"
 #include "backend/io/weight_loader.h"
+#include "backend/io/weight_source.h"
 #include "backend/pipelines/torch_registry.h"
+#include "parallel/collective_call.h"
 #include "parallel/context_parallel.h"
 #include "parallel/device_mesh.h"
+#include "parallel/process_group.h"
 #include "parallel/runtime.h"
 #include "parallel/strategy.h"
 
@@ -68,7 +74,18 @@ class RequestReader {
  private:
   void readLoop() {
     std::string line;
-    while (std::getline(std::cin, line)) {
+    for (;;) {
+      // At most kMaxRequestLineBytes are held: a longer line is read to its end and refused.
+      const protocol::LineRead got = protocol::readRequestLine(std::cin, line);
+      if (got == protocol::LineRead::End) break;
+      if (got == protocol::LineRead::TooLong) {
+        emitEvent(protocol::errorEvent(std::nullopt, 0,
+                                       "request line longer than " +
+                                           std::to_string(protocol::kMaxRequestLineBytes) +
+                                           " bytes refused unread",
+                                       false));
+        continue;
+      }
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
       // A bad line gets an error event naming the field; the worker keeps serving (nothing here
       // may throw).
@@ -82,6 +99,16 @@ class RequestReader {
       std::lock_guard<std::mutex> lk(m_);
       if (const auto* c = std::get_if<protocol::CancelRequest>(&req)) {
         cancel(c->id);
+        continue;
+      }
+      // Live ids are unique: a generate whose id is queued or running is refused (cancel and
+      // the events name one request).
+      if (const auto* g = std::get_if<protocol::GenerateRequest>(&req); g && isLive(g->id)) {
+        emitEvent(protocol::errorEvent(std::nullopt, 0,
+                                       "request id '" + g->id + "' is already " +
+                                           (g->id == running_ ? "running" : "queued") +
+                                           "; ids of queued and running requests must be unique",
+                                       false));
         continue;
       }
       q_.push_back(req);
@@ -114,6 +141,13 @@ class RequestReader {
   }
 
  private:
+  // With m_ held.
+  bool isLive(const std::string& id) const {
+    if (id == running_) return true;
+    for (const auto& r : q_)
+      if (const auto* g = std::get_if<protocol::GenerateRequest>(&r); g && g->id == id) return true;
+    return false;
+  }
   void cancel(const std::string& id) {
     for (auto it = q_.begin(); it != q_.end(); ++it)
       if (const auto* g = std::get_if<protocol::GenerateRequest>(&*it); g && g->id == id) {
@@ -172,6 +206,61 @@ int stageIndex(const std::string& s) {
   return 0;
 }
 
+// ------------------------------------------------------------------ liveness
+// Every rank's pid and host, known to every rank, so the message that ends the group names the
+// rank that stopped responding (issue 16).
+struct Peer {
+  int pid = -1;
+  std::string host;
+};
+
+// Seconds a rank waits for the other side of an idle-loop heartbeat:
+// DITSTUDIO_HEARTBEAT_TIMEOUT_S, default 10, never above the collective timeout.
+double heartbeatTimeoutSeconds() {
+  double t = 10.0;
+  if (const char* v = std::getenv("DITSTUDIO_HEARTBEAT_TIMEOUT_S"); v && *v) {
+    char* end = nullptr;
+    const double d = std::strtod(v, &end);
+    if (end != v && std::isfinite(d) && d > 0) t = d;
+  }
+  if (const char* v = std::getenv("DITSTUDIO_COLLECTIVE_TIMEOUT_S"); v && *v) {
+    const double c = std::strtod(v, nullptr);
+    if (std::isfinite(c) && c > 0) t = std::min(t, c);
+  }
+  return t;
+}
+
+// What this host can tell about a peer's process: stopped (SIGSTOP, a debugger), exited, or
+// running. "" for a peer on another host (only its silence is known there).
+std::string processState(const Peer& p, const std::string& myHost) {
+  if (p.pid <= 0 || p.host != myHost) return {};
+  std::ifstream in("/proc/" + std::to_string(p.pid) + "/stat");
+  std::string stat;
+  if (!in || !std::getline(in, stat)) return "its process has exited";
+  const auto close = stat.rfind(')');
+  const char state = close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
+  if (state == 'T' || state == 't')
+    return "its process is stopped (state " + std::string(1, state) + ": SIGSTOP or a debugger)";
+  if (state == 'Z' || state == 'X') return "its process has exited";
+  return "its process is running (state " + std::string(1, state) + ") but does not answer";
+}
+
+std::string describePeer(int rank, const Peer& p) {
+  return "rank " + std::to_string(rank) + " (pid " + std::to_string(p.pid) + " on " + p.host + ")";
+}
+
+// Polls `reqs` until all complete or `seconds` pass; true when all completed.
+bool waitAll(std::vector<MPI_Request>& reqs, double seconds) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    int done = 0;
+    MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE);
+    if (done) return true;
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
 // ------------------------------------------------------------------ worker
 // What ensureBlasKernel() found and chose (reported in the hello event).
 BlasInfo g_blas;
@@ -222,6 +311,21 @@ class Worker {
     }
     if (s_.cfg_degree == 2) po.cfg = mesh_->group("cfg");
     world_ = mesh_->world();
+    {  // every rank's pid and host (named when one stops responding); the heartbeat channel
+      const int n = worldSize();
+      std::vector<int> pids(static_cast<size_t>(n));
+      int mine = static_cast<int>(::getpid());
+      MPI_Allgather(&mine, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
+      char host[64] = {0};
+      std::snprintf(host, sizeof host, "%s", hostname().c_str());
+      std::vector<char> hosts(static_cast<size_t>(n) * 64);
+      MPI_Allgather(host, 64, MPI_CHAR, hosts.data(), 64, MPI_CHAR, MPI_COMM_WORLD);
+      for (int r = 0; r < n; ++r)
+        peers_.push_back(
+            Peer{pids[static_cast<size_t>(r)],
+                 std::string(hosts.data() + 64 * r, strnlen(hosts.data() + 64 * r, 63))});
+      MPI_Comm_dup(MPI_COMM_WORLD, &hb_);
+    }
     {  // ranks sharing this host's memory (for the per-request memory estimate)
       MPI_Comm local;
       MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local);
@@ -271,15 +375,23 @@ class Worker {
                        {"max_sequence_length", mi.max_sequence_length}}}});
       reader_.start();
     }
-    // 3. Serve.
-    for (;;) {
-      json req = rank_ == 0 ? reader_.next(std::chrono::seconds(5)) : json{};
-      req = broadcastJson(req);
-      if (req.value("type", "") == "noop") continue;
-      // Checked by rank 0's reader; every rank reads the same bytes the same way.
-      const protocol::Request r = protocol::parseRequest(req);
-      if (std::holds_alternative<protocol::ShutdownRequest>(r)) break;
-      if (const auto* g = std::get_if<protocol::GenerateRequest>(&r)) handleGenerate(*g);
+    // 3. Serve. Each turn starts with a heartbeat (rank 0 -> every rank -> rank 0, point to
+    //    point with a deadline), so a rank that stops responding while the group is idle is
+    //    named in the message that ends the group; a busy group's collectives time out
+    //    (DITSTUDIO_COLLECTIVE_TIMEOUT_S) and the message names the stopped ranks on this host.
+    try {
+      for (;;) {
+        json req = rank_ == 0 ? reader_.next(std::chrono::seconds(kIdleTickSeconds)) : json{};
+        const bool noop = !heartbeat(rank_ == 0 && req.value("type", "") != "noop");
+        if (noop) continue;
+        req = broadcastJson(req);
+        // Checked by rank 0's reader; every rank reads the same bytes the same way.
+        const protocol::Request r = protocol::parseRequest(req);
+        if (std::holds_alternative<protocol::ShutdownRequest>(r)) break;
+        if (const auto* g = std::get_if<protocol::GenerateRequest>(&r)) handleGenerate(*g);
+      }
+    } catch (const CollectiveTimeoutError& e) {
+      throw std::runtime_error(std::string(e.what()) + livenessReport());
     }
     world_->barrier()->wait();
     if (rank_ == 0) emitEvent(json{{"event", "bye"}});
@@ -325,6 +437,77 @@ class Worker {
     if (rank_ == 0) std::memcpy(buf.data_ptr(), s.data(), s.size());
     world_->broadcast(buf, 0)->wait();
     return json::parse(std::string(static_cast<const char*>(buf.data_ptr()), buf.numel()));
+  }
+
+  static constexpr int kIdleTickSeconds = 5;
+  static constexpr int kHeartbeatTag = 7001;
+
+  // One idle-loop heartbeat. Rank 0 tells every rank whether a request follows (`work`) and
+  // waits for each rank's answer; a rank that does not answer within heartbeatTimeoutSeconds()
+  // is named ("rank 1 (pid 4242 on h) stopped responding ..."). The other ranks wait for rank 0
+  // (its idle tick plus the timeout) and name it likewise. Returns whether a request follows.
+  bool heartbeat(bool work) {
+    const int n = worldSize();
+    if (n == 1) return work;
+    const double timeout = heartbeatTimeoutSeconds();
+    if (rank_ == 0) {
+      std::vector<int> out(static_cast<size_t>(n), work ? 1 : 0), in(static_cast<size_t>(n), 0);
+      std::vector<MPI_Request> reqs;
+      for (int r = 1; r < n; ++r) {
+        reqs.emplace_back();
+        MPI_Isend(&out[static_cast<size_t>(r)], 1, MPI_INT, r, kHeartbeatTag, hb_, &reqs.back());
+        reqs.emplace_back();
+        MPI_Irecv(&in[static_cast<size_t>(r)], 1, MPI_INT, r, kHeartbeatTag, hb_, &reqs.back());
+      }
+      if (!waitAll(reqs, timeout)) {
+        std::string silent;
+        for (int r = 1; r < n; ++r) {
+          int flag = 0;
+          MPI_Request& rq = reqs[static_cast<size_t>(2 * (r - 1) + 1)];
+          if (rq != MPI_REQUEST_NULL) MPI_Test(&rq, &flag, MPI_STATUS_IGNORE);
+          if (rq == MPI_REQUEST_NULL || flag) continue;
+          const std::string state = processState(peers_[static_cast<size_t>(r)], hostname());
+          silent += (silent.empty() ? "" : "; ") + describePeer(r, peers_[static_cast<size_t>(r)]) +
+                    " stopped responding: no heartbeat answer within " + secondsStr(timeout) +
+                    " s while the group was " + (work ? "starting a request" : "idle") +
+                    (state.empty() ? "" : " (" + state + ")");
+        }
+        throw std::runtime_error(silent.empty() ? "heartbeat timed out" : silent);
+      }
+      return work;
+    }
+    int in = 0, ack = 1;
+    MPI_Request rq;
+    MPI_Irecv(&in, 1, MPI_INT, 0, kHeartbeatTag, hb_, &rq);
+    std::vector<MPI_Request> one{rq};
+    if (!waitAll(one, kIdleTickSeconds + timeout)) {
+      const std::string state = processState(peers_[0], hostname());
+      throw std::runtime_error(
+          describePeer(0, peers_[0]) + " stopped responding: no heartbeat within " +
+          secondsStr(kIdleTickSeconds + timeout) + " s while the group was idle" +
+          (state.empty() ? "" : " (" + state + ")"));
+    }
+    MPI_Request sq;
+    MPI_Isend(&ack, 1, MPI_INT, 0, kHeartbeatTag, hb_, &sq);
+    std::vector<MPI_Request> send{sq};
+    if (!waitAll(send, timeout))
+      throw std::runtime_error(describePeer(0, peers_[0]) +
+                               " stopped responding: the heartbeat answer was not taken within " +
+                               secondsStr(timeout) + " s");
+    return in != 0;
+  }
+
+  // After a collective timeout: what this host knows about every other rank's process.
+  std::string livenessReport() const {
+    std::string out;
+    for (int r = 0; r < static_cast<int>(peers_.size()); ++r) {
+      if (r == rank_) continue;
+      const std::string state = processState(peers_[static_cast<size_t>(r)], hostname());
+      if (state.empty() || state.rfind("its process is running", 0) == 0) continue;
+      out +=
+          "; " + describePeer(r, peers_[static_cast<size_t>(r)]) + " stopped responding: " + state;
+    }
+    return out;
   }
 
   uint64_t bytesSent() const { return mesh_->bytesSent(); }
@@ -515,6 +698,11 @@ class Worker {
           if (!outputTensors.empty())
             writeResultTensors(indexedPath(outputTensors, index, numImages), res, made);
         } catch (const std::exception& e) {
+          // No partial output: the empty file uniqueImagePath reserved goes too.
+          std::error_code ec;
+          if (output.empty() && !path.empty() && fs::is_regular_file(path, ec) &&
+              fs::file_size(path, ec) == 0)
+            fs::remove(path, ec);
           emitEvent(protocol::errorEvent(
               id, rank_, "cannot write image " + std::to_string(index) + ": " + e.what(), false));
           continue;
@@ -609,6 +797,8 @@ class Worker {
   }
 
   Strategy s_;
+  std::vector<Peer> peers_;
+  MPI_Comm hb_ = MPI_COMM_NULL;
   int ranksOnHost_ = 1;
   ModelSources src_;
   std::string modelDir_, dtype_, device_ = "cpu", stage_ = "idle";
@@ -644,6 +834,9 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype, "float32 | bfloat16 | float16");
   app.add_option("--device", s.device, "cpu | cuda");
   protocol::addStrategyOptions(app, s);
+  bool allowNonFinite = false;
+  app.add_flag("--allow-nonfinite-weights", allowNonFinite,
+               "load checkpoints that hold NaN or Inf (refused by default)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -654,6 +847,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (model.empty()) model = defaultModelDir();
+  if (allowNonFinite) setAllowNonFiniteWeights(true);
   s.world = worldSize();
   src.model = model;
   int rc = runOrAbort([&] { return Worker(s, src, dtype).run(); });

@@ -41,3 +41,12 @@ target_precompile_headers(test_pipelines REUSE_FROM dit_backend)
 gtest_add_tests(TARGET test_pipelines TEST_LIST _pipeline_tests)
 set_tests_properties(${_pipeline_tests} PROPERTIES LABELS "backend;golden;pipelines"
                      ENVIRONMENT "OMP_NUM_THREADS=2")
+
+# Issue 16: untrusted model files and outputs (regular files only, index shards inside the
+# folder, header limits, non-finite weights, config schema and tensors, safe output writes).
+add_executable(test_security test_security.cpp)
+target_link_libraries(test_security PRIVATE dit_backend GTest::gtest GTest::gtest_main)
+target_compile_definitions(test_security PRIVATE DITSTUDIO_FIXTURE="${DITSTUDIO_FIXTURE}")
+target_precompile_headers(test_security REUSE_FROM dit_backend)
+gtest_add_tests(TARGET test_security TEST_LIST _security_tests)
+set_tests_properties(${_security_tests} PROPERTIES LABELS "backend;errors;security;unit" TIMEOUT 120)

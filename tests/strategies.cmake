@@ -69,3 +69,19 @@ endforeach()
 add_test(NAME worker_i2i_bad_inputs COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/worker_i2i_check.sh
          ${MPIEXEC_PROGRAM} $<TARGET_FILE:ditstudio-worker> ${DITSTUDIO_FIXTURE})
 set_tests_properties(worker_i2i_bad_inputs PROPERTIES LABELS "parallel;mpi;errors;pipelines" TIMEOUT 200)
+
+# Issue 16: the fuzz suite (seeded: request lines, safetensors headers, configs, output-path
+# faults, bad lines to live 1- and 2-rank groups) and the group's exposure and liveness checks.
+add_executable(test_fuzz test_fuzz.cpp)
+target_link_libraries(test_fuzz PRIVATE dit_backend dit_protocol GTest::gtest GTest::gtest_main)
+target_compile_definitions(test_fuzz PRIVATE DITSTUDIO_FIXTURE="${DITSTUDIO_FIXTURE}"
+  DITSTUDIO_WORKER="$<TARGET_FILE:ditstudio-worker>" DITSTUDIO_MPIRUN="${MPIEXEC_PROGRAM}")
+target_precompile_headers(test_fuzz REUSE_FROM dit_backend)
+add_dependencies(test_fuzz ditstudio-worker)
+gtest_add_tests(TARGET test_fuzz TEST_LIST _fuzz_tests)
+set_tests_properties(${_fuzz_tests} PROPERTIES LABELS "fuzz;security;errors" TIMEOUT 180)
+foreach(t ${_fuzz_tests})
+  if(t MATCHES "Exposure|Liveness|FuzzGroup")
+    set_tests_properties(${t} PROPERTIES LABELS "fuzz;security;errors;mpi" PROCESSORS 2)
+  endif()
+endforeach()

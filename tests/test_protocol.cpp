@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "app/protocol/launch.h"
 #include "app/protocol/protocol.h"
@@ -162,13 +163,11 @@ TEST(Protocol, MalformedRequestsNameTheField) {
       {R"("prompts":[1,2])", "prompts"},
       {R"("prompts":"one")", "prompts"},
       {R"("width":"64")", "width"},
-      {R"("width":64.5)", "width"},
       {R"("steps":true)", "steps"},
       {R"("guidance":"3.5")", "guidance"},
       {R"("prompt":["a"])", "prompt"},
       {R"("true_cfg_scale":null,"negative_prompt":1)", "negative_prompt"},
       {R"("seed":"42")", "seed"},
-      {R"("num_images":1.0)", "num_images"},
       {R"("output":{})", "output"},
       {R"("max_sequence_length":[])", "max_sequence_length"},
   };
@@ -192,7 +191,8 @@ TEST(Protocol, MalformedRequestsNameTheField) {
             "request field 'output_dir' has the wrong type: 5");
   EXPECT_EQ(errorOf([] { parseRequestLine(R"({"type":"generate","id":"x","width":4294967360})"); },
                     "width"),
-            "request field 'width' is out of range: 4294967360");
+            "request field 'width' must be 0 (the model's default) or 1 .. 16384 pixels, got "
+            "4294967360");
   EXPECT_EQ(errorOf([] { parseRequestLine(R"({"type":"generate","id":"x","num_images":0})"); },
                     "num_images"),
             "request field 'num_images' must be in 1 .. 10000, got 0");
@@ -423,6 +423,15 @@ TEST(Protocol, MpirunCommandLine) {
                                        "--oversubscribe",
                                        "-np",
                                        "2",
+                                       "--mca",
+                                       "pml",
+                                       "ob1",
+                                       "--mca",
+                                       "btl",
+                                       "^tcp,ofi,openib,usnic,uct",
+                                       "--mca",
+                                       "oob_tcp_if_include",
+                                       "lo",
                                        "-x",
                                        "OMP_NUM_THREADS=1",
                                        "/opt/ditstudio/bin/ditstudio-worker",
@@ -471,6 +480,14 @@ TEST(Protocol, MpirunCommandLine) {
               "cpu",
               "--dtype",
               "bfloat16"};
+  EXPECT_EQ(mpirunArgv(l), expected);
+  // Hostfile groups use the interfaces the user names (issue 16).
+  l.network_interface = "eth1";
+  auto withIface = mpirunArgv(l);
+  std::vector<std::string> mca(withIface.begin() + 7, withIface.begin() + 13);
+  EXPECT_EQ(mca, (std::vector<std::string>{"--mca", "btl_tcp_if_include", "eth1", "--mca",
+                                           "oob_tcp_if_include", "eth1"}));
+  l.network_interface.clear();
   EXPECT_EQ(mpirunArgv(l), expected);
   EXPECT_EQ(shellQuoted({"mpirun", "-np", "2", "/m/FLUX.1 dev", "it's", ""}),
             "mpirun -np 2 '/m/FLUX.1 dev' 'it'\\''s' ''");
@@ -664,4 +681,112 @@ TEST(Protocol, SeedsRoundTripExactly) {
           [] { parseRequestLine(R"({"type":"generate","id":"s","seed":18446744073709551616})"); },
           "seed"),
       "request field 'seed' has the wrong type: 1.8446744073709552e+19");
+}
+
+// Issue 16: parsing with limits. Each instance of the issue, at the parser (the worker's and the
+// CLI's door; the 1- and 2-rank runs are in tests/test_fuzz.cpp).
+TEST(ProtocolLimits, DeepNestingIsAnErrorNotACrash) {
+  for (int depth : {17, 1000, 100000}) {
+    std::string line = R"({"type":"generate","id":"deep","prompt":)";
+    line += std::string(static_cast<size_t>(depth), '[') +
+            std::string(static_cast<size_t>(depth), ']') + "}";
+    EXPECT_EQ(errorOf([&] { parseRequestLine(line); }, ""),
+              "request nests JSON more than 16 levels deep (requests need 2)");
+  }
+  // Brackets inside strings do not count; 16 levels are fine for the scan (the field is then
+  // refused for its type).
+  EXPECT_NO_THROW(
+      parseRequestLine(R"({"type":"generate","id":"b","prompt":"[[[[[[[[[[[[[[[[[[[[[["})"));
+  EXPECT_EQ(jsonNestingDepth(R"({"a":"{\"[","b":[[1]]})"), 3);
+}
+
+TEST(ProtocolLimits, LineLengthLimit) {
+  std::string line = R"({"type":"generate","id":"long","prompt":")" +
+                     std::string(kMaxRequestLineBytes, 'a') + "\"}";
+  EXPECT_EQ(errorOf([&] { parseRequestLine(line); }, ""),
+            "request line is " + std::to_string(line.size()) + " bytes long; at most 16777216");
+  // The reader holds at most maxBytes of a line and reads on to the next one.
+  std::istringstream in(std::string(100, 'x') + "\nnext\nlast");
+  std::string l;
+  EXPECT_EQ(readRequestLine(in, l, 10), LineRead::TooLong);
+  EXPECT_EQ(l.size(), 10u);
+  EXPECT_EQ(readRequestLine(in, l, 10), LineRead::Line);
+  EXPECT_EQ(l, "next");
+  EXPECT_EQ(readRequestLine(in, l, 10), LineRead::Line);
+  EXPECT_EQ(l, "last");
+  EXPECT_EQ(readRequestLine(in, l, 10), LineRead::End);
+}
+
+TEST(ProtocolLimits, NumbersStateFieldValueAndRange) {
+  const std::pair<const char*, const char*> bad[] = {
+      {R"("guidance":1e39)",
+       "request field 'guidance' must be a finite number in 0 .. 100, got 1e+39"},
+      {R"("height":1e18)",
+       "request field 'height' must be a JSON integer, 0 (the model's default) or 1 .. 16384 "
+       "pixels, got 1e+18"},
+      {R"("steps":18446744073709551616)",
+       "request field 'steps' must be a JSON integer, 0 (the model's default) or 1 .. 1000, got "
+       "1.8446744073709552e+19"},
+      {R"("steps":18446744073709551615)",
+       "request field 'steps' must be 0 (the model's default) or 1 .. 1000, got "
+       "18446744073709551615"},
+      {R"("num_images":1000000)", "request field 'num_images' must be in 1 .. 10000, got 1000000"},
+      {R"("width":64.0)",
+       "request field 'width' must be a JSON integer, 0 (the model's default) or 1 .. 16384 "
+       "pixels, got 64.0"},
+      {R"("width":64.5)",
+       "request field 'width' must be a JSON integer, 0 (the model's default) or 1 .. 16384 "
+       "pixels, got 64.5"},
+      {R"("num_images":1.0)",
+       "request field 'num_images' must be a JSON integer, in 1 .. 10000, got 1.0"},
+      {R"("preview_every":-9223372036854775808)",
+       "request field 'preview_every' must be in 0 .. 1000000 (0: no previews), got "
+       "-9223372036854775808"},
+  };
+  for (const auto& [fields, message] : bad) {
+    const std::string line = std::string(R"({"type":"generate","id":"n",)") + fields + "}";
+    try {
+      parseRequestLine(line);
+      ADD_FAILURE() << "accepted " << line;
+    } catch (const ProtocolError& e) {
+      EXPECT_EQ(std::string(e.what()), message);
+      ASSERT_TRUE(e.requestId());
+      EXPECT_EQ(*e.requestId(), "n");
+    }
+  }
+  // The table is the one source: every numeric field has a row, the range text is its message.
+  EXPECT_EQ(requestLimit("height").rangeText(), "0 (the model's default) or 1 .. 16384 pixels");
+  EXPECT_EQ(requestLimit("guidance").rangeText(), "a finite number in 0 .. 100");
+  EXPECT_THROW(requestLimit("no_such_field"), std::logic_error);
+  GenerationParams p;
+  p.steps = 1001;
+  EXPECT_EQ(errorOf([&] { checkParams(p); }, "steps"),
+            "request field 'steps' must be 0 (the model's default) or 1 .. 1000, got 1001");
+}
+
+TEST(ProtocolLimits, IdsUseASafeCharacterSet) {
+  for (const char* id : {"../../etc/x", "a/b", "a b", "", "tab\there", "\xc3\xa9"}) {
+    const json j{{"type", "generate"}, {"id", id}};
+    const std::string msg = errorOf([&] { parseRequest(j); }, "id");
+    EXPECT_NE(
+        msg.find(std::string(id).empty() ? "request id is empty" : "request id has the character"),
+        std::string::npos)
+        << msg;
+  }
+  EXPECT_NE(errorOf(
+                [] {
+                  parseRequest(json{{"type", "cancel"}, {"id", "../x"}});
+                },
+                "id")
+                .find("'/' (0x2f) at offset 2"),
+            std::string::npos);
+  EXPECT_NE(errorOf(
+                [] {
+                  parseRequest(json{{"type", "generate"}, {"id", std::string(129, 'a')}});
+                },
+                "id")
+                .find("129 characters long; at most 128"),
+            std::string::npos);
+  for (const char* id : {"r1", "cli", "job-7.a_b:c", "..", "X"})
+    EXPECT_NO_THROW(parseRequest(json{{"type", "generate"}, {"id", id}})) << id;
 }

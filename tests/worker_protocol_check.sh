@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Bad request lines (including invalid UTF-8) and an unwritable output path get a non-fatal error
-# event each and the worker group keeps serving: a valid
+# Bad request lines (including invalid UTF-8 and a duplicate live id) and an unwritable output path
+# get a non-fatal error event each and the worker group keeps serving: a valid
 # request afterwards produces its image, cancel of an unknown id is answered, shutdown is clean.
 # Usage: worker_protocol_check.sh MPIRUN WORKER MODEL
 set -uo pipefail
@@ -23,13 +23,15 @@ printf '%s\n' '42' '[1,2]' 'null' '{"type":5}' '{"type":"cancel","id":5}' '{"typ
 rc=$?
 fail() { echo "FAIL: $1"; cat "$OUT/log"; exit 1; }
 [ $rc -eq 0 ] || fail "worker group exited with $rc"
-[ "$(grep -c '"event":"error","fatal":false' "$OUT/log")" -eq 18 ] || fail "expected 18 non-fatal error events"
+[ "$(grep -c '"event":"error","fatal":false' "$OUT/log")" -eq 19 ] || fail "expected 19 non-fatal error events"
 grep -q "refusing to overwrite the existing file $OUT/ok.png" "$OUT/log" || fail "existing output replaced"
 grep -q 'not enough memory for 16384x16384' "$OUT/log" || fail "no memory estimate refusal"
 grep -q "request field 'guidance' must be a finite number in 0 .. 100" "$OUT/log" || fail "guidance 1e300 accepted"
 grep -q "request field 'type' is not valid UTF-8: invalid byte 0xff at byte offset 3" "$OUT/log" || fail "UTF-8 field"
-# The same id twice into one folder: two files, named by date, id, index and seed.
-[ "$(ls "$OUT/dir" | grep -c -- '-d-0-s7\(-2\)\?\.png$')" -eq 2 ] || { ls -l "$OUT/dir"; fail "output_dir names not unique"; }
+# The same id twice while the first is queued: the second is refused (live ids are unique); the
+# first gets its name by date, id, index and seed.
+grep -q "request id 'd' is already queued" "$OUT/log" || fail "duplicate live id accepted"
+[ "$(ls "$OUT/dir" | grep -c -- '-d-0-s7\.png$')" -eq 1 ] || { ls -l "$OUT/dir"; fail "output_dir name"; }
 grep -q 'request must be a JSON object, got 42' "$OUT/log" || fail "non-object line"
 grep -q "request field 'output_dir' has the wrong type: 5" "$OUT/log" || fail "field type"
 grep -q "cancel: no queued or running request with id 'nope'" "$OUT/log" || fail "unknown cancel"

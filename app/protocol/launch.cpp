@@ -42,6 +42,17 @@ std::string trim(const std::string& s) {
 }
 }  // namespace
 
+std::vector<std::pair<std::string, std::string>> networkMcaParams(const MpirunLaunch& l) {
+  if (trim(l.hostfile).empty())
+    // One host: ranks talk through shared memory only (ob1 over self + shared memory: no TCP or
+    // libfabric transport, so no rank listens on any socket), and the runtime's out-of-band
+    // channel is confined to loopback.
+    return {{"pml", "ob1"}, {"btl", "^tcp,ofi,openib,usnic,uct"}, {"oob_tcp_if_include", "lo"}};
+  const std::string iface = trim(l.network_interface);
+  if (iface.empty()) return {};
+  return {{"btl_tcp_if_include", iface}, {"oob_tcp_if_include", iface}};
+}
+
 std::vector<std::string> mpirunArgv(const MpirunLaunch& l) {
   if (l.strategy.world < 1)
     throw std::invalid_argument("mpirun -np " + std::to_string(l.strategy.world) +
@@ -53,6 +64,7 @@ std::vector<std::string> mpirunArgv(const MpirunLaunch& l) {
   std::vector<std::string> a{l.mpirun.empty() ? defaultMpirun() : l.mpirun, "--allow-run-as-root",
                              "--oversubscribe", "-np", std::to_string(l.strategy.world)};
   if (const std::string hf = trim(l.hostfile); !hf.empty()) a.insert(a.end(), {"--hostfile", hf});
+  for (const auto& [k, v] : networkMcaParams(l)) a.insert(a.end(), {"--mca", k, v});
   a.insert(a.end(), {"-x", "OMP_NUM_THREADS=" + std::to_string(l.omp_threads), l.worker, "--model",
                      l.model});
   const auto s = strategyArgs(l.strategy);

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "parallel/strategy.h"
@@ -39,10 +40,24 @@ struct MpirunLaunch {
   std::string worker;    ///< ditstudio-worker executable
   std::string model;     ///< --model folder
   std::vector<std::string> extra_worker_args;  ///< appended after the strategy flags
+  /// Hostfile groups only: the interfaces (names such as "eth1" or CIDR subnets such as
+  /// "10.0.0.0/24", comma-separated) every MPI channel may use. Without a hostfile the group is
+  /// on this host and every channel is bound to loopback whatever this says.
+  std::string network_interface;
 };
 
+/// The MCA parameters that confine a group's MPI channels (OpenMPI 4 and 5). Single-host groups
+/// (no hostfile): `pml ob1`, `btl ^tcp,ofi,openib,usnic,uct` (shared memory and self only: no
+/// rank opens a listening socket) and `oob_tcp_if_include lo` (the runtime's channel on
+/// loopback; OpenMPI 4.1's mpirun still binds its out-of-band listener to the wildcard address,
+/// open-mpi/ompi#12668, fixed in PRRTE for OpenMPI 5). Hostfile groups: `btl_tcp_if_include` and
+/// `oob_tcp_if_include` set to `network_interface` (none when it is empty: OpenMPI's own choice).
+/// Pairs of {name, value}.
+std::vector<std::pair<std::string, std::string>> networkMcaParams(const MpirunLaunch& launch);
+
 /// argv of `mpirun --allow-run-as-root --oversubscribe -np N [--hostfile F]
-/// -x OMP_NUM_THREADS=T <worker> --model DIR <strategyArgs> [extra]`; argv[0] is the launcher.
+/// [--mca NAME VALUE for each networkMcaParams()] -x OMP_NUM_THREADS=T <worker> --model DIR
+/// <strategyArgs> [extra]`; argv[0] is the launcher.
 /// Throws std::invalid_argument when strategy.world < 1, omp_threads < 1 or worker is empty.
 std::vector<std::string> mpirunArgv(const MpirunLaunch& launch);
 

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <istream>
 #include <limits>
 
 #include "backend/models/cache/step_cache_config.h"
@@ -53,6 +54,28 @@ struct Reader {
       out = static_cast<int>(v->get<std::int64_t>());
     }
   }
+  // A numeric request field with a row in the limits table (limits.h): any JSON number is read,
+  // and refused with the field's allowed range unless it is of the right kind and in range.
+  void limited(const char* key, int& out) const {
+    if (const json* v = find(key)) {
+      if (!v->is_number()) wrongType(what, key, *v, id);
+      const FieldLimit& l = requestLimit(key);
+      const double d = v->get<double>();
+      // A float with an integral value (2.0) is not an integer here: JSON integers only.
+      if (!v->is_number_integer() || !l.accepts(d))
+        throw ProtocolError(limitMessage(l, jsonNumberText(*v), !v->is_number_integer()), key, id);
+      out = static_cast<int>(v->get<std::int64_t>());
+    }
+  }
+  void limited(const char* key, double& out) const {
+    if (const json* v = find(key)) {
+      if (!v->is_number()) wrongType(what, key, *v, id);
+      const FieldLimit& l = requestLimit(key);
+      const double d = v->get<double>();
+      if (!l.accepts(d)) throw ProtocolError(limitMessage(l, jsonNumberText(*v)), key, id);
+      out = d;
+    }
+  }
   void number(const char* key, double& out) const {
     if (const json* v = find(key)) {
       if (!v->is_number()) wrongType(what, key, *v, id);
@@ -87,13 +110,13 @@ GenerationParams readParams(const json& j, const GenerationParams& defaults,
     r.str("negative_prompt", p.negative_prompt);
     p.negative_prompt_given = true;  // even "": diffusers' `negative_prompt is not None`
   }
-  r.number("true_cfg_scale", p.true_cfg_scale);
-  r.integer("width", p.width);
-  r.integer("height", p.height);
-  r.integer("steps", p.steps);
-  r.number("guidance", p.guidance);
-  r.integer("num_images", p.num_images);
-  r.integer("max_sequence_length", p.max_sequence_length);
+  r.limited("true_cfg_scale", p.true_cfg_scale);
+  r.limited("width", p.width);
+  r.limited("height", p.height);
+  r.limited("steps", p.steps);
+  r.limited("guidance", p.guidance);
+  r.limited("num_images", p.num_images);
+  r.limited("max_sequence_length", p.max_sequence_length);
   r.str("init_image", p.init_image);
   r.str("init_image_sha256", p.init_image_sha256);
   r.str("mask_image", p.mask_image);
@@ -283,30 +306,10 @@ void checkUtf8(const std::string& field, std::string_view s, const std::optional
 
 namespace {
 
-std::string numberText(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.10g", v);
-  return buf;
-}
-
-void checkReal(const char* field, double v, double lo, double hi,
-               const std::optional<std::string>& id) {
-  if (!std::isfinite(v) || v < lo || v > hi)
-    throw ProtocolError(std::string("request field '") + field + "' must be a finite number in " +
-                            numberText(lo) + " .. " + numberText(hi) + ", got " + numberText(v),
-                        field, id);
-}
-
-// 0 (= the model's default) or 1 .. hi.
-void checkDefaultable(const char* field, int v, int hi, const char* unit,
-                      const std::optional<std::string>& id) {
-  if (v < 0 || v > hi)
-    throw ProtocolError(std::string("request field '") + field +
-                            "' must be 0 (the model's default) or 1 .. " + std::to_string(hi) +
-                            unit + ", got " + std::to_string(v),
-                        field, id);
+// A value already in memory (GUI, CLI, or read from JSON) against its row of the limits table.
+void checkLimit(const char* field, double v, const std::optional<std::string>& id) {
+  const FieldLimit& l = requestLimit(field);
+  if (!l.accepts(v)) throw ProtocolError(limitMessage(l, numberText(v)), field, id);
 }
 
 }  // namespace
@@ -314,16 +317,13 @@ void checkDefaultable(const char* field, int v, int hi, const char* unit,
 void checkParams(const GenerationParams& p, const std::optional<std::string>& id) {
   checkUtf8("prompt", p.prompt, id);
   checkUtf8("negative_prompt", p.negative_prompt, id);
-  checkReal("true_cfg_scale", p.true_cfg_scale, 0.0, kMaxGuidance, id);
-  checkReal("guidance", p.guidance, 0.0, kMaxGuidance, id);
-  checkDefaultable("width", p.width, kMaxSide, " pixels", id);
-  checkDefaultable("height", p.height, kMaxSide, " pixels", id);
-  checkDefaultable("steps", p.steps, kMaxSteps, "", id);
-  checkDefaultable("max_sequence_length", p.max_sequence_length, kMaxSequenceLength, " tokens", id);
-  if (p.num_images < 1 || p.num_images > kMaxImages)
-    throw ProtocolError("request field 'num_images' must be in 1 .. " + std::to_string(kMaxImages) +
-                            ", got " + std::to_string(p.num_images),
-                        "num_images", id);
+  checkLimit("true_cfg_scale", p.true_cfg_scale, id);
+  checkLimit("guidance", p.guidance, id);
+  checkLimit("width", p.width, id);
+  checkLimit("height", p.height, id);
+  checkLimit("steps", p.steps, id);
+  checkLimit("max_sequence_length", p.max_sequence_length, id);
+  checkLimit("num_images", p.num_images, id);
   checkUtf8("init_image", p.init_image, id);
   checkUtf8("mask_image", p.mask_image, id);
   if (!std::isfinite(p.strength) || p.strength <= 0 || p.strength > 1)
@@ -351,6 +351,7 @@ void checkParams(const GenerationParams& p, const std::optional<std::string>& id
 void checkRequest(const GenerateRequest& r) {
   const std::optional<std::string> id = r.id;
   checkUtf8("id", r.id, std::nullopt);
+  if (std::string why = idProblem(r.id); !why.empty()) throw ProtocolError(why, "id");
   if (static_cast<long long>(r.prompts.size()) > kMaxImages)
     throw ProtocolError("request field 'prompts' holds " + std::to_string(r.prompts.size()) +
                             " prompts; at most " + std::to_string(kMaxImages),
@@ -361,11 +362,7 @@ void checkRequest(const GenerateRequest& r) {
   checkUtf8("output", r.output, id);
   checkUtf8("output_dir", r.output_dir, id);
   checkUtf8("output_tensors", r.output_tensors, id);
-  if (r.preview_every < 0 || r.preview_every > 1000000)
-    throw ProtocolError(
-        "request field 'preview_every' must be in 0 .. 1000000 (0: no previews), got " +
-            std::to_string(r.preview_every),
-        "preview_every", id);
+  checkLimit("preview_every", r.preview_every, id);
 }
 
 json toJson(const GenerationParams& p) {
@@ -449,6 +446,9 @@ Request parseRequest(const json& j) {
     return s;
   }
   if (!id) throw ProtocolError("a " + type + " request needs a string \"id\"", "id");
+  checkUtf8("id", *id, std::nullopt);
+  // Refused without naming the bad id as the request's (it is shown in the message, escaped).
+  if (std::string why = idProblem(*id); !why.empty()) throw ProtocolError(why, "id");
   if (type == "cancel") return CancelRequest{*id};
   GenerateRequest g;
   g.id = *id;
@@ -459,7 +459,7 @@ Request parseRequest(const json& j) {
   r.str("output_dir", g.output_dir);
   r.str("output_tensors", g.output_tensors);
   r.boolean("overwrite", g.overwrite);
-  r.integer("preview_every", g.preview_every);
+  r.limited("preview_every", g.preview_every);
   if (!g.prompts.empty())
     g.params.num_images = static_cast<int>(std::min<std::size_t>(g.prompts.size(), kMaxImages + 1));
   checkRequest(g);
@@ -468,6 +468,13 @@ Request parseRequest(const json& j) {
 
 Request parseRequestLine(std::string_view line) {
   trimLineEnd(line);
+  if (line.size() > kMaxRequestLineBytes)
+    throw ProtocolError("request line is " + std::to_string(line.size()) + " bytes long; at most " +
+                        std::to_string(kMaxRequestLineBytes));
+  // Depth first, before any parser or recursive routine (destructor, dump) sees the value.
+  if (const int depth = jsonNestingDepth(line, kMaxRequestDepth); depth > kMaxRequestDepth)
+    throw ProtocolError("request nests JSON more than " + std::to_string(kMaxRequestDepth) +
+                        " levels deep (requests need 2)");
   refuseInvalidUtf8Line(line);
   json j;
   try {
@@ -476,6 +483,28 @@ Request parseRequestLine(std::string_view line) {
     throw ProtocolError(std::string("request is not valid JSON: ") + e.what());
   }
   return parseRequest(j);
+}
+
+LineRead readRequestLine(std::istream& in, std::string& line, std::size_t maxBytes) {
+  line.clear();
+  std::streambuf* sb = in.rdbuf();
+  if (!sb) return LineRead::End;
+  bool any = false, tooLong = false;
+  for (;;) {
+    const int c = sb->sbumpc();
+    if (c == std::char_traits<char>::eof()) {
+      in.setstate(std::ios::eofbit);
+      if (!any) return LineRead::End;
+      break;
+    }
+    any = true;
+    if (c == '\n') break;
+    if (line.size() < maxBytes)
+      line.push_back(static_cast<char>(c));
+    else
+      tooLong = true;  // the rest of the line is read and dropped, never stored
+  }
+  return tooLong ? LineRead::TooLong : LineRead::Line;
 }
 
 std::string eventLine(const json& event) { return std::string(kEventPrefix) + dumpSafe(event); }

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
@@ -19,6 +20,7 @@
 #include <variant>
 #include <vector>
 
+#include "app/protocol/limits.h"
 #include "parallel/strategy.h"
 
 namespace dit::protocol {
@@ -109,14 +111,7 @@ nlohmann::json toJson(const GenerationParams& p);
 /// the wrong JSON type or an int field is outside the int range, and every checkParams refusal.
 GenerationParams paramsFromJson(const nlohmann::json& j, const GenerationParams& defaults = {});
 
-/// Allowed ranges of the numeric request fields (inclusive). 0 for width, height, steps and
-/// max_sequence_length means "the model's default"; the pipeline further requires width and
-/// height to be multiples of 2 x vae_scale_factor.
-inline constexpr int kMaxSide = 16384;          ///< width, height: 0 or 1 .. kMaxSide pixels
-inline constexpr int kMaxSteps = 1000;          ///< steps: 0 or 1 .. kMaxSteps
-inline constexpr int kMaxSequenceLength = 512;  ///< max_sequence_length: 0 or 1 .. 512 (T5)
-inline constexpr int kMaxImages = 10000;        ///< num_images: 1 .. kMaxImages
-inline constexpr double kMaxGuidance = 100.0;   ///< guidance, true_cfg_scale: finite, 0 .. 100
+/// The allowed ranges of the numeric request fields: limits.h (kMaxSide, ... and the table).
 
 /// The first byte of `s` that is not part of well-formed UTF-8 (RFC 3629: no overlongs, no
 /// surrogates, nothing above U+10FFFF), or std::string::npos when `s` is valid.
@@ -175,7 +170,17 @@ void checkRequest(const GenerateRequest& r);
 /// every parameter or option field of the wrong type ("request field 'output_dir' has the
 /// wrong type: 5"), and every checkRequest refusal.
 Request parseRequest(const nlohmann::json& j);
-/// parseRequest of one stdin line. Invalid UTF-8 inside a string is refused naming the field and
+/// Reads one line of `in` (up to '\n' or the end) into `line`, storing at most `maxBytes` bytes:
+/// a longer line is consumed to its end and reported as TooLong (`line` then holds its first
+/// maxBytes bytes), so a client cannot make the reader hold more than maxBytes. End: nothing
+/// left to read.
+enum class LineRead { Line, TooLong, End };
+LineRead readRequestLine(std::istream& in, std::string& line,
+                         std::size_t maxBytes = kMaxRequestLineBytes);
+/// parseRequest of one stdin line. A line longer than kMaxRequestLineBytes or nesting JSON
+/// deeper than kMaxRequestDepth is refused before it is parsed ("request nests JSON more than 16
+/// levels deep"); ids outside limits.h's character set are refused ("request id has the
+/// character '/' ..."). Invalid UTF-8 inside a string is refused naming the field and
 /// the byte offset in its text ("request field 'prompt' is not valid UTF-8: byte 3 (0xff)");
 /// other invalid JSON throws ProtocolError "request is not valid JSON: ...".
 Request parseRequestLine(std::string_view line);

@@ -1,19 +1,12 @@
 #include "backend/io/config_json.h"
 
-#include <filesystem>
-#include <fstream>
+#include "backend/io/file_guard.h"
 
 namespace dit {
 
 nlohmann::json readConfigJson(const std::string& file) {
-  if (!std::filesystem::exists(file)) throw ModelFileError(file, "file is missing");
-  std::ifstream in(file);
-  if (!in) throw ModelFileError(file, "cannot open file");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw ModelFileError(file, std::string("not valid JSON: ") + e.what());
-  }
+  // Regular files only, at most 64 MiB, depth-limited, no file bytes in the error.
+  return readModelJson(file, "config");
 }
 
 }  // namespace dit

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "backend/io/safe_write.h"
+
 #define STB_IMAGE_WRITE_IMPLEMENTATION
 #define STB_IMAGE_WRITE_STATIC
 #include <stb_image_write.h>
@@ -42,15 +44,9 @@ std::vector<uint8_t> encodePng(const uint8_t* rgb, int width, int height,
 void writePng(const std::string& path, const uint8_t* rgb, int width, int height,
               const std::map<std::string, std::string>& text) {
   auto bytes = encodePng(rgb, width, height, text);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream o(tmp, std::ios::binary | std::ios::trunc);
-    if (!o) throw std::runtime_error("cannot write " + path);
-    o.write(reinterpret_cast<const char*>(bytes.data()),
-            static_cast<std::streamsize>(bytes.size()));
-    if (!o) throw std::runtime_error("write failed: " + path);
-  }
-  std::filesystem::rename(tmp, path);
+  // Temporary file in the same folder, fsync, rename onto a regular file or nothing; removed on
+  // failure, the cause (strerror) in the message.
+  writeFileAtomically(path, bytes.data(), bytes.size());
 }
 
 std::map<std::string, std::string> readPngText(const std::string& path) {

@@ -12,6 +12,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "backend/io/file_guard.h"
+#include "backend/io/safe_write.h"
+
 namespace dit {
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -67,12 +70,13 @@ int64_t TensorInfo::numel() const {
 }
 
 SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw ModelFileError(path, std::string("cannot open file: ") + std::strerror(errno));
+  // Regular files only: a FIFO or device at the path is refused before it is opened.
+  int fd = openRegularFile(path);
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd, &st) != 0) {
+    const int e = errno;
     ::close(fd);
-    throw ModelFileError(path, "not a regular file");
+    throw ModelFileError(path, std::string("cannot stat file: ") + std::strerror(e));
   }
   size_ = static_cast<uint64_t>(st.st_size);
   if (size_ < 8) {
@@ -94,18 +98,25 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
                            "in the model repository or download the real file)");
     uint64_t n = 0;
     for (int i = 7; i >= 0; --i) n = (n << 8) | base_[i];
+    // The reference implementation's limits (safetensors/src/tensor.rs: MAX_HEADER_SIZE,
+    // InvalidHeaderStart, InvalidHeaderDeserialization, MetadataIncompleteBuffer).
+    if (n > kMaxSafetensorsHeaderBytes)
+      // The value itself is not shown: it is the file's first 8 bytes (text of a file that is
+      // not a safetensors file, e.g. one an index points to).
+      throw ModelFileError(path, "header length field exceeds the limit of " +
+                                     std::to_string(kMaxSafetensorsHeaderBytes) +
+                                     " bytes (as the reference safetensors reader): corrupt or "
+                                     "not a safetensors file");
     if (n > size_ - 8)
       throw ModelFileError(path, "header length " + std::to_string(n) +
                                      " runs past the end of the file (" + std::to_string(size_) +
                                      " bytes): truncated or not a safetensors file");
     const uint64_t dataStart = 8 + n;
-    json h;
-    try {
-      h = json::parse(reinterpret_cast<const char*>(base_ + 8),
-                      reinterpret_cast<const char*>(base_ + 8 + n));
-    } catch (const json::exception& e) {
-      throw ModelFileError(path, std::string("header is not valid JSON: ") + e.what());
-    }
+    const std::string_view headerText(reinterpret_cast<const char*>(base_ + 8), n);
+    if (n == 0 || headerText[0] != '{')
+      throw ModelFileError(path, "header does not start with '{': not a safetensors file");
+    // The parser's message quotes the bytes it read: not passed on (parseModelJson).
+    const json h = parseModelJson(headerText, path, "header");
     if (!h.is_object()) throw ModelFileError(path, "header is not a JSON object");
     std::vector<const TensorInfo*> order;
     for (auto it = h.begin(); it != h.end(); ++it) {
@@ -121,7 +132,7 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
         return ModelFileError(path, "tensor '" + name + "': " + why);
       };
       if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") ||
-          !e.contains("data_offsets"))
+          !e.contains("data_offsets") || !e["dtype"].is_string())
         throw bad("entry must be an object with dtype, shape and data_offsets");
       TensorInfo t;
       t.name = name;
@@ -170,6 +181,23 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
                                        "' overlap in the data section");
       if (!furthest || t->end > furthest->end) furthest = t;
     }
+    // As the reference: the tensors cover the data section exactly, with no gap (bytes no
+    // tensor claims) and nothing after the last one.
+    uint64_t at = dataStart;
+    for (const TensorInfo* t : order) {
+      if (t->nbytes() == 0) continue;
+      if (t->begin != at)
+        throw ModelFileError(path, "tensor '" + t->name + "' starts at data offset " +
+                                       std::to_string(t->begin - dataStart) +
+                                       " but the data before it ends at " +
+                                       std::to_string(at - dataStart) +
+                                       ": the data section has a gap (corrupt file)");
+      at = t->end;
+    }
+    if (at != size_)
+      throw ModelFileError(path, "the tensors cover " + std::to_string(at - dataStart) +
+                                     " bytes of the " + std::to_string(size_ - dataStart) +
+                                     "-byte data section: trailing bytes (corrupt file)");
   } catch (...) {
     ::munmap(const_cast<uint8_t*>(base_), size_);
     base_ = nullptr;
@@ -243,14 +271,7 @@ SafetensorsCollection::SafetensorsCollection(const std::string& path) : path_(pa
     for (auto& n : shards_[0]->names()) where_[n] = 0;
     return;
   }
-  std::ifstream in(path);
-  if (!in) throw ModelFileError(path, "cannot open index file");
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    throw ModelFileError(path, std::string("index is not valid JSON: ") + e.what());
-  }
+  const json j = parseModelJson(readRegularFile(path), path, "index");
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     throw ModelFileError(path, "index has no \"weight_map\" object");
   std::map<std::string, size_t> shardIdx;
@@ -260,7 +281,10 @@ SafetensorsCollection::SafetensorsCollection(const std::string& path) : path_(pa
     std::string f = it->get<std::string>();
     auto s = shardIdx.find(f);
     if (s == shardIdx.end()) {
-      fs::path sp = p.parent_path() / f;
+      // Inside the model folder only (no absolute path, no '..'), and nothing of a file that
+      // fails to open is echoed (SafetensorsReader's messages name causes, not bytes).
+      fs::path sp = resolveInside(p.parent_path().string(), f, path,
+                                  "weight_map entry '" + it.key() + "' (shard '" + f + "')");
       if (!fs::exists(sp))
         throw ModelFileError(
             path, "names shard '" + f + "' (for tensor '" + it.key() + "') which does not exist");
@@ -314,19 +338,15 @@ void writeSafetensors(const std::string& path, const std::map<std::string, RawTe
   }
   std::string hs = h.dump();
   while ((hs.size() + 8) % 8) hs.push_back(' ');
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream o(tmp, std::ios::binary | std::ios::trunc);
-    if (!o) throw std::runtime_error("cannot write " + tmp);
-    uint64_t n = hs.size();
-    for (int i = 0; i < 8; ++i) o.put(static_cast<char>((n >> (8 * i)) & 0xff));
-    o.write(hs.data(), static_cast<std::streamsize>(hs.size()));
-    for (auto& [name, t] : tensors)
-      o.write(reinterpret_cast<const char*>(t.bytes.data()),
-              static_cast<std::streamsize>(t.bytes.size()));
-    if (!o) throw std::runtime_error("write failed: " + tmp);
-  }
-  fs::rename(tmp, path);
+  // Temporary file in the same folder, fsync, rename onto a regular file or nothing (issue 16).
+  AtomicFile o(path);
+  const uint64_t n = hs.size();
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>((n >> (8 * i)) & 0xff);
+  o.write(len, 8);
+  o.write(hs.data(), hs.size());
+  for (auto& [name, t] : tensors) o.write(t.bytes.data(), t.bytes.size());
+  o.commit();
 }
 
 }  // namespace dit

@@ -35,6 +35,9 @@ enum class DType {
   F8_E5M2
 };
 
+/// Largest safetensors header accepted: 100 MB, the reference implementation's MAX_HEADER_SIZE.
+inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
+
 /// Bytes per element of `t`.
 size_t dtypeSize(DType t);
 /// Header spelling ("F32", "BF16", ...).
@@ -68,9 +71,13 @@ struct TensorInfo {
 /// Read-only, memory-mapped safetensors file.
 ///
 /// Validation done in the constructor (each failure throws ModelFileError naming the file):
-/// missing/unreadable file, file shorter than 8 bytes, git-lfs pointer file, header length past
-/// the end of the file, header that is not a JSON object, unknown dtype, data_offsets out of range,
-/// reversed, overlapping, or disagreeing with dtype x shape. No accessor reads outside the mapping.
+/// missing/unreadable file, not a regular file (a FIFO or device is refused before it is opened),
+/// file shorter than 8 bytes, git-lfs pointer file, header length above 100 MB
+/// (kMaxSafetensorsHeaderBytes) or past the end of the file, header not starting with '{', not
+/// JSON (no file bytes quoted), nested deeper than 64 or not an object, unknown dtype,
+/// data_offsets out of range, reversed, overlapping, or disagreeing with dtype x shape, a gap
+/// or trailing bytes in the data section (as the reference implementation). No accessor reads
+/// outside the mapping.
 class SafetensorsReader {
  public:
   explicit SafetensorsReader(const std::string& path);
@@ -120,8 +127,9 @@ class SafetensorsReader {
 /// A set of safetensors files viewed as one: either a single file or a sharded checkpoint with
 /// `<name>.safetensors.index.json` ({"weight_map": {tensor: shard-file}}).
 ///
-/// Errors (ModelFileError): index that is not JSON or lacks weight_map, a shard file the index
-/// names that is missing or corrupt, a tensor the index names that its shard does not contain.
+/// Errors (ModelFileError): index that is not a regular file, not JSON or lacks weight_map, a
+/// shard name outside the index's folder (absolute or with '..'), a shard file the index names
+/// that is missing or corrupt, a tensor the index names that its shard does not contain.
 class SafetensorsCollection {
  public:
   /// Opens `dir/<stem>.safetensors.index.json` if present, else `dir/<stem>.safetensors`, else the
@@ -147,7 +155,9 @@ class SafetensorsCollection {
 };
 
 /// Writes a safetensors file. `tensors` maps name -> (dtype, shape, raw little-endian bytes).
-/// Writes to `path.tmp` then renames (atomic). Throws std::runtime_error on I/O failure.
+/// Writes through AtomicFile (safe_write.h: a temporary file in the same folder, fsync, rename
+/// onto a regular file or nothing). Throws std::runtime_error naming the path and the system's
+/// cause; nothing is left behind on failure.
 struct RawTensor {
   DType dtype;
   std::vector<int64_t> shape;

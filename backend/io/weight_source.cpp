@@ -3,6 +3,9 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
 #include <functional>
 
 #include "backend/io/checkpoint_layouts.h"
@@ -143,6 +146,48 @@ void WeightSource::checkShape(const std::string& name, const std::vector<int64_t
                              " but the config implies " + shapeStr(shape));
 }
 
+namespace {
+std::atomic<int> g_allowNonFinite{-1};  // -1: not set, read DITSTUDIO_ALLOW_NONFINITE_WEIGHTS
+}  // namespace
+
+void setAllowNonFiniteWeights(bool allow) { g_allowNonFinite = allow ? 1 : 0; }
+
+bool allowNonFiniteWeights() {
+  const int v = g_allowNonFinite.load();
+  if (v >= 0) return v != 0;
+  const char* e = std::getenv("DITSTUDIO_ALLOW_NONFINITE_WEIGHTS");
+  return e && *e && std::string(e) != "0";
+}
+
+void WeightSource::checkFinite(const std::string& name, const at::Tensor& t) const {
+  if (!st_ || !t.is_floating_point() || allowNonFiniteWeights()) return;
+  // Once over the copy just made (in the compute dtype: a float32 value that overflows float16
+  // or bfloat16 on conversion is caught too).
+  // One reduction, no temporary of the tensor's size (loading keeps its peak memory near the
+  // shard, tests/test_load_memory.cpp): NaN and Inf propagate into the sum. A non-finite sum of
+  // finite values (overflow) is told apart by the exact check below.
+  if (std::isfinite(t.sum().item<double>())) return;
+  const at::Tensor bad = at::logical_not(at::isfinite(t));
+  const int64_t n = bad.sum().item<int64_t>();
+  if (n == 0) return;
+  const int64_t first = bad.reshape({-1}).nonzero()[0][0].item<int64_t>();
+  const double v = t.reshape({-1})[first].item<double>();
+  throw ModelFileError(
+      st_->reader(layout_ ? layout_->tensors.at(name).segments.at(0).key : name).path(),
+      "tensor '" + name + "' holds " + std::to_string(n) + " non-finite value" +
+          (n == 1 ? "" : "s") + " (first: " +
+          (std::isnan(v) ? std::string("nan")
+           : v > 0       ? "inf"
+                         : "-inf") +
+          " at flat index " + std::to_string(first) + " of this rank's part" +
+          (t.scalar_type() == at::kFloat
+               ? ""
+               : ", after conversion to " + std::string(c10::toString(t.scalar_type()))) +
+          "); refusing weights that would make NaN images. Pass "
+          "--allow-nonfinite-weights (or set DITSTUDIO_ALLOW_NONFINITE_WEIGHTS=1) "
+          "to load them anyway");
+}
+
 at::Tensor WeightSource::finish(at::Tensor t) {
   if (!device_.is_cpu()) t = t.to(device_, /*non_blocking=*/false);
   bytes_ += static_cast<uint64_t>(t.numel()) * t.element_size();
@@ -167,8 +212,10 @@ at::Tensor WeightSource::get(const std::string& name, const std::vector<int64_t>
     return finish(t);
   }
   checkShape(name, shape);
-  if (layout_) return finish(readMapped(name, 0, 0, shape.empty() ? 1 : shape[0]));
-  return finish(loadTensor(*st_, name, loadTypeFor(name)));
+  at::Tensor t = layout_ ? readMapped(name, 0, 0, shape.empty() ? 1 : shape[0])
+                        : loadTensor(*st_, name, loadTypeFor(name));
+  checkFinite(name, t);
+  return finish(t);
 }
 
 at::Tensor WeightSource::getOptional(const std::string& name, const std::vector<int64_t>& shape) {
@@ -190,8 +237,10 @@ at::Tensor WeightSource::shard(const std::string& name, const std::vector<int64_
     return finish(randomTensor(name + "#" + std::to_string(part), s));
   }
   checkShape(name, shape);
-  if (layout_) return finish(readMapped(name, dim, part * len, len));
-  return finish(loadSlice(*st_, name, dim, part * len, len, loadTypeFor(name)));
+  at::Tensor t = layout_ ? readMapped(name, dim, part * len, len)
+                        : loadSlice(*st_, name, dim, part * len, len, loadTypeFor(name));
+  checkFinite(name, t);
+  return finish(t);
 }
 
 at::Tensor WeightSource::packedShard(const std::string& name, const std::vector<int64_t>& shape,
@@ -213,9 +262,13 @@ at::Tensor WeightSource::packedShard(const std::string& name, const std::vector<
       pieces.push_back(readMapped(name, dim, off + part * (b / parts), b / parts));
       off += b;
     }
-    return finish(at::cat(pieces, dim));
+    at::Tensor t = at::cat(pieces, dim);
+    checkFinite(name, t);
+    return finish(t);
   }
-  return finish(loadPackedSlice(*st_, name, dim, blocks, part, parts, loadTypeFor(name)));
+  at::Tensor t = loadPackedSlice(*st_, name, dim, blocks, part, parts, loadTypeFor(name));
+  checkFinite(name, t);
+  return finish(t);
 }
 
 std::pair<std::string, int64_t> WeightSource::storage(const std::string& name) const {

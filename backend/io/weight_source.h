@@ -87,6 +87,9 @@ class WeightSource {
  private:
   WeightSource(at::ScalarType dtype, c10::Device device) : dtype_(dtype), device_(device) {}
   void checkShape(const std::string& name, const std::vector<int64_t>& shape) const;
+  /// Throws ModelFileError naming the file and tensor when the checkpoint tensor `t` (as
+  /// copied, in the compute dtype) holds NaN or Inf, unless allowNonFiniteWeights().
+  void checkFinite(const std::string& name, const at::Tensor& t) const;
   at::Tensor finish(at::Tensor t);
   at::Tensor randomTensor(const std::string& name, std::vector<int64_t> shape);
   /// Layout sources: rows / columns [start, start + len) of dim `dim` of mapped tensor `name`.
@@ -105,6 +108,14 @@ class WeightSource {
   at::ScalarType loadTypeFor(const std::string& name) const;
   std::map<std::string, at::Tensor> recorded_;
 };
+
+/// Weights read from checkpoints are refused when they hold NaN or Inf (naming the file and the
+/// tensor; checked on each copy in the compute dtype, so values that overflow float16/bfloat16
+/// on conversion count too). setAllowNonFiniteWeights(true) (the programs' flag
+/// --allow-nonfinite-weights) or DITSTUDIO_ALLOW_NONFINITE_WEIGHTS=1 in the environment (when
+/// the flag was not used) turns the check off. Process-wide; random weights are never checked.
+void setAllowNonFiniteWeights(bool allow);
+bool allowNonFiniteWeights();
 
 /// A linear layer's parameters (weight [out, in], optional bias [out]).
 struct Linear {

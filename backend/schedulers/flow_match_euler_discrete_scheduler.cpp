@@ -9,14 +9,19 @@ namespace dit {
 
 SchedulerConfig parseSchedulerConfig(const nlohmann::json& j, const std::string& f) {
   SchedulerConfig c;
-  getConfigValue(j, "num_train_timesteps", c.num_train_timesteps, f);
-  getConfigValue(j, "shift", c.shift, f);
+  getConfigValue(j, "num_train_timesteps", c.num_train_timesteps, f, {1, 1000000});
+  getConfigValue(j, "shift", c.shift, f, {1e-6, 1e6});
   getConfigValue(j, "use_dynamic_shifting", c.use_dynamic_shifting, f);
-  getConfigValue(j, "base_shift", c.base_shift, f);
-  getConfigValue(j, "max_shift", c.max_shift, f);
-  getConfigValue(j, "base_image_seq_len", c.base_image_seq_len, f);
-  getConfigValue(j, "max_image_seq_len", c.max_image_seq_len, f);
+  getConfigValue(j, "base_shift", c.base_shift, f, {-100, 100});
+  getConfigValue(j, "max_shift", c.max_shift, f, {-100, 100});
+  getConfigValue(j, "base_image_seq_len", c.base_image_seq_len, f, {1, 1 << 30});
+  getConfigValue(j, "max_image_seq_len", c.max_image_seq_len, f, {1, 1 << 30});
   getConfigValue(j, "time_shift_type", c.time_shift_type, f);
+  if (c.use_dynamic_shifting && c.max_image_seq_len <= c.base_image_seq_len)
+    throw ModelFileError(f, "max_image_seq_len " + std::to_string(c.max_image_seq_len) +
+                                " must exceed base_image_seq_len " +
+                                std::to_string(c.base_image_seq_len) +
+                                " (dynamic shifting divides by their difference)");
   if (c.time_shift_type != "exponential" && c.time_shift_type != "linear")
     throw ModelFileError(f, "unsupported time_shift_type '" + c.time_shift_type + "'");
   return c;

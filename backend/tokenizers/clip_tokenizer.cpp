@@ -23,6 +23,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "backend/io/file_guard.h"
 #include "backend/io/safetensors.h"  // dit::ModelFileError
 #include "backend/tokenizers/token_split.h"
 
@@ -184,12 +185,8 @@ std::string readFile(const std::filesystem::path& p) {
   std::error_code ec;
   if (!std::filesystem::exists(p, ec)) throw ModelFileError(p.string(), "file not found");
   if (std::filesystem::is_directory(p, ec)) throw ModelFileError(p.string(), "is a directory");
-  std::ifstream f(p, std::ios::binary);
-  if (!f) throw ModelFileError(p.string(), "cannot open file for reading");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) throw ModelFileError(p.string(), "read error");
-  return ss.str();
+  // Regular files only (a FIFO would block), bounded (issue 16).
+  return readRegularFile(p.string(), std::uint64_t(1) << 30);
 }
 
 nlohmann::json parseJsonFile(const std::filesystem::path& p) {

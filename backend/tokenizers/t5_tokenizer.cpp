@@ -10,6 +10,7 @@
 #include <string_view>
 #include <utility>
 
+#include "backend/io/file_guard.h"
 #include "backend/io/safetensors.h"  // dit::ModelFileError
 #include "backend/tokenizers/spm_loader.h"
 #include "backend/tokenizers/token_split.h"
@@ -33,12 +34,10 @@ struct T5Tokenizer::Impl {
 namespace {
 
 std::string readFile(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) throw ModelFileError(p.string(), "cannot open file for reading");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) throw ModelFileError(p.string(), "read error");
-  return ss.str();
+  std::error_code ec;
+  if (!std::filesystem::exists(p, ec)) throw ModelFileError(p.string(), "file not found");
+  // Regular files only (a FIFO would block), bounded (issue 16).
+  return readRegularFile(p.string(), std::uint64_t(1) << 30);
 }
 
 // A special token entry: "<tok>" or {"content": "<tok>", ...}; empty when absent or malformed.

@@ -23,8 +23,13 @@
 #include "parallel/context_parallel.h"
 #include "parallel/process_group.h"
 #include "parallel/strategy.h"
+#include "parallel/tensor_parallel/sharding_plan.h"
 
 namespace dit {
+
+/// Throws ModelFileError naming transformer/config.json when the checkpoint's tensor names differ
+/// from the parameters the config declares (defined below).
+void checkCheckpointMatchesConfig(const ModelFolder& model);
 
 using Clock = std::chrono::steady_clock;
 static double msSince(Clock::time_point t0) {
@@ -70,6 +75,10 @@ FluxPipeline::FluxPipeline(const ModelFolder& model, const PipelineOptions& opts
     if (!issues.empty()) throw std::invalid_argument(joinIssues(issues));
   }
   for (const std::string& note : model.notes) spdlog::info("{}", note);
+  // The config against the tensors actually present, before any weight is read: a config that
+  // describes another model (num_layers -1 or 1 for a 2-block checkpoint) is refused, naming a
+  // tensor the config does not account for and one the checkpoint lacks.
+  if (model.dims().parameters) checkCheckpointMatchesConfig(model);
   D.clipTok = std::make_unique<CLIPTokenizer>(model.component("tokenizer"));
   D.t5Tok = std::make_unique<T5Tokenizer>(model.component("tokenizer_2"));
   {
@@ -94,6 +103,35 @@ FluxPipeline::FluxPipeline(const ModelFolder& model, const PipelineOptions& opts
     D.vae = std::make_unique<AutoencoderKL>(D.cfg.vae, *w);
     D.bytes["vae"] = w->bytesLoaded();
   }
+}
+
+void checkCheckpointMatchesConfig(const ModelFolder& model) {
+  // A single-file transformer is checked by its KeyLayout instead (every stored key mapped, the
+  // hyper-parameters read from the tensor shapes; backend/io/checkpoint_layouts.h).
+  if (auto it = model.components.find("transformer");
+      it != model.components.end() && it->second.single_file)
+    return;
+  const ParameterTable& declared = *model.dims().parameters;
+  const auto st =
+      SafetensorsCollection::openFolder(model.component("transformer"), "diffusion_pytorch_model");
+  std::vector<std::string> extra, missing;
+  for (const std::string& n : st.names())
+    if (!declared.contains(n)) extra.push_back(n);
+  for (const ParameterInfo& p : declared)
+    if (!st.contains(p.name)) missing.push_back(p.name);
+  if (extra.empty() && missing.empty()) return;
+  const FluxTransformerConfig& c = fluxConfig(model).transformer;
+  std::string msg = "the transformer config (num_layers " + std::to_string(c.num_layers) +
+                    ", num_single_layers " + std::to_string(c.num_single_layers) +
+                    ") does not describe these weights:";
+  if (!extra.empty())
+    msg += " " + std::to_string(extra.size()) + " tensor" + (extra.size() == 1 ? "" : "s") +
+           " of the checkpoint that the config has no place for (first: '" + extra[0] + "')";
+  if (!missing.empty())
+    msg += std::string(extra.empty() ? "" : ";") + " " + std::to_string(missing.size()) +
+           " tensor" + (missing.size() == 1 ? "" : "s") +
+           " the config needs that the checkpoint lacks (first: '" + missing[0] + "')";
+  throw ModelFileError(model.component("transformer") + "/config.json", msg);
 }
 
 FluxPipeline::~FluxPipeline() = default;
