@@ -105,6 +105,8 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   images_->setRange(1, 64);
   images_->setToolTip(tr("Images per request (split across data-parallel replicas)"));
   form->addRow(tr("Images"), images_);
+  loras_ = new LoraList(genBox);
+  form->addRow(tr("LoRAs"), loras_);
   outer->addWidget(genBox);
   outer->addStretch(1);
 
@@ -120,6 +122,7 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   connect(guidance_, &QDoubleSpinBox::valueChanged, this, emitChanged);
   connect(seed_, &QLineEdit::textChanged, this, emitChanged);
   connect(images_, &QSpinBox::valueChanged, this, emitChanged);
+  connect(loras_, &LoraList::changed, this, emitChanged);
   connect(randomSeed_, &QCheckBox::toggled, this, [this, emitChanged](bool on) {
     seed_->setEnabled(!on);
     emitChanged();
@@ -156,6 +159,7 @@ GenerationParams GenerationPanel::params() const {
   p.seed = seed_->text().toULongLong();
   p.random_seed = randomSeed_->isChecked();
   p.num_images = images_->value();
+  p.loras = loras_->loras();
   return p;
 }
 
@@ -172,6 +176,7 @@ void GenerationPanel::setParams(const GenerationParams& p) {
   randomSeed_->setChecked(p.random_seed);
   seed_->setEnabled(!p.random_seed);
   images_->setValue(p.num_images);
+  loras_->setLoras(p.loras);
   loading_ = false;
   snapSize(width_);
   snapSize(height_);

@@ -6,6 +6,7 @@
 #include <QWidget>
 
 #include "ui/generation_params.h"
+#include "ui/lora_list.h"
 #include "ui/model_info.h"
 
 class QCheckBox;
@@ -39,6 +40,7 @@ class GenerationPanel : public QWidget {
   QSpinBox* widthSpin() const { return width_; }
   QSpinBox* heightSpin() const { return height_; }
   QLineEdit* modelEdit() const { return modelEdit_; }
+  LoraList* loraList() const { return loras_; }
 
  Q_SIGNALS:
   void changed();
@@ -65,6 +67,7 @@ class GenerationPanel : public QWidget {
   QLabel* lastSeedLabel_;
   QPushButton* reuseSeed_;
   QSpinBox* images_;
+  LoraList* loras_;
   bool loading_ = false;
 };
 

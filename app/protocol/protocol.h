@@ -47,6 +47,18 @@ class ProtocolError : public std::invalid_argument {
   std::optional<std::string> id_;
 };
 
+/// One LoRA of a request (issue 13): the adapter file and its strength (diffusers
+/// set_adapters(adapter_weights) / fuse_lora(lora_scale)); its scaling per module is
+/// strength * alpha / rank. In JSON {"file", "strength", "sha256"}.
+struct LoraRequest {
+  std::string file;       ///< path of the LoRA safetensors file, as the client names it
+  double strength = 1.0;  ///< finite, -kMaxLoraStrength .. kMaxLoraStrength (negative subtracts)
+  /// SHA-256 of the file (64 lowercase hex digits): filled in by the worker for image events and
+  /// the PNG "parameters" chunk; in a request it is informational (may be empty).
+  std::string sha256;
+  bool operator==(const LoraRequest&) const = default;
+};
+
 /// The user-facing parameters of one generate request: the single request-parameter type of the
 /// GUI, the CLI and the worker, with the single set of defaults below. A field absent from a
 /// request keeps these defaults; 0 for width/height/steps/max_sequence_length means "the model's
@@ -71,6 +83,9 @@ struct GenerationParams {
   bool random_seed = false;
   int num_images = 1;           ///< images of the request (>= 1)
   int max_sequence_length = 0;  ///< T5 tokens; 0 = model default
+  /// LoRAs applied to the denoiser for this request (in order; their deltas add). Empty = the base
+  /// weights exactly. At most kMaxLoras.
+  std::vector<LoraRequest> loras;
 
   /// A negative prompt was given (negative_prompt_given or a non-empty negative_prompt).
   bool hasNegativePrompt() const { return negative_prompt_given || !negative_prompt.empty(); }
@@ -96,11 +111,13 @@ GenerationParams paramsFromJson(const nlohmann::json& j, const GenerationParams&
 /// Allowed ranges of the numeric request fields (inclusive). 0 for width, height, steps and
 /// max_sequence_length means "the model's default"; the pipeline further requires width and
 /// height to be multiples of 2 x vae_scale_factor.
-inline constexpr int kMaxSide = 16384;          ///< width, height: 0 or 1 .. kMaxSide pixels
-inline constexpr int kMaxSteps = 1000;          ///< steps: 0 or 1 .. kMaxSteps
-inline constexpr int kMaxSequenceLength = 512;  ///< max_sequence_length: 0 or 1 .. 512 (T5)
-inline constexpr int kMaxImages = 10000;        ///< num_images: 1 .. kMaxImages
-inline constexpr double kMaxGuidance = 100.0;   ///< guidance, true_cfg_scale: finite, 0 .. 100
+inline constexpr int kMaxSide = 16384;            ///< width, height: 0 or 1 .. kMaxSide pixels
+inline constexpr int kMaxSteps = 1000;            ///< steps: 0 or 1 .. kMaxSteps
+inline constexpr int kMaxSequenceLength = 512;    ///< max_sequence_length: 0 or 1 .. 512 (T5)
+inline constexpr int kMaxImages = 10000;          ///< num_images: 1 .. kMaxImages
+inline constexpr double kMaxGuidance = 100.0;     ///< guidance, true_cfg_scale: finite, 0 .. 100
+inline constexpr int kMaxLoras = 16;              ///< loras: at most this many per request
+inline constexpr double kMaxLoraStrength = 10.0;  ///< loras[i].strength: finite, -10 .. 10
 
 /// The first byte of `s` that is not part of well-formed UTF-8 (RFC 3629: no overlongs, no
 /// surrogates, nothing above U+10FFFF), or std::string::npos when `s` is valid.
@@ -113,6 +130,11 @@ void checkUtf8(const std::string& field, std::string_view s,
 /// (messages state the allowed range, e.g. "request field 'guidance' must be a finite number in
 /// 0 .. 100, got nan"), each text field valid UTF-8. Throws ProtocolError naming the field.
 void checkParams(const GenerationParams& p, const std::optional<std::string>& id = std::nullopt);
+/// The loras field: at most kMaxLoras entries, each with a non-empty UTF-8 file, a finite
+/// strength in -kMaxLoraStrength .. kMaxLoraStrength and an empty or 64-hex-digit sha256. Throws
+/// ProtocolError naming the entry ("request field 'loras[1].strength' must be ...").
+void checkLoras(const std::vector<LoraRequest>& loras,
+                const std::optional<std::string>& id = std::nullopt);
 
 /// {"type":"generate", "id", parameters..., "prompts", "output", "output_dir", "output_tensors",
 ///  "preview_every"}: see PROTOCOL.md.

@@ -56,9 +56,15 @@ std::shared_ptr<tensor_parallel::Linear> WeightLoader::linear(const std::string&
   const ShardSpec bs = bias ? specFor(path + ".bias", bShape) : ShardSpec{};
   at::Tensor w = read(path + ".weight", wShape, ws);
   at::Tensor b = bias ? read(path + ".bias", bShape, bs) : at::Tensor();
-  if (ws.replicated()) return std::make_shared<ReplicatedLinear>(path, w, b);
-  if (ws.dim == 0) return std::make_shared<ColumnParallelLinear>(path, w, b, ws, tp_);
-  return std::make_shared<RowParallelLinear>(path, w, b, ws, tp_);
+  std::shared_ptr<tensor_parallel::Linear> layer;
+  if (ws.replicated())
+    layer = std::make_shared<ReplicatedLinear>(path, w, b);
+  else if (ws.dim == 0)
+    layer = std::make_shared<ColumnParallelLinear>(path, w, b, ws, tp_);
+  else
+    layer = std::make_shared<RowParallelLinear>(path, w, b, ws, tp_);
+  layers_.push_back(layer);
+  return layer;
 }
 
 std::shared_ptr<FusedColumnParallelLinear> WeightLoader::fusedColumn(
@@ -82,7 +88,9 @@ std::shared_ptr<FusedColumnParallelLinear> WeightLoader::fusedColumn(
     p.bias = read(path + ".bias", bShape, specFor(path + ".bias", bShape));
     ps.push_back(std::move(p));
   }
-  return std::make_shared<FusedColumnParallelLinear>(name, std::move(ps), tp_);
+  auto layer = std::make_shared<FusedColumnParallelLinear>(name, std::move(ps), tp_);
+  layers_.push_back(layer);
+  return layer;
 }
 
 at::Tensor WeightLoader::param(const std::string& name, const std::vector<int64_t>& shape) {

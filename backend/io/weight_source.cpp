@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
 #include <functional>
 
 #include "backend/io/safetensors.h"
@@ -47,9 +48,16 @@ void WeightSource::checkShape(const std::string& name, const std::vector<int64_t
                              " but the config implies " + shapeStr(shape));
 }
 
+namespace {
+std::atomic<uint64_t> g_processReads{0};
+}  // namespace
+
+uint64_t WeightSource::processReads() { return g_processReads.load(); }
+
 at::Tensor WeightSource::finish(at::Tensor t) {
   if (!device_.is_cpu()) t = t.to(device_, /*non_blocking=*/false);
   bytes_ += static_cast<uint64_t>(t.numel()) * t.element_size();
+  g_processReads.fetch_add(1);
   return t;
 }
 

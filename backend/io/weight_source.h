@@ -48,6 +48,9 @@ class WeightSource {
   std::pair<std::string, int64_t> storage(const std::string& name) const;
   /// Bytes of weights materialised by this source so far (in the compute dtype).
   uint64_t bytesLoaded() const { return bytes_; }
+  /// Tensors (whole or sliced) materialised by every WeightSource of this process so far: how
+  /// often model weights were read, e.g. to show that switching LoRAs reads no base weight again.
+  static uint64_t processReads();
   at::ScalarType dtype() const { return dtype_; }
   c10::Device device() const { return device_; }
   std::string where() const;
