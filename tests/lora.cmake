@@ -38,3 +38,9 @@ foreach(_np 2 4)
   set_tests_properties(lora_tp_np${_np} PROPERTIES LABELS "backend;parallel;mpi;lora"
     PROCESSORS ${_np} TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1;DITSTUDIO_COLLECTIVE_TIMEOUT_S=120")
 endforeach()
+
+# The request field "loras" (Torch-free protocol library).
+add_executable(test_lora_protocol test_lora_protocol.cpp)
+target_link_libraries(test_lora_protocol PRIVATE dit_protocol GTest::gtest GTest::gtest_main)
+add_test(NAME lora_protocol COMMAND test_lora_protocol)
+set_tests_properties(lora_protocol PROPERTIES LABELS "unit;protocol;lora")

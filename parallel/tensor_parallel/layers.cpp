@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 #include <utility>
+#include <vector>
 
 namespace dit::tensor_parallel {
 
@@ -90,9 +91,18 @@ at::Tensor Linear::forward(const at::Tensor& x) const {
 at::Tensor Linear::product(const at::Tensor& x, const at::Tensor& bias) const {
   at::Tensor y = matmul(x, bias);
   if (lora_.empty() || loraFused()) return y;
+  // x A^T once per distinct A (the parts of a fused layer may share one lora_down).
+  std::vector<std::pair<const void*, at::Tensor>> xa;
   for (const auto& d : lora_) {
+    at::Tensor h;
+    for (const auto& [key, t] : xa)
+      if (key == d.A.data_ptr()) h = t;
+    if (!h.defined()) {
+      h = at::linear(x, d.A);
+      xa.emplace_back(d.A.data_ptr(), h);
+    }
     // scaling * (x A^T) B^T on this delta's output columns (PEFT Linear.forward, unmerged).
-    at::Tensor dy = at::linear(at::linear(x, d.A), d.B) * d.scaling;
+    at::Tensor dy = at::linear(h, d.B) * d.scaling;
     if (d.rowOffset == 0 && d.B.size(0) == y.size(-1))
       y = y + dy;
     else

@@ -54,6 +54,7 @@ std::shared_ptr<const PreparedLora> LoraTargets::prepare(const LoraAdapter& adap
   auto out = std::make_shared<PreparedLora>();
   out->file = adapter.file;
   std::set<std::string> seen;
+  std::map<std::pair<void*, size_t>, at::Tensor> sharedA;  // (source A, layer) -> prepared A
   for (const auto& m : adapter.modules) {
     auto it = index_.find(m.name);
     if (it == index_.end())
@@ -98,13 +99,21 @@ std::shared_ptr<const PreparedLora> LoraTargets::prepare(const LoraAdapter& adap
     e.layer = it->second.layer;
     e.module = m.name;
     e.delta.rowOffset = offset;
-    e.delta.A = A.to(opts).contiguous();
+    // One A shared by several parts of a fused layer (a kohya qkv / linear1 lora_down copied to
+    // each part) is kept once: the same tensor, its bytes counted once, x A^T computed once.
+    const auto shared = std::make_pair(m.A.data_ptr(), it->second.layer);
+    if (auto s = sharedA.find(shared); s != sharedA.end() && s->second.sizes() == A.sizes()) {
+      e.delta.A = s->second;
+    } else {
+      e.delta.A = A.to(opts).contiguous();
+      if (e.delta.A.data_ptr() == m.A.data_ptr()) e.delta.A = e.delta.A.clone();
+      sharedA[shared] = e.delta.A;
+      out->bytes += static_cast<uint64_t>(e.delta.A.numel() * e.delta.A.element_size());
+    }
     e.delta.B = B.to(opts).contiguous();
-    if (e.delta.A.data_ptr() == m.A.data_ptr()) e.delta.A = e.delta.A.clone();
     if (e.delta.B.data_ptr() == m.B.data_ptr()) e.delta.B = e.delta.B.clone();
     e.delta.scaling = m.scale;
-    out->bytes += static_cast<uint64_t>(e.delta.A.numel() * e.delta.A.element_size() +
-                                        e.delta.B.numel() * e.delta.B.element_size());
+    out->bytes += static_cast<uint64_t>(e.delta.B.numel() * e.delta.B.element_size());
     out->entries.push_back(std::move(e));
   }
   return out;
