@@ -3,6 +3,8 @@
 // (mpirun -np 2, the tiny-flux-A fixture the LoRA was made for): add a LoRA at 0.8, generate, the
 // PNG's parameters carry its file, SHA-256 and strength, "use parameters" restores it (and names
 // a LoRA file that has disappeared since).
+#include <QLabel>
+#include <QPushButton>
 #include <QSignalSpy>
 #include <QSlider>
 #include <QTemporaryDir>
