@@ -145,6 +145,23 @@ TEST(LoraFile, KohyaSplitsFusedModules) {
   EXPECT_TRUE(t[0].swapHalves);
   EXPECT_TRUE(t[0].scaleOne);
   EXPECT_TRUE(fluxKohyaTargets("double_blocks_0_img_attn_nope", 10, 10).empty());
+  // Through the loader: a kohya file with the final layer's adaLN module gets norm_out.linear's
+  // lora_B with the (shift, scale) halves swapped to diffusers' (scale, shift) and scale 1
+  // whatever alpha / rank is (diffusers drops that alpha).
+  auto gen = at::detail::createCPUGenerator(5);
+  const at::Tensor up2 = at::randn({128, 4}, gen), down2 = at::randn({4, 64}, gen);
+  const std::string f = tmpFile("kohya-final.safetensors");
+  saveTensors(f, {{"lora_unet_final_layer_adaLN_modulation_1.lora_up.weight", up2},
+                  {"lora_unet_final_layer_adaLN_modulation_1.lora_down.weight", down2},
+                  {"lora_unet_final_layer_adaLN_modulation_1.alpha", at::full({}, 2.0)}});
+  const LoraAdapter fin = loadLoraAdapter(f, fluxKohyaTargets);
+  ASSERT_EQ(fin.modules.size(), 1u);
+  EXPECT_EQ(fin.modules[0].name, "norm_out.linear");
+  EXPECT_DOUBLE_EQ(fin.modules[0].scale, 1.0);
+  EXPECT_TRUE(at::equal(fin.modules[0].B.narrow(0, 0, 64), up2.narrow(0, 64, 64)));
+  EXPECT_TRUE(at::equal(fin.modules[0].B.narrow(0, 64, 64), up2.narrow(0, 0, 64)));
+  // And it applies to the model (norm_out.linear is [2C, C] = [128, 64]).
+  EXPECT_NO_THROW(model().loraTargets().prepare(fin));
 }
 
 TEST(LoraGolden, BaseIsTheFixtureGolden) {
