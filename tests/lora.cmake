@@ -24,6 +24,9 @@ foreach(_c tp2 tp4 ulysses2 ring2 cfg2 dp2)
                        TIMEOUT 300 FAIL_REGULAR_EXPRESSION "Running 0 tests")
 endforeach()
 add_test(NAME lora_worker_switching COMMAND test_lora_strategies --gtest_filter=LoraWorker.*)
+add_test(NAME lora_cache_budget COMMAND test_lora_strategies --gtest_filter=LoraCache.*)
+set_tests_properties(lora_cache_budget PROPERTIES LABELS "backend;lora" TIMEOUT 120
+                     FAIL_REGULAR_EXPRESSION "Running 0 tests")
 set_tests_properties(lora_worker_switching PROPERTIES LABELS "parallel;mpi;lora;errors" TIMEOUT 600
                      FAIL_REGULAR_EXPRESSION "Running 0 tests")
 

@@ -12,9 +12,14 @@
 #include <sstream>
 #include <vector>
 
+#include "app/lora_cache.h"
 #include "app/protocol/protocol.h"
+#include "backend/io/model_folder.h"
 #include "backend/io/png_io.h"
 #include "backend/io/sha256.h"
+#include "backend/io/weight_source.h"
+#include "backend/models/flux/transformer_flux.h"
+#include "backend/pipelines/flux/flux_pipeline_config.h"
 #include "golden_util.h"
 
 using namespace dit;
@@ -240,4 +245,26 @@ TEST(LoraWorker, SwitchesWithoutReloadingAndRefusesBadFiles) {
   EXPECT_EQ(params["loras"][0]["strength"].get<double>(), 0.5);
   EXPECT_EQ(params["loras"][0]["sha256"], loraEvents[0]["loras"][0]["sha256"]);
   EXPECT_EQ(params["loras"][0]["sha256"], sha256File(kKohya));
+}
+
+TEST(LoraCache, BudgetBoundsWhatIsKept) {
+  auto w = WeightSource::fromFolder(fixtureDir() + "/transformer", "diffusion_pytorch_model",
+                                    at::kFloat, c10::Device(at::kCPU));
+  FluxTransformer2DModel m(fluxConfig(ModelFolder::open(fixtureDir())).transformer, *w);
+  // Room for one of the two files: using them in turn parses each again.
+  const uint64_t one = LoraCache(1ull << 30).get(kKohya, m)->prepared->bytes;
+  LoraCache small(one + one / 2);
+  small.get(kKohya, m);
+  small.get(kKohya, m);
+  EXPECT_EQ(small.loads(), 1);  // cached
+  small.get(kDiffusers, m);     // evicts the kohya file
+  EXPECT_LE(small.bytes(), one + one / 2);
+  small.get(kKohya, m);
+  EXPECT_EQ(small.loads(), 3);
+  // A large budget keeps both.
+  LoraCache big(1ull << 30);
+  big.get(kKohya, m);
+  big.get(kDiffusers, m);
+  big.get(kKohya, m);
+  EXPECT_EQ(big.loads(), 2);
 }
