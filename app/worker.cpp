@@ -435,6 +435,12 @@ class Worker {
                  : st == "denoise" ? "denoising"
                  : st == "decode"  ? "decoding"
                                    : st;
+        // The GUI's status bar and monitor show the true stage (PROTOCOL.md `status`).
+        if (rank_ == 0)
+          emitEvent(json{{"event", "status"},
+                         {"stage", stage_},
+                         {"id", id},
+                         {"message", stage_ + " " + id + " image " + std::to_string(index)}});
       };
       cb.onStep = [&](int step, int steps, const at::Tensor&, const at::Tensor& x0, double ms) {
         stepSeen = step;
@@ -503,6 +509,8 @@ class Worker {
     // All images of the request are written before "done" (a world barrier orders the replicas).
     world_->barrier()->wait();
     stage_ = "idle";
+    if (rank_ == 0)
+      emitEvent(json{{"event", "status"}, {"stage", "idle"}, {"id", id}, {"message", "idle"}});
     syncStats(0, 0, 0.0, /*emit=*/true);  // every rank back to idle, final memory figures
     if (rank_ == 0 && !cancelled)
       emitEvent(json{{"event", "done"},

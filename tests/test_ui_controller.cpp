@@ -83,7 +83,7 @@ class TestController : public QObject {
     QCOMPARE(preview.count(), 3);
     QCOMPARE(ranks.count(), 3);
     QCOMPARE(image.count(), 1);
-    QCOMPARE(image.first().at(0).value<ImageResult>().seed, 4242);
+    QCOMPARE(image.first().at(0).value<ImageResult>().seed, std::uint64_t(4242));
     QCOMPARE(c.rankPids(), (QMap<int, qint64>{{0, 5000}, {1, 5001}}));
     QCOMPARE(c.state(), WorkerController::State::Ready);
     QVERIFY(c.queue().isEmpty());

@@ -249,7 +249,7 @@ class TestEvents : public QObject {
     QCOMPARE(preview.first().at(3).value<QImage>().size(), QSize(1, 1));
     QCOMPARE(image.count(), 1);
     const ImageResult r = image.first().at(0).value<ImageResult>();
-    QCOMPARE(r.seed, 77);
+    QCOMPARE(r.seed, std::uint64_t(77));
     QCOMPARE(r.path, QString("/tmp/x.png"));
     QCOMPARE(r.params.value("prompt").toString(), QString("p"));
     QCOMPARE(errors.count(), 1);

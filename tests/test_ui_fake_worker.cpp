@@ -3,8 +3,13 @@
 // FAKE_MODE selects the behaviour: ok (default), crash (mpirun reports rank 1 killed by signal 9),
 // error (fatal error event from rank 1 + MPI_Abort), error_both (the same event on stdout and
 // stderr, as abortGroup writes it), error_stderr_only (only the stderr copy: mpirun lost the
-// stdout line), badrequest (non-fatal error event), hang
-// (ignores shutdown; only SIGTERM ends it).
+// stdout line), badrequest (non-fatal error event), hang (ignores shutdown; only SIGTERM ends it).
+// Like the worker it reports the `loading` status and per-rank stages in `ranks` events (with
+// FAKE_STATUS set also `status` events encoding, denoising, decoding, idle), keeps its own queue
+// and reads `cancel` and `shutdown` between steps (FAKE_STEP_SLEEP seconds per step, default 0),
+// reports the seed FAKE_SEED (default 4242; any uint64 text) and, when a request has an
+// output_dir, copies FAKE_IMAGE to <output_dir>/<id>-s<seed>.png (a name made from the request id
+// alone, so ids that repeat across launches overwrite each other's files).
 #include <QBuffer>
 #include <QDir>
 #include <QFile>
@@ -14,7 +19,7 @@
 namespace dit::ui::testing {
 namespace {
 
-const char kFake[] = R"SH(#!/bin/sh
+const char kFake[] = R"SH(#!/bin/bash
 # Stand-in for "mpirun ... ditstudio-worker ..." (test only).
 np=1
 args="$*"
@@ -26,24 +31,55 @@ echo "$args" > "$FAKE_DIR/args.txt"
 echo "library noise: loading kernels"
 r=0
 while [ $r -lt $np ]; do
-  echo "@@DIT {\"event\":\"hello\",\"rank\":$r,\"world\":$np,\"pid\":$((5000 + r))}"
+  echo "@@DIT {\"event\":\"hello\",\"rank\":$r,\"world\":$np,\"pid\":$((5000 + r)),\"host\":\"fakehost.example.org\"}"
   r=$((r + 1))
 done
 echo "[12:00:00] [rank 1/$np] loading shard" >&2
+echo "@@DIT {\"event\":\"status\",\"stage\":\"loading\",\"message\":\"loading the model\"}"
 echo "@@DIT {\"event\":\"ready\",\"world\":$np,\"strategy\":{},\"model\":{\"max_sequence_length\":512},\"load_seconds\":0.1}"
-while IFS= read -r line; do
-  echo "$line" >> "$FAKE_DIR/requests.txt"
+pending=()
+id_of() { printf '%s' "$1" | sed -n 's/.*"id":"\([^"]*\)".*/\1/p'; }
+# A line read while a request runs: cancel of the running one (cancelled=1), of a queued one
+# (dropped here), shutdown (after the running request), or a request to queue.
+take() {
+  echo "$1" >> "$FAKE_DIR/requests.txt"
+  case "$1" in
+    *'"type":"cancel"'*)
+      cid=$(id_of "$1")
+      if [ "$cid" = "$id" ]; then cancelled=1; return; fi
+      keep=()
+      for q in "${pending[@]}"; do
+        if [ "$(id_of "$q")" = "$cid" ]; then
+          echo "@@DIT {\"event\":\"cancelled\",\"id\":\"$cid\",\"step\":0}"
+        else
+          keep+=("$q")
+        fi
+      done
+      pending=("${keep[@]}") ;;
+    *'"type":"shutdown"'*) pending_shutdown=1 ;;
+    *) pending+=("$1") ;;
+  esac
+}
+while :; do
+  if [ ${#pending[@]} -gt 0 ]; then
+    line=${pending[0]}
+    pending=("${pending[@]:1}")
+  else
+    IFS= read -r line || break
+    echo "$line" >> "$FAKE_DIR/requests.txt"
+  fi
   case "$line" in
     *'"type":"shutdown"'*)
       if [ "$mode" = hang ]; then continue; fi
       echo '@@DIT {"event":"bye"}'
       exit 0 ;;
     *'"type":"cancel"'*)
-      id=$(printf '%s' "$line" | sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
-      echo "@@DIT {\"event\":\"cancelled\",\"id\":\"$id\",\"step\":1}" ;;
+      cid=$(id_of "$line")
+      echo "@@DIT {\"event\":\"cancelled\",\"id\":\"$cid\",\"step\":1}" ;;
     *'"type":"generate"'*)
       id=$(printf '%s' "$line" | sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
       steps=$(printf '%s' "$line" | sed -n 's/.*"steps":\([0-9]*\).*/\1/p')
+      outdir=$(printf '%s' "$line" | sed -n 's/.*"output_dir":"\([^"]*\)".*/\1/p')
       echo "@@DIT {\"event\":\"accepted\",\"id\":\"$id\",\"queue_position\":0}"
       if [ "$mode" = crash ]; then
         echo "--------------------------------------------------------------------------" >&2
@@ -77,16 +113,45 @@ while IFS= read -r line; do
         echo "@@DIT {\"event\":\"error\",\"id\":\"$id\",\"rank\":0,\"message\":\"width 66 is not a multiple of 4\",\"fatal\":false}"
         continue
       fi
+      [ -n "$FAKE_STATUS" ] && echo "@@DIT {\"event\":\"status\",\"stage\":\"encoding\",\"message\":\"encoding $id\"}"
+      [ -n "$FAKE_STATUS" ] && echo "@@DIT {\"event\":\"status\",\"stage\":\"denoising\",\"message\":\"denoising $id\"}"
+      cancelled=0
       s=1
       while [ $s -le $steps ]; do
+        if [ -n "$FAKE_STEP_SLEEP" ]; then
+          # Requests that arrive during a step are read between steps, as the worker's reader does.
+          if IFS= read -r -t "$FAKE_STEP_SLEEP" l; then
+            take "$l"
+          elif [ $? -le 128 ]; then
+            sleep "$FAKE_STEP_SLEEP"  # stdin closed
+          fi
+        fi
+        if [ $cancelled = 1 ]; then
+          echo "@@DIT {\"event\":\"cancelled\",\"id\":\"$id\",\"step\":$s}"
+          break
+        fi
         echo "noise between steps"
         echo "@@DIT {\"event\":\"progress\",\"id\":\"$id\",\"step\":$s,\"steps\":$steps,\"step_ms\":5,\"eta_s\":0.1,\"image_index\":0}"
         echo "@@DIT {\"event\":\"ranks\",\"ranks\":[{\"rank\":0,\"stage\":\"denoising\",\"step\":$s,\"steps\":$steps,\"rss\":$((100000000 + s)),\"rss_peak\":200000000,\"dev\":0,\"dev_peak\":0,\"bytes_sent\":$((s * 1000)),\"step_ms\":5},{\"rank\":1,\"stage\":\"denoising\",\"step\":$s,\"steps\":$steps,\"rss\":90000000,\"rss_peak\":90000000,\"dev\":0,\"dev_peak\":0,\"bytes_sent\":$((s * 1000)),\"step_ms\":5}]}"
         echo "@@DIT {\"event\":\"preview\",\"id\":\"$id\",\"step\":$s,\"image_index\":0,\"png\":\"$FAKE_PREVIEW\"}"
         s=$((s + 1))
       done
-      echo "@@DIT {\"event\":\"image\",\"id\":\"$id\",\"image_index\":0,\"path\":\"$FAKE_IMAGE\",\"seed\":4242,\"params\":{\"prompt\":\"fake\",\"seed\":4242},\"seconds\":0.2}"
-      echo "@@DIT {\"event\":\"done\",\"id\":\"$id\",\"seconds\":0.2}" ;;
+      if [ $cancelled = 0 ]; then
+        [ -n "$FAKE_STATUS" ] && echo "@@DIT {\"event\":\"status\",\"stage\":\"decoding\",\"message\":\"decoding $id\"}"
+        seed=${FAKE_SEED:-4242}
+        path=$FAKE_IMAGE
+        if [ -n "$outdir" ]; then
+          path="$outdir/$id-s$seed.png"
+          cp "$FAKE_IMAGE" "$path"
+        fi
+        echo "@@DIT {\"event\":\"image\",\"id\":\"$id\",\"image_index\":0,\"path\":\"$path\",\"seed\":$seed,\"params\":{\"prompt\":\"fake\",\"seed\":$seed},\"seconds\":0.2}"
+        echo "@@DIT {\"event\":\"done\",\"id\":\"$id\",\"seconds\":0.2}"
+      fi
+      [ -n "$FAKE_STATUS" ] && echo "@@DIT {\"event\":\"status\",\"stage\":\"idle\",\"message\":\"idle\"}"
+      if [ -n "$pending_shutdown" ]; then
+        echo '@@DIT {"event":"bye"}'
+        exit 0
+      fi ;;
   esac
 done
 # stdin closed

@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <QAction>
+#include <QElapsedTimer>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -75,8 +76,8 @@ class TestIntegration : public QObject {
     // The image and its parameters.
     const HistoryEntry e = w->historyStore()->entries().first();
     QVERIFY(QFileInfo::exists(e.path));
-    QCOMPARE(e.seed, 1234);
-    QCOMPARE(w->generationPanel()->lastSeed(), 1234);
+    QCOMPARE(e.seed, std::uint64_t(1234));
+    QCOMPARE(w->generationPanel()->lastSeed(), std::uint64_t(1234));
     QString err;
     const QJsonObject png = readPngParameters(e.path, &err);
     QVERIFY2(!png.isEmpty(), qPrintable(err));
@@ -105,7 +106,7 @@ class TestIntegration : public QObject {
     w->generationPanel()->setParams(p);
     QVERIFY(!w->generate().isEmpty());
     QTRY_COMPARE_WITH_TIMEOUT(w->gallery()->count(), 2, kImageMs);
-    QVERIFY(w->historyStore()->entries().first().seed >= 0);
+    QVERIFY(w->historyStore()->entries().first().hasSeed);
     QCOMPARE(w->generationPanel()->lastSeed(), w->historyStore()->entries().first().seed);
     shutdown(w.get());
     QCOMPARE(w->controller()->state(), WorkerController::State::Stopped);
@@ -137,6 +138,48 @@ class TestIntegration : public QObject {
     w->generationPanel()->setParams(p);
     QVERIFY(!w->generate().isEmpty());
     QTRY_COMPARE_WITH_TIMEOUT(w->gallery()->count(), 1, kImageMs);
+    shutdown(w.get());
+  }
+
+  // Stop during a generation with the real worker: the request is cancelled at its next step,
+  // the group exits cleanly (bye, no terminate), the status bar showed the worker's real stage,
+  // and the next Start does not re-run the interrupted request.
+  void stopDuringGeneration() {
+    QTemporaryDir data;
+    auto w = makeWindow(data);
+    QSignalSpy progress(w->controller(), &WorkerController::progressReceived);
+    QSignalSpy cancelled(w->controller(), &WorkerController::requestCancelled);
+    QSignalSpy stages(w->controller(), &WorkerController::statusReceived);
+    GenerationParams p = w->generationPanel()->params();
+    p.steps = 400;
+    w->generationPanel()->setParams(p);
+    const QString id = w->generate();
+    QVERIFY(!id.isEmpty());
+    QTRY_VERIFY_WITH_TIMEOUT(progress.count() >= 2, kStartMs);
+    QVERIFY2(w->statusText().contains("busy (denoising"), qPrintable(w->statusText()));
+    QStringList seen;
+    for (const auto& a : stages) seen << a.at(0).toString();
+    QVERIFY2(seen.contains("encoding") && seen.contains("denoising"), qPrintable(seen.join(",")));
+    QElapsedTimer t;
+    t.start();
+    w->stopGroup();
+    QTRY_COMPARE_WITH_TIMEOUT(w->controller()->state(), WorkerController::State::Stopped, 30000);
+    QVERIFY2(!w->logPanel()->text().contains("terminating mpirun"),
+             "the group had to be terminated");
+    qInfo("stopped %lld ms after Stop", static_cast<long long>(t.elapsed()));
+    QCOMPARE(cancelled.count(), 1);
+    QCOMPARE(cancelled.first().at(0).toString(), id);
+    QVERIFY(cancelled.first().at(1).toInt() < 400);
+    QCOMPARE(w->gallery()->count(), 0);
+    QCOMPARE(w->rankModel()->stats(0).stage, QString("stopped"));
+    QVERIFY(w->startGroup());
+    QTRY_COMPARE_WITH_TIMEOUT(w->controller()->state(), WorkerController::State::Ready, kStartMs);
+    QTest::qWait(1000);
+    QCOMPARE(progress.count() > 0, true);
+    const int before = progress.count();
+    QTest::qWait(1000);
+    QCOMPARE(progress.count(), before);  // nothing re-run by itself
+    QCOMPARE(w->controller()->state(), WorkerController::State::Ready);
     shutdown(w.get());
   }
 

@@ -236,6 +236,7 @@ class TestPresets : public QObject {
       HistoryEntry e;
       e.path = QStringLiteral("/tmp/img%1.png").arg(i);
       e.seed = 100 + i;
+      e.hasSeed = true;
       e.requestId = QStringLiteral("r%1").arg(i);
       e.params = QJsonObject{{"prompt", "p"}, {"width", 64}, {"seed", -1}};
       e.seconds = 1.5;
@@ -246,7 +247,7 @@ class TestPresets : public QObject {
     HistoryStore again(dir.path());
     QVERIFY(again.load());
     QCOMPARE(again.entries().size(), 3);
-    QCOMPARE(again.entries().first().seed, 104);
+    QCOMPARE(again.entries().first().seed, std::uint64_t(104));
     QVERIFY(again.entries().first().created.isValid());
     const GenerationParams g = again.entries().first().generation();
     QCOMPARE(g.seed, std::uint64_t(104));  // the used seed, not "random"

@@ -155,6 +155,9 @@ class TestWidgets : public QObject {
     w->applyPreset(*w->presetStore()->find(pp->selectedName()));
     QCOMPARE(w->strategyEditor()->strategy().ulysses_degree, 4);
     QCOMPARE(w->strategyEditor()->strategy().device, std::string("cuda"));
+    // The strategy only: the panel's size stays (the preset's settings load only when asked).
+    QCOMPARE(w->generationPanel()->params().width, 64);
+    w->applyPreset(*w->presetStore()->find(pp->selectedName()), true);
     QCOMPARE(w->generationPanel()->params().width, 1024);
     QCOMPARE(w->strategyEditor()->meshView()->layout().cols, 4);
     w->applyPreset(*w->presetStore()->find("8 GPUs, unified (ring 2 x Ulysses 4)"));
@@ -215,8 +218,8 @@ class TestWidgets : public QObject {
     QVERIFY(!id.isEmpty());
     QVERIFY(w->controller()->isRunning());
     QTRY_COMPARE_WITH_TIMEOUT(w->gallery()->count(), 1, 15000);
-    QCOMPARE(w->historyStore()->entries().first().seed, 4242);
-    QCOMPARE(w->generationPanel()->lastSeed(), 4242);
+    QCOMPARE(w->historyStore()->entries().first().seed, std::uint64_t(4242));
+    QCOMPARE(w->generationPanel()->lastSeed(), std::uint64_t(4242));
     QVERIFY(!w->gallery()->currentImage().isNull());
     // Per-rank monitor.
     RankMonitorModel* m = w->rankModel();

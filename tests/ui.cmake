@@ -50,6 +50,8 @@ ditstudio_ui_test(test_ui_model)
 # QProcess plumbing and the window, against the scripted stand-in.
 ditstudio_ui_test(test_ui_controller LIBS test_ui_fake_worker TIMEOUT 180)
 ditstudio_ui_test(test_ui_widgets LIBS test_ui_fake_worker TIMEOUT 300)
+# Issue 11's GUI half: nothing lost (images, seeds, interrupted requests), nothing misreported.
+ditstudio_ui_test(test_ui_lossless LIBS test_ui_fake_worker TIMEOUT 300)
 
 # The real worker: 2 CPU ranks under mpirun, the embedded tiny model.
 if(TARGET ditstudio-worker)

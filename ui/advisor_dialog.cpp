@@ -76,10 +76,13 @@ AdvisorDialog::AdvisorDialog(QWidget* parent) : QDialog(parent) {
   right->addWidget(result_, 1);
   auto* bb = new QDialogButtonBox(this);
   auto* apply = bb->addButton(tr("Apply to editor"), QDialogButtonBox::AcceptRole);
+  apply_ = apply;
   bb->addButton(QDialogButtonBox::Close);
   right->addWidget(bb);
   lay->addLayout(right, 1);
-  connect(apply, &QPushButton::clicked, this, [this] { Q_EMIT applyRequested(advice_.strategy); });
+  connect(apply, &QPushButton::clicked, this, [this] {
+    if (issues_.isEmpty()) Q_EMIT applyRequested(advice_.strategy);
+  });
   connect(bb, &QDialogButtonBox::rejected, this, &QDialog::reject);
 
   for (QDoubleSpinBox* b : {transformerB_, otherB_, memory_})
@@ -143,7 +146,25 @@ void AdvisorDialog::recompute() {
               .arg(advice_.total_gib, 0, 'f', 2)
               .arg(advice_.usable_gib, 0, 'f', 1)
               .arg(advice_.fits ? QString() : QStringLiteral(" — <b>does not fit</b>"));
+  issues_ = check_ ? check_(advice_.strategy) : QStringList();
+  if (!issues_.isEmpty()) {
+    html += QStringLiteral("<p style='color:#ff6b6b'><b>%1</b></p><ul>")
+                .arg(tr("The editor would refuse this strategy with the current model, resolution "
+                        "and request; Apply is disabled:")
+                         .toHtmlEscaped());
+    for (const QString& i : issues_)
+      html += "<li style='color:#ff6b6b'>" + i.toHtmlEscaped() + "</li>";
+    html += "</ul>";
+  }
+  apply_->setEnabled(issues_.isEmpty());
+  apply_->setToolTip(issues_.isEmpty() ? tr("Hand this strategy to the strategy editor")
+                                       : issues_.join('\n'));
   result_->setHtml(html);
+}
+
+void AdvisorDialog::setChecker(std::function<QStringList(const dit::Strategy&)> check) {
+  check_ = std::move(check);
+  recompute();
 }
 
 }  // namespace dit::ui

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <QDialog>
+#include <QStringList>
+#include <functional>
 
 #include "ui/advisor.h"
 
@@ -10,6 +12,7 @@ class QCheckBox;
 class QComboBox;
 class QDoubleSpinBox;
 class QLabel;
+class QPushButton;
 class QSpinBox;
 class QTextBrowser;
 
@@ -24,6 +27,13 @@ class AdvisorDialog : public QDialog {
   void setInput(const AdvisorInput& in);
   AdvisorInput input() const;
   Advice advice() const { return advice_; }
+  /// What the editor would say against a strategy (the window's validation at the current model,
+  /// resolution and request, and this build/machine). The advice is checked with it: Apply is
+  /// enabled only for a strategy the editor accepts, otherwise the reasons are shown.
+  void setChecker(std::function<QStringList(const dit::Strategy&)> check);
+  /// The checker's issues with the current advice (empty: Apply hands over a valid strategy).
+  QStringList issues() const { return issues_; }
+  QPushButton* applyButton() const { return apply_; }
 
  Q_SIGNALS:
   void applyRequested(const dit::Strategy& strategy);
@@ -31,6 +41,9 @@ class AdvisorDialog : public QDialog {
  private:
   void recompute();
   Advice advice_;
+  QStringList issues_;
+  std::function<QStringList(const dit::Strategy&)> check_;
+  QPushButton* apply_ = nullptr;
   AdvisorInput base_;
   QDoubleSpinBox* transformerB_;
   QDoubleSpinBox* otherB_;

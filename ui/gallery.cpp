@@ -1,24 +1,38 @@
 #include "ui/gallery.h"
 
+#include <QAction>
+#include <QClipboard>
+#include <QDesktopServices>
+#include <QDragEnterEvent>
+#include <QDropEvent>
 #include <QFile>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QGuiApplication>
 #include <QHBoxLayout>
 #include <QJsonDocument>
+#include <QKeyEvent>
 #include <QLabel>
 #include <QListWidget>
+#include <QMenu>
 #include <QMessageBox>
+#include <QMimeData>
+#include <QMouseEvent>
 #include <QPainter>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QUrl>
 #include <QVBoxLayout>
+#include <QWheelEvent>
+
+#include "ui/seed_text.h"
 
 namespace dit::ui {
 namespace {
 
-QString describe(const QJsonObject& p, qint64 seed, double seconds) {
+QString describe(const QJsonObject& p, const HistoryEntry& e, double seconds) {
   QStringList parts;
-  if (seed >= 0) parts << QStringLiteral("seed %1").arg(seed);
+  if (e.hasSeed) parts << QStringLiteral("seed %1").arg(seedText(e.seed));
   if (p.contains("width"))
     parts << QStringLiteral("%1×%2").arg(p.value("width").toInt()).arg(p.value("height").toInt());
   if (p.contains("steps")) parts << QStringLiteral("%1 steps").arg(p.value("steps").toInt());
@@ -36,14 +50,94 @@ QString describe(const QJsonObject& p, qint64 seed, double seconds) {
 }  // namespace
 
 ImageView::ImageView(QWidget* parent) : QWidget(parent) {
-  setMinimumSize(256, 256);
+  setMinimumSize(160, 140);
   setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Expanding);
   placeholder_ = tr("No image yet: press Generate");
+  setFocusPolicy(Qt::ClickFocus);
+  setToolTip(tr("Wheel: zoom · double-click or 1: 1:1 / fit · drag: pan · right click: menu"));
 }
 
 void ImageView::setImage(const QImage& image) {
+  const bool sameSize = image.size() == image_.size();
   image_ = image;
+  if (!sameSize) pan_ = {};  // a preview of the same image keeps the zoom and pan
+  clampPan();
   update();
+}
+
+void ImageView::setZoom(double zoom) {
+  zoom_ = zoom <= 0 ? 0 : std::clamp(zoom, 0.1, 32.0);
+  if (zoom_ == 0) pan_ = {};
+  clampPan();
+  update();
+}
+
+QRectF ImageView::imageRect() const {
+  if (image_.isNull()) return {};
+  QSizeF target;
+  if (zoom_ <= 0)
+    target = QSizeF(image_.size().scaled(size() - QSize(16, 16), Qt::KeepAspectRatio));
+  else
+    target = QSizeF(image_.size()) * zoom_;
+  const QPointF c = QPointF(width() / 2.0, height() / 2.0) + pan_;
+  return QRectF(c - QPointF(target.width() / 2, target.height() / 2), target);
+}
+
+void ImageView::clampPan() {
+  if (zoom_ <= 0 || image_.isNull()) {
+    pan_ = {};
+    return;
+  }
+  // The image may be dragged until its edge reaches the widget's centre, no further.
+  const double mx = image_.width() * zoom_ / 2, my = image_.height() * zoom_ / 2;
+  pan_.setX(std::clamp(pan_.x(), -mx, mx));
+  pan_.setY(std::clamp(pan_.y(), -my, my));
+}
+
+void ImageView::wheelEvent(QWheelEvent* e) {
+  if (image_.isNull()) return;
+  const double current = zoom_ > 0 ? zoom_ : imageRect().width() / std::max(1, image_.width());
+  setZoom(current * (e->angleDelta().y() > 0 ? 1.25 : 0.8));
+  e->accept();
+}
+
+void ImageView::mousePressEvent(QMouseEvent* e) {
+  if (e->button() == Qt::LeftButton && zoom_ > 0) {
+    dragging_ = true;
+    dragFrom_ = e->position().toPoint();
+    setCursor(Qt::ClosedHandCursor);
+  }
+  QWidget::mousePressEvent(e);
+}
+
+void ImageView::mouseMoveEvent(QMouseEvent* e) {
+  if (dragging_) {
+    pan_ += e->position().toPoint() - dragFrom_;
+    dragFrom_ = e->position().toPoint();
+    clampPan();
+    update();
+  }
+}
+
+void ImageView::mouseReleaseEvent(QMouseEvent* e) {
+  dragging_ = false;
+  unsetCursor();
+  QWidget::mouseReleaseEvent(e);
+}
+
+void ImageView::mouseDoubleClickEvent(QMouseEvent*) { setZoom(zoom_ == 1.0 ? 0 : 1.0); }
+
+void ImageView::keyPressEvent(QKeyEvent* e) {
+  if (e->key() == Qt::Key_1)
+    setZoom(zoom_ == 1.0 ? 0 : 1.0);
+  else if (e->key() == Qt::Key_0)
+    setZoom(0);
+  else if (e->key() == Qt::Key_Plus || e->key() == Qt::Key_Equal)
+    setZoom((zoom_ > 0 ? zoom_ : 1.0) * 1.25);
+  else if (e->key() == Qt::Key_Minus)
+    setZoom((zoom_ > 0 ? zoom_ : 1.0) * 0.8);
+  else
+    QWidget::keyPressEvent(e);
 }
 
 void ImageView::setPlaceholder(const QString& text) {
@@ -59,14 +153,22 @@ void ImageView::paintEvent(QPaintEvent*) {
     p.drawText(rect(), Qt::AlignCenter, placeholder_);
     return;
   }
-  const QSize target = image_.size().scaled(size() - QSize(16, 16), Qt::KeepAspectRatio);
-  const QRect r(QPoint((width() - target.width()) / 2, (height() - target.height()) / 2), target);
-  const bool smooth = image_.width() >= 256 || target.width() < image_.width();
+  const QRectF r = imageRect();
+  // 1:1 and magnified views show the pixels as they are.
+  const bool smooth =
+      zoom_ <= 0 ? (image_.width() >= 256 || r.width() < image_.width()) : zoom_ < 1.0;
   p.setRenderHint(QPainter::SmoothPixmapTransform, smooth);
   p.drawImage(r, image_);
+  if (zoom_ > 0) {
+    p.setPen(QColor(0xc8, 0xcc, 0xd2));
+    p.drawText(
+        rect().adjusted(6, 4, -6, -4), Qt::AlignTop | Qt::AlignRight,
+        zoom_ == 1.0 ? QStringLiteral("1:1") : QStringLiteral("%1%").arg(qRound(zoom_ * 100)));
+  }
 }
 
 Gallery::Gallery(HistoryStore* history, QWidget* parent) : QWidget(parent), history_(history) {
+  setAcceptDrops(true);  // a PNG dropped here recalls its parameters
   auto* lay = new QVBoxLayout(this);
   lay->setContentsMargins(0, 0, 0, 0);
   view_ = new ImageView(this);
@@ -92,8 +194,8 @@ Gallery::Gallery(HistoryStore* history, QWidget* parent) : QWidget(parent), hist
   list_->setViewMode(QListView::IconMode);
   list_->setFlow(QListView::LeftToRight);
   list_->setWrapping(false);
-  list_->setIconSize(QSize(96, 96));
-  list_->setFixedHeight(128);
+  list_->setIconSize(QSize(72, 72));
+  list_->setFixedHeight(104);
   list_->setMovement(QListView::Static);
   list_->setSpacing(4);
   lay->addWidget(list_);
@@ -106,14 +208,28 @@ Gallery::Gallery(HistoryStore* history, QWidget* parent) : QWidget(parent), hist
   save_ = new QPushButton(tr("Save as…"), this);
   remove_ = new QPushButton(tr("Remove"), this);
   auto* clear = new QPushButton(tr("Clear history"), this);
+  // Two rows, so that the buttons fit a narrow gallery (1024 px wide window) unclipped.
   brow->addWidget(use_);
   brow->addWidget(open);
   brow->addWidget(save_);
   brow->addStretch(1);
-  brow->addWidget(remove_);
-  brow->addWidget(clear);
+  auto* brow2 = new QHBoxLayout;
+  brow2->addStretch(1);
+  brow2->addWidget(remove_);
+  brow2->addWidget(clear);
   lay->addLayout(brow);
+  lay->addLayout(brow2);
 
+  list_->setContextMenuPolicy(Qt::CustomContextMenu);
+  connect(list_, &QListWidget::customContextMenuRequested, this, [this](const QPoint& pos) {
+    const QModelIndex i = list_->indexAt(pos);
+    if (i.isValid()) showContextMenu(i.row(), list_->viewport()->mapToGlobal(pos));
+  });
+  view_->setContextMenuPolicy(Qt::CustomContextMenu);
+  connect(view_, &QWidget::customContextMenuRequested, this, [this](const QPoint& pos) {
+    if (!currentPath_.isEmpty() && list_->currentRow() >= 0)
+      showContextMenu(list_->currentRow(), view_->mapToGlobal(pos));
+  });
   connect(list_, &QListWidget::currentRowChanged, this, [this] {
     if (const HistoryEntry* e = selected()) showEntry(*e);
     const bool has = selected() != nullptr;
@@ -166,9 +282,9 @@ void Gallery::reload() {
     QImage thumb(e.path);
     item->setIcon(QPixmap::fromImage(
         thumb.isNull() ? QImage()
-                       : thumb.scaled(96, 96, Qt::KeepAspectRatio, Qt::SmoothTransformation)));
-    item->setText(e.seed >= 0 ? QString::number(e.seed) : QString());
-    item->setToolTip(describe(e.params, e.seed, e.seconds) + "\n" + e.path);
+                       : thumb.scaled(72, 72, Qt::KeepAspectRatio, Qt::SmoothTransformation)));
+    item->setText(e.hasSeed ? seedText(e.seed) : QString());
+    item->setToolTip(describe(e.params, e, e.seconds) + "\n" + e.path);
     item->setData(Qt::UserRole, e.path);
   }
   if (list_->count() > 0)
@@ -196,7 +312,7 @@ void Gallery::showEntry(const HistoryEntry& e) {
   QImage img(e.path);
   if (img.isNull()) view_->setPlaceholder(tr("%1 is missing").arg(e.path));
   view_->setImage(img);
-  caption_->setText(describe(e.params, e.seed, e.seconds));
+  caption_->setText(describe(e.params, e, e.seconds));
 }
 
 void Gallery::showPreview(const QImage& image, const QString& caption) {
@@ -227,11 +343,94 @@ bool Gallery::openPng(const QString& path, QString* error) {
   HistoryEntry e;
   e.path = path;
   e.params = params;
-  e.seed = params.value("seed").toInteger(-1);
+  if (const auto seed = seedFromQJson(params.value("seed"))) {
+    e.seed = *seed;
+    e.hasSeed = true;
+  }
   view_->setImage(QImage(path));
-  caption_->setText(describe(params, e.seed, 0));
+  caption_->setText(describe(params, e, 0));
   Q_EMIT useParameters(e);
   return true;
+}
+
+QList<QAction*> Gallery::imageActions(int row) {
+  const auto& es = history_->entries();
+  if (row < 0 || row >= es.size()) return {};
+  const HistoryEntry e = es[row];
+  QList<QAction*> out;
+  auto* copy = new QAction(tr("Copy image"), this);
+  connect(copy, &QAction::triggered, this, [this, e] {
+    const QImage img(e.path);
+    if (img.isNull())
+      Q_EMIT errorMessage(tr("cannot read %1").arg(e.path));
+    else
+      QGuiApplication::clipboard()->setImage(img);
+  });
+  auto* folder = new QAction(tr("Open containing folder"), this);
+  connect(folder, &QAction::triggered, this, [e] {
+    QDesktopServices::openUrl(QUrl::fromLocalFile(QFileInfo(e.path).absolutePath()));
+  });
+  auto* seed =
+      new QAction(e.hasSeed ? tr("Use seed %1").arg(seedText(e.seed)) : tr("Use seed"), this);
+  seed->setEnabled(e.hasSeed);
+  connect(seed, &QAction::triggered, this, [this, e] {
+    if (e.hasSeed) Q_EMIT useSeed(e.seed);
+  });
+  auto* use = new QAction(tr("Use parameters"), this);
+  connect(use, &QAction::triggered, this, [this, e] { Q_EMIT useParameters(e); });
+  auto* del = new QAction(tr("Delete file…"), this);
+  connect(del, &QAction::triggered, this, [this, row] { deleteFile(row, true); });
+  out << copy << folder << seed << use << del;
+  for (QAction* a : out) a->setObjectName(a->text());
+  return out;
+}
+
+void Gallery::showContextMenu(int row, const QPoint& globalPos) {
+  QMenu menu(this);
+  const QList<QAction*> actions = imageActions(row);
+  for (QAction* a : actions) {
+    if (a->text().startsWith(tr("Delete"))) menu.addSeparator();
+    menu.addAction(a);
+  }
+  menu.exec(globalPos);
+  qDeleteAll(actions);
+}
+
+bool Gallery::deleteFile(int row, bool confirm) {
+  const auto& es = history_->entries();
+  if (row < 0 || row >= es.size()) return false;
+  const QString path = es[row].path;
+  if (confirm &&
+      QMessageBox::question(this, tr("Delete file"), tr("Delete %1 from the disk?").arg(path)) !=
+          QMessageBox::Yes)
+    return false;
+  if (QFileInfo::exists(path) && !QFile::remove(path)) {
+    Q_EMIT errorMessage(tr("cannot delete %1").arg(path));
+    return false;
+  }
+  QString err;
+  if (!history_->remove(path, &err)) Q_EMIT errorMessage(err);
+  reload();
+  return true;
+}
+
+void Gallery::dragEnterEvent(QDragEnterEvent* e) {
+  for (const QUrl& u : e->mimeData()->urls()) {
+    if (u.isLocalFile() && u.toLocalFile().endsWith(QStringLiteral(".png"), Qt::CaseInsensitive)) {
+      e->acceptProposedAction();
+      return;
+    }
+  }
+}
+
+void Gallery::dropEvent(QDropEvent* e) {
+  for (const QUrl& u : e->mimeData()->urls()) {
+    if (!u.isLocalFile()) continue;
+    QString err;
+    if (!openPng(u.toLocalFile(), &err)) Q_EMIT errorMessage(err);
+    e->acceptProposedAction();
+    return;
+  }
 }
 
 }  // namespace dit::ui

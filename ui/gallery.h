@@ -8,6 +8,9 @@
 
 #include "ui/history_store.h"
 
+class QAction;
+class QDragEnterEvent;
+class QDropEvent;
 class QLabel;
 class QListWidget;
 class QProgressBar;
@@ -15,7 +18,9 @@ class QPushButton;
 
 namespace dit::ui {
 
-/// Paints an image scaled to fit, keeping its aspect ratio.
+/// Paints an image scaled to fit (keeping its aspect ratio), or at a zoom factor (1 = 1:1, one
+/// image pixel per screen pixel) panned by dragging. Wheel: zoom in/out; double-click or "1":
+/// toggle fit / 1:1; "0": fit.
 class ImageView : public QWidget {
   Q_OBJECT
  public:
@@ -23,13 +28,32 @@ class ImageView : public QWidget {
   void setImage(const QImage& image);
   const QImage& image() const { return image_; }
   void setPlaceholder(const QString& text);
+  /// 0 = fit to the widget; otherwise screen pixels per image pixel (0.1 .. 32). Resets the pan
+  /// when it changes to fit.
+  void setZoom(double zoom);
+  double zoom() const { return zoom_; }
+  /// Offset of the image centre from the widget centre, in screen pixels (dragging moves it).
+  QPointF pan() const { return pan_; }
+  /// Where the image is drawn, in widget coordinates.
+  QRectF imageRect() const;
 
  protected:
   void paintEvent(QPaintEvent*) override;
+  void wheelEvent(QWheelEvent* e) override;
+  void mousePressEvent(QMouseEvent* e) override;
+  void mouseMoveEvent(QMouseEvent* e) override;
+  void mouseReleaseEvent(QMouseEvent* e) override;
+  void mouseDoubleClickEvent(QMouseEvent* e) override;
+  void keyPressEvent(QKeyEvent* e) override;
 
  private:
+  void clampPan();
   QImage image_;
   QString placeholder_;
+  double zoom_ = 0;
+  QPointF pan_;
+  QPoint dragFrom_;
+  bool dragging_ = false;
 };
 
 /// Gallery over a HistoryStore (which the window owns and appends to).
@@ -52,16 +76,31 @@ class Gallery : public QWidget {
   QString caption() const;
   QListWidget* thumbnails() const { return list_; }
   QProgressBar* progressBar() const { return progress_; }
-  /// Reads a PNG's parameters and emits useParameters (the "Open PNG" button after its dialog).
+  /// Reads a PNG's parameters and emits useParameters (the "Open PNG" button after its dialog,
+  /// and a PNG dropped on the gallery).
   bool openPng(const QString& path, QString* error = nullptr);
+  ImageView* view() const { return view_; }
+  /// The context menu's actions for history entry `row` (Copy image, Open folder, Use seed,
+  /// Delete file…); the menu shows them on a right click on a thumbnail or the large image.
+  QList<QAction*> imageActions(int row);
+  /// Deletes the entry's PNG from disk and the history (asking first when `confirm`). Returns
+  /// false and emits errorMessage when the file cannot be removed.
+  bool deleteFile(int row, bool confirm = true);
 
  Q_SIGNALS:
   /// Load these parameters into the generation panel.
   void useParameters(const dit::ui::HistoryEntry& entry);
+  /// Put this seed (exact) into the generation panel ("Use seed").
+  void useSeed(std::uint64_t seed);
   void errorMessage(const QString& message);
+
+ protected:
+  void dragEnterEvent(QDragEnterEvent* e) override;
+  void dropEvent(QDropEvent* e) override;
 
  private:
   void showEntry(const HistoryEntry& e);
+  void showContextMenu(int row, const QPoint& globalPos);
   const HistoryEntry* selected() const;
   HistoryStore* history_;
   ImageView* view_;

@@ -16,6 +16,7 @@
 #include <QStyle>
 #include <QVBoxLayout>
 
+#include "ui/seed_text.h"
 #include "ui/worker_command.h"
 
 namespace dit::ui {
@@ -86,7 +87,10 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
 
   auto* seedRow = new QHBoxLayout;
   seed_ = new QLineEdit(genBox);
-  seed_->setValidator(new QRegularExpressionValidator(QRegularExpression("[0-9]{1,18}"), seed_));
+  // Digits only (20 at most); the value is checked against 0 .. 2^64-1 by seedError().
+  seed_->setValidator(new QRegularExpressionValidator(QRegularExpression("[0-9]{0,20}"), seed_));
+  seed_->setToolTip(
+      tr("Seed: a whole number in %1 (unsigned 64-bit, as PyTorch's)").arg(seedRangeText()));
   randomSeed_ = new QCheckBox(tr("Random"), genBox);
   seedRow->addWidget(seed_, 1);
   seedRow->addWidget(randomSeed_);
@@ -120,7 +124,17 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   connect(cfgScale_, &QDoubleSpinBox::valueChanged, this, emitChanged);
   connect(steps_, &QSpinBox::valueChanged, this, emitChanged);
   connect(guidance_, &QDoubleSpinBox::valueChanged, this, emitChanged);
-  connect(seed_, &QLineEdit::textChanged, this, emitChanged);
+  connect(seed_, &QLineEdit::textChanged, this, [this, emitChanged] {
+    const QString err = seedError();
+    seed_->setProperty("invalid", !err.isEmpty());
+    seed_->setToolTip(err.isEmpty() ? tr("Seed: a whole number in %1 (unsigned 64-bit, as "
+                                         "PyTorch's)")
+                                          .arg(seedRangeText())
+                                    : err);
+    seed_->style()->unpolish(seed_);
+    seed_->style()->polish(seed_);
+    emitChanged();
+  });
   connect(images_, &QSpinBox::valueChanged, this, emitChanged);
   connect(loras_, &LoraList::changed, this, emitChanged);
   connect(randomSeed_, &QCheckBox::toggled, this, [this, emitChanged](bool on) {
@@ -132,9 +146,9 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
     connect(b, &QSpinBox::editingFinished, this, [this, b] { snapSize(b); });
   }
   connect(reuseSeed_, &QPushButton::clicked, this, [this] {
-    if (lastSeed_ < 0) return;
+    if (!hasLastSeed_) return;
     randomSeed_->setChecked(false);
-    seed_->setText(QString::number(lastSeed_));
+    seed_->setText(seedText(lastSeed_));
   });
   connect(browse, &QPushButton::clicked, this, [this] {
     const QString d =
@@ -156,7 +170,8 @@ GenerationParams GenerationPanel::params() const {
   p.height = height_->value();
   p.steps = steps_->value();
   p.guidance = guidance_->value();
-  p.seed = seed_->text().toULongLong();
+  // Exact (never through a double); a malformed field keeps the default and seedError() says why.
+  if (const auto seed = parseSeedText(seed_->text())) p.seed = *seed;
   p.random_seed = randomSeed_->isChecked();
   p.num_images = images_->value();
   p.loras = loras_->loras();
@@ -172,7 +187,7 @@ void GenerationPanel::setParams(const GenerationParams& p) {
   height_->setValue(p.height);
   steps_->setValue(p.steps);
   guidance_->setValue(p.guidance);
-  seed_->setText(QString::number(p.seed));
+  seed_->setText(seedText(p.seed));
   randomSeed_->setChecked(p.random_seed);
   seed_->setEnabled(!p.random_seed);
   images_->setValue(p.num_images);
@@ -226,10 +241,17 @@ void GenerationPanel::snapSize(QSpinBox* box) {
                          .arg(step));
 }
 
-void GenerationPanel::setLastSeed(qint64 seed) {
+void GenerationPanel::setLastSeed(std::uint64_t seed) {
   lastSeed_ = seed;
-  lastSeedLabel_->setText(tr("last seed: %1").arg(seed));
-  reuseSeed_->setEnabled(seed >= 0);
+  hasLastSeed_ = true;
+  lastSeedLabel_->setText(tr("last seed: %1").arg(seedText(seed)));
+  reuseSeed_->setEnabled(true);
+}
+
+QString GenerationPanel::seedError() const {
+  if (randomSeed_->isChecked()) return {};
+  QString err;
+  return parseSeedText(seed_->text(), &err) ? QString() : err;
 }
 
 }  // namespace dit::ui

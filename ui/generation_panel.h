@@ -4,6 +4,7 @@
 #pragma once
 
 #include <QWidget>
+#include <cstdint>
 
 #include "ui/generation_params.h"
 #include "ui/lora_list.h"
@@ -31,9 +32,13 @@ class GenerationPanel : public QWidget {
   /// Sets and reads the model folder (the size step follows its vae_scale_factor).
   void setModelDir(const QString& dir);
   const ModelInfo& modelInfo() const { return model_; }
-  /// Shows the seed used by the last image ("reuse" copies it into the seed field).
-  void setLastSeed(qint64 seed);
-  qint64 lastSeed() const { return lastSeed_; }
+  /// Shows the seed used by the last image ("reuse" copies it into the seed field, exactly).
+  void setLastSeed(std::uint64_t seed);
+  std::uint64_t lastSeed() const { return lastSeed_; }
+  bool hasLastSeed() const { return hasLastSeed_; }
+  /// Why the seed field cannot be used (malformed or out of 0 .. 2^64-1, naming the range);
+  /// empty when it holds a seed or "Random" is checked. params() is not sent while it is set.
+  QString seedError() const;
 
   // Widgets exposed for tests.
   QPlainTextEdit* promptEdit() const { return prompt_; }
@@ -41,6 +46,8 @@ class GenerationPanel : public QWidget {
   QSpinBox* heightSpin() const { return height_; }
   QLineEdit* modelEdit() const { return modelEdit_; }
   LoraList* loraList() const { return loras_; }
+  QLineEdit* seedEdit() const { return seed_; }
+  QPushButton* reuseSeedButton() const { return reuseSeed_; }
 
  Q_SIGNALS:
   void changed();
@@ -51,7 +58,8 @@ class GenerationPanel : public QWidget {
   void snapSize(QSpinBox* box);
 
   ModelInfo model_;
-  qint64 lastSeed_ = -1;
+  std::uint64_t lastSeed_ = 0;
+  bool hasLastSeed_ = false;
   QLineEdit* modelEdit_;
   QLabel* modelSummary_;
   QPlainTextEdit* prompt_;

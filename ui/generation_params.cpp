@@ -1,6 +1,7 @@
 #include "ui/generation_params.h"
 
 #include "ui/json_io.h"
+#include "ui/seed_text.h"
 
 namespace dit::ui {
 
@@ -11,7 +12,17 @@ QJsonObject paramsToQJson(const GenerationParams& p) {
 }
 
 GenerationParams paramsFromQJson(const QJsonObject& j, const GenerationParams& defaults) {
-  return dit::protocol::paramsFromJson(toNlohmann(j), defaults);
+  if (!j.value("seed").isString()) return dit::protocol::paramsFromJson(toNlohmann(j), defaults);
+  // A seed above 2^63-1 travels as decimal text in Qt JSON (toQJsonObject).
+  QString err;
+  const auto seed = parseSeedText(j.value("seed").toString(), &err);
+  if (!seed) throw dit::protocol::ProtocolError("request field 'seed': " + err.toStdString());
+  QJsonObject rest = j;
+  rest.remove("seed");
+  GenerationParams p = dit::protocol::paramsFromJson(toNlohmann(rest), defaults);
+  p.seed = *seed;
+  p.random_seed = false;
+  return p;
 }
 
 GenerationParams startingParams() {

@@ -15,10 +15,12 @@ namespace dit::ui {
 /// of defaults.
 using GenerationParams = dit::protocol::GenerationParams;
 
-/// protocol::toJson(p) as a Qt object (seed is -1 when random; integers stay integers).
+/// protocol::toJson(p) as a Qt object (seed is -1 when random; integers stay integers; a seed
+/// above 2^63-1 is its decimal text, see toQJsonObject).
 QJsonObject paramsToQJson(const GenerationParams& p);
-/// protocol::paramsFromJson of a Qt object: the keys present in `j` over `defaults`. Throws
-/// dit::protocol::ProtocolError naming a field of the wrong type.
+/// protocol::paramsFromJson of a Qt object: the keys present in `j` over `defaults`; a "seed"
+/// given as decimal text is read exactly (0 .. 2^64-1). Throws dit::protocol::ProtocolError
+/// naming a field of the wrong type or a seed out of range.
 GenerationParams paramsFromQJson(const QJsonObject& j, const GenerationParams& defaults = {});
 
 /// What the panel starts with (and the headless run generates): the protocol defaults with a

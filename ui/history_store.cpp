@@ -7,21 +7,29 @@
 #include <QJsonDocument>
 
 #include "ui/json_io.h"
+#include "ui/seed_text.h"
 
 namespace dit::ui {
 
 QJsonObject HistoryEntry::toJson() const {
-  return QJsonObject{{"path", path},       {"id", requestId},
-                     {"seed", seed},       {"params", params},
-                     {"seconds", seconds}, {"created", created.toString(Qt::ISODateWithMs)}};
+  QJsonObject j{{"path", path},
+                {"id", requestId},
+                {"params", params},
+                {"seconds", seconds},
+                {"created", created.toString(Qt::ISODateWithMs)}};
+  if (hasSeed) j.insert("seed", seedToQJson(seed));  // text: exact over the whole uint64 range
+  return j;
 }
 
 HistoryEntry HistoryEntry::fromJson(const QJsonObject& j) {
   HistoryEntry e;
   e.path = j.value("path").toString();
   e.requestId = j.value("id").toString();
-  e.seed =
-      j.value("seed").toInteger(-1);  // older files stored it as a double: same value up to 2^53
+  // Decimal text; older files stored a number (exact up to 2^53, or 2^63-1 as an integer).
+  if (const auto seed = seedFromQJson(j.value("seed"))) {
+    e.seed = *seed;
+    e.hasSeed = true;
+  }
   e.params = j.value("params").toObject();
   e.seconds = j.value("seconds").toDouble(0);
   e.created = QDateTime::fromString(j.value("created").toString(), Qt::ISODateWithMs);
@@ -37,8 +45,8 @@ GenerationParams HistoryEntry::generation(const GenerationParams& defaults) cons
   } catch (const dit::protocol::ProtocolError&) {
     // A PNG chunk written by another program: keep the defaults rather than half of it.
   }
-  if (seed >= 0) {
-    p.seed = static_cast<std::uint64_t>(seed);
+  if (hasSeed) {
+    p.seed = seed;
     p.random_seed = false;
   }
   return p;
@@ -106,15 +114,22 @@ QJsonObject readPngParameters(const QString& path, QString* error) {
     if (error) *error = QStringLiteral("%1 has no \"parameters\" text chunk").arg(path);
     return {};
   }
-  QJsonParseError pe;
-  const QJsonDocument doc = QJsonDocument::fromJson(text.toUtf8(), &pe);
-  if (!doc.isObject()) {
+  // nlohmann, not QJsonDocument: a seed above 2^63-1 must not become a double.
+  const QByteArray utf8 = text.toUtf8();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(utf8.constData(), utf8.constData() + utf8.size());
+  } catch (const nlohmann::json::exception& e) {
     if (error)
       *error = QStringLiteral("the parameters of %1 are not a JSON object: %2")
-                   .arg(path, pe.errorString());
+                   .arg(path, QString::fromStdString(e.what()));
     return {};
   }
-  return doc.object();
+  if (!j.is_object()) {
+    if (error) *error = QStringLiteral("the parameters of %1 are not a JSON object").arg(path);
+    return {};
+  }
+  return toQJsonObject(j);
 }
 
 }  // namespace dit::ui

@@ -6,6 +6,7 @@
 #include <QJsonObject>
 #include <QList>
 #include <QString>
+#include <cstdint>
 
 #include "ui/generation_params.h"
 
@@ -15,9 +16,10 @@ namespace dit::ui {
 struct HistoryEntry {
   QString path;  ///< PNG file
   QString requestId;
-  qint64 seed = -1;    ///< seed actually used
-  QJsonObject params;  ///< the parameters object (prompt, width, ..., model, strategy)
-  double seconds = 0;  ///< generation time
+  std::uint64_t seed = 0;  ///< seed actually used (exact; stored as decimal text)
+  bool hasSeed = false;    ///< false when unknown
+  QJsonObject params;      ///< the parameters object (prompt, width, ..., model, strategy)
+  double seconds = 0;      ///< generation time
   QDateTime created;
 
   QJsonObject toJson() const;
@@ -47,8 +49,9 @@ class HistoryStore {
   QList<HistoryEntry> entries_;
 };
 
-/// The "parameters" text chunk of a PNG, parsed as a JSON object. Returns an empty object and
-/// sets `error` when the file is unreadable or has no such chunk.
+/// The "parameters" text chunk of a PNG, parsed as a JSON object (a seed above 2^63-1 as its
+/// decimal text, exact; see toQJsonObject). Returns an empty object and sets `error` when the
+/// file is unreadable or has no such chunk.
 QJsonObject readPngParameters(const QString& path, QString* error = nullptr);
 
 }  // namespace dit::ui

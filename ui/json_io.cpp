@@ -5,6 +5,9 @@
 #include <QFileInfo>
 #include <QSaveFile>
 #include <QStandardPaths>
+#include <cstdint>
+#include <limits>
+#include <string>
 
 namespace dit::ui {
 
@@ -63,8 +66,22 @@ nlohmann::json toNlohmann(const QJsonObject& o) {
   return nlohmann::json::parse(text.constData(), text.constData() + text.size());
 }
 
-QJsonObject toQJsonObject(const nlohmann::json& j) {
-  if (!j.is_object()) return {};
+namespace {
+// Unsigned integers Qt cannot hold exactly -> decimal text, recursively.
+void bigIntegersToText(nlohmann::json& j) {
+  if (j.is_number_unsigned()) {
+    const auto v = j.get<std::uint64_t>();
+    if (v > static_cast<std::uint64_t>(std::numeric_limits<qint64>::max())) j = std::to_string(v);
+  } else if (j.is_structured()) {
+    for (auto& e : j) bigIntegersToText(e);
+  }
+}
+}  // namespace
+
+QJsonObject toQJsonObject(const nlohmann::json& in) {
+  if (!in.is_object()) return {};
+  nlohmann::json j = in;
+  bigIntegersToText(j);
   const std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   return QJsonDocument::fromJson(QByteArray::fromStdString(text)).object();
 }

@@ -20,8 +20,10 @@ QString appDataDir();
 /// Qt object -> nlohmann JSON (the protocol module's type), through compact JSON text: integers
 /// stay integers (Qt 6 keeps qint64 exactly), doubles keep their shortest round-trip text.
 nlohmann::json toNlohmann(const QJsonObject& o);
-/// nlohmann JSON object -> Qt object (integers up to 2^63-1 stay exact; anything else becomes a
-/// double, as Qt stores it). A value that is not an object gives an empty object.
+/// nlohmann JSON object -> Qt object. Integers up to 2^63-1 stay exact integers; unsigned
+/// integers above 2^63-1 (seeds), which a QJsonValue could only hold as a rounded double, become
+/// their decimal text (read them with seedFromQJson). A value that is not an object gives an
+/// empty object.
 QJsonObject toQJsonObject(const nlohmann::json& j);
 
 }  // namespace dit::ui

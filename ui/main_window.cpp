@@ -2,6 +2,7 @@
 
 #include <QAction>
 #include <QApplication>
+#include <QChartView>
 #include <QCloseEvent>
 #include <QDir>
 #include <QFileInfo>
@@ -9,7 +10,7 @@
 #include <QHBoxLayout>
 #include <QJsonDocument>
 #include <QLabel>
-#include <QListWidget>
+#include <QListView>
 #include <QPushButton>
 #include <QScrollArea>
 #include <QSplitter>
@@ -22,6 +23,7 @@
 
 #include "ui/advisor_dialog.h"
 #include "ui/json_io.h"
+#include "ui/seed_text.h"
 #include "ui/strategy_json.h"
 
 namespace dit::ui {
@@ -31,7 +33,8 @@ MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent)
       options_(options),
       dataDir_(options.dataDir.isEmpty() ? appDataDir() : options.dataDir),
       presets_(dataDir_, options.builtinPresets),
-      history_(dataDir_) {
+      history_(dataDir_),
+      caps_(currentCapabilities()) {
   setWindowTitle(tr("DiT Studio"));
   setWindowIcon(QIcon(QStringLiteral(":/ditstudio/icons/ditstudio.svg")));
   controller_ = new WorkerController(this);
@@ -64,6 +67,15 @@ void MainWindow::buildUi() {
   generateAct_ = tb->addAction(tr("✦ Generate"), this, [this] { generate(); });
   generateAct_->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Return));
   cancelAct_ = tb->addAction(tr("✕ Cancel"), this, &MainWindow::cancelCurrent);
+  cancelAct_->setShortcut(QKeySequence(Qt::Key_Escape));
+  cancelAct_->setShortcutContext(Qt::WindowShortcut);
+  cancelAct_->setToolTip(tr("Cancel the running request at its next step (Esc)"));
+  // Why Generate is disabled, in words, beside the button (also its tooltip).
+  generateReason_ = new QLabel(tb);
+  generateReason_->setObjectName("generateReason");
+  generateReason_->setProperty("class", "issues");
+  generateReason_->setMaximumWidth(360);
+  tb->addWidget(generateReason_);
   startAct_->setToolTip(tr("Start the worker process group (mpirun) with this strategy"));
   generateAct_->setToolTip(
       tr("Queue a request (Ctrl+Enter); starts or restarts the group if needed"));
@@ -87,10 +99,14 @@ void MainWindow::buildUi() {
   leftTabs_->addTab(edScroll, tr("Strategy"));
   presetPanel_ = new PresetPanel(&presets_, [this] { return currentPreset(); });
   leftTabs_->addTab(presetPanel_, tr("Presets"));
-  leftTabs_->setMinimumWidth(380);
+  leftTabs_->setMinimumWidth(280);
 
+  // Right of the tabs: gallery beside the memory chart / queue / log tabs, and the per-rank table
+  // across the whole width below them (every column fits at 1024 x 700).
+  auto* work = new QSplitter(Qt::Vertical, split);
+  auto* top = new QSplitter(Qt::Horizontal, work);
   // Center: banner + gallery.
-  auto* center = new QWidget(split);
+  auto* center = new QWidget(top);
   auto* cl = new QVBoxLayout(center);
   cl->setContentsMargins(4, 0, 4, 0);
   banner_ = new QFrame(center);
@@ -120,35 +136,39 @@ void MainWindow::buildUi() {
   gallery_ = new Gallery(&history_, center);
   cl->addWidget(gallery_, 1);
 
-  // Right: monitor + queue/log.
-  auto* right = new QSplitter(Qt::Vertical, split);
-  rankMonitor_ = new RankMonitor(rankModel_, right);
-  auto* rtabs = new QTabWidget(right);
+  // Monitor table below; its memory chart, the queue and the log in tabs beside the gallery.
+  rankMonitor_ = new RankMonitor(rankModel_, work);
+  auto* rtabs = new QTabWidget(top);
+  rtabs->addTab(rankMonitor_->chartView(), tr("Memory"));
   log_ = new LogPanel;
   rtabs->addTab(log_, tr("Log"));
   auto* qw = new QWidget;
   auto* ql = new QVBoxLayout(qw);
-  queueList_ = new QListWidget(qw);
-  ql->addWidget(queueList_, 1);
+  queueModel_ = new QueueModel(this);
+  queueView_ = new QListView(qw);
+  queueView_->setObjectName("queueView");
+  queueView_->setModel(queueModel_);
+  queueView_->setSelectionMode(QAbstractItemView::SingleSelection);
+  ql->addWidget(queueView_, 1);
   auto* qb = new QHBoxLayout;
   auto* cancelSel = new QPushButton(tr("Cancel selected"), qw);
+  cancelSel->setObjectName("cancelSelected");
   auto* cancelAllBtn = new QPushButton(tr("Cancel all"), qw);
   qb->addWidget(cancelSel);
   qb->addWidget(cancelAllBtn);
   ql->addLayout(qb);
   rtabs->addTab(qw, tr("Queue"));
-  connect(cancelSel, &QPushButton::clicked, this, [this] {
-    if (auto* it = queueList_->currentItem())
-      controller_->cancel(it->data(Qt::UserRole).toString());
-  });
+  connect(cancelSel, &QPushButton::clicked, this, [this] { cancelSelected(); });
   connect(cancelAllBtn, &QPushButton::clicked, this, &MainWindow::cancelAll);
-  right->setStretchFactor(0, 3);
-  right->setStretchFactor(1, 2);
-  right->setSizes({480, 330});
+  top->setStretchFactor(0, 3);
+  top->setStretchFactor(1, 2);
+  top->setSizes({640, 420});
+  work->setStretchFactor(0, 1);
+  work->setStretchFactor(1, 0);  // extra height goes to the image, not to empty table rows
+  work->setSizes({700, 150});
   split->setStretchFactor(0, 0);
-  split->setStretchFactor(1, 3);
-  split->setStretchFactor(2, 2);
-  split->setSizes({420, 680, 480});
+  split->setStretchFactor(1, 1);
+  split->setSizes({350, 1150});
 
   // Status bar.
   stateLabel_ = new QLabel(this);
@@ -158,9 +178,20 @@ void MainWindow::buildUi() {
   statusBar()->addPermanentWidget(groupLabel_);
 
   connect(genPanel_, &GenerationPanel::changed, this, &MainWindow::revalidate);
+  connect(genPanel_, &GenerationPanel::modelChanged, this, [this] { presetPanel_->refresh(); });
   connect(editor_, &StrategyEditor::changed, this, &MainWindow::revalidate);
   connect(editor_, &StrategyEditor::advisorRequested, this, &MainWindow::openAdvisor);
-  connect(presetPanel_, &PresetPanel::applyRequested, this, &MainWindow::applyPreset);
+  connect(presetPanel_, &PresetPanel::applyRequested, this,
+          [this](const Preset& p) { applyPreset(p, presetPanel_->applyGeneration()); });
+  presetPanel_->setChecker([this](const Preset& p) {
+    QStringList issues;
+    for (const auto& i : dit::validateDegrees(p.strategy))
+      issues << QString::fromStdString(i.message);
+    if (genPanel_ && genPanel_->modelInfo().ok)
+      for (const auto& i : dit::validateForModel(p.strategy, genPanel_->modelInfo().dims()))
+        issues << QString::fromStdString(i.message);
+    return issues + capabilityIssuesOf(p.strategy, p.hostfile);
+  });
   connect(gallery_, &Gallery::useParameters, this, [this](const HistoryEntry& e) {
     genPanel_->setParams(e.generation(genPanel_->params()));
     // Recalled LoRAs that cannot be found (moved, deleted) are named, and stay listed.
@@ -179,6 +210,13 @@ void MainWindow::buildUi() {
     }
     leftTabs_->setCurrentIndex(0);
   });
+  connect(gallery_, &Gallery::useSeed, this, [this](std::uint64_t seed) {
+    GenerationParams p = genPanel_->params();
+    p.seed = seed;
+    p.random_seed = false;
+    genPanel_->setParams(p);
+    leftTabs_->setCurrentIndex(0);
+  });
   connect(gallery_, &Gallery::errorMessage, this,
           [this](const QString& m) { showBanner(m, {}, false, false); });
 }
@@ -187,7 +225,6 @@ void MainWindow::connectController() {
   WorkerController* c = controller_;
   connect(c, &WorkerController::stateChanged, this, [this](WorkerController::State s) {
     if (s == WorkerController::State::Starting) {  // a new group: fresh monitor
-      stage_.clear();
       rankModel_->reset(controller_->config().strategy.world);
       log_->setWorld(controller_->config().strategy.world);
     }
@@ -209,11 +246,17 @@ void MainWindow::connectController() {
     revalidate();
   });
   connect(c, &WorkerController::statusReceived, this,
-          [this](const QString& stage, const QString& msg) {
-            stage_ = stage;
-            stateLabel_->setToolTip(msg);
-            updateStatus();
-          });
+          [this](const QString&, const QString& msg) { stateLabel_->setToolTip(msg); });
+  connect(c, &WorkerController::stageChanged, this, [this] { updateStatus(); });
+  connect(c, &WorkerController::eventReceived, this, [this](const WorkerEvent& ev) {
+    if (ev.type != QLatin1String("hello")) return;
+    // Host and device of each rank (the device from the event when the worker names it, else
+    // the strategy's).
+    const int rank = ev.data.value("rank").toInt(-1);
+    QString device = ev.data.value("device").toString();
+    if (device.isEmpty()) device = QString::fromStdString(controller_->config().strategy.device);
+    rankModel_->setPlace(rank, ev.data.value("host").toString(), device);
+  });
   connect(c, &WorkerController::ranksUpdated, this, [this](const QList<RankStats>& ranks) {
     rankModel_->update(ranks, controller_->elapsedSeconds());
   });
@@ -259,6 +302,7 @@ void MainWindow::connectController() {
   connect(c, &WorkerController::groupFailed, this, &MainWindow::onGroupFailed);
   connect(c, &WorkerController::groupStopped, this, [this](int) {
     gallery_->setProgress(-1, {});
+    rankModel_->setStageAll(QStringLiteral("stopped"));
     if (closing_) close();
   });
 }
@@ -292,6 +336,10 @@ bool MainWindow::configDiffers() const {
 void MainWindow::revalidate() {
   validation_ = validate(editor_->strategy(), genPanel_->modelInfo(), genPanel_->params(),
                          textLength(), editor_->hostfile());
+  for (const QString& i : capabilityIssuesOf(editor_->strategy(), editor_->hostfile()))
+    if (!validation_.startIssues.contains(i)) validation_.startIssues << i;
+  if (const QString seedErr = genPanel_->seedError(); !seedErr.isEmpty())
+    validation_.requestIssues << seedErr;
   editor_->setIssues(validation_.startIssues, validation_.requestIssues);
   rankMonitor_->setDevice(QString::fromStdString(editor_->strategy().device));
   updateActions();
@@ -312,17 +360,39 @@ void MainWindow::updateActions() {
   startAct_->setToolTip(tips.isEmpty()
                             ? tr("Start the worker process group (mpirun) with this strategy")
                             : tips.join('\n'));
+  const QString reason = generateBlockedReason();
   generateAct_->setToolTip(
-      tips.isEmpty() ? tr("Queue a request (Ctrl+Enter); starts or restarts the group if needed")
-                     : tips.join('\n'));
+      reason.isEmpty() ? tr("Queue a request (Ctrl+Enter); starts or restarts the group if needed")
+                       : tr("Generate is disabled: %1").arg(reason));
+  generateReason_->setText(
+      reason.isEmpty() ? QString() : tr("Cannot generate: %1").arg(reason.section('\n', 0, 0)));
+  generateReason_->setToolTip(reason);
+  generateReason_->setVisible(!reason.isEmpty());
+}
+
+QString MainWindow::generateBlockedReason() const {
+  if (controller_->state() == WorkerController::State::Stopping) return tr("the group is stopping");
+  if (!validation_.canGenerate()) return validation_.all().join('\n');
+  return {};
 }
 
 void MainWindow::updateStatus() {
   const WorkerController::State s = controller_->state();
   QString text = tr("Group: %1").arg(WorkerController::stateName(s));
   if (controller_->isRunning()) {
-    if (!stage_.isEmpty() && s != WorkerController::State::Ready)
-      text += QStringLiteral(" (%1)").arg(stage_);
+    // The real stage (from the worker's status and ranks events), with the step while denoising.
+    const QString stage = controller_->stage();
+    if (!stage.isEmpty() && s != WorkerController::State::Ready) {
+      QString detail = stage;
+      const auto q = controller_->queue();
+      for (const auto& r : q) {
+        if (r.sent && r.step > 0 && stage == QLatin1String("denoising")) {
+          detail += QStringLiteral(" %1 step %2/%3").arg(r.id).arg(r.step).arg(r.steps);
+          break;
+        }
+      }
+      text += QStringLiteral(" (%1)").arg(detail);
+    }
     text += QStringLiteral(" · %1").arg(strategyText(controller_->config().strategy));
     if (configDiffers()) text += tr(" · strategy changed: Restart (or Generate) applies it");
   } else if (!validation_.canStart()) {
@@ -336,18 +406,15 @@ void MainWindow::updateStatus() {
            : tr("no model"));
 }
 
-void MainWindow::refreshQueue() {
-  queueList_->clear();
-  for (const auto& r : controller_->queue()) {
-    QString t =
-        QStringLiteral("%1  %2  %3")
-            .arg(r.id,
-                 r.sent ? (r.step > 0 ? tr("step %1/%2").arg(r.step).arg(r.steps) : tr("sent"))
-                        : tr("waiting"),
-                 QString::fromStdString(r.params.prompt).left(60));
-    auto* it = new QListWidgetItem(t, queueList_);
-    it->setData(Qt::UserRole, r.id);
-  }
+void MainWindow::refreshQueue() { queueModel_->sync(controller_->queue()); }
+
+QString MainWindow::cancelSelected() {
+  const QModelIndexList sel = queueView_->selectionModel()->selectedIndexes();
+  const QModelIndex cur = sel.isEmpty() ? queueView_->currentIndex() : sel.first();
+  if (!cur.isValid()) return {};
+  const QString id = queueModel_->idAt(cur.row());
+  if (!id.isEmpty()) controller_->cancel(id);
+  return id;
 }
 
 bool MainWindow::bannerVisible() const { return !banner_->isHidden(); }
@@ -459,7 +526,8 @@ void MainWindow::onProgress(const QString& id, int step, int steps, double stepM
   if (stepMs >= 0) text += tr(" · %1 ms/step").arg(stepMs, 0, 'f', 0);
   if (eta >= 0) text += tr(" · ETA %1 s").arg(eta, 0, 'f', eta < 10 ? 1 : 0);
   gallery_->setProgress(static_cast<int>(1000.0 * done / total), text);
-  refreshQueue();
+  refreshQueue();  // in place: the queue's selection stays
+  updateStatus();
 }
 
 void MainWindow::onImage(const ImageResult& r) {
@@ -467,17 +535,27 @@ void MainWindow::onImage(const ImageResult& r) {
   e.path = r.path;
   e.requestId = r.id;
   e.seed = r.seed;
+  e.hasSeed = r.hasSeed;
   e.seconds = r.seconds;
   e.params = r.params;
   if (e.params.isEmpty()) e.params = readPngParameters(r.path);
   if (e.params.isEmpty()) e.params = paramsToQJson(requestParams_.value(r.id));
-  if (e.seed < 0) e.seed = e.params.value("seed").toInteger(-1);
+  if (!e.hasSeed) {
+    if (const auto seed = seedFromQJson(e.params.value("seed"))) {
+      e.seed = *seed;
+      e.hasSeed = true;
+    }
+  }
+  // The params' own "seed" is what was requested (-1 when random): the used one, exactly.
+  if (e.hasSeed) e.params.insert("seed", seedToQJson(e.seed));
   QString err;
   if (!history_.add(e, &err)) log_->append(-1, "error", err);
   gallery_->addImage(e);
-  if (e.seed >= 0) genPanel_->setLastSeed(e.seed);
+  if (e.hasSeed) genPanel_->setLastSeed(e.seed);
   log_->append(-1, "info",
-               tr("image %1 (seed %2) in %3 s").arg(r.path).arg(e.seed).arg(r.seconds, 0, 'f', 2));
+               tr("image %1 (seed %2) in %3 s")
+                   .arg(r.path, e.hasSeed ? seedText(e.seed) : tr("unknown"))
+                   .arg(r.seconds, 0, 'f', 2));
   if (autoActive_) {
     QTimer::singleShot(400, this, [this, path = r.path] {
       if (!autoFile_.isEmpty()) {
@@ -506,10 +584,23 @@ void MainWindow::onGroupFailed(const WorkerFailure& f) {
   if (closing_) close();
 }
 
-void MainWindow::applyPreset(const Preset& p) {
+QStringList MainWindow::capabilityIssuesOf(const dit::Strategy& s, const QString& hostfile) const {
+  return capabilityIssues(s, caps_, !hostfile.trimmed().isEmpty());
+}
+
+QStringList MainWindow::strategyIssues(const dit::Strategy& s) const {
+  const Validation v =
+      validate(s, genPanel_->modelInfo(), genPanel_->params(), textLength(), editor_->hostfile());
+  QStringList out = v.all();
+  for (const QString& i : capabilityIssuesOf(s, editor_->hostfile()))
+    if (!out.contains(i)) out << i;
+  return out;
+}
+
+void MainWindow::applyPreset(const Preset& p, bool withGeneration) {
   editor_->setStrategy(p.strategy);
   editor_->setHostfile(p.hostfile);
-  if (p.hasGeneration) genPanel_->setParams(p.generation);
+  if (p.hasGeneration && withGeneration) genPanel_->setParams(p.generation);
   log_->append(-1, "info", tr("preset \"%1\": %2").arg(p.name, strategyText(p.strategy)));
   revalidate();
 }
@@ -531,6 +622,7 @@ void MainWindow::openAdvisor() {
       editor_->setStrategy(s);
       revalidate();
     });
+    advisor_->setChecker([this](const dit::Strategy& s) { return strategyIssues(s); });
   }
   AdvisorInput in;
   const ModelInfo& m = genPanel_->modelInfo();
@@ -544,8 +636,11 @@ void MainWindow::openAdvisor() {
     in.bytes_per_param = (t && t->dtype == "F32") ? 4.0 : 2.0;
   }
   in.num_devices = s.world;
-  in.interconnect = s.device == "cpu" ? Interconnect::CPU : Interconnect::NVLink;
-  in.memory_gib_per_device = s.device == "cpu" ? 8 : 80;
+  // GPUs only where this build and machine have them.
+  const bool cudaHere =
+      caps_.cudaBuild && (caps_.cudaDevices > 0 || !editor_->hostfile().isEmpty());
+  in.interconnect = s.device == "cpu" || !cudaHere ? Interconnect::CPU : Interconnect::NVLink;
+  in.memory_gib_per_device = in.interconnect == Interconnect::CPU ? 8 : 80;
   in.width = p.width;
   in.height = p.height;
   in.true_cfg = p.trueCfg();
@@ -576,7 +671,7 @@ void MainWindow::loadSession() {
   if (options_.restoreSession && readJsonFile(QDir(dataDir_).filePath("session.json"), &doc)) {
     const QJsonObject s = doc.object();
     if (auto p = Preset::fromJson(s.value("preset").toObject())) {
-      applyPreset(*p);
+      applyPreset(*p, true);  // the last session, prompt and settings included
       have = true;
     }
     if (options_.modelDir.isEmpty() && !s.value("model").toString().isEmpty() &&
@@ -587,7 +682,7 @@ void MainWindow::loadSession() {
     // First run: the CPU demo preset if it exists.
     for (const Preset& p : presets_.presets()) {
       if (p.builtin && p.strategy.device == "cpu") {
-        applyPreset(p);
+        applyPreset(p, true);
         presetPanel_->select(p.name);
         break;
       }

@@ -7,12 +7,14 @@
 #include <QMainWindow>
 #include <QPointer>
 
+#include "ui/capabilities.h"
 #include "ui/gallery.h"
 #include "ui/generation_panel.h"
 #include "ui/history_store.h"
 #include "ui/log_panel.h"
 #include "ui/preset_panel.h"
 #include "ui/preset_store.h"
+#include "ui/queue_model.h"
 #include "ui/rank_monitor.h"
 #include "ui/rank_monitor_model.h"
 #include "ui/strategy_editor.h"
@@ -22,7 +24,7 @@
 class QAction;
 class QFrame;
 class QLabel;
-class QListWidget;
+class QListView;
 class QPushButton;
 class QTabWidget;
 
@@ -62,6 +64,15 @@ class MainWindow : public QMainWindow {
   QAction* restartAction() const { return restartAct_; }
   QAction* generateAction() const { return generateAct_; }
   QAction* cancelAction() const { return cancelAct_; }
+  /// The queue (a model updated in place: the selection survives progress events).
+  QListView* queueView() const { return queueView_; }
+  QueueModel* queueModel() const { return queueModel_; }
+  /// Cancels the request selected in the queue view ("Cancel selected"). Returns its id, empty
+  /// when nothing is selected.
+  QString cancelSelected();
+  /// Why Generate is disabled (also its tooltip and the label beside the toolbar), empty when
+  /// it is enabled.
+  QString generateBlockedReason() const;
   bool bannerVisible() const;
   QString bannerText() const;
   QString statusText() const;
@@ -69,8 +80,14 @@ class MainWindow : public QMainWindow {
   Validation validation() const { return validation_; }
   /// The group configuration the editor and panel describe.
   LaunchConfig launchConfig() const;
-  /// Loads a preset's strategy (and generation parameters when it has them).
-  void applyPreset(const Preset& preset);
+  /// Loads a preset's strategy (and hostfile); its prompt and generation parameters only when
+  /// `withGeneration` (the preset panel's "Also load ..." box; the saved session does).
+  void applyPreset(const Preset& preset, bool withGeneration = false);
+  /// What this build/machine says against `s` (device cuda on a CPU-only build, ...).
+  QStringList capabilityIssuesOf(const dit::Strategy& s, const QString& hostfile = {}) const;
+  /// Everything that would refuse `s` with the current model and generation parameters
+  /// (Start and request issues, this build/machine): what the Advisor's Apply is checked with.
+  QStringList strategyIssues(const dit::Strategy& s) const;
   /// The preset "save current" stores.
   Preset currentPreset() const;
 
@@ -119,6 +136,7 @@ class MainWindow : public QMainWindow {
   QString dataDir_;
   PresetStore presets_;
   HistoryStore history_;
+  Capabilities caps_;
   WorkerController* controller_;
   RankMonitorModel* rankModel_;
   Validation validation_;
@@ -129,7 +147,9 @@ class MainWindow : public QMainWindow {
   Gallery* gallery_ = nullptr;
   RankMonitor* rankMonitor_ = nullptr;
   LogPanel* log_ = nullptr;
-  QListWidget* queueList_ = nullptr;
+  QListView* queueView_ = nullptr;
+  QueueModel* queueModel_ = nullptr;
+  QLabel* generateReason_ = nullptr;
   QTabWidget* leftTabs_ = nullptr;
   QFrame* banner_ = nullptr;
   QLabel* bannerLabel_ = nullptr;
@@ -144,7 +164,6 @@ class MainWindow : public QMainWindow {
   QAction* cancelAct_ = nullptr;
   QPointer<AdvisorDialog> advisor_;
   QMap<QString, GenerationParams> requestParams_;
-  QString stage_;  ///< last `status` stage of the group
   bool closing_ = false;
   bool autoActive_ = false;
   QString autoFile_;

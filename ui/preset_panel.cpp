@@ -1,5 +1,7 @@
 #include "ui/preset_panel.h"
 
+#include <QCheckBox>
+#include <QColor>
 #include <QFileDialog>
 #include <QGridLayout>
 #include <QInputDialog>
@@ -27,6 +29,11 @@ PresetPanel::PresetPanel(PresetStore* store, std::function<Preset()> current, QW
   error_->setWordWrap(true);
   error_->hide();
   lay->addWidget(error_);
+  applyGeneration_ = new QCheckBox(tr("Also load its prompt and generation settings"), this);
+  applyGeneration_->setObjectName("applyGeneration");
+  applyGeneration_->setToolTip(
+      tr("Off: Load sets the strategy only; your prompt, size, steps and seed stay as they are"));
+  lay->addWidget(applyGeneration_);
   auto* grid = new QGridLayout;
   load_ = new QPushButton(tr("Load"), this);
   auto* save = new QPushButton(tr("Save current…"), this);
@@ -92,10 +99,19 @@ void PresetPanel::refresh(const QString& selectName) {
     auto* item =
         new QListWidgetItem(p.builtin ? QStringLiteral("◆ %1").arg(p.name) : p.name, list_);
     item->setData(Qt::UserRole, p.name);
-    item->setToolTip(QStringLiteral("%1\n%2%3")
-                         .arg(p.builtin ? tr("built-in (read-only)") : tr("user preset"))
-                         .arg(strategyText(p.strategy))
-                         .arg(p.description.isEmpty() ? QString() : "\n" + p.description));
+    const QStringList issues = check_ ? check_(p) : QStringList();
+    item->setToolTip(
+        QStringLiteral("%1\n%2%3%4")
+            .arg(p.builtin ? tr("built-in (read-only)") : tr("user preset"))
+            .arg(strategyText(p.strategy))
+            .arg(p.description.isEmpty() ? QString() : "\n" + p.description)
+            .arg(issues.isEmpty()
+                     ? QString()
+                     : "\n" + tr("Cannot run here: %1").arg(issues.join(QStringLiteral("; ")))));
+    if (!issues.isEmpty()) {
+      item->setText(QStringLiteral("✕ ") + item->text());
+      item->setForeground(QColor(0x8a, 0x8f, 0x98));
+    }
   }
   select(keep);
   updateButtons();
@@ -123,11 +139,27 @@ void PresetPanel::updateButtons() {
   rename_->setEnabled(user);
   delete_->setEnabled(user);
   export_->setEnabled(has);
-  if (auto p = store_->find(n))
-    description_->setText(strategyText(p->strategy) +
-                          (p->description.isEmpty() ? QString() : "\n" + p->description));
-  else
+  if (auto p = store_->find(n)) {
+    const QStringList issues = check_ ? check_(*p) : QStringList();
+    description_->setText(
+        strategyText(p->strategy) + (p->description.isEmpty() ? QString() : "\n" + p->description) +
+        (issues.isEmpty()
+             ? QString()
+             : "\n" + tr("Cannot run here: %1").arg(issues.join(QStringLiteral("; ")))));
+  } else
     description_->clear();
+}
+
+bool PresetPanel::applyGeneration() const { return applyGeneration_->isChecked(); }
+
+void PresetPanel::setChecker(std::function<QStringList(const Preset&)> check) {
+  check_ = std::move(check);
+  refresh();
+}
+
+QStringList PresetPanel::issuesOf(const QString& name) const {
+  const auto p = store_->find(name);
+  return p && check_ ? check_(*p) : QStringList();
 }
 
 void PresetPanel::showError(const QString& e) {

@@ -7,6 +7,7 @@
 
 #include "ui/preset_store.h"
 
+class QCheckBox;
 class QLabel;
 class QListWidget;
 class QPushButton;
@@ -25,6 +26,15 @@ class PresetPanel : public QWidget {
   QString selectedName() const;
   void select(const QString& name);
   QListWidget* list() const { return list_; }
+  /// "Also load the prompt and generation settings" (off by default: Load applies the strategy
+  /// and leaves the prompt, size, steps and seed alone).
+  bool applyGeneration() const;
+  QCheckBox* applyGenerationCheck() const { return applyGeneration_; }
+  /// What this build/machine (and model) says against a preset, shown in the list before it is
+  /// loaded: an unusable preset is marked "✕" with the reasons in its tooltip and description.
+  void setChecker(std::function<QStringList(const Preset&)> check);
+  /// The checker's issues for preset `name` (empty: it can run here).
+  QStringList issuesOf(const QString& name) const;
 
   // Dialog-free operations (the buttons call these after asking); return false and show the
   // error in the panel on failure.
@@ -44,6 +54,8 @@ class PresetPanel : public QWidget {
   void updateButtons();
   PresetStore* store_;
   std::function<Preset()> current_;
+  std::function<QStringList(const Preset&)> check_;
+  QCheckBox* applyGeneration_;
   QListWidget* list_;
   QLabel* description_;
   QLabel* error_;

@@ -26,6 +26,12 @@ RankMonitor::RankMonitor(RankMonitorModel* model, QWidget* parent)
   table_->horizontalHeader()->setStretchLastSection(true);
   table_->setSelectionBehavior(QAbstractItemView::SelectRows);
   table_->setAlternatingRowColors(true);
+  QFont tf = table_->font();  // a compact table: every column fits a 1024 px wide window
+  tf.setPointSizeF(std::max(7.0, tf.pointSizeF() - 1));
+  table_->setFont(tf);
+  table_->horizontalHeader()->setFont(tf);
+  table_->verticalHeader()->setDefaultSectionSize(QFontMetrics(tf).height() + 6);
+  table_->setMinimumHeight(table_->fontMetrics().height() * 4);
 
   chart_ = new QChart;
   chart_->setTheme(QChart::ChartThemeDark);
@@ -56,7 +62,7 @@ RankMonitor::RankMonitor(RankMonitorModel* model, QWidget* parent)
   chart_->setTitleFont(titleFont);
   chartView_ = new QChartView(chart_, split);
   chartView_->setRenderHint(QPainter::Antialiasing);
-  chartView_->setMinimumHeight(200);
+  chartView_->setMinimumHeight(140);
   split->addWidget(table_);
   split->addWidget(chartView_);
   split->setStretchFactor(0, 1);

@@ -23,6 +23,8 @@ class RankMonitor : public QWidget {
   /// Device memory series are drawn when `device` is "cuda".
   void setDevice(const QString& device);
   QTableView* table() const { return table_; }
+  /// The memory chart (the window shows it in a tab of its own; it is this widget's until then).
+  QChartView* chartView() const { return chartView_; }
   /// Number of series currently in the chart.
   int seriesCount() const;
 

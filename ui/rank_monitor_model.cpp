@@ -38,6 +38,34 @@ void RankMonitorModel::setPid(int rank, qint64 pid) {
   Q_EMIT dataChanged(index(rank, 0), index(rank, ColumnCount - 1));
 }
 
+void RankMonitorModel::setPlace(int rank, const QString& host, const QString& device) {
+  if (rank < 0 || rank > 4096) return;
+  ensure(rank);
+  rows_[rank].host = host;
+  rows_[rank].device = device;
+  Q_EMIT dataChanged(index(rank, Place), index(rank, Place));
+}
+
+QString RankMonitorModel::place(int rank) const {
+  if (rank < 0 || rank >= rows_.size()) return {};
+  const Row& r = rows_[rank];
+  // The short host name (the full one is in the tooltip).
+  QString host = r.host.section(QLatin1Char('.'), 0, 0);
+  if (host.size() > 18) host = host.left(17) + QStringLiteral("…");
+  if (host.isEmpty()) return r.device;
+  return r.device.isEmpty() ? host : host + QStringLiteral(" · ") + r.device;
+}
+
+void RankMonitorModel::setStageAll(const QString& stage) {
+  for (Row& r : rows_) {
+    if (r.failed) continue;
+    r.stats.stage = stage;
+    r.stats.step = 0;
+    r.stats.steps = 0;
+  }
+  if (!rows_.isEmpty()) Q_EMIT dataChanged(index(0, Stage), index(rows_.size() - 1, Step));
+}
+
 void RankMonitorModel::update(const QList<RankStats>& ranks, double t) {
   for (const RankStats& s : ranks) {
     if (s.rank < 0 || s.rank > 4096) continue;
@@ -101,6 +129,10 @@ QVariant RankMonitorModel::data(const QModelIndex& index, int role) const {
         return index.row();
       case Pid:
         return row.pid < 0 ? QStringLiteral("-") : QString::number(row.pid);
+      case Place: {
+        const QString p = place(index.row());
+        return p.isEmpty() ? QStringLiteral("-") : p;
+      }
       case Stage:
         return row.failed ? QStringLiteral("FAILED")
                           : (s.stage.isEmpty() ? QStringLiteral("-") : s.stage);
@@ -121,9 +153,11 @@ QVariant RankMonitorModel::data(const QModelIndex& index, int role) const {
     }
   } else if (role == Qt::ToolTipRole && row.failed) {
     return row.failure;
+  } else if (role == Qt::ToolTipRole && index.column() == Place && !row.host.isEmpty()) {
+    return QStringLiteral("%1 · %2").arg(row.host, row.device);
   } else if (role == Qt::ForegroundRole && row.failed) {
     return QBrush(QColor(0xff, 0x6b, 0x6b));
-  } else if (role == Qt::TextAlignmentRole && index.column() != Stage) {
+  } else if (role == Qt::TextAlignmentRole && index.column() != Stage && index.column() != Place) {
     return int(Qt::AlignRight | Qt::AlignVCenter);
   }
   return {};
@@ -136,6 +170,8 @@ QVariant RankMonitorModel::headerData(int section, Qt::Orientation o, int role) 
       return QStringLiteral("Rank");
     case Pid:
       return QStringLiteral("PID");
+    case Place:
+      return QStringLiteral("Host · device");
     case Stage:
       return QStringLiteral("Stage");
     case Step:

@@ -15,7 +15,20 @@ namespace dit::ui {
 class RankMonitorModel : public QAbstractTableModel {
   Q_OBJECT
  public:
-  enum Column { Rank, Pid, Stage, Step, StepMs, Rss, RssPeak, Dev, DevPeak, Sent, ColumnCount };
+  enum Column {
+    Rank,
+    Pid,
+    Place,
+    Stage,
+    Step,
+    StepMs,
+    Rss,
+    RssPeak,
+    Dev,
+    DevPeak,
+    Sent,
+    ColumnCount
+  };
   /// One point of the memory series: t in seconds since the group started, bytes.
   struct Sample {
     double t = 0;
@@ -28,6 +41,11 @@ class RankMonitorModel : public QAbstractTableModel {
   /// Clears everything and shows `world` empty rows.
   void reset(int world);
   void setPid(int rank, qint64 pid);
+  /// Host name and device ("cpu", "cuda:1") of a rank, shown as "host · device".
+  void setPlace(int rank, const QString& host, const QString& device);
+  QString place(int rank) const;
+  /// Sets every rank's stage (not the failed ones), e.g. "stopped" once the group has exited.
+  void setStageAll(const QString& stage);
   /// Applies a `ranks` event taken at `t` seconds.
   void update(const QList<RankStats>& ranks, double t);
   /// Marks a rank as failed (red row, stage "failed: why").
@@ -53,6 +71,7 @@ class RankMonitorModel : public QAbstractTableModel {
   struct Row {
     RankStats stats;
     qint64 pid = -1;
+    QString host, device;
     bool failed = false;
     QString failure;
     QList<Sample> samples;

@@ -1,12 +1,22 @@
 #include "ui/worker_controller.h"
 
+#include <QDateTime>
 #include <QDir>
 #include <QJsonArray>
 #include <QJsonDocument>
+#include <QRandomGenerator>
+
+#include "ui/log_text.h"
+#include "ui/seed_text.h"
 
 namespace dit::ui {
 
 WorkerController::WorkerController(QObject* parent) : QObject(parent) {
+  // Request ids name the image files: unique across launches (a restart of the app must not
+  // reuse "r1"), short enough for the queue and the log.
+  launchTag_ = QDateTime::currentDateTime().toString(QStringLiteral("MMddHHmmss")) +
+               QStringLiteral("%1").arg(QRandomGenerator::global()->bounded(0x10000), 4, 16,
+                                        QLatin1Char('0'));
   terminateTimer_.setSingleShot(true);
   killTimer_.setSingleShot(true);
   connect(&terminateTimer_, &QTimer::timeout, this, [this] {
@@ -65,6 +75,25 @@ void WorkerController::setState(State s) {
   Q_EMIT stateChanged(s);
 }
 
+void WorkerController::setStage(const QString& stage) {
+  if (stage == stage_) return;
+  stage_ = stage;
+  Q_EMIT stageChanged(stage);
+}
+
+void WorkerController::dropSent() {
+  bool any = false;
+  for (int i = queue_.size() - 1; i >= 0; --i) {
+    if (!queue_[i].sent) continue;
+    const QString id = queue_[i].id;
+    const int step = queue_[i].step;
+    queue_.removeAt(i);
+    any = true;
+    Q_EMIT requestCancelled(id, step);
+  }
+  if (any) Q_EMIT queueChanged();
+}
+
 double WorkerController::elapsedSeconds() const {
   return clock_.isValid() ? clock_.elapsed() / 1000.0 : 0.0;
 }
@@ -94,7 +123,8 @@ bool WorkerController::start(const LaunchConfig& config) {
   readyInfo_ = {};
   fatalEvent_.reset();
   lastFailure_ = {};
-  for (Request& r : queue_) r.sent = false;
+  dropSent();  // interrupted requests are not re-run by themselves
+  setStage(QString());
   clock_.start();
 
   process_ = new QProcess(this);
@@ -117,6 +147,10 @@ bool WorkerController::start(const LaunchConfig& config) {
 
 void WorkerController::stop(int graceMs) {
   pendingRestart_.reset();
+  shutdownGroup(graceMs, /*dropUnsent=*/true);
+}
+
+void WorkerController::shutdownGroup(int graceMs, bool dropUnsent) {
   if (!isRunning()) {
     if (state_ != State::Failed) setState(State::Stopped);
     return;
@@ -124,6 +158,19 @@ void WorkerController::stop(int graceMs) {
   if (stopRequested_) return;
   stopRequested_ = true;
   setState(State::Stopping);
+  // Stop = cancel: unsent requests are dropped, the worker cancels the running one at its next
+  // step (and drops the ones it queued), then shuts down cleanly.
+  bool dropped = false;
+  for (int i = queue_.size() - 1; i >= 0 && dropUnsent; --i) {
+    if (queue_[i].sent) continue;
+    const QString id = queue_[i].id;
+    queue_.removeAt(i);
+    dropped = true;
+    Q_EMIT requestCancelled(id, 0);
+  }
+  if (dropped) Q_EMIT queueChanged();
+  for (const Request& r : queue_)
+    if (r.sent) writeLine(dit::protocol::CancelRequest{r.id.toStdString()});
   writeLine(dit::protocol::ShutdownRequest{});
   process_->closeWriteChannel();
   terminateTimer_.start(std::max(0, graceMs));
@@ -134,21 +181,23 @@ void WorkerController::restart(const LaunchConfig& config) {
     start(config);
     return;
   }
-  // In-flight requests die with the old group; unsent ones move to the new one.
+  // In-flight requests are cancelled with the old group (the worker stops at its next step);
+  // unsent ones move to the new one.
   for (int i = queue_.size() - 1; i >= 0; --i) {
     if (!queue_[i].sent) continue;
     const QString id = queue_[i].id;
+    writeLine(dit::protocol::CancelRequest{id.toStdString()});
     queue_.removeAt(i);
     Q_EMIT requestCancelled(id, 0);
   }
   Q_EMIT queueChanged();
-  stop(3000);
+  shutdownGroup(3000, /*dropUnsent=*/false);
   pendingRestart_ = config;
 }
 
 QString WorkerController::submit(const GenerationParams& params) {
   Request r;
-  r.id = QStringLiteral("r%1").arg(nextId_++);
+  r.id = QStringLiteral("r%1-%2").arg(nextId_++).arg(launchTag_);
   r.params = params;
   r.steps = params.steps;
   queue_.append(r);
@@ -228,12 +277,14 @@ void WorkerController::handleStdout(const QByteArray& bytes) {
     if (auto found = findEventInLine(line)) {
       line.truncate(found->offset);
       if (!line.trimmed().isEmpty()) {
-        const QString text = QString::fromUtf8(line);
+        const QString text = logText(line);
         Q_EMIT logLine(rankOfLogLine(text), QStringLiteral("stdout"), text);
       }
       handleEvent(found->event);
     } else if (!line.trimmed().isEmpty()) {
-      const QString text = QString::fromUtf8(line);
+      // Also a cut event line (mpirun killed mid-line, a piece of a preview): summarised, its
+      // base64 never reaches the log.
+      const QString text = logText(line);
       Q_EMIT logLine(rankOfLogLine(text), QStringLiteral("stdout"), text);
     }
   }
@@ -253,7 +304,7 @@ void WorkerController::handleStderr(const QByteArray& bytes) {
       line.truncate(found->offset);
     }
     if (line.trimmed().isEmpty()) continue;
-    const QString text = QString::fromUtf8(line);
+    const QString text = logText(line);
     Q_EMIT logLine(rankOfLogLine(text), QStringLiteral("stderr"), text);
   }
 }
@@ -284,15 +335,22 @@ void WorkerController::handleEvent(const WorkerEvent& ev) {
     sawReady_ = true;
     if (d.contains("world")) world_ = d.value("world").toInt(world_);
     Q_EMIT readyReceived(d);
+    setStage(QStringLiteral("idle"));
     if (!stopRequested_) {
       setState(State::Ready);
       flushQueue();
     }
   } else if (ev.type == "status") {
+    setStage(d.value("stage").toString());
     Q_EMIT statusReceived(d.value("stage").toString(), d.value("message").toString());
   } else if (ev.type == "ranks") {
     const QList<RankStats> ranks = parseRanks(d);
-    for (const RankStats& r : ranks) lastRanks_[r.rank] = r;
+    for (const RankStats& r : ranks) {
+      lastRanks_[r.rank] = r;
+      // Rank 0 leads every request: its stage is the group's (the worker sends `status` only
+      // for loading).
+      if (r.rank == 0 && !r.stage.isEmpty()) setStage(r.stage);
+    }
     Q_EMIT ranksUpdated(ranks);
   } else if (ev.type == "accepted") {
     const int i = indexOf(id);
@@ -320,7 +378,11 @@ void WorkerController::handleEvent(const WorkerEvent& ev) {
     r.id = id;
     r.image_index = d.value("image_index").toInt(0);
     r.path = d.value("path").toString();
-    r.seed = d.value("seed").toInteger(-1);  // exact (Qt 6 keeps JSON integers as qint64)
+    // Exact over the whole uint64 range: toQJsonObject keeps integers above 2^63-1 as text.
+    if (const auto seed = seedFromQJson(d.value("seed"))) {
+      r.seed = *seed;
+      r.hasSeed = true;
+    }
     r.params = d.value("params").toObject();
     r.seconds = d.value("seconds").toDouble(0);
     Q_EMIT imageReceived(r);
@@ -333,6 +395,7 @@ void WorkerController::handleEvent(const WorkerEvent& ev) {
     else
       Q_EMIT requestCancelled(id, d.value("step").toInt(0));
     Q_EMIT queueChanged();
+    if (queue_.isEmpty()) setStage(QStringLiteral("idle"));
     updateBusy();
   } else if (ev.type == "error") {
     WorkerFailure f;
@@ -431,6 +494,8 @@ void WorkerController::handleFinished(int exitCode, QProcess::ExitStatus status)
   if (stopRequested_) {
     Q_EMIT logLine(-1, QStringLiteral("info"),
                    QStringLiteral("worker group stopped (mpirun exit code %1)").arg(exitCode));
+    dropSent();  // cancelled by stop() (a worker that exited before saying so included)
+    setStage(QStringLiteral("stopped"));
     setState(State::Stopped);
     Q_EMIT groupStopped(exitCode);
   } else {
@@ -438,6 +503,7 @@ void WorkerController::handleFinished(int exitCode, QProcess::ExitStatus status)
     lastFailure_ = f;
     Q_EMIT logLine(f.rank, QStringLiteral("error"), f.message);
     failAll(f.message);
+    setStage(QStringLiteral("failed"));
     setState(State::Failed);
     Q_EMIT groupFailed(f);
   }

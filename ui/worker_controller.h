@@ -13,6 +13,7 @@
 #include <QProcess>
 #include <QString>
 #include <QTimer>
+#include <cstdint>
 #include <optional>
 
 #include "ui/event_parser.h"
@@ -25,9 +26,10 @@ namespace dit::ui {
 struct ImageResult {
   QString id;
   int image_index = 0;
-  QString path;        ///< PNG written by the worker, with a "parameters" text chunk
-  qint64 seed = -1;    ///< the seed actually used
-  QJsonObject params;  ///< parameters as the worker reports them
+  QString path;            ///< PNG written by the worker, with a "parameters" text chunk
+  std::uint64_t seed = 0;  ///< the seed actually used (exact: never through a double)
+  bool hasSeed = false;    ///< false when the event had no readable seed
+  QJsonObject params;      ///< parameters as the worker reports them
   double seconds = 0;
 };
 
@@ -67,14 +69,21 @@ class WorkerController : public QObject {
 
   /// Starts mpirun with `config`. Returns false (and emits nothing) if a group is running.
   bool start(const LaunchConfig& config);
-  /// Sends {"type":"shutdown"}; terminates mpirun after `graceMs`, kills it 3 s later.
+  /// Stops the group: requests not yet sent are dropped (requestCancelled), the running and the
+  /// worker-queued ones get {"type":"cancel"} (the worker stops at the next denoising step), then
+  /// {"type":"shutdown"}; mpirun is terminated after `graceMs` and killed 3 s later. Requests that
+  /// were interrupted are never sent again by a later start().
   void stop(int graceMs = 5000);
   /// stop() then start(config) once the old group has exited (or start now if none runs).
   /// Unsent requests stay queued; in-flight ones are reported cancelled.
   void restart(const LaunchConfig& config);
 
-  /// Queues a generate request; it is written when the group is ready. Returns its id.
+  /// Queues a generate request; it is written when the group is ready. Returns its id, unique
+  /// across launches ("r<n>-<launch tag>", the tag from this controller's creation time plus a
+  /// random part), so image files named after it never collide with an earlier launch's.
   QString submit(const GenerationParams& params);
+  /// The launch tag in every request id of this controller (e.g. "1201061230a7").
+  QString launchTag() const { return launchTag_; }
   /// Cancels a request: unsent ones are dropped here, sent ones get {"type":"cancel","id":..}.
   /// Returns false for an unknown id.
   bool cancel(const QString& id);
@@ -103,6 +112,10 @@ class WorkerController : public QObject {
   QList<Request> queue() const { return queue_; }
   /// Id of the request being computed (first sent one), empty when idle.
   QString activeId() const;
+  /// The group's current stage: "loading", "encoding", "denoising", "decoding", "idle" (from the
+  /// worker's `status` events and rank 0's stage in `ranks` events), "stopped" or "failed"; empty
+  /// before the first event.
+  QString stage() const { return stage_; }
   /// Last failure (empty message when none).
   WorkerFailure lastFailure() const { return lastFailure_; }
   /// Seconds since start().
@@ -119,6 +132,8 @@ class WorkerController : public QObject {
   void helloReceived(int rank, int world, qint64 pid);
   void readyReceived(const QJsonObject& info);
   void statusReceived(const QString& stage, const QString& message);
+  /// stage() changed.
+  void stageChanged(const QString& stage);
   void ranksUpdated(const QList<dit::ui::RankStats>& ranks);
   void queueChanged();
   void progressReceived(const QString& id, int step, int steps, double stepMs, double etaSeconds,
@@ -139,6 +154,13 @@ class WorkerController : public QObject {
 
  private:
   void setState(State s);
+  /// stop() without forgetting a pending restart; `dropUnsent` false keeps the requests not yet
+  /// sent for the next group (restart).
+  void shutdownGroup(int graceMs, bool dropUnsent);
+  void setStage(const QString& stage);
+  /// Drops the requests already written to a group that is gone (reported cancelled): they are
+  /// never re-sent to the next group.
+  void dropSent();
   void handleStdout(const QByteArray& bytes);
   void handleStderr(const QByteArray& bytes);
   void handleEvent(const WorkerEvent& ev);
@@ -172,6 +194,8 @@ class WorkerController : public QObject {
   WorkerFailure lastFailure_;
   QList<Request> queue_;
   int nextId_ = 1;
+  QString launchTag_;
+  QString stage_;
   QString outputDir_;
   int previewEvery_ = 1;
   int maxSequenceLength_ = 0;
