@@ -24,11 +24,13 @@
 #include "app/blas_kernel.h"
 #include "app/device_stats.h"
 #include "app/generation.h"
+#include "app/lora_cache.h"
 #include "app/memory_estimate.h"
 #include "app/model_source_options.h"
 #include "app/protocol/launch.h"
 #include "app/protocol/protocol.h"
 #include "backend/io/image_io.h"
+#include "backend/io/lora_file.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/tensor_io.h"
 #include "backend/io/weight_source.h"
@@ -59,7 +61,35 @@ struct CliOptions {
     s.model = model;
     return s;
   }
+  std::vector<std::string> loras;  ///< --lora FILE[:STRENGTH], repeatable
 };
+
+// --lora FILE[:STRENGTH] -> the request's LoRA list (absolute paths: the worker's current folder
+// may differ). STRENGTH is whatever follows the last ':' when it reads fully as a number (default
+// 1.0). Every file's header is checked here (inspectLoraFile), so a missing, corrupt or unknown
+// file is refused before any process starts.
+void applyLoraOptions(CliOptions& o) {
+  o.gen.loras.clear();
+  for (const std::string& arg : o.loras) {
+    protocol::LoraRequest l;
+    l.file = arg;
+    if (const size_t colon = arg.rfind(':'); colon != std::string::npos && colon + 1 < arg.size()) {
+      try {
+        size_t used = 0;
+        const double s = std::stod(arg.substr(colon + 1), &used);
+        if (used == arg.size() - colon - 1) {
+          l.file = arg.substr(0, colon);
+          l.strength = s;
+        }
+      } catch (const std::logic_error&) {  // not a number: part of the file name
+      }
+    }
+    if (l.file.empty()) throw std::invalid_argument("--lora '" + arg + "' names no file");
+    l.file = fs::absolute(l.file).string();
+    (void)inspectLoraFile(l.file);  // throws naming the file and the cause
+    o.gen.loras.push_back(std::move(l));
+  }
+}
 
 // --seed: a 64-bit integer (0 .. 2^64-1, exactly) or a negative number for a random seed.
 void applySeed(CliOptions& o) {
@@ -177,7 +207,12 @@ int runLocal(const CliOptions& o) {
   DiffusionPipeline& pipe = *pipeline;
   spdlog::info("loaded in {:.2f} s",
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  const protocol::GenerateRequest req = request(o);
+  protocol::GenerateRequest req = request(o);
+  if (!req.params.loras.empty()) {
+    LoraCache loras(0);
+    for (const auto& e : loras.apply(req.params.loras, pipe.transformer()))
+      spdlog::info("LoRA {}: {}", e->file, e->info.summary());
+  }
   const int n = req.imageCount();
   const uint64_t seed0 = req.params.random_seed ? randomSeed() : req.params.seed;
   for (int i = 0; i < n; ++i) {
@@ -468,6 +503,10 @@ int main(int argc, char** argv) {
     a->add_flag("--allow-nonfinite-weights", o.allowNonFinite,
                 "load checkpoints that hold NaN or Inf (refused by default, naming the tensor; "
                 "also DITSTUDIO_ALLOW_NONFINITE_WEIGHTS=1)");
+    a->add_option("--lora", o.loras,
+                  "LoRA file (diffusers/PEFT or kohya safetensors) with an optional strength, "
+                  "FILE[:STRENGTH] (default 1.0, -10 .. 10); repeat for several LoRAs")
+        ->allow_extra_args(false);
   };
   addGen(&app);
   app.add_option("--np", o.np, "number of ranks (mpirun -np); default: product of the degrees");
@@ -488,6 +527,7 @@ int main(int argc, char** argv) {
     if (o.model.empty()) o.model = defaultModelDir();
     if (o.allowNonFinite) setAllowNonFiniteWeights(true);
     applySeed(o);
+    applyLoraOptions(o);
     // `--negative-prompt ""` is a given (empty) negative prompt, as diffusers' negative_prompt="".
     o.gen.negative_prompt_given =
         app.count("--negative-prompt") > 0 || bench->count("--negative-prompt") > 0;

@@ -29,6 +29,7 @@
 #include "app/blas_kernel.h"
 #include "app/device_stats.h"
 #include "app/generation.h"
+#include "app/lora_cache.h"
 #include "app/memory_estimate.h"
 #include "app/model_source_options.h"
 #include "app/protocol/launch.h"
@@ -360,6 +361,7 @@ class Worker {
                      {"world", worldSize()},
                      {"strategy", s_},
                      {"load_seconds", loadS},
+                     {"weight_reads", WeightSource::processReads()},
                      {"weight_bytes_rank0", wb},
                      {"transformer_storage_rank0", storage},
                      {"model",
@@ -591,6 +593,8 @@ class Worker {
     // Checks that depend on this rank's host (memory, existing files): every rank learns every
     // verdict (one allgather), the lowest refusing rank reports, all skip the request together.
     if (refuseRequest(req, base, numImages)) return;
+    // The request's LoRAs (none = the base weights exactly), from the cache or read once.
+    if (!applyLoras(req.id, request.loras)) return;
     // What diffusers would warn about (truncated prompts, settings without effect), once.
     if (rank_ == 0) {
       std::vector<std::string> warnings;
@@ -743,6 +747,51 @@ class Worker {
                      {"seconds", std::chrono::duration<double>(Clock::now() - tReq).count()}});
   }
 
+  // Applies the request's LoRA list on every rank (LoraCache: each file parsed and sharded once).
+  // A file that cannot be used (missing, corrupt, unknown format, a module this model does not
+  // have or whose shape differs) is refused by every rank together: the lowest failing rank
+  // emits the error event naming the file and module, the base weights are restored and the group
+  // keeps serving. On success rank 0 emits a "lora" event (what was applied, bytes per rank,
+  // files parsed so far, model weight reads of this process: unchanged by LoRA switches).
+  bool applyLoras(const std::string& id, std::vector<protocol::LoraRequest>& loras) {
+    std::string refusal;
+    std::vector<std::shared_ptr<const LoraCache::Entry>> entries;
+    DiffusionTransformer& dit = pipe_->transformer();
+    try {
+      entries = loraCache_.apply(loras, dit);
+    } catch (const std::exception& e) {
+      refusal = std::string("LoRA refused: ") + e.what();
+    }
+    at::Tensor mine = at::full({1, 1}, refusal.empty() ? int64_t(0) : int64_t(1), at::kLong);
+    at::Tensor all = world_->allgather(mine, 0)->result();
+    int first = -1;
+    for (int r = 0; r < all.size(0) && first < 0; ++r)
+      if (all[r][0].item<int64_t>() != 0) first = r;
+    if (first >= 0) {
+      dit.loraTargets().clear();
+      if (first == rank_) emitEvent(protocol::errorEvent(id, rank_, refusal, false));
+      return false;
+    }
+    if (rank_ == 0) {
+      json list = json::array();
+      for (size_t i = 0; i < entries.size(); ++i)
+        list.push_back(json{{"file", loras[i].file},
+                            {"strength", loras[i].strength},
+                            {"sha256", loras[i].sha256},
+                            {"format", loraFormatName(entries[i]->info.format)},
+                            {"rank", entries[i]->info.rank},
+                            {"modules", entries[i]->prepared->entries.size()},
+                            {"bytes_rank0", entries[i]->prepared->bytes}});
+      emitEvent(json{{"event", "lora"},
+                     {"id", id},
+                     {"loras", list},
+                     {"lora_bytes_rank0", dit.loraTargets().appliedBytes()},
+                     {"lora_files_parsed", loraCache_.loads()},
+                     {"weight_reads", WeightSource::processReads()}});
+    }
+    return true;
+  }
+
   // The request's host-dependent checks on every rank: an existing `output` / `output_tensors`
   // without `overwrite` (rank 0, which sees the paths the client named), and the memory estimate
   // (activations, attention and VAE decode on top of the loaded weights, for every rank sharing
@@ -806,6 +855,7 @@ class Worker {
   std::unique_ptr<DeviceMesh> mesh_;
   std::shared_ptr<ProcessGroup> world_;
   std::unique_ptr<DiffusionPipeline> pipe_;
+  LoraCache loraCache_{loraCacheBudgetFromEnv()};
   // Process-lifetime: its detached stdin thread may outlive this Worker.
   RequestReader& reader_ = *new RequestReader;
   Fault fault_;

@@ -81,3 +81,13 @@ if(TARGET ditstudio-worker)
     add_dependencies(test_ui_i2i default_model)
   endif()
 endif()
+
+# LoRA list, generate with a LoRA on the real worker (the tiny-flux-A fixture), PNG and recall.
+if(TARGET ditstudio-worker)
+  ditstudio_ui_test(test_ui_lora
+    LABELS ui integration lora
+    TIMEOUT 900
+    ENV "DITSTUDIO_TEST_WORKER=$<TARGET_FILE:ditstudio-worker>")
+  set_tests_properties(test_ui_lora PROPERTIES PROCESSORS 2 RESOURCE_LOCK mpi)
+  add_dependencies(test_ui_lora ditstudio-worker)
+endif()

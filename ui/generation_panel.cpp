@@ -116,6 +116,8 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   images_->setRange(1, 64);
   images_->setToolTip(tr("Images per request (split across data-parallel replicas)"));
   form->addRow(tr("Images"), images_);
+  loras_ = new LoraList(genBox);
+  form->addRow(tr("LoRAs"), loras_);
   outer->addWidget(genBox);
   imagePanel_ = new ImageInputPanel(this);
   outer->addWidget(imagePanel_, 1);
@@ -143,6 +145,7 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   });
   connect(images_, &QSpinBox::valueChanged, this, emitChanged);
   connect(imagePanel_, &ImageInputPanel::changed, this, emitChanged);
+  connect(loras_, &LoraList::changed, this, emitChanged);
   connect(randomSeed_, &QCheckBox::toggled, this, [this, emitChanged](bool on) {
     seed_->setEnabled(!on);
     emitChanged();
@@ -187,6 +190,7 @@ GenerationParams GenerationPanel::params() const {
   p.random_seed = randomSeed_->isChecked();
   p.num_images = images_->value();
   imagePanel_->apply(p);
+  p.loras = loras_->loras();
   return p;
 }
 
@@ -204,6 +208,7 @@ void GenerationPanel::setParams(const GenerationParams& p) {
   seed_->setEnabled(!p.random_seed);
   images_->setValue(p.num_images);
   imagePanel_->restore(p);
+  loras_->setLoras(p.loras);
   loading_ = false;
   snapSize(width_);
   snapSize(height_);

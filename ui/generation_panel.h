@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "ui/generation_params.h"
+#include "ui/lora_list.h"
 #include "ui/model_info.h"
 
 class QCheckBox;
@@ -47,6 +48,7 @@ class GenerationPanel : public QWidget {
   QSpinBox* widthSpin() const { return width_; }
   QSpinBox* heightSpin() const { return height_; }
   QLineEdit* modelEdit() const { return modelEdit_; }
+  LoraList* loraList() const { return loras_; }
   QLineEdit* seedEdit() const { return seed_; }
   QPushButton* reuseSeedButton() const { return reuseSeed_; }
   /// Init image, mask, strength and step cache (issue 14).
@@ -79,6 +81,7 @@ class GenerationPanel : public QWidget {
   QPushButton* reuseSeed_;
   QSpinBox* images_;
   ImageInputPanel* imagePanel_;
+  LoraList* loras_;
   bool loading_ = false;
 };
 

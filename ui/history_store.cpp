@@ -40,6 +40,8 @@ GenerationParams HistoryEntry::generation(const GenerationParams& defaults) cons
   GenerationParams p = defaults;
   try {
     p = paramsFromQJson(params, defaults);
+    // An image made without LoRAs recalls to none (not to the panel's current list).
+    if (!params.contains(QStringLiteral("loras"))) p.loras.clear();
   } catch (const dit::protocol::ProtocolError&) {
     // A PNG chunk written by another program: keep the defaults rather than half of it.
   }

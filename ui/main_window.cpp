@@ -196,6 +196,9 @@ void MainWindow::buildUi() {
   });
   connect(gallery_, &Gallery::useParameters, this, [this](const HistoryEntry& e) {
     genPanel_->setParams(e.generation(genPanel_->params()));
+    // Recalled LoRAs that cannot be found (moved, deleted) are named, and stay listed.
+    for (const QString& problem : genPanel_->loraList()->problems())
+      log_->append(-1, "warning", problem);
     if (e.params.value("strategy").isObject()) {
       try {
         log_->append(

@@ -122,6 +122,37 @@ GenerationParams readParams(const json& j, const GenerationParams& defaults,
   r.str("mask_image", p.mask_image);
   r.number("strength", p.strength);
   r.str("cache", p.cache);
+  if (const json* v = r.find("loras")) {
+    if (!v->is_array()) wrongType("request", "loras", *v, id);
+    std::vector<LoraRequest> loras;
+    for (std::size_t i = 0; i < v->size(); ++i) {
+      const json& e = (*v)[i];
+      const std::string field = "loras[" + std::to_string(i) + "]";
+      if (!e.is_object())
+        throw ProtocolError("request field '" + field +
+                                "' must be an object {\"file\", \"strength\"}, got " + dumpSafe(e),
+                            "loras", id);
+      LoraRequest l;
+      for (const auto& [k, x] : e.items()) {
+        if (k == "file" && x.is_string())
+          l.file = x.get<std::string>();
+        else if (k == "strength" && x.is_number())
+          l.strength = x.get<double>();
+        else if (k == "sha256" && x.is_string())
+          l.sha256 = x.get<std::string>();
+        else if (k == "file" || k == "strength" || k == "sha256")
+          throw ProtocolError(
+              "request field '" + field + "." + k + "' has the wrong type: " + dumpSafe(x), "loras",
+              id);
+        else
+          throw ProtocolError("request field '" + field + "' has an unknown key '" + k +
+                                  "' (file, strength, sha256)",
+                              "loras", id);
+      }
+      loras.push_back(std::move(l));
+    }
+    p.loras = std::move(loras);
+  }
   if (const json* v = r.find("seed")) {
     // Integers only: a double cannot hold every 64-bit seed, so 1.0 or 1e19 is refused too.
     if (!v->is_number_integer()) wrongType("request", "seed", *v, id);
@@ -287,7 +318,7 @@ bool GenerationParams::operator==(const GenerationParams& o) const {
          seed == o.seed && random_seed == o.random_seed && num_images == o.num_images &&
          max_sequence_length == o.max_sequence_length && init_image == o.init_image &&
          init_image_sha256 == o.init_image_sha256 && mask_image == o.mask_image &&
-         strength == o.strength && cache == o.cache;
+         strength == o.strength && cache == o.cache && loras == o.loras;
 }
 
 std::size_t invalidUtf8Offset(std::string_view s) {
@@ -346,6 +377,32 @@ void checkParams(const GenerationParams& p, const std::optional<std::string>& id
   } catch (const std::invalid_argument& e) {
     throw ProtocolError(std::string("request field 'cache': ") + e.what(), "cache", id);
   }
+  checkLoras(p.loras, id);
+}
+
+void checkLoras(const std::vector<LoraRequest>& loras, const std::optional<std::string>& id) {
+  if (loras.size() > static_cast<std::size_t>(kMaxLoras))
+    throw ProtocolError("request field 'loras' holds " + std::to_string(loras.size()) +
+                            " LoRAs; at most " + std::to_string(kMaxLoras),
+                        "loras", id);
+  for (std::size_t i = 0; i < loras.size(); ++i) {
+    const std::string f = "loras[" + std::to_string(i) + "]";
+    if (loras[i].file.empty())
+      throw ProtocolError("request field '" + f + ".file' must name a LoRA file", "loras", id);
+    checkUtf8(f + ".file", loras[i].file, id);
+    const double s = loras[i].strength;
+    if (!std::isfinite(s) || s < -kMaxLoraStrength || s > kMaxLoraStrength)
+      throw ProtocolError("request field '" + f + ".strength' must be a finite number in " +
+                              numberText(-kMaxLoraStrength) + " .. " +
+                              numberText(kMaxLoraStrength) + ", got " + numberText(s),
+                          "loras", id);
+    const std::string& h = loras[i].sha256;
+    bool hex = h.size() == 64;
+    for (char c : h) hex = hex && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'));
+    if (!h.empty() && !hex)
+      throw ProtocolError("request field '" + f + ".sha256' must be 64 lowercase hex digits",
+                          "loras", id);
+  }
 }
 
 void checkRequest(const GenerateRequest& r) {
@@ -378,6 +435,15 @@ json toJson(const GenerationParams& p) {
     if (!p.mask_image.empty()) j["mask_image"] = p.mask_image;
   }
   if (!p.cache.empty() && p.cache != "none") j["cache"] = p.cache;
+  if (!p.loras.empty()) {
+    json a = json::array();
+    for (const auto& l : p.loras) {
+      json e{{"file", l.file}, {"strength", l.strength}};
+      if (!l.sha256.empty()) e["sha256"] = l.sha256;
+      a.push_back(std::move(e));
+    }
+    j["loras"] = std::move(a);
+  }
   if (p.random_seed)
     j["seed"] = -1;
   else

@@ -49,6 +49,18 @@ class ProtocolError : public std::invalid_argument {
   std::optional<std::string> id_;
 };
 
+/// One LoRA of a request (issue 13): the adapter file and its strength (diffusers
+/// set_adapters(adapter_weights) / fuse_lora(lora_scale)); its scaling per module is
+/// strength * alpha / rank. In JSON {"file", "strength", "sha256"}.
+struct LoraRequest {
+  std::string file;       ///< path of the LoRA safetensors file, as the client names it
+  double strength = 1.0;  ///< finite, -kMaxLoraStrength .. kMaxLoraStrength (negative subtracts)
+  /// SHA-256 of the file (64 lowercase hex digits): filled in by the worker for image events and
+  /// the PNG "parameters" chunk; in a request it is informational (may be empty).
+  std::string sha256;
+  bool operator==(const LoraRequest&) const = default;
+};
+
 /// The user-facing parameters of one generate request: the single request-parameter type of the
 /// GUI, the CLI and the worker, with the single set of defaults below. A field absent from a
 /// request keeps these defaults; 0 for width/height/steps/max_sequence_length means "the model's
@@ -87,6 +99,9 @@ struct GenerationParams {
   /// Step caching: "" / "none", "first-block:THRESHOLD" or
   /// "taylorseer:ORDER[,INTERVAL,WARMUP][,lite]" (backend/models/cache/step_cache_config.h).
   std::string cache;
+  /// LoRAs applied to the denoiser for this request (in order; their deltas add). Empty = the base
+  /// weights exactly. At most kMaxLoras.
+  std::vector<LoraRequest> loras;
 
   /// A negative prompt was given (negative_prompt_given or a non-empty negative_prompt).
   bool hasNegativePrompt() const { return negative_prompt_given || !negative_prompt.empty(); }
@@ -112,6 +127,8 @@ nlohmann::json toJson(const GenerationParams& p);
 GenerationParams paramsFromJson(const nlohmann::json& j, const GenerationParams& defaults = {});
 
 /// The allowed ranges of the numeric request fields: limits.h (kMaxSide, ... and the table).
+inline constexpr int kMaxLoras = 16;              ///< loras: at most this many per request
+inline constexpr double kMaxLoraStrength = 10.0;  ///< loras[i].strength: finite, -10 .. 10
 
 /// The first byte of `s` that is not part of well-formed UTF-8 (RFC 3629: no overlongs, no
 /// surrogates, nothing above U+10FFFF), or std::string::npos when `s` is valid.
@@ -126,6 +143,11 @@ void checkUtf8(const std::string& field, std::string_view s,
 /// image, init_image_sha256 64 hex digits, cache a known mode. Throws ProtocolError naming the
 /// field.
 void checkParams(const GenerationParams& p, const std::optional<std::string>& id = std::nullopt);
+/// The loras field: at most kMaxLoras entries, each with a non-empty UTF-8 file, a finite
+/// strength in -kMaxLoraStrength .. kMaxLoraStrength and an empty or 64-hex-digit sha256. Throws
+/// ProtocolError naming the entry ("request field 'loras[1].strength' must be ...").
+void checkLoras(const std::vector<LoraRequest>& loras,
+                const std::optional<std::string>& id = std::nullopt);
 
 /// {"type":"generate", "id", parameters..., "prompts", "output", "output_dir", "output_tensors",
 ///  "preview_every"}: see PROTOCOL.md.

@@ -80,15 +80,16 @@ std::shared_ptr<tensor_parallel::Linear> WeightLoader::linear(const std::string&
   auto storage = readFloat8(path + ".weight", wShape, ws, w);
   if (!storage) w = read(path + ".weight", wShape, ws);
   at::Tensor b = bias ? read(path + ".bias", bShape, bs) : at::Tensor();
-  std::shared_ptr<tensor_parallel::Linear> l;
+  std::shared_ptr<tensor_parallel::Linear> layer;
   if (ws.replicated())
-    l = std::make_shared<ReplicatedLinear>(path, w, b);
+    layer = std::make_shared<ReplicatedLinear>(path, w, b);
   else if (ws.dim == 0)
-    l = std::make_shared<ColumnParallelLinear>(path, w, b, ws, tp_);
+    layer = std::make_shared<ColumnParallelLinear>(path, w, b, ws, tp_);
   else
-    l = std::make_shared<RowParallelLinear>(path, w, b, ws, tp_);
-  if (storage) l->setWeightStorage(storage);
-  return l;
+    layer = std::make_shared<RowParallelLinear>(path, w, b, ws, tp_);
+  if (storage) layer->setWeightStorage(storage);
+  layers_.push_back(layer);
+  return layer;
 }
 
 std::shared_ptr<FusedColumnParallelLinear> WeightLoader::fusedColumn(
@@ -128,6 +129,7 @@ std::shared_ptr<FusedColumnParallelLinear> WeightLoader::fusedColumn(
     merged->rowScale = scales.size() == 1 ? scales[0] : at::cat(scales, 0);
     fused->setWeightStorage(std::move(merged));
   }
+  layers_.push_back(fused);
   return fused;
 }
 

@@ -82,6 +82,10 @@ class WeightLoader {
   /// WeightSource::get.
   at::Tensor param(const std::string& name, const std::vector<int64_t>& shape);
 
+  /// Every linear layer built so far (linear() and fusedColumn()), in load order: what LoRA
+  /// adapters attach to (tensor_parallel::LoraTargets).
+  const std::vector<std::shared_ptr<tensor_parallel::Linear>>& layers() const { return layers_; }
+
   /// Every parameter loaded so far, in load order.
   const std::vector<LoadedParameter>& parameters() const { return loaded_; }
   /// The same as a ParameterTable (declared names, global shapes, stored dtypes).
@@ -108,6 +112,7 @@ class WeightLoader {
   std::shared_ptr<const ShardingPlan> plan_;
   std::shared_ptr<ProcessGroup> tp_;
   std::vector<LoadedParameter> loaded_;
+  std::vector<std::shared_ptr<tensor_parallel::Linear>> layers_;
 };
 
 }  // namespace dit

@@ -147,6 +147,7 @@ void WeightSource::checkShape(const std::string& name, const std::vector<int64_t
 }
 
 namespace {
+std::atomic<uint64_t> g_processReads{0};
 std::atomic<int> g_allowNonFinite{-1};  // -1: not set, read DITSTUDIO_ALLOW_NONFINITE_WEIGHTS
 }  // namespace
 
@@ -188,9 +189,12 @@ void WeightSource::checkFinite(const std::string& name, const at::Tensor& t) con
           "to load them anyway");
 }
 
+uint64_t WeightSource::processReads() { return g_processReads.load(); }
+
 at::Tensor WeightSource::finish(at::Tensor t) {
   if (!device_.is_cpu()) t = t.to(device_, /*non_blocking=*/false);
   bytes_ += static_cast<uint64_t>(t.numel()) * t.element_size();
+  g_processReads.fetch_add(1);
   return t;
 }
 

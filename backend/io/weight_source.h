@@ -76,6 +76,9 @@ class WeightSource {
   /// Bytes of weights materialised by this source so far (in the compute dtype; 1 per element
   /// for 8-bit codes kept with setKeepFloat8).
   uint64_t bytesLoaded() const { return bytes_; }
+  /// Tensors (whole or sliced) materialised by every WeightSource of this process so far: how
+  /// often model weights were read, e.g. to show that switching LoRAs reads no base weight again.
+  static uint64_t processReads();
   at::ScalarType dtype() const { return dtype_; }
   c10::Device device() const { return device_; }
   std::string where() const;

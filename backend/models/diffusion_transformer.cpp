@@ -10,4 +10,10 @@ int TransformerParallelism::tpSize() const { return tp ? tp->size() : 1; }
 void TransformerHooks::beforeBlock(const char*, int, const at::Tensor&, const at::Tensor&) {}
 void TransformerHooks::afterBlock(const char*, int, const at::Tensor&, const at::Tensor&) {}
 
+tensor_parallel::LoraTargets& DiffusionTransformer::loraTargets() {
+  static thread_local tensor_parallel::LoraTargets none;
+  none = tensor_parallel::LoraTargets();
+  return none;
+}
+
 }  // namespace dit

@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "backend/io/lora_file.h"      // KohyaLoraMapping
 #include "backend/io/weight_loader.h"  // LoadedParameter
+#include "parallel/tensor_parallel/lora.h"
 #include "parallel/tensor_parallel/sharding_plan.h"
 
 namespace dit {
@@ -68,6 +70,13 @@ class DiffusionTransformer {
   /// FLOPs of one forward (matmuls + attention) for `imageTokens` image and `textTokens` text
   /// tokens, batch 1, for TFLOP/s figures.
   virtual double forwardFlops(int64_t imageTokens, int64_t textTokens) const = 0;
+  /// The model's linear layers by module path, where LoRA adapters are prepared and applied
+  /// (tensor_parallel/lora.h). Applying changes what forward() computes; call it between
+  /// forwards, on every rank alike. Default: no layers (a family without LoRA support).
+  virtual tensor_parallel::LoraTargets& loraTargets();
+  /// How this family maps kohya (sd-scripts) module names onto its modules; empty function = the
+  /// family takes no kohya files.
+  virtual KohyaLoraMapping kohyaLoraMapping() const { return {}; }
 };
 
 }  // namespace dit

@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 #include <utility>
+#include <vector>
 
 namespace dit::tensor_parallel {
 
@@ -98,7 +99,67 @@ at::Tensor Linear::matmul(const at::Tensor& x, const at::Tensor& bias) const {
 
 at::Tensor Linear::forward(const at::Tensor& x) const {
   checkInput(x, inFeaturesLocal());
-  return matmul(x, bias_);
+  return product(x, bias_);
+}
+
+at::Tensor Linear::product(const at::Tensor& x, const at::Tensor& bias) const {
+  at::Tensor y = matmul(x, bias);
+  if (lora_.empty() || loraFused()) return y;
+  // x A^T once per distinct A (the parts of a fused layer may share one lora_down).
+  std::vector<std::pair<const void*, at::Tensor>> xa;
+  for (const auto& d : lora_) {
+    at::Tensor h;
+    for (const auto& [key, t] : xa)
+      if (key == d.A.data_ptr()) h = t;
+    if (!h.defined()) {
+      h = at::linear(x, d.A);
+      xa.emplace_back(d.A.data_ptr(), h);
+    }
+    // scaling * (x A^T) B^T on this delta's output columns (PEFT Linear.forward, unmerged).
+    at::Tensor dy = at::linear(h, d.B) * d.scaling;
+    if (d.rowOffset == 0 && d.B.size(0) == y.size(-1))
+      y = y + dy;
+    else
+      y.narrow(-1, d.rowOffset, d.B.size(0)).add_(dy);
+  }
+  return y;
+}
+
+void Linear::setLoraDeltas(std::vector<LoraDelta> deltas) {
+  unfuseLora();
+  for (const auto& d : deltas) {
+    if (!d.A.defined() || !d.B.defined() || d.A.dim() != 2 || d.B.dim() != 2 ||
+        d.A.size(1) != inFeaturesLocal() || d.B.size(1) != d.A.size(0) || d.rowOffset < 0 ||
+        d.rowOffset + d.B.size(0) > outFeaturesLocal())
+      throw std::invalid_argument(
+          name_ + ": LoRA factors A " +
+          (d.A.defined() ? shapeStr(d.A.sizes()) : std::string("none")) + ", B " +
+          (d.B.defined() ? shapeStr(d.B.sizes()) : std::string("none")) + " at row " +
+          str(d.rowOffset) + " do not fit the local weight " + shapeStr(weight_.sizes()));
+    if (d.A.scalar_type() != computeDtype() || d.B.scalar_type() != computeDtype() ||
+        d.A.device() != weight_.device() || d.B.device() != weight_.device())
+      throw std::invalid_argument(name_ +
+                                  ": LoRA factors differ from the weight in dtype or device");
+  }
+  lora_ = std::move(deltas);
+}
+
+void Linear::fuseLora() {
+  if (lora_.empty() || loraFused()) return;
+  if (storage_)
+    throw std::invalid_argument(name_ + ": cannot fuse LoRA into 8-bit (" + storage_->format +
+                                ") weights; keep it unfused (applied at run time)");
+  at::Tensor w = weight_.clone();
+  for (const auto& d : lora_)
+    w.narrow(0, d.rowOffset, d.B.size(0)).add_(at::mm(d.B, d.A) * d.scaling);
+  unfusedWeight_ = weight_;
+  weight_ = w;
+}
+
+void Linear::unfuseLora() {
+  if (!loraFused()) return;
+  weight_ = unfusedWeight_;
+  unfusedWeight_ = at::Tensor();
 }
 
 ReplicatedLinear::ReplicatedLinear(std::string name, at::Tensor weight, at::Tensor bias)
@@ -161,8 +222,9 @@ at::Tensor RowParallelLinear::forward(const at::Tensor& x) const {
     xl = shardTensor(x, s);
   }
   checkInput(xl, inFeaturesLocal());
-  if (groupSize(group_) == 1) return matmul(xl, bias_);
-  at::Tensor y = matmul(xl, at::Tensor()).contiguous();  // partial sums: no bias yet
+  if (groupSize(group_) == 1) return product(xl, bias_);
+  // Partial sums (LoRA's partial product included): no bias yet.
+  at::Tensor y = product(xl, at::Tensor()).contiguous();
   allReduceSum(*group_, y);
   return bias_.defined() ? y + bias_ : y;  // once, after the reduce
 }

@@ -42,6 +42,17 @@ namespace dit::tensor_parallel {
 /// Throws std::invalid_argument as ShardSpec::ranges does.
 at::Tensor shardTensor(const at::Tensor& full, const ShardSpec& spec);
 
+/// A LoRA delta held by one layer for this rank (see tensor_parallel/lora.h): adds
+/// scaling * (x A^T) B^T to output columns [rowOffset, rowOffset + B.size(0)) of the layer's local
+/// product. A [r, in_local] (this rank's input columns for a rowwise layer, else whole), B
+/// [rows_local, r] (this rank's output rows for a colwise layer, else whole); the layer's dtype and
+/// device.
+struct LoraDelta {
+  int64_t rowOffset = 0;
+  at::Tensor A, B;
+  double scaling = 0;
+};
+
 /// Base of every linear layer. `name` is the module path = checkpoint name prefix
 /// ("layers.3.self_attn.q_proj"); the layer's parameters are name + ".weight" / ".bias".
 class Linear {
@@ -73,6 +84,22 @@ class Linear {
   const WeightStorage* weightStorage() const { return storage_.get(); }
   /// The weight as computed with: weight() itself, or its dequantization in `dtype`.
   at::Tensor computeWeight(at::ScalarType dtype) const;
+  /// The dtype the layer computes in: weight()'s, or with a weight storage the bias's (float32
+  /// without a bias). LoRA factors are kept in it.
+  at::ScalarType computeDtype() const {
+    if (!storage_) return weight_.scalar_type();
+    return bias_.defined() ? bias_.scalar_type() : at::kFloat;
+  }
+  /// Replaces this layer's LoRA deltas (empty = none: the base product exactly). Unfuses first.
+  /// Throws std::invalid_argument naming the layer when a delta's A is not [r, in_local], B not
+  /// [rows, r] within the local output rows, or dtype/device differ from the weight's.
+  void setLoraDeltas(std::vector<LoraDelta> deltas);
+  const std::vector<LoraDelta>& loraDeltas() const { return lora_; }
+  /// Merges the deltas into the local weight (W + sum scaling B A on their rows); the original
+  /// weight is kept and restored bit for bit by unfuseLora(). No-op without deltas.
+  void fuseLora();
+  void unfuseLora();
+  bool loraFused() const { return unfusedWeight_.defined(); }
 
  protected:
   /// weight: 2-D; bias: undefined or 1-D of weight.size(0) when biasIsLocal is true, else of the
@@ -86,11 +113,18 @@ class Linear {
   virtual at::Tensor matmul(const at::Tensor& x, const at::Tensor& bias) const;
 
   void checkInput(const at::Tensor& x, int64_t expectedIn) const;
+  /// matmul(x, bias) plus the unfused LoRA deltas: what forward() computes before any
+  /// collective (a rowwise layer's partial LoRA product joins its partial sum before the reduce).
+  at::Tensor product(const at::Tensor& x, const at::Tensor& bias) const;
 
   std::string name_;
   at::Tensor weight_, bias_;
   ShardSpec spec_;
   std::shared_ptr<const WeightStorage> storage_;
+
+ private:
+  std::vector<LoraDelta> lora_;
+  at::Tensor unfusedWeight_;  ///< the base weight while LoRA is fused; undefined otherwise
 };
 
 /// A dense layer with the whole weight on every rank (torch.nn.Linear): no communication.

@@ -9,6 +9,7 @@
 #include "backend/io/weight_source.h"
 #include "backend/models/cache/step_cache.h"
 #include "backend/models/flux/flux_blocks.h"
+#include "backend/models/flux/flux_lora.h"
 #include "backend/models/flux/flux_plan.h"
 #include "parallel/attention.h"
 #include "parallel/context_parallel.h"
@@ -58,6 +59,7 @@ struct FluxTransformer2DModel::Impl {
   std::vector<flux::FluxSingleTransformerBlock> single_transformer_blocks;
   flux::AdaLayerNormContinuous norm_out;
   std::vector<LoadedParameter> parameters;
+  tensor_parallel::LoraTargets lora;
   TransformerHooks* hooks = nullptr;
   at::ScalarType dtype = at::kFloat;  ///< compute dtype (the weight source's)
   StepCache* cache = nullptr;
@@ -111,6 +113,7 @@ FluxTransformer2DModel::FluxTransformer2DModel(const FluxTransformerConfig& cfg,
         "FluxTransformer2DModel loaded " + std::to_string(w.parameters().size()) +
         " parameters, fluxParameterTable declares " + std::to_string(declared.size()));
   D.parameters = w.parameters();
+  D.lora = tensor_parallel::LoraTargets(w.layers());
 }
 
 FluxTransformer2DModel::~FluxTransformer2DModel() = default;
@@ -249,6 +252,9 @@ at::Tensor FluxTransformer2DModel::forward(const TransformerInputs& in) const {
                  get("timestep"), get("img_ids"), get("txt_ids"),
                  g == in.end() ? at::Tensor() : g->second);
 }
+
+tensor_parallel::LoraTargets& FluxTransformer2DModel::loraTargets() { return d_->lora; }
+KohyaLoraMapping FluxTransformer2DModel::kohyaLoraMapping() const { return fluxKohyaTargets; }
 
 double FluxTransformer2DModel::forwardFlops(int64_t imageTokens, int64_t textTokens) const {
   return flops(config(), imageTokens, textTokens);

@@ -86,6 +86,10 @@ class FluxTransformer2DModel : public DiffusionTransformer {
   /// FLOPs of one forward for the given token counts (matmuls + attention), for TFLOP/s.
   static double flops(const FluxTransformerConfig& c, int64_t img_tokens, int64_t txt_tokens);
   double forwardFlops(int64_t imageTokens, int64_t textTokens) const override;
+  /// Every linear layer (fused q/k/v[/mlp] indexed by its diffusers part names).
+  tensor_parallel::LoraTargets& loraTargets() override;
+  /// fluxKohyaTargets (models/flux/flux_lora.h).
+  KohyaLoraMapping kohyaLoraMapping() const override;
 
  private:
   struct Impl;
