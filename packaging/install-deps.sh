@@ -58,7 +58,7 @@ PKGS=(
   libsentencepiece-dev libpcre2-dev libicu-dev libcli11-dev
   libgtest-dev libgmock-dev
   xvfb xauth fonts-dejavu-core
-  zlib1g-dev file dpkg-dev jq
+  zlib1g-dev libssl-dev file dpkg-dev jq
 )
 # The format test (tests/format.cmake) needs the clang-format the tree is formatted with: 14,
 # Debian 12's. Debian 13 ships newer ones only; there the test is not registered (configure says so).

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "backend/io/sha256.h"  // sha256File: an init image's identity in PNG metadata
+
 namespace dit {
 
 /// An 8-bit image, row-major, interleaved channels: channels 1 = L (grey), 2 = LA, 3 = RGB,
@@ -44,12 +46,5 @@ Image8 toL(const Image8& img);
 /// to 8 bits (Pillow's libImaging/Resample.c). Returns a copy when the size is unchanged.
 /// Throws std::invalid_argument for a non-positive size.
 Image8 resizeLanczos(const Image8& img, int width, int height);
-
-/// SHA-256 of a file's bytes as 64 lowercase hex digits (FIPS 180-4), recorded in PNG metadata
-/// to identify an init image. Throws std::runtime_error naming an unreadable file.
-std::string sha256File(const std::string& path);
-
-/// SHA-256 of bytes as 64 lowercase hex digits.
-std::string sha256Hex(const uint8_t* data, size_t size);
 
 }  // namespace dit

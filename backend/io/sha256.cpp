@@ -1,124 +1,73 @@
 #include "backend/io/sha256.h"
 
-#include <array>
+#include <openssl/evp.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
-#include <fstream>
+#include <memory>
 #include <stdexcept>
 #include <vector>
+
+#include "backend/io/file_guard.h"
 
 namespace dit {
 
 namespace {
 
-constexpr std::array<uint32_t, 64> kK = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
-
-inline uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
-
-class Sha256 {
- public:
-  void update(const uint8_t* p, size_t n) {
-    total_ += n;
-    while (n > 0) {
-      const size_t take = std::min(n, size_t(64) - fill_);
-      std::memcpy(block_ + fill_, p, take);
-      fill_ += take;
-      p += take;
-      n -= take;
-      if (fill_ == 64) {
-        compress(block_);
-        fill_ = 0;
-      }
-    }
+// OpenSSL's libcrypto does the hashing (a well-kept library, not our own SHA-256).
+struct Digest {
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx{EVP_MD_CTX_new(), &EVP_MD_CTX_free};
+  Digest() {
+    if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1)
+      throw std::runtime_error("SHA-256: OpenSSL could not initialise a digest");
+  }
+  void update(const void* p, size_t n) {
+    if (n && EVP_DigestUpdate(ctx.get(), p, n) != 1)
+      throw std::runtime_error("SHA-256: OpenSSL digest update failed");
   }
   std::string hex() {
-    const uint64_t bits = total_ * 8;
-    const uint8_t one = 0x80, zero = 0;
-    update(&one, 1);
-    while (fill_ != 56) update(&zero, 1);
-    uint8_t len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(bits >> (56 - 8 * i));
-    update(len, 8);
-    static const char* d = "0123456789abcdef";
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    if (EVP_DigestFinal_ex(ctx.get(), md, &len) != 1)
+      throw std::runtime_error("SHA-256: OpenSSL digest final failed");
+    static const char* kHex = "0123456789abcdef";
     std::string out;
-    for (uint32_t v : h_)
-      for (int s = 28; s >= 0; s -= 4) out += d[(v >> s) & 0xf];
+    out.reserve(2 * len);
+    for (unsigned int i = 0; i < len; ++i) {
+      out += kHex[md[i] >> 4];
+      out += kHex[md[i] & 15];
+    }
     return out;
   }
-
- private:
-  void compress(const uint8_t* b) {
-    uint32_t w[64];
-    for (int i = 0; i < 16; ++i)
-      w[i] = (uint32_t(b[4 * i]) << 24) | (uint32_t(b[4 * i + 1]) << 16) |
-             (uint32_t(b[4 * i + 2]) << 8) | uint32_t(b[4 * i + 3]);
-    for (int i = 16; i < 64; ++i) {
-      const uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
-      const uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
-      w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-    }
-    uint32_t a = h_[0], b2 = h_[1], c = h_[2], dd = h_[3], e = h_[4], f = h_[5], g = h_[6],
-             h = h_[7];
-    for (int i = 0; i < 64; ++i) {
-      const uint32_t S1 = rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25);
-      const uint32_t ch = (e & f) ^ (~e & g);
-      const uint32_t t1 = h + S1 + ch + kK[i] + w[i];
-      const uint32_t S0 = rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22);
-      const uint32_t maj = (a & b2) ^ (a & c) ^ (b2 & c);
-      const uint32_t t2 = S0 + maj;
-      h = g;
-      g = f;
-      f = e;
-      e = dd + t1;
-      dd = c;
-      c = b2;
-      b2 = a;
-      a = t1 + t2;
-    }
-    h_[0] += a;
-    h_[1] += b2;
-    h_[2] += c;
-    h_[3] += dd;
-    h_[4] += e;
-    h_[5] += f;
-    h_[6] += g;
-    h_[7] += h;
-  }
-
-  uint32_t h_[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                    0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-  uint8_t block_[64] = {};
-  size_t fill_ = 0;
-  uint64_t total_ = 0;
 };
 
 }  // namespace
 
 std::string sha256Hex(std::string_view bytes) {
-  Sha256 s;
-  s.update(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
-  return s.hex();
+  Digest d;
+  d.update(bytes.data(), bytes.size());
+  return d.hex();
 }
 
 std::string sha256File(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path + ": cannot open the file to hash it");
-  Sha256 s;
-  std::vector<char> buf(1 << 20);
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    const std::streamsize n = in.gcount();
-    if (n > 0) s.update(reinterpret_cast<const uint8_t*>(buf.data()), static_cast<size_t>(n));
+  // Regular files only (a FIFO or device never blocks the hash): file_guard.h.
+  const int fd = openRegularFile(path);
+  Digest d;
+  std::vector<char> buf(size_t{1} << 20);
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      throw std::runtime_error(path + ": read error while hashing: " + std::strerror(err));
+    }
+    d.update(buf.data(), static_cast<size_t>(n));
   }
-  if (in.bad()) throw std::runtime_error(path + ": read error while hashing");
-  return s.hex();
+  ::close(fd);
+  return d.hex();
 }
 
 }  // namespace dit

@@ -1,4 +1,5 @@
-// SHA-256 (FIPS 180-4) of files and byte strings, Torch-free and Qt-free: the LoRA identity
+// SHA-256 (FIPS 180-4, computed by OpenSSL libcrypto) of files and byte strings, Torch-free and
+// Qt-free: the LoRA and init-image identity
 // recorded in PNG metadata (issue 13), usable by the GUI too.
 #pragma once
 

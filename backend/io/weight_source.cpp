@@ -217,7 +217,7 @@ at::Tensor WeightSource::get(const std::string& name, const std::vector<int64_t>
   }
   checkShape(name, shape);
   at::Tensor t = layout_ ? readMapped(name, 0, 0, shape.empty() ? 1 : shape[0])
-                        : loadTensor(*st_, name, loadTypeFor(name));
+                         : loadTensor(*st_, name, loadTypeFor(name));
   checkFinite(name, t);
   return finish(t);
 }
@@ -242,7 +242,7 @@ at::Tensor WeightSource::shard(const std::string& name, const std::vector<int64_
   }
   checkShape(name, shape);
   at::Tensor t = layout_ ? readMapped(name, dim, part * len, len)
-                        : loadSlice(*st_, name, dim, part * len, len, loadTypeFor(name));
+                         : loadSlice(*st_, name, dim, part * len, len, loadTypeFor(name));
   checkFinite(name, t);
   return finish(t);
 }
