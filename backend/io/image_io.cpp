@@ -22,7 +22,12 @@ namespace dit {
 
 std::pair<int, int> imageSize(const std::string& path) {
   // A regular file only: a FIFO or device given as an image never blocks (file_guard.h).
-  const int fd = openRegularFile(path);
+  int fd = -1;
+  try {
+    fd = openRegularFile(path);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error("cannot open image file " + path + ": " + e.what());
+  }
   FILE* f = ::fdopen(fd, "rb");
   if (!f) {
     const int err = errno;
@@ -41,7 +46,12 @@ std::pair<int, int> imageSize(const std::string& path) {
 
 Image8 readImage(const std::string& path) {
   // A regular file only (never blocks on a FIFO or device), at most 1 GiB (file_guard.h).
-  const std::string raw = readRegularFile(path, std::uint64_t(1) << 30);
+  std::string raw;
+  try {
+    raw = readRegularFile(path, std::uint64_t(1) << 30);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error("cannot open image file " + path + ": " + e.what());
+  }
   const std::vector<uint8_t> bytes(raw.begin(), raw.end());
   if (bytes.empty()) throw std::runtime_error("image file " + path + " is empty");
   int w = 0, h = 0, n = 0;
