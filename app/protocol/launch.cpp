@@ -49,7 +49,12 @@ std::vector<std::pair<std::string, std::string>> networkMcaParams(const MpirunLa
     // One host: ranks talk through shared memory only (ob1 over self + shared memory: no TCP or
     // libfabric transport, so no rank listens on any socket), and the runtime's out-of-band
     // channel is confined to loopback.
-    return {{"pml", "ob1"}, {"btl", "^tcp,ofi,openib,usnic,uct"}, {"oob_tcp_if_include", "lo"}};
+    // No oob_tcp_if_include: OpenMPI 5's PRRTE drops loopback before reading an include list
+    // when the host has another interface and then refuses to start ("No network interfaces were
+    // found for out-of-band communications", openpmix/prrte#2788), and OpenMPI 4.1's mpirun
+    // listens on the wildcard address whatever it says (ompi#12668). The runtime's channel is
+    // confined by running the group in a loopback-only network namespace (ditstudio-isolate).
+    return {{"pml", "ob1"}, {"btl", "^tcp,ofi,openib,usnic,uct"}};
   const std::string iface = trim(l.network_interface);
   if (iface.empty()) return {};
   return {{"btl_tcp_if_include", iface}, {"oob_tcp_if_include", iface}};

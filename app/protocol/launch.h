@@ -56,9 +56,12 @@ std::string isolationProgram(const std::string& dir);
 
 /// The MCA parameters that confine a group's MPI channels (OpenMPI 4 and 5). Single-host groups
 /// (no hostfile): `pml ob1`, `btl ^tcp,ofi,openib,usnic,uct` (shared memory and self only: no
-/// rank opens a listening socket) and `oob_tcp_if_include lo` (the runtime's channel on
-/// loopback; OpenMPI 4.1's mpirun still binds its out-of-band listener to the wildcard address,
-/// open-mpi/ompi#12668, fixed in PRRTE for OpenMPI 5). Hostfile groups: `btl_tcp_if_include` and
+/// rank opens a listening socket). The runtime's out-of-band channel is confined by the
+/// loopback-only network namespace of ditstudio-isolate instead of `oob_tcp_if_include lo`,
+/// which OpenMPI 4.1's mpirun does not honour for its wildcard listener (open-mpi/ompi#12668)
+/// and OpenMPI 5's PRRTE refuses outright on hosts with another interface (openpmix/prrte#2788:
+/// "No network interfaces were found for out-of-band communications"). Hostfile groups:
+/// `btl_tcp_if_include` and
 /// `oob_tcp_if_include` set to `network_interface` (none when it is empty: OpenMPI's own choice).
 /// Pairs of {name, value}.
 std::vector<std::pair<std::string, std::string>> networkMcaParams(const MpirunLaunch& launch);
