@@ -26,25 +26,13 @@
 #include "backend/models/flux/flux_plan.h"
 #include "backend/models/flux/transformer_flux.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
-#include "golden_util.h"
+#include "tp_test_util.h"
 #include "parallel/device_mesh.h"
 #include "parallel/strategy.h"
 
 using namespace dit;
 
 namespace {
-
-int worldSize() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-
-const FluxTransformerConfig& fixtureConfig() {
-  static const FluxTransformerConfig c =
-      fluxConfig(ModelFolder::open(test::fixtureDir())).transformer;
-  return c;
-}
 
 // The FLUX.1 plan with the double blocks' feed-forward rules removed (replicated).
 ShardingPlan withoutDoubleBlockFeedForward(const ShardingPlan& base) {
@@ -55,11 +43,6 @@ ShardingPlan withoutDoubleBlockFeedForward(const ShardingPlan& base) {
       p.add(r);
   for (const auto& q : base.requirements()) p.requireDivisible(q.name, q.value, q.why, q.rule);
   return p;
-}
-
-std::shared_ptr<WeightSource> fixtureWeights() {
-  return WeightSource::fromFolder(test::fixtureDir() + "/transformer", "diffusion_pytorch_model",
-                                  at::kFloat, c10::Device(at::kCPU));
 }
 
 // Deterministic inputs, identical on every rank.
@@ -97,7 +80,7 @@ const LoadedParameter* findLoaded(const FluxTransformer2DModel& m, const std::st
 }  // namespace
 
 TEST(FluxPlan, ValidationFollowsTheRules) {
-  const auto& c = fixtureConfig();
+  const auto& c = test::fixtureTransformerConfig();
   const ShardingPlan base = fluxShardingPlan(c);
   const ShardingPlan changed = withoutDoubleBlockFeedForward(base);
   const ParameterTable params = fluxParameterTable(c);
@@ -115,7 +98,7 @@ TEST(FluxPlan, ValidationFollowsTheRules) {
 }
 
 TEST(FluxPlan, ByteCountsFollowTheRules) {
-  const auto& c = fixtureConfig();
+  const auto& c = test::fixtureTransformerConfig();
   const ShardingPlan base = fluxShardingPlan(c);
   const ShardingPlan changed = withoutDoubleBlockFeedForward(base);
   const ParameterTable params = fluxParameterTable(c);
@@ -129,8 +112,8 @@ TEST(FluxPlan, ByteCountsFollowTheRules) {
 }
 
 TEST(FluxPlan, LoadedShardsAndOutputFollowTheRules) {
-  ASSERT_EQ(worldSize(), 2) << "run under mpirun -np 2";
-  const auto& c = fixtureConfig();
+  ASSERT_EQ(test::worldSize(), 2) << "run under mpirun -np 2";
+  const auto& c = test::fixtureTransformerConfig();
   const auto base = std::make_shared<const ShardingPlan>(fluxShardingPlan(c));
   const auto changed = std::make_shared<const ShardingPlan>(withoutDoubleBlockFeedForward(*base));
   const ParameterTable params = fluxParameterTable(c);
@@ -138,22 +121,17 @@ TEST(FluxPlan, LoadedShardsAndOutputFollowTheRules) {
   const Inputs in = inputs(c);
 
   // tp 1 reference on every rank (no group).
-  auto w1 = fixtureWeights();
+  auto w1 = test::fixtureTransformerWeights();
   const FluxTransformer2DModel dense(c, *w1);
   const at::Tensor ref = run(dense, in);
 
-  Strategy s;
-  s.world = s.tp_degree = 2;
-  DeviceMeshOptions o;
-  o.timeout_s = 120;
-  DeviceMesh mesh(s, MPI_COMM_WORLD, o);
-  FluxParallelism par;
-  par.tp = mesh.group("tp");
+  const test::TpOverWorld tp;
+  const FluxParallelism& par = tp.par;
 
   for (const auto& [label, plan] :
        {std::pair{"FLUX.1 plan", base}, std::pair{"ff replicated", changed}}) {
     SCOPED_TRACE(label);
-    auto w = fixtureWeights();
+    auto w = test::fixtureTransformerWeights();
     const FluxTransformer2DModel model(c, *w, par, plan);
     // Loaded bytes == the plan's byte count for this rank.
     EXPECT_EQ(w->bytesLoaded(), plan->bytesPerRank(params, 2, 4));
@@ -178,7 +156,7 @@ TEST(FluxPlan, LoadedShardsAndOutputFollowTheRules) {
 
 // The per-block seam: every block, in order, before and after, with its local tensors.
 TEST(FluxPlan, HooksSeeEveryBlockInOrder) {
-  const auto& c = fixtureConfig();
+  const auto& c = test::fixtureTransformerConfig();
   struct Recorder : TransformerHooks {
     std::vector<std::string> calls;
     void beforeBlock(const char* kind, int i, const at::Tensor& h, const at::Tensor& e) override {
@@ -193,7 +171,7 @@ TEST(FluxPlan, HooksSeeEveryBlockInOrder) {
       calls.push_back(o.str());
     }
   } rec;
-  auto w = fixtureWeights();
+  auto w = test::fixtureTransformerWeights();
   FluxTransformer2DModel model(c, *w);
   const Inputs in = inputs(c);
   const at::Tensor plain = run(model, in);
@@ -213,18 +191,4 @@ TEST(FluxPlan, HooksSeeEveryBlockInOrder) {
   EXPECT_EQ(rec.calls, expect);
 }
 
-int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int rc = RUN_ALL_TESTS();
-  int worst = 0;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return worst;
-}
+int main(int argc, char** argv) { return test::mpiTestMain(argc, argv); }

@@ -12,6 +12,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,11 +21,11 @@
 #include "backend/models/flux/flux_plan.h"
 #include "backend/models/flux/transformer_flux.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
-#include "golden_util.h"
 #include "parallel/context_parallel.h"
 #include "parallel/device_mesh.h"
 #include "parallel/runtime.h"
 #include "parallel/strategy.h"
+#include "tp_test_util.h"
 
 using namespace dit;
 namespace fs = std::filesystem;
@@ -42,12 +43,6 @@ const SafetensorsCollection& fgoldens() {
 }
 at::Tensor fgolden(const std::string& name) { return loadTensor(fgoldens(), name, at::kFloat); }
 
-const FluxTransformerConfig& fixtureConfig() {
-  static const FluxTransformerConfig c =
-      fluxConfig(ModelFolder::open(test::fixtureDir())).transformer;
-  return c;
-}
-
 struct FileModel {
   std::shared_ptr<WeightSource> w;
   std::unique_ptr<FluxTransformer2DModel> model;
@@ -60,7 +55,7 @@ FileModel load(const std::string& file, FluxParallelism par) {
   FileModel m;
   m.w = WeightSource::fromLayout(componentLayout(r, c), at::kFloat, at::kCPU);
   m.model = std::make_unique<FluxTransformer2DModel>(
-      fluxConfigFromBfl(r, c.prefix, &fixtureConfig()), *m.w, par);
+      fluxConfigFromBfl(r, c.prefix, &test::fixtureTransformerConfig()), *m.w, par);
   return m;
 }
 
@@ -78,22 +73,24 @@ double report(const std::string& what, const at::Tensor& a, const at::Tensor& b)
   return d;
 }
 
+// Golden cases dit.0 .. dit.<cases-1>: `m`'s output against `reference(k)` within `tol`, each
+// difference printed by rank 0 as "<what> dit.<k>".
+void expectCases(const std::string& what, const FluxTransformer2DModel& m, int cases, double tol,
+                 const std::function<at::Tensor(int)>& reference) {
+  for (int k = 0; k < cases; ++k)
+    EXPECT_LT(report(what + " dit." + std::to_string(k), run(m, k), reference(k)), tol) << k;
+}
+
 }  // namespace
 
 TEST(FormatsMpi, BflTensorParallelEqualsOneRank) {
-  Strategy s;
-  s.world = g_world;
-  s.tp_degree = g_world;
-  DeviceMesh mesh(s);
-  FluxParallelism par;
-  par.tp = mesh.group("tp");
+  const test::TpOverWorld group;
+  const FluxParallelism& par = group.par;
   const std::string f = formats("transformer-bfl.safetensors");
   FileModel tp = load(f, par);
   FileModel one = load(f, {});
-  for (int k = 0; k < 3; ++k)
-    EXPECT_LT(report("tp " + std::to_string(g_world) + " vs 1 rank, bfl dit." + std::to_string(k),
-                     run(*tp.model, k), run(*one.model, k)),
-              1e-4);
+  expectCases("tp " + std::to_string(g_world) + " vs 1 rank, bfl", *tp.model, 3, 1e-4,
+              [&](int k) { return run(*one.model, k); });
   // The rank really holds half the fused qkv rows: bytes loaded < the one-rank load.
   EXPECT_LT(tp.w->bytesLoaded(), one.w->bytesLoaded());
 }
@@ -111,23 +108,16 @@ TEST(FormatsMpi, BflUlyssesEqualsOneRank) {
   FileModel cp = load(f, par);
   FileModel one = load(f, {});
   // Case 0: 64 image + 48 text tokens, divisible by the ulysses degree.
-  EXPECT_LT(report("ulysses " + std::to_string(g_world) + " vs 1 rank, bfl dit.0",
-                   run(*cp.model, 0), run(*one.model, 0)),
-            1e-4);
+  expectCases("ulysses " + std::to_string(g_world) + " vs 1 rank, bfl", *cp.model, 1, 1e-4,
+              [&](int k) { return run(*one.model, k); });
 }
 
 TEST(FormatsMpi, ScaledFp8TensorParallelKeeps8BitsAndMatchesGolden) {
-  Strategy s;
-  s.world = g_world;
-  s.tp_degree = g_world;
-  DeviceMesh mesh(s);
-  FluxParallelism par;
-  par.tp = mesh.group("tp");
+  const test::TpOverWorld group;
+  const FluxParallelism& par = group.par;
   FileModel tp = load(formats("transformer-fp8-scaled.safetensors"), par);
-  for (int k = 0; k < 3; ++k)
-    EXPECT_LT(report("tp fp8scaled.dit." + std::to_string(k), run(*tp.model, k),
-                     fgolden("fp8scaled.dit." + std::to_string(k) + ".out")),
-              1e-5);
+  expectCases("tp fp8scaled", *tp.model, 3, 1e-5,
+              [](int k) { return fgolden("fp8scaled.dit." + std::to_string(k) + ".out"); });
   int f8 = 0;
   for (const auto& p : tp.model->parameters())
     if (p.info.dtype == "F8_E4M3") ++f8;
@@ -179,7 +169,7 @@ TEST(FormatsMpi, BflShardOnLoadPeakMemory) {
   MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
   const std::string file = path;
   SafetensorsReader r(file);
-  const FluxTransformerConfig cfg = fluxConfigFromBfl(r, "", &fixtureConfig());
+  const FluxTransformerConfig cfg = fluxConfigFromBfl(r, "", &test::fixtureTransformerConfig());
   ASSERT_EQ(cfg.num_attention_heads, 32);
   const ShardingPlan plan = fluxShardingPlan(cfg);
   const ParameterTable table = fluxParameterTable(cfg);
@@ -192,12 +182,8 @@ TEST(FormatsMpi, BflShardOnLoadPeakMemory) {
   const int64_t bound =
       static_cast<int64_t>(1.1 * shard) + replicated + largest + (int64_t(16) << 20);
 
-  Strategy s;
-  s.world = g_world;
-  s.tp_degree = g_world;
-  DeviceMesh mesh(s);
-  FluxParallelism par;
-  par.tp = mesh.group("tp");
+  const test::TpOverWorld group;
+  const FluxParallelism& par = group.par;
   MPI_Barrier(MPI_COMM_WORLD);
   ::malloc_trim(0);
   ASSERT_TRUE(resetPeakResidentSet());

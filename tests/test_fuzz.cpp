@@ -35,15 +35,9 @@ using namespace dit;
 using nlohmann::json;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+using test::tempDir;
 
 namespace {
-
-fs::path tempDir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("ditstudio-fuzz-" + std::to_string(::getpid())) / name;
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
 
 std::string readAll(const fs::path& f) {
   std::ifstream in(f, std::ios::binary);

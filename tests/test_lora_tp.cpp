@@ -19,7 +19,7 @@
 #include "backend/models/flux/transformer_flux.h"
 #include "backend/nn/lora_loader.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
-#include "golden_util.h"
+#include "tp_test_util.h"
 #include "parallel/device_mesh.h"
 #include "parallel/strategy.h"
 
@@ -27,29 +27,6 @@ using namespace dit;
 using tensor_parallel::PreparedLora;
 
 namespace {
-
-int worldSize() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-
-double maxOverRanks(double v) {
-  double out = 0;
-  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return out;
-}
-
-const FluxTransformerConfig& config() {
-  static const FluxTransformerConfig c =
-      fluxConfig(ModelFolder::open(test::fixtureDir())).transformer;
-  return c;
-}
-
-std::shared_ptr<WeightSource> weights() {
-  return WeightSource::fromFolder(test::fixtureDir() + "/transformer", "diffusion_pytorch_model",
-                                  at::kFloat, c10::Device(at::kCPU));
-}
 
 const SafetensorsCollection& loraGoldens() {
   static SafetensorsCollection g(test::fixtureDir() + "/lora/lora_golden.safetensors");
@@ -79,27 +56,22 @@ std::vector<std::pair<std::shared_ptr<const PreparedLora>, double>> loras(
 }  // namespace
 
 TEST(LoraTensorParallel, EqualsOneRankAndHoldsOnlySlices) {
-  const int tp = worldSize();
+  const int tp = test::worldSize();
   ASSERT_GE(tp, 2) << "run under mpirun -np 2 or 4";
-  auto w1 = weights();
-  FluxTransformer2DModel dense(config(), *w1);
+  auto w1 = test::fixtureTransformerWeights();
+  FluxTransformer2DModel dense(test::fixtureTransformerConfig(), *w1);
   const auto denseLoras = loras(dense);
   dense.loraTargets().apply(denseLoras);
 
-  Strategy s;
-  s.world = s.tp_degree = tp;
-  DeviceMeshOptions o;
-  o.timeout_s = 120;
-  DeviceMesh mesh(s, MPI_COMM_WORLD, o);
-  FluxParallelism par;
-  par.tp = mesh.group("tp");
-  auto w = weights();
-  FluxTransformer2DModel model(config(), *w, par);
+  const test::TpOverWorld group;
+  const FluxParallelism& par = group.par;
+  auto w = test::fixtureTransformerWeights();
+  FluxTransformer2DModel model(test::fixtureTransformerConfig(), *w, par);
   const auto tpLoras = loras(model);
   model.loraTargets().apply(tpLoras);
 
   for (int i = 0; i < 3; ++i) {
-    const double d = maxOverRanks(test::maxAbsDiff(runCase(model, i), runCase(dense, i)));
+    const double d = test::maxOverRanks(test::maxAbsDiff(runCase(model, i), runCase(dense, i)));
     const at::Tensor base =
         loadTensor(loraGoldens(), "dit." + std::to_string(i) + ".out", at::kFloat);
     std::printf("  tp %d dit.%d with LoRAs: max |tp - tp1| %.3g (LoRA effect %.3g)\n", tp, i, d,
@@ -154,18 +126,4 @@ TEST(LoraTensorParallel, EqualsOneRankAndHoldsOnlySlices) {
   EXPECT_GT(ratio, 1.0 / tp);
 }
 
-int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int rc = RUN_ALL_TESTS();
-  int worst = 0;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return worst;
-}
+int main(int argc, char** argv) { return test::mpiTestMain(argc, argv); }

@@ -26,26 +26,11 @@
 using namespace dit;
 namespace fs = std::filesystem;
 
+using test::copyFixture;
+using test::tempDir;
+using test::writeRaw;
+
 namespace {
-
-fs::path tempDir(const std::string& name) {
-  fs::path p =
-      fs::temp_directory_path() / ("ditstudio-errors-" + std::to_string(::getpid())) / name;
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
-
-// Writes a safetensors file with the given header text and `dataBytes` zero bytes of data.
-std::string writeRaw(const fs::path& file, const std::string& header, size_t dataBytes,
-                     int64_t headerLenOverride = -1) {
-  std::ofstream o(file, std::ios::binary);
-  uint64_t n = headerLenOverride >= 0 ? static_cast<uint64_t>(headerLenOverride) : header.size();
-  for (int i = 0; i < 8; ++i) o.put(static_cast<char>((n >> (8 * i)) & 0xff));
-  o << header;
-  o << std::string(dataBytes, '\0');
-  return file.string();
-}
 
 // Expects `fn` to throw ModelFileError whose message contains every `parts`.
 template <typename F>
@@ -58,15 +43,6 @@ void expectError(F fn, std::initializer_list<std::string> parts) {
     for (const auto& p : parts)
       EXPECT_NE(msg.find(p), std::string::npos) << "message: " << msg << "\nmissing: " << p;
   }
-}
-
-fs::path copyFixture(const std::string& name) {
-  fs::path d = tempDir(name);
-  fs::copy(test::fixtureDir(), d, fs::copy_options::recursive);
-  fs::remove_all(d / "golden");
-  for (auto& e : fs::recursive_directory_iterator(d))
-    fs::permissions(e.path(), fs::perms::owner_write, fs::perm_options::add);
-  return d;
 }
 
 }  // namespace

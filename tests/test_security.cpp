@@ -34,24 +34,11 @@
 using namespace dit;
 namespace fs = std::filesystem;
 
+using test::copyFixture;
+using test::tempDir;
+using test::writeRaw;
+
 namespace {
-
-fs::path tempDir(const std::string& name) {
-  fs::path p =
-      fs::temp_directory_path() / ("ditstudio-security-" + std::to_string(::getpid())) / name;
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
-
-fs::path copyFixture(const std::string& name) {
-  fs::path d = tempDir(name);
-  fs::copy(test::fixtureDir(), d, fs::copy_options::recursive);
-  fs::remove_all(d / "golden");
-  for (auto& e : fs::recursive_directory_iterator(d))
-    fs::permissions(e.path(), fs::perms::owner_write, fs::perm_options::add);
-  return d;
-}
 
 // The message of what `fn` throws ("" and a failure when nothing is thrown).
 template <typename F>
@@ -76,15 +63,6 @@ void editJson(const fs::path& f, const std::function<void(nlohmann::json&)>& edi
   }
   edit(j);
   std::ofstream(f, std::ios::trunc) << j.dump();
-}
-
-std::string writeRaw(const fs::path& file, const std::string& header, size_t dataBytes,
-                     int64_t headerLen = -1) {
-  std::ofstream o(file, std::ios::binary);
-  uint64_t n = headerLen >= 0 ? static_cast<uint64_t>(headerLen) : header.size();
-  for (int i = 0; i < 8; ++i) o.put(static_cast<char>((n >> (8 * i)) & 0xff));
-  o << header << std::string(dataBytes, '\0');
-  return file.string();
 }
 
 // Fails the test (instead of hanging the suite) when a call blocks on a FIFO.

@@ -53,41 +53,28 @@ ditstudio_ui_test(test_ui_widgets LIBS test_ui_fake_worker TIMEOUT 300)
 # Issue 11's GUI half: nothing lost (images, seeds, interrupted requests), nothing misreported.
 ditstudio_ui_test(test_ui_lossless LIBS test_ui_fake_worker TIMEOUT 300)
 
-# The real worker: 2 CPU ranks under mpirun, the embedded tiny model.
-if(TARGET ditstudio-worker)
-  ditstudio_ui_test(test_ui_integration
-    LABELS ui integration
-    TIMEOUT 1500
-    ENV "DITSTUDIO_TEST_WORKER=$<TARGET_FILE:ditstudio-worker>"
-        "DITSTUDIO_TEST_MODEL=${DITSTUDIO_BUILD_MODEL_DIR}/tiny-flux")
-  set_tests_properties(test_ui_integration PROPERTIES PROCESSORS 2 RESOURCE_LOCK mpi)
-  # The worker and the embedded model must be built before the test runs.
-  add_dependencies(test_ui_integration ditstudio-worker)
-  if(TARGET default_model)
-    add_dependencies(test_ui_integration default_model)
+# Suites that drive the real worker (2 CPU ranks under mpirun): built and run only with the
+# worker, after it (and the embedded model when MODEL is given) is built, one at a time (mpi lock).
+function(ditstudio_ui_worker_test name)
+  cmake_parse_arguments(W "MODEL" "TIMEOUT" "LABELS" ${ARGN})
+  if(NOT TARGET ditstudio-worker)
+    return()
   endif()
-endif()
+  set(_env "DITSTUDIO_TEST_WORKER=$<TARGET_FILE:ditstudio-worker>")
+  if(W_MODEL)
+    list(APPEND _env "DITSTUDIO_TEST_MODEL=${DITSTUDIO_BUILD_MODEL_DIR}/tiny-flux")
+  endif()
+  ditstudio_ui_test(${name} LABELS ui integration ${W_LABELS} TIMEOUT ${W_TIMEOUT} ENV ${_env})
+  set_tests_properties(${name} PROPERTIES PROCESSORS 2 RESOURCE_LOCK mpi)
+  add_dependencies(${name} ditstudio-worker)
+  if(W_MODEL AND TARGET default_model)
+    add_dependencies(${name} default_model)
+  endif()
+endfunction()
 
+# The real worker with the embedded tiny model.
+ditstudio_ui_worker_test(test_ui_integration MODEL TIMEOUT 1500)
 # Issue 14 in the GUI with the real worker: init image, mask brush, strength, caching, recall.
-if(TARGET ditstudio-worker)
-  ditstudio_ui_test(test_ui_i2i
-    LABELS ui integration pipelines
-    TIMEOUT 900
-    ENV "DITSTUDIO_TEST_WORKER=$<TARGET_FILE:ditstudio-worker>"
-        "DITSTUDIO_TEST_MODEL=${DITSTUDIO_BUILD_MODEL_DIR}/tiny-flux")
-  set_tests_properties(test_ui_i2i PROPERTIES PROCESSORS 2 RESOURCE_LOCK mpi)
-  add_dependencies(test_ui_i2i ditstudio-worker)
-  if(TARGET default_model)
-    add_dependencies(test_ui_i2i default_model)
-  endif()
-endif()
-
+ditstudio_ui_worker_test(test_ui_i2i MODEL LABELS pipelines TIMEOUT 900)
 # LoRA list, generate with a LoRA on the real worker (the tiny-flux-A fixture), PNG and recall.
-if(TARGET ditstudio-worker)
-  ditstudio_ui_test(test_ui_lora
-    LABELS ui integration lora
-    TIMEOUT 900
-    ENV "DITSTUDIO_TEST_WORKER=$<TARGET_FILE:ditstudio-worker>")
-  set_tests_properties(test_ui_lora PROPERTIES PROCESSORS 2 RESOURCE_LOCK mpi)
-  add_dependencies(test_ui_lora ditstudio-worker)
-endif()
+ditstudio_ui_worker_test(test_ui_lora LABELS lora TIMEOUT 900)
