@@ -1,16 +1,9 @@
 // Qwen2Tokenizer: see qwen2_tokenizer.h.
 #include "backend/tokenizers/qwen2_tokenizer.h"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-#include <unicode/normalizer2.h>
-#include <unicode/unistr.h>
-#include <unicode/utf8.h>
-
 #include <algorithm>
 #include <array>
 #include <filesystem>
-#include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <queue>
@@ -24,95 +17,6 @@
 
 namespace dit {
 namespace {
-
-// UTF-8 decoding (each maximal ill-formed subsequence -> U+FFFD, as Rust's lossy decoder) + NFC.
-std::string nfc(std::string_view raw) {
-  if (raw.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max() / 4))
-    throw std::length_error("Qwen2Tokenizer: text too long (" + std::to_string(raw.size()) +
-                            " bytes)");
-  const icu::UnicodeString decoded =
-      icu::UnicodeString::fromUTF8(icu::StringPiece(raw.data(), static_cast<int32_t>(raw.size())));
-  UErrorCode err = U_ZERO_ERROR;
-  const icu::Normalizer2* n = icu::Normalizer2::getNFCInstance(err);
-  icu::UnicodeString text;
-  if (U_SUCCESS(err)) text = n->normalize(decoded, err);
-  if (U_FAILURE(err))
-    throw std::runtime_error(std::string("Qwen2Tokenizer: ICU NFC normalization failed: ") +
-                             u_errorName(err));
-  std::string out;
-  text.toUTF8String(out);
-  return out;
-}
-
-// GPT-2's bytes_to_unicode().
-std::array<std::string, 256> byteToUnicode() {
-  std::array<std::string, 256> table;
-  int n = 0;
-  for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-    const UChar32 cp = printable ? b : 256 + n++;
-    char buf[U8_MAX_LENGTH];
-    int32_t len = 0;
-    U8_APPEND_UNSAFE(buf, len, cp);
-    table[b].assign(buf, static_cast<size_t>(len));
-  }
-  return table;
-}
-
-class Regex {
- public:
-  explicit Regex(const std::string& pattern) {
-    int err = 0;
-    PCRE2_SIZE off = 0;
-    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                          PCRE2_UTF | PCRE2_UCP, &err, &off, nullptr);
-    if (!code_) {
-      PCRE2_UCHAR msg[256];
-      pcre2_get_error_message(err, msg, sizeof msg);
-      throw std::runtime_error("Qwen2Tokenizer: cannot compile pattern at offset " +
-                               std::to_string(off) + ": " + reinterpret_cast<char*>(msg));
-    }
-    pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);
-  }
-  ~Regex() { pcre2_code_free(code_); }
-  Regex(const Regex&) = delete;
-  Regex& operator=(const Regex&) = delete;
-
-  // fn(begin, end) for every non-overlapping match of `s` (valid UTF-8), left to right.
-  template <class Fn>
-  void forEachMatch(std::string_view s, Fn&& fn) const {
-    pcre2_match_data* md = pcre2_match_data_create_from_pattern(code_, nullptr);
-    if (!md) throw std::bad_alloc();
-    struct Free {
-      pcre2_match_data* m;
-      ~Free() { pcre2_match_data_free(m); }
-    } guard{md};
-    PCRE2_SIZE start = 0;
-    while (start < s.size()) {
-      const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), start,
-                                 PCRE2_NO_UTF_CHECK, md, nullptr);
-      if (rc == PCRE2_ERROR_NOMATCH) return;
-      if (rc < 0) {
-        PCRE2_UCHAR msg[256];
-        pcre2_get_error_message(rc, msg, sizeof msg);
-        throw std::runtime_error(std::string("Qwen2Tokenizer: regex match failed: ") +
-                                 reinterpret_cast<char*>(msg));
-      }
-      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
-      const PCRE2_SIZE b = ov[0], e = ov[1];
-      if (e == b) {
-        start = e + 1;
-        while (start < s.size() && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) ++start;
-        continue;
-      }
-      fn(b, e);
-      start = e;
-    }
-  }
-
- private:
-  pcre2_code* code_ = nullptr;
-};
 
 nlohmann::json parseJsonFile(const std::filesystem::path& p) {
   std::error_code ec;
@@ -171,7 +75,7 @@ struct Qwen2Tokenizer::Impl {
   std::vector<std::pair<std::string, int64_t>> added;  // every added token
   int64_t padId = -1;
   std::string chatTemplate, configFile;
-  std::unique_ptr<Regex> splitRe;
+  std::unique_ptr<UnicodeRegex> splitRe;
 
   static constexpr size_t kCacheCapacity = 10000;
   mutable std::mutex cacheMutex;
@@ -242,7 +146,7 @@ void Qwen2Tokenizer::Impl::encodeSegment(std::string_view raw, std::vector<int64
   if (raw.empty()) return;
   const bool ascii = std::all_of(raw.begin(), raw.end(),
                                  [](char c) { return static_cast<unsigned char>(c) < 0x80; });
-  const std::string text = ascii ? std::string(raw) : nfc(raw);  // ASCII is NFC already
+  const std::string text = ascii ? std::string(raw) : nfcUtf8(raw, "Qwen2Tokenizer");  // ASCII is NFC
   const std::string_view sv(text);
   splitRe->forEachMatch(sv, [&](size_t b, size_t e) { bpe(sv.substr(b, e - b), out); });
 }
@@ -392,7 +296,7 @@ Qwen2Tokenizer Qwen2Tokenizer::fromFolder(const std::string& folder) {
   }
 
   // --- byte alphabet
-  const auto byteChar = byteToUnicode();
+  const auto byteChar = gpt2BytesToUnicode();
   for (int b = 0; b < 256; ++b) {
     auto it = m.vocab.find(byteChar[b]);
     if (it == m.vocab.end())
@@ -440,7 +344,7 @@ Qwen2Tokenizer Qwen2Tokenizer::fromFolder(const std::string& folder) {
     }
     if (m.merges.empty()) throw ModelFileError(mp, "no merges found");
   }
-  m.splitRe = std::make_unique<Regex>(qwen2Pattern());
+  m.splitRe = std::make_unique<UnicodeRegex>(qwen2Pattern(), "Qwen2Tokenizer");
   return tok;
 }
 
