@@ -241,3 +241,50 @@ TEST(ShardingPlan, Describe) {
   EXPECT_THAT(d, HasSubstr("single.*.proj_out: PackedRowwiseParallel blocks [16, 64]"));
   EXPECT_THAT(d, HasSubstr("tp_degree divides num_attention_heads 4"));
 }
+
+// shardWhenDivides: a rule (e.g. key/value projections of a grouped-query attention with fewer
+// KV heads than ranks) that shards only when tp divides its count and otherwise replicates.
+TEST(ShardingPlan, ShardWhenDividesReplicatesTheRuleOtherwise) {
+  ParameterTable t;
+  t.add({"blocks.0.kv.weight", {8, 4}, "F32", 4});  // 2 "heads" of 4 rows
+  t.add({"blocks.0.q.weight", {16, 4}, "F32", 4});
+  ShardingPlan p;
+  p.add({"blocks.*.q", ParallelStyle::Colwise, {}});
+  p.add({"blocks.*.kv", ParallelStyle::Colwise, {}, 2});
+  EXPECT_TRUE(p.validate(t, 2).empty());
+  EXPECT_TRUE(p.validate(t, 4).empty());  // kv replicated at 4, not an error
+  EXPECT_EQ(p.shardSpec("blocks.0.kv.weight", {8, 4}, 1, 2).dim, 0);
+  EXPECT_TRUE(p.shardSpec("blocks.0.kv.weight", {8, 4}, 1, 4).replicated());
+  EXPECT_FALSE(p.shardSpec("blocks.0.q.weight", {16, 4}, 1, 4).replicated());
+  EXPECT_EQ(p.bytesPerRank(t, 2, 4), static_cast<uint64_t>((32 / 2 + 64 / 2) * 4));
+  EXPECT_EQ(p.bytesPerRank(t, 4, 4), static_cast<uint64_t>((32 + 64 / 4) * 4));
+  EXPECT_THAT(p.describe(), HasSubstr("blocks.*.kv: ColwiseParallel (when tp_degree divides 2, "
+                                      "else replicated)"));
+}
+
+// replicateWhenNotDivisible: a component whose plan does not divide at some tp is held whole on
+// every rank instead of failing validation; resolve() says so and bytesPerRank counts it whole.
+TEST(ShardingPlan, ReplicateWhenNotDivisibleFallsBackToWholeComponent) {
+  const int64_t C = 16, M = 64;
+  const ParameterTable t = table(C, M);
+  ShardingPlan p = plan(C, M);  // requires tp | 4 (heads)
+  EXPECT_EQ(count(p.validate(t, 8), "tp_heads"), 1);
+  p.replicateWhenNotDivisible();
+  EXPECT_TRUE(p.replicatesWhenNotDivisible());
+  EXPECT_TRUE(p.validate(t, 8).empty());
+  EXPECT_EQ(count(p.validateStrict(t, 8), "tp_heads"), 1);
+  std::string why = "stale";
+  const ShardingPlan at2 = p.resolve(t, 2, &why);
+  EXPECT_TRUE(why.empty());
+  EXPECT_EQ(at2.rules().size(), p.rules().size());
+  const ShardingPlan at8 = p.resolve(t, 8, &why);
+  EXPECT_TRUE(at8.rules().empty());
+  EXPECT_THAT(why, HasSubstr("tp_degree 8 does not divide num_attention_heads 4"));
+  EXPECT_THAT(why, HasSubstr("replicated on every rank of the tensor-parallel group"));
+  EXPECT_EQ(p.bytesPerRank(t, 8, 4), p.bytesPerRank(t, 1, 4));
+  EXPECT_LT(p.bytesPerRank(t, 2, 4), p.bytesPerRank(t, 1, 4));
+  // Stale rules stay errors.
+  ShardingPlan stale = p;
+  stale.add({"nothing.*.here", ParallelStyle::Colwise, {}});
+  EXPECT_EQ(count(stale.validate(t, 8), "tp_plan_stale"), 1);
+}

@@ -1,8 +1,6 @@
 // CLIPTokenizer: see clip_tokenizer.h.
 #include "backend/tokenizers/clip_tokenizer.h"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
 #include <unicode/normalizer2.h>
 #include <unicode/uchar.h>
 #include <unicode/unistr.h>
@@ -90,85 +88,6 @@ std::string normalize(std::string_view raw, bool lowerCase) {
   return out;
 }
 
-// GPT-2's bytes_to_unicode(): printable bytes map to themselves, the others to U+0100 upwards.
-std::array<std::string, 256> byteToUnicode() {
-  std::array<std::string, 256> table;
-  int n = 0;
-  for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-    const UChar32 cp = printable ? b : 256 + n++;
-    char buf[U8_MAX_LENGTH];
-    int32_t len = 0;
-    U8_APPEND_UNSAFE(buf, len, cp);
-    table[b].assign(buf, static_cast<size_t>(len));
-  }
-  return table;
-}
-
-// ---------------------------------------------------------------------------------------------
-// PCRE2 wrapper
-// ---------------------------------------------------------------------------------------------
-class Regex {
- public:
-  explicit Regex(const std::string& pattern) {
-    int err = 0;
-    PCRE2_SIZE off = 0;
-    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                          PCRE2_UTF | PCRE2_UCP, &err, &off, nullptr);
-    if (!code_) {
-      PCRE2_UCHAR msg[256];
-      pcre2_get_error_message(err, msg, sizeof msg);
-      throw std::runtime_error("CLIPTokenizer: cannot compile pattern at offset " +
-                               std::to_string(off) + ": " + reinterpret_cast<char*>(msg));
-    }
-    pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);  // falls back to the interpreter on failure
-  }
-  ~Regex() { pcre2_code_free(code_); }
-  Regex(const Regex&) = delete;
-  Regex& operator=(const Regex&) = delete;
-
-  // Calls fn(begin, end) for every non-overlapping match in `s` (valid UTF-8), left to right.
-  template <class Fn>
-  void forEachMatch(std::string_view s, pcre2_match_data* md, Fn&& fn) const {
-    PCRE2_SIZE start = 0;
-    while (start < s.size()) {
-      const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), start,
-                                 PCRE2_NO_UTF_CHECK, md, nullptr);
-      if (rc == PCRE2_ERROR_NOMATCH) return;
-      if (rc < 0) {
-        PCRE2_UCHAR msg[256];
-        pcre2_get_error_message(rc, msg, sizeof msg);
-        throw std::runtime_error(std::string("CLIPTokenizer: regex match failed: ") +
-                                 reinterpret_cast<char*>(msg));
-      }
-      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
-      const PCRE2_SIZE b = ov[0], e = ov[1];
-      if (e == b) {  // the patterns never match empty; guard against a loop anyway
-        start = e + 1;
-        while (start < s.size() && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) ++start;
-        continue;
-      }
-      fn(b, e);
-      start = e;
-    }
-  }
-  const pcre2_code* code() const { return code_; }
-
- private:
-  pcre2_code* code_ = nullptr;
-};
-
-struct MatchData {
-  explicit MatchData(const Regex& re)
-      : md(pcre2_match_data_create_from_pattern(re.code(), nullptr)) {
-    if (!md) throw std::bad_alloc();
-  }
-  ~MatchData() { pcre2_match_data_free(md); }
-  MatchData(const MatchData&) = delete;
-  MatchData& operator=(const MatchData&) = delete;
-  pcre2_match_data* md;
-};
-
 std::string regexEscape(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -230,8 +149,8 @@ struct CLIPTokenizer::Impl {
   bool lowerCase = true;
   std::vector<std::pair<std::string, int64_t>> specials;  // matched verbatim in the raw text
 
-  std::unique_ptr<Regex> splitRe;      // CLIP pre-tokenizer pattern
-  std::unique_ptr<Regex> byteLevelRe;  // GPT-2 ByteLevel pattern
+  std::unique_ptr<UnicodeRegex> splitRe;      // CLIP pre-tokenizer pattern
+  std::unique_ptr<UnicodeRegex> byteLevelRe;  // GPT-2 ByteLevel pattern
 
   static constexpr size_t kCacheCapacity = 10000;  // as HF tokenizers' BPE cache
   mutable std::mutex cacheMutex;
@@ -322,11 +241,10 @@ void CLIPTokenizer::Impl::encodeSegment(std::string_view raw, std::vector<int64_
   } else {
     text = normalize(raw, lowerCase);
   }
-  MatchData md1(*splitRe), md2(*byteLevelRe);
   const std::string_view sv(text);
-  splitRe->forEachMatch(sv, md1.md, [&](size_t b, size_t e) {
+  splitRe->forEachMatch(sv, [&](size_t b, size_t e) {
     const std::string_view piece = sv.substr(b, e - b);
-    byteLevelRe->forEachMatch(piece, md2.md,
+    byteLevelRe->forEachMatch(piece,
                               [&](size_t b2, size_t e2) { bpe(piece.substr(b2, e2 - b2), out); });
   });
 }
@@ -404,7 +322,7 @@ CLIPTokenizer::CLIPTokenizer(const std::string& folder) : impl_(std::make_unique
   }
 
   // --- byte alphabet
-  m.byteChar = byteToUnicode();
+  m.byteChar = gpt2BytesToUnicode();
   for (int b = 0; b < 256; ++b) {
     m.byteId[b] = m.lookup(m.byteChar[b]);
     m.byteEowId[b] = m.lookup(m.byteChar[b] + "</w>");
@@ -456,10 +374,14 @@ CLIPTokenizer::CLIPTokenizer(const std::string& folder) : impl_(std::make_unique
   const std::string sp = "[^\\S\\x{180E}]";                      // whitespace
   const std::string nsp = "[\\S\\x{180E}]";                      // non-whitespace
   const std::string other = "(?:[^\\s\\p{L}\\p{N}]|\\x{180E})";  // not space, letter, number
-  m.splitRe = std::make_unique<Regex>(regexEscape(m.bos) + "|" + regexEscape(m.eos) +
-                                      "|'s|'t|'re|'ve|'m|'ll|'d|[\\p{L}]+|[\\p{N}]|" + other + "+");
-  m.byteLevelRe = std::make_unique<Regex>("'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?" + other +
-                                          "+|" + sp + "+(?!" + nsp + ")|" + sp + "+");
+  m.splitRe = std::make_unique<UnicodeRegex>(
+      regexEscape(m.bos) + "|" + regexEscape(m.eos) + "|'s|'t|'re|'ve|'m|'ll|'d|[\\p{L}]+|[\\p{N}]|" +
+          other + "+",
+      "CLIPTokenizer");
+  m.byteLevelRe = std::make_unique<UnicodeRegex>("'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?" +
+                                                     other + "+|" + sp + "+(?!" + nsp + ")|" + sp +
+                                                     "+",
+                                                 "CLIPTokenizer");
 }
 
 CLIPTokenizer::~CLIPTokenizer() = default;

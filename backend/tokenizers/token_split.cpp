@@ -1,5 +1,15 @@
 #include "backend/tokenizers/token_split.h"
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <unicode/normalizer2.h>
+#include <unicode/unistr.h>
+#include <unicode/utf8.h>
+
+#include <limits>
+#include <new>
+#include <stdexcept>
+
 namespace dit {
 
 void encodeAroundSpecials(
@@ -34,6 +44,86 @@ std::vector<int64_t> truncateAndPad(std::vector<int64_t> ids, size_t length, int
   }
   ids.resize(length, pad);
   return ids;
+}
+
+std::array<std::string, 256> gpt2BytesToUnicode() {
+  std::array<std::string, 256> table;
+  int n = 0;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+    const UChar32 cp = printable ? b : 256 + n++;
+    char buf[U8_MAX_LENGTH];
+    int32_t len = 0;
+    U8_APPEND_UNSAFE(buf, len, cp);
+    table[b].assign(buf, static_cast<size_t>(len));
+  }
+  return table;
+}
+
+std::string nfcUtf8(std::string_view raw, const char* who) {
+  if (raw.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max() / 4))
+    throw std::length_error(std::string(who) + ": text too long (" + std::to_string(raw.size()) +
+                            " bytes)");
+  const icu::UnicodeString decoded =
+      icu::UnicodeString::fromUTF8(icu::StringPiece(raw.data(), static_cast<int32_t>(raw.size())));
+  UErrorCode err = U_ZERO_ERROR;
+  const icu::Normalizer2* n = icu::Normalizer2::getNFCInstance(err);
+  icu::UnicodeString text;
+  if (U_SUCCESS(err)) text = n->normalize(decoded, err);
+  if (U_FAILURE(err))
+    throw std::runtime_error(std::string(who) + ": ICU NFC normalization failed: " +
+                             u_errorName(err));
+  std::string out;
+  text.toUTF8String(out);
+  return out;
+}
+
+UnicodeRegex::UnicodeRegex(const std::string& pattern, std::string who) : who_(std::move(who)) {
+  int err = 0;
+  PCRE2_SIZE off = 0;
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                   PCRE2_UTF | PCRE2_UCP, &err, &off, nullptr);
+  if (!code) {
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(err, msg, sizeof msg);
+    throw std::runtime_error(who_ + ": cannot compile pattern at offset " + std::to_string(off) +
+                             ": " + reinterpret_cast<char*>(msg));
+  }
+  pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter on failure
+  code_ = code;
+}
+
+UnicodeRegex::~UnicodeRegex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
+
+void UnicodeRegex::forEachMatch(std::string_view s,
+                                const std::function<void(size_t, size_t)>& fn) const {
+  auto* code = static_cast<const pcre2_code*>(code_);
+  pcre2_match_data* md = pcre2_match_data_create_from_pattern(code, nullptr);
+  if (!md) throw std::bad_alloc();
+  struct Free {
+    pcre2_match_data* m;
+    ~Free() { pcre2_match_data_free(m); }
+  } guard{md};
+  PCRE2_SIZE start = 0;
+  while (start < s.size()) {
+    const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), start,
+                               PCRE2_NO_UTF_CHECK, md, nullptr);
+    if (rc == PCRE2_ERROR_NOMATCH) return;
+    if (rc < 0) {
+      PCRE2_UCHAR msg[256];
+      pcre2_get_error_message(rc, msg, sizeof msg);
+      throw std::runtime_error(who_ + ": regex match failed: " + reinterpret_cast<char*>(msg));
+    }
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+    const PCRE2_SIZE b = ov[0], e = ov[1];
+    if (e == b) {  // the patterns never match empty; guard against a loop anyway
+      start = e + 1;
+      while (start < s.size() && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) ++start;
+      continue;
+    }
+    fn(b, e);
+    start = e;
+  }
 }
 
 }  // namespace dit

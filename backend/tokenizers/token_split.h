@@ -1,6 +1,8 @@
-// Pieces shared by CLIPTokenizer and T5Tokenizer (the HF tokenizers "added tokens" behaviour).
+// Pieces shared by CLIPTokenizer, T5Tokenizer and Qwen2Tokenizer (the HF tokenizers "added tokens"
+// behaviour, GPT-2's byte alphabet, NFC, PCRE2 pre-tokenizer patterns).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -22,5 +24,31 @@ void encodeAroundSpecials(
 /// keeping `eos` as the last id, then pad with `pad`.
 std::vector<int64_t> truncateAndPad(std::vector<int64_t> ids, size_t length, int64_t eos,
                                     int64_t pad);
+
+/// GPT-2's bytes_to_unicode(): the UTF-8 string of the symbol each byte maps to in byte-level BPE
+/// vocabularies (printable bytes map to themselves, the others to U+0100 upwards).
+std::array<std::string, 256> gpt2BytesToUnicode();
+
+/// `utf8` decoded leniently (each maximal ill-formed subsequence becomes U+FFFD, as Python's and
+/// Rust's lossy decoders do) and NFC-normalized with ICU, as UTF-8. Throws std::length_error for
+/// text over 512 MiB, std::runtime_error naming `who` when ICU fails.
+std::string nfcUtf8(std::string_view utf8, const char* who);
+
+/// A PCRE2 pattern compiled in UTF + UCP mode (JIT when available), for pre-tokenizer splits.
+class UnicodeRegex {
+ public:
+  /// Throws std::runtime_error naming `who` and the offset when the pattern does not compile.
+  UnicodeRegex(const std::string& pattern, std::string who);
+  ~UnicodeRegex();
+  UnicodeRegex(const UnicodeRegex&) = delete;
+  UnicodeRegex& operator=(const UnicodeRegex&) = delete;
+  /// Calls fn(begin, end) (byte offsets) for every non-overlapping, non-empty match in `s`
+  /// (valid UTF-8), left to right. Thread-safe. Throws std::runtime_error when matching fails.
+  void forEachMatch(std::string_view s, const std::function<void(size_t, size_t)>& fn) const;
+
+ private:
+  void* code_ = nullptr;  // pcre2_code_8*
+  std::string who_;
+};
 
 }  // namespace dit
