@@ -242,7 +242,8 @@ TEST(ModelRegistry, FixtureDispatchesToFlux) {
   EXPECT_EQ(m.dims().attention_head_dim, c.transformer.attention_head_dim);
   EXPECT_EQ(m.dims().vae_scale_factor, c.vae.vaeScaleFactor());
   EXPECT_EQ(supportedPipelineClasses(), std::vector<std::string>{"FluxPipeline"});
-  EXPECT_EQ(supportedTransformerClasses(), std::vector<std::string>{"FluxTransformer2DModel"});
+  EXPECT_EQ(supportedTransformerClasses(),
+            (std::vector<std::string>{"FluxTransformer2DModel", "Flux2Transformer2DModel"}));
 }
 
 TEST(ModelRegistry, UnknownPipelineClassRefused) {
@@ -263,11 +264,11 @@ TEST(ModelRegistry, UnknownPipelineClassRefused) {
 
 TEST(ModelRegistry, UnknownTransformerClassRefused) {
   auto d = copyFixture("unknowntransformer");
-  setClassName(d / "transformer/config.json", "Flux2Transformer2DModel");
+  setClassName(d / "transformer/config.json", "QwenImageTransformer2DModel");
   expectError([&] { ModelFolder::open(d.string()); },
               {(d / "transformer/config.json").string(),
-               "transformer class \"Flux2Transformer2DModel\" is not supported",
-               "supported transformer classes: FluxTransformer2DModel"});
+               "transformer class \"QwenImageTransformer2DModel\" is not supported",
+               "supported transformer classes: FluxTransformer2DModel, Flux2Transformer2DModel"});
 }
 
 TEST(ModelRegistry, MissingPipelineClassRefused) {
@@ -339,9 +340,9 @@ TEST(ModelRegistry, LoadTransformerByClassName) {
   ASSERT_NE(dynamic_cast<FluxTransformer2DModel*>(t.get()), nullptr);
   EXPECT_EQ(t->parameters().size(), m.dims().parameters->size());
   auto w2 = WeightSource::random(1, at::kFloat, c10::Device(at::kCPU));
-  expectError([&] { (void)loadTransformer("Flux2Transformer2DModel", cfg, file, *w2); },
-              {file, "transformer class \"Flux2Transformer2DModel\" is not supported",
-               "supported transformer classes: FluxTransformer2DModel"});
+  expectError([&] { (void)loadTransformer("QwenImageTransformer2DModel", cfg, file, *w2); },
+              {file, "transformer class \"QwenImageTransformer2DModel\" is not supported",
+               "supported transformer classes: FluxTransformer2DModel, Flux2Transformer2DModel"});
 
   // forward by name is the positional forward, bit for bit; names are checked.
   const auto& fc = fluxConfig(m).transformer;

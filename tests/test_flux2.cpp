@@ -1,0 +1,282 @@
+// FLUX.2 [klein] transformer (Flux2Transformer2DModel) against the diffusers goldens of
+// tests/data/tiny-flux2-A (golden/README.md: dit.N.* computed by diffusers 0.40 on CPU torch 2.6,
+// float32), and its declared plans under every strategy that applies. One binary:
+//  - 1 rank: config, parameter table = checkpoint, RoPE tables, time embedding, the three
+//    transformer cases within 1e-4 (measured ~1e-6), hooks, input errors;
+//  - 2 ranks: tp 2 (shard-on-load bytes = the plan's bytesPerRank), ulysses 2 and ring 2 (strict
+//    where the token counts divide, the anything modes otherwise) on every case, each equal to the
+//    golden within 1e-4 and to the one-rank output within 1e-5;
+//  - 4 ranks: tp 2 x ulysses 2 and ring 2 x ulysses 2.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/io/config_json.h"
+#include "backend/io/model_folder.h"
+#include "backend/io/weight_source.h"
+#include "backend/models/flux2/flux2_plan.h"
+#include "backend/models/flux2/transformer_flux2.h"
+#include "backend/models/registry.h"
+#include "backend/models/torch_registry.h"
+#include "golden_util.h"
+#include "parallel/context_parallel.h"
+#include "parallel/device_mesh.h"
+#include "parallel/strategy.h"
+
+using namespace dit;
+
+namespace {
+
+int worldSize() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+std::string transformerDir() { return test::fixtureDir() + "/transformer"; }
+
+const Flux2TransformerConfig& config() {
+  static const Flux2TransformerConfig c = parseFlux2TransformerConfig(
+      readConfigJson(transformerDir() + "/config.json"), transformerDir() + "/config.json");
+  return c;
+}
+
+std::shared_ptr<WeightSource> weights() {
+  return WeightSource::fromFolder(transformerDir(), "diffusion_pytorch_model", at::kFloat,
+                                  c10::Device(at::kCPU));
+}
+
+TransformerInputs caseInputs(int n) {
+  const std::string p = "dit." + std::to_string(n) + ".in.";
+  return {{"hidden_states", test::golden(p + "hidden_states")},
+          {"encoder_hidden_states", test::golden(p + "encoder_hidden_states")},
+          {"timestep", test::golden(p + "timestep")},
+          {"img_ids", test::golden(p + "img_ids")},
+          {"txt_ids", test::golden(p + "txt_ids")}};
+}
+
+at::Tensor caseOutput(int n) { return test::golden("dit." + std::to_string(n) + ".out"); }
+
+// The one-rank output of every case (computed once per process).
+const std::vector<at::Tensor>& oneRankOutputs() {
+  static const std::vector<at::Tensor> out = [] {
+    auto w = weights();
+    Flux2Transformer2DModel m(config(), *w);
+    std::vector<at::Tensor> o;
+    for (int n = 0; n < 3; ++n) o.push_back(m.forward(caseInputs(n)));
+    return o;
+  }();
+  return out;
+}
+
+Strategy strategy(int tp, int ring, int uly, bool ulyAny = false, bool ringAny = false) {
+  Strategy s;
+  s.tp_degree = tp;
+  s.ring_degree = ring;
+  s.ulysses_degree = uly;
+  s.ulysses_anything = ulyAny;
+  s.ring_anything = ringAny;
+  s.world = tp * ring * uly;
+  return s;
+}
+
+std::string label(const Strategy& s) {
+  std::ostringstream o;
+  o << "tp " << s.tp_degree << " ring " << s.ring_degree << (s.ring_anything ? " (anything)" : "")
+    << " ulysses " << s.ulysses_degree << (s.ulysses_anything ? " (anything)" : "");
+  return o.str();
+}
+
+// Every case under `s` (world = MPI_COMM_WORLD): equal to the golden within 1e-4 and to one rank
+// within 1e-5. `cases` = the case numbers whose token counts the strategy accepts.
+void expectStrategyMatches(const Strategy& s, const std::vector<int>& cases) {
+  SCOPED_TRACE(label(s));
+  ASSERT_EQ(worldSize(), s.world);
+  DeviceMeshOptions o;
+  o.timeout_s = 120;
+  DeviceMesh mesh(s, MPI_COMM_WORLD, o);
+  TransformerParallelism par;
+  if (s.tp_degree > 1) par.tp = mesh.group("tp");
+  if (s.cpDegree() > 1) {
+    ContextParallelOptions co{s.ring_degree, s.ulysses_degree, s.ulysses_anything, s.ring_anything};
+    par.cp = std::make_shared<ContextParallel>(mesh.group("ring"), mesh.group("ulysses"),
+                                               mesh.group("cp"), co);
+  }
+  auto w = weights();
+  Flux2Transformer2DModel model(config(), *w, par);
+  if (s.tp_degree > 1) {
+    EXPECT_EQ(w->bytesLoaded(),
+              model.shardingPlan().bytesPerRank(flux2ParameterTable(config()), s.tp_degree, 4));
+  }
+  for (int n : cases) {
+    SCOPED_TRACE("case " + std::to_string(n));
+    const at::Tensor out = model.forward(caseInputs(n));
+    EXPECT_LE(test::maxAbsDiff(out, caseOutput(n)), 1e-4);
+    EXPECT_LE(test::maxAbsDiff(out, oneRankOutputs()[static_cast<size_t>(n)]), 1e-5);
+  }
+}
+
+}  // namespace
+
+TEST(Flux2Transformer, ConfigAndDeclaredParametersMatchTheCheckpoint) {
+  const auto& c = config();
+  EXPECT_EQ(c.num_attention_heads, 2);
+  EXPECT_EQ(c.attention_head_dim, 16);
+  EXPECT_EQ(c.mlpHidden(), 96);
+  EXPECT_FALSE(c.guidance_embeds);
+  // Every declared parameter is in the file with its shape, and nothing else is.
+  SafetensorsCollection file(transformerDir() + "/diffusion_pytorch_model.safetensors");
+  const ParameterTable t = flux2ParameterTable(c);
+  EXPECT_EQ(t.size(), file.names().size());
+  for (const auto& name : file.names()) {
+    const ParameterInfo* p = t.find(name);
+    ASSERT_NE(p, nullptr) << name << " is in the checkpoint but not declared";
+    EXPECT_EQ(p->shape, file.info(name).shape) << name;
+  }
+  // Registered by class name on both sides.
+  const nlohmann::json j = readConfigJson(transformerDir() + "/config.json");
+  const ModelDims d = transformerFamily("Flux2Transformer2DModel", "x").dims(j, "x");
+  EXPECT_EQ(d.num_attention_heads, 2);
+  EXPECT_EQ(d.parameters->size(), t.size());
+}
+
+TEST(Flux2Transformer, BadConfigsRefusedNamingTheKey) {
+  nlohmann::json j = readConfigJson(transformerDir() + "/config.json");
+  auto refused = [&](const nlohmann::json& bad, const std::string& what) {
+    try {
+      (void)parseFlux2TransformerConfig(bad, "cfg.json");
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const ModelFileError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("cfg.json"), std::string::npos) << e.what();
+    }
+  };
+  auto b = j;
+  b["axes_dims_rope"] = {4, 4, 4, 6};
+  refused(b, "axes_dims_rope sum 18 differs from attention_head_dim 16");
+  b = j;
+  b["num_layers"] = -1;
+  refused(b, "num_layers");
+  b = j;
+  b["mlp_ratio"] = "3";
+  refused(b, "mlp_ratio");
+  b = j;
+  b["num_layers"] = 0;
+  b["num_single_layers"] = 0;
+  refused(b, "no transformer blocks");
+}
+
+TEST(Flux2Transformer, RopeTablesAndTimeEmbeddingMatchDiffusers) {
+  if (worldSize() != 1) GTEST_SKIP() << "one-rank test";
+  auto w = weights();
+  Flux2Transformer2DModel m(config(), *w);
+  const auto in = caseInputs(0);
+  const auto [cos, sin] = m.rotaryTables(in.at("txt_ids"), in.at("img_ids"));
+  EXPECT_LE(test::maxAbsDiff(cos, test::golden("dit.0.rope_cos")), 1e-6);
+  EXPECT_LE(test::maxAbsDiff(sin, test::golden("dit.0.rope_sin")), 1e-6);
+  EXPECT_LE(test::maxAbsDiff(m.timeEmbedding(in.at("timestep")), test::golden("dit.0.temb")),
+            1e-5);
+}
+
+TEST(Flux2Transformer, ForwardMatchesDiffusersOnEveryCase) {
+  if (worldSize() != 1) GTEST_SKIP() << "one-rank test";
+  for (int n = 0; n < 3; ++n) {
+    const double d = test::maxAbsDiff(oneRankOutputs()[static_cast<size_t>(n)], caseOutput(n));
+    std::printf("dit.%d: max |diff| vs diffusers %.3g\n", n, d);
+    EXPECT_LE(d, 1e-4) << "case " << n;
+  }
+  // Loaded through the Torch registry by class name: the same function.
+  const nlohmann::json j = readConfigJson(transformerDir() + "/config.json");
+  auto w = weights();
+  auto t = loadTransformer("Flux2Transformer2DModel", j, transformerDir() + "/config.json", *w);
+  EXPECT_TRUE(t->forward(caseInputs(1)).equal(oneRankOutputs()[1]));
+}
+
+TEST(Flux2Transformer, InputErrorsNameTheInput) {
+  if (worldSize() != 1) GTEST_SKIP() << "one-rank test";
+  auto w = weights();
+  Flux2Transformer2DModel m(config(), *w);
+  auto in = caseInputs(0);
+  in.erase("img_ids");
+  try {
+    (void)m.forward(in);
+    ADD_FAILURE() << "accepted a missing input";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'img_ids' is missing"), std::string::npos) << e.what();
+  }
+  in = caseInputs(0);
+  in["pooled_projections"] = at::zeros({1, 4});
+  try {
+    (void)m.forward(in);
+    ADD_FAILURE() << "accepted an unknown input";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown input 'pooled_projections'"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Flux2Transformer, HooksSeeEveryBlock) {
+  if (worldSize() != 1) GTEST_SKIP() << "one-rank test";
+  struct Count : TransformerHooks {
+    int before = 0, after = 0;
+    void beforeBlock(const char*, int, const at::Tensor&, const at::Tensor&) override { ++before; }
+    void afterBlock(const char*, int, const at::Tensor&, const at::Tensor&) override { ++after; }
+  } hooks;
+  auto w = weights();
+  Flux2Transformer2DModel m(config(), *w);
+  m.setHooks(&hooks);
+  EXPECT_TRUE(m.forward(caseInputs(0)).equal(oneRankOutputs()[0]));
+  EXPECT_EQ(hooks.before, config().num_layers + config().num_single_layers);
+  EXPECT_EQ(hooks.after, hooks.before);
+}
+
+TEST(Flux2Transformer, TwoRankStrategiesEqualOneRank) {
+  if (worldSize() != 2) GTEST_SKIP() << "runs under mpirun -np 2";
+  // Case 0 (16 image + 24 text tokens) divides by 2; cases 1 (15 + 512) and 2 (10 + 17) need the
+  // anything modes.
+  expectStrategyMatches(strategy(2, 1, 1), {0, 1, 2});
+  expectStrategyMatches(strategy(1, 1, 2), {0});
+  expectStrategyMatches(strategy(1, 2, 1), {0});
+  expectStrategyMatches(strategy(1, 1, 2, /*ulyAny=*/true), {0, 1, 2});
+  expectStrategyMatches(strategy(1, 2, 1, false, /*ringAny=*/true), {0, 1, 2});
+}
+
+TEST(Flux2Transformer, FourRankStrategiesEqualOneRank) {
+  if (worldSize() != 4) GTEST_SKIP() << "runs under mpirun -np 4";
+  // tp 2 leaves one head per rank: Ulysses 2 over it needs ulysses_anything (heads not
+  // divisible), as the strategy rules say.
+  expectStrategyMatches(strategy(2, 1, 2, /*ulyAny=*/true), {0, 1, 2});
+  expectStrategyMatches(strategy(1, 2, 2), {0});
+}
+
+TEST(Flux2Transformer, TensorParallelRefusedWhenHeadsDoNotDivide) {
+  if (worldSize() != 1) GTEST_SKIP() << "one-rank test";
+  const ShardingPlan plan = flux2ShardingPlan(config());
+  const auto issues = plan.validate(flux2ParameterTable(config()), 4);
+  ASSERT_FALSE(issues.empty());
+  std::string all;
+  for (const auto& i : issues) all += i.message + "\n";
+  EXPECT_NE(all.find("num_attention_heads"), std::string::npos) << all;
+}
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  int rc = RUN_ALL_TESTS();
+  int worst = 0;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return worst;
+}
