@@ -20,10 +20,12 @@
 #include "backend/io/config_json.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/weight_source.h"
+#include "backend/models/autoencoders/autoencoder_kl_flux2.h"
 #include "backend/models/flux2/flux2_plan.h"
 #include "backend/models/flux2/transformer_flux2.h"
 #include "backend/models/registry.h"
 #include "backend/models/torch_registry.h"
+#include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
 #include "golden_util.h"
 #include "parallel/context_parallel.h"
 #include "parallel/device_mesh.h"
@@ -253,6 +255,80 @@ TEST(Flux2Transformer, FourRankStrategiesEqualOneRank) {
   // divisible), as the strategy rules say.
   expectStrategyMatches(strategy(2, 1, 2, /*ulyAny=*/true), {0, 1, 2});
   expectStrategyMatches(strategy(1, 2, 2), {0});
+}
+
+// FLUX.2's schedule: linspace sigmas, mu from compute_empirical_mu (depends on the step count,
+// unlike FLUX.1's calculate_shift), exponential time shift: every (steps, image_seq_len) of the
+// grid, including 4300/4301 around the switch.
+TEST(Flux2Scheduler, EmpiricalMuScheduleMatchesDiffusers) {
+  if (worldSize() != 1) GTEST_SKIP() << "one-rank test";
+  const std::string f = test::fixtureDir() + "/scheduler/scheduler_config.json";
+  const SchedulerConfig cfg = parseSchedulerConfig(readConfigJson(f), f);
+  const auto& cases = test::goldenJson().at("scheduler").at("cases");
+  ASSERT_EQ(cases.size(), 45u);
+  for (const auto& c : cases) {
+    const int steps = c.at("steps").get<int>(), seq = c.at("image_seq_len").get<int>();
+    SCOPED_TRACE("steps " + std::to_string(steps) + " image_seq_len " + std::to_string(seq));
+    const double mu = computeEmpiricalMu(seq, steps);
+    EXPECT_NEAR(mu, c.at("mu").get<double>(), 1e-12);
+    const SchedulerTables t = flowMatchSchedule(cfg, steps, mu);
+    const std::string key = "sched." + std::to_string(steps) + "." + std::to_string(seq) + ".";
+    const at::Tensor sig = test::golden(key + "sigmas"), ts = test::golden(key + "timesteps");
+    ASSERT_EQ(static_cast<int64_t>(t.sigmas.size()), sig.numel());
+    ASSERT_EQ(static_cast<int64_t>(t.timesteps.size()), ts.numel());
+    for (int64_t i = 0; i < sig.numel(); ++i)
+      EXPECT_NEAR(t.sigmas[static_cast<size_t>(i)], sig[i].item<float>(), 1e-6) << "sigma " << i;
+    for (int64_t i = 0; i < ts.numel(); ++i)
+      EXPECT_NEAR(t.timesteps[static_cast<size_t>(i)], ts[i].item<float>(), 1e-4)
+          << "timestep " << i;
+  }
+}
+
+namespace {
+std::unique_ptr<AutoencoderKLFlux2> loadVae() {
+  const std::string dir = test::fixtureDir() + "/vae";
+  const nlohmann::json j = readConfigJson(dir + "/config.json");
+  auto w = WeightSource::fromFolder(dir, "diffusion_pytorch_model", at::kFloat,
+                                    c10::Device(at::kCPU));
+  return std::make_unique<AutoencoderKLFlux2>(parseAutoencoderKLConfig(j, dir + "/config.json"),
+                                              j.at("batch_norm_eps").get<double>(), *w);
+}
+}  // namespace
+
+// AutoencoderKLFlux2: decode, encode (posterior mean and std), the pipeline's conditioning-image
+// latents, and the whole packed -> image chain of the pipeline's decode.
+TEST(Flux2Vae, DecodeEncodeAndLatentChainMatchDiffusers) {
+  if (worldSize() != 1) GTEST_SKIP() << "one-rank test";
+  auto vae = loadVae();
+  EXPECT_EQ(vae->vaeScaleFactor(), 4);
+  const double dec = test::maxAbsDiff(vae->autoencoder().decode(test::golden("vae.decode.in")),
+                                      test::golden("vae.decode.out"));
+  const auto post = vae->autoencoder().encode(test::golden("vae.encode.in"));
+  const double mean = test::maxAbsDiff(post.mean, test::golden("vae.encode.mean"));
+  const double sd = test::maxAbsDiff(post.std, test::golden("vae.encode.std"));
+  const double lat = test::maxAbsDiff(vae->encodeNormalized(test::golden("vae.encode.in")),
+                                      test::golden("vae.encode.pipeline_latents"));
+  std::printf("vae: decode %.3g, encode mean %.3g std %.3g, pipeline latents %.3g\n", dec, mean,
+              sd, lat);
+  EXPECT_LE(dec, 1e-4);
+  EXPECT_LE(mean, 1e-4);
+  EXPECT_LE(sd, 1e-4);
+  EXPECT_LE(lat, 1e-4);
+  // The chain: packed [1, 12, 16] -> unpacked [1, 16, 3, 4] -> denormalised -> unpatchified
+  // [1, 4, 6, 8] -> decoded [1, 3, 24, 32].
+  const at::Tensor packed = test::golden("vae.chain.in_packed");
+  const at::Tensor unpacked = unpackFlux2Latents(packed, 3, 4);
+  EXPECT_TRUE(unpacked.equal(test::golden("vae.chain.unpacked")));
+  EXPECT_TRUE(packFlux2Latents(unpacked).equal(packed));
+  const at::Tensor den = vae->denormalize(unpacked);
+  EXPECT_LE(test::maxAbsDiff(den, test::golden("vae.chain.denormalized")), 1e-6);
+  const at::Tensor unp = unpatchifyLatents(den);
+  EXPECT_LE(test::maxAbsDiff(unp, test::golden("vae.chain.unpatchified")), 1e-6);
+  EXPECT_TRUE(patchifyLatents(unp).equal(den));
+  const at::Tensor decoded = vae->decodePacked(packed, 3, 4);
+  EXPECT_LE(test::maxAbsDiff(decoded, test::golden("vae.chain.decoded")), 1e-4);
+  const at::Tensor image = (decoded[0] / 2 + 0.5).clamp(0, 1);
+  EXPECT_LE(test::maxAbsDiff(image, test::golden("vae.chain.image")), 1e-4);
 }
 
 TEST(Flux2Transformer, TensorParallelRefusedWhenHeadsDoNotDivide) {
