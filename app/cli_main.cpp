@@ -262,6 +262,7 @@ int runMpi(const CliOptions& o) {
   for (const auto& a : modelSourceArgs(o.src)) launch.extra_worker_args.push_back(a);
   if (o.allowNonFinite) launch.extra_worker_args.push_back("--allow-nonfinite-weights");
   launch.network_interface = o.networkInterface;
+  launch.isolate = protocol::isolationProgram(exeDir());
   const std::vector<std::string> args = protocol::mpirunArgv(launch);
 
   int toChild[2], fromChild[2];

@@ -77,7 +77,7 @@ target_link_libraries(test_fuzz PRIVATE dit_backend dit_protocol GTest::gtest GT
 target_compile_definitions(test_fuzz PRIVATE DITSTUDIO_FIXTURE="${DITSTUDIO_FIXTURE}"
   DITSTUDIO_WORKER="$<TARGET_FILE:ditstudio-worker>" DITSTUDIO_MPIRUN="${MPIEXEC_PROGRAM}")
 target_precompile_headers(test_fuzz REUSE_FROM dit_backend)
-add_dependencies(test_fuzz ditstudio-worker)
+add_dependencies(test_fuzz ditstudio-worker ditstudio-isolate)
 gtest_add_tests(TARGET test_fuzz TEST_LIST _fuzz_tests)
 set_tests_properties(${_fuzz_tests} PROPERTIES LABELS "fuzz;security;errors" TIMEOUT 180)
 foreach(t ${_fuzz_tests})

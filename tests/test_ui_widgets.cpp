@@ -4,14 +4,19 @@
 // naming the rank, restart). The real worker: test_ui_integration.
 #include <QAction>
 #include <QDir>
+#include <QDoubleSpinBox>
 #include <QListWidget>
 #include <QPlainTextEdit>
+#include <QSlider>
 #include <QSpinBox>
 #include <QTabWidget>
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include "app/protocol/limits.h"
 #include "ui/advisor_dialog.h"
+#include "ui/generation_panel.h"
+#include "ui/image_input_panel.h"
 #include "ui/main_window.h"
 #include "ui/theme.h"
 
@@ -132,6 +137,35 @@ class TestWidgets : public QObject {
     QVERIFY(!w->startGroup());
     QVERIFY(w->bannerText().contains("does not exist"));
     QVERIFY(!w->controller()->isRunning());
+  }
+
+  // The spin boxes accept exactly what the worker accepts: their ranges come from the one limits
+  // table (app/protocol/limits), not from constants of their own (issue 16).
+  void spinBoxRangesAreTheLimitsTable() {
+    using dit::protocol::requestLimit;
+    QTemporaryDir data;
+    auto w = makeWindow(data);
+    GenerationPanel* g = w->generationPanel();
+    QCOMPARE(g->widthSpin()->maximum(), static_cast<int>(requestLimit("width").hi));
+    QCOMPARE(g->heightSpin()->maximum(), static_cast<int>(requestLimit("height").hi));
+    QCOMPARE(g->stepsSpin()->minimum(), static_cast<int>(requestLimit("steps").lo));
+    QCOMPARE(g->stepsSpin()->maximum(), static_cast<int>(requestLimit("steps").hi));
+    QCOMPARE(g->guidanceSpin()->minimum(), requestLimit("guidance").lo);
+    QCOMPARE(g->guidanceSpin()->maximum(), requestLimit("guidance").hi);
+    QCOMPARE(g->cfgScaleSpin()->maximum(), requestLimit("true_cfg_scale").hi);
+    QCOMPARE(g->imagesSpin()->minimum(), static_cast<int>(requestLimit("num_images").lo));
+    QCOMPARE(g->imagesSpin()->maximum(), static_cast<int>(requestLimit("num_images").hi));
+    // strength (0, 1] in hundredths: 0 is excluded by the table's exclusive lower bound.
+    const auto& st = requestLimit("strength");
+    QVERIFY(st.lo_exclusive);
+    QVERIFY(!st.accepts(0.0) && st.accepts(0.01) && st.accepts(1.0) && !st.accepts(1.01));
+    QCOMPARE(g->imagePanel()->strengthSlider()->minimum(), 1);
+    QCOMPARE(g->imagePanel()->strengthSlider()->maximum(), 100);
+    // The largest value each box offers is accepted by the worker's check, one past is not.
+    QVERIFY(requestLimit("steps").accepts(g->stepsSpin()->maximum()));
+    QVERIFY(!requestLimit("steps").accepts(g->stepsSpin()->maximum() + 1));
+    QVERIFY(requestLimit("num_images").accepts(g->imagesSpin()->maximum()));
+    QVERIFY(!requestLimit("num_images").accepts(g->imagesSpin()->maximum() + 1));
   }
 
   void sizeStepsByModelMultiple() {

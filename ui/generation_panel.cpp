@@ -16,6 +16,7 @@
 #include <QStyle>
 #include <QVBoxLayout>
 
+#include "app/protocol/limits.h"
 #include "ui/image_input_panel.h"
 #include "ui/seed_text.h"
 #include "ui/worker_command.h"
@@ -61,7 +62,10 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   negative_->setMaximumHeight(48);
   form->addRow(tr("Negative"), negative_);
   cfgScale_ = new QDoubleSpinBox(genBox);
-  cfgScale_->setRange(1.0, 30.0);
+  // Ranges from the one limits table (app/protocol/limits): what the spin boxes accept is what
+  // the worker accepts. True CFG's lower end is 1 (<= 1 means off).
+  using dit::protocol::requestLimit;
+  cfgScale_->setRange(1.0, requestLimit("true_cfg_scale").hi);
   cfgScale_->setSingleStep(0.5);
   cfgScale_->setToolTip(
       tr("True CFG scale: > 1 with a negative prompt runs the model twice per step"));
@@ -71,7 +75,7 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   width_ = new QSpinBox(genBox);
   height_ = new QSpinBox(genBox);
   for (QSpinBox* b : {width_, height_}) {
-    b->setRange(16, 4096);
+    b->setRange(16, static_cast<int>(requestLimit(b == width_ ? "width" : "height").hi));
     b->setSuffix(tr(" px"));
     b->setKeyboardTracking(false);
   }
@@ -85,10 +89,11 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   form->addRow(QString(), sizeHint_);
 
   steps_ = new QSpinBox(genBox);
-  steps_->setRange(1, 500);
+  steps_->setRange(static_cast<int>(requestLimit("steps").lo),
+                   static_cast<int>(requestLimit("steps").hi));
   form->addRow(tr("Steps"), steps_);
   guidance_ = new QDoubleSpinBox(genBox);
-  guidance_->setRange(0.0, 30.0);
+  guidance_->setRange(requestLimit("guidance").lo, requestLimit("guidance").hi);
   guidance_->setSingleStep(0.5);
   form->addRow(tr("Guidance"), guidance_);
 
@@ -113,7 +118,8 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   form->addRow(QString(), lastRow);
 
   images_ = new QSpinBox(genBox);
-  images_->setRange(1, 64);
+  images_->setRange(static_cast<int>(requestLimit("num_images").lo),
+                    static_cast<int>(requestLimit("num_images").hi));
   images_->setToolTip(tr("Images per request (split across data-parallel replicas)"));
   form->addRow(tr("Images"), images_);
   loras_ = new LoraList(genBox);

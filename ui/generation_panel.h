@@ -47,6 +47,10 @@ class GenerationPanel : public QWidget {
   QPlainTextEdit* promptEdit() const { return prompt_; }
   QSpinBox* widthSpin() const { return width_; }
   QSpinBox* heightSpin() const { return height_; }
+  QSpinBox* stepsSpin() const { return steps_; }
+  QDoubleSpinBox* guidanceSpin() const { return guidance_; }
+  QDoubleSpinBox* cfgScaleSpin() const { return cfgScale_; }
+  QSpinBox* imagesSpin() const { return images_; }
   QLineEdit* modelEdit() const { return modelEdit_; }
   LoraList* loraList() const { return loras_; }
   QLineEdit* seedEdit() const { return seed_; }

@@ -24,6 +24,8 @@
 #include <QVBoxLayout>
 #include <cmath>
 
+#include "app/protocol/limits.h"
+
 namespace dit::ui {
 
 QString fileSha256(const QString& path) {
@@ -186,7 +188,12 @@ ImageInputPanel::ImageInputPanel(QWidget* parent)
   auto* form = new QFormLayout;
   auto* strengthRow = new QHBoxLayout;
   strength_ = new QSlider(Qt::Horizontal, this);
-  strength_->setRange(1, 100);
+  // Hundredths of the limits table's strength range (app/protocol/limits): (0, 1] -> 1 .. 100.
+  {
+    const auto& l = dit::protocol::requestLimit("strength");
+    strength_->setRange(static_cast<int>(std::lround(l.lo * 100)) + (l.lo_exclusive ? 1 : 0),
+                        static_cast<int>(std::lround(l.hi * 100)));
+  }
   strength_->setValue(60);
   strength_->setToolTip(
       tr("How much of the schedule runs: 1.0 = all steps (the image only "

@@ -2,6 +2,7 @@
 
 #include <QCoreApplication>
 #include <QDir>
+#include <QFileInfo>
 
 #include "app/protocol/launch.h"
 
@@ -28,6 +29,8 @@ LaunchCommand buildLaunchCommand(const LaunchConfig& c) {
   l.worker = (c.workerPath.isEmpty() ? defaultWorkerPath() : c.workerPath).toStdString();
   l.model = c.modelDir.toStdString();
   l.extra_worker_args = toStd(c.extraWorkerArgs);
+  l.isolate = dit::protocol::isolationProgram(
+      QFileInfo(QString::fromStdString(l.worker)).absolutePath().toStdString());
   const std::vector<std::string> argv = dit::protocol::mpirunArgv(l);
   LaunchCommand cmd;
   cmd.program = QString::fromStdString(argv.front());

@@ -1,5 +1,7 @@
 #include "app/protocol/launch.h"
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <regex>
@@ -53,6 +55,13 @@ std::vector<std::pair<std::string, std::string>> networkMcaParams(const MpirunLa
   return {{"btl_tcp_if_include", iface}, {"oob_tcp_if_include", iface}};
 }
 
+std::string isolationProgram(const std::string& dir) {
+  const char* env = std::getenv("DITSTUDIO_NETWORK_ISOLATION");
+  if (env && std::string(env) == "0") return {};
+  const std::string p = (dir.empty() ? std::string(".") : dir) + "/ditstudio-isolate";
+  return ::access(p.c_str(), X_OK) == 0 ? p : std::string();
+}
+
 std::vector<std::string> mpirunArgv(const MpirunLaunch& l) {
   if (l.strategy.world < 1)
     throw std::invalid_argument("mpirun -np " + std::to_string(l.strategy.world) +
@@ -61,8 +70,10 @@ std::vector<std::string> mpirunArgv(const MpirunLaunch& l) {
     throw std::invalid_argument("OMP_NUM_THREADS " + std::to_string(l.omp_threads) +
                                 " must be at least 1");
   if (l.worker.empty()) throw std::invalid_argument("no ditstudio-worker executable given");
-  std::vector<std::string> a{l.mpirun.empty() ? defaultMpirun() : l.mpirun, "--allow-run-as-root",
-                             "--oversubscribe", "-np", std::to_string(l.strategy.world)};
+  std::vector<std::string> a;
+  if (trim(l.hostfile).empty() && !l.isolate.empty()) a.push_back(l.isolate);
+  a.insert(a.end(), {l.mpirun.empty() ? defaultMpirun() : l.mpirun, "--allow-run-as-root",
+                     "--oversubscribe", "-np", std::to_string(l.strategy.world)});
   if (const std::string hf = trim(l.hostfile); !hf.empty()) a.insert(a.end(), {"--hostfile", hf});
   for (const auto& [k, v] : networkMcaParams(l)) a.insert(a.end(), {"--mca", k, v});
   a.insert(a.end(), {"-x", "OMP_NUM_THREADS=" + std::to_string(l.omp_threads), l.worker, "--model",

@@ -44,7 +44,15 @@ struct MpirunLaunch {
   /// "10.0.0.0/24", comma-separated) every MPI channel may use. Without a hostfile the group is
   /// on this host and every channel is bound to loopback whatever this says.
   std::string network_interface;
+  /// Single-host groups only: the ditstudio-isolate program (app/isolate_main.cpp) that runs
+  /// mpirun in a network namespace of its own with only loopback up; "" = none (mpirun runs in
+  /// the caller's namespace). See isolationProgram().
+  std::string isolate;
 };
+
+/// The ditstudio-isolate executable in `dir` (the directory of the programs), or "" when
+/// DITSTUDIO_NETWORK_ISOLATION is "0" or no such executable exists there.
+std::string isolationProgram(const std::string& dir);
 
 /// The MCA parameters that confine a group's MPI channels (OpenMPI 4 and 5). Single-host groups
 /// (no hostfile): `pml ob1`, `btl ^tcp,ofi,openib,usnic,uct` (shared memory and self only: no
@@ -55,9 +63,10 @@ struct MpirunLaunch {
 /// Pairs of {name, value}.
 std::vector<std::pair<std::string, std::string>> networkMcaParams(const MpirunLaunch& launch);
 
-/// argv of `mpirun --allow-run-as-root --oversubscribe -np N [--hostfile F]
+/// argv of `[ISOLATE] mpirun --allow-run-as-root --oversubscribe -np N [--hostfile F]
 /// [--mca NAME VALUE for each networkMcaParams()] -x OMP_NUM_THREADS=T <worker> --model DIR
-/// <strategyArgs> [extra]`; argv[0] is the launcher.
+/// <strategyArgs> [extra]`; argv[0] is the program to start: `isolate` for a single-host group
+/// when set (it executes mpirun in place: same pid), else the launcher.
 /// Throws std::invalid_argument when strategy.world < 1, omp_threads < 1 or worker is empty.
 std::vector<std::string> mpirunArgv(const MpirunLaunch& launch);
 

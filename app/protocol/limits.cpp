@@ -21,6 +21,7 @@ const std::vector<FieldLimit> kRequestLimits = {
     {"preview_every", K::Integer, 0, 1000000, false, "", " (0: no previews)"},
     {"guidance", K::Real, 0, kMaxGuidance, false, "", ""},
     {"true_cfg_scale", K::Real, 0, kMaxGuidance, false, "", ""},
+    {"strength", K::Real, 0, 1, false, "", "", true},
 };
 
 std::string intText(double v) {
@@ -56,6 +57,9 @@ std::string jsonNumberText(const nlohmann::json& v) {
 }
 
 std::string FieldLimit::rangeText() const {
+  if (kind == K::Real && lo_exclusive)
+    return "a finite number in (" + numberText(lo) + ", " + numberText(hi) + "]" +
+           std::string(unit);
   if (kind == K::Real)
     return "a finite number in " + numberText(lo) + " .. " + numberText(hi) + std::string(unit);
   std::string r;
@@ -70,7 +74,7 @@ bool FieldLimit::accepts(double v) const {
   if (!std::isfinite(v)) return false;
   if (kind == K::Integer && std::floor(v) != v) return false;
   if (zero_is_default && v == 0) return true;
-  return v >= lo && v <= hi;
+  return (lo_exclusive ? v > lo : v >= lo) && v <= hi;
 }
 
 const std::vector<FieldLimit>& requestLimits() { return kRequestLimits; }

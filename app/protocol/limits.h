@@ -47,16 +47,18 @@ struct FieldLimit {
   bool zero_is_default = false;  ///< 0 = the model's default
   std::string_view unit;         ///< " pixels", " tokens" or ""
   std::string_view note;         ///< appended to the range, e.g. " (0: no previews)"
+  bool lo_exclusive = false;     ///< the range is (lo, hi]: lo itself is refused (strength)
 
   /// The allowed values as text: "0 (the model's default) or 1 .. 16384 pixels", "1 .. 10000",
-  /// "a finite number in 0 .. 100".
+  /// "a finite number in 0 .. 100", "a finite number in (0, 1]" (lo_exclusive).
   std::string rangeText() const;
   /// The value is of the right kind (integers: integral) and inside the range.
   bool accepts(double v) const;
 };
 
 /// Every numeric request field with its limits (width, height, steps, max_sequence_length,
-/// num_images, guidance, true_cfg_scale, preview_every).
+/// num_images, guidance, true_cfg_scale, preview_every, strength). The GUI's spin boxes take their
+/// ranges from here too (ui/generation_panel, ui/image_input_panel).
 const std::vector<FieldLimit>& requestLimits();
 /// The row of `field`; throws std::logic_error for a field without a row (a programming error).
 const FieldLimit& requestLimit(std::string_view field);

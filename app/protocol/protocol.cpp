@@ -120,7 +120,7 @@ GenerationParams readParams(const json& j, const GenerationParams& defaults,
   r.str("init_image", p.init_image);
   r.str("init_image_sha256", p.init_image_sha256);
   r.str("mask_image", p.mask_image);
-  r.number("strength", p.strength);
+  r.limited("strength", p.strength);
   r.str("cache", p.cache);
   if (const json* v = r.find("loras")) {
     if (!v->is_array()) wrongType("request", "loras", *v, id);
@@ -357,10 +357,7 @@ void checkParams(const GenerationParams& p, const std::optional<std::string>& id
   checkLimit("num_images", p.num_images, id);
   checkUtf8("init_image", p.init_image, id);
   checkUtf8("mask_image", p.mask_image, id);
-  if (!std::isfinite(p.strength) || p.strength <= 0 || p.strength > 1)
-    throw ProtocolError("request field 'strength' must be a finite number in (0, 1], got " +
-                            dumpSafe(json(p.strength)),
-                        "strength", id);
+  checkLimit("strength", p.strength, id);
   if (!p.mask_image.empty() && p.init_image.empty())
     throw ProtocolError("request field 'mask_image' needs an init_image (inpainting repaints it)",
                         "mask_image", id);

@@ -190,7 +190,7 @@ ShardSpec ShardingPlan::shardSpec(const std::string& paramName, const std::vecto
   if (tpSize == 1) return spec;
   const auto [module, leaf] = splitParam(paramName);
   const ShardRule* rule = match(module);
-  if (!rule) return spec;
+  if (!rule || !rule->activeAt(tpSize)) return spec;
   const int64_t dim = shardedDim(*rule, leaf);
   if (dim < 0) return spec;
   if (dim >= static_cast<int64_t>(shape.size()))
@@ -211,7 +211,36 @@ ShardSpec ShardingPlan::shardSpec(const std::string& paramName, const std::vecto
   return spec;
 }
 
+ShardingPlan& ShardingPlan::replicateWhenNotDivisible(bool on) {
+  replicateWhenNotDivisible_ = on;
+  return *this;
+}
+
 std::vector<StrategyIssue> ShardingPlan::validate(const ParameterTable& params, int tp) const {
+  auto issues = validateStrict(params, tp);
+  if (!replicateWhenNotDivisible_) return issues;
+  std::vector<StrategyIssue> out;
+  for (auto& i : issues)
+    if (i.rule == "tp_plan_stale" || i.rule == "tp_plan_shape") out.push_back(std::move(i));
+  return out;
+}
+
+ShardingPlan ShardingPlan::resolve(const ParameterTable& params, int tp,
+                                   std::string* reason) const {
+  if (reason) reason->clear();
+  if (!replicateWhenNotDivisible_ || tp <= 1) return *this;
+  std::string why;
+  for (const auto& i : validateStrict(params, tp))
+    if (i.rule != "tp_plan_stale" && i.rule != "tp_plan_shape")
+      why += (why.empty() ? "" : "; ") + i.message;
+  if (why.empty()) return *this;
+  if (reason)
+    *reason = why + "; the component is replicated on every rank of the tensor-parallel group";
+  return ShardingPlan();
+}
+
+std::vector<StrategyIssue> ShardingPlan::validateStrict(const ParameterTable& params,
+                                                        int tp) const {
   std::vector<StrategyIssue> out;
   // Which rules match something, and the grouped divisibility failures:
   // (size, dim, block index or -1, style) -> patterns in rule order (no duplicates).
@@ -261,7 +290,7 @@ std::vector<StrategyIssue> ShardingPlan::validate(const ParameterTable& params, 
         continue;
       }
     }
-    if (tp <= 1) continue;
+    if (tp <= 1 || !rule->activeAt(tp)) continue;
     if (rule->blocks.empty()) {
       if (size % tp != 0)
         addFailure({size, dim, -1, static_cast<int>(rule->style), ""}, rule->pattern);
@@ -309,13 +338,19 @@ uint64_t ShardingPlan::bytesPerRank(const ParameterTable& params, int tp,
   if (tp < 1)
     throw std::invalid_argument("ShardingPlan::bytesPerRank: tp_degree " + str(tp) +
                                 " must be at least 1");
+  if (replicateWhenNotDivisible_ && tp > 1) {
+    std::string reason;
+    resolve(params, tp, &reason);
+    if (!reason.empty()) return bytesPerRank(params, 1, computeElementBytes);
+  }
   uint64_t total = 0;
   for (const auto& p : params) {
     const int64_t eb = computeElementBytes > 0 ? computeElementBytes : p.elementBytes;
     int64_t numel = p.numel();
     if (tp > 1) {
       const auto [module, leaf] = splitParam(p.name);
-      if (const ShardRule* rule = match(module)) {
+      const ShardRule* rule = match(module);
+      if (rule && rule->activeAt(tp)) {
         const int64_t dim = shardedDim(*rule, leaf);
         if (dim >= 0 && dim < static_cast<int64_t>(p.shape.size()) && p.shape[dim] > 0) {
           const int64_t size = p.shape[dim];
@@ -339,10 +374,14 @@ std::string ShardingPlan::describe() const {
   for (const auto& r : rules_) {
     o << "\n  " << r.pattern << ": " << parallelStyleName(r.style);
     if (!r.blocks.empty()) o << " blocks " << shapeStr(r.blocks);
+    if (r.shardWhenDivides > 0)
+      o << " (when tp_degree divides " << r.shardWhenDivides << ", else replicated)";
   }
   for (const auto& r : requirements_)
     o << "\n  tp_degree divides " << r.name << " " << r.value
       << (r.why.empty() ? "" : " (" + r.why + ")");
+  if (replicateWhenNotDivisible_)
+    o << "\n  otherwise (not divisible): the whole component is replicated";
   return o.str();
 }
 

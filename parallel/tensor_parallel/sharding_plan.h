@@ -80,6 +80,12 @@ struct ShardRule {
   std::string pattern;
   ParallelStyle style = ParallelStyle::Colwise;
   std::vector<int64_t> blocks;
+  /// > 0: the rule shards only when tp_degree divides this count (e.g. the key/value heads of a
+  /// grouped-query attention); at any other tp_degree the matching modules are replicated on
+  /// every rank (not an error). 0: always shards.
+  int64_t shardWhenDivides = 0;
+  /// True when the rule shards at tp_degree `tp` (see shardWhenDivides).
+  bool activeAt(int tp) const { return shardWhenDivides <= 0 || shardWhenDivides % tp == 0; }
 };
 
 /// How one rank holds one parameter: `dim` = -1 means replicated (whole tensor on every rank);
@@ -122,6 +128,17 @@ class ShardingPlan {
   /// Declares that tp_degree must divide `value` (checked by validate).
   ShardingPlan& requireDivisible(std::string name, int64_t value, std::string why,
                                  std::string rule = "tp_divisible");
+  /// With `on`, a tp_degree that a sharded dimension or a requireDivisible value does not divide
+  /// is not an error: the whole component falls back to full replication on every rank of the
+  /// tensor-parallel group (resolve() returns the empty plan and says why; validate() no longer
+  /// reports those divisibility issues, only stale / shape ones).
+  ShardingPlan& replicateWhenNotDivisible(bool on = true);
+  bool replicatesWhenNotDivisible() const { return replicateWhenNotDivisible_; }
+  /// The plan to load with at tp_degree `tp`: *this, or (replicateWhenNotDivisible and some
+  /// divisibility failure) an empty plan = everything replicated, with `reason` set to the
+  /// failures ("tp_degree 4 does not divide num_attention_heads 2 (...); the component is
+  /// replicated on every rank of the tensor-parallel group"). `reason` is cleared otherwise.
+  ShardingPlan resolve(const ParameterTable& params, int tp, std::string* reason) const;
 
   const std::vector<ShardRule>& rules() const { return rules_; }
   const std::vector<DivisibilityRequirement>& requirements() const { return requirements_; }
@@ -134,7 +151,8 @@ class ShardingPlan {
   /// How rank `tpRank` of a group of `tpSize` holds parameter `paramName` of global shape `shape`
   /// (module path = name without its last segment; leaf "weight" follows the style's weight dim,
   /// leaf "bias" is sharded on dim 0 by colwise styles and replicated by rowwise ones, any other
-  /// leaf is replicated). tpSize 1 gives a replicated spec. Throws std::invalid_argument when
+  /// leaf is replicated; a rule inactive at tpSize, see ShardRule::shardWhenDivides, replicates).
+  /// tpSize 1 gives a replicated spec. Throws std::invalid_argument when
   /// tpRank is outside [0, tpSize), the sharded dimension does not exist in `shape`, or it (or a
   /// packed block) is not divisible by tpSize / the blocks do not sum to it.
   ShardSpec shardSpec(const std::string& paramName, const std::vector<int64_t>& shape, int tpRank,
@@ -147,9 +165,11 @@ class ShardingPlan {
   /// tp ("tp_shard"; identical failures grouped into one message naming the rule patterns, the
   /// size and tp_degree) and every requireDivisible value not divisible by tp (its own rule id).
   std::vector<StrategyIssue> validate(const ParameterTable& params, int tp) const;
+  /// validate() as if replicateWhenNotDivisible were off (every divisibility failure reported).
+  std::vector<StrategyIssue> validateStrict(const ParameterTable& params, int tp) const;
 
   /// Bytes of weights one rank holds at tp_degree `tp`: sharded parameters numel / tp (per block,
-  /// rounded up), replicated ones whole, each element `computeElementBytes` bytes (the dtype the
+  /// rounded up), replicated ones whole (everything whole when replicateWhenNotDivisible applies), each element `computeElementBytes` bytes (the dtype the
   /// weights are computed in), or the stored elementBytes when computeElementBytes <= 0.
   uint64_t bytesPerRank(const ParameterTable& params, int tp, int64_t computeElementBytes) const;
 
@@ -160,6 +180,7 @@ class ShardingPlan {
  private:
   std::vector<ShardRule> rules_;
   std::vector<DivisibilityRequirement> requirements_;
+  bool replicateWhenNotDivisible_ = false;
 };
 
 }  // namespace dit

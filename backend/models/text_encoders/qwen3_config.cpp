@@ -1,0 +1,59 @@
+#include "backend/models/text_encoders/qwen3_config.h"
+
+#include "backend/io/config_json.h"
+
+namespace dit {
+
+Qwen3Config parseQwen3Config(const nlohmann::json& j, const std::string& f) {
+  if (!j.is_object()) throw ModelFileError(f, "config is not a JSON object");
+  Qwen3Config c;
+  getConfigValue(j, "vocab_size", c.vocab_size, f, {1, 1 << 24});
+  getConfigValue(j, "hidden_size", c.hidden_size, f, {1, 65536});
+  getConfigValue(j, "intermediate_size", c.intermediate_size, f, {1, 1 << 20});
+  getConfigValue(j, "num_hidden_layers", c.num_hidden_layers, f, {1, 512});
+  getConfigValue(j, "num_attention_heads", c.num_attention_heads, f, {1, 1024});
+  c.num_key_value_heads = c.num_attention_heads;  // transformers: None -> num_attention_heads
+  getConfigValue(j, "num_key_value_heads", c.num_key_value_heads, f, {1, 1024});
+  c.head_dim = c.hidden_size / c.num_attention_heads;  // transformers default when absent
+  getConfigValue(j, "head_dim", c.head_dim, f, {2, 1024});
+  getConfigValue(j, "max_position_embeddings", c.max_position_embeddings, f, {1, 1 << 24});
+  getConfigValue(j, "rms_norm_eps", c.rms_norm_eps, f, {1e-12, 1});
+  getConfigValue(j, "rope_theta", c.rope_theta, f, {1e-3, 1e12});
+  getConfigValue(j, "attention_bias", c.attention_bias, f);
+  getConfigValue(j, "hidden_act", c.hidden_act, f);
+  if (c.hidden_act != "silu")
+    throw ModelFileError(f, "config key 'hidden_act' must be \"silu\" for Qwen3, got \"" +
+                                c.hidden_act + "\"");
+  if (c.head_dim % 2 != 0)
+    throw ModelFileError(f, "config key 'head_dim' must be even (RoPE), got " +
+                                std::to_string(c.head_dim));
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    throw ModelFileError(f, "config key 'num_attention_heads' (" +
+                                std::to_string(c.num_attention_heads) +
+                                ") must be a multiple of 'num_key_value_heads' (" +
+                                std::to_string(c.num_key_value_heads) + ")");
+  // transformers v5: rope_parameters {rope_type, rope_theta}; v4: rope_theta + rope_scaling.
+  if (auto it = j.find("rope_parameters"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) throw ModelFileError(f, "config key 'rope_parameters' is not an object");
+    std::string type = "default";
+    getConfigValue(*it, "rope_type", type, f);
+    if (type != "default")
+      throw ModelFileError(f, "config key 'rope_parameters.rope_type' \"" + type +
+                                  "\" is not supported (only \"default\")");
+    getConfigValue(*it, "rope_theta", c.rope_theta, f, {1e-3, 1e12});
+  }
+  if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null())
+    throw ModelFileError(f, "config key 'rope_scaling' is set; only the default RoPE is supported");
+  bool sliding = false;
+  getConfigValue(j, "use_sliding_window", sliding, f);
+  if (sliding)
+    throw ModelFileError(f, "config key 'use_sliding_window' is true; sliding-window attention "
+                            "is not supported");
+  return c;
+}
+
+Qwen3Config loadQwen3Config(const std::string& file) {
+  return parseQwen3Config(readConfigJson(file), file);
+}
+
+}  // namespace dit
