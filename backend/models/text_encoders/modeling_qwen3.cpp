@@ -1,0 +1,241 @@
+// Qwen3Model / qwen3PromptEmbeds: see modeling_qwen3.h.
+#include "backend/models/text_encoders/modeling_qwen3.h"
+
+#include <ATen/ATen.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "backend/io/weight_loader.h"
+#include "backend/io/weight_source.h"
+#include "backend/models/text_encoders/qwen3_plan.h"
+#include "backend/tokenizers/qwen2_tokenizer.h"
+#include "parallel/process_group.h"
+#include "parallel/strategy.h"
+
+namespace dit {
+namespace {
+
+using LinearPtr = std::shared_ptr<tensor_parallel::Linear>;
+
+// transformers Qwen3RMSNorm: variance in float32, then weight * x.to(input dtype).
+at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  const auto xf = x.to(at::kFloat);
+  const auto var = xf.pow(2).mean({-1}, true);
+  return w * (xf * at::rsqrt(var + eps)).to(x.scalar_type());
+}
+
+at::Tensor rotateHalf(const at::Tensor& x) {
+  const int64_t h = x.size(-1) / 2;
+  return at::cat({-x.narrow(-1, h, h), x.narrow(-1, 0, h)}, -1);
+}
+
+struct Layer {
+  at::Tensor input_layernorm, post_attention_layernorm, q_norm, k_norm;
+  LinearPtr q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
+  at::Tensor kvIndex;  // int64 [local query heads]: local KV head used by each local query head
+};
+
+}  // namespace
+
+struct Qwen3Model::Impl {
+  Qwen3Config cfg;
+  std::string prefix;
+  int maxLayer = 0;
+  at::Tensor embed_tokens, norm;
+  std::vector<Layer> layers;
+  std::vector<LoadedParameter> parameters;
+  std::string replicatedReason;
+  at::ScalarType dtype = at::kFloat;
+  uint64_t bytes = 0;
+};
+
+Qwen3Model::Qwen3Model(const Qwen3Config& cfg, WeightSource& source,
+                       std::shared_ptr<ProcessGroup> tp, int maxLayer)
+    : d_(std::make_unique<Impl>()) {
+  auto& D = *d_;
+  D.cfg = cfg;
+  D.maxLayer = maxLayer < 0 ? cfg.num_hidden_layers : maxLayer;
+  if (D.maxLayer > cfg.num_hidden_layers)
+    throw std::invalid_argument("Qwen3Model: maxLayer " + std::to_string(maxLayer) +
+                                " outside [0, num_hidden_layers " +
+                                std::to_string(cfg.num_hidden_layers) + "]");
+  D.prefix = source.contains("model.embed_tokens.weight") ? "model." : "";
+  D.dtype = source.dtype();
+  const int tpSize = tp ? tp->size() : 1;
+  const int tpRank = tp ? tp->rank() : 0;
+  const bool withNorm = D.maxLayer == cfg.num_hidden_layers;
+  const ParameterTable declared =
+      qwen3ParameterTable(cfg, D.maxLayer, withNorm, "F32", 4, D.prefix);
+  const ShardingPlan full = qwen3ShardingPlan(cfg, D.prefix);
+  auto plan = std::make_shared<const ShardingPlan>(
+      full.resolve(declared, tpSize, &D.replicatedReason));
+  if (!D.replicatedReason.empty())
+    spdlog::warn("Qwen3 text encoder at tp_degree {}: {}", tpSize, D.replicatedReason);
+  if (D.maxLayer > 0)  // rules match no parameter when no layer is loaded
+    if (auto issues = plan->validate(declared, tpSize); !issues.empty())
+      throw std::invalid_argument("Qwen3Model: " + joinIssues(issues));
+
+  WeightLoader w(source, plan, tp);
+  const int64_t H = cfg.hidden_size, Dh = cfg.head_dim, M = cfg.intermediate_size;
+  const int64_t nq = cfg.num_attention_heads, nkv = cfg.num_key_value_heads;
+  D.embed_tokens = w.param(D.prefix + "embed_tokens.weight", {cfg.vocab_size, H});
+  for (int i = 0; i < D.maxLayer; ++i) {
+    const std::string l = D.prefix + "layers." + std::to_string(i) + ".";
+    Layer L;
+    L.input_layernorm = w.param(l + "input_layernorm.weight", {H});
+    L.q_proj = w.linear(l + "self_attn.q_proj", H, nq * Dh, cfg.attention_bias);
+    L.k_proj = w.linear(l + "self_attn.k_proj", H, nkv * Dh, cfg.attention_bias);
+    L.v_proj = w.linear(l + "self_attn.v_proj", H, nkv * Dh, cfg.attention_bias);
+    L.o_proj = w.linear(l + "self_attn.o_proj", nq * Dh, H, cfg.attention_bias);
+    L.q_norm = w.param(l + "self_attn.q_norm.weight", {Dh});
+    L.k_norm = w.param(l + "self_attn.k_norm.weight", {Dh});
+    L.post_attention_layernorm = w.param(l + "post_attention_layernorm.weight", {H});
+    L.gate_proj = w.linear(l + "mlp.gate_proj", H, M, false);
+    L.up_proj = w.linear(l + "mlp.up_proj", H, M, false);
+    L.down_proj = w.linear(l + "mlp.down_proj", M, H, false);
+    // GQA: global query head g uses KV head g / (nq / nkv). Map this rank's query heads to the
+    // KV heads it holds (all of them when k/v are replicated, its slice when sharded).
+    const int64_t qLocal = L.q_proj->outFeaturesLocal() / Dh;
+    const int64_t kvLocal = L.k_proj->outFeaturesLocal() / Dh;
+    const int64_t qOffset = L.q_proj->spec().replicated() ? 0 : int64_t{tpRank} * qLocal;
+    const int64_t kvOffset = L.k_proj->spec().replicated() ? 0 : int64_t{tpRank} * kvLocal;
+    std::vector<int64_t> idx(static_cast<size_t>(qLocal));
+    for (int64_t h = 0; h < qLocal; ++h) {
+      idx[static_cast<size_t>(h)] = (qOffset + h) / (nq / nkv) - kvOffset;
+      if (idx[static_cast<size_t>(h)] < 0 || idx[static_cast<size_t>(h)] >= kvLocal)
+        throw std::logic_error("Qwen3Model: query head " + std::to_string(qOffset + h) +
+                               " has no local KV head on tensor-parallel rank " +
+                               std::to_string(tpRank));
+    }
+    L.kvIndex = at::tensor(idx, at::TensorOptions().dtype(at::kLong))
+                    .to(D.embed_tokens.device());
+    D.layers.push_back(std::move(L));
+  }
+  if (withNorm) D.norm = w.param(D.prefix + "norm.weight", {H});
+  D.parameters = w.parameters();
+  const int64_t eb = static_cast<int64_t>(c10::elementSize(D.dtype));
+  for (const auto& p : D.parameters) {
+    int64_t n = 1;
+    for (auto s : p.spec.localShape(p.info.shape)) n *= s;
+    D.bytes += static_cast<uint64_t>(n * eb);
+  }
+}
+
+Qwen3Model::~Qwen3Model() = default;
+uint64_t Qwen3Model::weightBytes() const { return d_->bytes; }
+int Qwen3Model::layersLoaded() const { return d_->maxLayer; }
+const std::string& Qwen3Model::replicatedReason() const { return d_->replicatedReason; }
+const Qwen3Config& Qwen3Model::config() const { return d_->cfg; }
+
+std::vector<at::Tensor> Qwen3Model::hiddenStates(const at::Tensor& input_ids,
+                                                 const at::Tensor& attention_mask,
+                                                 const std::vector<int>& indices) const {
+  const auto& D = *d_;
+  const auto& c = D.cfg;
+  if (input_ids.dim() != 2 || input_ids.scalar_type() != at::kLong)
+    throw std::invalid_argument("Qwen3Model::hiddenStates: input_ids must be int64 [B, L]");
+  if (attention_mask.sizes() != input_ids.sizes() || attention_mask.scalar_type() != at::kLong)
+    throw std::invalid_argument(
+        "Qwen3Model::hiddenStates: attention_mask must be int64 with input_ids' shape [B, L]");
+  if (input_ids.size(1) < 1 || input_ids.size(1) > c.max_position_embeddings)
+    throw std::invalid_argument("Qwen3Model::hiddenStates: sequence length " +
+                                std::to_string(input_ids.size(1)) + " outside [1, " +
+                                std::to_string(c.max_position_embeddings) + "]");
+  if (indices.empty()) throw std::invalid_argument("Qwen3Model::hiddenStates: no index asked");
+  int top = 0;
+  for (int k : indices) {
+    const bool ok = k >= 0 && k <= D.maxLayer;
+    if (!ok || (k == c.num_hidden_layers && !D.norm.defined()))
+      throw std::invalid_argument("Qwen3Model::hiddenStates: index " + std::to_string(k) +
+                                  " outside [0, " + std::to_string(D.maxLayer) +
+                                  "] (layers loaded: " + std::to_string(D.maxLayer) + " of " +
+                                  std::to_string(c.num_hidden_layers) + ")");
+    top = std::max(top, k);
+  }
+  if (input_ids.numel() > 0) {
+    const int64_t lo = input_ids.min().item<int64_t>(), hi = input_ids.max().item<int64_t>();
+    if (lo < 0 || hi >= c.vocab_size)
+      throw std::invalid_argument("Qwen3Model::hiddenStates: token id outside [0, vocab_size " +
+                                  std::to_string(c.vocab_size) + ")");
+  }
+  const auto dev = D.embed_tokens.device();
+  const auto ids = input_ids.to(dev);
+  const int64_t B = ids.size(0), L = ids.size(1), Dh = c.head_dim;
+  const int64_t layersToRun = std::min<int64_t>(top, c.num_hidden_layers);
+
+  at::Tensor x = at::embedding(D.embed_tokens, ids);  // [B, L, H]
+  // RoPE tables (transformers Qwen3RotaryEmbedding, default rope): float32.
+  const auto fopt = at::TensorOptions().dtype(at::kFloat).device(dev);
+  const auto invFreq =
+      1.0 / at::pow(c.rope_theta, at::arange(0, Dh, 2, fopt.dtype(at::kLong)).to(at::kFloat) /
+                                      static_cast<double>(Dh));
+  const auto pos = at::arange(L, fopt);
+  const auto freqs = at::outer(pos, invFreq);  // [L, Dh/2]
+  const auto emb = at::cat({freqs, freqs}, -1);
+  const auto cosT = emb.cos().to(x.scalar_type()).view({1, 1, L, Dh});
+  const auto sinT = emb.sin().to(x.scalar_type()).view({1, 1, L, Dh});
+  // Causal AND key-padding mask, additive with finfo.min as transformers' eager attention.
+  const auto causal = at::ones({L, L}, fopt.dtype(at::kBool)).tril();  // [q, k]
+  const auto keyOk = attention_mask.to(dev).ne(0).view({B, 1, 1, L});
+  const auto allowed = causal.view({1, 1, L, L}).logical_and(keyOk);  // [B, 1, L, L]
+  const auto minVal = std::numeric_limits<float>::lowest();
+  const auto addMask = at::zeros({B, 1, L, L}, fopt).masked_fill(allowed.logical_not(), minVal);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(Dh));
+
+  std::vector<at::Tensor> states(static_cast<size_t>(layersToRun) + 1);
+  states[0] = x;
+  for (int64_t li = 0; li < layersToRun; ++li) {
+    const Layer& Ly = D.layers[static_cast<size_t>(li)];
+    at::Tensor residual = x;
+    at::Tensor h = rmsNorm(x, Ly.input_layernorm, c.rms_norm_eps);
+    auto q = Ly.q_proj->forward(h);
+    auto k = Ly.k_proj->forward(h);
+    auto v = Ly.v_proj->forward(h);
+    q = rmsNorm(q.view({B, L, -1, Dh}), Ly.q_norm, c.rms_norm_eps).transpose(1, 2);
+    k = rmsNorm(k.view({B, L, -1, Dh}), Ly.k_norm, c.rms_norm_eps).transpose(1, 2);
+    v = v.view({B, L, -1, Dh}).transpose(1, 2);
+    q = q * cosT + rotateHalf(q) * sinT;
+    k = k * cosT + rotateHalf(k) * sinT;
+    k = k.index_select(1, Ly.kvIndex);  // repeat_kv for this rank's query heads
+    v = v.index_select(1, Ly.kvIndex);
+    auto scores = at::matmul(q, k.transpose(-1, -2)) * scale + addMask.to(q.scalar_type());
+    auto probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+    auto attn = at::matmul(probs, v).transpose(1, 2).reshape({B, L, -1});
+    x = residual + Ly.o_proj->forward(attn);
+    residual = x;
+    h = rmsNorm(x, Ly.post_attention_layernorm, c.rms_norm_eps);
+    h = Ly.down_proj->forward(at::silu(Ly.gate_proj->forward(h)) * Ly.up_proj->forward(h));
+    x = residual + h;
+    states[static_cast<size_t>(li) + 1] = x;
+  }
+  std::vector<at::Tensor> out;
+  out.reserve(indices.size());
+  for (int k : indices) {
+    at::Tensor t = k == c.num_hidden_layers ? rmsNorm(states[static_cast<size_t>(k)], D.norm,
+                                                      c.rms_norm_eps)
+                                            : states[static_cast<size_t>(k)];
+    out.push_back(t.to(at::kFloat));
+  }
+  return out;
+}
+
+at::Tensor qwen3PromptEmbeds(const Qwen2Tokenizer& tokenizer, const Qwen3Model& model,
+                             const std::string& prompt, int max_sequence_length,
+                             const std::vector<int>& layers) {
+  if (max_sequence_length < 1)
+    throw std::invalid_argument("qwen3PromptEmbeds: max_sequence_length must be >= 1, got " +
+                                std::to_string(max_sequence_length));
+  if (layers.empty()) throw std::invalid_argument("qwen3PromptEmbeds: no layers asked");
+  const auto enc = tokenizer.encode(tokenizer.applyChatTemplate(prompt), max_sequence_length);
+  const auto opt = at::TensorOptions().dtype(at::kLong);
+  const auto n = static_cast<int64_t>(enc.input_ids.size());
+  const auto ids = at::tensor(enc.input_ids, opt).view({1, n});
+  const auto mask = at::tensor(enc.attention_mask, opt).view({1, n});
+  // diffusers: torch.stack([hidden_states[k] for k in layers], dim=1) -> [B, n_layers, L, H],
+  // permute(0, 2, 1, 3).reshape(B, L, n_layers * H): per position, the layers concatenated.
+  return at::cat(model.hiddenStates(ids, mask, layers), -1);
+}
+
+}  // namespace dit
