@@ -25,6 +25,8 @@
 #include "backend/models/flux2/transformer_flux2.h"
 #include "backend/models/registry.h"
 #include "backend/models/torch_registry.h"
+#include "backend/pipelines/flux2/pipeline_flux2.h"
+#include "backend/pipelines/torch_registry.h"
 #include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
 #include "golden_util.h"
 #include "parallel/context_parallel.h"
@@ -182,8 +184,7 @@ TEST(Flux2Transformer, RopeTablesAndTimeEmbeddingMatchDiffusers) {
   const auto [cos, sin] = m.rotaryTables(in.at("txt_ids"), in.at("img_ids"));
   EXPECT_LE(test::maxAbsDiff(cos, test::golden("dit.0.rope_cos")), 1e-6);
   EXPECT_LE(test::maxAbsDiff(sin, test::golden("dit.0.rope_sin")), 1e-6);
-  EXPECT_LE(test::maxAbsDiff(m.timeEmbedding(in.at("timestep")), test::golden("dit.0.temb")),
-            1e-5);
+  EXPECT_LE(test::maxAbsDiff(m.timeEmbedding(in.at("timestep")), test::golden("dit.0.temb")), 1e-5);
 }
 
 TEST(Flux2Transformer, ForwardMatchesDiffusersOnEveryCase) {
@@ -288,8 +289,8 @@ namespace {
 std::unique_ptr<AutoencoderKLFlux2> loadVae() {
   const std::string dir = test::fixtureDir() + "/vae";
   const nlohmann::json j = readConfigJson(dir + "/config.json");
-  auto w = WeightSource::fromFolder(dir, "diffusion_pytorch_model", at::kFloat,
-                                    c10::Device(at::kCPU));
+  auto w =
+      WeightSource::fromFolder(dir, "diffusion_pytorch_model", at::kFloat, c10::Device(at::kCPU));
   return std::make_unique<AutoencoderKLFlux2>(parseAutoencoderKLConfig(j, dir + "/config.json"),
                                               j.at("batch_norm_eps").get<double>(), *w);
 }
@@ -308,8 +309,8 @@ TEST(Flux2Vae, DecodeEncodeAndLatentChainMatchDiffusers) {
   const double sd = test::maxAbsDiff(post.std, test::golden("vae.encode.std"));
   const double lat = test::maxAbsDiff(vae->encodeNormalized(test::golden("vae.encode.in")),
                                       test::golden("vae.encode.pipeline_latents"));
-  std::printf("vae: decode %.3g, encode mean %.3g std %.3g, pipeline latents %.3g\n", dec, mean,
-              sd, lat);
+  std::printf("vae: decode %.3g, encode mean %.3g std %.3g, pipeline latents %.3g\n", dec, mean, sd,
+              lat);
   EXPECT_LE(dec, 1e-4);
   EXPECT_LE(mean, 1e-4);
   EXPECT_LE(sd, 1e-4);
@@ -329,6 +330,136 @@ TEST(Flux2Vae, DecodeEncodeAndLatentChainMatchDiffusers) {
   EXPECT_LE(test::maxAbsDiff(decoded, test::golden("vae.chain.decoded")), 1e-4);
   const at::Tensor image = (decoded[0] / 2 + 0.5).clamp(0, 1);
   EXPECT_LE(test::maxAbsDiff(image, test::golden("vae.chain.image")), 1e-4);
+}
+
+namespace {
+struct RunSpec {
+  int prompt, seed, height, width, steps;
+  double guidance;
+};
+// golden.json runs (README "Whole runs").
+RunSpec runSpec(int n) {
+  const auto& r = test::goldenJson().at("runs").at(static_cast<size_t>(n));
+  return {r.at("prompt_index").get<int>(), r.at("seed").get<int>(),
+          r.at("height").get<int>(),       r.at("width").get<int>(),
+          r.at("steps").get<int>(),        r.at("guidance_scale").get<double>()};
+}
+PipelineInputs runInputs(const RunSpec& r) {
+  PipelineInputs p;
+  p.seed = static_cast<uint64_t>(r.seed);
+  p.height = r.height;
+  p.width = r.width;
+  p.steps = r.steps;
+  p.guidance = r.guidance;
+  return p;
+}
+at::Tensor promptEmbeds(int prompt) {
+  return test::golden("enc.prompt_embeds." + std::to_string(prompt)).unsqueeze(0);
+}
+// Checks run n's latents after every step, its final latents and image against the goldens.
+void expectRunMatches(int n, const GenerationResult& r, const std::vector<at::Tensor>& steps) {
+  const std::string k = "run." + std::to_string(n) + ".";
+  const at::Tensor stepGolden = test::golden(k + "step_latents");
+  ASSERT_EQ(static_cast<int64_t>(steps.size()), stepGolden.size(0));
+  for (size_t i = 0; i < steps.size(); ++i)
+    EXPECT_LE(test::maxAbsDiff(steps[i][0], stepGolden[static_cast<int64_t>(i)]), 1e-4)
+        << "step " << i;
+  const double lat = test::maxAbsDiff(r.final_latents, test::golden(k + "final_latents"));
+  const double img = test::maxAbsDiff(r.image, test::golden(k + "image"));
+  std::printf("run.%d: final latents %.3g, image %.3g\n", n, lat, img);
+  EXPECT_LE(lat, 1e-4);
+  EXPECT_LE(img, 1e-4);
+}
+}  // namespace
+
+// Flux2KleinPipeline from the golden prompt embeddings (as the goldens were made): noise drawn
+// in the patchified layout, the schedule, CFG only when guidance > 1 (runs 0 and 2), decode.
+TEST(Flux2Pipeline, RunsFromEmbeddingsMatchDiffusers) {
+  if (worldSize() != 1) GTEST_SKIP() << "one-rank test";
+  const ModelFolder m = ModelFolder::open(test::fixtureDir());
+  EXPECT_EQ(m.pipeline_class, "Flux2KleinPipeline");
+  EXPECT_EQ(m.transformer_class, "Flux2Transformer2DModel");
+  Flux2KleinPipeline pipe(m, PipelineOptions{}, nullptr);
+  for (int n = 0; n < 3; ++n) {
+    SCOPED_TRACE("run " + std::to_string(n));
+    const RunSpec spec = runSpec(n);
+    const PipelineInputs in = runInputs(spec);
+    EXPECT_EQ(pipe.doClassifierFreeGuidance(in), spec.guidance > 1);
+    std::vector<at::Tensor> steps;
+    PipelineCallbacks cb;
+    cb.onStep = [&](int, int, const at::Tensor& lat, const at::Tensor&, double) {
+      steps.push_back(lat.to(at::kFloat).clone());
+      return true;
+    };
+    const GenerationResult r =
+        pipe.generateFromEmbeddings(in, promptEmbeds(spec.prompt), promptEmbeds(2), cb);
+    const std::string k = "run." + std::to_string(n) + ".";
+    EXPECT_TRUE(r.tensors.at("initial_noise").equal(test::golden(k + "initial_noise")));
+    EXPECT_TRUE(r.initial_latents.equal(test::golden(k + "initial_latents")));
+    EXPECT_EQ(r.params.height, test::golden(k + "image").size(1));  // 30x58 -> 24x56
+    EXPECT_EQ(r.params.width, test::golden(k + "image").size(2));
+    expectRunMatches(n, r, steps);
+  }
+}
+
+// From the prompt string: chat template, Qwen2 tokenizer, Qwen3 encoder, then the same run
+// (loaded through the registry by model_index.json's class name).
+TEST(Flux2Pipeline, RunFromPromptMatchesDiffusers) {
+  if (worldSize() != 1) GTEST_SKIP() << "one-rank test";
+  const ModelFolder m = ModelFolder::open(test::fixtureDir());
+  auto pipe = loadPipeline(m, PipelineOptions{});
+  for (int n : {0, 1}) {
+    const RunSpec spec = runSpec(n);
+    PipelineInputs in = runInputs(spec);
+    in.prompt = test::goldenJson().at("runs").at(static_cast<size_t>(n)).at("prompt");
+    std::vector<at::Tensor> steps;
+    PipelineCallbacks cb;
+    cb.onStep = [&](int, int, const at::Tensor& lat, const at::Tensor&, double) {
+      steps.push_back(lat.to(at::kFloat).clone());
+      return true;
+    };
+    expectRunMatches(n, pipe->generate(in, cb), steps);
+  }
+  EXPECT_GT(pipe->weightBytes().at("text_encoder"), 0u);
+  // Refused features name themselves.
+  PipelineInputs bad = runInputs(runSpec(0));
+  bad.init_image = "x.png";
+  try {
+    (void)pipe->resolve(bad);
+    ADD_FAILURE() << "img2img accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("not supported for FLUX.2"), std::string::npos);
+  }
+}
+
+// cfg 2: the conditional and unconditional calls on two ranks, the same image; tp 2 from the
+// prompt: the text encoder and the transformer sharded, the same image.
+TEST(Flux2Pipeline, CfgParallelAndTensorParallelRunsEqualOneRank) {
+  if (worldSize() != 2) GTEST_SKIP() << "runs under mpirun -np 2";
+  const ModelFolder m = ModelFolder::open(test::fixtureDir());
+  for (const char* mode : {"cfg", "tp"}) {
+    SCOPED_TRACE(mode);
+    Strategy s;
+    s.world = 2;
+    (std::string(mode) == "cfg" ? s.cfg_degree : s.tp_degree) = 2;
+    DeviceMeshOptions o;
+    o.timeout_s = 120;
+    DeviceMesh mesh(s, MPI_COMM_WORLD, o);
+    PipelineOptions opts;
+    if (s.cfg_degree == 2) opts.cfg = mesh.group("cfg");
+    if (s.tp_degree == 2) opts.parallel.tp = mesh.group("tp");
+    auto pipe = loadPipeline(m, opts);
+    const RunSpec spec = runSpec(0);
+    PipelineInputs in = runInputs(spec);
+    in.prompt = test::goldenJson().at("runs").at(0).at("prompt");
+    std::vector<at::Tensor> steps;
+    PipelineCallbacks cb;
+    cb.onStep = [&](int, int, const at::Tensor& lat, const at::Tensor&, double) {
+      steps.push_back(lat.to(at::kFloat).clone());
+      return true;
+    };
+    expectRunMatches(0, pipe->generate(in, cb), steps);
+  }
 }
 
 TEST(Flux2Transformer, TensorParallelRefusedWhenHeadsDoNotDivide) {

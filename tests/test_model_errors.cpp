@@ -241,7 +241,8 @@ TEST(ModelRegistry, FixtureDispatchesToFlux) {
   EXPECT_EQ(m.dims().num_attention_heads, c.transformer.num_attention_heads);
   EXPECT_EQ(m.dims().attention_head_dim, c.transformer.attention_head_dim);
   EXPECT_EQ(m.dims().vae_scale_factor, c.vae.vaeScaleFactor());
-  EXPECT_EQ(supportedPipelineClasses(), std::vector<std::string>{"FluxPipeline"});
+  EXPECT_EQ(supportedPipelineClasses(),
+            (std::vector<std::string>{"FluxPipeline", "Flux2KleinPipeline"}));
   EXPECT_EQ(supportedTransformerClasses(),
             (std::vector<std::string>{"FluxTransformer2DModel", "Flux2Transformer2DModel"}));
 }
@@ -252,7 +253,7 @@ TEST(ModelRegistry, UnknownPipelineClassRefused) {
   expectError(
       [&] { ModelFolder::open(d.string()); },
       {(d / "model_index.json").string(), "pipeline class \"QwenImagePipeline\" is not supported",
-       "supported pipeline classes: FluxPipeline"});
+       "supported pipeline classes: FluxPipeline, Flux2KleinPipeline"});
   try {
     ModelFolder::open(d.string());
   } catch (const UnsupportedModelError&) {
@@ -326,7 +327,7 @@ TEST(ModelRegistry, LoadPipelineRefusesUnknownClass) {
   m.pipeline_class = "QwenImagePipeline";  // as if a folder of another family got this far
   expectError([&] { (void)loadPipeline(m, {}); },
               {(fs::path(m.path) / "model_index.json").string(), "\"QwenImagePipeline\"",
-               "supported pipeline classes: FluxPipeline"});
+               "supported pipeline classes: FluxPipeline, Flux2KleinPipeline"});
 }
 
 TEST(ModelRegistry, LoadTransformerByClassName) {

@@ -33,8 +33,8 @@ Flux2TransformerConfig parseFlux2TransformerConfig(const nlohmann::json& j, cons
                                 std::to_string(c.timestep_guidance_channels));
   if (c.mlpHidden() < 1) throw ModelFileError(f, "mlp_ratio gives an empty MLP");
   if (c.axes_dims_rope.empty() || c.axes_dims_rope.size() > 8)
-    throw ModelFileError(f, "axes_dims_rope must hold 1 to 8 sizes, has " +
-                                std::to_string(c.axes_dims_rope.size()));
+    throw ModelFileError(
+        f, "axes_dims_rope must hold 1 to 8 sizes, has " + std::to_string(c.axes_dims_rope.size()));
   int sum = 0;
   for (int a : c.axes_dims_rope) {
     if (a % 2 != 0)

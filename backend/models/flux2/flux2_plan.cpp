@@ -59,13 +59,13 @@ ShardingPlan flux2ShardingPlan(const Flux2TransformerConfig& c) {
       plan.add({std::string("transformer_blocks.*.") + n, S::Colwise, {}});
     for (const char* n : {"ff.linear_in", "ff_context.linear_in"})
       plan.add({std::string("transformer_blocks.*.") + n, S::PackedColwise, {M, M}});
-    for (const char* n : {"attn.to_out.0", "attn.to_add_out", "ff.linear_out",
-                          "ff_context.linear_out"})
+    for (const char* n :
+         {"attn.to_out.0", "attn.to_add_out", "ff.linear_out", "ff_context.linear_out"})
       plan.add({std::string("transformer_blocks.*.") + n, S::Rowwise, {}});
   }
   if (c.num_single_layers > 0) {
-    plan.add({"single_transformer_blocks.*.attn.to_qkv_mlp_proj", S::PackedColwise,
-              {C, C, C, M, M}});
+    plan.add(
+        {"single_transformer_blocks.*.attn.to_qkv_mlp_proj", S::PackedColwise, {C, C, C, M, M}});
     plan.add({"single_transformer_blocks.*.attn.to_out", S::PackedRowwise, {C, M}});
   }
   plan.requireDivisible("num_attention_heads", c.num_attention_heads,

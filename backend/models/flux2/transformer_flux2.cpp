@@ -106,7 +106,8 @@ struct Flux2SingleTransformerBlock {
     // Local rows: [q, k, v] (cLocal each), then [gate, value] (mLocal each).
     at::Tensor q = h.narrow(-1, 0, cLocal), k = h.narrow(-1, cLocal, cLocal),
                v = h.narrow(-1, 2 * cLocal, cLocal);
-    at::Tensor gate = h.narrow(-1, 3 * cLocal, mLocal), value = h.narrow(-1, 3 * cLocal + mLocal, mLocal);
+    at::Tensor gate = h.narrow(-1, 3 * cLocal, mLocal),
+               value = h.narrow(-1, 3 * cLocal + mLocal, mLocal);
     at::Tensor a = attn.attendProjected(q, k, v, cos, sin, backend);
     at::Tensor out = to_out->forward(at::cat({a, at::silu(gate) * value}, -1));
     at::Tensor y = x + m[2] * out;
@@ -173,9 +174,8 @@ Flux2Transformer2DModel::Flux2Transformer2DModel(const Flux2TransformerConfig& c
   D.timestep_embedder = {w.linear("time_guidance_embed.timestep_embedder.linear_1", tg, C, false),
                          w.linear("time_guidance_embed.timestep_embedder.linear_2", C, C, false)};
   if (cfg.guidance_embeds)
-    D.guidance_embedder = {
-        w.linear("time_guidance_embed.guidance_embedder.linear_1", tg, C, false),
-        w.linear("time_guidance_embed.guidance_embedder.linear_2", C, C, false)};
+    D.guidance_embedder = {w.linear("time_guidance_embed.guidance_embedder.linear_1", tg, C, false),
+                           w.linear("time_guidance_embed.guidance_embedder.linear_2", C, C, false)};
   D.mod_img = {w.linear("double_stream_modulation_img.linear", C, 6 * C, false), 2};
   D.mod_txt = {w.linear("double_stream_modulation_txt.linear", C, 6 * C, false), 2};
   D.mod_single = {w.linear("single_stream_modulation.linear", C, 3 * C, false), 1};
@@ -185,8 +185,8 @@ Flux2Transformer2DModel::Flux2Transformer2DModel(const Flux2TransformerConfig& c
     D.transformer_blocks.emplace_back(w, "transformer_blocks." + std::to_string(i), C, M, hd);
   D.single_transformer_blocks.reserve(static_cast<size_t>(cfg.num_single_layers));
   for (int i = 0; i < cfg.num_single_layers; ++i)
-    D.single_transformer_blocks.emplace_back(w, "single_transformer_blocks." + std::to_string(i),
-                                             C, M, hd);
+    D.single_transformer_blocks.emplace_back(w, "single_transformer_blocks." + std::to_string(i), C,
+                                             M, hd);
   D.norm_out = flux::AdaLayerNormContinuous(w, "norm_out", C, /*bias=*/false);
   D.proj_out = w.linear("proj_out", C, cfg.out_channels, false);
   for (const auto& p : w.parameters()) {
@@ -237,8 +237,8 @@ at::Tensor Flux2Transformer2DModel::timeEmbedding(const at::Tensor& timestep,
 }
 
 at::Tensor Flux2Transformer2DModel::forward(const TransformerInputs& in) const {
-  static const char* kRequired[] = {"hidden_states", "encoder_hidden_states", "timestep",
-                                    "img_ids", "txt_ids"};
+  static const char* kRequired[] = {"hidden_states", "encoder_hidden_states", "timestep", "img_ids",
+                                    "txt_ids"};
   for (const auto& [name, t] : in) {
     bool known = name == "guidance";
     for (const char* n : kRequired) known = known || name == n;
@@ -251,8 +251,8 @@ at::Tensor Flux2Transformer2DModel::forward(const TransformerInputs& in) const {
   auto get = [&](const char* name) {
     auto it = in.find(name);
     if (it == in.end() || !it->second.defined())
-      throw std::invalid_argument(std::string("Flux2Transformer2DModel::forward: input '") +
-                                  name + "' is missing");
+      throw std::invalid_argument(std::string("Flux2Transformer2DModel::forward: input '") + name +
+                                  "' is missing");
     return it->second;
   };
   const auto g = in.find("guidance");

@@ -35,8 +35,8 @@ Flux2PipelineConfig parseFlux2PipelineConfig(const std::string& path,
     const long long stacked =
         static_cast<long long>(m.text_encoder_out_layers.size()) * m.text_encoder.hidden_size;
     if (stacked != m.transformer.joint_attention_dim)
-      throw ModelFileError(f, "hidden_size " + std::to_string(m.text_encoder.hidden_size) +
-                                  " x " + std::to_string(m.text_encoder_out_layers.size()) +
+      throw ModelFileError(f, "hidden_size " + std::to_string(m.text_encoder.hidden_size) + " x " +
+                                  std::to_string(m.text_encoder_out_layers.size()) +
                                   " stacked layers = " + std::to_string(stacked) +
                                   " differs from the transformer's joint_attention_dim " +
                                   std::to_string(m.transformer.joint_attention_dim));

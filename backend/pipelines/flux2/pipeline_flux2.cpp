@@ -148,8 +148,8 @@ std::vector<std::string> Flux2KleinPipeline::requestWarnings(const PipelineInput
   const int mult = 2 * D.vsf();
   if ((p0.width > 0 && p0.width % mult != 0) || (p0.height > 0 && p0.height % mult != 0))
     w.push_back("height and width have to be divisible by " + std::to_string(mult) + " but are " +
-                std::to_string(p0.height) + " and " + std::to_string(p0.width) +
-                "; the image is " + std::to_string(p.width) + "x" + std::to_string(p.height));
+                std::to_string(p0.height) + " and " + std::to_string(p0.width) + "; the image is " +
+                std::to_string(p.width) + "x" + std::to_string(p.height));
   if (p.guidance > 1 && D.cfg.is_distilled)
     w.push_back("guidance " + num(p.guidance) + " is ignored for step-wise distilled models");
   if (p.true_cfg_scale != 1.0)
@@ -185,8 +185,8 @@ at::Tensor Flux2KleinPipeline::decode(const at::Tensor& packed, int height, int 
   auto& D = *d_;
   at::NoGradGuard ng;
   const int mult = 2 * D.vsf();
-  at::Tensor img = D.vae->decodePacked(packed.to(D.device, D.opts.dtype), height / mult,
-                                       width / mult);
+  at::Tensor img =
+      D.vae->decodePacked(packed.to(D.device, D.opts.dtype), height / mult, width / mult);
   return (img / 2 + 0.5).clamp(0, 1).to(at::kFloat).to(at::kCPU).squeeze(0).contiguous();
 }
 
@@ -260,11 +260,10 @@ GenerationResult Flux2KleinPipeline::generateFromEmbeddings(const PipelineInputs
   for (int i = 0; i < p.steps; ++i) {
     auto ts = Clock::now();
     // timestep.expand(B).to(latents.dtype) / 1000, as the pipeline passes it.
-    const at::Tensor tt =
-        at::full({1}, sched.timesteps[static_cast<size_t>(i)],
-                 at::TensorOptions().dtype(at::kFloat).device(D.device))
-            .to(dt) /
-        1000;
+    const at::Tensor tt = at::full({1}, sched.timesteps[static_cast<size_t>(i)],
+                                   at::TensorOptions().dtype(at::kFloat).device(D.device))
+                              .to(dt) /
+                          1000;
     at::Tensor v;
     if (!cfg) {
       v = run(promptEmbeds, tt);

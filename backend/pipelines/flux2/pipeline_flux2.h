@@ -63,7 +63,8 @@ class Flux2KleinPipeline : public DiffusionPipeline {
   PipelineInputs resolve(PipelineInputs p) const override;
   /// Encodes the prompt (and, with CFG, the negative: the given negative prompt, else "" as
   /// diffusers), then generateFromEmbeddings.
-  GenerationResult generate(const PipelineInputs& params, const PipelineCallbacks& cb = {}) override;
+  GenerationResult generate(const PipelineInputs& params,
+                            const PipelineCallbacks& cb = {}) override;
   /// The denoising and decoding with given prompt embeddings [1, L, joint_attention_dim]
   /// (`negative_embeds` used when CFG is on: guidance > 1 and not distilled; under cfg 2 each rank
   /// needs only the embedding of its branch). GenerationResult::tensors gets "initial_noise"
