@@ -66,3 +66,13 @@ foreach(_np 2 4)
     LABELS "backend;parallel;mpi;strategy;flux2" PROCESSORS 2 TIMEOUT 300
     ENVIRONMENT "OMP_NUM_THREADS=1;DITSTUDIO_COLLECTIVE_TIMEOUT_S=120")
 endforeach()
+
+# FLUX.2 end to end through ditstudio-cli / mpirun + ditstudio-worker (every strategy, dp 2).
+add_executable(test_flux2_cli test_flux2_cli.cpp)
+target_link_libraries(test_flux2_cli PRIVATE dit_backend GTest::gtest GTest::gtest_main)
+target_compile_definitions(test_flux2_cli PRIVATE
+  DITSTUDIO_FIXTURE="${DITSTUDIO_TEST_DATA}/tiny-flux2-A" DITSTUDIO_CLI="$<TARGET_FILE:ditstudio-cli>")
+target_precompile_headers(test_flux2_cli REUSE_FROM dit_backend)
+add_dependencies(test_flux2_cli ditstudio-cli ditstudio-worker)
+gtest_add_tests(TARGET test_flux2_cli TEST_LIST _flux2_cli_tests)
+set_tests_properties(${_flux2_cli_tests} PROPERTIES LABELS "strategy;mpi;flux2" PROCESSORS 2 TIMEOUT 240)
