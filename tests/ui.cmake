@@ -68,6 +68,17 @@ if(TARGET ditstudio-worker)
   endif()
 endif()
 
+# Issue 17 in the GUI with the real worker: a FLUX.2 [klein] folder from a clean start.
+if(TARGET ditstudio-worker)
+  ditstudio_ui_test(test_ui_flux2
+    LABELS ui integration flux2
+    TIMEOUT 600
+    ENV "DITSTUDIO_TEST_WORKER=$<TARGET_FILE:ditstudio-worker>"
+        "DITSTUDIO_TEST_FLUX2_MODEL=${DITSTUDIO_TEST_DATA}/tiny-flux2-A")
+  set_tests_properties(test_ui_flux2 PROPERTIES PROCESSORS 2 RESOURCE_LOCK mpi)
+  add_dependencies(test_ui_flux2 ditstudio-worker)
+endif()
+
 # Issue 14 in the GUI with the real worker: init image, mask brush, strength, caching, recall.
 if(TARGET ditstudio-worker)
   ditstudio_ui_test(test_ui_i2i
