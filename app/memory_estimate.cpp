@@ -6,7 +6,10 @@
 #include <sstream>
 
 #include "backend/io/safetensors.h"
+#include <filesystem>
+
 #include "backend/pipelines/flux/flux_pipeline_config.h"
+#include "backend/pipelines/flux2/flux2_pipeline_config.h"
 #include "parallel/tensor_parallel/sharding_plan.h"
 
 namespace dit {
@@ -42,8 +45,11 @@ std::string MemoryEstimate::describe() const {
 
 MemoryEstimate estimateRequestMemory(const ModelFolder& m, const Strategy& s, const RequestDims& r,
                                      int64_t elementBytes, bool scoresMaterialized) {
-  const auto& cfg = m.configAs<FluxPipelineConfig>();
-  const auto& t = cfg.transformer;
+  // The family's VAE config (FLUX.1 and FLUX.2 pipelines); sizes of the transformer come from
+  // its declared dims, whatever the family.
+  const AutoencoderKLConfig& vaeCfg =
+      m.pipeline_class == "Flux2KleinPipeline" ? m.configAs<Flux2PipelineConfig>().vae
+                                               : m.configAs<FluxPipelineConfig>().vae;
   const ModelDims& dims = m.dims();
   const uint64_t eb = static_cast<uint64_t>(std::max<int64_t>(1, elementBytes));
   MemoryEstimate e;
@@ -54,21 +60,23 @@ MemoryEstimate estimateRequestMemory(const ModelFolder& m, const Strategy& s, co
         dims.tensor_parallel_plan->bytesPerRank(*dims.parameters, tp, static_cast<int64_t>(eb));
   else
     e.weights = mul(m.transformerParameterCount(), eb);
-  e.weights += componentBytes(m, "text_encoder", "model", elementBytes);
-  e.weights += componentBytes(m, "text_encoder_2", "model", elementBytes);
+  for (const char* te : {"text_encoder", "text_encoder_2"})
+    if (m.components.count(te) || std::filesystem::exists(m.component(te)))
+      e.weights += componentBytes(m, te, "model", elementBytes);
   e.weights += componentBytes(m, "vae", "diffusion_pytorch_model", elementBytes);
 
   // Transformer: tokens and heads of this rank.
-  const int vsf = cfg.vae.vaeScaleFactor();
+  const int vsf = vaeCfg.vaeScaleFactor();
   const uint64_t imageTokens = mul(static_cast<uint64_t>(std::max(0, r.height / (2 * vsf))),
                                    static_cast<uint64_t>(std::max(0, r.width / (2 * vsf))));
   const uint64_t tokens = add(imageTokens, static_cast<uint64_t>(std::max(0, r.text_len)));
   const uint64_t ring = static_cast<uint64_t>(std::max(1, s.ring_degree));
   const uint64_t ulysses = static_cast<uint64_t>(std::max(1, s.ulysses_degree));
   const uint64_t localTokens = ceilDiv(tokens, ring * ulysses);
-  const uint64_t inner = static_cast<uint64_t>(t.innerDim());
+  const uint64_t inner =
+      static_cast<uint64_t>(dims.num_attention_heads) * static_cast<uint64_t>(dims.attention_head_dim);
   const uint64_t heads =
-      ceilDiv(static_cast<uint64_t>(t.num_attention_heads), static_cast<uint64_t>(tp) * ulysses);
+      ceilDiv(static_cast<uint64_t>(dims.num_attention_heads), static_cast<uint64_t>(tp) * ulysses);
   // Live tensors of a single block at its peak: input and residual, q/k/v (sharded by tp),
   // the attention output, the MLP hidden (4 x inner / tp) and cat(attn, mlp): about 16 x inner
   // per token (float32 intermediates for norms and the scheduler step counted in).
@@ -80,13 +88,13 @@ MemoryEstimate estimateRequestMemory(const ModelFolder& m, const Strategy& s, co
     e.attention = mul(mul(heads, mul(q, q)), mul(2, eb));  // scores + softmax
   else
     e.attention =
-        mul(mul(heads, q), mul(static_cast<uint64_t>(t.attention_head_dim) + 1, mul(2, eb)));
+        mul(mul(heads, q), mul(static_cast<uint64_t>(dims.attention_head_dim) + 1, mul(2, eb)));
   // VAE decoder: at full resolution block_out_channels[0] channels, about 3 maps live (input,
   // output, group-norm temporary); mid-block single-head attention over the latent pixels.
   const uint64_t pixels = mul(static_cast<uint64_t>(std::max(0, r.height)),
                               static_cast<uint64_t>(std::max(0, r.width)));
   const uint64_t ch0 = static_cast<uint64_t>(
-      cfg.vae.block_out_channels.empty() ? 128 : cfg.vae.block_out_channels.front());
+      vaeCfg.block_out_channels.empty() ? 128 : vaeCfg.block_out_channels.front());
   const uint64_t latentPixels =
       ceilDiv(pixels, static_cast<uint64_t>(vsf) * static_cast<uint64_t>(vsf));
   e.vae_decode = mul(mul(pixels, ch0), mul(3, eb));

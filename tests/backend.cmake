@@ -50,3 +50,29 @@ target_compile_definitions(test_security PRIVATE DITSTUDIO_FIXTURE="${DITSTUDIO_
 target_precompile_headers(test_security REUSE_FROM dit_backend)
 gtest_add_tests(TARGET test_security TEST_LIST _security_tests)
 set_tests_properties(${_security_tests} PROPERTIES LABELS "backend;errors;security;unit" TIMEOUT 120)
+
+# Issue 17: FLUX.2 [klein] transformer against tests/data/tiny-flux2-A (diffusers goldens) and
+# its declared plans under tp / ulysses / ring (one binary: 1, 2 and 4 ranks).
+add_executable(test_flux2 test_flux2.cpp)
+target_link_libraries(test_flux2 PRIVATE dit_backend GTest::gtest MPI::MPI_C)
+target_compile_definitions(test_flux2 PRIVATE DITSTUDIO_FIXTURE="${DITSTUDIO_TEST_DATA}/tiny-flux2-A")
+target_precompile_headers(test_flux2 REUSE_FROM dit_backend)
+add_test(NAME flux2_transformer COMMAND ${DITSTUDIO_MPIRUN} -np 1 $<TARGET_FILE:test_flux2>)
+set_tests_properties(flux2_transformer PROPERTIES LABELS "backend;golden;flux2" TIMEOUT 300)
+foreach(_np 2 4)
+  add_test(NAME flux2_strategies_np${_np}
+           COMMAND ${DITSTUDIO_MPIRUN} -np ${_np} $<TARGET_FILE:test_flux2>)
+  set_tests_properties(flux2_strategies_np${_np} PROPERTIES
+    LABELS "backend;parallel;mpi;strategy;flux2" PROCESSORS 2 TIMEOUT 300
+    ENVIRONMENT "OMP_NUM_THREADS=1;DITSTUDIO_COLLECTIVE_TIMEOUT_S=120")
+endforeach()
+
+# FLUX.2 end to end through ditstudio-cli / mpirun + ditstudio-worker (every strategy, dp 2).
+add_executable(test_flux2_cli test_flux2_cli.cpp)
+target_link_libraries(test_flux2_cli PRIVATE dit_backend GTest::gtest GTest::gtest_main)
+target_compile_definitions(test_flux2_cli PRIVATE
+  DITSTUDIO_FIXTURE="${DITSTUDIO_TEST_DATA}/tiny-flux2-A" DITSTUDIO_CLI="$<TARGET_FILE:ditstudio-cli>")
+target_precompile_headers(test_flux2_cli REUSE_FROM dit_backend)
+add_dependencies(test_flux2_cli ditstudio-cli ditstudio-worker)
+gtest_add_tests(TARGET test_flux2_cli TEST_LIST _flux2_cli_tests)
+set_tests_properties(${_flux2_cli_tests} PROPERTIES LABELS "strategy;mpi;flux2" PROCESSORS 2 TIMEOUT 240)

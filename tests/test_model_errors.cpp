@@ -217,8 +217,10 @@ TEST(ModelRegistry, FixtureDispatchesToFlux) {
   EXPECT_EQ(m.dims().num_attention_heads, c.transformer.num_attention_heads);
   EXPECT_EQ(m.dims().attention_head_dim, c.transformer.attention_head_dim);
   EXPECT_EQ(m.dims().vae_scale_factor, c.vae.vaeScaleFactor());
-  EXPECT_EQ(supportedPipelineClasses(), std::vector<std::string>{"FluxPipeline"});
-  EXPECT_EQ(supportedTransformerClasses(), std::vector<std::string>{"FluxTransformer2DModel"});
+  EXPECT_EQ(supportedPipelineClasses(),
+            (std::vector<std::string>{"FluxPipeline", "Flux2KleinPipeline"}));
+  EXPECT_EQ(supportedTransformerClasses(),
+            (std::vector<std::string>{"FluxTransformer2DModel", "Flux2Transformer2DModel"}));
 }
 
 TEST(ModelRegistry, UnknownPipelineClassRefused) {
@@ -227,7 +229,7 @@ TEST(ModelRegistry, UnknownPipelineClassRefused) {
   expectError(
       [&] { ModelFolder::open(d.string()); },
       {(d / "model_index.json").string(), "pipeline class \"QwenImagePipeline\" is not supported",
-       "supported pipeline classes: FluxPipeline"});
+       "supported pipeline classes: FluxPipeline, Flux2KleinPipeline"});
   try {
     ModelFolder::open(d.string());
   } catch (const UnsupportedModelError&) {
@@ -239,11 +241,11 @@ TEST(ModelRegistry, UnknownPipelineClassRefused) {
 
 TEST(ModelRegistry, UnknownTransformerClassRefused) {
   auto d = copyFixture("unknowntransformer");
-  setClassName(d / "transformer/config.json", "Flux2Transformer2DModel");
+  setClassName(d / "transformer/config.json", "QwenImageTransformer2DModel");
   expectError([&] { ModelFolder::open(d.string()); },
               {(d / "transformer/config.json").string(),
-               "transformer class \"Flux2Transformer2DModel\" is not supported",
-               "supported transformer classes: FluxTransformer2DModel"});
+               "transformer class \"QwenImageTransformer2DModel\" is not supported",
+               "supported transformer classes: FluxTransformer2DModel, Flux2Transformer2DModel"});
 }
 
 TEST(ModelRegistry, MissingPipelineClassRefused) {
@@ -301,7 +303,7 @@ TEST(ModelRegistry, LoadPipelineRefusesUnknownClass) {
   m.pipeline_class = "QwenImagePipeline";  // as if a folder of another family got this far
   expectError([&] { (void)loadPipeline(m, {}); },
               {(fs::path(m.path) / "model_index.json").string(), "\"QwenImagePipeline\"",
-               "supported pipeline classes: FluxPipeline"});
+               "supported pipeline classes: FluxPipeline, Flux2KleinPipeline"});
 }
 
 TEST(ModelRegistry, LoadTransformerByClassName) {
@@ -315,9 +317,9 @@ TEST(ModelRegistry, LoadTransformerByClassName) {
   ASSERT_NE(dynamic_cast<FluxTransformer2DModel*>(t.get()), nullptr);
   EXPECT_EQ(t->parameters().size(), m.dims().parameters->size());
   auto w2 = WeightSource::random(1, at::kFloat, c10::Device(at::kCPU));
-  expectError([&] { (void)loadTransformer("Flux2Transformer2DModel", cfg, file, *w2); },
-              {file, "transformer class \"Flux2Transformer2DModel\" is not supported",
-               "supported transformer classes: FluxTransformer2DModel"});
+  expectError([&] { (void)loadTransformer("QwenImageTransformer2DModel", cfg, file, *w2); },
+              {file, "transformer class \"QwenImageTransformer2DModel\" is not supported",
+               "supported transformer classes: FluxTransformer2DModel, Flux2Transformer2DModel"});
 
   // forward by name is the positional forward, bit for bit; names are checked.
   const auto& fc = fluxConfig(m).transformer;

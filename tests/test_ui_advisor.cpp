@@ -235,6 +235,33 @@ class TestAdvisor : public QObject {
     QCOMPARE(adviseStrategy(in).strategy.tp_degree, 1);
   }
 
+  // FLUX.2 sizes from the declared parameter tables (the 4B / 9B / 32B), and the advice
+  // they get: FLUX.2 [dev] does not fit one 80 GiB GPU in bf16 and takes tensor parallel on 4.
+  void knowsFlux2Sizes() {
+    const auto known = knownModels();
+    QCOMPARE(int(known.size()), 4);
+    auto params = [&](int i) {
+      AdvisorInput in;
+      in.transformer = known[size_t(i)].transformer;
+      return transformerParameters(in) / 1e9;
+    };
+    QCOMPARE(known[1].name, QStringLiteral("FLUX.2 [klein] 4B"));
+    QVERIFY2(params(1) > 3.8 && params(1) < 3.95, qPrintable(QString::number(params(1))));
+    QVERIFY2(params(2) > 8.9 && params(2) < 9.1, qPrintable(QString::number(params(2))));
+    QVERIFY2(params(3) > 31.5 && params(3) < 32.5, qPrintable(QString::number(params(3))));
+    QCOMPARE(known[3].transformer.num_attention_heads, 48);
+    AdvisorInput dev;
+    dev.transformer = known[3].transformer;
+    dev.other_params = known[3].other_params;
+    dev.num_devices = 1;
+    dev.memory_gib_per_device = 80;
+    QVERIFY(!adviseStrategy(dev).fits);
+    dev.num_devices = 4;
+    const Advice a = adviseStrategy(dev);
+    QVERIFY(a.strategy.tp_degree > 1);
+    QCOMPARE(48 % a.strategy.tp_degree, 0);
+  }
+
   void imageTokenCount() {
     QCOMPARE(imageTokens(1024, 1024, 8), 4096);
     QCOMPARE(imageTokens(1008, 1008, 8), 3969);

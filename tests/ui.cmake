@@ -56,11 +56,11 @@ ditstudio_ui_test(test_ui_lossless LIBS test_ui_fake_worker TIMEOUT 300)
 # Suites that drive the real worker (2 CPU ranks under mpirun): built and run only with the
 # worker, after it (and the embedded model when MODEL is given) is built, one at a time (mpi lock).
 function(ditstudio_ui_worker_test name)
-  cmake_parse_arguments(W "MODEL" "TIMEOUT" "LABELS" ${ARGN})
+  cmake_parse_arguments(W "MODEL" "TIMEOUT" "LABELS;ENV" ${ARGN})
   if(NOT TARGET ditstudio-worker)
     return()
   endif()
-  set(_env "DITSTUDIO_TEST_WORKER=$<TARGET_FILE:ditstudio-worker>")
+  set(_env "DITSTUDIO_TEST_WORKER=$<TARGET_FILE:ditstudio-worker>" ${W_ENV})
   if(W_MODEL)
     list(APPEND _env "DITSTUDIO_TEST_MODEL=${DITSTUDIO_BUILD_MODEL_DIR}/tiny-flux")
   endif()
@@ -74,6 +74,9 @@ endfunction()
 
 # The real worker with the embedded tiny model.
 ditstudio_ui_worker_test(test_ui_integration MODEL TIMEOUT 1500)
+# Issue 17 in the GUI with the real worker: a FLUX.2 [klein] folder from a clean start.
+ditstudio_ui_worker_test(test_ui_flux2 LABELS flux2 TIMEOUT 600
+  ENV "DITSTUDIO_TEST_FLUX2_MODEL=${DITSTUDIO_TEST_DATA}/tiny-flux2-A")
 # Issue 14 in the GUI with the real worker: init image, mask brush, strength, caching, recall.
 ditstudio_ui_worker_test(test_ui_i2i MODEL LABELS pipelines TIMEOUT 900)
 # LoRA list, generate with a LoRA on the real worker (the tiny-flux-A fixture), PNG and recall.

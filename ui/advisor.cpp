@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "backend/models/flux/flux_plan.h"
+#include "backend/models/flux2/flux2_plan.h"
 
 namespace dit::ui {
 namespace {
@@ -50,6 +51,26 @@ dit::ModelDims fluxDevTransformerDims() {
   dit::FluxTransformerConfig c;  // diffusers' defaults are FLUX.1-dev's sizes
   c.guidance_embeds = true;
   return dit::fluxModelDims(c, 8);
+}
+
+std::vector<KnownModel> knownModels() {
+  auto flux2 = [](int layers, int single, int heads, int joint) {
+    dit::Flux2TransformerConfig c;  // diffusers' defaults (FLUX.2 [dev]) for the rest
+    c.num_layers = layers;
+    c.num_single_layers = single;
+    c.num_attention_heads = heads;
+    c.joint_attention_dim = joint;
+    c.guidance_embeds = false;
+    return dit::flux2ModelDims(c, 8);
+  };
+  dit::ModelDims dev2 = [] {
+    dit::Flux2TransformerConfig c;
+    return dit::flux2ModelDims(c, 8);
+  }();
+  return {{QStringLiteral("FLUX.1 [dev]"), fluxDevTransformerDims(), 4.9e9, 512},
+          {QStringLiteral("FLUX.2 [klein] 4B"), flux2(5, 20, 24, 7680), 4.0e9 + 0.084e9, 512},
+          {QStringLiteral("FLUX.2 [klein] 9B"), flux2(8, 24, 32, 12288), 8.2e9 + 0.084e9, 512},
+          {QStringLiteral("FLUX.2 [dev]"), dev2, 24.0e9 + 0.084e9, 512}};
 }
 
 double transformerParameters(const AdvisorInput& in) {

@@ -5,6 +5,7 @@
 
 #include <QString>
 #include <QStringList>
+#include <vector>
 
 #include "parallel/strategy.h"  // ModelDims (with the declared plan)
 
@@ -19,6 +20,23 @@ enum class Interconnect { NVLink, PCIe, CPU };
 /// default config and guidance_embeds: 19 + 38 blocks, 24 heads x 128, 11.9 B parameters) and its
 /// VAE scale factor 8: the advisor's default model.
 dit::ModelDims fluxDevTransformerDims();
+
+/// A model the advisor knows without its files: name, the transformer's declared dims (heads,
+/// plans, parameter table) and the replicated rest (text encoders + VAE, elements).
+struct KnownModel {
+  QString name;
+  dit::ModelDims transformer;
+  double other_params = 0;
+  int text_len = 512;
+};
+/// FLUX.1 [dev] (12 B transformer; CLIP-L + T5-XXL 4.9 B), FLUX.2 [klein] 4B (5 double + 20 single
+/// blocks, 24 heads x 128, joint_attention_dim 7680; Qwen3-4B text encoder 4.0 B), FLUX.2 [klein]
+/// 9B (8 double + 24 single, 32 heads x 128, joint_attention_dim 12288; Qwen3-8B 8.2 B) and
+/// FLUX.2 [dev] (diffusers' Flux2Transformer2DModel defaults: 8 double + 48 single, 48 heads x
+/// 128, joint_attention_dim 15360; Mistral-Small-3.1-24B text encoder 24 B). Transformer sizes come
+/// from the declared parameter tables (flux/flux2 plans) for these configs; the AutoencoderKLFlux2
+/// (84 M) is counted with the text encoders.
+std::vector<KnownModel> knownModels();
 
 /// Advisor input. Parameter counts are elements, memory in GiB, sizes in pixels.
 struct AdvisorInput {

@@ -18,6 +18,13 @@ AdvisorDialog::AdvisorDialog(QWidget* parent) : QDialog(parent) {
   setWindowTitle(tr("Strategy advisor"));
   auto* lay = new QHBoxLayout(this);
   auto* form = new QFormLayout;
+  // The loaded model (what setInput() gives), or a known model by name (weights not needed).
+  model_ = new QComboBox(this);
+  model_->addItem(tr("Loaded model"), -1);
+  const std::vector<KnownModel> known = knownModels();
+  for (size_t i = 0; i < known.size(); ++i) model_->addItem(known[i].name, static_cast<int>(i));
+  model_->setToolTip(tr("Size the strategy for the loaded model or for a known model"));
+  form->addRow(tr("Model"), model_);
   transformerB_ = new QDoubleSpinBox(this);
   transformerB_->setRange(0.000001, 1000);
   transformerB_->setDecimals(6);
@@ -92,12 +99,34 @@ AdvisorDialog::AdvisorDialog(QWidget* parent) : QDialog(parent) {
   connect(dtype_, &QComboBox::currentIndexChanged, this, [this] { recompute(); });
   connect(interconnect_, &QComboBox::currentIndexChanged, this, [this] { recompute(); });
   connect(trueCfg_, &QCheckBox::toggled, this, [this] { recompute(); });
+  connect(model_, &QComboBox::currentIndexChanged, this, [this] {
+    const int k = model_->currentData().toInt();
+    AdvisorInput in = input();
+    if (k < 0) {
+      in.transformer = loaded_.transformer;
+      in.other_params = loaded_.other_params;
+    } else {
+      const KnownModel m = knownModels().at(static_cast<size_t>(k));
+      in.transformer = m.transformer;
+      in.other_params = m.other_params;
+      in.text_len = m.text_len;
+    }
+    const bool wasLoading = loading_;
+    loading_ = true;
+    base_ = in;
+    transformerB_->setValue(transformerParameters(in) / 1e9);
+    otherB_->setValue(in.other_params / 1e9);
+    loading_ = wasLoading;
+    recompute();
+  });
   setInput(AdvisorInput{});
 }
 
 void AdvisorDialog::setInput(const AdvisorInput& in) {
   loading_ = true;
   base_ = in;
+  loaded_ = in;
+  model_->setCurrentIndex(0);
   transformerB_->setValue(transformerParameters(in) / 1e9);
   otherB_->setValue(in.other_params / 1e9);
   dtype_->setCurrentIndex(in.bytes_per_param >= 4 ? 1 : in.bytes_per_param <= 1 ? 2 : 0);

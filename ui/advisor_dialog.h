@@ -45,8 +45,10 @@ class AdvisorDialog : public QDialog {
   std::function<QStringList(const dit::Strategy&)> check_;
   QPushButton* apply_ = nullptr;
   AdvisorInput base_;
+  AdvisorInput loaded_;  ///< what setInput() gave ("Loaded model")
   QDoubleSpinBox* transformerB_;
   QDoubleSpinBox* otherB_;
+  QComboBox* model_;
   QComboBox* dtype_;
   QSpinBox* devices_;
   QDoubleSpinBox* memory_;

@@ -9,6 +9,7 @@
 #include "backend/io/model_folder.h"
 #include "backend/io/safetensors.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
+#include "backend/pipelines/flux2/flux2_pipeline_config.h"
 
 namespace dit::ui {
 namespace {
@@ -129,21 +130,31 @@ ModelInfo readModelInfo(const QString& dirIn, const QString& configDir) {
                    ci.scaled_fp8 ? QStringLiteral(" (scaled fp8)") : QString());
       for (const auto& n : m.notes) info.notes << QString::fromStdString(n);
     }
-    const auto& t = fluxConfig(m).transformer;
-    info.num_layers = t.num_layers;
-    info.num_single_layers = t.num_single_layers;
-    info.num_attention_heads = t.num_attention_heads;
-    info.attention_head_dim = t.attention_head_dim;
-    info.joint_attention_dim = t.joint_attention_dim;
-    info.in_channels = t.in_channels;
-    info.guidance_embeds = t.guidance_embeds;
+    auto setSizes = [&](const auto& t) {
+      info.num_layers = t.num_layers;
+      info.num_single_layers = t.num_single_layers;
+      info.num_attention_heads = t.num_attention_heads;
+      info.attention_head_dim = t.attention_head_dim;
+      info.joint_attention_dim = t.joint_attention_dim;
+      info.in_channels = t.in_channels;
+      info.guidance_embeds = t.guidance_embeds;
+    };
+    const bool flux2 = m.pipeline_class == "Flux2KleinPipeline";
+    if (flux2) {
+      const Flux2PipelineConfig& c = flux2Config(m);
+      setSizes(c.transformer);
+      info.detected = c.is_distilled ? QStringLiteral("FLUX.2 [klein], distilled")
+                                     : QStringLiteral("FLUX.2 [klein]");
+    } else {
+      setSizes(fluxConfig(m).transformer);
+    }
     info.model_dims = m.dims();  // the family's declaration: sizes, plans, parameter table
     info.vae_scale_factor = info.model_dims.vae_scale_factor;
     info.max_sequence_length = m.config->max_sequence_length;
     info.components << readComponent(m, "transformer", "diffusion_pytorch_model")
-                    << readComponent(m, "text_encoder", "model")
-                    << readComponent(m, "text_encoder_2", "model")
-                    << readComponent(m, "vae", "diffusion_pytorch_model");
+                    << readComponent(m, "text_encoder", "model");
+    if (!flux2) info.components << readComponent(m, "text_encoder_2", "model");
+    info.components << readComponent(m, "vae", "diffusion_pytorch_model");
   } catch (const std::exception& e) {
     info.model_dims = {};
     info.error = QString::fromStdString(e.what());

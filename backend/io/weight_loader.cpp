@@ -93,8 +93,8 @@ std::shared_ptr<tensor_parallel::Linear> WeightLoader::linear(const std::string&
 }
 
 std::shared_ptr<FusedColumnParallelLinear> WeightLoader::fusedColumn(
-    const std::string& name, const std::vector<std::pair<std::string, int64_t>>& parts,
-    int64_t in) {
+    const std::string& name, const std::vector<std::pair<std::string, int64_t>>& parts, int64_t in,
+    bool bias) {
   std::vector<FusedColumnParallelLinear::Part> ps;
   std::vector<std::shared_ptr<const tensor_parallel::WeightStorage>> storages;
   for (const auto& [path, out] : parts) {
@@ -118,7 +118,7 @@ std::shared_ptr<FusedColumnParallelLinear> WeightLoader::fusedColumn(
                                              src_.storage(path + ".weight").first +
                                              ", the other parts' are not (or the reverse)");
     storages.push_back(st);
-    p.bias = read(path + ".bias", bShape, specFor(path + ".bias", bShape));
+    if (bias) p.bias = read(path + ".bias", bShape, specFor(path + ".bias", bShape));
     ps.push_back(std::move(p));
   }
   auto fused = std::make_shared<FusedColumnParallelLinear>(name, std::move(ps), tp_);

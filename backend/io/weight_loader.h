@@ -70,13 +70,13 @@ class WeightLoader {
                                                   bool bias = true);
 
   /// Several projections that share their input, computed as one GEMM: `parts` = {module path,
-  /// out features} each with weight [out_i, in] and bias [out_i]. Every part must be
+  /// out features} each with weight [out_i, in] and, when `bias`, bias [out_i]. Every part must be
   /// ColwiseParallel (or PackedColwise) under tp > 1, or replicated when tp is 1 — otherwise the
   /// parts' outputs would not line up (std::invalid_argument naming the part and its style).
   /// `name` names the fused layer in logs.
   std::shared_ptr<tensor_parallel::FusedColumnParallelLinear> fusedColumn(
       const std::string& name, const std::vector<std::pair<std::string, int64_t>>& parts,
-      int64_t in);
+      int64_t in, bool bias = true);
 
   /// A non-linear parameter (norm weight, embedding table), always replicated. Same errors as
   /// WeightSource::get.

@@ -2,6 +2,7 @@
 
 #include "backend/io/model_folder.h"  // UnsupportedModelError
 #include "backend/models/flux/flux_plan.h"
+#include "backend/models/flux2/flux2_plan.h"
 
 namespace dit {
 namespace {
@@ -10,6 +11,7 @@ namespace {
 const std::vector<TransformerFamily>& families() {
   static const std::vector<TransformerFamily> f{
       fluxTransformerFamily(),
+      flux2TransformerFamily(),
   };
   return f;
 }

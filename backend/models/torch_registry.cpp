@@ -4,6 +4,7 @@
 
 #include "backend/io/model_folder.h"  // UnsupportedModelError
 #include "backend/models/flux/transformer_flux.h"
+#include "backend/models/flux2/transformer_flux2.h"
 #include "backend/models/registry.h"
 
 namespace dit {
@@ -13,6 +14,7 @@ namespace {
 const std::vector<TransformerBuilder>& builders() {
   static const std::vector<TransformerBuilder> b{
       fluxTransformerBuilder(),
+      flux2TransformerBuilder(),
   };
   return b;
 }

@@ -2,6 +2,7 @@
 
 #include "backend/io/model_folder.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
+#include "backend/pipelines/flux2/flux2_pipeline_config.h"
 
 namespace dit {
 namespace {
@@ -10,6 +11,7 @@ namespace {
 const std::vector<PipelineFamily>& families() {
   static const std::vector<PipelineFamily> f{
       fluxPipelineFamily(),
+      flux2KleinPipelineFamily(),
   };
   return f;
 }

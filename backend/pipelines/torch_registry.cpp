@@ -1,6 +1,7 @@
 #include "backend/pipelines/torch_registry.h"
 
 #include "backend/pipelines/flux/pipeline_flux.h"
+#include "backend/pipelines/flux2/pipeline_flux2.h"
 #include "backend/pipelines/registry.h"
 
 namespace dit {
@@ -10,6 +11,7 @@ namespace {
 const std::vector<PipelineLoader>& loaders() {
   static const std::vector<PipelineLoader> l{
       fluxPipelineLoader(),
+      flux2KleinPipelineLoader(),
   };
   return l;
 }

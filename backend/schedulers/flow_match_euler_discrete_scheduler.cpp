@@ -34,12 +34,28 @@ double calculateShift(int image_seq_len, int base_seq_len, int max_seq_len, doub
   return image_seq_len * m + b;
 }
 
+double computeEmpiricalMu(int image_seq_len, int num_steps) {
+  const double a1 = 8.73809524e-05, b1 = 1.89833333;
+  const double a2 = 0.00016927, b2 = 0.45666666;
+  if (image_seq_len > 4300) return a2 * image_seq_len + b2;
+  const double m_200 = a2 * image_seq_len + b2;
+  const double m_10 = a1 * image_seq_len + b1;
+  const double a = (m_200 - m_10) / 190.0;
+  const double b = m_200 - 200.0 * a;
+  return a * num_steps + b;
+}
+
 SchedulerTables fluxSchedule(const SchedulerConfig& cfg, int steps, int image_seq_len) {
+  return flowMatchSchedule(cfg, steps,
+                           calculateShift(image_seq_len, cfg.base_image_seq_len,
+                                          cfg.max_image_seq_len, cfg.base_shift, cfg.max_shift));
+}
+
+SchedulerTables flowMatchSchedule(const SchedulerConfig& cfg, int steps, double mu) {
   if (steps < 1)
     throw std::invalid_argument("steps must be at least 1, got " + std::to_string(steps));
   SchedulerTables t;
-  t.mu = calculateShift(image_seq_len, cfg.base_image_seq_len, cfg.max_image_seq_len,
-                        cfg.base_shift, cfg.max_shift);
+  t.mu = mu;
   const double lo = 1.0 / steps;
   for (int i = 0; i < steps; ++i) {
     // np.linspace(1.0, 1/N, N) in float64, then .astype(np.float32) in set_timesteps.

@@ -29,6 +29,12 @@ SchedulerConfig parseSchedulerConfig(const nlohmann::json& j, const std::string&
 double calculateShift(int image_seq_len, int base_seq_len, int max_seq_len, double base_shift,
                       double max_shift);
 
+/// Flux2Pipeline / Flux2KleinPipeline's compute_empirical_mu (diffusers
+/// pipelines/flux2/pipeline_flux2.py): for image_seq_len > 4300, 0.00016927 L + 0.45666666;
+/// otherwise linear in num_steps between the lines m_10 = 8.73809524e-5 L + 1.89833333 (at 10
+/// steps) and m_200 = 0.00016927 L + 0.45666666 (at 200 steps). float64, as Python computes it.
+double computeEmpiricalMu(int image_seq_len, int num_steps);
+
 struct SchedulerTables {
   std::vector<float> sigmas;     ///< N+1 values, the last is the terminal 0
   std::vector<float> timesteps;  ///< N values, sigma * num_train_timesteps
@@ -40,5 +46,11 @@ struct SchedulerTables {
 /// linear time_shift) or the static shift, timesteps = sigma * 1000, terminal 0 appended.
 /// Throws std::invalid_argument when steps < 1.
 SchedulerTables fluxSchedule(const SchedulerConfig& cfg, int steps, int image_seq_len);
+
+/// The same tables for a given mu (what set_timesteps(sigmas=linspace(1, 1/N, N), mu=mu) makes
+/// with dynamic shifting; mu is ignored with the static shift). fluxSchedule = this with
+/// calculateShift; FLUX.2 passes computeEmpiricalMu(image_seq_len, steps). Throws
+/// std::invalid_argument when steps < 1.
+SchedulerTables flowMatchSchedule(const SchedulerConfig& cfg, int steps, double mu);
 
 }  // namespace dit

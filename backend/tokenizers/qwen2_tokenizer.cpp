@@ -46,7 +46,8 @@ std::string tokenString(const nlohmann::json& cfg, const char* key, const std::s
 // does not include U+180E: written out with that exclusion.
 std::string qwen2Pattern() {
   const std::string s = "[^\\S\\x{180E}]", S = "[\\S\\x{180E}]";
-  return "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?(?:[^\\s\\p{L}\\p{N}]|"
+  return "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+         "?(?:[^\\s\\p{L}\\p{N}]|"
          "\\x{180E})+[\\r\\n]*|" +
          s + "*[\\r\\n]+|" + s + "+(?!" + S + ")|" + s + "+";
 }
@@ -164,8 +165,9 @@ Qwen2Tokenizer Qwen2Tokenizer::fromFolder(const std::string& folder) {
   {
     std::error_code ec;
     if (!fs::is_directory(dir, ec))
-      throw ModelFileError(folder, "tokenizer folder not found (expected vocab.json, merges.txt "
-                                   "and tokenizer_config.json)");
+      throw ModelFileError(folder,
+                           "tokenizer folder not found (expected vocab.json, merges.txt "
+                           "and tokenizer_config.json)");
   }
 
   // --- vocab.json
@@ -197,8 +199,8 @@ Qwen2Tokenizer Qwen2Tokenizer::fromFolder(const std::string& folder) {
   auto addToken = [&](const std::string& file, int64_t id, const std::string& content) {
     if (content.empty()) throw ModelFileError(file, "an added token has empty content");
     if (id < 0 || id >= (int64_t(1) << 31))
-      throw ModelFileError(file, "added token \"" + content + "\" has id " + std::to_string(id) +
-                                     " out of range");
+      throw ModelFileError(
+          file, "added token \"" + content + "\" has id " + std::to_string(id) + " out of range");
     auto v = m.vocab.find(content);
     if (v != m.vocab.end() && v->second != id)
       throw ModelFileError(file, "added token \"" + content + "\" has id " + std::to_string(id) +
@@ -268,14 +270,15 @@ Qwen2Tokenizer Qwen2Tokenizer::fromFolder(const std::string& folder) {
         const std::string want =
             "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
             "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-        ok = type(split) == "Split" && split.contains("pattern") &&
-             split["pattern"].is_object() && split["pattern"].contains("Regex") &&
-             split["pattern"]["Regex"] == want && type(bl) == "ByteLevel" &&
+        ok = type(split) == "Split" && split.contains("pattern") && split["pattern"].is_object() &&
+             split["pattern"].contains("Regex") && split["pattern"]["Regex"] == want &&
+             type(bl) == "ByteLevel" &&
              !(bl.contains("add_prefix_space") && bl["add_prefix_space"] == true);
       }
       if (!ok)
-        throw ModelFileError(tp, "pre_tokenizer is not Qwen2's (Split on the Qwen2 pattern, then "
-                                 "ByteLevel without prefix space)");
+        throw ModelFileError(tp,
+                             "pre_tokenizer is not Qwen2's (Split on the Qwen2 pattern, then "
+                             "ByteLevel without prefix space)");
     }
   }
   std::sort(m.added.begin(), m.added.end(),
@@ -290,8 +293,8 @@ Qwen2Tokenizer Qwen2Tokenizer::fromFolder(const std::string& folder) {
     throw ModelFileError(m.configFile, "pad_token \"" + pad + "\" is not a known token");
   if (auto it = cfg.find("chat_template"); it != cfg.end() && !it->is_null()) {
     if (!it->is_string())
-      throw ModelFileError(m.configFile,
-                           "\"chat_template\" must be a string (named templates are not supported)");
+      throw ModelFileError(
+          m.configFile, "\"chat_template\" must be a string (named templates are not supported)");
     m.chatTemplate = it->get<std::string>();
   }
 
@@ -333,8 +336,8 @@ Qwen2Tokenizer Qwen2Tokenizer::fromFolder(const std::string& folder) {
       const auto ia = m.vocab.find(a), ib = m.vocab.find(b), iab = m.vocab.find(a + b);
       for (const auto& [it, t] : {std::pair{ia, &a}, {ib, &b}})
         if (it == m.vocab.end())
-          throw ModelFileError(mp, "line " + std::to_string(lineNo) + ": token \"" + *t +
-                                       "\" is not in vocab.json");
+          throw ModelFileError(
+              mp, "line " + std::to_string(lineNo) + ": token \"" + *t + "\" is not in vocab.json");
       if (iab == m.vocab.end())
         throw ModelFileError(mp, "line " + std::to_string(lineNo) + ": merged token \"" + a + b +
                                      "\" is not in vocab.json");
@@ -353,12 +356,12 @@ std::string Qwen2Tokenizer::applyChatTemplate(const std::string& prompt) const {
   if (m.chatTemplate.empty())
     throw ModelFileError(m.configFile, "no \"chat_template\": cannot build the Qwen3 prompt");
   if (!isQwen3ChatTemplate(m.chatTemplate))
-    throw ModelFileError(m.configFile,
-                         "unrecognised \"chat_template\" (" +
-                             std::to_string(m.chatTemplate.size()) + " characters, starting \"" +
-                             m.chatTemplate.substr(0, 60) +
-                             "\"): only the Qwen3 chat template is supported");
-  return "<|im_start|>user\n" + prompt + "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
+    throw ModelFileError(
+        m.configFile, "unrecognised \"chat_template\" (" + std::to_string(m.chatTemplate.size()) +
+                          " characters, starting \"" + m.chatTemplate.substr(0, 60) +
+                          "\"): only the Qwen3 chat template is supported");
+  return "<|im_start|>user\n" + prompt +
+         "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
 }
 
 Qwen2Tokenizer::Encoding Qwen2Tokenizer::encode(const std::string& text, int max_length) const {

@@ -169,8 +169,9 @@ class ShardingPlan {
   std::vector<StrategyIssue> validateStrict(const ParameterTable& params, int tp) const;
 
   /// Bytes of weights one rank holds at tp_degree `tp`: sharded parameters numel / tp (per block,
-  /// rounded up), replicated ones whole (everything whole when replicateWhenNotDivisible applies), each element `computeElementBytes` bytes (the dtype the
-  /// weights are computed in), or the stored elementBytes when computeElementBytes <= 0.
+  /// rounded up), replicated ones whole (everything whole when replicateWhenNotDivisible applies),
+  /// each element `computeElementBytes` bytes (the dtype the weights are computed in), or the
+  /// stored elementBytes when computeElementBytes <= 0.
   uint64_t bytesPerRank(const ParameterTable& params, int tp, int64_t computeElementBytes) const;
 
   /// One line per rule ("layers.*.self_attn.q_proj: ColwiseParallel", packed blocks listed)

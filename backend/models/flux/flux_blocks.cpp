@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <tuple>
 
 #include "backend/models/cache/step_cache.h"
@@ -19,6 +20,8 @@ at::Tensor modulate(const at::Tensor& x, const at::Tensor& scale, const at::Tens
   return layerNorm(x) * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
 }
 
+}  // namespace
+
 // diffusers RMSNorm (eps 1e-6, affine): variance in float32; half/bfloat16 weights multiply in
 // their dtype, float32 weights in float32 then cast back.
 at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w) {
@@ -29,6 +32,16 @@ at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w) {
     return h.to(w.scalar_type()) * w;
   return (h * w).to(dt);
 }
+
+at::Tensor timestepProjection(const at::Tensor& t, int64_t dim) {
+  const int64_t half = dim / 2;
+  auto fo = at::TensorOptions().dtype(at::kFloat).device(t.device());
+  at::Tensor ex = at::arange(0, half, fo) * (-std::log(10000.0)) / static_cast<double>(half);
+  at::Tensor e = t.to(at::kFloat).unsqueeze(1) * at::exp(ex).unsqueeze(0);
+  return at::cat({at::cos(e), at::sin(e)}, -1);
+}
+
+namespace {
 
 // apply_rotary_emb(use_real=True, use_real_unbind_dim=-1, sequence_dim=1): x [B, S, H, D],
 // cos/sin float32 [S, D]; computed in float32, cast back to x's dtype.
@@ -86,8 +99,8 @@ AdaLayerNormZeroSingle::Output AdaLayerNormZeroSingle::operator()(
 }
 
 AdaLayerNormContinuous::AdaLayerNormContinuous(WeightLoader& w, const std::string& prefix,
-                                               int64_t C)
-    : linear_(w.linear(prefix + ".linear", C, 2 * C)) {}
+                                               int64_t C, bool bias)
+    : linear_(w.linear(prefix + ".linear", C, 2 * C, bias)) {}
 
 at::Tensor AdaLayerNormContinuous::operator()(const at::Tensor& x,
                                               const at::Tensor& silu_temb) const {
@@ -101,8 +114,8 @@ std::pair<at::Tensor, at::Tensor> FluxPosEmbed::operator()(const at::Tensor& ids
   for (size_t a = 0; a < axes_dim_.size(); ++a) {
     const int64_t dim = axes_dim_[a];
     auto o64 = at::TensorOptions().dtype(at::kDouble).device(ids.device());
-    at::Tensor freqs = 1.0 / at::pow(10000.0, at::arange(0, dim, 2, o64).slice(0, 0, dim / 2) /
-                                                  static_cast<double>(dim));
+    at::Tensor freqs = 1.0 / at::pow(theta_, at::arange(0, dim, 2, o64).slice(0, 0, dim / 2) /
+                                                 static_cast<double>(dim));
     at::Tensor f = at::outer(pos.select(1, static_cast<int64_t>(a)), freqs);
     cosParts.push_back(f.cos().repeat_interleave(2, 1).to(at::kFloat));
     sinParts.push_back(f.sin().repeat_interleave(2, 1).to(at::kFloat));
@@ -115,13 +128,14 @@ at::Tensor FeedForward::operator()(const at::Tensor& x) const {
 }
 
 FluxAttention::FluxAttention(WeightLoader& w, const std::string& p, int64_t C, int64_t headDim,
-                             bool added_kv, int64_t headsLocal)
+                             bool added_kv, int64_t headsLocal, bool bias)
     : headDim_(headDim), headsLocal_(headsLocal) {
   if (added_kv) {
-    qkv = w.fusedColumn(p + ".qkv", {{p + ".to_q", C}, {p + ".to_k", C}, {p + ".to_v", C}}, C);
-    add_qkv =
-        w.fusedColumn(p + ".add_qkv",
-                      {{p + ".add_q_proj", C}, {p + ".add_k_proj", C}, {p + ".add_v_proj", C}}, C);
+    qkv =
+        w.fusedColumn(p + ".qkv", {{p + ".to_q", C}, {p + ".to_k", C}, {p + ".to_v", C}}, C, bias);
+    add_qkv = w.fusedColumn(
+        p + ".add_qkv", {{p + ".add_q_proj", C}, {p + ".add_k_proj", C}, {p + ".add_v_proj", C}}, C,
+        bias);
     // The heads this rank computes follow from how the plan sharded to_q.
     headsLocal_ = qkv->parts()[0].outLocal / headDim;
   }
@@ -130,8 +144,8 @@ FluxAttention::FluxAttention(WeightLoader& w, const std::string& p, int64_t C, i
   if (added_kv) {
     norm_added_q = w.param(p + ".norm_added_q.weight", {headDim});
     norm_added_k = w.param(p + ".norm_added_k.weight", {headDim});
-    to_out = w.linear(p + ".to_out.0", C, C);
-    to_add_out = w.linear(p + ".to_add_out", C, C);
+    to_out = w.linear(p + ".to_out.0", C, C, bias);
+    to_add_out = w.linear(p + ".to_add_out", C, C, bias);
   }
 }
 

@@ -88,8 +88,8 @@ class AdaLayerNormZeroSingle {
 class AdaLayerNormContinuous {
  public:
   AdaLayerNormContinuous() = default;
-  /// Loads `<prefix>.linear` [2C, C].
-  AdaLayerNormContinuous(WeightLoader& w, const std::string& prefix, int64_t C);
+  /// Loads `<prefix>.linear` [2C, C] (+ bias [2C] when `bias`; FLUX.2 has none).
+  AdaLayerNormContinuous(WeightLoader& w, const std::string& prefix, int64_t C, bool bias = true);
   /// x [B, S, C], silu_temb [B, C] -> [B, S, C].
   at::Tensor operator()(const at::Tensor& x, const at::Tensor& silu_temb) const;
 
@@ -97,18 +97,27 @@ class AdaLayerNormContinuous {
   LinearPtr linear_;
 };
 
-/// diffusers FluxPosEmbed(theta 10000, axes_dim): per-axis rotary tables from the position ids,
-/// computed in float64 and cast to float32, each frequency repeated twice (use_real,
-/// repeat_interleave_real).
+/// diffusers FluxPosEmbed(theta 10000, axes_dim) and Flux2PosEmbed(theta, axes_dim; FLUX.2:
+/// theta 2000, four axes): per-axis rotary tables from the position ids, computed in float64 and
+/// cast to float32, each frequency repeated twice (use_real, repeat_interleave_real).
 class FluxPosEmbed {
  public:
-  explicit FluxPosEmbed(std::vector<int> axes_dim = {}) : axes_dim_(std::move(axes_dim)) {}
+  explicit FluxPosEmbed(std::vector<int> axes_dim = {}, double theta = 10000.0)
+      : axes_dim_(std::move(axes_dim)), theta_(theta) {}
   /// ids [S, n_axes] (float) -> {cos, sin}, each float32 [S, sum(axes_dim)].
   std::pair<at::Tensor, at::Tensor> operator()(const at::Tensor& ids) const;
 
  private:
   std::vector<int> axes_dim_;
+  double theta_ = 10000.0;
 };
+
+/// diffusers Timesteps(dim, flip_sin_to_cos=True, downscale_freq_shift=0) (get_timestep_embedding):
+/// t [B] (already x 1000) -> float32 [B, dim], cos half first.
+at::Tensor timestepProjection(const at::Tensor& t, int64_t dim = 256);
+
+/// diffusers RMSNorm over the last dim (eps 1e-6, affine weight w): variance in float32.
+at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w);
 
 /// diffusers FeedForward(activation_fn "gelu-approximate"): net.0.proj (ColwiseParallel) ->
 /// gelu(tanh) -> net.2 (RowwiseParallel). x [B, S, C] -> [B, S, C].
@@ -129,8 +138,10 @@ class FluxAttention {
   /// Double-stream (added_kv_proj_dim set) when `added_kv`, else pre_only single-stream (its
   /// block loads to_q/to_k/to_v fused with proj_mlp). `headsLocal` = heads this rank computes
   /// (its to_q output rows / head dim, as the plan sharded them).
+  /// `bias`: the projections have biases (FLUX.1) or not (FLUX.2's Flux2Attention, whose math
+  /// is otherwise this class's).
   FluxAttention(WeightLoader& w, const std::string& prefix, int64_t C, int64_t headDim,
-                bool added_kv, int64_t headsLocal = 0);
+                bool added_kv, int64_t headsLocal = 0, bool bias = true);
 
   /// Double-stream: hidden [B, S_img, C], encoder [B, S_txt, C] (both already modulated), rotary
   /// tables over cat(text, image) -> {hidden attention output [B, S_img, C], encoder attention

@@ -33,16 +33,6 @@ MLPEmbed loadMLPEmbed(WeightLoader& w, const std::string& prefix, int64_t in, in
   return {w.linear(prefix + ".linear_1", in, out), w.linear(prefix + ".linear_2", out, out)};
 }
 
-// get_timestep_embedding(t, 256, flip_sin_to_cos=True, downscale_freq_shift=0) (diffusers
-// Timesteps(256, True, 0)): [B] -> float32 [B, 256].
-at::Tensor timestepProj(const at::Tensor& t, int64_t dim = 256) {
-  const int64_t half = dim / 2;
-  auto fo = at::TensorOptions().dtype(at::kFloat).device(t.device());
-  at::Tensor ex = at::arange(0, half, fo) * (-std::log(10000.0)) / static_cast<double>(half);
-  at::Tensor e = t.to(at::kFloat).unsqueeze(1) * at::exp(ex).unsqueeze(0);
-  return at::cat({at::cos(e), at::sin(e)}, -1);
-}
-
 }  // namespace
 
 struct FluxTransformer2DModel::Impl {
@@ -155,12 +145,12 @@ at::Tensor FluxTransformer2DModel::forward(const at::Tensor& hidden_states,
 
   // Conditioning: CombinedTimestep(Guidance)TextProjEmbeddings.
   at::Tensor t = timestep.to(dev, dt) * 1000;
-  at::Tensor temb = D.timestep_embedder(timestepProj(t).to(dt));
+  at::Tensor temb = D.timestep_embedder(flux::timestepProjection(t).to(dt));
   if (D.hasGuidance) {
     if (!guidance.defined())
       throw std::invalid_argument("this transformer needs a guidance value (guidance_embeds)");
     at::Tensor g = guidance.to(dev, dt) * 1000;
-    temb = temb + D.guidance_embedder(timestepProj(g).to(dt));
+    temb = temb + D.guidance_embedder(flux::timestepProjection(g).to(dt));
   }
   temb = temb + D.text_embedder(pooled.to(dev, dt));
   // Every AdaLayerNorm applies silu to temb first; computed once here.

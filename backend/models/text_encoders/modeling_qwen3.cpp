@@ -69,8 +69,8 @@ Qwen3Model::Qwen3Model(const Qwen3Config& cfg, WeightSource& source,
   const ParameterTable declared =
       qwen3ParameterTable(cfg, D.maxLayer, withNorm, "F32", 4, D.prefix);
   const ShardingPlan full = qwen3ShardingPlan(cfg, D.prefix);
-  auto plan = std::make_shared<const ShardingPlan>(
-      full.resolve(declared, tpSize, &D.replicatedReason));
+  auto plan =
+      std::make_shared<const ShardingPlan>(full.resolve(declared, tpSize, &D.replicatedReason));
   if (!D.replicatedReason.empty())
     spdlog::warn("Qwen3 text encoder at tp_degree {}: {}", tpSize, D.replicatedReason);
   if (D.maxLayer > 0)  // rules match no parameter when no layer is loaded
@@ -109,8 +109,7 @@ Qwen3Model::Qwen3Model(const Qwen3Config& cfg, WeightSource& source,
                                " has no local KV head on tensor-parallel rank " +
                                std::to_string(tpRank));
     }
-    L.kvIndex = at::tensor(idx, at::TensorOptions().dtype(at::kLong))
-                    .to(D.embed_tokens.device());
+    L.kvIndex = at::tensor(idx, at::TensorOptions().dtype(at::kLong)).to(D.embed_tokens.device());
     D.layers.push_back(std::move(L));
   }
   if (withNorm) D.norm = w.param(D.prefix + "norm.weight", {H});
@@ -213,9 +212,9 @@ std::vector<at::Tensor> Qwen3Model::hiddenStates(const at::Tensor& input_ids,
   std::vector<at::Tensor> out;
   out.reserve(indices.size());
   for (int k : indices) {
-    at::Tensor t = k == c.num_hidden_layers ? rmsNorm(states[static_cast<size_t>(k)], D.norm,
-                                                      c.rms_norm_eps)
-                                            : states[static_cast<size_t>(k)];
+    at::Tensor t = k == c.num_hidden_layers
+                       ? rmsNorm(states[static_cast<size_t>(k)], D.norm, c.rms_norm_eps)
+                       : states[static_cast<size_t>(k)];
     out.push_back(t.to(at::kFloat));
   }
   return out;

@@ -22,11 +22,11 @@ Qwen3Config parseQwen3Config(const nlohmann::json& j, const std::string& f) {
   getConfigValue(j, "attention_bias", c.attention_bias, f);
   getConfigValue(j, "hidden_act", c.hidden_act, f);
   if (c.hidden_act != "silu")
-    throw ModelFileError(f, "config key 'hidden_act' must be \"silu\" for Qwen3, got \"" +
-                                c.hidden_act + "\"");
+    throw ModelFileError(
+        f, "config key 'hidden_act' must be \"silu\" for Qwen3, got \"" + c.hidden_act + "\"");
   if (c.head_dim % 2 != 0)
-    throw ModelFileError(f, "config key 'head_dim' must be even (RoPE), got " +
-                                std::to_string(c.head_dim));
+    throw ModelFileError(
+        f, "config key 'head_dim' must be even (RoPE), got " + std::to_string(c.head_dim));
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     throw ModelFileError(f, "config key 'num_attention_heads' (" +
                                 std::to_string(c.num_attention_heads) +
@@ -47,8 +47,9 @@ Qwen3Config parseQwen3Config(const nlohmann::json& j, const std::string& f) {
   bool sliding = false;
   getConfigValue(j, "use_sliding_window", sliding, f);
   if (sliding)
-    throw ModelFileError(f, "config key 'use_sliding_window' is true; sliding-window attention "
-                            "is not supported");
+    throw ModelFileError(f,
+                         "config key 'use_sliding_window' is true; sliding-window attention "
+                         "is not supported");
   return c;
 }
 

@@ -1,5 +1,6 @@
-// transformers Qwen3Config (models/qwen3/configuration_qwen3.py), read from text_encoder/config.json
-// (FLUX.2 [klein]'s text encoder, a Qwen3ForCausalLM checkpoint). Torch-free.
+// transformers Qwen3Config (models/qwen3/configuration_qwen3.py), read from
+// text_encoder/config.json (FLUX.2 [klein]'s text encoder, a Qwen3ForCausalLM checkpoint).
+// Torch-free.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>

@@ -1,0 +1,81 @@
+#include "backend/pipelines/flux2/flux2_pipeline_config.h"
+
+#include <algorithm>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "backend/io/config_json.h"
+#include "backend/models/registry.h"
+
+namespace dit {
+
+Flux2PipelineConfig parseFlux2PipelineConfig(const std::string& path,
+                                             const std::string& transformerClass) {
+  Flux2PipelineConfig m;
+  {
+    const std::string f = path + "/model_index.json";
+    getConfigValue(readConfigJson(f), "is_distilled", m.is_distilled, f);
+  }
+  {
+    const std::string f = path + "/transformer/config.json";
+    const nlohmann::json j = readConfigJson(f);
+    m.transformer = parseFlux2TransformerConfig(j, f);
+    m.dims = transformerFamily(transformerClass, f).dims(j, f);
+  }
+  {
+    const std::string f = path + "/text_encoder/config.json";
+    m.text_encoder = parseQwen3Config(readConfigJson(f), f);
+    const int maxLayer =
+        *std::max_element(m.text_encoder_out_layers.begin(), m.text_encoder_out_layers.end());
+    if (m.text_encoder.num_hidden_layers < maxLayer)
+      throw ModelFileError(f, "num_hidden_layers " +
+                                  std::to_string(m.text_encoder.num_hidden_layers) +
+                                  " is below the layer " + std::to_string(maxLayer) +
+                                  " whose hidden states FLUX.2 [klein] stacks");
+    const long long stacked =
+        static_cast<long long>(m.text_encoder_out_layers.size()) * m.text_encoder.hidden_size;
+    if (stacked != m.transformer.joint_attention_dim)
+      throw ModelFileError(f, "hidden_size " + std::to_string(m.text_encoder.hidden_size) + " x " +
+                                  std::to_string(m.text_encoder_out_layers.size()) +
+                                  " stacked layers = " + std::to_string(stacked) +
+                                  " differs from the transformer's joint_attention_dim " +
+                                  std::to_string(m.transformer.joint_attention_dim));
+  }
+  {
+    const std::string f = path + "/vae/config.json";
+    const nlohmann::json j = readConfigJson(f);
+    m.vae = parseAutoencoderKLConfig(j, f);
+    getConfigValue(j, "batch_norm_eps", m.batch_norm_eps, f, {0, 1});
+    if (m.vae.latent_channels * 4 != m.transformer.in_channels)
+      throw ModelFileError(f, "latent_channels " + std::to_string(m.vae.latent_channels) +
+                                  " x 4 (2x2 patches) differs from the transformer's "
+                                  "in_channels " +
+                                  std::to_string(m.transformer.in_channels));
+  }
+  {
+    const std::string f = path + "/scheduler/scheduler_config.json";
+    m.scheduler = parseSchedulerConfig(readConfigJson(f), f);
+  }
+  m.dims.vae_scale_factor = m.vae.vaeScaleFactor();
+  m.max_sequence_length = 512;
+  return m;
+}
+
+PipelineFamily flux2KleinPipelineFamily() {
+  PipelineFamily f;
+  f.class_name = "Flux2KleinPipeline";
+  f.components = {"transformer", "text_encoder", "tokenizer", "vae", "scheduler"};
+  f.transformer_component = "transformer";
+  f.parse = [](const ModelFolder& folder) -> std::shared_ptr<const PipelineConfig> {
+    if (!folder.components.empty())
+      throw ModelFileError(folder.path,
+                           "FLUX.2 [klein] is read from a diffusers folder only: single-file "
+                           "checkpoints and --config/--vae/--text-encoder/--tokenizer are "
+                           "supported for FLUX.1");
+    return std::make_shared<Flux2PipelineConfig>(
+        parseFlux2PipelineConfig(folder.path, folder.transformer_class));
+  };
+  return f;
+}
+
+}  // namespace dit
