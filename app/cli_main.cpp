@@ -157,7 +157,7 @@ void refuseMemory(const CliOptions& o, const ModelFolder& model,
   }
   rd.text_len =
       g.max_sequence_length > 0 ? g.max_sequence_length : model.config->max_sequence_length;
-  rd.true_cfg = g.trueCfg();
+  rd.true_cfg = model.config->runsCfg(g.trueCfg(), g.guidance);
   const bool cuda = o.device == "cuda";
   const MemoryEstimate est =
       estimateRequestMemory(model, o.strategy, rd, o.dtype == "float32" ? 4 : 2, !cuda);

@@ -195,7 +195,7 @@ std::string validateStrategyForRequest(const Strategy& s, const ModelFolder& m,
     }
   }
   r.text_len = p.max_sequence_length > 0 ? p.max_sequence_length : m.config->max_sequence_length;
-  r.true_cfg = p.trueCfg();
+  r.true_cfg = m.config->runsCfg(p.trueCfg(), p.guidance);
   r.num_images = numImages;
   return joinIssues(validateForRequest(s, modelDims(m), r));
 }

@@ -2,12 +2,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "backend/io/safetensors.h"
-#include <filesystem>
-
 #include "backend/pipelines/flux/flux_pipeline_config.h"
 #include "backend/pipelines/flux2/flux2_pipeline_config.h"
 #include "parallel/tensor_parallel/sharding_plan.h"
@@ -47,9 +46,9 @@ MemoryEstimate estimateRequestMemory(const ModelFolder& m, const Strategy& s, co
                                      int64_t elementBytes, bool scoresMaterialized) {
   // The family's VAE config (FLUX.1 and FLUX.2 pipelines); sizes of the transformer come from
   // its declared dims, whatever the family.
-  const AutoencoderKLConfig& vaeCfg =
-      m.pipeline_class == "Flux2KleinPipeline" ? m.configAs<Flux2PipelineConfig>().vae
-                                               : m.configAs<FluxPipelineConfig>().vae;
+  const AutoencoderKLConfig& vaeCfg = m.pipeline_class == "Flux2KleinPipeline"
+                                          ? m.configAs<Flux2PipelineConfig>().vae
+                                          : m.configAs<FluxPipelineConfig>().vae;
   const ModelDims& dims = m.dims();
   const uint64_t eb = static_cast<uint64_t>(std::max<int64_t>(1, elementBytes));
   MemoryEstimate e;
@@ -73,8 +72,8 @@ MemoryEstimate estimateRequestMemory(const ModelFolder& m, const Strategy& s, co
   const uint64_t ring = static_cast<uint64_t>(std::max(1, s.ring_degree));
   const uint64_t ulysses = static_cast<uint64_t>(std::max(1, s.ulysses_degree));
   const uint64_t localTokens = ceilDiv(tokens, ring * ulysses);
-  const uint64_t inner =
-      static_cast<uint64_t>(dims.num_attention_heads) * static_cast<uint64_t>(dims.attention_head_dim);
+  const uint64_t inner = static_cast<uint64_t>(dims.num_attention_heads) *
+                         static_cast<uint64_t>(dims.attention_head_dim);
   const uint64_t heads =
       ceilDiv(static_cast<uint64_t>(dims.num_attention_heads), static_cast<uint64_t>(tp) * ulysses);
   // Live tensors of a single block at its peak: input and residual, q/k/v (sharded by tp),

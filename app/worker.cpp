@@ -581,7 +581,7 @@ class Worker {
       rd.width = base.width;
       rd.height = base.height;
       rd.text_len = base.max_sequence_length;
-      rd.true_cfg = base.trueCfg();
+      rd.true_cfg = pipe_->model().config->runsCfg(base.trueCfg(), base.guidance);
       rd.num_images = numImages;
       auto issues = validateForRequest(s_, dims(pipe_->model()), rd);
       if (!issues.empty()) throw std::invalid_argument(joinIssues(issues));
@@ -817,7 +817,7 @@ class Worker {
         rd.width = base.width;
         rd.height = base.height;
         rd.text_len = base.max_sequence_length;
-        rd.true_cfg = base.trueCfg();
+        rd.true_cfg = pipe_->model().config->runsCfg(base.trueCfg(), base.guidance);
         rd.num_images = numImages;
         const bool cuda = device_.rfind("cuda", 0) == 0;
         const MemoryEstimate est =

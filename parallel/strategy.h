@@ -53,7 +53,9 @@ struct ModelDims {
 struct RequestDims {
   int width = 0, height = 0;  ///< pixels
   int text_len = 0;           ///< T5 max_sequence_length (text tokens)
-  bool true_cfg = false;      ///< negative prompt given and true_cfg_scale > 1
+  /// The request runs an unconditional (CFG) branch: a negative prompt and true_cfg_scale > 1,
+  /// or guidance > 1 on classic-CFG models (PipelineConfig::runsCfg).
+  bool true_cfg = false;
   int num_images = 1;
   int imageTokens(int vae_scale_factor) const {
     return (height / (2 * vae_scale_factor)) * (width / (2 * vae_scale_factor));

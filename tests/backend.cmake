@@ -71,7 +71,8 @@ endforeach()
 add_executable(test_flux2_cli test_flux2_cli.cpp)
 target_link_libraries(test_flux2_cli PRIVATE dit_backend GTest::gtest GTest::gtest_main)
 target_compile_definitions(test_flux2_cli PRIVATE
-  DITSTUDIO_FIXTURE="${DITSTUDIO_TEST_DATA}/tiny-flux2-A" DITSTUDIO_CLI="$<TARGET_FILE:ditstudio-cli>")
+  DITSTUDIO_FIXTURE="${DITSTUDIO_TEST_DATA}/tiny-flux2-A" DITSTUDIO_CLI="$<TARGET_FILE:ditstudio-cli>"
+  DITSTUDIO_FLUX1_LORA="${DITSTUDIO_TEST_DATA}/tiny-flux-A/lora/lora-diffusers.safetensors")
 target_precompile_headers(test_flux2_cli REUSE_FROM dit_backend)
 add_dependencies(test_flux2_cli ditstudio-cli ditstudio-worker)
 gtest_add_tests(TARGET test_flux2_cli TEST_LIST _flux2_cli_tests)

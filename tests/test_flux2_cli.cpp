@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -21,16 +22,18 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string tmp(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("ditstudio_flux2_cli_" + std::to_string(::getpid()));
+  const fs::path d =
+      fs::temp_directory_path() / ("ditstudio_flux2_cli_" + std::to_string(::getpid()));
   fs::create_directories(d);
   return (d / name).string();
 }
 
 // Runs run 0 with `flags`; returns the exit status and fills `log`.
-int runCli(const std::string& flags, const std::string& out, std::string& log) {
+int runCli(const std::string& flags, const std::string& out, std::string& log,
+           const std::string& model = test::fixtureDir()) {
   const auto& r = test::goldenJson().at("runs").at(0);
   std::ostringstream cmd;
-  cmd << DITSTUDIO_CLI << " --model '" << test::fixtureDir() << "' --prompt '"
+  cmd << DITSTUDIO_CLI << " --model '" << model << "' --prompt '"
       << r.at("prompt").get<std::string>() << "' --seed 42 --width 32 --height 32 --steps 4"
       << " --guidance 4 " << flags << " --output '" << out << ".png' --output-tensors '" << out
       << ".safetensors' > '" << out << ".log' 2>&1";
@@ -70,7 +73,8 @@ INSTANTIATE_TEST_SUITE_P(
                       std::pair<std::string, std::string>{"ring2", "--ring-degree 2"},
                       std::pair<std::string, std::string>{"cfg2", "--cfg-degree 2"},
                       std::pair<std::string, std::string>{
-                          "tp2_ulysses2_anything", "--tp-degree 2 --ulysses-degree 2 --ulysses-anything"}),
+                          "tp2_ulysses2_anything",
+                          "--tp-degree 2 --ulysses-degree 2 --ulysses-anything"}),
     [](const auto& info) { return info.param.first; });
 
 TEST(Flux2CliDataParallel, TwoReplicasTwoSeeds) {
@@ -91,4 +95,48 @@ TEST(Flux2CliRefusals, FeaturesOfFlux1OnlyAreNamed) {
   EXPECT_NE(log.find("not supported for FLUX.2"), std::string::npos) << log;
   EXPECT_NE(runCli("--tp-degree 4", tmp("tp4"), log), 0);
   EXPECT_NE(log.find("num_attention_heads"), std::string::npos) << log;
+}
+
+// A diffusers/PEFT LoRA on FLUX.2 modules (an attention projection, the fused SwiGLU input and
+// the single blocks' fused QKV+MLP projection, the last two packed column-wise under tp) gives
+// the image of the same deltas merged into the checkpoint, on one rank and under tp 2; a
+// FLUX.1 LoRA is refused naming the module it lacks.
+TEST(Flux2CliLora, EqualsMergedWeightsOnOneRankAndTp2) {
+  namespace t = dit::test;
+  const fs::path merged = t::copyFixture("merged");
+  const std::string wfile = (merged / "transformer/diffusion_pytorch_model.safetensors").string();
+  std::map<std::string, at::Tensor> weights;
+  {
+    SafetensorsCollection c(wfile);
+    for (const auto& n : c.names()) weights[n] = loadTensor(c, n, at::kFloat).clone();
+  }
+  at::manual_seed(7);
+  std::map<std::string, at::Tensor> lora;
+  for (const std::string m : {"transformer_blocks.0.attn.to_q", "transformer_blocks.0.ff.linear_in",
+                              "single_transformer_blocks.0.attn.to_qkv_mlp_proj"}) {
+    at::Tensor& w = weights.at(m + ".weight");
+    const at::Tensor a = (at::rand({2, w.size(1)}) - 0.5) * 0.6;  // lora_A [r, in]
+    const at::Tensor b = (at::rand({w.size(0), 2}) - 0.5) * 0.6;  // lora_B [out, r]
+    lora["transformer." + m + ".lora_A.weight"] = a;
+    lora["transformer." + m + ".lora_B.weight"] = b;
+    w = w + at::matmul(b, a);  // no alpha: scale 1
+  }
+  saveTensors(wfile, weights);
+  const std::string loraFile = tmp("flux2_lora.safetensors");
+  saveTensors(loraFile, lora);
+
+  std::string log;
+  const std::string ref = tmp("lora_merged");
+  ASSERT_EQ(runCli("", ref, log, merged.string()), 0) << log;
+  const at::Tensor want = load(ref + ".safetensors", "image");
+  // The LoRA changes the picture (else the comparison below says nothing).
+  EXPECT_GT(t::maxAbsDiff(want, t::golden("run.0.image")), 1e-2);
+  for (const std::string flags : {"", "--tp-degree 2"}) {
+    const std::string out = tmp(flags.empty() ? "lora_one_rank" : "lora_tp2");
+    ASSERT_EQ(runCli(flags + " --lora '" + loraFile + "'", out, log), 0) << log;
+    EXPECT_LE(t::maxAbsDiff(load(out + ".safetensors", "image"), want), 1e-5) << flags;
+  }
+  const std::string flux1 = std::string(DITSTUDIO_FLUX1_LORA);
+  EXPECT_NE(runCli("--lora '" + flux1 + "'", tmp("lora_flux1"), log), 0);
+  EXPECT_NE(log.find("does not exist in this model"), std::string::npos) << log;
 }

@@ -26,9 +26,9 @@
 #include "backend/models/flux/flux_plan.h"
 #include "backend/models/flux/transformer_flux.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
-#include "tp_test_util.h"
 #include "parallel/device_mesh.h"
 #include "parallel/strategy.h"
+#include "tp_test_util.h"
 
 using namespace dit;
 

@@ -19,9 +19,9 @@
 #include "backend/models/flux/transformer_flux.h"
 #include "backend/nn/lora_loader.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
-#include "tp_test_util.h"
 #include "parallel/device_mesh.h"
 #include "parallel/strategy.h"
+#include "tp_test_util.h"
 
 using namespace dit;
 using tensor_parallel::PreparedLora;

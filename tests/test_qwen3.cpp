@@ -3,15 +3,14 @@
 // (diffusers Flux2KleinPipeline._get_qwen3_prompt_embeds), and refusal of bad files.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -69,7 +68,8 @@ double expectClose(const at::Tensor& got, const at::Tensor& want, const std::str
 void writeFile(const fs::path& p, const std::string& s) { std::ofstream(p) << s; }
 
 fs::path copyTokenizer(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("qwen_tok_" + name + "_" + std::to_string(getpid()));
+  const fs::path d =
+      fs::temp_directory_path() / ("qwen_tok_" + name + "_" + std::to_string(getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
   for (const char* f : {"vocab.json", "merges.txt", "tokenizer_config.json", "tokenizer.json"})
@@ -270,8 +270,8 @@ TEST(Qwen3Plan, BytesPerRankAndReplicationFallback) {
   EXPECT_NE(why.find("replicated on every rank"), std::string::npos) << why;
   EXPECT_FALSE(plan.validateStrict(table, 4).empty());
   // 1 KV head: k/v stay whole at tp 2; q/o/gate/up/down halve.
-  const int64_t perLayerSharded = (32 * 24) * 2 + (64 * 24) * 3;    // q, o, gate, up, down
-  const int64_t perLayerWhole = (16 * 24) * 2 + 16 * 2 + 24 * 2;     // k, v, q/k norm, 2 norms
+  const int64_t perLayerSharded = (32 * 24) * 2 + (64 * 24) * 3;  // q, o, gate, up, down
+  const int64_t perLayerWhole = (16 * 24) * 2 + 16 * 2 + 24 * 2;  // k, v, q/k norm, 2 norms
   const int64_t embed = 704 * 24;
   const uint64_t one = static_cast<uint64_t>((embed + 27 * (perLayerSharded + perLayerWhole)) * 4);
   const uint64_t two =

@@ -48,12 +48,12 @@ TEST(Qwen3TensorParallel, MatchesOneRankAndHoldsItsShare) {
   const double ratio =
       static_cast<double>(sharded.weightBytes()) / static_cast<double>(single.weightBytes());
   if (worldRank() == 0)
-    std::printf("tp %d: %llu of %llu weight bytes per rank (ratio %.4f), read %llu; %s\n", tp,
-                static_cast<unsigned long long>(sharded.weightBytes()),
-                static_cast<unsigned long long>(single.weightBytes()), ratio,
-                static_cast<unsigned long long>(w->bytesLoaded() - readBefore),
-                sharded.replicatedReason().empty() ? "sharded"
-                                                   : sharded.replicatedReason().c_str());
+    std::printf(
+        "tp %d: %llu of %llu weight bytes per rank (ratio %.4f), read %llu; %s\n", tp,
+        static_cast<unsigned long long>(sharded.weightBytes()),
+        static_cast<unsigned long long>(single.weightBytes()), ratio,
+        static_cast<unsigned long long>(w->bytesLoaded() - readBefore),
+        sharded.replicatedReason().empty() ? "sharded" : sharded.replicatedReason().c_str());
   EXPECT_EQ(sharded.weightBytes(), expected);
   if (tp == 2) {
     EXPECT_TRUE(sharded.replicatedReason().empty()) << sharded.replicatedReason();
@@ -74,7 +74,8 @@ TEST(Qwen3TensorParallel, MatchesOneRankAndHoldsItsShare) {
     const auto a = qwen3PromptEmbeds(tok, sharded, p);
     const auto b = qwen3PromptEmbeds(tok, single, p);
     const double d = (a - b).abs().max().item<double>();
-    const double g = (a[0] - golden("enc.prompt_embeds." + std::to_string(i))).abs().max().item<double>();
+    const double g =
+        (a[0] - golden("enc.prompt_embeds." + std::to_string(i))).abs().max().item<double>();
     if (worldRank() == 0)
       std::printf("prompt %d: tp %d vs one rank max abs diff %.3g, vs golden %.3g\n", i, tp, d, g);
     EXPECT_LE(d, 1e-4) << "prompt " << i;

@@ -11,6 +11,8 @@
 
 #include "backend/io/safetensors.h"
 #include "ui/main_window.h"
+#include "ui/model_info.h"
+#include "ui/validation.h"
 
 using namespace dit::ui;
 
@@ -79,6 +81,28 @@ class TestUiFlux2 : public QObject {
     QVERIFY2(worst <= 1, qPrintable(QString("max 8-bit difference %1").arg(worst)));
     w.stopGroup();
     QTRY_VERIFY_WITH_TIMEOUT(!w.controller()->isRunning(), 30000);
+  }
+
+  // FLUX.2 [klein] base runs CFG whenever guidance > 1 (no negative prompt or true_cfg_scale
+  // needed), so cfg_degree 2 is offered then and refused at guidance 1, as the worker does.
+  void cfgParallelFollowsGuidance() {
+    const ModelInfo info = readModelInfo(model());
+    QVERIFY2(info.ok, qPrintable(info.error));
+    QVERIFY(info.cfg_from_guidance);
+    dit::Strategy s;
+    s.world = 2;
+    s.cfg_degree = 2;
+    GenerationParams p;
+    p.width = p.height = 32;
+    p.guidance = 4.0;
+    QVERIFY(!p.trueCfg());
+    Validation v = validate(s, info, p, info.max_sequence_length);
+    QVERIFY2(v.canGenerate(), qPrintable(v.all().join("; ")));
+    p.guidance = 1.0;
+    v = validate(s, info, p, info.max_sequence_length);
+    QVERIFY(v.canStart());
+    QVERIFY(!v.canGenerate());
+    QVERIFY(v.requestIssues.join(' ').contains("needs true CFG"));
   }
 };
 

@@ -190,7 +190,7 @@ class TestModel : public QObject {
     v = validate(s, m, p, 512);
     QVERIFY(v.canStart());
     QVERIFY(!v.canGenerate());
-    dit::RequestDims rd = requestDims(p, 512);
+    dit::RequestDims rd = requestDims(p, 512, p.trueCfg());
     QStringList all = toList(dit::validateForRequest(s, m.dims(), rd));
     QCOMPARE(v.requestIssues, all);
     p.width = 64;

@@ -648,7 +648,7 @@ void MainWindow::openAdvisor() {
   in.memory_gib_per_device = in.interconnect == Interconnect::CPU ? 8 : 80;
   in.width = p.width;
   in.height = p.height;
-  in.true_cfg = p.trueCfg();
+  in.true_cfg = genPanel_->modelInfo().runsCfg(p.trueCfg(), p.guidance);
   in.images_per_request = p.num_images;
   advisor_->setInput(in);
   advisor_->show();

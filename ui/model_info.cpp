@@ -151,6 +151,7 @@ ModelInfo readModelInfo(const QString& dirIn, const QString& configDir) {
     info.model_dims = m.dims();  // the family's declaration: sizes, plans, parameter table
     info.vae_scale_factor = info.model_dims.vae_scale_factor;
     info.max_sequence_length = m.config->max_sequence_length;
+    info.cfg_from_guidance = m.config->cfg_from_guidance;
     info.components << readComponent(m, "transformer", "diffusion_pytorch_model")
                     << readComponent(m, "text_encoder", "model");
     if (!flux2) info.components << readComponent(m, "text_encoder_2", "model");

@@ -38,6 +38,9 @@ struct ModelInfo {
   // vae/config.json
   int vae_scale_factor = 8;       ///< 2^(len(block_out_channels)-1)
   int max_sequence_length = 512;  ///< the pipeline's default text length (FLUX: T5 tokens)
+  /// CFG runs whenever guidance > 1 (FLUX.2 [klein] base) instead of FLUX.1's true CFG (a
+  /// negative prompt and true_cfg_scale > 1); dit::PipelineConfig::cfg_from_guidance.
+  bool cfg_from_guidance = false;
   QList<ComponentSize> components;
   /// The transformer family's declared ModelDims (sizes, tensor- and context-parallel plans,
   /// parameter table), as dit::ModelFolder::dims() gives them; empty when !ok.
@@ -57,6 +60,11 @@ struct ModelInfo {
   /// The sizes dit::validateForModel needs: model_dims (the registered family's declaration,
   /// never rebuilt from the fields above).
   const dit::ModelDims& dims() const { return model_dims; }
+  /// Whether a request with these parameters runs the CFG branch cfg_degree 2 splits off.
+  /// `true_cfg`: a negative prompt and true_cfg_scale > 1; `guidance`: the request's guidance.
+  bool runsCfg(bool true_cfg, double guidance) const {
+    return cfg_from_guidance ? guidance > 1.0 : true_cfg;
+  }
   /// Multi-line human summary (layers, heads, head dim, parameters).
   QString summary() const;
 };

@@ -4,12 +4,12 @@
 
 namespace dit::ui {
 
-dit::RequestDims requestDims(const GenerationParams& p, int textLen) {
+dit::RequestDims requestDims(const GenerationParams& p, int textLen, bool cfg) {
   dit::RequestDims r;
   r.width = p.width;
   r.height = p.height;
   r.text_len = textLen;
-  r.true_cfg = p.trueCfg();
+  r.true_cfg = cfg;
   r.num_images = p.num_images;
   return r;
 }
@@ -34,7 +34,10 @@ Validation validate(const dit::Strategy& s, const ModelInfo& model, const Genera
   }
   const dit::ModelDims dims = model.dims();
   add(v.startIssues, dit::validateForModel(s, dims));
-  add(v.requestIssues, dit::validateForRequest(s, dims, requestDims(p, textLen)), v.startIssues);
+  add(v.requestIssues,
+      dit::validateForRequest(s, dims,
+                              requestDims(p, textLen, model.runsCfg(p.trueCfg(), p.guidance))),
+      v.startIssues);
   return v;
 }
 

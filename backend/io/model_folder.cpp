@@ -1,5 +1,6 @@
 #include "backend/io/model_folder.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -133,7 +134,10 @@ ModelFolder ModelFolder::open(const ModelSources& s) {
   over("tokenizer_2", s.tokenizer_2);
   const std::string fallback = s.config.empty() ? defaultModelDir() : s.config;
   for (const char* tok : {"tokenizer", "tokenizer_2"}) {
-    if (m.components.count(tok)) continue;
+    // Only the tokenizers this pipeline family has (FLUX.2 [klein] has no tokenizer_2).
+    if (m.components.count(tok) || std::find(family->components.begin(), family->components.end(),
+                                             tok) == family->components.end())
+      continue;
     m.components[tok] = ComponentSource{fallback + "/" + tok, false, "", "",
                                         s.config.empty() ? "embedded" : "--config"};
     m.notes.push_back(std::string(tok) + ": the checkpoint has none; using " +

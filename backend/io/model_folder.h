@@ -30,6 +30,16 @@ struct PipelineConfig {
   /// The pipeline's default number of text tokens (FLUX: min(512, tokenizer_2 model_max_length)),
   /// what a request with max_sequence_length 0 gets.
   int max_sequence_length = 512;
+  /// How the pipeline decides to run the unconditional (CFG) branch that cfg_degree 2 splits
+  /// off. false: FluxPipeline's true CFG (a negative prompt and true_cfg_scale > 1). true:
+  /// classic CFG driven by guidance (Flux2KleinPipeline.do_classifier_free_guidance: guidance
+  /// > 1 on a model that is not distilled; the negative is "" or the negative prompt).
+  bool cfg_from_guidance = false;
+  /// Whether a request runs the CFG branch: `guidance` > 1 when cfg_from_guidance, else
+  /// `true_cfg` (the request's negative prompt and true_cfg_scale > 1).
+  bool runsCfg(bool true_cfg, double guidance) const {
+    return cfg_from_guidance ? guidance > 1.0 : true_cfg;
+  }
 };
 
 /// Where each component comes from: ditstudio-cli / ditstudio-worker --model, --config, --vae,

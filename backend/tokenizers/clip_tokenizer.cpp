@@ -374,14 +374,14 @@ CLIPTokenizer::CLIPTokenizer(const std::string& folder) : impl_(std::make_unique
   const std::string sp = "[^\\S\\x{180E}]";                      // whitespace
   const std::string nsp = "[\\S\\x{180E}]";                      // non-whitespace
   const std::string other = "(?:[^\\s\\p{L}\\p{N}]|\\x{180E})";  // not space, letter, number
-  m.splitRe = std::make_unique<UnicodeRegex>(
-      regexEscape(m.bos) + "|" + regexEscape(m.eos) + "|'s|'t|'re|'ve|'m|'ll|'d|[\\p{L}]+|[\\p{N}]|" +
-          other + "+",
-      "CLIPTokenizer");
-  m.byteLevelRe = std::make_unique<UnicodeRegex>("'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?" +
-                                                     other + "+|" + sp + "+(?!" + nsp + ")|" + sp +
-                                                     "+",
-                                                 "CLIPTokenizer");
+  m.splitRe = std::make_unique<UnicodeRegex>(regexEscape(m.bos) + "|" + regexEscape(m.eos) +
+                                                 "|'s|'t|'re|'ve|'m|'ll|'d|[\\p{L}]+|[\\p{N}]|" +
+                                                 other + "+",
+                                             "CLIPTokenizer");
+  m.byteLevelRe =
+      std::make_unique<UnicodeRegex>("'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?" + other +
+                                         "+|" + sp + "+(?!" + nsp + ")|" + sp + "+",
+                                     "CLIPTokenizer");
 }
 
 CLIPTokenizer::~CLIPTokenizer() = default;

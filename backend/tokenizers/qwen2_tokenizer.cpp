@@ -147,7 +147,8 @@ void Qwen2Tokenizer::Impl::encodeSegment(std::string_view raw, std::vector<int64
   if (raw.empty()) return;
   const bool ascii = std::all_of(raw.begin(), raw.end(),
                                  [](char c) { return static_cast<unsigned char>(c) < 0x80; });
-  const std::string text = ascii ? std::string(raw) : nfcUtf8(raw, "Qwen2Tokenizer");  // ASCII is NFC
+  const std::string text =
+      ascii ? std::string(raw) : nfcUtf8(raw, "Qwen2Tokenizer");  // ASCII is NFC
   const std::string_view sv(text);
   splitRe->forEachMatch(sv, [&](size_t b, size_t e) { bpe(sv.substr(b, e - b), out); });
 }

@@ -71,8 +71,8 @@ std::string nfcUtf8(std::string_view raw, const char* who) {
   icu::UnicodeString text;
   if (U_SUCCESS(err)) text = n->normalize(decoded, err);
   if (U_FAILURE(err))
-    throw std::runtime_error(std::string(who) + ": ICU NFC normalization failed: " +
-                             u_errorName(err));
+    throw std::runtime_error(std::string(who) +
+                             ": ICU NFC normalization failed: " + u_errorName(err));
   std::string out;
   text.toUTF8String(out);
   return out;

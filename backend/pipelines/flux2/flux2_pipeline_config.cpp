@@ -15,6 +15,7 @@ Flux2PipelineConfig parseFlux2PipelineConfig(const std::string& path,
   {
     const std::string f = path + "/model_index.json";
     getConfigValue(readConfigJson(f), "is_distilled", m.is_distilled, f);
+    m.cfg_from_guidance = !m.is_distilled;  // do_classifier_free_guidance: guidance > 1
   }
   {
     const std::string f = path + "/transformer/config.json";
@@ -67,7 +68,12 @@ PipelineFamily flux2KleinPipelineFamily() {
   f.components = {"transformer", "text_encoder", "tokenizer", "vae", "scheduler"};
   f.transformer_component = "transformer";
   f.parse = [](const ModelFolder& folder) -> std::shared_ptr<const PipelineConfig> {
-    if (!folder.components.empty())
+    // ModelFolder::open(ModelSources) lists every component; any that is not the folder's own
+    // (a single file, or --vae/--text-encoder/--tokenizer/--config elsewhere) is refused.
+    bool foreign = false;
+    for (const auto& [name, c] : folder.components)
+      foreign = foreign || c.single_file || c.path != folder.path + "/" + name;
+    if (foreign)
       throw ModelFileError(folder.path,
                            "FLUX.2 [klein] is read from a diffusers folder only: single-file "
                            "checkpoints and --config/--vae/--text-encoder/--tokenizer are "
