@@ -459,7 +459,8 @@ int main(int argc, char** argv) {
   int warmup = 0;
   auto addGen = [&](CLI::App* a) {
     a->add_option("--model", o.model,
-                  "diffusers FLUX.1 folder, single transformer file (BFL / fp8 / ComfyUI scaled "
+                  "diffusers FLUX.1 or FLUX.2 [klein] folder, FLUX.1 single transformer file (BFL "
+                  "/ fp8 / ComfyUI scaled "
                   "fp8) or ComfyUI all-in-one checkpoint (default: the embedded tiny model)");
     addModelSourceOptions(*a, o.src);
     a->add_option("--prompt", o.gen.prompt, "prompt")->capture_default_str();

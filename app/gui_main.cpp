@@ -67,7 +67,8 @@ Args parseArgs(int argc, char** argv) {
 
 const char kUsage[] =
     "usage: ditstudio [--model DIR] [--headless] [--screenshot FILE [--auto-generate]]\n"
-    "  --model DIR        diffusers FLUX.1 folder (default: $DITSTUDIO_MODEL_DIR or the embedded "
+    "  --model DIR        diffusers FLUX.1 or FLUX.2 [klein] folder (default: $DITSTUDIO_MODEL_DIR "
+    "or the embedded "
     "model)\n"
     "  --headless         no window: run the default generation with ditstudio-cli into\n"
     "                     ditstudio-output.png, or -2, -3, ... if taken (also without a display)\n"

@@ -878,7 +878,8 @@ int main(int argc, char** argv) {
   std::string model, dtype = "float32";
   ModelSources src;
   app.add_option("--model", model,
-                 "diffusers FLUX.1 folder, single transformer file or all-in-one checkpoint "
+                 "diffusers FLUX.1 or FLUX.2 [klein] folder, FLUX.1 single transformer file or "
+                 "all-in-one checkpoint "
                  "(default: embedded tiny model)");
   addModelSourceOptions(app, src);
   app.add_option("--dtype", dtype, "float32 | bfloat16 | float16");

@@ -31,7 +31,8 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   auto* row = new QHBoxLayout;
   modelEdit_ = new QLineEdit(modelBox);
   modelEdit_->setPlaceholderText(
-      tr("diffusers FLUX.1 folder, or a single checkpoint file (BFL, fp8, ComfyUI all-in-one)"));
+      tr("diffusers FLUX.1 or FLUX.2 [klein] folder, or a single FLUX.1 checkpoint file (BFL, fp8, "
+         "ComfyUI all-in-one)"));
   auto* browse = new QPushButton(tr("Browse…"), modelBox);
   browse->setToolTip(tr("Choose a diffusers model folder"));
   auto* browseFile = new QPushButton(tr("File…"), modelBox);
