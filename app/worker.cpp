@@ -516,7 +516,7 @@ class Worker {
                                        static_cast<int64_t>(st.size())},
                                       at::kLong);
         world_->send(sizes, 0, 7)->wait();
-        for (const std::string* b : {&h, &png, &st})
+        for (const std::string* b : {&h, static_cast<const std::string*>(&png), static_cast<const std::string*>(&st)})
           if (!b->empty()) {
             at::Tensor t = at::from_blob(const_cast<char*>(b->data()),
                                          {static_cast<int64_t>(b->size())}, at::kByte);
