@@ -268,15 +268,18 @@ void preflight(const CliOptions& o, const protocol::MpirunLaunch& launch) {
   std::string shown;
   for (const auto& [host, ranks] : plan) {
     if (ranks.empty()) continue;
-    shown += (shown.empty() ? "" : "; ") + host + ": rank";
-    for (int r : ranks) shown += " " + std::to_string(r);
+    if (!shown.empty()) shown += "; ";
+    shown += host + ": rank";
+    for (int r : ranks) {
+      shown += ' ';
+      shown += std::to_string(r);
+    }
   }
   std::cerr << "hostfile " << o.hostfile << ": " << shown << std::endl;
   if (o.noPreflight) return;
   const ModelSources s = o.sources();
-  const std::vector<std::string> paths{s.model,        s.config,         s.vae,
-                                       s.text_encoder, s.text_encoder_2, s.tokenizer,
-                                       s.tokenizer_2};
+  const std::vector<std::string> paths{s.model,          s.config,    s.vae,        s.text_encoder,
+                                       s.text_encoder_2, s.tokenizer, s.tokenizer_2};
   const std::string mine = protocol::modelFingerprint(paths);
   std::string failures;
   for (const auto& [host, ranks] : plan) {

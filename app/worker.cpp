@@ -6,9 +6,9 @@
 // then MPI_Abort).
 #include <ATen/ATen.h>
 #include <mpi.h>
+#include <signal.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -446,8 +446,8 @@ class Worker {
     try {
       mine = protocol::modelFingerprint({modelDir_, src_.config, src_.vae, src_.text_encoder,
                                          src_.text_encoder_2, src_.tokenizer, src_.tokenizer_2});
-    } catch (const std::exception& e) {
-      mine = "?";
+    } catch (const std::exception&) {
+      mine = "unreadable";
     }
     char buf[kLen] = {0};
     std::snprintf(buf, sizeof buf, "%s %s", mine.c_str(), hostname().c_str());
@@ -462,6 +462,7 @@ class Worker {
     std::string differ;
     for (int r = 1; r < worldSize(); ++r) {
       const auto [fp, host] = entry(r);
+      if (host != host0) multiHost_ = true;
       if (fp == fp0) continue;
       differ += (differ.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) +
                 " on host " + host + " has fingerprint " + fp;
@@ -496,8 +497,8 @@ class Worker {
         head["cache"] = cacheReport(res);
         head["seconds"] = std::chrono::duration<double>(Clock::now() - tImg).count();
         try {
-          const fs::path dir = fs::temp_directory_path() /
-                               ("ditstudio-result-" + std::to_string(::getpid()));
+          const fs::path dir =
+              fs::temp_directory_path() / ("ditstudio-result-" + std::to_string(::getpid()));
           fs::create_directories(dir);
           json extra{{"model", modelDir_}, {"strategy", s_.describe()}, {"dtype", dtype_}};
           writeImagePng((dir / "image.png").string(), res, made, extra);
@@ -511,12 +512,13 @@ class Worker {
           head["error"] = e.what();
         }
         const std::string h = head.dump();
-        at::Tensor sizes = at::tensor({static_cast<int64_t>(h.size()),
-                                       static_cast<int64_t>(png.size()),
-                                       static_cast<int64_t>(st.size())},
-                                      at::kLong);
+        at::Tensor sizes =
+            at::tensor({static_cast<int64_t>(h.size()), static_cast<int64_t>(png.size()),
+                        static_cast<int64_t>(st.size())},
+                       at::kLong);
         world_->send(sizes, 0, 7)->wait();
-        for (const std::string* b : {&h, static_cast<const std::string*>(&png), static_cast<const std::string*>(&st)})
+        for (const std::string* b :
+             {&h, static_cast<const std::string*>(&png), static_cast<const std::string*>(&st)})
           if (!b->empty()) {
             at::Tensor t = at::from_blob(const_cast<char*>(b->data()),
                                          {static_cast<int64_t>(b->size())}, at::kByte);
@@ -545,8 +547,8 @@ class Worker {
   }
 
   // Rank 0: writes a replica's image (and tensors) where the request asked and reports it.
-  void receiveResult(const protocol::GenerateRequest& req, const json& head,
-                     const std::string& png, const std::string& st, int numImages) {
+  void receiveResult(const protocol::GenerateRequest& req, const json& head, const std::string& png,
+                     const std::string& st, int numImages) {
     const int index = head["index"].get<int>();
     const int src = head["rank"].get<int>();
     const std::string who =
@@ -572,8 +574,7 @@ class Worker {
         if (!out) throw std::runtime_error("cannot write " + file);
       };
       write(path, png);
-      if (!req.output_tensors.empty())
-        write(indexedPath(req.output_tensors, index, numImages), st);
+      if (!req.output_tensors.empty()) write(indexedPath(req.output_tensors, index, numImages), st);
     } catch (const std::exception& e) {
       emitEvent(protocol::errorEvent(
           req.id, src, "cannot write image " + std::to_string(index) + ": " + e.what(), false));
@@ -848,8 +849,9 @@ class Worker {
       // it writes its files to a private temporary folder, sends their bytes to rank 0 (through
       // the group, under the collective timeout), and rank 0 writes them where the user asked
       // and reports the image.
-      if (dp > 1 && shipResults(mine && leader && rank_ != 0, req, request, res, index,
-                                numImages, tImg))
+      // Single-host groups (every rank on rank 0's host name) keep writing where they computed.
+      if (dp > 1 && multiHost_ &&
+          shipResults(mine && leader && rank_ != 0, req, request, res, index, numImages, tImg))
         continue;
       if (mine && leader) {
         std::string path;
@@ -1016,6 +1018,7 @@ class Worker {
   std::vector<Peer> peers_;
   MPI_Comm hb_ = MPI_COMM_NULL;
   int ranksOnHost_ = 1;
+  bool multiHost_ = false;  ///< some rank runs on another host name than rank 0 (issue 18)
   ModelSources src_;
   std::string modelDir_, dtype_, device_ = "cpu", stage_ = "idle";
   int rank_ = 0;
@@ -1031,12 +1034,17 @@ class Worker {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // `ditstudio-worker --model-fingerprint PATH...`: prints the model's fingerprint and exits,
-  // without MPI (the launcher's pre-flight runs it on every host over ssh, issue 18).
+  // `ditstudio-worker --model-fingerprint PATH...`: prints one `file SIZE DIGEST PATH` line per
+  // file, then `fingerprint HEX`, and exits without MPI (the launcher's pre-flight runs it on
+  // every host over ssh and names the files that differ, issue 18). Exit 3 when a path is
+  // missing or unreadable (the cause on stderr).
   if (argc >= 2 && std::string(argv[1]) == "--model-fingerprint") {
     try {
-      std::printf("fingerprint %s\n",
-                  protocol::modelFingerprint(std::vector<std::string>(argv + 2, argv + argc)).c_str());
+      const std::vector<std::string> paths(argv + 2, argv + argc);
+      for (const protocol::FileFingerprint& f : protocol::modelFileFingerprints(paths))
+        std::printf("file %llu %s %s\n", static_cast<unsigned long long>(f.size), f.digest.c_str(),
+                    f.path.c_str());
+      std::printf("fingerprint %s\n", protocol::modelFingerprint(paths).c_str());
       return 0;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "%s\n", e.what());

@@ -7,40 +7,51 @@
 # path, or see where a result was written. 10.77.0.9 is a host that silently drops packets (a
 # static neighbour entry with a MAC nobody has).
 # Usage: multihost_env.sh FIXTURE COMMAND...   runs COMMAND in host a with MH_WORK, MH_HOSTFILE,
-# MH_SSH_OPTIONS, MH_MODEL, MH_MODEL_B, MH_OUT, MH_OUT_B exported. Exit 77 (ctest: skipped) when
-# namespaces, veth or sshd are unavailable (not root, no openssh-server). Everything it made is
-# removed on exit, failure included.
+# MH_SSH_OPTIONS, MH_MODEL, MH_MODEL_B, MH_OUT, MH_OUT_B exported. Where the namespaces or the veth
+# pair cannot be created (not root, no CAP_NET_ADMIN), COMMAND runs once with MH_SKIP_REASON set
+# instead, and every test skips with that reason (GTEST_SKIP). openssh-server missing is a failure
+# (packaging/install-deps.sh installs it). Everything it made is removed on exit, failure included.
 set -uo pipefail
 FIXTURE=$1
 shift
-skip() { echo "SKIPPED: multihost: $*" >&2; exit 77; }
-[ "$(id -u)" = 0 ] || skip "needs root (network namespaces, veth)"
+skip() {
+  echo "multihost: skipped: $*" >&2
+  MH_SKIP_REASON="$*" "${CMD[@]}"
+  exit $?
+}
+fail() { echo "multihost: $*" >&2; exit 1; }
+CMD=("$@")
+[ "$(id -u)" = 0 ] || skip "needs root to create network namespaces and a veth pair"
 SSHD=$(command -v sshd || echo /usr/sbin/sshd)
-[ -x "$SSHD" ] || skip "needs openssh-server (packaging/install-deps.sh installs it)"
-command -v ssh >/dev/null || skip "needs openssh-client"
-command -v ssh-keygen >/dev/null || skip "needs ssh-keygen"
+[ -x "$SSHD" ] || fail "needs openssh-server (sshd): sudo bash packaging/install-deps.sh"
+command -v ssh >/dev/null || fail "needs openssh-client (ssh): sudo bash packaging/install-deps.sh"
+command -v ssh-keygen >/dev/null || fail "needs ssh-keygen (openssh-client)"
 
 ID=$$
 NA=mh$ID-a NB=mh$ID-b
 WORK=$(mktemp -d /tmp/ditstudio-multihost.XXXXXX)
 cleanup() {
   local rc=$?
-  [ -f "$WORK/sshd.pid" ] && kill "$(cat "$WORK/sshd.pid")" 2>/dev/null
-  [ -f "$WORK/holder.pid" ] && kill "$(cat "$WORK/holder.pid")" 2>/dev/null
-  # Ranks left behind by a failed test (their command line names this test's folder).
-  for p in $(pgrep -f -- "$WORK/model" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+  trap - EXIT INT TERM
+  # Every process of either host (sshd, ranks, mpirun's daemons, a stuck launcher), then the
+  # namespaces themselves (the veth pair goes with them).
+  for n in "$NB" "$NA"; do
+    for p in $(ip netns pids "$n" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+  done
+  [ -f "$WORK/sshd.pid" ] && kill -9 "$(cat "$WORK/sshd.pid")" 2>/dev/null
   ip netns del "$NA" 2>/dev/null
   ip netns del "$NB" 2>/dev/null
-  umount "$WORK/model" "$WORK/out" 2>/dev/null
   rm -rf "$WORK"
   exit $rc
 }
 trap cleanup EXIT INT TERM
 
-ip netns add "$NA" 2>/dev/null || skip "cannot create network namespaces (ip netns add)"
-ip netns add "$NB" || skip "cannot create a second network namespace"
-ip link add "v$ID-a" netns "$NA" type veth peer name "v$ID-b" netns "$NB" ||
-  skip "cannot create a veth pair"
+ip netns add "$NA" 2>"$WORK/netns.err" ||
+  skip "cannot create a network namespace (ip netns add: $(head -c 200 "$WORK/netns.err"))"
+ip netns add "$NB" 2>"$WORK/netns.err" ||
+  skip "cannot create a second network namespace ($(head -c 200 "$WORK/netns.err"))"
+ip link add "v$ID-a" netns "$NA" type veth peer name "v$ID-b" netns "$NB" 2>"$WORK/netns.err" ||
+  skip "cannot create a veth pair ($(head -c 200 "$WORK/netns.err"))"
 ip -n "$NA" addr add 10.77.0.1/24 dev "v$ID-a"
 ip -n "$NB" addr add 10.77.0.2/24 dev "v$ID-b"
 for n in "$NA" "$NB"; do ip -n "$n" link set lo up; done
@@ -72,13 +83,13 @@ mkdir -p /run/sshd
 ip netns exec "$NB" unshare --mount --uts --propagation private bash -c "
   hostname mh-host-b
   mount --bind '$WORK/model-b' '$WORK/model' && mount --bind '$WORK/out-b' '$WORK/out' &&
-  exec '$SSHD' -f '$WORK/ssh/sshd_config' -E '$WORK/sshd.log'" || skip "cannot start sshd in host b"
+  exec '$SSHD' -f '$WORK/ssh/sshd_config' -E '$WORK/sshd.log'" || fail "cannot start sshd in host b"
 for _ in $(seq 50); do [ -s "$WORK/sshd.pid" ] && break; sleep 0.1; done
-[ -s "$WORK/sshd.pid" ] || { cat "$WORK/sshd.log" >&2; skip "sshd did not start"; }
+[ -s "$WORK/sshd.pid" ] || { cat "$WORK/sshd.log" >&2; fail "sshd did not start in host b"; }
 
 printf '10.77.0.1 slots=1\n10.77.0.2 slots=1\n' > "$WORK/hostfile"
 export MH_WORK=$WORK MH_HOSTFILE=$WORK/hostfile MH_MODEL=$WORK/model MH_MODEL_B=$WORK/model-b
 export MH_OUT=$WORK/out MH_OUT_B=$WORK/out-b
 export MH_SSH_OPTIONS="-i $WORK/ssh/user_key -o UserKnownHostsFile=$WORK/ssh/known_hosts -o StrictHostKeyChecking=yes"
 export OMP_NUM_THREADS=1
-ip netns exec "$NA" "$@"
+ip netns exec "$NA" "${CMD[@]}"

@@ -30,15 +30,16 @@ std::string quote(const std::string& s) {
   return r + "'";
 }
 
-struct Run {
+struct CliRun {
   int rc = -1;
   std::string log;
   double seconds = 0;
 };
 
 // ditstudio-cli on golden run 0 over the two hosts; `out` is a stem under MH_OUT.
-Run runCli(const std::string& flags, const std::string& out,
-           const std::string& hostfile = env("MH_HOSTFILE"), const std::string& prefix = "") {
+CliRun runCli(const std::string& flags, const std::string& out,
+              const std::string& hostfile = env("MH_HOSTFILE"), const std::string& prefix = "",
+              const std::string& sshOptions = env("MH_SSH_OPTIONS")) {
   const auto& c = goldenJson()["cases"]["runs"][0];
   const std::string stem = env("MH_OUT") + "/" + out;
   std::ostringstream cmd;
@@ -47,12 +48,12 @@ Run runCli(const std::string& flags, const std::string& out,
       << c["width"].get<int>() << " --height " << c["height"].get<int>() << " --steps "
       << c["steps"].get<int>() << " --guidance " << c["guidance"].get<double>()
       << " --max-sequence-length 48 --hostfile " << quote(hostfile) << " --ssh-options "
-      << quote(env("MH_SSH_OPTIONS")) << " --network-interface 10.77.0.0/24 " << flags
-      << " --output " << quote(stem + ".png") << " --output-tensors "
-      << quote(stem + ".safetensors") << " > " << quote(stem + ".log") << " 2>&1";
+      << quote(sshOptions) << " --network-interface 10.77.0.0/24 " << flags << " --output "
+      << quote(stem + ".png") << " --output-tensors " << quote(stem + ".safetensors") << " > "
+      << quote(stem + ".log") << " 2>&1";
   const auto t0 = std::chrono::steady_clock::now();
   const int rc = std::system(cmd.str().c_str());
-  Run r;
+  CliRun r;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.rc = WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
   std::ifstream in(stem + ".log");
@@ -67,8 +68,9 @@ at::Tensor load(const std::string& file, const std::string& name) {
 
 // Processes of this test's group still alive (their command line names the test's model path).
 std::string leftovers() {
-  std::string cmd = "pgrep -af -- " + quote("ditstudio-worker --model " + env("MH_MODEL")) +
-                    " 2>/dev/null";
+  // "[d]" keeps the pattern from matching the shell that runs pgrep.
+  std::string cmd =
+      "pgrep -af -- " + quote("[d]itstudio-worker --model " + env("MH_MODEL")) + " 2>/dev/null";
   std::string out;
   if (FILE* p = ::popen(cmd.c_str(), "r")) {
     char buf[512];
@@ -81,7 +83,8 @@ std::string leftovers() {
 // Gives host b another checkpoint at the same path: one float32 of the transformer nudged in
 // its last mantissa bits (finite, so only a fingerprint can tell).
 void perturbModelB() {
-  const fs::path f = fs::path(env("MH_MODEL_B")) / "transformer/diffusion_pytorch_model.safetensors";
+  const fs::path f =
+      fs::path(env("MH_MODEL_B")) / "transformer/diffusion_pytorch_model.safetensors";
   std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
   ASSERT_TRUE(io) << f;
   std::uint64_t headerLen = 0;
@@ -103,7 +106,10 @@ void restoreModelB() {
 class MultiHost : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (env("MH_HOSTFILE").empty()) GTEST_SKIP() << "run through tests/multihost_env.sh";
+    if (!env("MH_SKIP_REASON").empty())
+      GTEST_SKIP() << "multihost: skipped: " << env("MH_SKIP_REASON");
+    if (env("MH_HOSTFILE").empty())
+      GTEST_SKIP() << "multihost: skipped: run through tests/multihost_env.sh (ctest -L multihost)";
   }
   void TearDown() override {
     // Everything ended: no rank of this test's group left on either host.
@@ -114,7 +120,7 @@ class MultiHost : public ::testing::Test {
 };
 
 void expectParity(const std::string& name, const std::string& flags) {
-  const Run r = runCli(flags, name);
+  const CliRun r = runCli(flags, name);
   ASSERT_EQ(r.rc, 0) << r.log;
   EXPECT_NE(r.log.find("10.77.0.1: rank 0; 10.77.0.2: rank 1"), std::string::npos) << r.log;
   EXPECT_NE(r.log.find("pre-flight 10.77.0.2: ok"), std::string::npos) << r.log;
@@ -134,7 +140,7 @@ TEST_F(MultiHost, Ulysses2MatchesOneRank) { expectParity("ulysses2", "--ulysses-
 
 TEST_F(MultiHost, Dp2ResultsComeHome) {
   // Replica 1 computes on host b; both images must be written where the user asked, on host a.
-  const Run r = runCli("--dp-degree 2 --num-images 2", "dp2");
+  const CliRun r = runCli("--dp-degree 2 --num-images 2", "dp2");
   ASSERT_EQ(r.rc, 0) << r.log;
   const std::string stem = env("MH_OUT") + "/dp2";
   ASSERT_TRUE(fs::exists(stem + "-0.safetensors")) << r.log;
@@ -147,16 +153,20 @@ TEST_F(MultiHost, Dp2ResultsComeHome) {
 
 TEST_F(MultiHost, DifferentCheckpointRefusedBeforeStart) {
   perturbModelB();
-  const Run r = runCli("--tp-degree 2", "mismatch");
+  const CliRun r = runCli("--tp-degree 2", "mismatch");
   restoreModelB();
   EXPECT_NE(r.rc, 0) << r.log;
   EXPECT_NE(r.log.find("host 10.77.0.2 holds a different model"), std::string::npos) << r.log;
+  EXPECT_NE(r.log.find("transformer/diffusion_pytorch_model.safetensors differs (same size)"),
+            std::string::npos)
+      << r.log;
+  EXPECT_EQ(r.log.find("process group ready"), std::string::npos) << "mpirun was started";
   EXPECT_FALSE(fs::exists(env("MH_OUT") + "/mismatch.png"));
 }
 
 TEST_F(MultiHost, DifferentCheckpointRefusedInsideTheGroup) {
   perturbModelB();
-  const Run r = runCli("--tp-degree 2 --no-preflight", "mismatch2");
+  const CliRun r = runCli("--tp-degree 2 --no-preflight", "mismatch2");
   restoreModelB();
   EXPECT_NE(r.rc, 0) << r.log;
   EXPECT_NE(r.log.find("model differs between hosts"), std::string::npos) << r.log;
@@ -167,10 +177,11 @@ TEST_F(MultiHost, DifferentCheckpointRefusedInsideTheGroup) {
 TEST_F(MultiHost, MissingModelNamed) {
   const fs::path b(env("MH_MODEL_B"));
   fs::rename(b / "model_index.json", b / "model_index.json.away");
-  Run r = runCli("--tp-degree 2", "missing");
+  CliRun r = runCli("--tp-degree 2", "missing");
   EXPECT_NE(r.rc, 0) << r.log;
   EXPECT_NE(r.log.find("host 10.77.0.2"), std::string::npos) << r.log;
   EXPECT_NE(r.log.find("different model"), std::string::npos) << r.log;
+  EXPECT_NE(r.log.find("model_index.json missing there"), std::string::npos) << r.log;
   // Past the pre-flight, the rank on host b names the missing file.
   r = runCli("--tp-degree 2 --no-preflight", "missing2");
   fs::rename(b / "model_index.json.away", b / "model_index.json");
@@ -179,18 +190,21 @@ TEST_F(MultiHost, MissingModelNamed) {
 }
 
 TEST_F(MultiHost, KilledRemoteRankNamedAndGroupEnded) {
-  const Run r = runCli("--tp-degree 2", "killed", env("MH_HOSTFILE"),
-                       "DITSTUDIO_FAULT_RANK=1 DITSTUDIO_FAULT=kill_at_step:1 ");
+  const CliRun r = runCli("--tp-degree 2", "killed", env("MH_HOSTFILE"),
+                          "DITSTUDIO_FAULT_RANK=1 DITSTUDIO_FAULT=kill_at_step:1 ");
   EXPECT_NE(r.rc, 0) << r.log;
-  EXPECT_NE(r.log.find("rank 1"), std::string::npos) << r.log;
+  // mpirun's report, parsed: the rank, its pid and host, the signal.
+  EXPECT_NE(r.log.find("error: rank 1 (pid "), std::string::npos) << r.log;
+  EXPECT_NE(r.log.find(" on 10.77.0.2) was killed by signal 9"), std::string::npos) << r.log;
   EXPECT_LT(r.seconds, 60) << r.log;
+  std::printf("  killed remote rank named, group ended in %.1f s\n", r.seconds);
 }
 
 TEST_F(MultiHost, UnreachableHostBounded) {
   // 10.77.0.9 drops every packet silently (no ARP answer, no reset).
   const std::string hf = env("MH_WORK") + "/hostfile-unreachable";
   std::ofstream(hf) << "10.77.0.1 slots=1\n10.77.0.9 slots=1\n";
-  const Run r = runCli("--tp-degree 2", "unreachable", hf);
+  const CliRun r = runCli("--tp-degree 2", "unreachable", hf);
   EXPECT_NE(r.rc, 0) << r.log;
   EXPECT_NE(r.log.find("host 10.77.0.9"), std::string::npos) << r.log;
   EXPECT_LT(r.seconds, 30) << r.log;
@@ -200,7 +214,27 @@ TEST_F(MultiHost, UnreachableHostBounded) {
 TEST_F(MultiHost, HostfileWithoutSlotsRefused) {
   const std::string hf = env("MH_WORK") + "/hostfile-noslots";
   std::ofstream(hf) << "10.77.0.1\n10.77.0.2\n";
-  const Run r = runCli("--tp-degree 2", "noslots", hf);
+  const CliRun r = runCli("--tp-degree 2", "noslots", hf);
   EXPECT_EQ(r.rc, 2) << r.log;
   EXPECT_NE(r.log.find("line 1: host 10.77.0.1 has no slots=N"), std::string::npos) << r.log;
+}
+
+TEST_F(MultiHost, UnknownHostKeyRefusedWithoutWaiting) {
+  // Host b's key is not in known_hosts: ssh must fail at once (BatchMode), never prompt, both in
+  // the pre-flight and in mpirun's own launch of the remote daemon.
+  const std::string kh = env("MH_WORK") + "/known_hosts-empty";
+  std::ofstream(kh).flush();
+  std::string opts = env("MH_SSH_OPTIONS");
+  opts = opts.substr(0, opts.find(" -o UserKnownHostsFile=")) + " -o UserKnownHostsFile=" + kh;
+  CliRun r = runCli("--tp-degree 2", "hostkey", env("MH_HOSTFILE"), "", opts);
+  EXPECT_NE(r.rc, 0) << r.log;
+  EXPECT_NE(r.log.find("host 10.77.0.2: ssh cannot log in without a prompt"), std::string::npos)
+      << r.log;
+  EXPECT_NE(r.log.find("Host key verification failed"), std::string::npos) << r.log;
+  EXPECT_LT(r.seconds, 15) << r.log;
+  r = runCli("--tp-degree 2 --no-preflight", "hostkey2", env("MH_HOSTFILE"), "", opts);
+  EXPECT_NE(r.rc, 0) << r.log;
+  EXPECT_LT(r.seconds, 30) << r.log;
+  EXPECT_FALSE(fs::exists(env("MH_OUT") + "/hostkey2.png"));
+  std::printf("  unknown host key refused in %.1f s (mpirun's own ssh)\n", r.seconds);
 }

@@ -475,23 +475,10 @@ TEST(Protocol, MpirunCommandLine) {
               "-x",
               "OMP_NUM_THREADS=4"};
   for (const std::string& n : env) expected.insert(expected.end(), {"-x", n});
-  expected.insert(expected.end(), {"/opt/ditstudio/bin/ditstudio-worker",
-              "--model",
-              "/models/tiny-flux",
-              "--tp-degree",
-              "1",
-              "--ring-degree",
-              "2",
-              "--ulysses-degree",
-              "1",
-              "--cfg-degree",
-              "1",
-              "--dp-degree",
-              "1",
-              "--device",
-              "cpu",
-              "--dtype",
-              "bfloat16"});
+  expected.insert(expected.end(), {"/opt/ditstudio/bin/ditstudio-worker", "--model",
+                                   "/models/tiny-flux", "--tp-degree", "1", "--ring-degree", "2",
+                                   "--ulysses-degree", "1", "--cfg-degree", "1", "--dp-degree", "1",
+                                   "--device", "cpu", "--dtype", "bfloat16"});
   EXPECT_EQ(mpirunArgv(l), expected);
   // Hostfile groups use the interfaces the user names (issue 16).
   l.network_interface = "eth1";
@@ -600,8 +587,25 @@ TEST(Protocol, ModelFingerprint) {
   EXPECT_NE(modelFingerprint({d.string()}), fp);
   put(d / "transformer/diffusion_pytorch_model.safetensors", big);
   EXPECT_EQ(modelFingerprint({d.string()}), fp);
+  // Per file: the pre-flight names what differs on another host.
+  const auto here = modelFileFingerprints({d.string()});
+  ASSERT_EQ(here.size(), 2u);
+  EXPECT_EQ(here[0].path, (d / "model_index.json").string());
+  EXPECT_EQ(here[1].size, big.size());
+  EXPECT_EQ(describeDifferences(here, here), "");
   fs::rename(d / "model_index.json", d / "model_index2.json");
   EXPECT_NE(modelFingerprint({d.string()}), fp);
+  auto there = modelFileFingerprints({d.string()});
+  const std::string m = (d / "model_index.json").string(), m2 = (d / "model_index2.json").string();
+  EXPECT_EQ(describeDifferences(here, there), m + " missing there; " + m2 + " only there");
+  there[1].digest = "0";
+  there[0].size = 1;
+  const std::string t = (d / "transformer/diffusion_pytorch_model.safetensors").string();
+  EXPECT_EQ(describeDifferences(here, there, 2),
+            m + " missing there; " + t + " differs (same size); and 1 more");
+  there[1].size = 3;
+  EXPECT_NE(describeDifferences(here, there).find(t + " differs (size 8388608 here, 3 there)"),
+            std::string::npos);
   EXPECT_THROW(modelFingerprint({(d / "absent").string()}), std::runtime_error);
   fs::create_directories(d / "empty");
   EXPECT_THROW(modelFingerprint({(d / "empty").string()}), std::runtime_error);

@@ -19,4 +19,22 @@ namespace dit::protocol {
 /// path when one does not exist or a file cannot be read.
 std::string modelFingerprint(const std::vector<std::string>& paths);
 
+/// One file's part of a model fingerprint.
+struct FileFingerprint {
+  std::string path;    ///< the root as given, then '/', then the path relative to it
+  std::uint64_t size;  ///< bytes
+  std::string digest;  ///< 16 hex digits over the relative path, size and sampled blocks
+};
+
+/// The files modelFingerprint() covers, in its order, each with its own digest (same rules and
+/// errors as modelFingerprint). modelFingerprint(paths) is a digest of this list.
+std::vector<FileFingerprint> modelFileFingerprints(const std::vector<std::string>& paths);
+
+/// What differs between this machine's files `mine` and another host's `theirs` (both from
+/// modelFileFingerprints of the same paths): "PATH missing there", "PATH only there", "PATH
+/// differs (size A vs B)" or "PATH differs (same size)", at most `max` of them joined by "; ",
+/// then "and N more". Empty when the lists are equal.
+std::string describeDifferences(const std::vector<FileFingerprint>& mine,
+                                const std::vector<FileFingerprint>& theirs, int max = 4);
+
 }  // namespace dit::protocol

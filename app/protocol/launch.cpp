@@ -133,7 +133,8 @@ std::vector<std::string> forwardedEnvironment() {
   for (char** e = environ; e && *e; ++e) {
     const std::string kv(*e);
     const auto eq = kv.find('=');
-    if (kv.rfind("DITSTUDIO_", 0) == 0 && eq != std::string::npos) names.push_back(kv.substr(0, eq));
+    if (kv.rfind("DITSTUDIO_", 0) == 0 && eq != std::string::npos)
+      names.push_back(kv.substr(0, eq));
   }
   std::sort(names.begin(), names.end());
   return names;

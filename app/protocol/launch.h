@@ -105,9 +105,10 @@ std::vector<std::pair<std::string, std::string>> networkMcaParams(const MpirunLa
 /// without a hostfile; with one: `mpirun --allow-run-as-root [--oversubscribe when asked] -np N
 /// --hostfile F --bind-to none --mca plm_rsh_args "-o BatchMode=yes -o ConnectTimeout=10 SSH"
 /// [network and port MCA parameters] -x OMP_NUM_THREADS=T -x NAME for each
-/// forwardedEnvironment() [extra mpirun args] <worker> ...`; argv[0] is the program to start: `isolate` for a single-host group
-/// when set (it executes mpirun in place: same pid), else the launcher.
-/// Throws std::invalid_argument when strategy.world < 1, omp_threads < 1 or worker is empty.
+/// forwardedEnvironment() [extra mpirun args] <worker> ...`; argv[0] is the program to start:
+/// `isolate` for a single-host group when set (it executes mpirun in place: same pid), else the
+/// launcher. Throws std::invalid_argument when strategy.world < 1, omp_threads < 1 or worker is
+/// empty.
 std::vector<std::string> mpirunArgv(const MpirunLaunch& launch);
 
 /// $DITSTUDIO_MPIRUN when set and non-empty, else "mpirun".

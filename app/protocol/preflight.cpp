@@ -1,8 +1,8 @@
 #include "app/protocol/preflight.h"
 
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <netdb.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -13,6 +13,8 @@
 #include <chrono>
 #include <cstdio>
 #include <sstream>
+
+#include "app/protocol/fingerprint.h"
 
 namespace dit::protocol {
 
@@ -69,8 +71,11 @@ PreflightResult preflightHost(const std::string& host, const MpirunLaunch& launc
   std::istringstream opts(launch.ssh_options);
   for (std::string w; opts >> w;) argv.push_back(w);
   std::string remote = quoted(launch.worker) + " --model-fingerprint";
-  for (const std::string& p : paths)
-    if (!p.empty()) remote += " " + quoted(p);
+  for (const std::string& p : paths) {
+    if (p.empty()) continue;
+    remote += ' ';
+    remote += quoted(p);
+  }
   argv.insert(argv.end(), {host, "--", remote});
 
   int out[2];
@@ -97,8 +102,7 @@ PreflightResult preflightHost(const std::string& host, const MpirunLaunch& launc
   std::string text;
   bool timedOut = false;
   for (;;) {
-    const double left =
-        timeout_s - std::chrono::duration<double>(Clock::now() - t0).count();
+    const double left = timeout_s - std::chrono::duration<double>(Clock::now() - t0).count();
     if (left <= 0) {
       timedOut = true;
       break;
@@ -110,7 +114,7 @@ PreflightResult preflightHost(const std::string& host, const MpirunLaunch& launc
     char buf[4096];
     const ssize_t got = ::read(out[0], buf, sizeof buf);
     if (got <= 0) break;
-    if (text.size() < 65536) text.append(buf, static_cast<size_t>(got));
+    if (text.size() < (4u << 20)) text.append(buf, static_cast<size_t>(got));
   }
   ::close(out[0]);
   if (timedOut) ::kill(pid, SIGKILL);
@@ -122,17 +126,19 @@ PreflightResult preflightHost(const std::string& host, const MpirunLaunch& launc
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.0f", timeout_s);
   if (timedOut) {
-    r.message = "host " + host + ": no answer over ssh within " + secs +
-                " s (host down, wrong address, or a firewall dropping packets). Fix: check that `ssh " +
-                host + " true` answers from this machine";
+    r.message =
+        "host " + host + ": no answer over ssh within " + secs +
+        " s (host down, wrong address, or a firewall dropping packets). Fix: check that `ssh " +
+        host + " true` answers from this machine";
   } else if (code == 255 || (code == 127 && why.find("exec ssh") != std::string::npos)) {
     r.message = "host " + host + ": ssh cannot log in without a prompt (" + why +
                 "). Fix: install this user's key there (ssh-copy-id " + host +
                 "), accept its host key once (ssh " + host +
                 " true), or pass the key and options with --ssh-options";
   } else if (code == 126 || code == 127) {
-    r.message = "host " + host + ": the worker " + launch.worker + " is missing or not executable (" +
-                why + "). Fix: install DiT Studio at the same path on every host";
+    r.message = "host " + host + ": the worker " + launch.worker +
+                " is missing or not executable (" + why +
+                "). Fix: install DiT Studio at the same path on every host";
   } else if (code != 0) {
     r.message = "host " + host + ": the model is not readable there (" + why +
                 "). Fix: copy the model to the same path on every host";
@@ -140,12 +146,30 @@ PreflightResult preflightHost(const std::string& host, const MpirunLaunch& launc
     r.message = "host " + host + ": unexpected answer from the worker (" + why + ")";
   } else {
     r.fingerprint = lastLine(text.substr(at + 12));
-    if (!expected_fingerprint.empty() && r.fingerprint != expected_fingerprint)
+    if (!expected_fingerprint.empty() && r.fingerprint != expected_fingerprint) {
       r.message = "host " + host + " holds a different model at " + launch.model +
-                  " (fingerprint " + r.fingerprint + ", this machine " + expected_fingerprint +
-                  "). Fix: copy the same checkpoint to the same path on every host";
-    else
+                  " (fingerprint " + r.fingerprint + ", this machine " + expected_fingerprint + ")";
+      // Name the files: the remote `file SIZE DIGEST PATH` lines against this machine's.
+      std::vector<FileFingerprint> theirs;
+      std::istringstream lines(text);
+      for (std::string l; std::getline(lines, l);) {
+        std::istringstream w(l);
+        std::string tag, digest, path;
+        std::uint64_t size = 0;
+        if (!(w >> tag >> size >> digest) || tag != "file") continue;
+        std::getline(w >> std::ws, path);
+        theirs.push_back({path, size, digest});
+      }
+      try {
+        const std::string diff = describeDifferences(modelFileFingerprints(paths), theirs);
+        if (!diff.empty()) r.message += ": " + diff;
+      } catch (const std::exception&) {
+        // This machine's files were fingerprinted a moment ago; nothing more to name.
+      }
+      r.message += ". Fix: copy the same checkpoint to the same path on every host";
+    } else {
       r.ok = true;
+    }
   }
   return r;
 }
