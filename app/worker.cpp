@@ -439,7 +439,8 @@ class Worker {
   // Issue 18: every rank fingerprints the model it opened (app/protocol/fingerprint.h) and the
   // group compares them before any weight is read: a host holding another checkpoint at the same
   // path is refused, naming its rank and host, instead of computing a wrong image. Every rank
-  // computes the same verdict; rank 0 reports.
+  // computes the same verdict; rank 0 reports. Also records whether the group spans hosts
+  // (multiHost_: host names differ); a single-host group is never refused here.
   bool refuseDifferentModels() {
     constexpr int kLen = 128;  // fingerprint (16) + host (at most 63) + error marker
     std::string mine;
@@ -467,7 +468,9 @@ class Worker {
       differ += (differ.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) +
                 " on host " + host + " has fingerprint " + fp;
     }
-    if (differ.empty()) return false;
+    // One host: every rank opened the same files (only fault injection gives one rank another
+    // folder, and loading then names the file that fails); nothing to compare.
+    if (differ.empty() || !multiHost_) return false;
     if (rank_ == 0)
       emitEvent(protocol::errorEvent(
           std::nullopt, 0,
