@@ -19,6 +19,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -46,6 +47,7 @@
 #include "parallel/context_parallel.h"
 #include "parallel/device_mesh.h"
 #include "parallel/process_group.h"
+#include "parallel/process_group_mpi.h"
 #include "parallel/runtime.h"
 #include "parallel/strategy.h"
 
@@ -321,11 +323,15 @@ class Worker {
       const int n = worldSize();
       std::vector<int> pids(static_cast<size_t>(n));
       int mine = static_cast<int>(::getpid());
-      MPI_Allgather(&mine, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
+      startupCollective("the exchange of pids", [&](MPI_Request* r) {
+        MPI_Iallgather(&mine, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD, r);
+      });
       char host[64] = {0};
       std::snprintf(host, sizeof host, "%s", hostname().c_str());
       std::vector<char> hosts(static_cast<size_t>(n) * 64);
-      MPI_Allgather(host, 64, MPI_CHAR, hosts.data(), 64, MPI_CHAR, MPI_COMM_WORLD);
+      startupCollective("the exchange of host names", [&](MPI_Request* r) {
+        MPI_Iallgather(host, 64, MPI_CHAR, hosts.data(), 64, MPI_CHAR, MPI_COMM_WORLD, r);
+      });
       for (int r = 0; r < n; ++r)
         peers_.push_back(
             Peer{pids[static_cast<size_t>(r)],
@@ -423,13 +429,35 @@ class Worker {
     if (!m.variant.empty()) j["variant"] = m.variant;
     return j;
   }
+  // A collective of the group's start, before the process groups with deadlines exist, under the
+  // collective timeout all the same (issue 18): `post` starts a non-blocking collective and this
+  // rank polls it until DITSTUDIO_COLLECTIVE_TIMEOUT_S. A rank that never arrives (its host hung)
+  // or an MPI channel that does not work between two hosts (OpenMPI picking an interface the hosts
+  // share by subnet only, such as a container bridge, spins in the first collective) then ends the
+  // group with this message, naming the step, the rank and its host, instead of waiting forever.
+  void startupCollective(const std::string& what, const std::function<void(MPI_Request*)>& post) {
+    std::vector<MPI_Request> reqs(1, MPI_REQUEST_NULL);
+    post(&reqs[0]);
+    const double timeout = defaultCollectiveTimeoutSeconds();
+    if (pollRequests(reqs, timeout)) return;
+    throw std::runtime_error(
+        "collective timeout: " + what + " did not complete within " + secondsStr(timeout) +
+        " s on rank " + std::to_string(rank_) + " (host " + hostname() +
+        "): a rank never arrived, or MPI traffic between the hosts does not get through. With a "
+        "hostfile, name the network the hosts share with --network-interface (e.g. "
+        "10.0.0.0/24), and check that no firewall drops the ranks' TCP ports");
+  }
+
   // Every rank learns whether any rank refuses to start (e.g. a model folder that differs on
   // one node), so all of them exit together instead of some waiting in the mesh set-up. The
   // message is printed once: by rank 0 if it refuses, else by each refusing rank.
   bool refuseTogether(const std::string& refusal) {
     int mine = refusal.empty() ? 0 : 1, any = 0, root = mine;
-    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Bcast(&root, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    startupCollective("the group's first exchange (start-up checks)", [&](MPI_Request* r) {
+      MPI_Iallreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, r);
+    });
+    startupCollective("the start-up checks' verdict",
+                      [&](MPI_Request* r) { MPI_Ibcast(&root, 1, MPI_INT, 0, MPI_COMM_WORLD, r); });
     if (!any) return false;
     if (mine && (rank_ == 0 || !root))
       emitEvent(protocol::errorEvent(std::nullopt, rank_, refusal, true));
@@ -453,7 +481,9 @@ class Worker {
     char buf[kLen] = {0};
     std::snprintf(buf, sizeof buf, "%s %s", mine.c_str(), hostname().c_str());
     std::vector<char> all(static_cast<size_t>(worldSize()) * kLen);
-    MPI_Allgather(buf, kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, MPI_COMM_WORLD);
+    startupCollective("the exchange of model fingerprints", [&](MPI_Request* r) {
+      MPI_Iallgather(buf, kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, MPI_COMM_WORLD, r);
+    });
     auto entry = [&](int r) {
       const std::string e(all.data() + kLen * r, strnlen(all.data() + kLen * r, kLen - 1));
       const auto sp = e.find(' ');

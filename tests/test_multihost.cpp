@@ -36,21 +36,23 @@ struct CliRun {
   double seconds = 0;
 };
 
-// ditstudio-cli on golden run 0 over the two hosts; `out` is a stem under MH_OUT.
+// ditstudio-cli on golden run 0 over the two hosts; `out` is a stem under MH_OUT. A run that
+// hangs is ended after 120 s (rc 124), so no case can hang the suite.
 CliRun runCli(const std::string& flags, const std::string& out,
               const std::string& hostfile = env("MH_HOSTFILE"), const std::string& prefix = "",
-              const std::string& sshOptions = env("MH_SSH_OPTIONS")) {
+              const std::string& sshOptions = env("MH_SSH_OPTIONS"),
+              const std::string& network = "--network-interface 10.77.0.0/24 ") {
   const auto& c = goldenJson()["cases"]["runs"][0];
   const std::string stem = env("MH_OUT") + "/" + out;
   std::ostringstream cmd;
-  cmd << prefix << DITSTUDIO_CLI << " --model " << quote(env("MH_MODEL")) << " --prompt "
-      << quote(c["prompt"]) << " --seed " << c["seed"].get<int64_t>() << " --width "
+  cmd << prefix << "timeout 120 " << DITSTUDIO_CLI << " --model " << quote(env("MH_MODEL"))
+      << " --prompt " << quote(c["prompt"]) << " --seed " << c["seed"].get<int64_t>() << " --width "
       << c["width"].get<int>() << " --height " << c["height"].get<int>() << " --steps "
       << c["steps"].get<int>() << " --guidance " << c["guidance"].get<double>()
       << " --max-sequence-length 48 --hostfile " << quote(hostfile) << " --ssh-options "
-      << quote(sshOptions) << " --network-interface 10.77.0.0/24 " << flags << " --output "
-      << quote(stem + ".png") << " --output-tensors " << quote(stem + ".safetensors") << " > "
-      << quote(stem + ".log") << " 2>&1";
+      << quote(sshOptions) << " " << network << flags << " --output " << quote(stem + ".png")
+      << " --output-tensors " << quote(stem + ".safetensors") << " > " << quote(stem + ".log")
+      << " 2>&1";
   const auto t0 = std::chrono::steady_clock::now();
   const int rc = std::system(cmd.str().c_str());
   CliRun r;
@@ -237,4 +239,32 @@ TEST_F(MultiHost, UnknownHostKeyRefusedWithoutWaiting) {
   EXPECT_LT(r.seconds, 30) << r.log;
   EXPECT_FALSE(fs::exists(env("MH_OUT") + "/hostkey2.png"));
   std::printf("  unknown host key refused in %.1f s (mpirun's own ssh)\n", r.seconds);
+}
+
+TEST_F(MultiHost, SharedBridgeSubnetEndsAtTheCollectiveTimeout) {
+  // Both hosts also have an interface with the same address and subnet that does not connect
+  // them (a container bridge, 172.31.0.1/16 on each). Without --network-interface OpenMPI may
+  // send the ranks' traffic there and the first collective never completes (before: both ranks
+  // spun forever); now the group ends at the collective timeout naming the step and the fix.
+  const std::string nb = env("MH_NS_B");
+  auto sh = [](const std::string& c) { return std::system(c.c_str()); };
+  const std::string bridge =
+      "ip link add mhx1 type veth peer name mhx2 && ip addr add 172.31.0.1/16 dev mhx1 && "
+      "ip link set mhx1 up && ip link set mhx2 up";
+  ASSERT_EQ(sh(bridge), 0);
+  ASSERT_EQ(sh("ip netns exec " + quote(nb) + " sh -c " + quote(bridge)), 0);
+  CliRun r = runCli("--tp-degree 2", "bridge", env("MH_HOSTFILE"),
+                    "DITSTUDIO_COLLECTIVE_TIMEOUT_S=8 ", env("MH_SSH_OPTIONS"), "");
+  EXPECT_NE(r.rc, 0) << r.log;
+  EXPECT_NE(r.log.find("collective timeout: the group's first exchange"), std::string::npos)
+      << r.log;
+  EXPECT_NE(r.log.find("--network-interface"), std::string::npos) << r.log;
+  EXPECT_LT(r.seconds, 45) << r.log;
+  std::printf("  shared bridge subnet: group ended in %.1f s (collective timeout 8 s)\n",
+              r.seconds);
+  // Naming the network the hosts share avoids the bridge.
+  r = runCli("--tp-degree 2", "bridge-named");
+  sh("ip link del mhx1");
+  sh("ip netns exec " + quote(nb) + " ip link del mhx1");
+  EXPECT_EQ(r.rc, 0) << r.log;
 }
