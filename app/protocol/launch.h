@@ -107,8 +107,8 @@ std::vector<std::pair<std::string, std::string>> networkMcaParams(const MpirunLa
 /// [network and port MCA parameters] -x OMP_NUM_THREADS=T -x NAME for each
 /// forwardedEnvironment() [extra mpirun args] <worker> ...`; argv[0] is the program to start:
 /// `isolate` for a single-host group when set (it executes mpirun in place: same pid), else the
-/// launcher. Throws std::invalid_argument when strategy.world < 1, omp_threads < 1 or worker is
-/// empty.
+/// launcher. Throws std::invalid_argument when strategy.world < 1, omp_threads < 1, worker is
+/// empty, or (with a hostfile) port_range is not MIN-MAX within 1024..65535.
 std::vector<std::string> mpirunArgv(const MpirunLaunch& launch);
 
 /// $DITSTUDIO_MPIRUN when set and non-empty, else "mpirun".
