@@ -17,9 +17,11 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 #include "app/blas_kernel.h"
 #include "app/device_stats.h"
@@ -27,7 +29,9 @@
 #include "app/lora_cache.h"
 #include "app/memory_estimate.h"
 #include "app/model_source_options.h"
+#include "app/protocol/fingerprint.h"
 #include "app/protocol/launch.h"
+#include "app/protocol/preflight.h"
 #include "app/protocol/protocol.h"
 #include "backend/io/image_io.h"
 #include "backend/io/lora_file.h"
@@ -54,6 +58,8 @@ struct CliOptions {
   bool overwrite = false;        ///< replace an existing --output / --output-tensors
   bool allowNonFinite = false;   ///< load checkpoints holding NaN/Inf (refused by default)
   std::string networkInterface;  ///< MPI interfaces for hostfile groups
+  std::string sshOptions, portRange, mpirunArgs;  ///< hostfile groups (issue 18)
+  bool oversubscribe = false, noPreflight = false;
   std::vector<std::string> prompts;
   ModelSources src;  ///< --config, --vae, --text-encoder(-2), --tokenizer(-2); model = --model
   ModelSources sources() const {
@@ -249,6 +255,45 @@ int runLocal(const CliOptions& o) {
   return 0;
 }
 
+// Hostfile groups (issue 18): the hostfile is checked (slots= on every host) and the ranks per
+// host are shown; every other host is checked over ssh (non-interactive, bounded) for the worker
+// and the same model fingerprint before mpirun starts. Throws naming the host and the fix.
+void preflight(const CliOptions& o, const protocol::MpirunLaunch& launch) {
+  std::ifstream in(o.hostfile);
+  if (!in) throw std::invalid_argument("hostfile " + o.hostfile + " cannot be read");
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto plan = protocol::planHostfile(protocol::parseHostfile(text.str()), o.np,
+                                           o.oversubscribe, o.hostfile);
+  std::string shown;
+  for (const auto& [host, ranks] : plan) {
+    if (ranks.empty()) continue;
+    if (!shown.empty()) shown += "; ";
+    shown += host + ": rank";
+    for (int r : ranks) {
+      shown += ' ';
+      shown += std::to_string(r);
+    }
+  }
+  std::cerr << "hostfile " << o.hostfile << ": " << shown << std::endl;
+  if (o.noPreflight) return;
+  const ModelSources s = o.sources();
+  const std::vector<std::string> paths{s.model,          s.config,    s.vae,        s.text_encoder,
+                                       s.text_encoder_2, s.tokenizer, s.tokenizer_2};
+  const std::string mine = protocol::modelFingerprint(paths);
+  std::string failures;
+  for (const auto& [host, ranks] : plan) {
+    if (ranks.empty() || protocol::isLocalHost(host)) continue;
+    const auto r = protocol::preflightHost(host, launch, paths, mine);
+    if (r.ok)
+      std::cerr << "pre-flight " << host << ": ok (worker, model fingerprint " << r.fingerprint
+                << ", " << std::lround(r.seconds * 1000) << " ms)" << std::endl;
+    else
+      failures += (failures.empty() ? "" : "\n") + r.message;
+  }
+  if (!failures.empty()) throw std::invalid_argument("pre-flight failed:\n" + failures);
+}
+
 // Several ranks: mpirun + ditstudio-worker, request written to its stdin.
 int runMpi(const CliOptions& o) {
   protocol::MpirunLaunch launch;
@@ -263,7 +308,12 @@ int runMpi(const CliOptions& o) {
   if (o.allowNonFinite) launch.extra_worker_args.push_back("--allow-nonfinite-weights");
   launch.network_interface = o.networkInterface;
   launch.isolate = protocol::isolationProgram(exeDir());
+  launch.ssh_options = o.sshOptions;
+  launch.port_range = o.portRange;
+  launch.extra_mpirun_args = o.mpirunArgs;
+  launch.oversubscribe = o.oversubscribe;
   const std::vector<std::string> args = protocol::mpirunArgv(launch);
+  if (!o.hostfile.empty()) preflight(o, launch);
 
   int toChild[2], fromChild[2];
   if (pipe(toChild) != 0 || pipe(fromChild) != 0) throw std::runtime_error("pipe() failed");
@@ -518,6 +568,18 @@ int main(int argc, char** argv) {
                  "with --hostfile: the network interfaces (or CIDR subnets, comma-separated) the "
                  "group's MPI traffic may use, e.g. eth1 or 10.0.0.0/24; without --hostfile every "
                  "channel is bound to loopback");
+  app.add_option("--ssh-options", o.sshOptions,
+                 "with --hostfile: options for ssh, after -o BatchMode=yes -o ConnectTimeout=10, "
+                 "e.g. '-i ~/.ssh/cluster -p 2222'");
+  app.add_option("--port-range", o.portRange,
+                 "with --hostfile: TCP ports MIN-MAX for the ranks' MPI traffic (firewalls)");
+  app.add_option("--mpirun-args", o.mpirunArgs,
+                 "with --hostfile: extra mpirun arguments (whitespace-separated)");
+  app.add_flag("--oversubscribe", o.oversubscribe,
+               "with --hostfile: allow more ranks than the hostfile's slots");
+  app.add_flag("--no-preflight", o.noPreflight,
+               "with --hostfile: skip the ssh check of every host (the ranks still compare model "
+               "fingerprints before loading)");
   app.add_flag("--json", o.jsonEvents, "print the worker's events as JSON lines");
   auto* bench = app.add_subcommand(
       "bench",

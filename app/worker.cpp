@@ -6,6 +6,7 @@
 // then MPI_Abort).
 #include <ATen/ATen.h>
 #include <mpi.h>
+#include <signal.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -32,6 +34,7 @@
 #include "app/lora_cache.h"
 #include "app/memory_estimate.h"
 #include "app/model_source_options.h"
+#include "app/protocol/fingerprint.h"
 #include "app/protocol/launch.h"
 #include "app/protocol/protocol.h"
 #include "backend/io/model_folder.h"
@@ -44,6 +47,7 @@
 #include "parallel/context_parallel.h"
 #include "parallel/device_mesh.h"
 #include "parallel/process_group.h"
+#include "parallel/process_group_mpi.h"
 #include "parallel/runtime.h"
 #include "parallel/strategy.h"
 
@@ -174,6 +178,7 @@ class RequestReader {
 // ------------------------------------------------------------------ fault injection
 // For the fault tests (tests/test_worker_faults.cpp) and for rehearsing failures on a demo rig:
 // DITSTUDIO_FAULT_RANK=r with DITSTUDIO_FAULT=throw_at_step:N | exit_at_step:N | hang_at_step:N |
+// kill_at_step:N |
 // model:/other/folder (that rank alone loads another — e.g. corrupt — model folder).
 struct Fault {
   std::string kind;
@@ -196,6 +201,7 @@ struct Fault {
     if (kind == "throw_at_step")
       throw std::runtime_error("injected fault: exception at step " + std::to_string(step));
     if (kind == "exit_at_step") std::_Exit(3);
+    if (kind == "kill_at_step") ::raise(SIGKILL);  // as `kill -9` of this rank
     if (kind == "hang_at_step") std::this_thread::sleep_for(std::chrono::hours(1));
   }
 };
@@ -289,6 +295,7 @@ class Worker {
       refusal = e.what();
     }
     if (refuseTogether(refusal)) return 2;
+    if (refuseDifferentModels()) return 2;
     emitEvent(json{{"event", "hello"},
                    {"rank", rank_},
                    {"world", worldSize()},
@@ -316,11 +323,15 @@ class Worker {
       const int n = worldSize();
       std::vector<int> pids(static_cast<size_t>(n));
       int mine = static_cast<int>(::getpid());
-      MPI_Allgather(&mine, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
+      startupCollective("the exchange of pids", [&](MPI_Request* r) {
+        MPI_Iallgather(&mine, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD, r);
+      });
       char host[64] = {0};
       std::snprintf(host, sizeof host, "%s", hostname().c_str());
       std::vector<char> hosts(static_cast<size_t>(n) * 64);
-      MPI_Allgather(host, 64, MPI_CHAR, hosts.data(), 64, MPI_CHAR, MPI_COMM_WORLD);
+      startupCollective("the exchange of host names", [&](MPI_Request* r) {
+        MPI_Iallgather(host, 64, MPI_CHAR, hosts.data(), 64, MPI_CHAR, MPI_COMM_WORLD, r);
+      });
       for (int r = 0; r < n; ++r)
         peers_.push_back(
             Peer{pids[static_cast<size_t>(r)],
@@ -418,17 +429,200 @@ class Worker {
     if (!m.variant.empty()) j["variant"] = m.variant;
     return j;
   }
+  // A collective of the group's start, before the process groups with deadlines exist, under the
+  // collective timeout all the same (issue 18): `post` starts a non-blocking collective and this
+  // rank polls it until DITSTUDIO_COLLECTIVE_TIMEOUT_S. A rank that never arrives (its host hung)
+  // or an MPI channel that does not work between two hosts (OpenMPI picking an interface the hosts
+  // share by subnet only, such as a container bridge, spins in the first collective) then ends the
+  // group with this message, naming the step, the rank and its host, instead of waiting forever.
+  void startupCollective(const std::string& what, const std::function<void(MPI_Request*)>& post) {
+    std::vector<MPI_Request> reqs(1, MPI_REQUEST_NULL);
+    post(&reqs[0]);
+    const double timeout = defaultCollectiveTimeoutSeconds();
+    if (pollRequests(reqs, timeout)) return;
+    throw std::runtime_error(
+        "collective timeout: " + what + " did not complete within " + secondsStr(timeout) +
+        " s on rank " + std::to_string(rank_) + " (host " + hostname() +
+        "): a rank never arrived, or MPI traffic between the hosts does not get through. With a "
+        "hostfile, name the network the hosts share with --network-interface (e.g. "
+        "10.0.0.0/24), and check that no firewall drops the ranks' TCP ports");
+  }
+
   // Every rank learns whether any rank refuses to start (e.g. a model folder that differs on
   // one node), so all of them exit together instead of some waiting in the mesh set-up. The
   // message is printed once: by rank 0 if it refuses, else by each refusing rank.
   bool refuseTogether(const std::string& refusal) {
     int mine = refusal.empty() ? 0 : 1, any = 0, root = mine;
-    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Bcast(&root, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    startupCollective("the group's first exchange (start-up checks)", [&](MPI_Request* r) {
+      MPI_Iallreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, r);
+    });
+    startupCollective("the start-up checks' verdict",
+                      [&](MPI_Request* r) { MPI_Ibcast(&root, 1, MPI_INT, 0, MPI_COMM_WORLD, r); });
     if (!any) return false;
     if (mine && (rank_ == 0 || !root))
       emitEvent(protocol::errorEvent(std::nullopt, rank_, refusal, true));
     return true;
+  }
+
+  // Issue 18: every rank fingerprints the model it opened (app/protocol/fingerprint.h) and the
+  // group compares them before any weight is read: a host holding another checkpoint at the same
+  // path is refused, naming its rank and host, instead of computing a wrong image. Every rank
+  // computes the same verdict; rank 0 reports. Also records whether the group spans hosts
+  // (multiHost_: host names differ); a single-host group is never refused here.
+  bool refuseDifferentModels() {
+    constexpr int kLen = 128;  // fingerprint (16) + host (at most 63) + error marker
+    std::string mine;
+    try {
+      mine = protocol::modelFingerprint({modelDir_, src_.config, src_.vae, src_.text_encoder,
+                                         src_.text_encoder_2, src_.tokenizer, src_.tokenizer_2});
+    } catch (const std::exception&) {
+      mine = "unreadable";
+    }
+    char buf[kLen] = {0};
+    std::snprintf(buf, sizeof buf, "%s %s", mine.c_str(), hostname().c_str());
+    std::vector<char> all(static_cast<size_t>(worldSize()) * kLen);
+    startupCollective("the exchange of model fingerprints", [&](MPI_Request* r) {
+      MPI_Iallgather(buf, kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, MPI_COMM_WORLD, r);
+    });
+    auto entry = [&](int r) {
+      const std::string e(all.data() + kLen * r, strnlen(all.data() + kLen * r, kLen - 1));
+      const auto sp = e.find(' ');
+      return std::make_pair(e.substr(0, sp), sp == std::string::npos ? "" : e.substr(sp + 1));
+    };
+    const auto [fp0, host0] = entry(0);
+    std::string differ;
+    for (int r = 1; r < worldSize(); ++r) {
+      const auto [fp, host] = entry(r);
+      if (host != host0) multiHost_ = true;
+      if (fp == fp0) continue;
+      differ += (differ.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) +
+                " on host " + host + " has fingerprint " + fp;
+    }
+    // One host: every rank opened the same files (only fault injection gives one rank another
+    // folder, and loading then names the file that fails); nothing to compare.
+    if (differ.empty() || !multiHost_) return false;
+    if (rank_ == 0)
+      emitEvent(protocol::errorEvent(
+          std::nullopt, 0,
+          "model differs between hosts: " + modelDir_ + " on rank 0 (host " + host0 +
+              ") has fingerprint " + fp0 + ", but " + differ +
+              ". Copy the same checkpoint to the same path on every host (ditstudio-worker "
+              "--model-fingerprint PATH prints a host's fingerprint)",
+          true));
+    return true;
+  }
+
+  // One round's transfer of replica results to rank 0 (every rank calls it; see the caller).
+  // Returns true on the shipping ranks (their image is reported by rank 0).
+  bool shipResults(bool ship, const protocol::GenerateRequest& req,
+                   const protocol::GenerationParams& request, const GenerationResult& res,
+                   int index, int numImages, Clock::time_point tImg) {
+    at::Tensor flag = at::full({1}, ship ? 1 : 0, at::kInt);
+    at::Tensor all = world_->allgather(flag, 0)->result();
+    for (int src = 1; src < worldSize(); ++src) {
+      if (all[src].item<int>() == 0) continue;
+      if (rank_ == src) {
+        json head{{"index", index}, {"rank", rank_}, {"host", hostname()}};
+        std::string png, st;
+        const protocol::GenerationParams made = imageParams(request, res.params);
+        head["seed"] = made.seed;
+        head["params"] = protocol::toJson(made);
+        head["cache"] = cacheReport(res);
+        head["seconds"] = std::chrono::duration<double>(Clock::now() - tImg).count();
+        try {
+          const fs::path dir =
+              fs::temp_directory_path() / ("ditstudio-result-" + std::to_string(::getpid()));
+          fs::create_directories(dir);
+          json extra{{"model", modelDir_}, {"strategy", s_.describe()}, {"dtype", dtype_}};
+          writeImagePng((dir / "image.png").string(), res, made, extra);
+          png = readBytes(dir / "image.png");
+          if (!req.output_tensors.empty()) {
+            writeResultTensors((dir / "result.safetensors").string(), res, made);
+            st = readBytes(dir / "result.safetensors");
+          }
+          fs::remove_all(dir);
+        } catch (const std::exception& e) {
+          head["error"] = e.what();
+        }
+        const std::string h = head.dump();
+        at::Tensor sizes =
+            at::tensor({static_cast<int64_t>(h.size()), static_cast<int64_t>(png.size()),
+                        static_cast<int64_t>(st.size())},
+                       at::kLong);
+        world_->send(sizes, 0, 7)->wait();
+        for (const std::string* b :
+             {&h, static_cast<const std::string*>(&png), static_cast<const std::string*>(&st)})
+          if (!b->empty()) {
+            at::Tensor t = at::from_blob(const_cast<char*>(b->data()),
+                                         {static_cast<int64_t>(b->size())}, at::kByte);
+            world_->send(t, 0, 7)->wait();
+          }
+      } else if (rank_ == 0) {
+        at::Tensor sizes = at::zeros({3}, at::kLong);
+        world_->recv(sizes, src, 7)->wait();
+        std::string parts[3];
+        for (int i = 0; i < 3; ++i) {
+          const int64_t n = sizes[i].item<int64_t>();
+          if (n <= 0) continue;
+          at::Tensor t = at::empty({n}, at::kByte);
+          world_->recv(t, src, 7)->wait();
+          parts[i].assign(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(n));
+        }
+        receiveResult(req, json::parse(parts[0]), parts[1], parts[2], numImages);
+      }
+    }
+    return ship;
+  }
+
+  static std::string readBytes(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+
+  // Rank 0: writes a replica's image (and tensors) where the request asked and reports it.
+  void receiveResult(const protocol::GenerateRequest& req, const json& head, const std::string& png,
+                     const std::string& st, int numImages) {
+    const int index = head["index"].get<int>();
+    const int src = head["rank"].get<int>();
+    const std::string who =
+        "rank " + std::to_string(src) + " on host " + head["host"].get<std::string>();
+    if (head.contains("error")) {
+      emitEvent(protocol::errorEvent(req.id, src,
+                                     "cannot write image " + std::to_string(index) + " (" + who +
+                                         "): " + head["error"].get<std::string>(),
+                                     false));
+      return;
+    }
+    std::string path;
+    try {
+      if (!req.output.empty())
+        path = indexedPath(req.output, index, numImages);
+      else
+        path = uniqueImagePath(
+            req.output_dir.empty() ? fs::temp_directory_path().string() : req.output_dir, req.id,
+            index, head["seed"].get<uint64_t>());
+      auto write = [](const std::string& file, const std::string& bytes) {
+        std::ofstream out(file, std::ios::binary | std::ios::trunc);
+        out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+        if (!out) throw std::runtime_error("cannot write " + file);
+      };
+      write(path, png);
+      if (!req.output_tensors.empty()) write(indexedPath(req.output_tensors, index, numImages), st);
+    } catch (const std::exception& e) {
+      emitEvent(protocol::errorEvent(
+          req.id, src, "cannot write image " + std::to_string(index) + ": " + e.what(), false));
+      return;
+    }
+    emitEvent(json{{"event", "image"},
+                   {"id", req.id},
+                   {"cache", head["cache"]},
+                   {"image_index", index},
+                   {"path", path},
+                   {"seed", head["seed"]},
+                   {"params", head["params"]},
+                   {"rank", src},
+                   {"host", head["host"]},
+                   {"seconds", head["seconds"]}});
   }
 
   json broadcastJson(const json& j) {
@@ -684,6 +878,14 @@ class Worker {
         break;
       }
       stage_ = "idle";
+      // Issue 18: results come home. A replica leader other than rank 0 may be on another host:
+      // it writes its files to a private temporary folder, sends their bytes to rank 0 (through
+      // the group, under the collective timeout), and rank 0 writes them where the user asked
+      // and reports the image.
+      // Single-host groups (every rank on rank 0's host name) keep writing where they computed.
+      if (dp > 1 && multiHost_ &&
+          shipResults(mine && leader && rank_ != 0, req, request, res, index, numImages, tImg))
+        continue;
       if (mine && leader) {
         std::string path;
         const protocol::GenerationParams made = imageParams(request, res.params);
@@ -849,6 +1051,7 @@ class Worker {
   std::vector<Peer> peers_;
   MPI_Comm hb_ = MPI_COMM_NULL;
   int ranksOnHost_ = 1;
+  bool multiHost_ = false;  ///< some rank runs on another host name than rank 0 (issue 18)
   ModelSources src_;
   std::string modelDir_, dtype_, device_ = "cpu", stage_ = "idle";
   int rank_ = 0;
@@ -864,6 +1067,23 @@ class Worker {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // `ditstudio-worker --model-fingerprint PATH...`: prints one `file SIZE DIGEST PATH` line per
+  // file, then `fingerprint HEX`, and exits without MPI (the launcher's pre-flight runs it on
+  // every host over ssh and names the files that differ, issue 18). Exit 3 when a path is
+  // missing or unreadable (the cause on stderr).
+  if (argc >= 2 && std::string(argv[1]) == "--model-fingerprint") {
+    try {
+      const std::vector<std::string> paths(argv + 2, argv + argc);
+      for (const protocol::FileFingerprint& f : protocol::modelFileFingerprints(paths))
+        std::printf("file %llu %s %s\n", static_cast<unsigned long long>(f.size), f.digest.c_str(),
+                    f.path.c_str());
+      std::printf("fingerprint %s\n", protocol::modelFingerprint(paths).c_str());
+      return 0;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      return 3;
+    }
+  }
   // Before MPI_Init and any thread: may re-execute this rank with a better OpenBLAS kernel.
   g_blas = dit::ensureBlasKernel(argc, argv);
   tuneHostAllocator();

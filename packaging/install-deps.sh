@@ -59,6 +59,7 @@ PKGS=(
   libgtest-dev libgmock-dev
   xvfb xauth fonts-dejavu-core
   zlib1g-dev libssl-dev file dpkg-dev jq
+  openssh-client openssh-server  # multi-host groups (ssh) and the `multihost` test (sshd)
 )
 # The format test (tests/format.cmake) needs the clang-format the tree is formatted with: 14,
 # Debian 12's. Debian 13 ships newer ones only; there the test is not registered (configure says so).

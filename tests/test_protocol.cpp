@@ -1,13 +1,18 @@
 // dit_protocol (app/protocol/): request and event round trips, exact 64-bit seeds, field errors,
 // Strategy JSON, worker argv from a Strategy, the mpirun command line and mpirun failure parsing.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "app/protocol/fingerprint.h"
 #include "app/protocol/launch.h"
 #include "app/protocol/protocol.h"
 
@@ -451,41 +456,62 @@ TEST(Protocol, MpirunCommandLine) {
   l.omp_threads = 4;
   l.mpirun = "/usr/local/bin/mpirun";
   l.extra_worker_args = {"--dtype", "bfloat16"};
+  // Issue 18: with a hostfile no --oversubscribe unless asked, no binding, ssh never prompts,
+  // the product's environment reaches every rank.
+  ::setenv("DITSTUDIO_COLLECTIVE_TIMEOUT_S", "30", 1);
+  const std::vector<std::string> env = forwardedEnvironment();
+  EXPECT_NE(std::find(env.begin(), env.end(), "DITSTUDIO_COLLECTIVE_TIMEOUT_S"), env.end());
   expected = {"/usr/local/bin/mpirun",
               "--allow-run-as-root",
-              "--oversubscribe",
               "-np",
               "2",
               "--hostfile",
               "/etc/mpi hosts",
+              "--bind-to",
+              "none",
+              "--mca",
+              "plm_rsh_args",
+              "-o BatchMode=yes -o ConnectTimeout=10",
               "-x",
-              "OMP_NUM_THREADS=4",
-              "/opt/ditstudio/bin/ditstudio-worker",
-              "--model",
-              "/models/tiny-flux",
-              "--tp-degree",
-              "1",
-              "--ring-degree",
-              "2",
-              "--ulysses-degree",
-              "1",
-              "--cfg-degree",
-              "1",
-              "--dp-degree",
-              "1",
-              "--device",
-              "cpu",
-              "--dtype",
-              "bfloat16"};
+              "OMP_NUM_THREADS=4"};
+  for (const std::string& n : env) expected.insert(expected.end(), {"-x", n});
+  expected.insert(expected.end(), {"/opt/ditstudio/bin/ditstudio-worker", "--model",
+                                   "/models/tiny-flux", "--tp-degree", "1", "--ring-degree", "2",
+                                   "--ulysses-degree", "1", "--cfg-degree", "1", "--dp-degree", "1",
+                                   "--device", "cpu", "--dtype", "bfloat16"});
   EXPECT_EQ(mpirunArgv(l), expected);
   // Hostfile groups use the interfaces the user names (issue 16).
   l.network_interface = "eth1";
   auto withIface = mpirunArgv(l);
-  std::vector<std::string> mca(withIface.begin() + 7, withIface.begin() + 13);
+  std::vector<std::string> mca(withIface.begin() + 11, withIface.begin() + 17);
   EXPECT_EQ(mca, (std::vector<std::string>{"--mca", "btl_tcp_if_include", "eth1", "--mca",
                                            "oob_tcp_if_include", "eth1"}));
   l.network_interface.clear();
   EXPECT_EQ(mpirunArgv(l), expected);
+  // Settings: ssh options after the defaults, port range, oversubscribe when asked, extra args.
+  l.ssh_options = "-i /k/id -p 2222";
+  l.port_range = "50000-50099";
+  l.oversubscribe = true;
+  l.extra_mpirun_args = " --report-bindings  --tag-output ";
+  auto set = mpirunArgv(l);
+  EXPECT_EQ(set[2], "--oversubscribe");
+  EXPECT_EQ(set[11], "-o BatchMode=yes -o ConnectTimeout=10 -i /k/id -p 2222");
+  EXPECT_EQ(std::vector<std::string>(set.begin() + 12, set.begin() + 18),
+            (std::vector<std::string>{"--mca", "btl_tcp_port_min_v4", "50000", "--mca",
+                                      "btl_tcp_port_range_v4", "100"}));
+  auto w = std::find(set.begin(), set.end(), "/opt/ditstudio/bin/ditstudio-worker");
+  ASSERT_NE(w, set.end());
+  EXPECT_EQ(*(w - 2), "--report-bindings");
+  EXPECT_EQ(*(w - 1), "--tag-output");
+  for (const char* bad : {"80-90", "50000", "60000-50000", "5000-70000", "a-b"}) {
+    l.port_range = bad;
+    EXPECT_THROW(mpirunArgv(l), std::invalid_argument) << bad;
+  }
+  l.port_range.clear();
+  l.ssh_options.clear();
+  l.oversubscribe = false;
+  l.extra_mpirun_args.clear();
+  ::unsetenv("DITSTUDIO_COLLECTIVE_TIMEOUT_S");
   EXPECT_EQ(shellQuoted({"mpirun", "-np", "2", "/m/FLUX.1 dev", "it's", ""}),
             "mpirun -np 2 '/m/FLUX.1 dev' 'it'\\''s' ''");
   ::setenv("DITSTUDIO_MPIRUN", "/opt/openmpi/bin/mpirun", 1);
@@ -498,6 +524,92 @@ TEST(Protocol, MpirunCommandLine) {
   l.strategy.world = 1;
   l.worker.clear();
   EXPECT_THROW(mpirunArgv(l), std::invalid_argument);
+}
+
+// Issue 18: a hostfile without slots= put every rank on the first host, silently.
+TEST(Protocol, HostfilePlan) {
+  auto hosts = parseHostfile("# two machines\n10.77.0.1 slots=1\n\n  10.77.0.2 slots=1 # b\n");
+  ASSERT_EQ(hosts.size(), 2u);
+  EXPECT_EQ(hosts[1].host, "10.77.0.2");
+  EXPECT_EQ(hosts[1].line, 4);
+  auto plan = planHostfile(hosts, 2, false, "h");
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_EQ(plan[0].second, std::vector<int>{0});
+  EXPECT_EQ(plan[1].second, std::vector<int>{1});
+  // By slot, in order: 3 slots on a then b.
+  plan = planHostfile(parseHostfile("a slots=3 max_slots=4\nb slots=2\n"), 4, false, "h");
+  EXPECT_EQ(plan[0].second, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(plan[1].second, (std::vector<int>{3}));
+  try {
+    planHostfile(parseHostfile("a slots=1\nb\n"), 2, false, "/etc/hosts.mpi");
+    ADD_FAILURE() << "no slots= accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("line 2: host b has no slots=N"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(planHostfile(parseHostfile("a slots=1\nb slots=1\n"), 3, false, "h"),
+               std::invalid_argument);
+  plan = planHostfile(parseHostfile("a slots=1\nb slots=1\n"), 3, true, "h");
+  EXPECT_EQ(plan[0].second, (std::vector<int>{0, 2}));
+  EXPECT_THROW(planHostfile(parseHostfile("# none\n"), 1, false, "h"), std::invalid_argument);
+  EXPECT_THROW(parseHostfile("a slots=x\n"), std::invalid_argument);
+  EXPECT_THROW(parseHostfile("a slots=0\n"), std::invalid_argument);
+}
+
+// Issue 18: the model fingerprint two hosts compare. Stable, and it sees a changed header byte, a
+// changed byte in a sampled block of a large file, a renamed file and a changed size.
+TEST(Protocol, ModelFingerprint) {
+  namespace fs = std::filesystem;
+  const fs::path d = fs::temp_directory_path() / ("ditstudio-fp-" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d / "transformer");
+  fs::create_directories(d / ".git");
+  std::string big(8 << 20, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 2654435761u >> 13);
+  auto put = [&](const fs::path& f, const std::string& bytes) {
+    std::ofstream(f, std::ios::binary | std::ios::trunc) << bytes;
+  };
+  put(d / "model_index.json", "{\"_class_name\": \"FluxPipeline\"}");
+  put(d / "transformer/diffusion_pytorch_model.safetensors", big);
+  const std::string fp = modelFingerprint({d.string()});
+  EXPECT_EQ(fp.size(), 16u);
+  EXPECT_EQ(modelFingerprint({d.string(), ""}), fp);
+  put(d / ".git/HEAD", "hidden entries are skipped");
+  EXPECT_EQ(modelFingerprint({d.string()}), fp);
+  // The last sampled block before the tail starts at size - 64 KiB - 4 KiB.
+  for (size_t at : {size_t(10), size_t(big.size() - (68 << 10) + 5), big.size() - 1}) {
+    std::string changed = big;
+    changed[at] = static_cast<char>(changed[at] ^ 1);
+    put(d / "transformer/diffusion_pytorch_model.safetensors", changed);
+    EXPECT_NE(modelFingerprint({d.string()}), fp) << "byte " << at;
+  }
+  put(d / "transformer/diffusion_pytorch_model.safetensors", big + "x");
+  EXPECT_NE(modelFingerprint({d.string()}), fp);
+  put(d / "transformer/diffusion_pytorch_model.safetensors", big);
+  EXPECT_EQ(modelFingerprint({d.string()}), fp);
+  // Per file: the pre-flight names what differs on another host.
+  const auto here = modelFileFingerprints({d.string()});
+  ASSERT_EQ(here.size(), 2u);
+  EXPECT_EQ(here[0].path, (d / "model_index.json").string());
+  EXPECT_EQ(here[1].size, big.size());
+  EXPECT_EQ(describeDifferences(here, here), "");
+  fs::rename(d / "model_index.json", d / "model_index2.json");
+  EXPECT_NE(modelFingerprint({d.string()}), fp);
+  auto there = modelFileFingerprints({d.string()});
+  const std::string m = (d / "model_index.json").string(), m2 = (d / "model_index2.json").string();
+  EXPECT_EQ(describeDifferences(here, there), m + " missing there; " + m2 + " only there");
+  there[1].digest = "0";
+  there[0].size = 1;
+  const std::string t = (d / "transformer/diffusion_pytorch_model.safetensors").string();
+  EXPECT_EQ(describeDifferences(here, there, 2),
+            m + " missing there; " + t + " differs (same size); and 1 more");
+  there[1].size = 3;
+  EXPECT_NE(describeDifferences(here, there).find(t + " differs (size 8388608 here, 3 there)"),
+            std::string::npos);
+  EXPECT_THROW(modelFingerprint({(d / "absent").string()}), std::runtime_error);
+  fs::create_directories(d / "empty");
+  EXPECT_THROW(modelFingerprint({(d / "empty").string()}), std::runtime_error);
+  fs::remove_all(d);
 }
 
 TEST(Protocol, MpirunFailures) {

@@ -1,6 +1,7 @@
 // mpirun command construction and program/model lookup (ui/worker_command.h).
 #include <QtTest>
 
+#include "app/protocol/launch.h"
 #include "ui/worker_command.h"
 
 using namespace dit::ui;
@@ -67,36 +68,71 @@ class TestCommand : public QObject {
     c.workerPath = "/w";
     c.mpirunPath = "/usr/local/bin/mpirun";
     c.extraWorkerArgs = {"--dtype", "bfloat16"};
+    c.hosts.networkInterface = " 10.0.0.0/24 ";
+    c.hosts.portRange = "50000-50099";
+    c.hosts.sshOptions = "-i /k -p 2222";
+    c.hosts.mpirunArgs = "--report-bindings  --display-map";
     const LaunchCommand cmd = buildLaunchCommand(c);
     QCOMPARE(cmd.program, QString("/usr/local/bin/mpirun"));
-    const QStringList expected = {"--allow-run-as-root",
-                                  "--oversubscribe",
-                                  "-np",
-                                  "16",
-                                  "--hostfile",
-                                  "/etc/mpi hosts",
-                                  "-x",
-                                  "OMP_NUM_THREADS=1",
-                                  "/w",
-                                  "--model",
-                                  "/m/FLUX.1 dev",
-                                  "--tp-degree",
-                                  "2",
-                                  "--ring-degree",
-                                  "1",
-                                  "--ulysses-degree",
-                                  "2",
-                                  "--ulysses-anything",
-                                  "--ring-anything",
-                                  "--cfg-degree",
-                                  "2",
-                                  "--dp-degree",
-                                  "2",
-                                  "--device",
-                                  "cuda",
-                                  "--dtype",
-                                  "bfloat16"};
+    // A hostfile group: no --oversubscribe, no binding, ssh never prompts; the network settings;
+    // the product's own environment variables forwarded to every rank.
+    QStringList expected = {"--allow-run-as-root",
+                            "-np",
+                            "16",
+                            "--hostfile",
+                            "/etc/mpi hosts",
+                            "--bind-to",
+                            "none",
+                            "--mca",
+                            "plm_rsh_args",
+                            "-o BatchMode=yes -o ConnectTimeout=10 -i /k -p 2222",
+                            "--mca",
+                            "btl_tcp_if_include",
+                            "10.0.0.0/24",
+                            "--mca",
+                            "oob_tcp_if_include",
+                            "10.0.0.0/24",
+                            "--mca",
+                            "btl_tcp_port_min_v4",
+                            "50000",
+                            "--mca",
+                            "btl_tcp_port_range_v4",
+                            "100",
+                            "-x",
+                            "OMP_NUM_THREADS=1"};
+    for (const std::string& n : dit::protocol::forwardedEnvironment())
+      expected << "-x" << QString::fromStdString(n);
+    expected << "--report-bindings"
+             << "--display-map";
+    expected += QStringList{"/w",
+                            "--model",
+                            "/m/FLUX.1 dev",
+                            "--tp-degree",
+                            "2",
+                            "--ring-degree",
+                            "1",
+                            "--ulysses-degree",
+                            "2",
+                            "--ulysses-anything",
+                            "--ring-anything",
+                            "--cfg-degree",
+                            "2",
+                            "--dp-degree",
+                            "2",
+                            "--device",
+                            "cuda",
+                            "--dtype",
+                            "bfloat16"};
     QCOMPARE(cmd.arguments, expected);
+    // Without a hostfile the settings do nothing: the group stays on this host (loopback).
+    c.hostfile = "";
+    QVERIFY(!buildLaunchCommand(c).arguments.join(' ').contains("10.0.0.0/24"));
+    QVERIFY(!buildLaunchCommand(c).arguments.join(' ').contains("BatchMode"));
+    QVERIFY(buildLaunchCommand(c).arguments.contains("--oversubscribe"));
+    // A malformed port range is refused (the controller logs it and does not start).
+    c.hostfile = "/h";
+    c.hosts.portRange = "80-90";
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, buildLaunchCommand(c));
     // Display quotes what needs quoting.
     QVERIFY(cmd.display().contains("'/m/FLUX.1 dev'"));
     QVERIFY(cmd.display().startsWith("/usr/local/bin/mpirun --allow-run-as-root"));

@@ -24,6 +24,10 @@ Preset makePreset(const QString& name) {
   p.strategy.ring_degree = 2;
   p.strategy.ulysses_degree = 2;
   p.hostfile = "/etc/hosts.mpi";
+  p.hosts.networkInterface = "10.0.0.0/24";
+  p.hosts.portRange = "50000-50100";
+  p.hosts.sshOptions = "-i ~/.ssh/cluster -o 'ProxyJump=gw'";
+  p.hosts.mpirunArgs = "--display-map";
   p.hasGeneration = true;
   p.generation.prompt = "a lighthouse, \"quoted\" and ünïcode";
   p.generation.negative_prompt = "blurry";
@@ -42,6 +46,10 @@ void comparePresets(const Preset& a, const Preset& b) {
   QCOMPARE(a.description, b.description);
   QVERIFY(sameStrategy(a.strategy, b.strategy));
   QCOMPARE(a.hostfile, b.hostfile);
+  QCOMPARE(a.hosts.networkInterface, b.hosts.networkInterface);
+  QCOMPARE(a.hosts.portRange, b.hosts.portRange);
+  QCOMPARE(a.hosts.sshOptions, b.hosts.sshOptions);
+  QCOMPARE(a.hosts.mpirunArgs, b.hosts.mpirunArgs);
   QCOMPARE(a.hasGeneration, b.hasGeneration);
   QVERIFY(a.generation == b.generation);
 }

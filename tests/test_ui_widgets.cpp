@@ -5,6 +5,7 @@
 #include <QAction>
 #include <QDir>
 #include <QDoubleSpinBox>
+#include <QLineEdit>
 #include <QListWidget>
 #include <QPlainTextEdit>
 #include <QSlider>
@@ -18,7 +19,10 @@
 #include "ui/generation_panel.h"
 #include "ui/image_input_panel.h"
 #include "ui/main_window.h"
+#include "ui/preset_store.h"
+#include "ui/strategy_editor.h"
 #include "ui/theme.h"
+#include "ui/worker_command.h"
 
 using namespace dit::ui;
 
@@ -218,6 +222,41 @@ class TestWidgets : public QObject {
     QCOMPARE(p->strategy.ring_degree, 2);
     pp->select("1 GPU");
     QVERIFY(!pp->deleteSelected());
+  }
+
+  // Issue 18: the multi-host fields are saved in a preset, restored from it, and reach mpirun's
+  // command line (with a hostfile only).
+  void multiHostFieldsInPresets() {
+    QTemporaryDir data;
+    auto w = makeWindow(data);
+    StrategyEditor* e = w->strategyEditor();
+    e->hostfileEdit()->setText(data.filePath("hosts"));
+    e->networkEdit()->setText(" 10.77.0.0/24 ");
+    e->portRangeEdit()->setText("50000-50099");
+    e->sshOptionsEdit()->setText("-i /k -p 2222");
+    e->mpirunArgsEdit()->setText("--display-map");
+    const QString args = buildLaunchCommand(w->launchConfig()).arguments.join(' ');
+    QVERIFY2(args.contains("--mca btl_tcp_if_include 10.77.0.0/24"), qPrintable(args));
+    QVERIFY2(args.contains("--mca btl_tcp_port_min_v4 50000 --mca btl_tcp_port_range_v4 100"),
+             qPrintable(args));
+    QVERIFY2(args.contains("-o BatchMode=yes -o ConnectTimeout=10 -i /k -p 2222"),
+             qPrintable(args));
+    QVERIFY2(args.contains("--display-map"), qPrintable(args));
+    QVERIFY(w->presetPanel()->saveCurrentAs("two hosts"));
+    e->setHostfile("");
+    e->setHostSettings(HostSettings{});
+    QVERIFY(!buildLaunchCommand(w->launchConfig()).arguments.join(' ').contains("BatchMode"));
+    w->applyPreset(*w->presetStore()->find("two hosts"));
+    QCOMPARE(e->hostfile(), data.filePath("hosts"));
+    QCOMPARE(e->hostSettings().networkInterface, QString("10.77.0.0/24"));
+    QCOMPARE(e->hostSettings().portRange, QString("50000-50099"));
+    QCOMPARE(e->hostSettings().sshOptions, QString("-i /k -p 2222"));
+    QCOMPARE(e->hostSettings().mpirunArgs, QString("--display-map"));
+    // Written to the user's presets file.
+    PresetStore again(data.path());
+    QVERIFY(again.load());
+    QVERIFY(again.find("two hosts"));
+    QCOMPARE(again.find("two hosts")->hosts.networkInterface, QString("10.77.0.0/24"));
   }
 
   void advisorApplies() {

@@ -314,6 +314,7 @@ LaunchConfig MainWindow::launchConfig() const {
   c.strategy = editor_->strategy();
   c.modelDir = genPanel_->modelInfo().ok ? genPanel_->modelInfo().path : genPanel_->modelDir();
   c.hostfile = editor_->hostfile();
+  c.hosts = editor_->hostSettings();
   c.workerPath = options_.workerPath;
   c.mpirunPath = options_.mpirunPath;
   return c;
@@ -332,7 +333,7 @@ bool MainWindow::configDiffers() const {
   const LaunchConfig& run = controller_->config();
   return !sameStrategy(now.strategy, run.strategy) ||
          QDir::cleanPath(now.modelDir) != QDir::cleanPath(run.modelDir) ||
-         now.hostfile != run.hostfile;
+         now.hostfile != run.hostfile || (!now.hostfile.isEmpty() && !(now.hosts == run.hosts));
 }
 
 void MainWindow::revalidate() {
@@ -605,6 +606,7 @@ QStringList MainWindow::strategyIssues(const dit::Strategy& s) const {
 void MainWindow::applyPreset(const Preset& p, bool withGeneration) {
   editor_->setStrategy(p.strategy);
   editor_->setHostfile(p.hostfile);
+  editor_->setHostSettings(p.hosts);
   if (p.hasGeneration && withGeneration) genPanel_->setParams(p.generation);
   log_->append(-1, "info", tr("preset \"%1\": %2").arg(p.name, strategyText(p.strategy)));
   revalidate();
@@ -614,6 +616,7 @@ Preset MainWindow::currentPreset() const {
   Preset p;
   p.strategy = editor_->strategy();
   p.hostfile = editor_->hostfile();
+  p.hosts = editor_->hostSettings();
   p.hasGeneration = true;
   p.generation = genPanel_->params();
   return p;

@@ -16,6 +16,12 @@ QJsonObject Preset::toJson() const {
   if (!description.isEmpty()) j["description"] = description;
   j["strategy"] = strategyToJson(strategy);
   if (!hostfile.isEmpty()) j["hostfile"] = hostfile;
+  QJsonObject h;
+  if (!hosts.networkInterface.isEmpty()) h["network_interface"] = hosts.networkInterface;
+  if (!hosts.portRange.isEmpty()) h["port_range"] = hosts.portRange;
+  if (!hosts.sshOptions.isEmpty()) h["ssh_options"] = hosts.sshOptions;
+  if (!hosts.mpirunArgs.isEmpty()) h["mpirun_args"] = hosts.mpirunArgs;
+  if (!h.isEmpty()) j["hosts"] = h;
   if (hasGeneration) j["generation"] = paramsToQJson(generation);
   return j;
 }
@@ -33,6 +39,11 @@ std::optional<Preset> Preset::fromJson(const QJsonObject& j, QString* error) {
   }
   p.description = j.value("description").toString();
   p.hostfile = j.value("hostfile").toString();
+  const QJsonObject h = j.value("hosts").toObject();
+  p.hosts.networkInterface = h.value("network_interface").toString();
+  p.hosts.portRange = h.value("port_range").toString();
+  p.hosts.sshOptions = h.value("ssh_options").toString();
+  p.hosts.mpirunArgs = h.value("mpirun_args").toString();
   try {
     p.strategy = strategyFromJson(j.value("strategy").toObject());
     if (j.value("generation").isObject()) {

@@ -3,7 +3,8 @@
 // <AppDataLocation>/presets.json written atomically. Import/export use the same file format:
 //   {"format": "ditstudio-presets", "version": 1, "presets": [ {preset}, ... ]}
 // where a preset is {"name", "description", "strategy": {tp_degree, ...}, "hostfile",
-// "generation": {prompt, width, ...}}.
+// "hosts": {network_interface, port_range, ssh_options, mpirun_args}, "generation": {prompt,
+// width, ...}} ("hosts" only when one of its fields is set).
 #pragma once
 
 #include <QJsonObject>
@@ -14,6 +15,7 @@
 
 #include "parallel/strategy.h"
 #include "ui/generation_params.h"
+#include "ui/worker_command.h"
 
 namespace dit::ui {
 
@@ -23,6 +25,7 @@ struct Preset {
   QString description;
   dit::Strategy strategy;
   QString hostfile;
+  HostSettings hosts;          ///< network/ssh settings of a hostfile group
   bool hasGeneration = false;  ///< whether `generation` holds values
   GenerationParams generation;
   bool builtin = false;

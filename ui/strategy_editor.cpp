@@ -130,6 +130,29 @@ StrategyEditor::StrategyEditor(QWidget* parent) : QWidget(parent) {
   hr->addWidget(hostfile_, 1);
   hr->addWidget(hb);
   form->addRow(tr("Hostfile"), hr);
+  // Hostfile groups only (README "Several machines"); a single-host group stays on loopback.
+  auto hostField = [box](const QString& placeholder, const QString& tip) {
+    auto* e = new QLineEdit(box);
+    e->setPlaceholderText(placeholder);
+    e->setToolTip(tip);
+    return e;
+  };
+  network_ = hostField(tr("e.g. 10.0.0.0/24 or eth1"),
+                       tr("With a hostfile: the interfaces or CIDR subnets (comma-separated) the "
+                          "group's MPI traffic may use (--network-interface)"));
+  form->addRow(tr("Network"), network_);
+  portRange_ = hostField(tr("e.g. 50000-50100"),
+                         tr("With a hostfile: TCP ports MIN-MAX for the ranks' MPI traffic, for "
+                            "firewalls (--port-range)"));
+  form->addRow(tr("Port range"), portRange_);
+  sshOptions_ = hostField(tr("e.g. -i ~/.ssh/cluster -p 2222"),
+                          tr("With a hostfile: ssh options, after -o BatchMode=yes -o "
+                             "ConnectTimeout=10 (--ssh-options)"));
+  form->addRow(tr("ssh options"), sshOptions_);
+  mpirunArgs_ = hostField(tr("extra mpirun arguments"),
+                          tr("With a hostfile: extra mpirun arguments, whitespace-separated "
+                             "(--mpirun-args)"));
+  form->addRow(tr("mpirun args"), mpirunArgs_);
   auto* buttons = new QHBoxLayout;
   auto* fill = new QPushButton(tr("Ranks = product"), box);
   fill->setToolTip(tr("Set the number of ranks to dp × cfg × ring × ulysses × tp"));
@@ -174,7 +197,8 @@ StrategyEditor::StrategyEditor(QWidget* parent) : QWidget(parent) {
   connect(device_, &QComboBox::currentTextChanged, this, emitChanged);
   connect(ulyssesAnything_, &QCheckBox::toggled, this, emitChanged);
   connect(ringAnything_, &QCheckBox::toggled, this, emitChanged);
-  connect(hostfile_, &QLineEdit::textChanged, this, emitChanged);
+  for (QLineEdit* e : {hostfile_, network_, portRange_, sshOptions_, mpirunArgs_})
+    connect(e, &QLineEdit::textChanged, this, emitChanged);
   connect(fill, &QPushButton::clicked, this, [this] {
     world_->setValue(tp_->value() * ring_->value() * ulysses_->value() * cfg_->value() *
                      dp_->value());
@@ -221,6 +245,25 @@ void StrategyEditor::setStrategy(const dit::Strategy& s) {
 QString StrategyEditor::hostfile() const { return hostfile_->text().trimmed(); }
 
 void StrategyEditor::setHostfile(const QString& path) { hostfile_->setText(path); }
+
+HostSettings StrategyEditor::hostSettings() const {
+  HostSettings h;
+  h.networkInterface = network_->text().trimmed();
+  h.portRange = portRange_->text().trimmed();
+  h.sshOptions = sshOptions_->text().trimmed();
+  h.mpirunArgs = mpirunArgs_->text().trimmed();
+  return h;
+}
+
+void StrategyEditor::setHostSettings(const HostSettings& h) {
+  loading_ = true;
+  network_->setText(h.networkInterface);
+  portRange_->setText(h.portRange);
+  sshOptions_->setText(h.sshOptions);
+  mpirunArgs_->setText(h.mpirunArgs);
+  loading_ = false;
+  Q_EMIT changed();
+}
 
 void StrategyEditor::setIssues(const QStringList& startIssues, const QStringList& requestIssues) {
   QStringList lines;

@@ -8,6 +8,7 @@
 
 #include "parallel/strategy.h"
 #include "ui/mesh_layout.h"
+#include "ui/worker_command.h"
 
 class QCheckBox;
 class QComboBox;
@@ -46,6 +47,10 @@ class StrategyEditor : public QWidget {
   void setStrategy(const dit::Strategy& s);
   QString hostfile() const;
   void setHostfile(const QString& path);
+  /// The network/ssh settings of a hostfile group (fields trimmed).
+  HostSettings hostSettings() const;
+  /// Shows `h` in the network/ssh fields (no changed() per field: one at the end).
+  void setHostSettings(const HostSettings& h);
   /// Shows the messages (start-blocking ones first). Empty lists show "valid".
   void setIssues(const QStringList& startIssues, const QStringList& requestIssues);
   QString issuesText() const;
@@ -59,6 +64,11 @@ class StrategyEditor : public QWidget {
   QSpinBox* cfgSpin() const { return cfg_; }
   QSpinBox* dpSpin() const { return dp_; }
   QComboBox* deviceCombo() const { return device_; }
+  QLineEdit* hostfileEdit() const { return hostfile_; }
+  QLineEdit* networkEdit() const { return network_; }
+  QLineEdit* portRangeEdit() const { return portRange_; }
+  QLineEdit* sshOptionsEdit() const { return sshOptions_; }
+  QLineEdit* mpirunArgsEdit() const { return mpirunArgs_; }
 
  Q_SIGNALS:
   void changed();
@@ -75,6 +85,10 @@ class StrategyEditor : public QWidget {
   QCheckBox* ulyssesAnything_;
   QCheckBox* ringAnything_;
   QLineEdit* hostfile_;
+  QLineEdit* network_;
+  QLineEdit* portRange_;
+  QLineEdit* sshOptions_;
+  QLineEdit* mpirunArgs_;
   QLabel* issues_;
   QLabel* summary_;
   MeshView* mesh_;

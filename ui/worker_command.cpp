@@ -29,6 +29,10 @@ LaunchCommand buildLaunchCommand(const LaunchConfig& c) {
   l.worker = (c.workerPath.isEmpty() ? defaultWorkerPath() : c.workerPath).toStdString();
   l.model = c.modelDir.toStdString();
   l.extra_worker_args = toStd(c.extraWorkerArgs);
+  l.network_interface = c.hosts.networkInterface.trimmed().toStdString();
+  l.port_range = c.hosts.portRange.trimmed().toStdString();
+  l.ssh_options = c.hosts.sshOptions.trimmed().toStdString();
+  l.extra_mpirun_args = c.hosts.mpirunArgs.trimmed().toStdString();
   l.isolate = dit::protocol::isolationProgram(
       QFileInfo(QString::fromStdString(l.worker)).absolutePath().toStdString());
   const std::vector<std::string> argv = dit::protocol::mpirunArgv(l);

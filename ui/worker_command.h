@@ -10,11 +10,22 @@
 
 namespace dit::ui {
 
+/// Network and ssh settings of a hostfile group (README "Several machines"); ignored without a
+/// hostfile (a single-host group stays on loopback). Saved in presets.
+struct HostSettings {
+  QString networkInterface;  ///< interfaces or CIDR subnets for MPI traffic, e.g. 10.0.0.0/24
+  QString portRange;         ///< "MIN-MAX" TCP ports for the ranks' MPI traffic; empty = any
+  QString sshOptions;        ///< extra ssh options, e.g. "-i ~/.ssh/cluster -p 2222"
+  QString mpirunArgs;        ///< extra mpirun arguments, whitespace-separated
+  bool operator==(const HostSettings&) const = default;
+};
+
 /// What the controller needs to start a process group.
 struct LaunchConfig {
   dit::Strategy strategy;       ///< world = mpirun -np; degrees become the worker's strategy flags
   QString modelDir;             ///< --model
   QString hostfile;             ///< optional mpirun --hostfile
+  HostSettings hosts;           ///< network/ssh settings, used with a hostfile only
   QString workerPath;           ///< ditstudio-worker executable (empty: defaultWorkerPath())
   QString mpirunPath;           ///< mpirun executable (empty: defaultMpirun())
   QStringList extraWorkerArgs;  ///< appended after the strategy flags (e.g. "--dtype", "float32")
@@ -28,9 +39,11 @@ struct LaunchCommand {
   QString display() const;
 };
 
-/// dit::protocol::mpirunArgv with Qt types: `mpirun --allow-run-as-root --oversubscribe -np N
-/// [--hostfile F] -x OMP_NUM_THREADS=1 <worker> --model DIR <protocol::strategyArgs> [extra args]`.
-/// Throws std::invalid_argument for world < 1.
+/// dit::protocol::mpirunArgv with Qt types: `[ditstudio-isolate] mpirun --allow-run-as-root
+/// --oversubscribe -np N ... -x OMP_NUM_THREADS=1 <worker> --model DIR <protocol::strategyArgs>
+/// [extra args]` for one host; with a hostfile, the hostfile form of mpirunArgv with `hosts`'
+/// interface, port range, ssh options and mpirun arguments. Throws std::invalid_argument for
+/// world < 1 or a malformed port range.
 LaunchCommand buildLaunchCommand(const LaunchConfig& config);
 
 /// $DITSTUDIO_MPIRUN if set, else "mpirun" (dit::protocol::defaultMpirun).

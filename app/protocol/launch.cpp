@@ -3,9 +3,13 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdlib>
 #include <regex>
+#include <sstream>
 #include <stdexcept>
+
+extern char** environ;
 
 namespace dit::protocol {
 
@@ -56,8 +60,84 @@ std::vector<std::pair<std::string, std::string>> networkMcaParams(const MpirunLa
     // confined by running the group in a loopback-only network namespace (ditstudio-isolate).
     return {{"pml", "ob1"}, {"btl", "^tcp,ofi,openib,usnic,uct"}};
   const std::string iface = trim(l.network_interface);
-  if (iface.empty()) return {};
-  return {{"btl_tcp_if_include", iface}, {"oob_tcp_if_include", iface}};
+  std::vector<std::pair<std::string, std::string>> p;
+  if (!iface.empty()) p = {{"btl_tcp_if_include", iface}, {"oob_tcp_if_include", iface}};
+  if (const std::string pr = trim(l.port_range); !pr.empty()) {
+    static const std::regex range("^([0-9]{1,5})-([0-9]{1,5})$");
+    std::smatch m;
+    const long lo = std::regex_match(pr, m, range) ? std::stol(m[1]) : -1;
+    const long hi = lo >= 0 ? std::stol(m[2]) : -1;
+    if (lo < 1024 || hi > 65535 || hi < lo)
+      throw std::invalid_argument("port range '" + pr +
+                                  "': expected MIN-MAX with 1024 <= MIN <= MAX <= 65535");
+    p.push_back({"btl_tcp_port_min_v4", std::to_string(lo)});
+    p.push_back({"btl_tcp_port_range_v4", std::to_string(hi - lo + 1)});
+  }
+  return p;
+}
+
+std::vector<HostfileEntry> parseHostfile(const std::string& text) {
+  std::vector<HostfileEntry> out;
+  std::istringstream in(text);
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (auto h = line.find('#'); h != std::string::npos) line.resize(h);
+    std::istringstream words(line);
+    HostfileEntry e;
+    e.line = n;
+    if (!(words >> e.host)) continue;
+    for (std::string w; words >> w;) {
+      if (w.rfind("slots=", 0) != 0) continue;  // max_slots= and others: mpirun's business
+      const std::string v = w.substr(6);
+      if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos ||
+          std::stoi(v) < 1)
+        throw std::invalid_argument("hostfile line " + std::to_string(n) + ": '" + w +
+                                    "' is not a positive slot count");
+      e.slots = std::stoi(v);
+    }
+    out.push_back(e);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::vector<int>>> planHostfile(
+    const std::vector<HostfileEntry>& hosts, int world, bool oversubscribe,
+    const std::string& file) {
+  if (hosts.empty())
+    throw std::invalid_argument("hostfile " + file + " names no host (one 'HOST slots=N' a line)");
+  int total = 0;
+  for (const HostfileEntry& e : hosts) {
+    if (e.slots < 1)
+      throw std::invalid_argument(
+          "hostfile " + file + " line " + std::to_string(e.line) + ": host " + e.host +
+          " has no slots=N; mpirun would put every rank on the first host. Write '" + e.host +
+          " slots=N' with N the number of ranks to run there");
+    total += e.slots;
+  }
+  if (total < world && !oversubscribe)
+    throw std::invalid_argument("hostfile " + file + " has " + std::to_string(total) +
+                                " slots for " + std::to_string(world) +
+                                " ranks: add slots, or ask for --oversubscribe");
+  std::vector<std::pair<std::string, std::vector<int>>> plan;
+  for (const HostfileEntry& e : hosts) plan.push_back({e.host, {}});
+  // --map-by slot: fill each host's slots in order; oversubscribed ranks wrap around.
+  int r = 0;
+  while (r < world)
+    for (size_t i = 0; i < hosts.size() && r < world; ++i)
+      for (int k = 0; k < hosts[i].slots && r < world; ++k) plan[i].second.push_back(r++);
+  return plan;
+}
+
+std::vector<std::string> forwardedEnvironment() {
+  std::vector<std::string> names;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string kv(*e);
+    const auto eq = kv.find('=');
+    if (kv.rfind("DITSTUDIO_", 0) == 0 && eq != std::string::npos)
+      names.push_back(kv.substr(0, eq));
+  }
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 std::string isolationProgram(const std::string& dir) {
@@ -77,12 +157,25 @@ std::vector<std::string> mpirunArgv(const MpirunLaunch& l) {
   if (l.worker.empty()) throw std::invalid_argument("no ditstudio-worker executable given");
   std::vector<std::string> a;
   if (trim(l.hostfile).empty() && !l.isolate.empty()) a.push_back(l.isolate);
-  a.insert(a.end(), {l.mpirun.empty() ? defaultMpirun() : l.mpirun, "--allow-run-as-root",
-                     "--oversubscribe", "-np", std::to_string(l.strategy.world)});
-  if (const std::string hf = trim(l.hostfile); !hf.empty()) a.insert(a.end(), {"--hostfile", hf});
+  const std::string hf = trim(l.hostfile);
+  a.push_back(l.mpirun.empty() ? defaultMpirun() : l.mpirun);
+  a.push_back("--allow-run-as-root");
+  if (hf.empty() || l.oversubscribe) a.push_back("--oversubscribe");
+  a.insert(a.end(), {"-np", std::to_string(l.strategy.world)});
+  if (!hf.empty()) {
+    // Each host's scheduler places its ranks (OpenMPI binds 1-2 ranks to a core otherwise:
+    // ranks with several OpenMP threads would share it); ssh never prompts and gives up.
+    a.insert(a.end(), {"--hostfile", hf, "--bind-to", "none", "--mca", "plm_rsh_args",
+                       trim("-o BatchMode=yes -o ConnectTimeout=10 " + trim(l.ssh_options))});
+  }
   for (const auto& [k, v] : networkMcaParams(l)) a.insert(a.end(), {"--mca", k, v});
-  a.insert(a.end(), {"-x", "OMP_NUM_THREADS=" + std::to_string(l.omp_threads), l.worker, "--model",
-                     l.model});
+  a.insert(a.end(), {"-x", "OMP_NUM_THREADS=" + std::to_string(l.omp_threads)});
+  if (!hf.empty()) {
+    for (const std::string& n : forwardedEnvironment()) a.insert(a.end(), {"-x", n});
+    std::istringstream extra(l.extra_mpirun_args);
+    for (std::string w; extra >> w;) a.push_back(w);
+  }
+  a.insert(a.end(), {l.worker, "--model", l.model});
   const auto s = strategyArgs(l.strategy);
   a.insert(a.end(), s.begin(), s.end());
   a.insert(a.end(), l.extra_worker_args.begin(), l.extra_worker_args.end());

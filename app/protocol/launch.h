@@ -48,7 +48,41 @@ struct MpirunLaunch {
   /// mpirun in a network namespace of its own with only loopback up; "" = none (mpirun runs in
   /// the caller's namespace). See isolationProgram().
   std::string isolate;
+  // Hostfile groups only (issue 18; README "Several machines"):
+  /// ssh options for mpirun's launch agent, appended after `-o BatchMode=yes -o
+  /// ConnectTimeout=10` (never a password or host-key prompt); passed as `plm_rsh_args`.
+  std::string ssh_options;
+  /// TCP ports for the ranks' MPI channel: "MIN-MAX" (btl_tcp_port_min_v4 / _range_v4); "" =
+  /// any ephemeral port.
+  std::string port_range;
+  /// Extra mpirun arguments (whitespace-separated), inserted before the worker.
+  std::string extra_mpirun_args;
+  /// Pass --oversubscribe with a hostfile too (more ranks than the hostfile's slots).
+  bool oversubscribe = false;
 };
+
+/// One host line of an OpenMPI hostfile.
+struct HostfileEntry {
+  std::string host;  ///< host name or address
+  int slots = -1;    ///< `slots=N`, -1 when absent
+  int line = 0;      ///< 1-based line number
+};
+
+/// Parses OpenMPI hostfile text: `host [slots=N] [max_slots=M]`, `#` comments, blank lines.
+/// Throws std::invalid_argument naming the line for a malformed `slots=` value.
+std::vector<HostfileEntry> parseHostfile(const std::string& text);
+
+/// Ranks per host as mpirun places them (--map-by slot: each host's slots in hostfile order).
+/// Throws std::invalid_argument naming the file, line and fix when a host has no `slots=` (mpirun
+/// would put every rank on the first host), when the file has no host, or when the slots hold
+/// fewer than `world` ranks and `oversubscribe` is false. Pairs of {host, ranks}.
+std::vector<std::pair<std::string, std::vector<int>>> planHostfile(
+    const std::vector<HostfileEntry>& hosts, int world, bool oversubscribe,
+    const std::string& file);
+
+/// The names of the product's environment variables set in this process (DITSTUDIO_*), each
+/// forwarded to every rank of a hostfile group with `-x NAME`.
+std::vector<std::string> forwardedEnvironment();
 
 /// The ditstudio-isolate executable in `dir` (the directory of the programs), or "" when
 /// DITSTUDIO_NETWORK_ISOLATION is "0" or no such executable exists there.
@@ -66,11 +100,15 @@ std::string isolationProgram(const std::string& dir);
 /// Pairs of {name, value}.
 std::vector<std::pair<std::string, std::string>> networkMcaParams(const MpirunLaunch& launch);
 
-/// argv of `[ISOLATE] mpirun --allow-run-as-root --oversubscribe -np N [--hostfile F]
-/// [--mca NAME VALUE for each networkMcaParams()] -x OMP_NUM_THREADS=T <worker> --model DIR
-/// <strategyArgs> [extra]`; argv[0] is the program to start: `isolate` for a single-host group
-/// when set (it executes mpirun in place: same pid), else the launcher.
-/// Throws std::invalid_argument when strategy.world < 1, omp_threads < 1 or worker is empty.
+/// argv of `[ISOLATE] mpirun --allow-run-as-root --oversubscribe -np N [--mca NAME VALUE for
+/// each networkMcaParams()] -x OMP_NUM_THREADS=T <worker> --model DIR <strategyArgs> [extra]`
+/// without a hostfile; with one: `mpirun --allow-run-as-root [--oversubscribe when asked] -np N
+/// --hostfile F --bind-to none --mca plm_rsh_args "-o BatchMode=yes -o ConnectTimeout=10 SSH"
+/// [network and port MCA parameters] -x OMP_NUM_THREADS=T -x NAME for each
+/// forwardedEnvironment() [extra mpirun args] <worker> ...`; argv[0] is the program to start:
+/// `isolate` for a single-host group when set (it executes mpirun in place: same pid), else the
+/// launcher. Throws std::invalid_argument when strategy.world < 1, omp_threads < 1, worker is
+/// empty, or (with a hostfile) port_range is not MIN-MAX within 1024..65535.
 std::vector<std::string> mpirunArgv(const MpirunLaunch& launch);
 
 /// $DITSTUDIO_MPIRUN when set and non-empty, else "mpirun".

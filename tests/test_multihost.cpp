@@ -1,0 +1,270 @@
+// Issue 18: a process group over two hosts. Run by tests/multihost_env.sh inside host a of two
+// network namespaces joined by a veth pair (10.77.0.1 and 10.77.0.2, sshd on the second); each
+// case launches the real `ditstudio-cli --hostfile` (mpirun over ssh, one rank per host).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "golden_util.h"
+
+using namespace dit;
+using namespace dit::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+std::string quote(const std::string& s) {
+  std::string r = "'";
+  for (char c : s) r += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return r + "'";
+}
+
+struct CliRun {
+  int rc = -1;
+  std::string log;
+  double seconds = 0;
+};
+
+// ditstudio-cli on golden run 0 over the two hosts; `out` is a stem under MH_OUT. A run that
+// hangs is ended after 120 s (rc 124), so no case can hang the suite.
+CliRun runCli(const std::string& flags, const std::string& out,
+              const std::string& hostfile = env("MH_HOSTFILE"), const std::string& prefix = "",
+              const std::string& sshOptions = env("MH_SSH_OPTIONS"),
+              const std::string& network = "--network-interface 10.77.0.0/24 ") {
+  const auto& c = goldenJson()["cases"]["runs"][0];
+  const std::string stem = env("MH_OUT") + "/" + out;
+  std::ostringstream cmd;
+  cmd << prefix << "timeout 120 " << DITSTUDIO_CLI << " --model " << quote(env("MH_MODEL"))
+      << " --prompt " << quote(c["prompt"]) << " --seed " << c["seed"].get<int64_t>() << " --width "
+      << c["width"].get<int>() << " --height " << c["height"].get<int>() << " --steps "
+      << c["steps"].get<int>() << " --guidance " << c["guidance"].get<double>()
+      << " --max-sequence-length 48 --hostfile " << quote(hostfile) << " --ssh-options "
+      << quote(sshOptions) << " " << network << flags << " --output " << quote(stem + ".png")
+      << " --output-tensors " << quote(stem + ".safetensors") << " > " << quote(stem + ".log")
+      << " 2>&1";
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rc = std::system(cmd.str().c_str());
+  CliRun r;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.rc = WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+  std::ifstream in(stem + ".log");
+  r.log = std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return r;
+}
+
+at::Tensor load(const std::string& file, const std::string& name) {
+  SafetensorsCollection c(file);
+  return loadTensor(c, name, at::kFloat);
+}
+
+// Processes of this test's group still alive (their command line names the test's model path).
+std::string leftovers() {
+  // "[d]" keeps the pattern from matching the shell that runs pgrep.
+  std::string cmd =
+      "pgrep -af -- " + quote("[d]itstudio-worker --model " + env("MH_MODEL")) + " 2>/dev/null";
+  std::string out;
+  if (FILE* p = ::popen(cmd.c_str(), "r")) {
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, p)) out += buf;
+    ::pclose(p);
+  }
+  return out;
+}
+
+// Gives host b another checkpoint at the same path: one float32 of the transformer nudged in
+// its last mantissa bits (finite, so only a fingerprint can tell).
+void perturbModelB() {
+  const fs::path f =
+      fs::path(env("MH_MODEL_B")) / "transformer/diffusion_pytorch_model.safetensors";
+  std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(io) << f;
+  std::uint64_t headerLen = 0;
+  io.read(reinterpret_cast<char*>(&headerLen), 8);
+  io.seekg(static_cast<std::streamoff>(8 + headerLen));
+  char b = 0;
+  io.read(&b, 1);
+  b = static_cast<char>(b ^ 0x5a);
+  io.seekp(static_cast<std::streamoff>(8 + headerLen));
+  io.write(&b, 1);
+}
+
+void restoreModelB() {
+  fs::remove_all(fs::path(env("MH_MODEL_B")) / "transformer");
+  fs::copy(fs::path(env("MH_MODEL")) / "transformer", fs::path(env("MH_MODEL_B")) / "transformer",
+           fs::copy_options::recursive);
+}
+
+class MultiHost : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!env("MH_SKIP_REASON").empty())
+      GTEST_SKIP() << "multihost: skipped: " << env("MH_SKIP_REASON");
+    if (env("MH_HOSTFILE").empty())
+      GTEST_SKIP() << "multihost: skipped: run through tests/multihost_env.sh (ctest -L multihost)";
+  }
+  void TearDown() override {
+    // Everything ended: no rank of this test's group left on either host.
+    for (int i = 0; i < 50 && !leftovers().empty(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_EQ(leftovers(), "");
+  }
+};
+
+void expectParity(const std::string& name, const std::string& flags) {
+  const CliRun r = runCli(flags, name);
+  ASSERT_EQ(r.rc, 0) << r.log;
+  EXPECT_NE(r.log.find("10.77.0.1: rank 0; 10.77.0.2: rank 1"), std::string::npos) << r.log;
+  EXPECT_NE(r.log.find("pre-flight 10.77.0.2: ok"), std::string::npos) << r.log;
+  const std::string f = env("MH_OUT") + "/" + name + ".safetensors";
+  const double dl = maxAbsDiff(load(f, "final_latents"), golden("run.0.final_latents"));
+  const double di = maxAbsDiff(load(f, "image"), golden("run.0.image"));
+  std::printf("  %-10s final_latents %.3g  image %.3g  (%.1f s)\n", name.c_str(), dl, di,
+              r.seconds);
+  EXPECT_LT(dl, 1e-4);
+  EXPECT_LT(di, 1e-4);
+}
+
+}  // namespace
+
+TEST_F(MultiHost, Tp2MatchesOneRank) { expectParity("tp2", "--tp-degree 2"); }
+TEST_F(MultiHost, Ulysses2MatchesOneRank) { expectParity("ulysses2", "--ulysses-degree 2"); }
+
+TEST_F(MultiHost, Dp2ResultsComeHome) {
+  // Replica 1 computes on host b; both images must be written where the user asked, on host a.
+  const CliRun r = runCli("--dp-degree 2 --num-images 2", "dp2");
+  ASSERT_EQ(r.rc, 0) << r.log;
+  const std::string stem = env("MH_OUT") + "/dp2";
+  ASSERT_TRUE(fs::exists(stem + "-0.safetensors")) << r.log;
+  ASSERT_TRUE(fs::exists(stem + "-1.safetensors")) << "replica 1's result is not on host a\n"
+                                                   << r.log;
+  EXPECT_TRUE(fs::exists(stem + "-1.png"));
+  EXPECT_FALSE(fs::exists(env("MH_OUT_B") + "/dp2-1.png")) << "written on host b";
+  EXPECT_LT(maxAbsDiff(load(stem + "-0.safetensors", "image"), golden("run.0.image")), 1e-4);
+}
+
+TEST_F(MultiHost, DifferentCheckpointRefusedBeforeStart) {
+  perturbModelB();
+  const CliRun r = runCli("--tp-degree 2", "mismatch");
+  restoreModelB();
+  EXPECT_NE(r.rc, 0) << r.log;
+  EXPECT_NE(r.log.find("host 10.77.0.2 holds a different model"), std::string::npos) << r.log;
+  EXPECT_NE(r.log.find("transformer/diffusion_pytorch_model.safetensors differs (same size)"),
+            std::string::npos)
+      << r.log;
+  EXPECT_EQ(r.log.find("process group ready"), std::string::npos) << "mpirun was started";
+  EXPECT_FALSE(fs::exists(env("MH_OUT") + "/mismatch.png"));
+}
+
+TEST_F(MultiHost, DifferentCheckpointRefusedInsideTheGroup) {
+  perturbModelB();
+  const CliRun r = runCli("--tp-degree 2 --no-preflight", "mismatch2");
+  restoreModelB();
+  EXPECT_NE(r.rc, 0) << r.log;
+  EXPECT_NE(r.log.find("model differs between hosts"), std::string::npos) << r.log;
+  EXPECT_NE(r.log.find("rank 1 on host mh-host-b"), std::string::npos) << r.log;
+  EXPECT_FALSE(fs::exists(env("MH_OUT") + "/mismatch2.png"));
+}
+
+TEST_F(MultiHost, MissingModelNamed) {
+  const fs::path b(env("MH_MODEL_B"));
+  fs::rename(b / "model_index.json", b / "model_index.json.away");
+  CliRun r = runCli("--tp-degree 2", "missing");
+  EXPECT_NE(r.rc, 0) << r.log;
+  EXPECT_NE(r.log.find("host 10.77.0.2"), std::string::npos) << r.log;
+  EXPECT_NE(r.log.find("different model"), std::string::npos) << r.log;
+  EXPECT_NE(r.log.find("model_index.json missing there"), std::string::npos) << r.log;
+  // Past the pre-flight, the rank on host b names the missing file.
+  r = runCli("--tp-degree 2 --no-preflight", "missing2");
+  fs::rename(b / "model_index.json.away", b / "model_index.json");
+  EXPECT_NE(r.rc, 0) << r.log;
+  EXPECT_NE(r.log.find("model_index.json"), std::string::npos) << r.log;
+}
+
+TEST_F(MultiHost, KilledRemoteRankNamedAndGroupEnded) {
+  const CliRun r = runCli("--tp-degree 2", "killed", env("MH_HOSTFILE"),
+                          "DITSTUDIO_FAULT_RANK=1 DITSTUDIO_FAULT=kill_at_step:1 ");
+  EXPECT_NE(r.rc, 0) << r.log;
+  // mpirun's report, parsed: the rank, its pid and host, the signal.
+  EXPECT_NE(r.log.find("error: rank 1 (pid "), std::string::npos) << r.log;
+  EXPECT_NE(r.log.find(" on 10.77.0.2) was killed by signal 9"), std::string::npos) << r.log;
+  EXPECT_LT(r.seconds, 60) << r.log;
+  std::printf("  killed remote rank named, group ended in %.1f s\n", r.seconds);
+}
+
+TEST_F(MultiHost, UnreachableHostBounded) {
+  // 10.77.0.9 drops every packet silently (no ARP answer, no reset).
+  const std::string hf = env("MH_WORK") + "/hostfile-unreachable";
+  std::ofstream(hf) << "10.77.0.1 slots=1\n10.77.0.9 slots=1\n";
+  const CliRun r = runCli("--tp-degree 2", "unreachable", hf);
+  EXPECT_NE(r.rc, 0) << r.log;
+  EXPECT_NE(r.log.find("host 10.77.0.9"), std::string::npos) << r.log;
+  EXPECT_LT(r.seconds, 30) << r.log;
+  std::printf("  unreachable host refused in %.1f s\n", r.seconds);
+}
+
+TEST_F(MultiHost, HostfileWithoutSlotsRefused) {
+  const std::string hf = env("MH_WORK") + "/hostfile-noslots";
+  std::ofstream(hf) << "10.77.0.1\n10.77.0.2\n";
+  const CliRun r = runCli("--tp-degree 2", "noslots", hf);
+  EXPECT_EQ(r.rc, 2) << r.log;
+  EXPECT_NE(r.log.find("line 1: host 10.77.0.1 has no slots=N"), std::string::npos) << r.log;
+}
+
+TEST_F(MultiHost, UnknownHostKeyRefusedWithoutWaiting) {
+  // Host b's key is not in known_hosts: ssh must fail at once (BatchMode), never prompt, both in
+  // the pre-flight and in mpirun's own launch of the remote daemon.
+  const std::string kh = env("MH_WORK") + "/known_hosts-empty";
+  std::ofstream(kh).flush();
+  std::string opts = env("MH_SSH_OPTIONS");
+  opts = opts.substr(0, opts.find(" -o UserKnownHostsFile=")) + " -o UserKnownHostsFile=" + kh;
+  CliRun r = runCli("--tp-degree 2", "hostkey", env("MH_HOSTFILE"), "", opts);
+  EXPECT_NE(r.rc, 0) << r.log;
+  EXPECT_NE(r.log.find("host 10.77.0.2: ssh cannot log in without a prompt"), std::string::npos)
+      << r.log;
+  EXPECT_NE(r.log.find("Host key verification failed"), std::string::npos) << r.log;
+  EXPECT_LT(r.seconds, 15) << r.log;
+  r = runCli("--tp-degree 2 --no-preflight", "hostkey2", env("MH_HOSTFILE"), "", opts);
+  EXPECT_NE(r.rc, 0) << r.log;
+  EXPECT_LT(r.seconds, 30) << r.log;
+  EXPECT_FALSE(fs::exists(env("MH_OUT") + "/hostkey2.png"));
+  std::printf("  unknown host key refused in %.1f s (mpirun's own ssh)\n", r.seconds);
+}
+
+TEST_F(MultiHost, SharedBridgeSubnetEndsAtTheCollectiveTimeout) {
+  // Both hosts also have an interface with the same address and subnet that does not connect
+  // them (a container bridge, 172.31.0.1/16 on each). Without --network-interface OpenMPI may
+  // send the ranks' traffic there and the first collective never completes (before: both ranks
+  // spun forever); now the group ends at the collective timeout naming the step and the fix.
+  const std::string nb = env("MH_NS_B");
+  auto sh = [](const std::string& c) { return std::system(c.c_str()); };
+  const std::string bridge =
+      "ip link add mhx1 type veth peer name mhx2 && ip addr add 172.31.0.1/16 dev mhx1 && "
+      "ip link set mhx1 up && ip link set mhx2 up";
+  ASSERT_EQ(sh(bridge), 0);
+  ASSERT_EQ(sh("ip netns exec " + quote(nb) + " sh -c " + quote(bridge)), 0);
+  CliRun r = runCli("--tp-degree 2", "bridge", env("MH_HOSTFILE"),
+                    "DITSTUDIO_COLLECTIVE_TIMEOUT_S=8 ", env("MH_SSH_OPTIONS"), "");
+  EXPECT_NE(r.rc, 0) << r.log;
+  EXPECT_NE(r.log.find("collective timeout: the group's first exchange"), std::string::npos)
+      << r.log;
+  EXPECT_NE(r.log.find("--network-interface"), std::string::npos) << r.log;
+  EXPECT_LT(r.seconds, 45) << r.log;
+  std::printf("  shared bridge subnet: group ended in %.1f s (collective timeout 8 s)\n",
+              r.seconds);
+  // Naming the network the hosts share avoids the bridge.
+  r = runCli("--tp-degree 2", "bridge-named");
+  sh("ip link del mhx1");
+  sh("ip netns exec " + quote(nb) + " ip link del mhx1");
+  EXPECT_EQ(r.rc, 0) << r.log;
+}
