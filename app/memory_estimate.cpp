@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "backend/io/safetensors.h"
+#include "backend/models/text_encoders/qwen3_plan.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
 #include "backend/pipelines/flux2/flux2_pipeline_config.h"
 #include "parallel/tensor_parallel/sharding_plan.h"
@@ -39,7 +40,30 @@ uint64_t MemoryEstimate::peak() const {
 std::string MemoryEstimate::describe() const {
   return "weights " + formatBytes(weights) + " + transformer activations " +
          formatBytes(activations) + " + attention " + formatBytes(attention) + " (VAE decode " +
-         formatBytes(vae_decode) + ") = " + formatBytes(peak());
+         formatBytes(vae_decode) + ") = " + formatBytes(peak()) + (note.empty() ? "" : "; " + note);
+}
+
+uint64_t textEncoderBytesPerRank(const ModelFolder& m, int tp, int64_t elementBytes,
+                                 std::string* note) {
+  const int64_t eb = std::max<int64_t>(1, elementBytes);
+  if (m.pipeline_class == "Flux2KleinPipeline") {
+    const Flux2PipelineConfig& c = m.configAs<Flux2PipelineConfig>();
+    const int layers =
+        c.text_encoder_out_layers.empty()
+            ? c.text_encoder.num_hidden_layers
+            : *std::max_element(c.text_encoder_out_layers.begin(), c.text_encoder_out_layers.end());
+    const ParameterTable table = qwen3ParameterTable(
+        c.text_encoder, layers, layers == c.text_encoder.num_hidden_layers, "F32", eb);
+    std::string reason;
+    const ShardingPlan plan = qwen3ShardingPlan(c.text_encoder).resolve(table, tp, &reason);
+    if (!reason.empty() && note) *note = "text encoder replicated on every tp rank: " + reason;
+    return plan.bytesPerRank(table, std::max(1, tp), eb);
+  }
+  uint64_t bytes = 0;
+  for (const char* te : {"text_encoder", "text_encoder_2"})
+    if (m.components.count(te) || std::filesystem::exists(m.component(te)))
+      bytes += componentBytes(m, te, "model", elementBytes);
+  return bytes;
 }
 
 MemoryEstimate estimateRequestMemory(const ModelFolder& m, const Strategy& s, const RequestDims& r,
@@ -59,9 +83,7 @@ MemoryEstimate estimateRequestMemory(const ModelFolder& m, const Strategy& s, co
         dims.tensor_parallel_plan->bytesPerRank(*dims.parameters, tp, static_cast<int64_t>(eb));
   else
     e.weights = mul(m.transformerParameterCount(), eb);
-  for (const char* te : {"text_encoder", "text_encoder_2"})
-    if (m.components.count(te) || std::filesystem::exists(m.component(te)))
-      e.weights += componentBytes(m, te, "model", elementBytes);
+  e.weights += textEncoderBytesPerRank(m, tp, elementBytes, &e.note);
   e.weights += componentBytes(m, "vae", "diffusion_pytorch_model", elementBytes);
 
   // Transformer: tokens and heads of this rank.

@@ -18,6 +18,9 @@ struct MemoryEstimate {
   uint64_t activations = 0;  ///< transformer block activations at this rank's token count
   uint64_t attention = 0;    ///< transformer attention scores (math kernel) at this rank's slice
   uint64_t vae_decode = 0;   ///< VAE decoder: full-resolution feature maps + mid-block attention
+  /// What the estimate assumed that changes the picture, e.g. "text encoder replicated on every
+  /// tp rank: ..." when a component's plan does not divide by tp; empty otherwise.
+  std::string note;
   /// The peak while the request runs: weights + max(transformer stage, VAE stage).
   uint64_t peak() const;
   /// Peak minus the weights: what a request needs on top of a loaded model.
@@ -38,6 +41,16 @@ struct MemoryEstimate {
 /// Throws ModelFileError when a component's weights cannot be read (headers only).
 MemoryEstimate estimateRequestMemory(const ModelFolder& m, const Strategy& s, const RequestDims& r,
                                      int64_t elementBytes, bool scoresMaterialized);
+
+/// Bytes of the text encoders one rank holds at tensor-parallel degree `tp` in a compute dtype of
+/// `elementBytes` bytes. FLUX.2 [klein] (Flux2KleinPipeline): the Qwen3 layers the pipeline runs
+/// (up to the largest of text_encoder_out_layers; the final norm only when all are run) from
+/// qwen3ShardingPlan, the figure Qwen3Model::weightBytes reports after a sharded load; when tp
+/// does not divide the encoder's heads or intermediate_size the whole encoder, and `note` (when
+/// not null) says so. FLUX.1: CLIP and T5 whole on every rank. Throws ModelFileError when a
+/// component's weights cannot be read (headers only).
+uint64_t textEncoderBytesPerRank(const ModelFolder& m, int tp, int64_t elementBytes,
+                                 std::string* note = nullptr);
 
 /// MemAvailable of /proc/meminfo in bytes (nullopt when it cannot be read).
 std::optional<uint64_t> hostMemoryAvailable();

@@ -69,7 +69,7 @@ endforeach()
 
 # FLUX.2 end to end through ditstudio-cli / mpirun + ditstudio-worker (every strategy, dp 2).
 add_executable(test_flux2_cli test_flux2_cli.cpp)
-target_link_libraries(test_flux2_cli PRIVATE dit_backend GTest::gtest GTest::gtest_main)
+target_link_libraries(test_flux2_cli PRIVATE dit_app GTest::gtest GTest::gtest_main)
 target_compile_definitions(test_flux2_cli PRIVATE
   DITSTUDIO_FIXTURE="${DITSTUDIO_TEST_DATA}/tiny-flux2-A" DITSTUDIO_CLI="$<TARGET_FILE:ditstudio-cli>"
   DITSTUDIO_FLUX1_LORA="${DITSTUDIO_TEST_DATA}/tiny-flux-A/lora/lora-diffusers.safetensors")

@@ -13,6 +13,8 @@
 #include <sstream>
 #include <string>
 
+#include "app/memory_estimate.h"
+#include "backend/io/model_folder.h"
 #include "backend/io/tensor_io.h"
 #include "golden_util.h"
 
@@ -139,4 +141,27 @@ TEST(Flux2CliLora, EqualsMergedWeightsOnOneRankAndTp2) {
   const std::string flux1 = std::string(DITSTUDIO_FLUX1_LORA);
   EXPECT_NE(runCli("--lora '" + flux1 + "'", tmp("lora_flux1"), log), 0);
   EXPECT_NE(log.find("does not exist in this model"), std::string::npos) << log;
+}
+
+// The memory estimate holds the Qwen3 text encoder's per-rank share, the figure the sharded load
+// reports (test_qwen3_tp: 822,720 bytes whole, 490,944 under tp 2 for the fixture's 27 loaded
+// layers), and says when tp 4 replicates it (2 query heads do not divide by 4).
+TEST(Flux2Memory, TextEncoderPerRankInTheEstimate) {
+  ModelSources src;
+  src.model = test::fixtureDir();
+  const ModelFolder m = ModelFolder::open(src);
+  std::string note;
+  EXPECT_EQ(textEncoderBytesPerRank(m, 1, 4, &note), 822720u);
+  EXPECT_EQ(note, "");
+  EXPECT_EQ(textEncoderBytesPerRank(m, 2, 4, &note), 490944u);
+  EXPECT_EQ(note, "");
+  EXPECT_EQ(textEncoderBytesPerRank(m, 4, 4, &note), 822720u);
+  EXPECT_NE(note.find("text encoder replicated on every tp rank"), std::string::npos) << note;
+  Strategy s;
+  s.world = s.tp_degree = 4;
+  RequestDims r;
+  r.width = r.height = 32;
+  r.text_len = 512;
+  const MemoryEstimate e = estimateRequestMemory(m, s, r, 4, true);
+  EXPECT_NE(e.describe().find("replicated"), std::string::npos) << e.describe();
 }
