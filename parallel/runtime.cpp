@@ -1,14 +1,19 @@
 #include "parallel/runtime.h"
 
+#include <fcntl.h>
 #include <mpi.h>
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <mutex>
@@ -162,6 +167,51 @@ int localDeviceIndex(int localRank, int deviceCount) {
 void emitEvent(const nlohmann::json& event) { writeLine(protocol::eventLine(event)); }
 void emitEvent(const nlohmann::ordered_json& event) { writeLine(protocol::eventLine(event)); }
 
+namespace {
+
+// A rank whose parent is a daemon mpirun started on another host over ssh (OpenMPI 4 orted,
+// OpenMPI 5 prted) leaves behind, before MPI_Abort, a detached process that ends that daemon
+// kDaemonGraceSeconds later if it is still there. Normally mpirun tears the daemon down within
+// seconds; when the link to mpirun's host is down, nothing ever reaches the daemon, and it would
+// stay forever (issue 18). Only async-signal-safe calls after fork().
+void endRemoteDaemonLater() {
+  constexpr unsigned kDaemonGraceSeconds = 10;
+  const pid_t daemon = ::getppid();
+  const std::string commPath = "/proc/" + std::to_string(daemon) + "/comm";
+  std::string comm;
+  {
+    std::ifstream in(commPath);
+    std::getline(in, comm);
+  }
+  if (comm != "orted" && comm != "prted") return;  // mpirun itself: the launcher ends it
+  const pid_t child = ::fork();
+  if (child != 0) {
+    if (child > 0)
+      while (::waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    return;
+  }
+  ::setsid();
+  if (::fork() != 0) ::_exit(0);
+  for (int fd = 0; fd < 1024; ++fd) ::close(fd);
+  auto sameDaemon = [&] {
+    char buf[16] = {0};
+    const int fd = ::open(commPath.c_str(), O_RDONLY);
+    if (fd < 0) return false;
+    const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+    ::close(fd);
+    return n >= 5 && (std::strncmp(buf, "orted", 5) == 0 || std::strncmp(buf, "prted", 5) == 0);
+  };
+  ::sleep(kDaemonGraceSeconds);
+  if (!sameDaemon()) ::_exit(0);
+  ::kill(daemon, SIGTERM);  // the daemon ends its ranks, then itself
+  ::sleep(3);
+  if (sameDaemon()) ::kill(daemon, SIGKILL);
+  ::_exit(0);
+}
+
+}  // namespace
+
 void abortGroup(int rank, const std::string& message) {
   nlohmann::ordered_json ev;
   ev["event"] = "error";
@@ -192,6 +242,7 @@ void abortGroup(int rank, const std::string& message) {
   }
   if (mpiActive()) {
     waitForOutputForwarded(std::chrono::milliseconds(100));
+    endRemoteDaemonLater();
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   std::_Exit(1);
