@@ -174,16 +174,40 @@ namespace {
 // kDaemonGraceSeconds later if it is still there. Normally mpirun tears the daemon down within
 // seconds; when the link to mpirun's host is down, nothing ever reaches the daemon, and it would
 // stay forever (issue 18). Only async-signal-safe calls after fork().
+// Start time (clock ticks since boot, field 22 of /proc/PID/stat) of the process `statPath`
+// names; 0 when it is gone. Async-signal-safe: no allocation.
+unsigned long long startTimeOf(const char* statPath) {
+  char buf[1024];
+  const int fd = ::open(statPath, O_RDONLY);
+  if (fd < 0) return 0;
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  const char* p = std::strrchr(buf, ')');
+  if (!p) return 0;
+  for (int field = 2; field < 22 && *p; ++p)  // p at the space before field 22
+    if (p[1] == ' ') ++field;
+  unsigned long long t = 0;
+  while (*p == ' ') ++p;
+  for (; *p >= '0' && *p <= '9'; ++p) t = t * 10 + static_cast<unsigned>(*p - '0');
+  return t;
+}
+
 void endRemoteDaemonLater() {
   constexpr unsigned kDaemonGraceSeconds = 10;
   const pid_t daemon = ::getppid();
-  const std::string commPath = "/proc/" + std::to_string(daemon) + "/comm";
   std::string comm;
   {
-    std::ifstream in(commPath);
+    std::ifstream in("/proc/" + std::to_string(daemon) + "/comm");
     std::getline(in, comm);
   }
   if (comm != "orted" && comm != "prted") return;  // mpirun itself: the launcher ends it
+  // The same process later, not another one that got its pid.
+  char statPath[64];
+  std::snprintf(statPath, sizeof statPath, "/proc/%d/stat", static_cast<int>(daemon));
+  const unsigned long long started = startTimeOf(statPath);
+  if (started == 0) return;
   const pid_t child = ::fork();
   if (child != 0) {
     if (child > 0)
@@ -194,19 +218,11 @@ void endRemoteDaemonLater() {
   ::setsid();
   if (::fork() != 0) ::_exit(0);
   for (int fd = 0; fd < 1024; ++fd) ::close(fd);
-  auto sameDaemon = [&] {
-    char buf[16] = {0};
-    const int fd = ::open(commPath.c_str(), O_RDONLY);
-    if (fd < 0) return false;
-    const ssize_t n = ::read(fd, buf, sizeof buf - 1);
-    ::close(fd);
-    return n >= 5 && (std::strncmp(buf, "orted", 5) == 0 || std::strncmp(buf, "prted", 5) == 0);
-  };
   ::sleep(kDaemonGraceSeconds);
-  if (!sameDaemon()) ::_exit(0);
+  if (startTimeOf(statPath) != started) ::_exit(0);
   ::kill(daemon, SIGTERM);  // the daemon ends its ranks, then itself
   ::sleep(3);
-  if (sameDaemon()) ::kill(daemon, SIGKILL);
+  if (startTimeOf(statPath) == started) ::kill(daemon, SIGKILL);
   ::_exit(0);
 }
 
