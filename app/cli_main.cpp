@@ -19,9 +19,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "app/blas_kernel.h"
 #include "app/device_stats.h"
@@ -294,6 +296,36 @@ void preflight(const CliOptions& o, const protocol::MpirunLaunch& launch) {
   if (!failures.empty()) throw std::invalid_argument("pre-flight failed:\n" + failures);
 }
 
+// Every process below `root` (children, their children...), from /proc.
+std::vector<pid_t> descendants(pid_t root) {
+  std::map<pid_t, std::vector<pid_t>> children;
+  std::error_code ec;
+  for (const auto& d : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = d.path().filename().string();
+    if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
+    std::ifstream in(d.path() / "stat");
+    std::string stat;
+    if (!std::getline(in, stat)) continue;
+    const auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 1));
+    char state = 0;
+    pid_t ppid = 0;
+    if (rest >> state >> ppid) children[ppid].push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  std::vector<pid_t> out;
+  std::vector<pid_t> todo{root};
+  while (!todo.empty()) {
+    const pid_t p = todo.back();
+    todo.pop_back();
+    for (pid_t c : children[p]) {
+      out.push_back(c);
+      todo.push_back(c);
+    }
+  }
+  return out;
+}
+
 // Several ranks: mpirun + ditstudio-worker, request written to its stdin.
 int runMpi(const CliOptions& o) {
   protocol::MpirunLaunch launch;
@@ -319,6 +351,9 @@ int runMpi(const CliOptions& o) {
   if (pipe(toChild) != 0 || pipe(fromChild) != 0) throw std::runtime_error("pipe() failed");
   pid_t pid = fork();
   if (pid == 0) {
+    // mpirun and what it starts here (ssh to the other hosts, local ranks) form a process group
+    // of their own, so that the launcher can end all of them (issue 18).
+    setpgid(0, 0);
     dup2(toChild[0], 0);
     dup2(fromChild[1], 1);
     dup2(fromChild[1], 2);  // mpirun's own messages too: they name ranks that died
@@ -331,6 +366,7 @@ int runMpi(const CliOptions& o) {
     std::perror("exec mpirun");
     _exit(127);
   }
+  setpgid(pid, pid);  // also here: no race with the signals below
   close(toChild[0]);
   close(fromChild[1]);
   // Ctrl-C / SIGTERM on the CLI ends the process group too (mpirun forwards it to every rank).
@@ -400,6 +436,38 @@ int runMpi(const CliOptions& o) {
       const std::string msg =
           "rank " + ev.value("rank", json()).dump() + ": " + ev.value("message", "");
       if (firstError.empty()) firstError = msg;
+      if (ev.value("fatal", false) && !fatal) {
+        // A fatal error ends the group; mpirun should exit within seconds, but it can wait
+        // forever on a host it cannot reach (a link that dropped mid-run). Bounded: after
+        // kFatalGraceSeconds its process group and descendants get SIGTERM, 5 s later SIGKILL.
+        // A daemon on another host that mpirun cannot reach is ended by its own rank
+        // (abortGroup).
+        std::thread([pid] {
+          auto exited = [pid] {
+            siginfo_t info{};
+            return waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+                   info.si_pid == pid;
+          };
+          constexpr int kFatalGraceSeconds = 10;
+          for (int i = 0; i < kFatalGraceSeconds * 10; ++i) {
+            if (exited()) return;
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          }
+          std::cerr << "error: mpirun did not end " << kFatalGraceSeconds
+                    << " s after the fatal error; ending it (SIGTERM)" << std::endl;
+          // mpirun puts its ssh sessions in process groups of their own: its descendants are
+          // ended one by one too (they hold the output pipe open).
+          const std::vector<pid_t> tree = descendants(pid);
+          ::kill(-pid, SIGTERM);
+          for (pid_t p : tree) ::kill(p, SIGTERM);
+          for (int i = 0; i < 50; ++i) {
+            if (exited()) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          }
+          ::kill(-pid, SIGKILL);
+          for (pid_t p : tree) ::kill(p, SIGKILL);
+        }).detach();
+      }
       fatal = fatal || ev.value("fatal", false);
       std::cerr << "error: " << msg << std::endl;
     }

@@ -699,6 +699,12 @@ class Worker {
     for (int r = 0; r < static_cast<int>(peers_.size()); ++r) {
       if (r == rank_) continue;
       const std::string state = processState(peers_[static_cast<size_t>(r)], hostname());
+      if (state.empty() && peers_[static_cast<size_t>(r)].host != hostname()) {
+        // Another host: only its silence is known here (it hangs, or the link to it is down).
+        out += "; " + describePeer(r, peers_[static_cast<size_t>(r)]) +
+               " is on another host that did not answer (is the link to it up?)";
+        continue;
+      }
       if (state.empty() || state.rfind("its process is running", 0) == 0) continue;
       out +=
           "; " + describePeer(r, peers_[static_cast<size_t>(r)]) + " stopped responding: " + state;

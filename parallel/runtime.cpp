@@ -1,14 +1,19 @@
 #include "parallel/runtime.h"
 
+#include <fcntl.h>
 #include <mpi.h>
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <mutex>
@@ -162,6 +167,67 @@ int localDeviceIndex(int localRank, int deviceCount) {
 void emitEvent(const nlohmann::json& event) { writeLine(protocol::eventLine(event)); }
 void emitEvent(const nlohmann::ordered_json& event) { writeLine(protocol::eventLine(event)); }
 
+namespace {
+
+// A rank whose parent is a daemon mpirun started on another host over ssh (OpenMPI 4 orted,
+// OpenMPI 5 prted) leaves behind, before MPI_Abort, a detached process that ends that daemon
+// kDaemonGraceSeconds later if it is still there. Normally mpirun tears the daemon down within
+// seconds; when the link to mpirun's host is down, nothing ever reaches the daemon, and it would
+// stay forever (issue 18). Only async-signal-safe calls after fork().
+// Start time (clock ticks since boot, field 22 of /proc/PID/stat) of the process `statPath`
+// names; 0 when it is gone. Async-signal-safe: no allocation.
+unsigned long long startTimeOf(const char* statPath) {
+  char buf[1024];
+  const int fd = ::open(statPath, O_RDONLY);
+  if (fd < 0) return 0;
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  const char* p = std::strrchr(buf, ')');
+  if (!p) return 0;
+  for (int field = 2; field < 22 && *p; ++p)  // p at the space before field 22
+    if (p[1] == ' ') ++field;
+  unsigned long long t = 0;
+  while (*p == ' ') ++p;
+  for (; *p >= '0' && *p <= '9'; ++p) t = t * 10 + static_cast<unsigned>(*p - '0');
+  return t;
+}
+
+void endRemoteDaemonLater() {
+  constexpr unsigned kDaemonGraceSeconds = 10;
+  const pid_t daemon = ::getppid();
+  std::string comm;
+  {
+    std::ifstream in("/proc/" + std::to_string(daemon) + "/comm");
+    std::getline(in, comm);
+  }
+  if (comm != "orted" && comm != "prted") return;  // mpirun itself: the launcher ends it
+  // The same process later, not another one that got its pid.
+  char statPath[64];
+  std::snprintf(statPath, sizeof statPath, "/proc/%d/stat", static_cast<int>(daemon));
+  const unsigned long long started = startTimeOf(statPath);
+  if (started == 0) return;
+  const pid_t child = ::fork();
+  if (child != 0) {
+    if (child > 0)
+      while (::waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    return;
+  }
+  ::setsid();
+  if (::fork() != 0) ::_exit(0);
+  for (int fd = 0; fd < 1024; ++fd) ::close(fd);
+  ::sleep(kDaemonGraceSeconds);
+  if (startTimeOf(statPath) != started) ::_exit(0);
+  ::kill(daemon, SIGTERM);  // the daemon ends its ranks, then itself
+  ::sleep(3);
+  if (startTimeOf(statPath) == started) ::kill(daemon, SIGKILL);
+  ::_exit(0);
+}
+
+}  // namespace
+
 void abortGroup(int rank, const std::string& message) {
   nlohmann::ordered_json ev;
   ev["event"] = "error";
@@ -192,6 +258,7 @@ void abortGroup(int rank, const std::string& message) {
   }
   if (mpiActive()) {
     waitForOutputForwarded(std::chrono::milliseconds(100));
+    endRemoteDaemonLater();
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   std::_Exit(1);

@@ -7,7 +7,7 @@
 # path, or see where a result was written. 10.77.0.9 is a host that silently drops packets (a
 # static neighbour entry with a MAC nobody has).
 # Usage: multihost_env.sh FIXTURE COMMAND...   runs COMMAND in host a with MH_WORK, MH_HOSTFILE,
-# MH_SSH_OPTIONS, MH_MODEL, MH_MODEL_B, MH_OUT, MH_OUT_B, MH_NS_B (host b's namespace) exported. Where the namespaces or the veth
+# MH_SSH_OPTIONS, MH_MODEL, MH_MODEL_B, MH_OUT, MH_OUT_B, MH_NS_B (host b's namespace), MH_VETH_B (its end of the veth pair) exported. Where the namespaces or the veth
 # pair cannot be created (not root, no CAP_NET_ADMIN), COMMAND runs once with MH_SKIP_REASON set
 # instead, and every test skips with that reason (GTEST_SKIP). openssh-server missing is a failure
 # (packaging/install-deps.sh installs it). Everything it made is removed on exit, failure included.
@@ -89,7 +89,7 @@ for _ in $(seq 50); do [ -s "$WORK/sshd.pid" ] && break; sleep 0.1; done
 
 printf '10.77.0.1 slots=1\n10.77.0.2 slots=1\n' > "$WORK/hostfile"
 export MH_WORK=$WORK MH_HOSTFILE=$WORK/hostfile MH_MODEL=$WORK/model MH_MODEL_B=$WORK/model-b
-export MH_OUT=$WORK/out MH_OUT_B=$WORK/out-b MH_NS_B=$NB
+export MH_OUT=$WORK/out MH_OUT_B=$WORK/out-b MH_NS_B=$NB MH_VETH_B=v$ID-b
 export MH_SSH_OPTIONS="-i $WORK/ssh/user_key -o UserKnownHostsFile=$WORK/ssh/known_hosts -o StrictHostKeyChecking=yes"
 export OMP_NUM_THREADS=1
 ip netns exec "$NA" "${CMD[@]}"

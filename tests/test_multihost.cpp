@@ -3,6 +3,7 @@
 // case launches the real `ditstudio-cli --hostfile` (mpirun over ssh, one rank per host).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -267,4 +268,112 @@ TEST_F(MultiHost, SharedBridgeSubnetEndsAtTheCollectiveTimeout) {
   sh("ip link del mhx1");
   sh("ip netns exec " + quote(nb) + " ip link del mhx1");
   EXPECT_EQ(r.rc, 0) << r.log;
+}
+
+namespace {
+
+// Pids of the processes of network namespace `ns` ("" = the one this test runs in, host a)
+// whose command name is the launcher's or a rank's (mpirun, orted/prted, ditstudio-worker, ssh).
+std::string groupProcesses(const std::string& ns) {
+  const std::string pids =
+      ns.empty() ? "ip netns pids \"$(ip netns identify $$)\"" : "ip netns pids " + quote(ns);
+  const std::string cmd = "for p in $(" + pids +
+                          " 2>/dev/null); do c=$(cat /proc/$p/comm 2>/dev/null) || continue; "
+                          "case $c in mpirun|orterun|prterun|orted|prted|ditstudio-work*|ssh) "
+                          "echo \"$p $c $(tr '\\0' ' ' < /proc/$p/cmdline | head -c 160)\";; "
+                          "esac; done";
+  std::string out;
+  if (FILE* p = ::popen(cmd.c_str(), "r")) {
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, p)) out += buf;
+    ::pclose(p);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_F(MultiHost, LinkDropMidRunEndsEveryProcess) {
+  // The link between the hosts goes down while the group computes: rank 0 reports the collective
+  // timeout, and the launcher must end mpirun and every process on both hosts within a bound
+  // (before: rank 0 reported the timeout but mpirun, orted and the ranks stayed).
+  const auto& c = goldenJson()["cases"]["runs"][0];
+  const std::string stem = env("MH_OUT") + "/linkdrop";
+  const std::string veth = env("MH_VETH_B");  // host b's end of the veth pair
+  std::ostringstream cmd;
+  cmd << "DITSTUDIO_COLLECTIVE_TIMEOUT_S=8 timeout 120 " << DITSTUDIO_CLI << " --model "
+      << quote(env("MH_MODEL")) << " --prompt " << quote(c["prompt"]) << " --seed "
+      << c["seed"].get<int64_t>() << " --width " << c["width"].get<int>() << " --height "
+      << c["height"].get<int>() << " --steps 400 --guidance " << c["guidance"].get<double>()
+      << " --max-sequence-length 48 --hostfile " << quote(env("MH_HOSTFILE")) << " --ssh-options "
+      << quote(env("MH_SSH_OPTIONS")) << " --network-interface 10.77.0.0/24 --tp-degree 2"
+      << " --output " << quote(stem + ".png") << " > " << quote(stem + ".log") << " 2>&1";
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", cmd.str().c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  auto readLog = [&] {
+    std::ifstream in(stem + ".log");
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  auto since = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  bool stepping = false;
+  while (since() < 60 && !stepping) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    stepping = readLog().find(" step 1/400") != std::string::npos;
+    if (::waitpid(pid, nullptr, WNOHANG) == pid) break;
+  }
+  ASSERT_TRUE(stepping) << readLog();
+  const double dropAt = since();
+  ASSERT_EQ(std::system(
+                ("ip netns exec " + quote(env("MH_NS_B")) + " ip link set " + quote(veth) + " down")
+                    .c_str()),
+            0);
+  int status = 0;
+  pid_t done = 0;
+  while (since() - dropAt < 40 && (done = ::waitpid(pid, &status, WNOHANG)) == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const double endedAfter = since() - dropAt;
+  if (done != pid) {  // still running: end it so that the case reports instead of hanging
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+  }
+  const std::string log = readLog();
+  EXPECT_EQ(done, pid) << "the CLI did not exit within 40 s of the link drop\n" << log;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 124) << log;
+  EXPECT_NE(log.find("collective timeout"), std::string::npos) << log;
+  EXPECT_NE(log.find("rank 0"), std::string::npos) << log;
+  EXPECT_NE(log.find("rank 1 (pid "), std::string::npos) << log;
+  EXPECT_NE(log.find(" on mh-host-b) is on another host that did not answer"), std::string::npos)
+      << log;
+  // Within 15 s of the CLI's exit, nothing of the group is left on either host (the daemon on
+  // host b, cut off from mpirun, is ended by the rank that saw the timeout there).
+  std::string a, b;
+  int i = 0;
+  for (; i < 150; ++i) {
+    a = groupProcesses("");
+    b = groupProcesses(env("MH_NS_B"));
+    if (a.empty() && b.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(a, "") << "left on host a\n" << log;
+  EXPECT_EQ(b, "") << "left on host b\n" << log;
+  std::printf(
+      "  link dropped at %.1f s; CLI ended %.1f s later, nothing left %.1f s after (collective "
+      "timeout 8 s)\n",
+      dropAt, endedAfter, i / 10.0);
+  // Host b's end of the link comes back for the cases that follow; its processes (if any are
+  // left) are ended so that the next case starts clean.
+  std::system(
+      ("ip netns exec " + quote(env("MH_NS_B")) + " ip link set " + quote(veth) + " up").c_str());
+  for (const std::string& left : {a, b}) {
+    std::istringstream s(left);
+    for (std::string l; std::getline(s, l);)
+      if (!l.empty()) ::kill(std::stoi(l), SIGKILL);
+  }
 }
