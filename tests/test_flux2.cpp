@@ -32,6 +32,7 @@
 #include "parallel/context_parallel.h"
 #include "parallel/device_mesh.h"
 #include "parallel/strategy.h"
+#include "tp_test_util.h"
 
 using namespace dit;
 
@@ -472,18 +473,4 @@ TEST(Flux2Transformer, TensorParallelRefusedWhenHeadsDoNotDivide) {
   EXPECT_NE(all.find("num_attention_heads"), std::string::npos) << all;
 }
 
-int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int rc = RUN_ALL_TESTS();
-  int worst = 0;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return worst;
-}
+int main(int argc, char** argv) { return dit::test::mpiTestMain(argc, argv); }
