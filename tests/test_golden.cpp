@@ -84,6 +84,33 @@ TEST(Golden, TransformerForward) {
   }
 }
 
+// bfloat16 compute (CPU): the same forwards against the float32 goldens, at a tolerance for
+// bfloat16 (8-bit significand, relative rounding 2^-9 per operation, accumulated over the
+// fixture's blocks): max |diff| within 5% of the golden's largest magnitude (measured 2.5% to
+// 3.7%, the same before and after the float32 LayerNorm/GELU paths below). Covers the CPU
+// reduced-precision paths of flux_blocks (LayerNorm + modulation and tanh-GELU in float32 with
+// one rounding), which the float32 goldens above do not reach.
+TEST(Golden, TransformerForwardBfloat16) {
+  at::NoGradGuard ng;
+  PipelineOptions o;
+  o.dtype = at::kBFloat16;
+  FluxPipeline bf16(ModelFolder::open(fixtureDir()), o);
+  for (int k = 0; k < 3; ++k) {
+    const std::string p = "dit." + std::to_string(k) + ".in.";
+    at::Tensor out = bf16.transformer().forward(
+        golden(p + "hidden_states"), golden(p + "encoder_hidden_states"),
+        golden(p + "pooled_projections"), golden(p + "timestep"), golden(p + "img_ids"),
+        golden(p + "txt_ids"), golden(p + "guidance"));
+    EXPECT_EQ(out.scalar_type(), at::kBFloat16);
+    at::Tensor ref = golden("dit." + std::to_string(k) + ".out");
+    ASSERT_EQ(out.sizes(), ref.sizes());
+    const double scale = ref.abs().max().item<double>();
+    const double d = diff("bf16 dit." + std::to_string(k) + ".out", out.to(at::kFloat), ref);
+    std::printf("  relative to max |golden| %.3g: %.3g\n", scale, d / scale);
+    EXPECT_LT(d, 0.05 * scale) << "case " << k;
+  }
+}
+
 TEST(Golden, VaeDecode) {
   auto m = ModelFolder::open(fixtureDir());
   auto w =

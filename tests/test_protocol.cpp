@@ -1,6 +1,7 @@
 // dit_protocol (app/protocol/): request and event round trips, exact 64-bit seeds, field errors,
 // Strategy JSON, worker argv from a Strategy, the mpirun command line and mpirun failure parsing.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -417,12 +418,40 @@ TEST(Protocol, WorkerArgvFromStrategy) {
   EXPECT_THROW(addStrategyOptions(app, back), CLI::OptionAlreadyAdded);
 }
 
+TEST(Protocol, ThreadPlacement) {
+  ::unsetenv("DITSTUDIO_THREAD_PLACEMENT");
+  using V = std::vector<std::string>;
+  // ranks x threads <= cores: each rank its own `threads` cores, OpenMP threads one per core.
+  EXPECT_EQ(threadPlacementArgs(2, 4, 8), (V{"--map-by", "slot:PE=4", "--bind-to", "core", "-x",
+                                             "OMP_PROC_BIND=close", "-x", "OMP_PLACES=cores"}));
+  EXPECT_EQ(threadPlacementArgs(1, 2, 2).at(1), "slot:PE=2");
+  EXPECT_EQ(threadPlacementArgs(2, 1, 2).at(1), "slot:PE=1");
+  // More threads than cores: unpinned (OpenMPI's default would stack a rank's threads on one core).
+  EXPECT_EQ(threadPlacementArgs(2, 2, 2), (V{"--bind-to", "none"}));
+  EXPECT_EQ(threadPlacementArgs(4, 1, 2), (V{"--bind-to", "none"}));
+  EXPECT_THROW(threadPlacementArgs(0, 1, 2), std::invalid_argument);
+  EXPECT_THROW(threadPlacementArgs(1, 0, 2), std::invalid_argument);
+  EXPECT_THROW(threadPlacementArgs(1, 1, 0), std::invalid_argument);
+  ::setenv("DITSTUDIO_THREAD_PLACEMENT", "0", 1);
+  EXPECT_TRUE(threadPlacementArgs(2, 1, 8).empty());
+  ::unsetenv("DITSTUDIO_THREAD_PLACEMENT");
+  // This process's cores: at least 1, at most the CPUs it may run on.
+  const int cores = availableCores();
+  EXPECT_GE(cores, 1);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(set), &set), 0);
+  EXPECT_LE(cores, CPU_COUNT(&set));
+}
+
 TEST(Protocol, MpirunCommandLine) {
   ::unsetenv("DITSTUDIO_MPIRUN");
   MpirunLaunch l;
   l.strategy = strat(2, 1, 2, 1);
   l.worker = "/opt/ditstudio/bin/ditstudio-worker";
   l.model = "/models/tiny-flux";
+  l.cores = 4;  // 2 ranks x 1 thread fit: pinned, one core per rank
+  ::unsetenv("DITSTUDIO_THREAD_PLACEMENT");
   std::vector<std::string> expected = {"mpirun",
                                        "--allow-run-as-root",
                                        "--oversubscribe",
@@ -434,6 +463,14 @@ TEST(Protocol, MpirunCommandLine) {
                                        "--mca",
                                        "btl",
                                        "^tcp,ofi,openib,usnic,uct",
+                                       "--map-by",
+                                       "slot:PE=1",
+                                       "--bind-to",
+                                       "core",
+                                       "-x",
+                                       "OMP_PROC_BIND=close",
+                                       "-x",
+                                       "OMP_PLACES=cores",
                                        "-x",
                                        "OMP_NUM_THREADS=1",
                                        "/opt/ditstudio/bin/ditstudio-worker",
@@ -452,6 +489,12 @@ TEST(Protocol, MpirunCommandLine) {
                                        "--device",
                                        "cpu"};
   EXPECT_EQ(mpirunArgv(l), expected);
+  // 2 ranks x 3 threads > 4 cores: not pinned; the hostfile path below places nothing.
+  l.omp_threads = 3;
+  const auto over = mpirunArgv(l);
+  EXPECT_EQ(std::vector<std::string>(over.begin() + 14, over.begin() + 16),
+            (std::vector<std::string>{"--bind-to", "none"}));
+  EXPECT_EQ(over.at(17), "OMP_NUM_THREADS=3");
   l.hostfile = " /etc/mpi hosts ";
   l.omp_threads = 4;
   l.mpirun = "/usr/local/bin/mpirun";

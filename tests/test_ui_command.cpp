@@ -23,33 +23,36 @@ class TestCommand : public QObject {
     c.workerPath = "/opt/ditstudio/bin/ditstudio-worker";
     const LaunchCommand cmd = buildLaunchCommand(c);
     QCOMPARE(cmd.program, QString("mpirun"));
-    const QStringList expected = {"--allow-run-as-root",
-                                  "--oversubscribe",
-                                  "-np",
-                                  "2",
-                                  "--mca",
-                                  "pml",
-                                  "ob1",
-                                  "--mca",
-                                  "btl",
-                                  "^tcp,ofi,openib,usnic,uct",
-                                  "-x",
-                                  "OMP_NUM_THREADS=1",
-                                  "/opt/ditstudio/bin/ditstudio-worker",
-                                  "--model",
-                                  "/models/tiny-flux",
-                                  "--tp-degree",
-                                  "1",
-                                  "--ring-degree",
-                                  "2",
-                                  "--ulysses-degree",
-                                  "1",
-                                  "--cfg-degree",
-                                  "1",
-                                  "--dp-degree",
-                                  "1",
-                                  "--device",
-                                  "cpu"};
+    QStringList expected = {"--allow-run-as-root",
+                            "--oversubscribe",
+                            "-np",
+                            "2",
+                            "--mca",
+                            "pml",
+                            "ob1",
+                            "--mca",
+                            "btl",
+                            "^tcp,ofi,openib,usnic,uct"};
+    // This host's thread placement for 2 ranks x 1 thread (tested in test_protocol).
+    for (const auto& a : dit::protocol::threadPlacementArgs(2, 1, dit::protocol::availableCores()))
+      expected << QString::fromStdString(a);
+    expected << QStringList{"-x",
+                            "OMP_NUM_THREADS=1",
+                            "/opt/ditstudio/bin/ditstudio-worker",
+                            "--model",
+                            "/models/tiny-flux",
+                            "--tp-degree",
+                            "1",
+                            "--ring-degree",
+                            "2",
+                            "--ulysses-degree",
+                            "1",
+                            "--cfg-degree",
+                            "1",
+                            "--dp-degree",
+                            "1",
+                            "--device",
+                            "cpu"};
     QCOMPARE(cmd.arguments, expected);
   }
 

@@ -12,6 +12,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include "app/protocol/launch.h"
 #include "ui/worker_controller.h"
 
 using namespace dit::ui;
@@ -94,7 +95,10 @@ class TestController : public QObject {
         QString::fromLocal8Bit(args.readAll()).trimmed(),
         QString(
             "--allow-run-as-root --oversubscribe -np 2 --mca pml ob1 --mca btl "
-            "^tcp,ofi,openib,usnic,uct -x OMP_NUM_THREADS=1 "
+            "^tcp,ofi,openib,usnic,uct " +
+            QString::fromStdString(dit::protocol::shellQuoted(
+                dit::protocol::threadPlacementArgs(2, 1, dit::protocol::availableCores()))) +
+            " -x OMP_NUM_THREADS=1 "
             "/bin/ditstudio-worker "
             "--model /models/tiny --tp-degree 1 --ring-degree 2 --ulysses-degree 1 --cfg-degree 1 "
             "--dp-degree 1 --device cpu"));

@@ -1,11 +1,14 @@
 #include "app/protocol/launch.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -147,6 +150,43 @@ std::string isolationProgram(const std::string& dir) {
   return ::access(p.c_str(), X_OK) == 0 ? p : std::string();
 }
 
+int availableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) {
+    const long n = ::sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? static_cast<int>(n) : 1;
+  }
+  std::set<std::pair<std::string, std::string>> cores;
+  int cpus = 0;
+  bool topology = true;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &set)) continue;
+    ++cpus;
+    const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(c) + "/topology/";
+    std::ifstream pkg(dir + "physical_package_id"), core(dir + "core_id");
+    std::string p, k;
+    if (!(pkg >> p) || !(core >> k)) topology = false;
+    cores.emplace(p, k);
+  }
+  const int n = topology ? static_cast<int>(cores.size()) : cpus;
+  return std::max(n, 1);
+}
+
+std::vector<std::string> threadPlacementArgs(int world, int threads, int cores) {
+  if (world < 1 || threads < 1 || cores < 1)
+    throw std::invalid_argument("thread placement: ranks " + std::to_string(world) + ", threads " +
+                                std::to_string(threads) + ", cores " + std::to_string(cores) +
+                                " must all be at least 1");
+  const char* env = std::getenv("DITSTUDIO_THREAD_PLACEMENT");
+  if (env && std::string(env) == "0") return {};
+  if (static_cast<int64_t>(world) * threads > cores) return {"--bind-to", "none"};
+  return {"--map-by",  "slot:PE=" + std::to_string(threads),
+          "--bind-to", "core",
+          "-x",        "OMP_PROC_BIND=close",
+          "-x",        "OMP_PLACES=cores"};
+}
+
 std::vector<std::string> mpirunArgv(const MpirunLaunch& l) {
   if (l.strategy.world < 1)
     throw std::invalid_argument("mpirun -np " + std::to_string(l.strategy.world) +
@@ -169,6 +209,11 @@ std::vector<std::string> mpirunArgv(const MpirunLaunch& l) {
                        trim("-o BatchMode=yes -o ConnectTimeout=10 " + trim(l.ssh_options))});
   }
   for (const auto& [k, v] : networkMcaParams(l)) a.insert(a.end(), {"--mca", k, v});
+  if (hf.empty()) {
+    const auto p = threadPlacementArgs(l.strategy.world, l.omp_threads,
+                                       l.cores > 0 ? l.cores : availableCores());
+    a.insert(a.end(), p.begin(), p.end());
+  }
   a.insert(a.end(), {"-x", "OMP_NUM_THREADS=" + std::to_string(l.omp_threads)});
   if (!hf.empty()) {
     for (const std::string& n : forwardedEnvironment()) a.insert(a.end(), {"-x", n});

@@ -59,6 +59,9 @@ struct MpirunLaunch {
   std::string extra_mpirun_args;
   /// Pass --oversubscribe with a hostfile too (more ranks than the hostfile's slots).
   bool oversubscribe = false;
+  /// Single-host groups only: the physical cores the ranks may use, for threadPlacementArgs();
+  /// 0 = availableCores() of the calling process (the launcher runs on that host).
+  int cores = 0;
 };
 
 /// One host line of an OpenMPI hostfile.
@@ -84,6 +87,22 @@ std::vector<std::pair<std::string, std::vector<int>>> planHostfile(
 /// forwarded to every rank of a hostfile group with `-x NAME`.
 std::vector<std::string> forwardedEnvironment();
 
+/// Physical cores this process may run on: the distinct (package, core) pairs of the CPUs in
+/// its affinity mask (sched_getaffinity; topology from /sys/devices/system/cpu/cpuN/topology),
+/// so hyperthread siblings count once, as OpenMPI's `--bind-to core` counts them. Falls back to
+/// the number of CPUs in the mask when the topology cannot be read; at least 1.
+int availableCores();
+
+/// mpirun options and OpenMP environment that place a single-host group's threads (README
+/// "Thread placement"). When world x threads <= cores: each rank gets `threads` cores of its
+/// own (`--map-by slot:PE=<threads> --bind-to core`) and its OpenMP threads stay one per core
+/// (`-x OMP_PROC_BIND=close -x OMP_PLACES=cores`). Otherwise the group oversubscribes the cores
+/// and `--bind-to none` lets the kernel spread the threads (binding would stack several ranks'
+/// threads on the cores OpenMPI assigns; its default binds each rank of a 2-rank group to one
+/// core, whatever its thread count). DITSTUDIO_THREAD_PLACEMENT=0 in the environment: none of
+/// these options (OpenMPI's defaults). Throws std::invalid_argument when an argument is < 1.
+std::vector<std::string> threadPlacementArgs(int world, int threads, int cores);
+
 /// The ditstudio-isolate executable in `dir` (the directory of the programs), or "" when
 /// DITSTUDIO_NETWORK_ISOLATION is "0" or no such executable exists there.
 std::string isolationProgram(const std::string& dir);
@@ -101,14 +120,15 @@ std::string isolationProgram(const std::string& dir);
 std::vector<std::pair<std::string, std::string>> networkMcaParams(const MpirunLaunch& launch);
 
 /// argv of `[ISOLATE] mpirun --allow-run-as-root --oversubscribe -np N [--mca NAME VALUE for
-/// each networkMcaParams()] -x OMP_NUM_THREADS=T <worker> --model DIR <strategyArgs> [extra]`
-/// without a hostfile; with one: `mpirun --allow-run-as-root [--oversubscribe when asked] -np N
-/// --hostfile F --bind-to none --mca plm_rsh_args "-o BatchMode=yes -o ConnectTimeout=10 SSH"
-/// [network and port MCA parameters] -x OMP_NUM_THREADS=T -x NAME for each
-/// forwardedEnvironment() [extra mpirun args] <worker> ...`; argv[0] is the program to start:
-/// `isolate` for a single-host group when set (it executes mpirun in place: same pid), else the
-/// launcher. Throws std::invalid_argument when strategy.world < 1, omp_threads < 1, worker is
-/// empty, or (with a hostfile) port_range is not MIN-MAX within 1024..65535.
+/// each networkMcaParams()] [threadPlacementArgs(N, T, cores)] -x OMP_NUM_THREADS=T <worker>
+/// --model DIR <strategyArgs> [extra]` without a hostfile; with one: `mpirun --allow-run-as-root
+/// [--oversubscribe when asked] -np N --hostfile F --bind-to none --mca plm_rsh_args "-o
+/// BatchMode=yes -o ConnectTimeout=10 SSH" [network and port MCA parameters] -x
+/// OMP_NUM_THREADS=T -x NAME for each forwardedEnvironment() [extra mpirun args] <worker> ...`;
+/// argv[0] is the program to start: `isolate` for a single-host group when set (it executes
+/// mpirun in place: same pid), else the launcher. Throws std::invalid_argument when
+/// strategy.world < 1, omp_threads < 1, worker is empty, or (with a hostfile) port_range is not
+/// MIN-MAX within 1024..65535.
 std::vector<std::string> mpirunArgv(const MpirunLaunch& launch);
 
 /// $DITSTUDIO_MPIRUN when set and non-empty, else "mpirun".
