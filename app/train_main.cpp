@@ -237,6 +237,9 @@ int main(int argc, char** argv) {
                  "resume from this file when it exists; written every --checkpoint-every steps "
                  "and at the end of each phase");
   app.add_option("--checkpoint-every", ckptEvery);
+  int64_t stopAt = -1;
+  app.add_option("--stop-at-step", stopAt,
+                 "write the checkpoint at this transformer step and exit (tests of resuming)");
   app.add_option("--probe", probe,
                  "write fixed transformer inputs and the trainer's own prediction for them "
                  "(tests compare it with the saved folder run through the normal loader)");
@@ -326,6 +329,7 @@ int main(int argc, char** argv) {
     };
 
     // Phase 1: AutoencoderKL.
+    double vaeFirst = -1, vaeLast = -1;
     if (ck.phase == "vae") {
       double acc = 0;
       int accN = 0;
@@ -345,6 +349,8 @@ int main(int argc, char** argv) {
         vaeOpt.update(vae, schedule(vaeLr, step, 50, vaeSteps), 0.0);
         acc += mse.item<double>(), ++accN;
         if ((step + 1) % logEvery == 0 || step + 1 == vaeSteps) {
+          vaeLast = acc / accN;
+          if (vaeFirst < 0) vaeFirst = vaeLast;
           std::printf("vae step %lld/%lld  mse %.5f  kl %.3f  %.0f s\n",
                       static_cast<long long>(step + 1), static_cast<long long>(vaeSteps),
                       acc / accN, kl.item<double>(), elapsed());
@@ -432,6 +438,15 @@ int main(int argc, char** argv) {
         ck.step = step + 1;
         saveCheckpoint(checkpoint, ck, vae, vaeOpt, tr, trOpt);
       }
+      if (step + 1 == stopAt) {
+        if (checkpoint.empty()) throw std::invalid_argument("--stop-at-step needs --checkpoint");
+        ck.step = step + 1;
+        saveCheckpoint(checkpoint, ck, vae, vaeOpt, tr, trOpt);
+        fs::remove_all(tmp);
+        std::printf("stopped at transformer step %lld (checkpoint %s)\n",
+                    static_cast<long long>(stopAt), checkpoint.c_str());
+        return 0;
+      }
     }
     if (!checkpoint.empty()) {
       ck.step = steps;
@@ -466,7 +481,9 @@ int main(int argc, char** argv) {
                    {"txt_ids", txtIds.contiguous()},
                    {"prediction", pred.contiguous()}},
                   {{"first_loss", std::to_string(firstLoss)},
-                   {"last_loss", std::to_string(lastLoss)}});
+                   {"last_loss", std::to_string(lastLoss)},
+                   {"vae_first_mse", std::to_string(vaeFirst)},
+                   {"vae_last_mse", std::to_string(vaeLast)}});
     }
     fs::remove_all(O);
     fs::rename(tmp, O);
