@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "app/blas_kernel.h"
+#include "app/demo/shapes_dataset.h"
 #include "app/device_stats.h"
 #include "app/generation.h"
 #include "app/lora_cache.h"
@@ -38,6 +39,7 @@
 #include "backend/io/image_io.h"
 #include "backend/io/lora_file.h"
 #include "backend/io/model_folder.h"
+#include "backend/io/png_io.h"
 #include "backend/io/tensor_io.h"
 #include "backend/io/weight_source.h"
 #include "backend/pipelines/torch_registry.h"
@@ -560,6 +562,87 @@ int runBench(const CliOptions& o, int warmup) {
   return 0;
 }
 
+// eval-demo: the held-out prompts of the synthetic shapes data set (app/demo/shapes_dataset.h)
+// generated on one rank with the model (or read from images made elsewhere, e.g. under a
+// parallel strategy), each image scored by the analyser; prints per-attribute accuracy.
+struct EvalDemoOptions {
+  int count = 48, size = 64, columns = 8;
+  std::string images, grid;
+  bool listPrompts = false;
+};
+
+int runEvalDemo(const CliOptions& o, const EvalDemoOptions& e) {
+  using namespace dit::demo;
+  if (e.count < 1 || e.count > 1000)
+    throw std::invalid_argument("--count must be in 1 .. 1000, got " + std::to_string(e.count));
+  const std::vector<ShapeScene> scenes = heldOutScenes(e.count);
+  if (e.listPrompts) {
+    for (const auto& s : scenes) std::cout << caption(s) << "\n";
+    return 0;
+  }
+  std::unique_ptr<DiffusionPipeline> pipeline;
+  if (e.images.empty()) {
+    PipelineOptions po;
+    po.dtype = parseComputeDType(o.dtype);
+    po.device = o.device;
+    pipeline = loadPipeline(ModelFolder::open(o.sources()), po);
+  }
+  int W = e.size, H = e.size;
+  std::vector<std::vector<uint8_t>> pics;
+  int ok[6] = {0, 0, 0, 0, 0, 0};  // colour, background, position, shape, count, all four
+  for (int i = 0; i < e.count; ++i) {
+    const ShapeScene& s = scenes[i];
+    std::vector<uint8_t> rgb;
+    if (pipeline) {
+      PipelineInputs p = pipelineParams(request(o).params);
+      p.prompt = caption(s);
+      p.width = p.height = e.size;
+      const GenerationResult r = pipeline->generate(p);
+      const at::Tensor u8 =
+          (r.image * 255).round().clamp(0, 255).to(at::kByte).permute({1, 2, 0}).contiguous();
+      rgb.assign(u8.data_ptr<uint8_t>(), u8.data_ptr<uint8_t>() + u8.numel());
+    } else {
+      const std::string file = indexedPath(e.images, i, e.count);
+      const Image8 img = toRGB(readImage(file));
+      if (img.width != W || img.height != H)
+        throw std::invalid_argument(file + " is " + std::to_string(img.width) + "x" +
+                                    std::to_string(img.height) + ", expected " +
+                                    std::to_string(W) + "x" + std::to_string(H) + " (--size)");
+      rgb = img.pixels;
+    }
+    const SceneReading r = analyse(rgb, W, H);
+    const bool c = r.colour == s.colour, b = r.background == s.background,
+               pos = r.position == s.position, sh = r.shape == s.shape, n = r.count == s.count;
+    ok[0] += c, ok[1] += b, ok[2] += pos, ok[3] += sh, ok[4] += n, ok[5] += c && b && pos && sh;
+    std::cout << (c && b && pos && sh ? "ok   " : "miss ") << caption(s) << "  ->  "
+              << (r.colour >= 0 ? colourName(r.colour) : "?") << " "
+              << (r.shape >= 0 ? shapeName(r.shape) : "?") << " x" << r.count << " on "
+              << colourName(r.background) << ", "
+              << (r.position >= 0 ? positionName(r.position) : "?") << "\n";
+    pics.push_back(std::move(rgb));
+  }
+  const char* names[6] = {"foreground colour", "background colour", "position", "shape", "count",
+                          "all four (colour, background, position, shape)"};
+  std::cout << "held-out prompts: " << e.count << "\n";
+  for (int k = 0; k < 6; ++k)
+    std::printf("%-48s %3d/%d  %5.1f%%\n", names[k], ok[k], e.count, 100.0 * ok[k] / e.count);
+  std::fflush(stdout);
+  if (!e.grid.empty()) {
+    const int cols = std::min(e.columns, e.count), rows = (e.count + cols - 1) / cols, gap = 2;
+    const int GW = cols * (W + gap) + gap, GH = rows * (H + gap) + gap;
+    std::vector<uint8_t> g(static_cast<size_t>(GW) * GH * 3, 255);
+    for (int i = 0; i < e.count; ++i) {
+      const int x0 = gap + (i % cols) * (W + gap), y0 = gap + (i / cols) * (H + gap);
+      for (int y = 0; y < H; ++y)
+        std::copy_n(pics[i].data() + static_cast<size_t>(y) * W * 3, W * 3,
+                    g.data() + (static_cast<size_t>(y0 + y) * GW + x0) * 3);
+    }
+    writePng(e.grid, g.data(), GW, GH);
+    std::cout << "wrote " << e.grid << " (" << cols << " x " << rows << " images)" << std::endl;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -654,9 +737,25 @@ int main(int argc, char** argv) {
       "time each stage (tokenize, encode, each step, decode) and peak memory; prints JSON");
   addGen(bench);
   bench->add_option("--warmup", warmup, "untimed runs first");
+  EvalDemoOptions evalOpts;
+  auto* evalDemo = app.add_subcommand(
+      "eval-demo",
+      "generate the held-out prompts of the synthetic shapes data set (ditstudio-train) on one "
+      "rank and score each image (colour, background, position, shape, count)");
+  addGen(evalDemo);
+  evalDemo->add_option("--count", evalOpts.count, "held-out prompts, 1 .. 1000 (default 48)");
+  evalDemo->add_option("--size", evalOpts.size, "image side in pixels (default 64)");
+  evalDemo->add_option("--images", evalOpts.images,
+                       "score these images instead of generating: FILE.png as written by "
+                       "`ditstudio-cli --prompts ... --output FILE.png` (FILE-i.png)");
+  evalDemo->add_option("--grid", evalOpts.grid, "write the images as one PNG grid");
+  evalDemo->add_option("--columns", evalOpts.columns, "grid columns (default 8)");
+  evalDemo->add_flag("--list-prompts", evalOpts.listPrompts,
+                     "print the held-out prompts, one per line, and exit");
   CLI11_PARSE(app, argc, argv);
   try {
     if (o.model.empty()) o.model = defaultModelDir();
+    if (*evalDemo) return runEvalDemo(o, evalOpts);
     if (o.allowNonFinite) setAllowNonFiniteWeights(true);
     applySeed(o);
     applyLoraOptions(o);

@@ -118,11 +118,37 @@ std::shared_ptr<WeightSource> WeightSource::random(uint64_t seed, at::ScalarType
   return w;
 }
 
+std::shared_ptr<WeightSource> WeightSource::fromTensors(std::map<std::string, at::Tensor> tensors,
+                                                        const std::string& what) {
+  at::ScalarType dtype = at::kFloat;
+  c10::Device device(at::kCPU);
+  if (!tensors.empty()) {
+    dtype = tensors.begin()->second.scalar_type();
+    device = tensors.begin()->second.device();
+  }
+  std::shared_ptr<WeightSource> w(new WeightSource(dtype, device));
+  w->inMemory_ = true;
+  w->memory_ = std::move(tensors);
+  w->dir_ = what;
+  return w;
+}
+
+const at::Tensor& WeightSource::memoryTensor(const std::string& name,
+                                             const std::vector<int64_t>& shape) const {
+  auto it = memory_.find(name);
+  if (it == memory_.end()) throw ModelFileError(dir_, "no tensor '" + name + "'");
+  if (it->second.sizes().vec() != shape)
+    throw ModelFileError(dir_, "tensor '" + name + "' has shape " + shapeStr(it->second.sizes().vec()) +
+                                   " but the config implies " + shapeStr(shape));
+  return it->second;
+}
+
 WeightSource::~WeightSource() = default;
 
 std::string WeightSource::where() const { return st_ ? st_->path() : dir_; }
 
 bool WeightSource::contains(const std::string& name) const {
+  if (inMemory_) return memory_.count(name) != 0;
   if (layout_) return layout_->tensors.count(name) != 0;
   return !st_ || st_->contains(name);
 }
@@ -210,6 +236,7 @@ at::Tensor WeightSource::randomTensor(const std::string& name, std::vector<int64
 }
 
 at::Tensor WeightSource::get(const std::string& name, const std::vector<int64_t>& shape) {
+  if (inMemory_) return finish(memoryTensor(name, shape));
   if (!st_) {
     at::Tensor t = randomTensor(name, shape);
     if (recording_) recorded_[name] = t;
@@ -223,7 +250,7 @@ at::Tensor WeightSource::get(const std::string& name, const std::vector<int64_t>
 }
 
 at::Tensor WeightSource::getOptional(const std::string& name, const std::vector<int64_t>& shape) {
-  if (st_ && !contains(name)) return {};
+  if ((st_ || inMemory_) && !contains(name)) return {};
   return get(name, shape);
 }
 
@@ -234,6 +261,7 @@ at::Tensor WeightSource::shard(const std::string& name, const std::vector<int64_
                                 " size " + std::to_string(shape[dim]) +
                                 " is not divisible by tp_degree " + std::to_string(parts));
   const int64_t len = shape[dim] / parts;
+  if (inMemory_) return finish(memoryTensor(name, shape).narrow(dim, part * len, len));
   if (!st_) {
     // Random: generate only the shard (seeded per name and part) so memory stays ~1/tp.
     auto s = shape;
@@ -250,6 +278,19 @@ at::Tensor WeightSource::shard(const std::string& name, const std::vector<int64_
 at::Tensor WeightSource::packedShard(const std::string& name, const std::vector<int64_t>& shape,
                                      int64_t dim, const std::vector<int64_t>& blocks, int64_t part,
                                      int64_t parts) {
+  if (inMemory_) {
+    const at::Tensor& t = memoryTensor(name, shape);
+    std::vector<at::Tensor> pieces;
+    int64_t off = 0;
+    for (int64_t b : blocks) {
+      if (b % parts != 0)
+        throw std::invalid_argument("packed block of size " + std::to_string(b) + " in '" + name +
+                                    "' is not divisible by " + std::to_string(parts));
+      pieces.push_back(t.narrow(dim, off + part * (b / parts), b / parts));
+      off += b;
+    }
+    return finish(at::cat(pieces, dim));
+  }
   if (!st_) {
     auto s = shape;
     s[dim] /= parts;
@@ -284,6 +325,7 @@ std::pair<std::string, int64_t> WeightSource::storage(const std::string& name) c
     const DType t = st_->info(it->second.segments.front().key).dtype;
     return {dtypeName(t), static_cast<int64_t>(dtypeSize(t))};
   }
+  if (inMemory_ && !memory_.count(name)) throw ModelFileError(dir_, "no tensor '" + name + "'");
   if (st_) {
     const DType t = st_->info(name).dtype;
     return {dtypeName(t), static_cast<int64_t>(dtypeSize(t))};

@@ -46,6 +46,13 @@ class WeightSource {
   /// Random N(0, std^2) weights (norm weights 1, biases 0), deterministic from `seed`.
   static std::shared_ptr<WeightSource> random(uint64_t seed, at::ScalarType dtype,
                                               c10::Device device, double std = 0.02);
+  /// Weights held in memory by full diffusers name (ditstudio-train): get() returns the stored
+  /// tensor itself (no copy), so parameters with requires_grad keep their autograd history
+  /// through the model's load-time ops (fused q/k/v concatenation) and gradients reach them.
+  /// shard / packedShard slice it (views). Shapes are checked; a missing name throws
+  /// ModelFileError naming `what`.
+  static std::shared_ptr<WeightSource> fromTensors(std::map<std::string, at::Tensor> tensors,
+                                                   const std::string& what = "<in memory>");
   ~WeightSource();
 
   /// Whole tensor `name` of shape `shape` (throws ModelFileError on absence or shape mismatch).
@@ -110,6 +117,9 @@ class WeightSource {
   /// dtype_, or kByte for an 8-bit float tensor while keepFloat8_ is on.
   at::ScalarType loadTypeFor(const std::string& name) const;
   std::map<std::string, at::Tensor> recorded_;
+  bool inMemory_ = false;
+  std::map<std::string, at::Tensor> memory_;  ///< fromTensors
+  const at::Tensor& memoryTensor(const std::string& name, const std::vector<int64_t>& shape) const;
 };
 
 /// Weights read from checkpoints are refused when they hold NaN or Inf (naming the file and the

@@ -1,0 +1,497 @@
+// ditstudio-train: trains the embedded default model on the CPU with LibTorch autograd.
+//
+// Data: the synthetic captioned shapes (app/demo/shapes_dataset.h), drawn on the fly with
+// QPainter; held-out combinations are never drawn. Two phases, as latent diffusion models are
+// trained:
+//  1. AutoencoderKL (the FLUX VAE architecture at a tiny size): reconstruction MSE in [-1, 1]
+//     plus a small KL term on the posterior (diffusers DiagonalGaussianDistribution.kl);
+//     then scaling_factor / shift_factor are measured on the latents (1 / std, mean) as the
+//     FLUX VAE's are defined.
+//  2. FluxTransformer2DModel with the rectified-flow objective of diffusers'
+//     train_dreambooth_flux.py: x_t = (1 - sigma) x_0 + sigma noise, target = noise - x_0,
+//     sigma ~ sigmoid(N(0, 1)) (logit-normal), the latents packed 2x2 as FluxPipeline packs them,
+//     conditioning from the template's CLIP and T5 encoders (frozen, through
+//     FluxPipeline::encodePrompt), no guidance embedder.
+//
+// Training runs through the inference modules themselves: the parameters are leaf tensors with
+// requires_grad, handed to the model through WeightSource::fromTensors each step (the model is
+// rebuilt per step; its load-time ops such as the fused q/k/v concatenation are part of the
+// graph), so the saved folder run through the normal pipeline computes the trainer's numbers.
+// AdamW is applied by hand (its state is checkpointed with the parameters). Every random draw of
+// step k comes from generators seeded with (seed, phase, k): training is deterministic for a
+// seed and a resumed run continues exactly as an uninterrupted one.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "app/demo/shapes_dataset.h"
+#include "app/demo/shapes_draw.h"
+#include "backend/io/config_json.h"
+#include "backend/io/model_folder.h"
+#include "backend/io/safetensors.h"
+#include "backend/io/tensor_io.h"
+#include "backend/io/weight_source.h"
+#include "backend/models/autoencoders/autoencoder_kl.h"
+#include "backend/models/flux/transformer_flux.h"
+#include "backend/pipelines/flux/pipeline_flux.h"
+
+using namespace dit;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+json readJson(const fs::path& p) {
+  std::ifstream in(p);
+  if (!in) throw std::runtime_error("cannot read " + p.string());
+  return json::parse(in);
+}
+void writeJson(const fs::path& p, const json& j) {
+  std::ofstream o(p);
+  o << j.dump(2) << "\n";
+  if (!o) throw std::runtime_error("cannot write " + p.string());
+}
+
+using Params = std::map<std::string, at::Tensor>;
+
+/// AdamW state of one phase (PyTorch torch.optim.AdamW, weight decay on matrices only).
+struct AdamW {
+  Params m, v;
+  int64_t step = 0;
+  void update(Params& p, double lr, double wd, double b1 = 0.9, double b2 = 0.999,
+              double eps = 1e-8) {
+    at::NoGradGuard ng;
+    ++step;
+    const double c1 = 1 - std::pow(b1, step), c2 = 1 - std::pow(b2, step);
+    for (auto& [k, t] : p) {
+      const at::Tensor g = t.grad();
+      if (!g.defined()) continue;
+      if (!m.count(k)) m[k] = at::zeros_like(t), v[k] = at::zeros_like(t);
+      m[k].mul_(b1).add_(g, 1 - b1);
+      v[k].mul_(b2).addcmul_(g, g, 1 - b2);
+      if (wd > 0 && t.dim() >= 2) t.mul_(1 - lr * wd);
+      t.addcdiv_(m[k] / c1, (v[k] / c2).sqrt_().add_(eps), -lr);
+      t.mutable_grad().reset();
+    }
+  }
+};
+
+/// Initial parameters: the names and shapes the model asks for (a recording random source),
+/// then matrices / conv kernels ~ N(0, 1 / fan_in), norms 1, biases 0; `zero` names (AdaLN-Zero
+/// modulation, the final projection) start at 0 as in DiT.
+template <class Build>
+Params initParams(uint64_t seed, Build build, const std::vector<std::string>& zero = {}) {
+  auto w = WeightSource::random(seed, at::kFloat, at::kCPU, 1.0);
+  w->setRecording(true);
+  build(*w);
+  Params p;
+  for (const auto& [k, t0] : w->recorded()) {
+    at::Tensor t = t0.clone();
+    if (t.dim() >= 2) t.div_(std::sqrt(static_cast<double>(t[0].numel())));
+    for (const auto& z : zero)
+      if (k.find(z) != std::string::npos) t.zero_();
+    p[k] = t.requires_grad_(true);
+  }
+  return p;
+}
+
+Params detached(const Params& p) {
+  Params o;
+  for (const auto& [k, t] : p) o[k] = t.detach().clone().contiguous();
+  return o;
+}
+
+/// Images of the scenes: [B, 3, H, W] float32 in [-1, 1].
+at::Tensor drawBatch(const std::vector<demo::ShapeScene>& scenes, int size) {
+  std::vector<at::Tensor> xs;
+  for (const auto& s : scenes) {
+    auto rgb = demo::drawScene(s, size, size);
+    at::Tensor t = at::from_blob(rgb.data(), {size, size, 3}, at::kByte).clone();
+    xs.push_back(t.permute({2, 0, 1}).to(at::kFloat) / 127.5 - 1.0);
+  }
+  return at::stack(xs);
+}
+
+/// diffusers FluxPipeline._pack_latents: [B, C, h, w] -> [B, (h/2)(w/2), 4C].
+at::Tensor packLatents(const at::Tensor& z) {
+  const int64_t B = z.size(0), C = z.size(1), h = z.size(2), w = z.size(3);
+  return z.view({B, C, h / 2, 2, w / 2, 2})
+      .permute({0, 2, 4, 1, 3, 5})
+      .reshape({B, (h / 2) * (w / 2), C * 4});
+}
+
+struct Checkpoint {
+  std::string phase;  // "vae", "transformer"
+  int64_t step = 0;
+  double shift = 0, scale = 1;
+};
+
+void saveCheckpoint(const fs::path& file, const Checkpoint& c, const Params& vae,
+                    const AdamW& vaeOpt, const Params& tr, const AdamW& trOpt) {
+  std::map<std::string, at::Tensor> all;
+  for (auto& [k, t] : vae) all["vae/" + k] = t.detach().contiguous();
+  for (auto& [k, t] : vaeOpt.m) all["vae_m/" + k] = t.contiguous();
+  for (auto& [k, t] : vaeOpt.v) all["vae_v/" + k] = t.contiguous();
+  for (auto& [k, t] : tr) all["transformer/" + k] = t.detach().contiguous();
+  for (auto& [k, t] : trOpt.m) all["transformer_m/" + k] = t.contiguous();
+  for (auto& [k, t] : trOpt.v) all["transformer_v/" + k] = t.contiguous();
+  char buf[64];
+  std::map<std::string, std::string> meta{{"phase", c.phase},
+                                          {"step", std::to_string(c.step)},
+                                          {"vae_opt_step", std::to_string(vaeOpt.step)},
+                                          {"transformer_opt_step", std::to_string(trOpt.step)}};
+  std::snprintf(buf, sizeof buf, "%.17g", c.shift);
+  meta["shift_factor"] = buf;
+  std::snprintf(buf, sizeof buf, "%.17g", c.scale);
+  meta["scaling_factor"] = buf;
+  saveTensors(file.string(), all, meta);
+}
+
+bool loadCheckpoint(const fs::path& file, Checkpoint& c, Params& vae, AdamW& vaeOpt, Params& tr,
+                    AdamW& trOpt) {
+  if (!fs::exists(file)) return false;
+  SafetensorsCollection st(file.string());
+  const auto names = st.names();
+  if (names.empty()) throw std::runtime_error(file.string() + ": empty checkpoint");
+  const auto& meta = st.reader(names.front()).metadata();
+  c.phase = meta.at("phase");
+  c.step = std::stoll(meta.at("step"));
+  c.shift = std::stod(meta.at("shift_factor"));
+  c.scale = std::stod(meta.at("scaling_factor"));
+  vaeOpt.step = std::stoll(meta.at("vae_opt_step"));
+  trOpt.step = std::stoll(meta.at("transformer_opt_step"));
+  for (const auto& n : names) {
+    const auto slash = n.find('/');
+    const std::string group = n.substr(0, slash), key = n.substr(slash + 1);
+    at::Tensor t = loadTensor(st, n, at::kFloat);
+    auto put = [&](Params& p, bool param) {
+      if (param && p.count(key) && p[key].sizes() != t.sizes())
+        throw std::runtime_error(file.string() + ": '" + n +
+                                 "' does not match the model's shape (other sizes?)");
+      p[key] = param ? t.requires_grad_(true) : t;
+    };
+    if (group == "vae") put(vae, true);
+    if (group == "vae_m") put(vaeOpt.m, false);
+    if (group == "vae_v") put(vaeOpt.v, false);
+    if (group == "transformer") put(tr, true);
+    if (group == "transformer_m") put(trOpt.m, false);
+    if (group == "transformer_v") put(trOpt.v, false);
+  }
+  return true;
+}
+
+/// Linear warm-up over `warm` steps, then linear decay to 10% at `total`.
+double schedule(double lr, int64_t step, int64_t warm, int64_t total) {
+  if (step < warm) return lr * (step + 1) / warm;
+  const double f = static_cast<double>(step - warm) / std::max<int64_t>(1, total - warm);
+  return lr * (1.0 - 0.9 * std::min(1.0, f));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Train the embedded default model (a tiny FLUX.1) on synthetic captioned shapes",
+               "ditstudio-train"};
+  std::string templ, out, checkpoint, probe;
+  uint64_t seed = 0;
+  int size = 64, threads = 2, batch = 16, vaeBatch = 8, logEvery = 25, ckptEvery = 200;
+  int64_t vaeSteps = 400, steps = 2000;
+  double lr = 1e-3, vaeLr = 2e-3, klWeight = 1e-4, wd = 0.01;
+  int layers = 2, singleLayers = 2, heads = 4, headDim = 16, t5Len = 32;
+  std::vector<int> vaeChannels{16, 32, 32}, axes{4, 6, 6};
+  app.add_option("--template", templ,
+                 "diffusers FLUX.1 folder whose tokenizers, CLIP/T5 encoders (kept frozen) and "
+                 "scheduler config are used and copied")
+      ->required();
+  app.add_option("--out", out, "output diffusers folder")->required();
+  app.add_option("--seed", seed, "seed of the data, the initial weights and every draw");
+  app.add_option("--size", size, "image side in pixels (multiple of 2 * vae_scale_factor)");
+  app.add_option("--vae-steps", vaeSteps, "AutoencoderKL optimisation steps");
+  app.add_option("--steps", steps, "transformer optimisation steps");
+  app.add_option("--batch", batch, "transformer batch size");
+  app.add_option("--vae-batch", vaeBatch, "AutoencoderKL batch size");
+  app.add_option("--lr", lr, "transformer peak learning rate (AdamW)");
+  app.add_option("--vae-lr", vaeLr, "AutoencoderKL peak learning rate (AdamW)");
+  app.add_option("--kl-weight", klWeight, "weight of the KL term (per latent element)");
+  app.add_option("--num-layers", layers, "double-stream blocks");
+  app.add_option("--num-single-layers", singleLayers, "single-stream blocks");
+  app.add_option("--num-attention-heads", heads);
+  app.add_option("--attention-head-dim", headDim);
+  app.add_option("--axes-dims-rope", axes, "must sum to attention_head_dim");
+  app.add_option("--vae-block-out-channels", vaeChannels);
+  app.add_option("--max-sequence-length", t5Len, "T5 tokens (tokenizer_2 model_max_length)");
+  app.add_option("--threads", threads, "intra-op threads");
+  app.add_option("--log-every", logEvery, "print the mean loss every N steps");
+  app.add_option("--checkpoint", checkpoint,
+                 "resume from this file when it exists; written every --checkpoint-every steps "
+                 "and at the end of each phase");
+  app.add_option("--checkpoint-every", ckptEvery);
+  int64_t stopAt = -1;
+  app.add_option("--stop-at-step", stopAt,
+                 "write the checkpoint at this transformer step and exit (tests of resuming)");
+  app.add_option("--probe", probe,
+                 "write fixed transformer inputs and the trainer's own prediction for them "
+                 "(tests compare it with the saved folder run through the normal loader)");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    at::set_num_threads(threads);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto elapsed = [&] {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    const fs::path T(templ), O(out), tmp = out + ".partial";
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
+    for (const char* d : {"tokenizer", "tokenizer_2", "scheduler", "text_encoder", "text_encoder_2"})
+      fs::copy(T / d, tmp / d, fs::copy_options::recursive);
+    json mi = readJson(T / "model_index.json");
+    writeJson(tmp / "model_index.json", mi);
+    json tok2 = readJson(tmp / "tokenizer_2/tokenizer_config.json");
+    tok2["model_max_length"] = t5Len;
+    writeJson(tmp / "tokenizer_2/tokenizer_config.json", tok2);
+    json tc = readJson(T / "transformer/config.json");
+    tc["num_layers"] = layers;
+    tc["num_single_layers"] = singleLayers;
+    tc["num_attention_heads"] = heads;
+    tc["attention_head_dim"] = headDim;
+    tc["axes_dims_rope"] = axes;
+    tc["guidance_embeds"] = false;
+    fs::create_directories(tmp / "transformer");
+    writeJson(tmp / "transformer/config.json", tc);
+    json vc = readJson(T / "vae/config.json");
+    vc["block_out_channels"] = vaeChannels;
+    vc["down_block_types"] = std::vector<std::string>(vaeChannels.size(), "DownEncoderBlock2D");
+    vc["up_block_types"] = std::vector<std::string>(vaeChannels.size(), "UpDecoderBlock2D");
+    vc["norm_num_groups"] = 8;
+    vc["sample_size"] = size;
+    fs::create_directories(tmp / "vae");
+    writeJson(tmp / "vae/config.json", vc);
+
+    const FluxTransformerConfig tcfg =
+        parseFluxTransformerConfig(tc, (tmp / "transformer/config.json").string());
+    AutoencoderKLConfig vcfg = parseAutoencoderKLConfig(vc, (tmp / "vae/config.json").string());
+    const int vsf = vcfg.vaeScaleFactor();
+    if (size % (2 * vsf) != 0)
+      throw std::invalid_argument("--size " + std::to_string(size) + " is not a multiple of " +
+                                  std::to_string(2 * vsf));
+
+    // Frozen text encoders: the template's, through the normal pipeline.
+    FluxPipeline textPipe(ModelFolder::open(templ), PipelineOptions{});
+    std::map<std::string, PromptEmbeds> embedCache;
+    auto embed = [&](const std::string& prompt) -> const PromptEmbeds& {
+      auto it = embedCache.find(prompt);
+      if (it != embedCache.end()) return it->second;
+      return embedCache.emplace(prompt, textPipe.encodePrompt(prompt, t5Len)).first->second;
+    };
+
+    Params vae = initParams(seed * 7 + 1, [&](WeightSource& w) { AutoencoderKL m(vcfg, w); });
+    Params tr = initParams(
+        seed * 7 + 2, [&](WeightSource& w) { FluxTransformer2DModel m(tcfg, w); },
+        {"norm1.linear", "norm1_context.linear", "norm.linear", "norm_out.linear",
+         "proj_out.weight"});
+    // proj_out of single blocks must not start at 0 (it carries attention + MLP): re-initialise.
+    for (auto& [k, t] : tr)
+      if (k.rfind("single_transformer_blocks.", 0) == 0 &&
+          k.find("proj_out.weight") != std::string::npos) {
+        at::NoGradGuard ng;
+        auto gen = at::detail::createCPUGenerator(seed * 7 + 3 + std::hash<std::string>{}(k) % 1000);
+        t.copy_(at::randn(t.sizes(), gen, at::kFloat) / std::sqrt(static_cast<double>(t.size(1))));
+      }
+    AdamW vaeOpt, trOpt;
+    Checkpoint ck{"vae", 0, 0, 1};
+    if (!checkpoint.empty() && loadCheckpoint(checkpoint, ck, vae, vaeOpt, tr, trOpt))
+      std::cout << "resumed from " << checkpoint << ": phase " << ck.phase << ", step " << ck.step
+                << std::endl;
+    int64_t vaeParams = 0, trParams = 0;
+    for (auto& [k, t] : vae) vaeParams += t.numel();
+    for (auto& [k, t] : tr) trParams += t.numel();
+    std::cout << "AutoencoderKL " << vaeParams << " parameters, FluxTransformer2DModel "
+              << trParams << " parameters, images " << size << "x" << size << ", latents "
+              << size / vsf << "x" << size / vsf << "x" << vcfg.latent_channels << ", "
+              << (size / vsf / 2) * (size / vsf / 2) << " image tokens, " << t5Len
+              << " text tokens" << std::endl;
+    auto scenes = [&](uint64_t phase, int64_t step, int n) {
+      std::vector<demo::ShapeScene> s;
+      for (int i = 0; i < n; ++i)
+        s.push_back(demo::trainingScene(seed + phase * 1000003, static_cast<uint64_t>(step) * n + i));
+      return s;
+    };
+
+    // Phase 1: AutoencoderKL.
+    double vaeFirst = -1, vaeLast = -1;
+    if (ck.phase == "vae") {
+      double acc = 0;
+      int accN = 0;
+      for (int64_t step = ck.step; step < vaeSteps; ++step) {
+        const at::Tensor x = drawBatch(scenes(1, step, vaeBatch), size);
+        auto gen = at::detail::createCPUGenerator(seed * 1000 + 17 + step * 2);
+        auto w = WeightSource::fromTensors(vae, "<training AutoencoderKL>");
+        AutoencoderKL model(vcfg, *w);
+        const DiagonalGaussianDistribution post = model.encode(x);
+        const at::Tensor eps = at::randn(post.mean.sizes(), gen, at::kFloat);
+        const at::Tensor rec = model.decode(post.mean + post.std * eps);
+        const at::Tensor mse = (rec - x).pow(2).mean();
+        const at::Tensor kl =
+            0.5 * (post.mean.pow(2) + post.logvar.exp() - 1.0 - post.logvar).mean();
+        const at::Tensor loss = mse + klWeight * kl;
+        loss.backward();
+        vaeOpt.update(vae, schedule(vaeLr, step, 50, vaeSteps), 0.0);
+        acc += mse.item<double>(), ++accN;
+        if ((step + 1) % logEvery == 0 || step + 1 == vaeSteps) {
+          vaeLast = acc / accN;
+          if (vaeFirst < 0) vaeFirst = vaeLast;
+          std::printf("vae step %lld/%lld  mse %.5f  kl %.3f  %.0f s\n",
+                      static_cast<long long>(step + 1), static_cast<long long>(vaeSteps),
+                      acc / accN, kl.item<double>(), elapsed());
+          std::fflush(stdout);
+          acc = 0, accN = 0;
+        }
+        if (!checkpoint.empty() && (step + 1) % ckptEvery == 0 && step + 1 < vaeSteps) {
+          ck.step = step + 1;
+          saveCheckpoint(checkpoint, ck, vae, vaeOpt, tr, trOpt);
+        }
+      }
+      // Latent statistics (FLUX's shift_factor / scaling_factor: mean and 1 / std).
+      {
+        at::NoGradGuard ng;
+        auto w = WeightSource::fromTensors(detached(vae));
+        AutoencoderKL model(vcfg, *w);
+        std::vector<at::Tensor> zs;
+        for (int b = 0; b < 8; ++b) zs.push_back(model.encode(drawBatch(scenes(2, b, 32), size)).mean);
+        const at::Tensor z = at::cat(zs);
+        ck.shift = z.mean().item<double>();
+        ck.scale = 1.0 / z.std().item<double>();
+      }
+      ck.phase = "transformer";
+      ck.step = 0;
+      if (!checkpoint.empty()) saveCheckpoint(checkpoint, ck, vae, vaeOpt, tr, trOpt);
+    }
+    vcfg.shift_factor = ck.shift;
+    vcfg.scaling_factor = ck.scale;
+    std::printf("latents: shift_factor %.5f scaling_factor %.5f\n", ck.shift, ck.scale);
+    const Params vaeFinal = detached(vae);
+    auto vaeW = WeightSource::fromTensors(vaeFinal);
+    const AutoencoderKL frozenVae(vcfg, *vaeW);
+
+    const int64_t hl = size / vsf;
+    const at::Tensor imgIds = FluxPipeline::latentImageIds(static_cast<int>(hl / 2),
+                                                           static_cast<int>(hl / 2));
+    // Phase 2: the transformer.
+    auto batchInputs = [&](uint64_t phase, int64_t step, int n, at::Tensor& x0, at::Tensor& enc,
+                           at::Tensor& pooled, at::Tensor& txtIds) {
+      at::NoGradGuard ng;
+      const auto sc = scenes(phase, step, n);
+      auto gen = at::detail::createCPUGenerator(seed * 1000 + 29 + step * 2 + phase * 7919);
+      const DiagonalGaussianDistribution post = frozenVae.encode(drawBatch(sc, size));
+      const at::Tensor z = post.mean + post.std * at::randn(post.mean.sizes(), gen, at::kFloat);
+      x0 = packLatents((z - ck.shift) * ck.scale);
+      std::vector<at::Tensor> e, p;
+      for (const auto& s : sc) {
+        const PromptEmbeds& pe = embed(demo::caption(s));
+        e.push_back(pe.prompt_embeds[0]);
+        p.push_back(pe.pooled[0]);
+        txtIds = pe.text_ids;
+      }
+      enc = at::stack(e);
+      pooled = at::stack(p);
+    };
+    double acc = 0;
+    int accN = 0;
+    double firstLoss = -1, lastLoss = -1;
+    for (int64_t step = ck.phase == "transformer" ? ck.step : steps; step < steps; ++step) {
+      at::Tensor x0, enc, pooled, txtIds;
+      batchInputs(3, step, batch, x0, enc, pooled, txtIds);
+      auto gen = at::detail::createCPUGenerator(seed * 1000 + 31 + step * 2);
+      const at::Tensor sigma = at::sigmoid(at::randn({batch}, gen, at::kFloat));
+      const at::Tensor noise = at::randn(x0.sizes(), gen, at::kFloat);
+      const at::Tensor s3 = sigma.view({batch, 1, 1});
+      const at::Tensor xt = (1.0 - s3) * x0 + s3 * noise;
+      const at::Tensor target = noise - x0;
+      auto w = WeightSource::fromTensors(tr, "<training FluxTransformer2DModel>");
+      FluxTransformer2DModel model(tcfg, *w);
+      const at::Tensor pred = model.forward(xt, enc, pooled, sigma, imgIds, txtIds, at::Tensor());
+      const at::Tensor loss = (pred - target).pow(2).mean();
+      loss.backward();
+      trOpt.update(tr, schedule(lr, step, 100, steps), wd);
+      acc += loss.item<double>(), ++accN;
+      if ((step + 1) % logEvery == 0 || step + 1 == steps) {
+        lastLoss = acc / accN;
+        if (firstLoss < 0) firstLoss = lastLoss;
+        std::printf("transformer step %lld/%lld  loss %.5f  %.0f s\n",
+                    static_cast<long long>(step + 1), static_cast<long long>(steps), lastLoss,
+                    elapsed());
+        std::fflush(stdout);
+        acc = 0, accN = 0;
+      }
+      if (!checkpoint.empty() && (step + 1) % ckptEvery == 0 && step + 1 < steps) {
+        ck.step = step + 1;
+        saveCheckpoint(checkpoint, ck, vae, vaeOpt, tr, trOpt);
+      }
+      if (step + 1 == stopAt) {
+        if (checkpoint.empty()) throw std::invalid_argument("--stop-at-step needs --checkpoint");
+        ck.step = step + 1;
+        saveCheckpoint(checkpoint, ck, vae, vaeOpt, tr, trOpt);
+        fs::remove_all(tmp);
+        std::printf("stopped at transformer step %lld (checkpoint %s)\n",
+                    static_cast<long long>(stopAt), checkpoint.c_str());
+        return 0;
+      }
+    }
+    if (!checkpoint.empty()) {
+      ck.step = steps;
+      saveCheckpoint(checkpoint, ck, vae, vaeOpt, tr, trOpt);
+    }
+
+    // The folder: diffusers names, float32.
+    vc["scaling_factor"] = ck.scale;
+    vc["shift_factor"] = ck.shift;
+    writeJson(tmp / "vae/config.json", vc);
+    const Params trFinal = detached(tr);
+    saveTensors((tmp / "vae/diffusion_pytorch_model.safetensors").string(), vaeFinal,
+                {{"format", "pt"}});
+    saveTensors((tmp / "transformer/diffusion_pytorch_model.safetensors").string(), trFinal,
+                {{"format", "pt"}});
+    if (!probe.empty()) {
+      at::NoGradGuard ng;
+      at::Tensor x0, enc, pooled, txtIds;
+      batchInputs(4, 0, 2, x0, enc, pooled, txtIds);
+      auto gen = at::detail::createCPUGenerator(seed + 99);
+      const at::Tensor sigma = at::full({2}, 0.6, at::kFloat);
+      const at::Tensor xt = 0.4 * x0 + 0.6 * at::randn(x0.sizes(), gen, at::kFloat);
+      auto w = WeightSource::fromTensors(trFinal);
+      FluxTransformer2DModel model(tcfg, *w);
+      const at::Tensor pred = model.forward(xt, enc, pooled, sigma, imgIds, txtIds, at::Tensor());
+      saveTensors(probe,
+                  {{"hidden_states", xt.contiguous()},
+                   {"encoder_hidden_states", enc.contiguous()},
+                   {"pooled_projections", pooled.contiguous()},
+                   {"timestep", sigma},
+                   {"img_ids", imgIds.contiguous()},
+                   {"txt_ids", txtIds.contiguous()},
+                   {"prediction", pred.contiguous()}},
+                  {{"first_loss", std::to_string(firstLoss)},
+                   {"last_loss", std::to_string(lastLoss)},
+                   {"vae_first_mse", std::to_string(vaeFirst)},
+                   {"vae_last_mse", std::to_string(vaeLast)}});
+    }
+    fs::remove_all(O);
+    fs::rename(tmp, O);
+    std::printf("wrote %s in %.0f s (first logged loss %.5f, last %.5f)\n", out.c_str(), elapsed(),
+                firstLoss, lastLoss);
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << std::endl;
+    return 1;
+  }
+}
