@@ -101,6 +101,13 @@ std::string blasCoreToForce(const std::string& detected, const std::vector<std::
   return candidates.front();
 }
 
+bool setBlasThreads(int n) {
+  auto set = blasSymbol<void (*)(int)>("openblas_set_num_threads");
+  if (!set) return false;
+  set(n);
+  return true;
+}
+
 BlasInfo queryBlas() {
   BlasInfo b;
   auto corename = blasSymbol<char* (*)()>("openblas_get_corename");

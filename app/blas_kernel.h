@@ -70,6 +70,12 @@ std::string blasSelfCheck();
 /// CPU).
 BlasInfo ensureBlasKernel(int argc, char** argv, bool allowReexec = true);
 
+/// Sets OpenBLAS's own thread count (openblas_set_num_threads) to `n`, for programs that choose
+/// their intra-op threads after start-up (at::set_num_threads leaves OpenBLAS's pool, sized from
+/// OMP_NUM_THREADS or the core count when the library loaded, as it was: the two pools then spin
+/// against each other). Returns false when the loaded BLAS is not OpenBLAS.
+bool setBlasThreads(int n);
+
 /// JSON object {library, config, core, threads, selection, note}.
 nlohmann::json blasInfoJson(const BlasInfo& b);
 

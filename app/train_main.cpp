@@ -35,8 +35,10 @@
 #include <string>
 #include <vector>
 
+#include "app/blas_kernel.h"
 #include "app/demo/shapes_dataset.h"
 #include "app/demo/shapes_draw.h"
+#include "app/generation.h"
 #include "backend/io/config_json.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/safetensors.h"
@@ -201,6 +203,9 @@ double schedule(double lr, int64_t step, int64_t warm, int64_t total) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As every DiT Studio program: may re-execute itself with a better OpenBLAS kernel (issue 10).
+  const BlasInfo blas = ensureBlasKernel(argc, argv);
+  tuneHostAllocator();
   CLI::App app{"Train the embedded default model (a tiny FLUX.1) on synthetic captioned shapes",
                "ditstudio-train"};
   std::string templ, out, checkpoint, probe;
@@ -246,6 +251,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     at::set_num_threads(threads);
+    setBlasThreads(threads);
+    std::cout << "BLAS: " << blas.library << ", core " << blas.core << " (" << blas.selection
+              << "), " << threads << " thread(s)" << std::endl;
     const auto t0 = std::chrono::steady_clock::now();
     auto elapsed = [&] {
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -5,6 +5,7 @@
 //    from its checkpoint ends with the same weights as an uninterrupted one.
 //  - EmbeddedModel: the embedded default's images under tp 2 / ulysses 2 / ring 2 (the real CLI,
 //    mpirun) equal its one-rank images within 1e-4.
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>

@@ -492,9 +492,9 @@ TEST(Protocol, MpirunCommandLine) {
   // 2 ranks x 3 threads > 4 cores: not pinned; the hostfile path below places nothing.
   l.omp_threads = 3;
   const auto over = mpirunArgv(l);
-  EXPECT_EQ(std::vector<std::string>(over.begin() + 14, over.begin() + 16),
+  EXPECT_EQ(std::vector<std::string>(over.begin() + 11, over.begin() + 13),
             (std::vector<std::string>{"--bind-to", "none"}));
-  EXPECT_EQ(over.at(17), "OMP_NUM_THREADS=3");
+  EXPECT_EQ(over.at(14), "OMP_NUM_THREADS=3");
   l.hostfile = " /etc/mpi hosts ";
   l.omp_threads = 4;
   l.mpirun = "/usr/local/bin/mpirun";

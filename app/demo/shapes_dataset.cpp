@@ -110,7 +110,7 @@ ShapeLayout layout(const ShapeScene& s, int width, int height) {
   const float sx = width / 64.0f, sy = height / 64.0f, sc = std::min(sx, sy);
   ShapeLayout l;
   l.radius = (s.size == 0 ? 4.5f : 7.0f) * sc;
-  const float d = 2.3f * l.radius;
+  const float d = 2.6f * l.radius;  // a gap of 0.6 r: antialiased edges never join objects
   const float cell[3] = {0.22f, 0.5f, 0.78f};
   float cx = cell[s.position % 3] * width + s.jitter_x * sx;
   float cy = cell[s.position / 3] * height + s.jitter_y * sy;
@@ -189,12 +189,15 @@ SceneReading analyse(const std::vector<uint8_t>& rgb, int W, int H) {
   const double bw = x1b - x0b + 1, bh = y1b - y0b + 1;
   const double fill = bestArea / (bw * bh);
   const double oy = (bestSy / bestArea - (y0b + bh / 2)) / bh;
-  if (oy > 0.07)
-    r.shape = 2;  // triangle: apex up, mass low
+  // A triangle's centroid lies a sixth of its height below its bounding box's centre (apex
+  // up); a star's, a circle's and a square's within a few hundredths. The rest by the fill ratio
+  // of the box: square 1, circle pi/4, star about 0.4.
+  if (oy > 0.11)
+    r.shape = 2;  // triangle
   else if (fill > 0.88)
     r.shape = 1;  // square
-  else if (fill > 0.6)
-    r.shape = 0;  // circle (pi/4 = 0.785)
+  else if (fill > 0.62)
+    r.shape = 0;  // circle
   else
     r.shape = 3;  // star
   return r;

@@ -1,6 +1,7 @@
 #include "backend/models/flux/flux_blocks.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <cmath>
 #include <tuple>
@@ -82,6 +83,11 @@ at::Tensor geluTanh(const at::Tensor& x) {
   if (!x.is_cpu()) return at::gelu(x, "tanh");
   constexpr double k = 1.5957691216057308;  // 2 sqrt(2/pi)
   const at::Tensor xf = x.to(at::kFloat);   // x itself when float32: never written to below
+  if (x.requires_grad() && at::GradMode::is_enabled()) {
+    // Training (ditstudio-train): the same operations out of place, since autograd keeps the
+    // sigmoid's output for its backward.
+    return (at::sigmoid(xf.square().mul(k * 0.044715).add(k).mul(xf)) * xf).to(x.scalar_type());
+  }
   at::Tensor y = xf.square().mul_(k * 0.044715).add_(k).mul_(xf).sigmoid_().mul_(xf);
   return y.to(x.scalar_type());
 }
