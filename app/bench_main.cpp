@@ -276,8 +276,11 @@ int runBench(Args a) {
   if (a.steps < 1 && a.phase == "all") return fail("--steps must be at least 1");
   if (a.warmup < 0 || a.batch < 1) return fail("--warmup must be >= 0 and --batch >= 1");
   at::ScalarType dtype;
+  std::string dtypeNote;
   try {
-    dtype = parseComputeDType(a.dtype);
+    const ComputeDType cd = resolveComputeDType(a.dtype, s.device);
+    dtype = cd.dtype;
+    dtypeNote = cd.note;
   } catch (const std::exception& e) {
     return fail(e.what());
   }
@@ -455,6 +458,8 @@ int runBench(Args a) {
   j["image_tokens"] = simg;
   j["text_tokens"] = stxt;
   j["dtype"] = computeDTypeName(dtype);
+  j["requested_dtype"] = a.dtype;
+  if (!dtypeNote.empty()) j["dtype_note"] = dtypeNote;
   j["device"] = s.device;
   j["device_name"] = deviceName(device);
   j["torch_version"] = dit::torch_compat::kTorchVersion;

@@ -157,8 +157,8 @@ void refuseMemory(const CliOptions& o, const ModelFolder& model,
                   const protocol::GenerationParams& g, int ranks) {
   const int vsf = model.dims().vae_scale_factor;
   RequestDims rd;
-  rd.width = g.width > 0 ? g.width : 128 * vsf;
-  rd.height = g.height > 0 ? g.height : 128 * vsf;
+  rd.width = g.width > 0 ? g.width : model.dims().defaultImageSide();
+  rd.height = g.height > 0 ? g.height : model.dims().defaultImageSide();
   if (!g.init_image.empty() && (g.width <= 0 || g.height <= 0)) {
     // The pipeline's default with an init image: its size, rounded down to 2 x vae_scale_factor.
     const auto [iw, ih] = imageSize(g.init_image);
@@ -205,13 +205,21 @@ protocol::GenerateRequest request(const CliOptions& o) {
   return r;
 }
 
+// The compute dtype of an in-process run (resolveComputeDType: bfloat16 on a CPU without bf16
+// hardware computes in float32), with its note logged.
+at::ScalarType cpuComputeDType(const CliOptions& o) {
+  const ComputeDType cd = resolveComputeDType(o.dtype, o.device);
+  if (!cd.note.empty()) spdlog::warn("{}", cd.note);
+  return cd.dtype;
+}
+
 // One rank, in this process.
 int runLocal(const CliOptions& o) {
   auto model = ModelFolder::open(o.sources());
   PipelineOptions po;
-  po.dtype = parseComputeDType(o.dtype);
+  po.dtype = cpuComputeDType(o);
   po.device = o.device;
-  spdlog::info("loading {} ({}, {})", o.model, o.dtype, o.device);
+  spdlog::info("loading {} ({}, {})", o.model, computeDTypeName(po.dtype), o.device);
   auto t0 = std::chrono::steady_clock::now();
   const std::unique_ptr<DiffusionPipeline> pipeline = loadPipeline(model, po);
   DiffusionPipeline& pipe = *pipeline;
@@ -503,7 +511,7 @@ int runMpi(const CliOptions& o) {
 int runBench(const CliOptions& o, int warmup) {
   auto model = ModelFolder::open(o.sources());
   PipelineOptions po;
-  po.dtype = parseComputeDType(o.dtype);
+  po.dtype = cpuComputeDType(o);
   po.device = o.device;
   auto t0 = std::chrono::steady_clock::now();
   const std::unique_ptr<DiffusionPipeline> pipeline = loadPipeline(model, po);
@@ -583,7 +591,7 @@ int runEvalDemo(const CliOptions& o, const EvalDemoOptions& e) {
   std::unique_ptr<DiffusionPipeline> pipeline;
   if (e.images.empty()) {
     PipelineOptions po;
-    po.dtype = parseComputeDType(o.dtype);
+    po.dtype = cpuComputeDType(o);
     po.device = o.device;
     pipeline = loadPipeline(ModelFolder::open(o.sources()), po);
   }
@@ -606,8 +614,8 @@ int runEvalDemo(const CliOptions& o, const EvalDemoOptions& e) {
       const Image8 img = toRGB(readImage(file));
       if (img.width != W || img.height != H)
         throw std::invalid_argument(file + " is " + std::to_string(img.width) + "x" +
-                                    std::to_string(img.height) + ", expected " +
-                                    std::to_string(W) + "x" + std::to_string(H) + " (--size)");
+                                    std::to_string(img.height) + ", expected " + std::to_string(W) +
+                                    "x" + std::to_string(H) + " (--size)");
       rgb = img.pixels;
     }
     const SceneReading r = analyse(rgb, W, H);
@@ -621,7 +629,11 @@ int runEvalDemo(const CliOptions& o, const EvalDemoOptions& e) {
               << (r.position >= 0 ? positionName(r.position) : "?") << "\n";
     pics.push_back(std::move(rgb));
   }
-  const char* names[6] = {"foreground colour", "background colour", "position", "shape", "count",
+  const char* names[6] = {"foreground colour",
+                          "background colour",
+                          "position",
+                          "shape",
+                          "count",
                           "all four (colour, background, position, shape)"};
   std::cout << "held-out prompts: " << e.count << "\n";
   for (int k = 0; k < 6; ++k)
@@ -755,13 +767,14 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (o.model.empty()) o.model = defaultModelDir();
-    if (*evalDemo) return runEvalDemo(o, evalOpts);
     if (o.allowNonFinite) setAllowNonFiniteWeights(true);
     applySeed(o);
     applyLoraOptions(o);
     // `--negative-prompt ""` is a given (empty) negative prompt, as diffusers' negative_prompt="".
-    o.gen.negative_prompt_given =
-        app.count("--negative-prompt") > 0 || bench->count("--negative-prompt") > 0;
+    o.gen.negative_prompt_given = app.count("--negative-prompt") > 0 ||
+                                  bench->count("--negative-prompt") > 0 ||
+                                  evalDemo->count("--negative-prompt") > 0;
+    if (*evalDemo) return runEvalDemo(o, evalOpts);
     if (!o.prompts.empty())
       o.gen.num_images =
           static_cast<int>(std::min<size_t>(o.prompts.size(), protocol::kMaxImages + 1));

@@ -182,8 +182,8 @@ std::string validateStrategyForRequest(const Strategy& s, const ModelFolder& m,
   if (!issues.empty()) return joinIssues(issues);
   const int vsf = m.dims().vae_scale_factor;
   RequestDims r;
-  r.width = p.width > 0 ? p.width : 128 * vsf;
-  r.height = p.height > 0 ? p.height : 128 * vsf;
+  r.width = p.width > 0 ? p.width : m.dims().defaultImageSide();
+  r.height = p.height > 0 ? p.height : m.dims().defaultImageSide();
   if (!p.init_image.empty() && (p.width <= 0 || p.height <= 0)) {
     // The pipeline's default with an init image: its size, rounded down to 2 x vae_scale_factor.
     try {

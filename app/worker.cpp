@@ -306,7 +306,11 @@ class Worker {
     // 2. Mesh and groups, created in the same order on every rank.
     mesh_ = std::make_unique<DeviceMesh>(s_);
     PipelineOptions po;
-    po.dtype = parseComputeDType(dtype_);
+    const ComputeDType cd = resolveComputeDType(dtype_, s_.device);
+    po.dtype = computeDtype_ = cd.dtype;
+    if (!cd.note.empty() && rank_ == 0)
+      emitEvent(
+          json{{"event", "log"}, {"rank", rank_}, {"level", "warning"}, {"message", cd.note}});
     po.device = s_.device;
     if (s_.device == "cuda") po.device = "cuda:" + std::to_string(mesh_->deviceIndex());
     device_ = po.device;
@@ -359,7 +363,7 @@ class Worker {
     // The transformer's weights this rank holds, by storage (FP8 checkpoints stay 8-bit).
     json storage = json::object();
     {
-      const at::ScalarType cdt = parseComputeDType(dtype_);
+      const at::ScalarType cdt = computeDtype_;
       for (auto& [k, v] :
            heldBytesByStorage(pipe_->transformer().parameters(),
                               static_cast<int64_t>(c10::elementSize(cdt)), computeDTypeName(cdt)))
@@ -1028,8 +1032,8 @@ class Worker {
         rd.true_cfg = pipe_->model().config->runsCfg(base.trueCfg(), base.guidance);
         rd.num_images = numImages;
         const bool cuda = device_.rfind("cuda", 0) == 0;
-        const MemoryEstimate est =
-            estimateRequestMemory(pipe_->model(), s_, rd, dtype_ == "float32" ? 4 : 2, !cuda);
+        const MemoryEstimate est = estimateRequestMemory(
+            pipe_->model(), s_, rd, static_cast<int>(c10::elementSize(computeDtype_)), !cuda);
         if (cuda) {
           if (auto avail = deviceMemoryAvailable(c10::Device(device_)))
             refusal =
@@ -1060,6 +1064,7 @@ class Worker {
   bool multiHost_ = false;  ///< some rank runs on another host name than rank 0 (issue 18)
   ModelSources src_;
   std::string modelDir_, dtype_, device_ = "cpu", stage_ = "idle";
+  at::ScalarType computeDtype_ = at::kFloat;  ///< resolveComputeDType(dtype_, device)
   int rank_ = 0;
   std::unique_ptr<DeviceMesh> mesh_;
   std::shared_ptr<ProcessGroup> world_;

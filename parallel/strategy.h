@@ -38,6 +38,11 @@ struct ModelDims {
   int num_attention_heads = 0;  ///< attention heads per layer (Ulysses splits them)
   int attention_head_dim = 0;
   int vae_scale_factor = 8;  ///< pixels per latent pixel
+  /// Latent pixels per side of the model's default image (FluxPipeline: 128; a transformer
+  /// config's `sample_size` when it declares one).
+  int default_sample_size = 128;
+  /// The default image side in pixels: default_sample_size x vae_scale_factor.
+  int defaultImageSide() const { return default_sample_size * vae_scale_factor; }
   /// The model's tensor-parallel plan; null = the model cannot run with tp_degree > 1.
   std::shared_ptr<const ShardingPlan> tensor_parallel_plan;
   /// Every parameter the model declares (names, global shapes, stored dtypes); needed by

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "app/blas_kernel.h"
+#include "backend/io/tensor_io.h"
 
 namespace {
 dit::BlasInfo g_info;
@@ -102,4 +103,36 @@ int main(int argc, char** argv) {
   g_info = dit::ensureBlasKernel(argc, argv);
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
+}
+
+// Issue 10: bfloat16 on a CPU without bf16 hardware computes in float32 (emulated bf16 GEMMs are
+// tens of times slower); the user's DITSTUDIO_CPU_BF16=native keeps bf16; other devices and
+// dtypes are untouched. The expectation is read from /proc/cpuinfo here, independently.
+TEST(ComputeDType, Bfloat16OnACpuWithoutBf16HardwareComputesInFloat32) {
+  bool hw = false;
+  for (const auto& f : dit::cpuFlags()) hw = hw || f == "avx512_bf16" || f == "amx_bf16";
+  EXPECT_EQ(dit::cpuHasNativeBFloat16(), hw);
+  ::unsetenv("DITSTUDIO_CPU_BF16");
+  const dit::ComputeDType cpu = dit::resolveComputeDType("bfloat16", "cpu");
+  EXPECT_EQ(cpu.dtype, hw ? at::kBFloat16 : at::kFloat);
+  EXPECT_EQ(cpu.note.empty(), hw);
+  if (!hw) EXPECT_NE(cpu.note.find("computing in float32"), std::string::npos) << cpu.note;
+  ::setenv("DITSTUDIO_CPU_BF16", "native", 1);
+  EXPECT_EQ(dit::resolveComputeDType("bf16", "cpu").dtype, at::kBFloat16);
+  ::unsetenv("DITSTUDIO_CPU_BF16");
+  EXPECT_EQ(dit::resolveComputeDType("bfloat16", "cuda:0").dtype, at::kBFloat16);
+  EXPECT_TRUE(dit::resolveComputeDType("bfloat16", "cuda").note.empty());
+  EXPECT_EQ(dit::resolveComputeDType("float32", "cpu").dtype, at::kFloat);
+  EXPECT_TRUE(dit::resolveComputeDType("float32", "cpu").note.empty());
+  EXPECT_THROW(dit::resolveComputeDType("int8", "cpu"), std::invalid_argument);
+}
+
+TEST(BlasKernel, SetBlasThreadsReachesOpenBLAS) {
+  const dit::BlasInfo before = dit::queryBlas();
+  if (before.selection == "unavailable") GTEST_SKIP() << "the loaded BLAS is not OpenBLAS";
+  ASSERT_TRUE(dit::setBlasThreads(1));
+  EXPECT_EQ(dit::queryBlas().threads, 1);
+  ASSERT_TRUE(dit::setBlasThreads(2));
+  EXPECT_EQ(dit::queryBlas().threads, 2);
+  dit::setBlasThreads(before.threads);
 }

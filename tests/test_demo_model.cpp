@@ -121,8 +121,8 @@ TEST(DemoTrainer, LossFallsSavedFolderGivesTheTrainersPredictionAndResumeIsExact
   const ModelFolder m = ModelFolder::open(out);
   auto pipe = loadPipeline(m, PipelineOptions{});
   TransformerInputs in;
-  for (const char* k : {"hidden_states", "encoder_hidden_states", "pooled_projections",
-                        "timestep", "img_ids", "txt_ids"})
+  for (const char* k : {"hidden_states", "encoder_hidden_states", "pooled_projections", "timestep",
+                        "img_ids", "txt_ids"})
     in[k] = load(probe, k);
   at::NoGradGuard ng;
   const at::Tensor pred = pipe->transformer().forward(in);
@@ -140,8 +140,7 @@ TEST(DemoTrainer, LossFallsSavedFolderGivesTheTrainersPredictionAndResumeIsExact
 
   // Resume: 40 steps in one run == stopped at step 25, then resumed from the checkpoint.
   const std::string ck = tmp("resume.ckpt"), full = tmp("full");
-  ASSERT_EQ(run(base + " --stop-at-step 25 --checkpoint " + ck + " --out " + full, &log), 0)
-      << log;
+  ASSERT_EQ(run(base + " --stop-at-step 25 --checkpoint " + ck + " --out " + full, &log), 0) << log;
   EXPECT_NE(log.find("stopped at transformer step 25"), std::string::npos) << log;
   EXPECT_FALSE(fs::exists(full));
   ASSERT_EQ(run(base + " --checkpoint " + ck + " --out " + full, &log), 0) << log;
@@ -151,6 +150,29 @@ TEST(DemoTrainer, LossFallsSavedFolderGivesTheTrainersPredictionAndResumeIsExact
   ASSERT_EQ(a.names(), b.names());
   for (const auto& n : a.names())
     EXPECT_TRUE(at::equal(loadTensor(a, n, at::kFloat), loadTensor(b, n, at::kFloat))) << n;
+}
+
+// The embedded default model draws what it is asked on prompts it never saw in training, through
+// the real CLI's eval-demo on one rank with the settings of its TRAINING.md (true CFG 5 against
+// the empty prompt). A regression floor a few points under what the committed model scores
+// (resources/models/tiny-flux/TRAINING.md); issue 15's bar (90 / 90 / 80 / 70) is not reached yet.
+TEST(EmbeddedModel, HeldOutAccuracyFloor) {
+  std::string log;
+  ASSERT_EQ(run(std::string(DITSTUDIO_CLI) + " eval-demo --model " + DITSTUDIO_DEFAULT_MODEL +
+                    " --count 48 --negative-prompt '' --true-cfg-scale 5",
+                &log),
+            0)
+      << log;
+  auto percent = [&](const std::string& name) {
+    const auto at = log.find("\n" + name + " ");
+    if (at == std::string::npos) return -1.0;
+    const auto line = log.substr(at + 1, log.find('\n', at + 1) - at - 1);
+    return std::stod(line.substr(line.rfind(' ', line.size() - 2) + 1));
+  };
+  EXPECT_GE(percent("foreground colour"), FG_FLOOR) << log;
+  EXPECT_GE(percent("background colour"), BG_FLOOR) << log;
+  EXPECT_GE(percent("position"), POS_FLOOR) << log;
+  EXPECT_GE(percent("shape"), SHAPE_FLOOR) << log;
 }
 
 class EmbeddedModelStrategies : public ::testing::TestWithParam<std::string> {};

@@ -11,8 +11,8 @@ namespace {
 const char* const kShapeNames[kShapes] = {"circle", "square", "triangle", "star"};
 const char* const kColourNames[kColours] = {"red",    "green",  "blue",  "yellow",
                                             "orange", "purple", "white", "black"};
-const std::array<int, 3> kRgb[kColours] = {{220, 40, 40},  {40, 170, 60},   {40, 70, 220},
-                                           {240, 220, 40}, {245, 140, 20},  {140, 50, 180},
+const std::array<int, 3> kRgb[kColours] = {{220, 40, 40},   {40, 170, 60},  {40, 70, 220},
+                                           {240, 220, 40},  {245, 140, 20}, {140, 50, 180},
                                            {245, 245, 245}, {20, 20, 20}};
 const char* const kPositionNames[kPositions] = {"top left",    "top",    "top right",
                                                 "left",        "centre", "right",
@@ -127,9 +127,8 @@ ShapeLayout layout(const ShapeScene& s, int width, int height) {
 
 SceneReading analyse(const std::vector<uint8_t>& rgb, int W, int H) {
   if (W < 8 || H < 8 || rgb.size() != static_cast<size_t>(W) * H * 3)
-    throw std::invalid_argument("analyse: expected " + std::to_string(W) + "x" +
-                                std::to_string(H) + " RGB bytes, got " +
-                                std::to_string(rgb.size()));
+    throw std::invalid_argument("analyse: expected " + std::to_string(W) + "x" + std::to_string(H) +
+                                " RGB bytes, got " + std::to_string(rgb.size()));
   SceneReading r;
   auto px = [&](int x, int y, int c) { return static_cast<double>(rgb[(y * W + x) * 3 + c]); };
   std::vector<double> border[3];

@@ -28,9 +28,10 @@ namespace dit::protocol {
 /// The prefix of an event line on the worker's stdout: "@@DIT " then one JSON object.
 inline constexpr std::string_view kEventPrefix = "@@DIT ";
 
-/// The default prompt of every front end (GUI panel, headless run, ditstudio-cli).
-inline constexpr const char* kDefaultPrompt =
-    "a watercolor painting of a red fox in a snowy forest";
+/// The default prompt of every front end (GUI panel, headless run, ditstudio-cli): a caption of
+/// the synthetic shapes the embedded default model was trained on, from the held-out combinations
+/// it never saw in training (app/demo/shapes_dataset.h), so the first image shows what it learned.
+inline constexpr const char* kDefaultPrompt = "a large yellow star on a purple background, centre";
 
 /// A request or strategy object that does not follow the protocol. what() is the sentence shown to
 /// the user (e.g. "request field 'width' has the wrong type: \"64\""); field() names the offending

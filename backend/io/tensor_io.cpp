@@ -3,7 +3,10 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 namespace dit {
 
@@ -229,6 +232,42 @@ at::ScalarType parseComputeDType(const std::string& s) {
   if (s == "bfloat16" || s == "bf16") return at::kBFloat16;
   if (s == "float16" || s == "fp16") return at::kHalf;
   throw std::invalid_argument("unknown dtype '" + s + "' (use float32, bfloat16 or float16)");
+}
+
+bool cpuHasNativeBFloat16() {
+  static const bool has = [] {
+    std::ifstream in("/proc/cpuinfo");
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("flags", 0) != 0) continue;
+      std::istringstream w(line.substr(line.find(':') + 1));
+      for (std::string f; w >> f;)
+        if (f == "avx512_bf16" || f == "amx_bf16") return true;
+      return false;
+    }
+    return false;
+  }();
+  return has;
+}
+
+ComputeDType resolveComputeDType(const std::string& requested, const std::string& device) {
+  ComputeDType r;
+  r.dtype = parseComputeDType(requested);
+  if (r.dtype != at::kBFloat16 || device.rfind("cpu", 0) != 0 || cpuHasNativeBFloat16()) return r;
+  const char* env = std::getenv("DITSTUDIO_CPU_BF16");
+  if (env && std::string(env) == "native") {
+    r.note =
+        "bfloat16 on a CPU without bf16 hardware (no avx512_bf16 / amx_bf16), as "
+        "DITSTUDIO_CPU_BF16=native asks: every GEMM is emulated, expect it to be many times "
+        "slower than float32";
+    return r;
+  }
+  r.dtype = at::kFloat;
+  r.note =
+      "bfloat16 requested, computing in float32: this CPU has no bf16 hardware (no "
+      "avx512_bf16 / amx_bf16), where bf16 GEMMs are emulated and run tens of times slower; "
+      "the weights are held in float32 (twice the memory). DITSTUDIO_CPU_BF16=native keeps "
+      "bfloat16";
+  return r;
 }
 
 const char* computeDTypeName(at::ScalarType t) {

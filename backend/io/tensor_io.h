@@ -49,4 +49,23 @@ void saveTensors(const std::string& path, const std::map<std::string, at::Tensor
 at::ScalarType parseComputeDType(const std::string& s);
 const char* computeDTypeName(at::ScalarType t);
 
+/// Whether this CPU has bfloat16 arithmetic in hardware: AVX512-BF16 or AMX-BF16 in
+/// /proc/cpuinfo's flags (what oneDNN needs for its fast bf16 GEMMs).
+bool cpuHasNativeBFloat16();
+
+/// The dtype a run computes and holds its weights in, for a requested one (issue 10).
+struct ComputeDType {
+  at::ScalarType dtype = at::kFloat;
+  std::string note;  ///< "" when the request stands, else one sentence for the log
+};
+
+/// parseComputeDType(requested), except that bfloat16 on a CPU without bf16 hardware
+/// (cpuHasNativeBFloat16() false) computes in float32: LibTorch then emulates every bf16 GEMM,
+/// measured 38x slower than float32 per step (20.2 s against 0.53 s on an AMD EPYC Zen 3, the
+/// 73.4 M-parameter benchmark config), and diffusers in bfloat16 takes 4.6 s there. The weights
+/// are then held in float32 (twice the bytes of bfloat16) and `note` says so.
+/// DITSTUDIO_CPU_BF16=native in the environment keeps bfloat16 anyway (for comparisons).
+/// Any other device: the request stands. Throws std::invalid_argument as parseComputeDType.
+ComputeDType resolveComputeDType(const std::string& requested, const std::string& device);
+
 }  // namespace dit

@@ -138,8 +138,9 @@ const at::Tensor& WeightSource::memoryTensor(const std::string& name,
   auto it = memory_.find(name);
   if (it == memory_.end()) throw ModelFileError(dir_, "no tensor '" + name + "'");
   if (it->second.sizes().vec() != shape)
-    throw ModelFileError(dir_, "tensor '" + name + "' has shape " + shapeStr(it->second.sizes().vec()) +
-                                   " but the config implies " + shapeStr(shape));
+    throw ModelFileError(dir_, "tensor '" + name + "' has shape " +
+                                   shapeStr(it->second.sizes().vec()) + " but the config implies " +
+                                   shapeStr(shape));
   return it->second;
 }
 

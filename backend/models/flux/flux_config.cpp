@@ -18,6 +18,7 @@ FluxTransformerConfig parseFluxTransformerConfig(const nlohmann::json& j, const 
   getConfigValue(j, "pooled_projection_dim", c.pooled_projection_dim, f, {1, 65536});
   getConfigValue(j, "guidance_embeds", c.guidance_embeds, f);
   getConfigValue(j, "axes_dims_rope", c.axes_dims_rope, f, {0, 4096});
+  getConfigValue(j, "sample_size", c.sample_size, f, {1, 4096});
   // The schema: every size a positive integer the model code supports (checked with the ranges
   // above, before any tensor is made); then the relations between them.
   if (c.num_layers + c.num_single_layers == 0)

@@ -22,6 +22,11 @@ struct FluxTransformerConfig {
   int pooled_projection_dim = 768;
   bool guidance_embeds = false;
   std::vector<int> axes_dims_rope{16, 56, 56};
+  /// Latent pixels per side of the default image: `sample_size` when the config declares it
+  /// (SD3Transformer2DModel's key, which StableDiffusion3Pipeline takes as its
+  /// default_sample_size; diffusers' FluxTransformer2DModel ignores it), else FluxPipeline's
+  /// default_sample_size, 128. The embedded demo model, trained at 64x64, declares 16.
+  int sample_size = 128;
   int innerDim() const { return num_attention_heads * attention_head_dim; }
   int mlpHidden() const { return innerDim() * 4; }  ///< mlp_ratio 4.0 in diffusers
 };

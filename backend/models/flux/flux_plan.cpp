@@ -92,6 +92,7 @@ ModelDims fluxModelDims(const FluxTransformerConfig& c, int vaeScaleFactor) {
   m.num_attention_heads = c.num_attention_heads;
   m.attention_head_dim = c.attention_head_dim;
   m.vae_scale_factor = vaeScaleFactor;
+  m.default_sample_size = c.sample_size;
   m.tensor_parallel_plan = std::make_shared<const ShardingPlan>(fluxShardingPlan(c));
   m.parameters = std::make_shared<const ParameterTable>(fluxParameterTable(c));
   m.context_parallel_plan = std::make_shared<const ContextParallelPlan>(fluxContextParallelPlan());

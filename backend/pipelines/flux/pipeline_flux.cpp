@@ -186,8 +186,9 @@ PipelineInputs FluxPipeline::resolve(PipelineInputs p) const {
     if (p.width <= 0) p.width = iw / mult * mult;
     if (p.height <= 0) p.height = ih / mult * mult;
   }
-  if (p.width <= 0) p.width = 128 * vsf;
-  if (p.height <= 0) p.height = 128 * vsf;
+  // FluxPipeline: default_sample_size (128, or the transformer config's sample_size) x vsf.
+  if (p.width <= 0) p.width = d_->cfg.transformer.sample_size * vsf;
+  if (p.height <= 0) p.height = d_->cfg.transformer.sample_size * vsf;
   if (p.steps <= 0) p.steps = 28;
   if (p.max_sequence_length <= 0) p.max_sequence_length = d_->cfg.max_sequence_length;
   if (p.width % mult != 0 || p.height % mult != 0)
