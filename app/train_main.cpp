@@ -523,8 +523,9 @@ int main(int argc, char** argv) {
         vaeOpt.update(vae, schedule(decoderLr, step, 50, decoderSteps), 0.0);
         dacc += mse.item<double>(), ++daccN;
         if ((step + 1) % logEvery == 0 || step + 1 == decoderSteps) {
-          std::printf("decoder step %lld/%lld  mse %.5f  %.0f s\n", static_cast<long long>(step + 1),
-                      static_cast<long long>(decoderSteps), dacc / daccN, elapsed());
+          std::printf("decoder step %lld/%lld  mse %.5f  %.0f s\n",
+                      static_cast<long long>(step + 1), static_cast<long long>(decoderSteps),
+                      dacc / daccN, elapsed());
           std::fflush(stdout);
           dacc = 0, daccN = 0;
         }

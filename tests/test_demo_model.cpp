@@ -155,7 +155,8 @@ TEST(DemoTrainer, LossFallsSavedFolderGivesTheTrainersPredictionAndResumeIsExact
 // The embedded default model draws what it is asked on prompts it never saw in training, through
 // the real CLI's eval-demo on one rank with the settings of its TRAINING.md (true CFG 5 against
 // the empty prompt). A regression floor a few points under what the committed model scores
-// (resources/models/tiny-flux/TRAINING.md); issue 15's bar (90 / 90 / 80 / 70) is not reached yet.
+// (81.2 / 91.7 / 68.8 / 33.3%, resources/models/tiny-flux/TRAINING.md); issue 15's bar
+// (90 / 90 / 80 / 70) is not reached yet.
 TEST(EmbeddedModel, HeldOutAccuracyFloor) {
   std::string log;
   ASSERT_EQ(run(std::string(DITSTUDIO_CLI) + " eval-demo --model " + DITSTUDIO_DEFAULT_MODEL +
@@ -169,10 +170,10 @@ TEST(EmbeddedModel, HeldOutAccuracyFloor) {
     const auto line = log.substr(at + 1, log.find('\n', at + 1) - at - 1);
     return std::stod(line.substr(line.rfind(' ', line.size() - 2) + 1));
   };
-  EXPECT_GE(percent("foreground colour"), FG_FLOOR) << log;
-  EXPECT_GE(percent("background colour"), BG_FLOOR) << log;
-  EXPECT_GE(percent("position"), POS_FLOOR) << log;
-  EXPECT_GE(percent("shape"), SHAPE_FLOOR) << log;
+  EXPECT_GE(percent("foreground colour"), 75.0) << log;
+  EXPECT_GE(percent("background colour"), 85.0) << log;
+  EXPECT_GE(percent("position"), 60.0) << log;
+  EXPECT_GE(percent("shape"), 25.0) << log;
 }
 
 class EmbeddedModelStrategies : public ::testing::TestWithParam<std::string> {};
