@@ -557,7 +557,8 @@ CLIPTextConfig clipConfigFromShapes(const KeyLayout& l, const SafetensorsReader&
   if (reference) c = *reference;
   const std::string p =
       l.tensors.count("text_model.embeddings.token_embedding.weight") ? "text_model." : "";
-  const auto& tok = shapeOf(l, p + "embeddings.token_embedding.weight");
+  const auto tok =
+      shapeOf(l, p + "embeddings.token_embedding.weight");  // a copy: GCC 14 -Wdangling-reference
   c.vocab_size = static_cast<int>(tok[0]);
   c.hidden_size = static_cast<int>(tok[1]);
   c.max_position_embeddings =
@@ -578,10 +579,10 @@ T5Config t5ConfigFromShapes(const KeyLayout& l, const SafetensorsReader&,
   T5Config c;
   if (reference) c = *reference;
   const std::string a = "encoder.block.0.layer.0.SelfAttention.";
-  const auto& rel = shapeOf(l, a + "relative_attention_bias.weight");
+  const auto rel = shapeOf(l, a + "relative_attention_bias.weight");
   c.relative_attention_num_buckets = static_cast<int>(rel[0]);
   c.num_heads = static_cast<int>(rel[1]);
-  const auto& q = shapeOf(l, a + "q.weight");
+  const auto q = shapeOf(l, a + "q.weight");
   c.d_model = static_cast<int>(q[1]);
   c.d_kv = static_cast<int>(q[0] / std::max<int64_t>(1, rel[1]));
   c.vocab_size = static_cast<int>(shapeOf(
