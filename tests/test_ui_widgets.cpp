@@ -130,6 +130,17 @@ class TestWidgets : public QObject {
     w->generationPanel()->setParams(p);
     QVERIFY(w->generateAction()->isEnabled());
     QVERIFY(w->strategyEditor()->issuesText().isEmpty());
+    // A CFG scale above 1 with an empty negative prompt box: true CFG against "" (the embedded
+    // model's setting); at scale 1 an empty box is no negative prompt, and cfg 2 is refused.
+    p.negative_prompt = "";
+    p.true_cfg_scale = 5;
+    w->generationPanel()->setParams(p);
+    QVERIFY(w->generationPanel()->params().hasNegativePrompt());
+    QVERIFY(w->generateAction()->isEnabled());
+    p.true_cfg_scale = 1;
+    w->generationPanel()->setParams(p);
+    QVERIFY(!w->generationPanel()->params().hasNegativePrompt());
+    QVERIFY(!w->generateAction()->isEnabled());
   }
 
   void missingModel() {

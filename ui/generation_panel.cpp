@@ -188,6 +188,10 @@ GenerationParams GenerationPanel::params() const {
   p.prompt = prompt_->toPlainText().toStdString();
   p.negative_prompt = negative_->toPlainText().toStdString();
   p.true_cfg_scale = cfgScale_->value();
+  // A text box cannot tell diffusers' negative_prompt=None from "": in the GUI a true CFG scale
+  // above 1 runs true CFG against the negative prompt as typed, empty included (the embedded
+  // model's CFG is against the empty prompt). At 1 an empty box is no negative prompt.
+  p.negative_prompt_given = p.true_cfg_scale > 1.0;
   p.width = width_->value();
   p.height = height_->value();
   p.steps = steps_->value();
