@@ -17,7 +17,7 @@ if(TARGET ditstudio-train)
                        FAIL_REGULAR_EXPRESSION "Running 0 tests")
   add_test(NAME demo_embedded_accuracy COMMAND test_demo_model
            --gtest_filter=EmbeddedModel.HeldOutAccuracyFloor)
-  set_tests_properties(demo_embedded_accuracy PROPERTIES LABELS "backend;demo" TIMEOUT 300
+  set_tests_properties(demo_embedded_accuracy PROPERTIES LABELS "backend;demo" TIMEOUT 600
                        FAIL_REGULAR_EXPRESSION "Running 0 tests")
   foreach(_c tp2 ulysses2 ring2)
     add_test(NAME demo_embedded_${_c} COMMAND test_demo_model
