@@ -1,17 +1,23 @@
 // ditstudio-train: trains the embedded default model on the CPU with LibTorch autograd.
 //
 // Data: the synthetic captioned shapes (app/demo/shapes_dataset.h), drawn on the fly with
-// QPainter; held-out combinations are never drawn. Two phases, as latent diffusion models are
+// QPainter; held-out combinations are never drawn. Phases, as latent diffusion models are
 // trained:
 //  1. AutoencoderKL (the FLUX VAE architecture at a tiny size): reconstruction MSE in [-1, 1]
-//     plus a small KL term on the posterior (diffusers DiagonalGaussianDistribution.kl);
-//     then scaling_factor / shift_factor are measured on the latents (1 / std, mean) as the
-//     FLUX VAE's are defined.
+//     (optionally weighted towards the objects' outlines, --vae-edge-weight; or L1) plus a small
+//     KL term on the posterior (diffusers DiagonalGaussianDistribution.kl); then scaling_factor /
+//     shift_factor are measured on the latents (1 / std, mean) as the FLUX VAE's are defined.
 //  2. FluxTransformer2DModel with the rectified-flow objective of diffusers'
 //     train_dreambooth_flux.py: x_t = (1 - sigma) x_0 + sigma noise, target = noise - x_0,
 //     sigma ~ sigmoid(N(0, 1)) (logit-normal), the latents packed 2x2 as FluxPipeline packs them,
 //     conditioning from the template's CLIP and T5 encoders (frozen, through
-//     FluxPipeline::encodePrompt), no guidance embedder.
+//     FluxPipeline::encodePrompt), no guidance embedder; optionally caption dropout.
+//  3. Optionally the VAE decoder alone (encoder frozen: the latent space is unchanged).
+// Then a report: validation loss by noise level, and how the analyser of eval-demo reads the
+// VAE's reconstructions of held-out drawings (the ceiling for any transformer).
+//
+// One process, or data parallel under `mpirun -np N` (DataParallel below): the same result up to
+// the order of floating-point sums, in about 1/N of the time on N cores.
 //
 // Training runs through the inference modules themselves: the parameters are leaf tensors with
 // requires_grad, handed to the model through WeightSource::fromTensors each step (the model is
@@ -27,6 +33,8 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -41,12 +49,15 @@
 #include "app/generation.h"
 #include "backend/io/config_json.h"
 #include "backend/io/model_folder.h"
+#include "backend/io/png_io.h"
 #include "backend/io/safetensors.h"
 #include "backend/io/tensor_io.h"
 #include "backend/io/weight_source.h"
 #include "backend/models/autoencoders/autoencoder_kl.h"
 #include "backend/models/flux/transformer_flux.h"
 #include "backend/pipelines/flux/pipeline_flux.h"
+#include "parallel/process_group_mpi.h"
+#include "parallel/runtime.h"
 
 using namespace dit;
 using nlohmann::json;
@@ -112,6 +123,80 @@ Params detached(const Params& p) {
   Params o;
   for (const auto& [k, t] : p) o[k] = t.detach().clone().contiguous();
   return o;
+}
+
+/// Data-parallel training over the ranks of `mpirun -np N ditstudio-train ...` (torch
+/// DistributedDataParallel's semantics): every rank makes the same random draws for the whole
+/// batch and computes the loss on its own contiguous 1/N of it; after backward the gradients are
+/// averaged over the ranks with one allreduce of all of them (ProcessGroupMPI), so every rank
+/// applies the same AdamW update and the parameters stay equal. The result equals the one-process
+/// run's up to the order of floating-point sums. Rank 0 writes the folder, the checkpoints and
+/// the log. One process (no mpirun): size 1, no MPI.
+struct DataParallel {
+  std::unique_ptr<ProcessGroupMPI> group;
+  int rank = 0, size = 1;
+
+  /// Rows [lo, hi) of a batch of n that this rank computes. Throws std::invalid_argument when
+  /// the ranks do not divide n.
+  std::pair<int, int> part(int n) const {
+    if (n % size != 0)
+      throw std::invalid_argument("batch " + std::to_string(n) + " is not divisible by the " +
+                                  std::to_string(size) + " data-parallel ranks");
+    return {rank * n / size, (rank + 1) * n / size};
+  }
+  /// This rank's rows of a whole-batch tensor (dim 0 = n).
+  at::Tensor slice(const at::Tensor& t) const {
+    const auto [lo, hi] = part(static_cast<int>(t.size(0)));
+    return t.slice(0, lo, hi);
+  }
+  /// Averages the gradients of `p` (and this rank's loss) over the ranks; returns the mean loss.
+  /// `extra` (e.g. the KL term for the log) is averaged too, in place. Collective: every rank
+  /// calls it once per step, with the same parameters.
+  double averageGradients(Params& p, double localLoss, double* extra = nullptr) const {
+    if (size == 1) return localLoss;
+    std::vector<at::Tensor> grads, flat;
+    for (auto& [k, t] : p)
+      if (t.grad().defined())
+        grads.push_back(t.mutable_grad()), flat.push_back(grads.back().reshape(-1));
+    flat.push_back(at::full({1}, localLoss, at::kFloat));
+    flat.push_back(at::full({1}, extra ? *extra : 0.0, at::kFloat));
+    at::Tensor buf = at::cat(flat);
+    group->allreduce(buf)->wait();
+    buf.div_(size);
+    int64_t off = 0;
+    for (auto& g : grads) {
+      g.copy_(buf.slice(0, off, off + g.numel()).view(g.sizes()));
+      off += g.numel();
+    }
+    if (extra) *extra = buf[off + 1].item<double>();
+    return buf[off].item<double>();
+  }
+  /// Throws std::runtime_error unless every rank holds the same `values` (e.g. the phase and step
+  /// each resumed at: ranks resuming from different checkpoints would issue different
+  /// collectives). Collective.
+  void requireSame(const std::vector<int64_t>& values, const std::string& what) const {
+    if (size == 1) return;
+    at::Tensor hi = at::tensor(values, at::kLong), lo = hi.clone();
+    group->allreduce(hi, ReduceOp::Max)->wait();
+    group->allreduce(lo, ReduceOp::Min)->wait();
+    if (!at::equal(hi, lo))
+      throw std::runtime_error("the data-parallel ranks disagree on " + what + " (rank " +
+                               std::to_string(rank) +
+                               " has its own; is the checkpoint on a file system all ranks see?)");
+  }
+};
+
+/// Per-pixel weights of the reconstruction loss, [B, 1, H, W]: `edgeWeight` on pixels whose 3x3
+/// neighbourhood holds a colour change (the objects' outlines, 10-15% of the pixels), 1
+/// elsewhere, normalised to mean 1 per image. Plain MSE spends its gradient on the flat areas and
+/// learns outlines last; shapes are told apart by their outlines. edgeWeight 1: plain MSE.
+at::Tensor edgeWeights(const at::Tensor& x, double edgeWeight) {
+  at::NoGradGuard ng;
+  const at::Tensor hi = at::max_pool2d(x, {3, 3}, {1, 1}, {1, 1});
+  const at::Tensor lo = -at::max_pool2d(-x, {3, 3}, {1, 1}, {1, 1});
+  const at::Tensor edge = ((hi - lo).abs().sum(1, true) > 0.1).to(at::kFloat);
+  const at::Tensor w = 1.0 + (edgeWeight - 1.0) * edge;
+  return w / w.mean({1, 2, 3}, true);  // per image: the same loss whichever ranks split the batch
 }
 
 /// Images of the scenes: [B, 3, H, W] float32 in [-1, 1].
@@ -208,14 +293,15 @@ int main(int argc, char** argv) {
   tuneHostAllocator();
   CLI::App app{"Train the embedded default model (a tiny FLUX.1) on synthetic captioned shapes",
                "ditstudio-train"};
-  std::string templ, out, checkpoint, probe;
+  std::string templ, out, checkpoint, probe, vaeLoss = "mse", vaeGrid;
   uint64_t seed = 0;
   int size = 64, threads = 2, batch = 16, vaeBatch = 8, logEvery = 25, ckptEvery = 200;
   int64_t vaeSteps = 400, steps = 2000;
   double lr = 1e-3, vaeLr = 2e-3, klWeight = 1e-4, wd = 0.01, uniformFraction = 0.3,
-         captionDropout = 0.0, decoderLr = 1e-3;
+         captionDropout = 0.0, decoderLr = 1e-3, edgeWeight = 1.0;
   int64_t decoderSteps = 0;
-  int layers = 2, singleLayers = 2, heads = 4, headDim = 16, t5Len = 32;
+  int layers = 2, singleLayers = 2, heads = 4, headDim = 16, t5Len = 32, latentChannels = 4,
+      vaeLayersPerBlock = 1;
   std::vector<int> vaeChannels{16, 32, 32}, axes{4, 6, 6};
   app.add_option("--template", templ,
                  "diffusers FLUX.1 folder whose tokenizers, CLIP/T5 encoders (kept frozen) and "
@@ -230,6 +316,9 @@ int main(int argc, char** argv) {
   app.add_option("--vae-batch", vaeBatch, "AutoencoderKL batch size");
   app.add_option("--lr", lr, "transformer peak learning rate (AdamW)");
   app.add_option("--vae-lr", vaeLr, "AutoencoderKL peak learning rate (AdamW)");
+  app.add_option("--vae-loss", vaeLoss,
+                 "AutoencoderKL (and decoder) reconstruction loss: mse, or l1 (sharper edges)")
+      ->check(CLI::IsMember({"mse", "l1"}));
   app.add_option("--uniform-sigma-fraction", uniformFraction,
                  "fraction of the transformer's noise levels drawn uniformly from [0, 1] instead "
                  "of logit-normal (default 0.3)")
@@ -242,6 +331,13 @@ int main(int argc, char** argv) {
                  "after the transformer: steps fine-tuning the VAE decoder alone (encoder frozen, "
                  "latent space unchanged; default 0)");
   app.add_option("--decoder-lr", decoderLr, "decoder fine-tuning peak learning rate (AdamW)");
+  app.add_option("--vae-edge-weight", edgeWeight,
+                 "AutoencoderKL / decoder MSE weight of pixels on the objects' outlines against "
+                 "1 for the rest (default 1: plain MSE)")
+      ->check(CLI::Range(1.0, 1000.0));
+  app.add_option("--vae-grid", vaeGrid,
+                 "write a PNG of the first 16 held-out drawings (top rows) above their VAE "
+                 "reconstructions");
   app.add_option("--kl-weight", klWeight, "weight of the KL term (per latent element)");
   app.add_option("--num-layers", layers, "double-stream blocks");
   app.add_option("--num-single-layers", singleLayers, "single-stream blocks");
@@ -249,6 +345,12 @@ int main(int argc, char** argv) {
   app.add_option("--attention-head-dim", headDim);
   app.add_option("--axes-dims-rope", axes, "must sum to attention_head_dim");
   app.add_option("--vae-block-out-channels", vaeChannels);
+  app.add_option(
+         "--vae-latent-channels", latentChannels,
+         "AutoencoderKL latent channels (the transformer's in_channels are 4x: 2x2 packing)")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--vae-layers-per-block", vaeLayersPerBlock, "AutoencoderKL resnets per block")
+      ->check(CLI::Range(1, 4));
   app.add_option("--max-sequence-length", t5Len, "T5 tokens (tokenizer_2 model_max_length)");
   app.add_option("--threads", threads, "intra-op threads");
   app.add_option("--log-every", logEvery, "print the mean loss every N steps");
@@ -263,26 +365,61 @@ int main(int argc, char** argv) {
                  "write fixed transformer inputs and the trainer's own prediction for them "
                  "(tests compare it with the saved folder run through the normal loader)");
   CLI11_PARSE(app, argc, argv);
+  if (vaeLoss == "l1" && edgeWeight != 1.0) {
+    std::cerr << "error: --vae-edge-weight weights the MSE; it does not apply to --vae-loss l1\n";
+    return 2;
+  }
+  // Under mpirun with more than one rank: data parallel (DataParallel above).
+  DataParallel dp;
+  const char* worldSizeEnv = std::getenv("OMPI_COMM_WORLD_SIZE");
+  if (worldSizeEnv && std::atoi(worldSizeEnv) > 1) {
+    try {
+      initRuntime(argc, argv);
+      dp.group = std::make_unique<ProcessGroupMPI>(MPI_COMM_WORLD, "data parallel");
+      dp.rank = dp.group->rank(), dp.size = dp.group->size();
+      // Before any file is touched: batches the ranks do not divide.
+      dp.part(batch), dp.part(vaeBatch);
+    } catch (const std::exception& e) {
+      abortGroup(worldRank(), e.what());
+    }
+  }
+  // Rank 0 speaks for the group; the others' stdout is dropped (errors still go to stderr).
+  if (dp.rank != 0 && !std::freopen("/dev/null", "w", stdout))
+    abortGroup(dp.rank, "cannot redirect stdout to /dev/null");
+  const bool writer = dp.rank == 0;
+  auto finish = [&] {
+    dp.group.reset();
+    if (runtimeActive()) finalizeRuntime();
+  };
   try {
     at::set_num_threads(threads);
     setBlasThreads(threads);
     std::cout << "BLAS: " << blas.library << ", core " << blas.core << " (" << blas.selection
-              << "), " << threads << " thread(s)" << std::endl;
+              << "), " << threads << " thread(s)";
+    if (dp.size > 1) std::cout << " per rank, " << dp.size << " data-parallel ranks";
+    std::cout << std::endl;
     const auto t0 = std::chrono::steady_clock::now();
     auto elapsed = [&] {
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     };
     const fs::path T(templ), O(out), tmp = out + ".partial";
-    fs::remove_all(tmp);
-    fs::create_directories(tmp);
-    for (const char* d :
-         {"tokenizer", "tokenizer_2", "scheduler", "text_encoder", "text_encoder_2"})
-      fs::copy(T / d, tmp / d, fs::copy_options::recursive);
+    // Only rank 0 writes files (writeFile); every rank builds the same configs in memory.
+    auto writeFile = [&](const fs::path& p, const json& j) {
+      if (writer) writeJson(p, j);
+    };
+    if (writer) {
+      fs::remove_all(tmp);
+      fs::create_directories(tmp / "transformer");
+      fs::create_directories(tmp / "vae");
+      for (const char* d :
+           {"tokenizer", "tokenizer_2", "scheduler", "text_encoder", "text_encoder_2"})
+        fs::copy(T / d, tmp / d, fs::copy_options::recursive);
+    }
     json mi = readJson(T / "model_index.json");
-    writeJson(tmp / "model_index.json", mi);
-    json tok2 = readJson(tmp / "tokenizer_2/tokenizer_config.json");
+    writeFile(tmp / "model_index.json", mi);
+    json tok2 = readJson(T / "tokenizer_2/tokenizer_config.json");
     tok2["model_max_length"] = t5Len;
-    writeJson(tmp / "tokenizer_2/tokenizer_config.json", tok2);
+    writeFile(tmp / "tokenizer_2/tokenizer_config.json", tok2);
     json tc = readJson(T / "transformer/config.json");
     tc["num_layers"] = layers;
     tc["num_single_layers"] = singleLayers;
@@ -290,22 +427,24 @@ int main(int argc, char** argv) {
     tc["attention_head_dim"] = headDim;
     tc["axes_dims_rope"] = axes;
     tc["guidance_embeds"] = false;
-    fs::create_directories(tmp / "transformer");
-    writeJson(tmp / "transformer/config.json", tc);
+    tc["in_channels"] = 4 * latentChannels;
+    if (!tc["out_channels"].is_null()) tc["out_channels"] = 4 * latentChannels;
+    writeFile(tmp / "transformer/config.json", tc);
     json vc = readJson(T / "vae/config.json");
     vc["block_out_channels"] = vaeChannels;
     vc["down_block_types"] = std::vector<std::string>(vaeChannels.size(), "DownEncoderBlock2D");
     vc["up_block_types"] = std::vector<std::string>(vaeChannels.size(), "UpDecoderBlock2D");
     vc["norm_num_groups"] = 8;
+    vc["latent_channels"] = latentChannels;
+    vc["layers_per_block"] = vaeLayersPerBlock;
     vc["sample_size"] = size;
-    fs::create_directories(tmp / "vae");
-    writeJson(tmp / "vae/config.json", vc);
+    writeFile(tmp / "vae/config.json", vc);
 
     AutoencoderKLConfig vcfg = parseAutoencoderKLConfig(vc, (tmp / "vae/config.json").string());
     const int vsf = vcfg.vaeScaleFactor();
     // The trained size becomes the model's default image size (ModelDims::default_sample_size).
     tc["sample_size"] = size / vsf;
-    writeJson(tmp / "transformer/config.json", tc);
+    writeFile(tmp / "transformer/config.json", tc);
     const FluxTransformerConfig tcfg =
         parseFluxTransformerConfig(tc, (tmp / "transformer/config.json").string());
     if (size % (2 * vsf) != 0)
@@ -337,9 +476,22 @@ int main(int argc, char** argv) {
       }
     AdamW vaeOpt, trOpt;
     Checkpoint ck{"vae", 0, 0, 1};
+    auto save = [&] {
+      if (writer && !checkpoint.empty()) saveCheckpoint(checkpoint, ck, vae, vaeOpt, tr, trOpt);
+    };
     if (!checkpoint.empty() && loadCheckpoint(checkpoint, ck, vae, vaeOpt, tr, trOpt))
       std::cout << "resumed from " << checkpoint << ": phase " << ck.phase << ", step " << ck.step
                 << std::endl;
+    {
+      int64_t elements = 0;
+      for (auto& [k, t] : vae) elements += t.numel();
+      for (auto& [k, t] : tr) elements += t.numel();
+      dp.requireSame({ck.phase == "vae"           ? 0
+                      : ck.phase == "transformer" ? 1
+                                                  : 2,
+                      ck.step, vaeOpt.step, trOpt.step, elements},
+                     "where training resumes");
+    }
     int64_t vaeParams = 0, trParams = 0;
     for (auto& [k, t] : vae) vaeParams += t.numel();
     for (auto& [k, t] : tr) trParams += t.numel();
@@ -348,6 +500,18 @@ int main(int argc, char** argv) {
               << size / vsf << "x" << vcfg.latent_channels << ", "
               << (size / vsf / 2) * (size / vsf / 2) << " image tokens, " << t5Len << " text tokens"
               << std::endl;
+    // This rank's part of a batch of scenes, drawn: [n / ranks, 3, size, size].
+    auto drawPart = [&](const std::vector<demo::ShapeScene>& all) {
+      const auto [lo, hi] = dp.part(static_cast<int>(all.size()));
+      return drawBatch({all.begin() + lo, all.begin() + hi}, size);
+    };
+    // The shape of `part` with the whole batch's rows (random draws are made for the whole batch
+    // and sliced, so that every rank count draws the same numbers).
+    auto wholeBatch = [](const at::Tensor& part, int n) {
+      std::vector<int64_t> s = part.sizes().vec();
+      s[0] = n;
+      return s;
+    };
     auto scenes = [&](uint64_t phase, int64_t step, int n) {
       std::vector<demo::ShapeScene> s;
       for (int i = 0; i < n; ++i)
@@ -362,32 +526,38 @@ int main(int argc, char** argv) {
       double acc = 0;
       int accN = 0;
       for (int64_t step = ck.step; step < vaeSteps; ++step) {
-        const at::Tensor x = drawBatch(scenes(1, step, vaeBatch), size);
+        const at::Tensor x = drawPart(scenes(1, step, vaeBatch));
         auto gen = at::detail::createCPUGenerator(seed * 1000 + 17 + step * 2);
         auto w = WeightSource::fromTensors(vae, "<training AutoencoderKL>");
         AutoencoderKL model(vcfg, *w);
         const DiagonalGaussianDistribution post = model.encode(x);
-        const at::Tensor eps = at::randn(post.mean.sizes(), gen, at::kFloat);
+        const at::Tensor eps =
+            dp.slice(at::randn(wholeBatch(post.mean, vaeBatch), gen, at::kFloat));
         const at::Tensor rec = model.decode(post.mean + post.std * eps);
         const at::Tensor mse = (rec - x).pow(2).mean();
+        const at::Tensor recLoss = vaeLoss == "l1" ? (rec - x).abs().mean()
+                                   : edgeWeight == 1.0
+                                       ? mse
+                                       : ((rec - x).pow(2) * edgeWeights(x, edgeWeight)).mean();
         const at::Tensor kl =
             0.5 * (post.mean.pow(2) + post.logvar.exp() - 1.0 - post.logvar).mean();
-        const at::Tensor loss = mse + klWeight * kl;
+        const at::Tensor loss = recLoss + klWeight * kl;
         loss.backward();
+        double klMean = kl.item<double>();
+        acc += dp.averageGradients(vae, mse.item<double>(), &klMean), ++accN;
         vaeOpt.update(vae, schedule(vaeLr, step, 50, vaeSteps), 0.0);
-        acc += mse.item<double>(), ++accN;
         if ((step + 1) % logEvery == 0 || step + 1 == vaeSteps) {
           vaeLast = acc / accN;
           if (vaeFirst < 0) vaeFirst = vaeLast;
           std::printf("vae step %lld/%lld  mse %.5f  kl %.3f  %.0f s\n",
                       static_cast<long long>(step + 1), static_cast<long long>(vaeSteps),
-                      acc / accN, kl.item<double>(), elapsed());
+                      acc / accN, klMean, elapsed());
           std::fflush(stdout);
           acc = 0, accN = 0;
         }
         if (!checkpoint.empty() && (step + 1) % ckptEvery == 0 && step + 1 < vaeSteps) {
           ck.step = step + 1;
-          saveCheckpoint(checkpoint, ck, vae, vaeOpt, tr, trOpt);
+          save();
         }
       }
       // Latent statistics (FLUX's shift_factor / scaling_factor: mean and 1 / std).
@@ -404,7 +574,7 @@ int main(int argc, char** argv) {
       }
       ck.phase = "transformer";
       ck.step = 0;
-      if (!checkpoint.empty()) saveCheckpoint(checkpoint, ck, vae, vaeOpt, tr, trOpt);
+      if (!checkpoint.empty()) save();
     }
     vcfg.shift_factor = ck.shift;
     vcfg.scaling_factor = ck.scale;
@@ -417,13 +587,17 @@ int main(int argc, char** argv) {
     const at::Tensor imgIds =
         FluxPipeline::latentImageIds(static_cast<int>(hl / 2), static_cast<int>(hl / 2));
     // Phase 2: the transformer.
-    auto batchInputs = [&](uint64_t phase, int64_t step, int n, at::Tensor& x0, at::Tensor& enc,
-                           at::Tensor& pooled, at::Tensor& txtIds) {
+    // The inputs of a batch of n scenes, rows [lo, hi) of it (the random draws are the whole
+    // batch's, sliced).
+    auto batchInputs = [&](uint64_t phase, int64_t step, int n, int lo, int hi, at::Tensor& x0,
+                           at::Tensor& enc, at::Tensor& pooled, at::Tensor& txtIds) {
       at::NoGradGuard ng;
       const auto sc = scenes(phase, step, n);
       auto gen = at::detail::createCPUGenerator(seed * 1000 + 29 + step * 2 + phase * 7919);
-      const DiagonalGaussianDistribution post = frozenVae.encode(drawBatch(sc, size));
-      const at::Tensor z = post.mean + post.std * at::randn(post.mean.sizes(), gen, at::kFloat);
+      const DiagonalGaussianDistribution post =
+          frozenVae.encode(drawBatch({sc.begin() + lo, sc.begin() + hi}, size));
+      const at::Tensor eps = at::randn(wholeBatch(post.mean, n), gen, at::kFloat).slice(0, lo, hi);
+      const at::Tensor z = post.mean + post.std * eps;
       x0 = packLatents((z - ck.shift) * ck.scale);
       // Caption dropout (training batches only): the empty prompt instead of the caption, so
       // that the model also learns the unconditional prediction true CFG subtracts.
@@ -433,7 +607,7 @@ int main(int argc, char** argv) {
         drop = at::rand({n}, dgen, at::kFloat) < captionDropout;
       }
       std::vector<at::Tensor> e, p;
-      for (int i = 0; i < n; ++i) {
+      for (int i = lo; i < hi; ++i) {
         const auto& s = sc[i];
         const PromptEmbeds& pe = embed(drop[i].item<bool>() ? std::string() : demo::caption(s));
         e.push_back(pe.prompt_embeds[0]);
@@ -448,7 +622,8 @@ int main(int argc, char** argv) {
     double firstLoss = -1, lastLoss = -1;
     for (int64_t step = ck.phase == "transformer" ? ck.step : steps; step < steps; ++step) {
       at::Tensor x0, enc, pooled, txtIds;
-      batchInputs(3, step, batch, x0, enc, pooled, txtIds);
+      const auto [lo, hi] = dp.part(batch);
+      batchInputs(3, step, batch, lo, hi, x0, enc, pooled, txtIds);
       auto gen = at::detail::createCPUGenerator(seed * 1000 + 31 + step * 2);
       // Logit-normal sigma (FLUX / SD3), with a fraction drawn uniformly from [0, 1]: a model
       // this small never learns the ends of the schedule from logit-normal draws alone (sigma
@@ -457,9 +632,9 @@ int main(int argc, char** argv) {
       const at::Tensor logitNormal = at::sigmoid(at::randn({batch}, gen, at::kFloat));
       const at::Tensor uniform = at::rand({batch}, gen, at::kFloat);
       const at::Tensor pickUniform = at::rand({batch}, gen, at::kFloat) < uniformFraction;
-      const at::Tensor sigma = at::where(pickUniform, uniform, logitNormal);
-      const at::Tensor noise = at::randn(x0.sizes(), gen, at::kFloat);
-      const at::Tensor s3 = sigma.view({batch, 1, 1});
+      const at::Tensor sigma = at::where(pickUniform, uniform, logitNormal).slice(0, lo, hi);
+      const at::Tensor noise = at::randn(wholeBatch(x0, batch), gen, at::kFloat).slice(0, lo, hi);
+      const at::Tensor s3 = sigma.view({hi - lo, 1, 1});
       const at::Tensor xt = (1.0 - s3) * x0 + s3 * noise;
       const at::Tensor target = noise - x0;
       auto w = WeightSource::fromTensors(tr, "<training FluxTransformer2DModel>");
@@ -467,8 +642,8 @@ int main(int argc, char** argv) {
       const at::Tensor pred = model.forward(xt, enc, pooled, sigma, imgIds, txtIds, at::Tensor());
       const at::Tensor loss = (pred - target).pow(2).mean();
       loss.backward();
+      acc += dp.averageGradients(tr, loss.item<double>()), ++accN;
       trOpt.update(tr, schedule(lr, step, 100, steps), wd);
-      acc += loss.item<double>(), ++accN;
       if ((step + 1) % logEvery == 0 || step + 1 == steps) {
         lastLoss = acc / accN;
         if (firstLoss < 0) firstLoss = lastLoss;
@@ -480,21 +655,22 @@ int main(int argc, char** argv) {
       }
       if (!checkpoint.empty() && (step + 1) % ckptEvery == 0 && step + 1 < steps) {
         ck.step = step + 1;
-        saveCheckpoint(checkpoint, ck, vae, vaeOpt, tr, trOpt);
+        save();
       }
       if (step + 1 == stopAt) {
         if (checkpoint.empty()) throw std::invalid_argument("--stop-at-step needs --checkpoint");
         ck.step = step + 1;
-        saveCheckpoint(checkpoint, ck, vae, vaeOpt, tr, trOpt);
-        fs::remove_all(tmp);
+        save();
+        if (writer) fs::remove_all(tmp);
         std::printf("stopped at transformer step %lld (checkpoint %s)\n",
                     static_cast<long long>(stopAt), checkpoint.c_str());
+        finish();
         return 0;
       }
     }
     if (!checkpoint.empty() && ck.phase == "transformer") {
       ck.step = steps;
-      saveCheckpoint(checkpoint, ck, vae, vaeOpt, tr, trOpt);
+      save();
     }
     // Phase 3 (optional): the VAE decoder alone, the encoder frozen, on reconstruction MSE, as
     // Stability's ft-MSE decoders were made: the latent space the transformer learned is
@@ -508,7 +684,7 @@ int main(int argc, char** argv) {
       double dacc = 0;
       int daccN = 0;
       for (int64_t step = ck.step; step < decoderSteps; ++step) {
-        const at::Tensor x = drawBatch(scenes(6, step, vaeBatch), size);
+        const at::Tensor x = drawPart(scenes(6, step, vaeBatch));
         auto gen = at::detail::createCPUGenerator(seed * 1000 + 41 + step * 2);
         auto w = WeightSource::fromTensors(vae, "<training AutoencoderKL decoder>");
         AutoencoderKL model(vcfg, *w);
@@ -516,12 +692,17 @@ int main(int argc, char** argv) {
         {
           at::NoGradGuard ng;  // no graph through the encoder: it gets no gradient
           const DiagonalGaussianDistribution post = model.encode(x);
-          z = post.mean + post.std * at::randn(post.mean.sizes(), gen, at::kFloat);
+          z = post.mean +
+              post.std * dp.slice(at::randn(wholeBatch(post.mean, vaeBatch), gen, at::kFloat));
         }
-        const at::Tensor mse = (model.decode(z) - x).pow(2).mean();
-        mse.backward();
+        const at::Tensor rec = model.decode(z);
+        const at::Tensor mse = (rec - x).pow(2).mean();
+        (vaeLoss == "l1"     ? (rec - x).abs().mean()
+         : edgeWeight == 1.0 ? mse
+                             : ((rec - x).pow(2) * edgeWeights(x, edgeWeight)).mean())
+            .backward();
+        dacc += dp.averageGradients(vae, mse.item<double>()), ++daccN;
         vaeOpt.update(vae, schedule(decoderLr, step, 50, decoderSteps), 0.0);
-        dacc += mse.item<double>(), ++daccN;
         if ((step + 1) % logEvery == 0 || step + 1 == decoderSteps) {
           std::printf("decoder step %lld/%lld  mse %.5f  %.0f s\n",
                       static_cast<long long>(step + 1), static_cast<long long>(decoderSteps),
@@ -531,20 +712,81 @@ int main(int argc, char** argv) {
         }
         if (!checkpoint.empty() && (step + 1) % ckptEvery == 0 && step + 1 < decoderSteps) {
           ck.step = step + 1;
-          saveCheckpoint(checkpoint, ck, vae, vaeOpt, tr, trOpt);
+          save();
         }
       }
       if (!checkpoint.empty() && ck.step < decoderSteps) {
         ck.step = decoderSteps;
-        saveCheckpoint(checkpoint, ck, vae, vaeOpt, tr, trOpt);
+        save();
       }
+    }
+    // Rank 0 alone from here: the reports and the folder.
+    if (!writer) {
+      finish();
+      return 0;
+    }
+    // The VAE's ceiling: the held-out scenes drawn, encoded (posterior mean), decoded and read by
+    // eval-demo's analyser. No transformer can score above what its decoder reproduces. A failure
+    // here (e.g. an unwritable --vae-grid) is reported and does not cost the trained model.
+    try {
+      at::NoGradGuard ng;
+      auto w = WeightSource::fromTensors(detached(vae));
+      const AutoencoderKL model(vcfg, *w);
+      const auto held = demo::heldOutScenes(96);
+      int ok[4] = {0, 0, 0, 0}, confusion[demo::kShapes][demo::kShapes + 1] = {};
+      for (size_t i = 0; i < held.size(); i += 16) {
+        const std::vector<demo::ShapeScene> part(held.begin() + i,
+                                                 held.begin() + std::min(held.size(), i + 16));
+        const at::Tensor x = drawBatch(part, size);
+        const at::Tensor rec = model.decode(model.encode(x).mean);
+        if (i == 0 && !vaeGrid.empty()) {
+          // [2 x 16 images] -> rows of 8: drawings, then reconstructions.
+          const at::Tensor both = at::cat({x, rec.clamp(-1, 1)});
+          const at::Tensor g = ((both + 1) * 127.5)
+                                   .round()
+                                   .to(at::kByte)
+                                   .view({4, 8, 3, size, size})
+                                   .permute({0, 3, 1, 4, 2})
+                                   .reshape({4 * size, 8 * size, 3})
+                                   .contiguous();
+          writePng(vaeGrid, g.data_ptr<uint8_t>(), 8 * size, 4 * size);
+        }
+        const at::Tensor u8 = ((rec.clamp(-1, 1) + 1) * 127.5)
+                                  .round()
+                                  .to(at::kByte)
+                                  .permute({0, 2, 3, 1})
+                                  .contiguous();
+        for (size_t j = 0; j < part.size(); ++j) {
+          const at::Tensor one = u8[static_cast<int64_t>(j)];
+          const std::vector<uint8_t> rgb(one.data_ptr<uint8_t>(),
+                                         one.data_ptr<uint8_t>() + one.numel());
+          const demo::SceneReading r = demo::analyse(rgb, size, size);
+          ok[0] += r.colour == part[j].colour, ok[1] += r.background == part[j].background;
+          ok[2] += r.position == part[j].position, ok[3] += r.shape == part[j].shape;
+          ++confusion[part[j].shape][r.shape + 1];
+        }
+      }
+      std::printf(
+          "VAE reconstructions of %zu held-out drawings, read by the analyser: foreground %.1f%%, "
+          "background %.1f%%, position %.1f%%, shape %.1f%%\n",
+          held.size(), 100.0 * ok[0] / held.size(), 100.0 * ok[1] / held.size(),
+          100.0 * ok[2] / held.size(), 100.0 * ok[3] / held.size());
+      for (int a = 0; a < demo::kShapes; ++a) {
+        std::printf("  drawn %-8s read as: ?%d", demo::shapeName(a), confusion[a][0]);
+        for (int b = 0; b < demo::kShapes; ++b)
+          std::printf("  %s %d", demo::shapeName(b), confusion[a][b + 1]);
+        std::printf("\n");
+      }
+      std::fflush(stdout);
+    } catch (const std::exception& e) {
+      std::printf("VAE reconstruction report skipped: %s\n", e.what());
     }
     // Validation: the rectified-flow loss by noise level on a fixed batch of training scenes
     // never drawn for training (phase 5), and the one-step estimate of x_0 from pure noise.
     {
       at::NoGradGuard ng;
       at::Tensor x0, enc, pooled, txtIds;
-      batchInputs(5, 0, 16, x0, enc, pooled, txtIds);
+      batchInputs(5, 0, 16, 0, 16, x0, enc, pooled, txtIds);
       auto w = WeightSource::fromTensors(detached(tr));
       FluxTransformer2DModel model(tcfg, *w);
       auto gen = at::detail::createCPUGenerator(seed * 1000 + 97);
@@ -563,16 +805,21 @@ int main(int argc, char** argv) {
     // The folder: diffusers names, float32.
     vc["scaling_factor"] = ck.scale;
     vc["shift_factor"] = ck.shift;
-    writeJson(tmp / "vae/config.json", vc);
+    writeFile(tmp / "vae/config.json", vc);
     const Params trFinal = detached(tr);
     saveTensors((tmp / "vae/diffusion_pytorch_model.safetensors").string(), detached(vae),
                 {{"format", "pt"}});
     saveTensors((tmp / "transformer/diffusion_pytorch_model.safetensors").string(), trFinal,
                 {{"format", "pt"}});
     if (!probe.empty()) {
+      auto full = [](double v) {
+        char b[32];
+        std::snprintf(b, sizeof b, "%.9g", v);
+        return std::string(b);
+      };
       at::NoGradGuard ng;
       at::Tensor x0, enc, pooled, txtIds;
-      batchInputs(4, 0, 2, x0, enc, pooled, txtIds);
+      batchInputs(4, 0, 2, 0, 2, x0, enc, pooled, txtIds);
       auto gen = at::detail::createCPUGenerator(seed + 99);
       const at::Tensor sigma = at::full({2}, 0.6, at::kFloat);
       const at::Tensor xt = 0.4 * x0 + 0.6 * at::randn(x0.sizes(), gen, at::kFloat);
@@ -587,17 +834,20 @@ int main(int argc, char** argv) {
                    {"img_ids", imgIds.contiguous()},
                    {"txt_ids", txtIds.contiguous()},
                    {"prediction", pred.contiguous()}},
-                  {{"first_loss", std::to_string(firstLoss)},
-                   {"last_loss", std::to_string(lastLoss)},
-                   {"vae_first_mse", std::to_string(vaeFirst)},
-                   {"vae_last_mse", std::to_string(vaeLast)}});
+                  {{"first_loss", full(firstLoss)},
+                   {"last_loss", full(lastLoss)},
+                   {"vae_first_mse", full(vaeFirst)},
+                   {"vae_last_mse", full(vaeLast)}});
     }
     fs::remove_all(O);
     fs::rename(tmp, O);
     std::printf("wrote %s in %.0f s (first logged loss %.5f, last %.5f)\n", out.c_str(), elapsed(),
                 firstLoss, lastLoss);
+    finish();
     return 0;
   } catch (const std::exception& e) {
+    // One failing rank ends the whole group at once (no rank left waiting in a collective).
+    if (dp.size > 1) abortGroup(dp.rank, e.what());
     std::cerr << "error: " << e.what() << std::endl;
     return 1;
   }
