@@ -500,6 +500,13 @@ int main(int argc, char** argv) {
               << size / vsf << "x" << vcfg.latent_channels << ", "
               << (size / vsf / 2) * (size / vsf / 2) << " image tokens, " << t5Len << " text tokens"
               << std::endl;
+    // The VAE's and the decoder's training loss (`mse`: the plain MSE of rec against x).
+    auto reconstructionLoss = [&](const at::Tensor& rec, const at::Tensor& x,
+                                  const at::Tensor& mse) -> at::Tensor {
+      if (vaeLoss == "l1") return (rec - x).abs().mean();
+      if (edgeWeight == 1.0) return mse;
+      return ((rec - x).pow(2) * edgeWeights(x, edgeWeight)).mean();
+    };
     // This rank's part of a batch of scenes, drawn: [n / ranks, 3, size, size].
     auto drawPart = [&](const std::vector<demo::ShapeScene>& all) {
       const auto [lo, hi] = dp.part(static_cast<int>(all.size()));
@@ -535,10 +542,7 @@ int main(int argc, char** argv) {
             dp.slice(at::randn(wholeBatch(post.mean, vaeBatch), gen, at::kFloat));
         const at::Tensor rec = model.decode(post.mean + post.std * eps);
         const at::Tensor mse = (rec - x).pow(2).mean();
-        const at::Tensor recLoss = vaeLoss == "l1" ? (rec - x).abs().mean()
-                                   : edgeWeight == 1.0
-                                       ? mse
-                                       : ((rec - x).pow(2) * edgeWeights(x, edgeWeight)).mean();
+        const at::Tensor recLoss = reconstructionLoss(rec, x, mse);
         const at::Tensor kl =
             0.5 * (post.mean.pow(2) + post.logvar.exp() - 1.0 - post.logvar).mean();
         const at::Tensor loss = recLoss + klWeight * kl;
@@ -697,10 +701,7 @@ int main(int argc, char** argv) {
         }
         const at::Tensor rec = model.decode(z);
         const at::Tensor mse = (rec - x).pow(2).mean();
-        (vaeLoss == "l1"     ? (rec - x).abs().mean()
-         : edgeWeight == 1.0 ? mse
-                             : ((rec - x).pow(2) * edgeWeights(x, edgeWeight)).mean())
-            .backward();
+        reconstructionLoss(rec, x, mse).backward();
         dacc += dp.averageGradients(vae, mse.item<double>()), ++daccN;
         vaeOpt.update(vae, schedule(decoderLr, step, 50, decoderSteps), 0.0);
         if ((step + 1) % logEvery == 0 || step + 1 == decoderSteps) {
