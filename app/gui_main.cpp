@@ -17,11 +17,13 @@
 #include <QTimer>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <vector>
 
 #include "ui/generation_params.h"
 #include "ui/main_window.h"
+#include "ui/model_info.h"
 #include "ui/theme.h"
 #include "ui/worker_command.h"
 
@@ -87,28 +89,41 @@ int runHeadless(int argc, char** argv, const Args& args) {
   QCoreApplication app(argc, argv);
   const QString cli = dit::ui::siblingExecutable(QStringLiteral("ditstudio-cli"));
   const QString model = args.model.isEmpty() ? dit::ui::defaultModelDir() : args.model;
-  const dit::ui::GenerationParams p = dit::ui::startingParams();
+  dit::ui::GenerationParams p = dit::ui::startingParams();
+  // The model's recommended settings, as the window applies them (GenerationPanel::applyModel).
+  const dit::ui::ModelInfo info = dit::ui::readModelInfo(model);
+  if (info.ok && !info.default_settings.isEmpty()) {
+    try {
+      p = dit::ui::paramsFromQJson(info.default_settings, p);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ditstudio: the model's default settings were not applied: %s\n",
+                   e.what());
+    }
+  }
   // Never overwrite an earlier image: ditstudio-output.png, else ditstudio-output-2.png, -3, ...
   QString output = QStringLiteral("ditstudio-output.png");
   for (int n = 2; QFileInfo::exists(output); ++n)
     output = QStringLiteral("ditstudio-output-%1.png").arg(n);
-  const QStringList cliArgs = {cli,
-                               QStringLiteral("--model"),
-                               model,
-                               QStringLiteral("--prompt"),
-                               QString::fromStdString(p.prompt),
-                               QStringLiteral("--width"),
-                               QString::number(p.width),
-                               QStringLiteral("--height"),
-                               QString::number(p.height),
-                               QStringLiteral("--steps"),
-                               QString::number(p.steps),
-                               QStringLiteral("--guidance"),
-                               QString::number(p.guidance),
-                               QStringLiteral("--seed"),
-                               QString::number(p.seed),
-                               QStringLiteral("--output"),
-                               output};
+  QStringList cliArgs = {cli,
+                         QStringLiteral("--model"),
+                         model,
+                         QStringLiteral("--prompt"),
+                         QString::fromStdString(p.prompt),
+                         QStringLiteral("--width"),
+                         QString::number(p.width),
+                         QStringLiteral("--height"),
+                         QString::number(p.height),
+                         QStringLiteral("--steps"),
+                         QString::number(p.steps),
+                         QStringLiteral("--guidance"),
+                         QString::number(p.guidance),
+                         QStringLiteral("--seed"),
+                         QString::number(p.seed),
+                         QStringLiteral("--output"),
+                         output};
+  if (p.trueCfg())
+    cliArgs << QStringLiteral("--negative-prompt") << QString::fromStdString(p.negative_prompt)
+            << QStringLiteral("--true-cfg-scale") << QString::number(p.true_cfg_scale);
   std::fprintf(stderr, "ditstudio: running headless: %s\n",
                dit::ui::LaunchCommand{cli, cliArgs.mid(1)}.display().toLocal8Bit().constData());
   std::vector<std::string> store;

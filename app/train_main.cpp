@@ -12,6 +12,8 @@
 //     sigma ~ sigmoid(N(0, 1)) (logit-normal), the latents packed 2x2 as FluxPipeline packs them,
 //     conditioning from the template's CLIP and T5 encoders (frozen, through
 //     FluxPipeline::encodePrompt), no guidance embedder; optionally caption dropout.
+//     Optionally an exponential moving average of the transformer's weights (--ema-decay, diffusers
+//     EMAModel with its warm-up), which is then what the folder holds.
 //  3. Optionally the VAE decoder alone (encoder frozen: the latent space is unchanged).
 // Then a report: validation loss by noise level, and how the analyser of eval-demo reads the
 // VAE's reconstructions of held-out drawings (the ceiling for any transformer).
@@ -225,8 +227,9 @@ struct Checkpoint {
 };
 
 void saveCheckpoint(const fs::path& file, const Checkpoint& c, const Params& vae,
-                    const AdamW& vaeOpt, const Params& tr, const AdamW& trOpt) {
+                    const AdamW& vaeOpt, const Params& tr, const AdamW& trOpt, const Params& ema) {
   std::map<std::string, at::Tensor> all;
+  for (auto& [k, t] : ema) all["transformer_ema/" + k] = t.contiguous();
   for (auto& [k, t] : vae) all["vae/" + k] = t.detach().contiguous();
   for (auto& [k, t] : vaeOpt.m) all["vae_m/" + k] = t.contiguous();
   for (auto& [k, t] : vaeOpt.v) all["vae_v/" + k] = t.contiguous();
@@ -246,7 +249,7 @@ void saveCheckpoint(const fs::path& file, const Checkpoint& c, const Params& vae
 }
 
 bool loadCheckpoint(const fs::path& file, Checkpoint& c, Params& vae, AdamW& vaeOpt, Params& tr,
-                    AdamW& trOpt) {
+                    AdamW& trOpt, Params& ema) {
   if (!fs::exists(file)) return false;
   SafetensorsCollection st(file.string());
   const auto names = st.names();
@@ -274,8 +277,19 @@ bool loadCheckpoint(const fs::path& file, Checkpoint& c, Params& vae, AdamW& vae
     if (group == "transformer") put(tr, true);
     if (group == "transformer_m") put(trOpt.m, false);
     if (group == "transformer_v") put(trOpt.v, false);
+    if (group == "transformer_ema") put(ema, false);
   }
   return true;
+}
+
+/// Exponential moving average of `p` in `ema` after optimiser step `step` (0-based), as diffusers
+/// EMAModel.step with its default warm-up: decay min(`decay`, (1 + step) / (10 + step)) at each
+/// update (step 0 is the first: 0.1). `ema` starts as a copy of the initial weights.
+void updateEma(Params& ema, const Params& p, double decay, int64_t step) {
+  at::NoGradGuard ng;
+  const double n = static_cast<double>(step);
+  const double d = std::min(decay, (1.0 + n) / (10.0 + n));
+  for (auto& [k, t] : p) ema.at(k).mul_(d).add_(t.detach(), 1.0 - d);
 }
 
 /// Linear warm-up over `warm` steps, then linear decay to 10% at `total`.
@@ -298,7 +312,7 @@ int main(int argc, char** argv) {
   int size = 64, threads = 2, batch = 16, vaeBatch = 8, logEvery = 25, ckptEvery = 200;
   int64_t vaeSteps = 400, steps = 2000;
   double lr = 1e-3, vaeLr = 2e-3, klWeight = 1e-4, wd = 0.01, uniformFraction = 0.3,
-         captionDropout = 0.0, decoderLr = 1e-3, edgeWeight = 1.0;
+         captionDropout = 0.0, decoderLr = 1e-3, edgeWeight = 1.0, emaDecay = 0.0, defaultCfg = 5.0;
   int64_t decoderSteps = 0;
   int layers = 2, singleLayers = 2, heads = 4, headDim = 16, t5Len = 32, latentChannels = 4,
       vaeLayersPerBlock = 1;
@@ -327,10 +341,20 @@ int main(int argc, char** argv) {
                  "fraction of training captions replaced by the empty prompt (for true CFG with "
                  "--negative-prompt \"\" at generation; default 0)")
       ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--default-true-cfg-scale", defaultCfg,
+                 "with --caption-dropout: the true CFG scale (against the empty prompt) the GUI "
+                 "starts the model with, model_index.json \"_dit_studio_default_settings\" "
+                 "(default 5; 1: none)")
+      ->check(CLI::Range(1.0, 100.0));
   app.add_option("--decoder-steps", decoderSteps,
                  "after the transformer: steps fine-tuning the VAE decoder alone (encoder frozen, "
                  "latent space unchanged; default 0)");
   app.add_option("--decoder-lr", decoderLr, "decoder fine-tuning peak learning rate (AdamW)");
+  app.add_option("--ema-decay", emaDecay,
+                 "keep an exponential moving average of the transformer's weights with this decay "
+                 "(diffusers EMAModel, e.g. 0.999) and write it instead of the last weights "
+                 "(default 0: off)")
+      ->check(CLI::Range(0.0, 0.99999));
   app.add_option("--vae-edge-weight", edgeWeight,
                  "AutoencoderKL / decoder MSE weight of pixels on the objects' outlines against "
                  "1 for the rest (default 1: plain MSE)")
@@ -416,6 +440,12 @@ int main(int argc, char** argv) {
         fs::copy(T / d, tmp / d, fs::copy_options::recursive);
     }
     json mi = readJson(T / "model_index.json");
+    // The settings the GUI starts this model with (ModelFolder::default_settings): its trained
+    // size, 28 steps, and with caption dropout true CFG against the empty prompt.
+    json settings{{"width", size}, {"height", size}, {"steps", 28}};
+    if (captionDropout > 0 && defaultCfg > 1)
+      settings["negative_prompt"] = "", settings["true_cfg_scale"] = defaultCfg;
+    mi["_dit_studio_default_settings"] = settings;
     writeFile(tmp / "model_index.json", mi);
     json tok2 = readJson(T / "tokenizer_2/tokenizer_config.json");
     tok2["model_max_length"] = t5Len;
@@ -475,11 +505,13 @@ int main(int argc, char** argv) {
         t.copy_(at::randn(t.sizes(), gen, at::kFloat) / std::sqrt(static_cast<double>(t.size(1))));
       }
     AdamW vaeOpt, trOpt;
+    Params trEma;  // --ema-decay: the transformer's moving average (empty until its first step)
     Checkpoint ck{"vae", 0, 0, 1};
     auto save = [&] {
-      if (writer && !checkpoint.empty()) saveCheckpoint(checkpoint, ck, vae, vaeOpt, tr, trOpt);
+      if (writer && !checkpoint.empty())
+        saveCheckpoint(checkpoint, ck, vae, vaeOpt, tr, trOpt, trEma);
     };
-    if (!checkpoint.empty() && loadCheckpoint(checkpoint, ck, vae, vaeOpt, tr, trOpt))
+    if (!checkpoint.empty() && loadCheckpoint(checkpoint, ck, vae, vaeOpt, tr, trOpt, trEma))
       std::cout << "resumed from " << checkpoint << ": phase " << ck.phase << ", step " << ck.step
                 << std::endl;
     {
@@ -492,6 +524,17 @@ int main(int argc, char** argv) {
                       ck.step, vaeOpt.step, trOpt.step, elements},
                      "where training resumes");
     }
+    if (emaDecay > 0 && trEma.empty()) {
+      if (trOpt.step > 0)
+        throw std::invalid_argument(checkpoint +
+                                    ": this checkpoint's transformer was trained without "
+                                    "--ema-decay; resume it with the options it was started with");
+      for (auto& [k, t] : tr) trEma[k] = t.detach().clone();
+    }
+    if (emaDecay == 0 && !trEma.empty())
+      throw std::invalid_argument(checkpoint +
+                                  ": this checkpoint was trained with --ema-decay; resume it with "
+                                  "the options it was started with");
     int64_t vaeParams = 0, trParams = 0;
     for (auto& [k, t] : vae) vaeParams += t.numel();
     for (auto& [k, t] : tr) trParams += t.numel();
@@ -648,6 +691,7 @@ int main(int argc, char** argv) {
       loss.backward();
       acc += dp.averageGradients(tr, loss.item<double>()), ++accN;
       trOpt.update(tr, schedule(lr, step, 100, steps), wd);
+      if (emaDecay > 0) updateEma(trEma, tr, emaDecay, step);
       if ((step + 1) % logEvery == 0 || step + 1 == steps) {
         lastLoss = acc / accN;
         if (firstLoss < 0) firstLoss = lastLoss;
@@ -782,13 +826,15 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
       std::printf("VAE reconstruction report skipped: %s\n", e.what());
     }
+    // What the folder holds: the moving average with --ema-decay, else the last weights.
+    const Params trFinal = emaDecay > 0 ? trEma : detached(tr);
     // Validation: the rectified-flow loss by noise level on a fixed batch of training scenes
     // never drawn for training (phase 5), and the one-step estimate of x_0 from pure noise.
     {
       at::NoGradGuard ng;
       at::Tensor x0, enc, pooled, txtIds;
       batchInputs(5, 0, 16, 0, 16, x0, enc, pooled, txtIds);
-      auto w = WeightSource::fromTensors(detached(tr));
+      auto w = WeightSource::fromTensors(trFinal);
       FluxTransformer2DModel model(tcfg, *w);
       auto gen = at::detail::createCPUGenerator(seed * 1000 + 97);
       const at::Tensor noise = at::randn(x0.sizes(), gen, at::kFloat);
@@ -807,7 +853,6 @@ int main(int argc, char** argv) {
     vc["scaling_factor"] = ck.scale;
     vc["shift_factor"] = ck.shift;
     writeFile(tmp / "vae/config.json", vc);
-    const Params trFinal = detached(tr);
     saveTensors((tmp / "vae/diffusion_pytorch_model.safetensors").string(), detached(vae),
                 {{"format", "pt"}});
     saveTensors((tmp / "transformer/diffusion_pytorch_model.safetensors").string(), trFinal,

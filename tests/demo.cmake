@@ -11,25 +11,15 @@ if(TARGET ditstudio-train)
     DITSTUDIO_MPIRUN="${_demo_mpirun}"
     DITSTUDIO_DEFAULT_MODEL="${DITSTUDIO_BUILD_MODEL_DIR}/tiny-flux")
   add_dependencies(test_demo_model ditstudio-cli ditstudio-worker ditstudio-train default_model)
-  add_test(NAME demo_data COMMAND test_demo_model --gtest_filter=DemoData.*)
-  add_test(NAME demo_train_smoke COMMAND test_demo_model
-           --gtest_filter=DemoTrainer.LossFallsSavedFolderGivesTheTrainersPredictionAndResumeIsExact)
-  add_test(NAME demo_train_dp2 COMMAND test_demo_model
-           --gtest_filter=DemoTrainer.DataParallelTwoRanksFollowsTheOneProcessRun)
-  set_tests_properties(demo_train_dp2 PROPERTIES LABELS "parallel;mpi;demo" TIMEOUT 300
-                       FAIL_REGULAR_EXPRESSION "Running 0 tests")
-  set_tests_properties(demo_data PROPERTIES LABELS "unit;demo" TIMEOUT 120
-                       FAIL_REGULAR_EXPRESSION "Running 0 tests")
-  set_tests_properties(demo_train_smoke PROPERTIES LABELS "backend;demo" TIMEOUT 300
-                       FAIL_REGULAR_EXPRESSION "Running 0 tests")
-  add_test(NAME demo_embedded_accuracy COMMAND test_demo_model
-           --gtest_filter=EmbeddedModel.HeldOutAccuracyFloor)
-  set_tests_properties(demo_embedded_accuracy PROPERTIES LABELS "backend;demo" TIMEOUT 600
-                       FAIL_REGULAR_EXPRESSION "Running 0 tests")
+  dit_gtest_filter_test(demo_data test_demo_model "DemoData.*" "unit;demo" 120)
+  dit_gtest_filter_test(demo_train_smoke test_demo_model
+    DemoTrainer.LossFallsSavedFolderGivesTheTrainersPredictionAndResumeIsExact "backend;demo" 300)
+  dit_gtest_filter_test(demo_train_dp2 test_demo_model
+    DemoTrainer.DataParallelTwoRanksFollowsTheOneProcessRun "parallel;mpi;demo" 300)
+  dit_gtest_filter_test(demo_embedded_accuracy test_demo_model
+    EmbeddedModel.HeldOutAccuracyFloor "backend;demo" 600)
   foreach(_c tp2 ulysses2 ring2)
-    add_test(NAME demo_embedded_${_c} COMMAND test_demo_model
-             --gtest_filter=Cpu/EmbeddedModelStrategies.MatchOneRank/${_c})
-    set_tests_properties(demo_embedded_${_c} PROPERTIES LABELS "parallel;mpi;strategy;demo"
-                         TIMEOUT 240 FAIL_REGULAR_EXPRESSION "0 tests, listed below|Running 0 tests")
+    dit_gtest_filter_test(demo_embedded_${_c} test_demo_model
+      Cpu/EmbeddedModelStrategies.MatchOneRank/${_c} "parallel;mpi;strategy;demo" 240)
   endforeach()
 endif()

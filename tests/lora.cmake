@@ -18,17 +18,12 @@ target_compile_definitions(test_lora_strategies PRIVATE DITSTUDIO_FIXTURE="${DIT
 target_precompile_headers(test_lora_strategies REUSE_FROM dit_backend)
 add_dependencies(test_lora_strategies ditstudio-cli ditstudio-worker)
 foreach(_c tp2 tp4 ulysses2 ring2 cfg2 dp2)
-  add_test(NAME lora_strategy_${_c}
-           COMMAND test_lora_strategies --gtest_filter=Cpu/LoraStrategies.*/${_c})
-  set_tests_properties(lora_strategy_${_c} PROPERTIES LABELS "parallel;mpi;strategy;lora"
-                       TIMEOUT 300 FAIL_REGULAR_EXPRESSION "Running 0 tests")
+  dit_gtest_filter_test(lora_strategy_${_c} test_lora_strategies "Cpu/LoraStrategies.*/${_c}"
+                        "parallel;mpi;strategy;lora" 300)
 endforeach()
-add_test(NAME lora_worker_switching COMMAND test_lora_strategies --gtest_filter=LoraWorker.*)
-add_test(NAME lora_cache_budget COMMAND test_lora_strategies --gtest_filter=LoraCache.*)
-set_tests_properties(lora_cache_budget PROPERTIES LABELS "backend;lora" TIMEOUT 120
-                     FAIL_REGULAR_EXPRESSION "Running 0 tests")
-set_tests_properties(lora_worker_switching PROPERTIES LABELS "parallel;mpi;lora;errors" TIMEOUT 600
-                     FAIL_REGULAR_EXPRESSION "Running 0 tests")
+dit_gtest_filter_test(lora_worker_switching test_lora_strategies "LoraWorker.*"
+                      "parallel;mpi;lora;errors" 600)
+dit_gtest_filter_test(lora_cache_budget test_lora_strategies "LoraCache.*" "backend;lora" 120)
 
 # Tensor parallel at the transformer level: tp 2 / tp 4 with LoRAs equal tp 1, each rank holding
 # only its slices (bytes per rank asserted).

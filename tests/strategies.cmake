@@ -10,14 +10,12 @@ set(_strategy_cases tp2 tp2_odd tp4 ring2 ring4 ulysses2 ulysses4 unified2x2 uly
     ulysses_anything4 ulysses_anything3_heads ring_anything2 ring_anything4
     ulysses_anything4_text47 ring_anything4_text47 tp2_ulysses2 tp2_ring2 cfg2 cfg2_tp2)
 foreach(_c IN LISTS _strategy_cases)
-  add_test(NAME strategy_${_c} COMMAND test_strategies --gtest_filter=Cpu/Strategies.MatchesSingleRank/${_c})
-  set_tests_properties(strategy_${_c} PROPERTIES LABELS "parallel;mpi;strategy" TIMEOUT 240
-                       FAIL_REGULAR_EXPRESSION "0 tests, listed below|Running 0 tests")
+  dit_gtest_filter_test(strategy_${_c} test_strategies "Cpu/Strategies.MatchesSingleRank/${_c}"
+                        "parallel;mpi;strategy" 240)
 endforeach()
-add_test(NAME strategy_dp2 COMMAND test_strategies --gtest_filter=DataParallel.*)
-add_test(NAME strategy_strict_refusals COMMAND test_strategies --gtest_filter=StrictModes.*)
-set_tests_properties(strategy_dp2 strategy_strict_refusals PROPERTIES LABELS "parallel;mpi;strategy" TIMEOUT 240
-                     FAIL_REGULAR_EXPRESSION "Running 0 tests")
+dit_gtest_filter_test(strategy_dp2 test_strategies "DataParallel.*" "parallel;mpi;strategy" 240)
+dit_gtest_filter_test(strategy_strict_refusals test_strategies "StrictModes.*"
+                      "parallel;mpi;strategy" 240)
 
 # Failure handling of the real process group (fault injection through the worker).
 add_executable(test_worker_faults test_worker_faults.cpp)
@@ -59,10 +57,8 @@ set(_i2i_cases img2img_ulysses2 img2img_ring2 img2img_tp2 inpaint_ulysses2 inpai
     taylorseer_lite_ring2 taylorseer_lite_tp2 img2img_cfg2 inpaint_cfg2 fbcache037_cfg2
     taylorseer_o2_cfg2)
 foreach(_c IN LISTS _i2i_cases)
-  add_test(NAME strategy_i2i_${_c}
-           COMMAND test_strategies_i2i --gtest_filter=Cpu/StrategiesI2I.MatchesSingleRank/${_c})
-  set_tests_properties(strategy_i2i_${_c} PROPERTIES LABELS "parallel;mpi;strategy;pipelines"
-                       TIMEOUT 240 FAIL_REGULAR_EXPRESSION "0 tests, listed below|Running 0 tests")
+  dit_gtest_filter_test(strategy_i2i_${_c} test_strategies_i2i
+    "Cpu/StrategiesI2I.MatchesSingleRank/${_c}" "parallel;mpi;strategy;pipelines" 240)
 endforeach()
 
 # Issue 14 bad input through the worker group: clear errors, the group keeps serving.

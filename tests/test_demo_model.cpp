@@ -130,7 +130,7 @@ TEST(DemoData, LayoutsReadInTheirCells) {
 TEST(DemoTrainer, LossFallsSavedFolderGivesTheTrainersPredictionAndResumeIsExact) {
   const std::string base = std::string(DITSTUDIO_TRAIN) + " --template " + DITSTUDIO_FIXTURE +
                            " --size 32 --vae-batch 4 --batch 8 --vae-steps 30 --steps 40 "
-                           "--log-every 10 --threads 1 --seed 5";
+                           "--log-every 10 --threads 1 --seed 5 --ema-decay 0.9";
   const std::string out = tmp("model"), probe = tmp("probe.safetensors");
   std::string log;
   ASSERT_EQ(run(base + " --out " + out + " --probe " + probe, &log), 0) << log;
@@ -174,6 +174,18 @@ TEST(DemoTrainer, LossFallsSavedFolderGivesTheTrainersPredictionAndResumeIsExact
   ASSERT_EQ(a.names(), b.names());
   for (const auto& n : a.names())
     EXPECT_TRUE(at::equal(loadTensor(a, n, at::kFloat), loadTensor(b, n, at::kFloat))) << n;
+  // The folder holds the moving average (--ema-decay, checkpointed with the run): not the
+  // last weights, which the checkpoint holds as "transformer/...".
+  SafetensorsCollection c(ck);
+  int differ = 0;
+  for (const auto& n : a.names())
+    differ +=
+        !at::equal(loadTensor(a, n, at::kFloat), loadTensor(c, "transformer/" + n, at::kFloat));
+  EXPECT_GT(differ, 0);
+  // A checkpoint is resumed with the options it was started with.
+  const std::string noEma = base.substr(0, base.find(" --ema-decay"));
+  EXPECT_NE(run(noEma + " --checkpoint " + ck + " --out " + tmp("no-ema"), &log), 0);
+  EXPECT_NE(log.find("was trained with --ema-decay"), std::string::npos) << log;
 }
 
 // Data parallel (mpirun -np 2 ditstudio-train): each rank computes half of every batch and the

@@ -272,6 +272,32 @@ TEST(ModelRegistry, TransformerClassFallsBackToModelIndex) {
   EXPECT_EQ(ModelFolder::open(d.string()).transformer_class, "FluxTransformer2DModel");
 }
 
+// model_index.json "_dit_studio_default_settings": read when well formed (the fixture has none),
+// refused naming the file and the setting when not.
+TEST(ModelFolderErrors, DefaultSettingsCheckedAndRead) {
+  EXPECT_EQ(ModelFolder::open(copyFixture("nosettings").string()).default_settings, "");
+  auto d = copyFixture("settings");
+  auto setSettings = [&](const nlohmann::json& v) {
+    std::ifstream in(d / "model_index.json");
+    auto j = nlohmann::json::parse(in);
+    in.close();
+    j["_dit_studio_default_settings"] = v;
+    std::ofstream(d / "model_index.json") << j.dump();
+  };
+  setSettings({{"steps", 20}, {"negative_prompt", ""}, {"true_cfg_scale", 4.5}});
+  const auto settings = nlohmann::json::parse(ModelFolder::open(d.string()).default_settings);
+  EXPECT_EQ(settings.at("steps"), 20);
+  EXPECT_EQ(settings.at("negative_prompt"), "");
+  EXPECT_EQ(settings.at("true_cfg_scale"), 4.5);
+  const std::string idx = (d / "model_index.json").string();
+  setSettings({{"sampler", "euler"}});
+  expectError([&] { ModelFolder::open(d.string()); }, {idx, "unknown setting \"sampler\""});
+  setSettings({{"steps", 2.5}});
+  expectError([&] { ModelFolder::open(d.string()); }, {idx, "\"steps\" must be an integer"});
+  setSettings("cfg 5");
+  expectError([&] { ModelFolder::open(d.string()); }, {idx, "is not a JSON object"});
+}
+
 TEST(ModelRegistry, TorchTablesMatchTheConfigTables) {
   // Every family with a config reader can be loaded, and nothing else.
   EXPECT_EQ(loadablePipelineClasses(), supportedPipelineClasses());

@@ -5,6 +5,9 @@
 #include <QAction>
 #include <QDir>
 #include <QDoubleSpinBox>
+#include <QFile>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QLineEdit>
 #include <QListWidget>
 #include <QPlainTextEdit>
@@ -13,6 +16,7 @@
 #include <QTabWidget>
 #include <QTemporaryDir>
 #include <QtTest>
+#include <filesystem>
 
 #include "app/protocol/limits.h"
 #include "ui/advisor_dialog.h"
@@ -181,6 +185,39 @@ class TestWidgets : public QObject {
     QVERIFY(!requestLimit("steps").accepts(g->stepsSpin()->maximum() + 1));
     QVERIFY(requestLimit("num_images").accepts(g->imagesSpin()->maximum()));
     QVERIFY(!requestLimit("num_images").accepts(g->imagesSpin()->maximum() + 1));
+  }
+
+  // A model that declares default settings (model_index.json "_dit_studio_default_settings",
+  // as the embedded model does) starts the panel with them when it is chosen; the prompt is
+  // kept, and choosing a model without any keeps the current settings.
+  void modelDefaultSettingsAppliedWhenChosen() {
+    QTemporaryDir data, copy;
+    std::filesystem::copy(fixture().toStdString(), copy.path().toStdString(),
+                          std::filesystem::copy_options::recursive);
+    {
+      QFile f(copy.filePath("model_index.json"));
+      QVERIFY(f.open(QIODevice::ReadOnly));
+      QJsonObject mi = QJsonDocument::fromJson(f.readAll()).object();
+      f.close();
+      mi["_dit_studio_default_settings"] =
+          QJsonObject{{"steps", 21}, {"negative_prompt", ""}, {"true_cfg_scale", 5.0}};
+      QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
+      f.write(QJsonDocument(mi).toJson());
+    }
+    auto w = makeWindow(data);
+    GenerationPanel* g = w->generationPanel();
+    QCOMPARE(g->cfgScaleSpin()->value(), 1.0);
+    g->promptEdit()->setPlainText("a large red circle on a blue background, centre");
+    g->setModelDir(copy.path());
+    QVERIFY(g->modelInfo().ok);
+    QCOMPARE(g->cfgScaleSpin()->value(), 5.0);
+    QCOMPARE(g->stepsSpin()->value(), 21);
+    QVERIFY(g->params().trueCfg());
+    QCOMPARE(g->params().prompt, std::string("a large red circle on a blue background, centre"));
+    QVERIFY(g->modelInfo().summary().contains("default settings"));
+    g->setModelDir(fixture());
+    QCOMPARE(g->cfgScaleSpin()->value(), 5.0);
+    QCOMPARE(g->stepsSpin()->value(), 21);
   }
 
   void sizeStepsByModelMultiple() {

@@ -1,6 +1,7 @@
 #include "ui/model_info.h"
 
 #include <QDir>
+#include <QJsonDocument>
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -152,6 +153,13 @@ ModelInfo readModelInfo(const QString& dirIn, const QString& configDir) {
     info.vae_scale_factor = info.model_dims.vae_scale_factor;
     info.max_sequence_length = m.config->max_sequence_length;
     info.cfg_from_guidance = m.config->cfg_from_guidance;
+    if (!m.default_settings.empty()) {
+      info.default_settings =
+          QJsonDocument::fromJson(QByteArray::fromStdString(m.default_settings)).object();
+      info.notes << QStringLiteral("model's default settings: %1")
+                        .arg(QString::fromUtf8(
+                            QJsonDocument(info.default_settings).toJson(QJsonDocument::Compact)));
+    }
     info.components << readComponent(m, "transformer", "diffusion_pytorch_model")
                     << readComponent(m, "text_encoder", "model");
     if (!flux2) info.components << readComponent(m, "text_encoder_2", "model");

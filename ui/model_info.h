@@ -3,6 +3,7 @@
 // (dit::ModelFolder, dit::SafetensorsCollection): configs and safetensors headers only.
 #pragma once
 
+#include <QJsonObject>
 #include <QString>
 #include <QStringList>
 
@@ -50,6 +51,11 @@ struct ModelInfo {
   QString detected;
   /// Notes on what was inferred (embedded tokenizers, published default configs).
   QStringList notes;
+  /// The model's recommended generation settings (dit::ModelFolder::default_settings: any of
+  /// steps, width, height, guidance, true_cfg_scale, negative_prompt, with the protocol's keys
+  /// and types); empty when the model declares none. The panel applies them when the model is
+  /// chosen (paramsFromQJson over the current parameters).
+  QJsonObject default_settings;
 
   int innerDim() const { return num_attention_heads * attention_head_dim; }
   /// Width/height step: 2 * vae_scale_factor (latents are packed 2x2).

@@ -14,6 +14,10 @@ namespace dit {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+namespace {
+constexpr const char* kDefaultSettingsKey = "_dit_studio_default_settings";
+}  // namespace
+
 ModelFolder ModelFolder::open(const std::string& path) {
   ModelFolder m;
   m.path = path;
@@ -48,6 +52,26 @@ ModelFolder ModelFolder::open(const std::string& path) {
     transformerFamily(m.transformer_class, f);  // refuses an unregistered class
   }
   m.config = family.parse(m);
+  if (auto it = mi.find(kDefaultSettingsKey); it != mi.end() && !it->is_null()) {
+    const std::string what = std::string("\"") + kDefaultSettingsKey + "\"";
+    if (!it->is_object()) throw ModelFileError(idx, what + " is not a JSON object");
+    for (const auto& [k, v] : it->items()) {
+      const bool integer = k == "steps" || k == "width" || k == "height";
+      const bool number = k == "guidance" || k == "true_cfg_scale";
+      const bool text = k == "negative_prompt";
+      if (!integer && !number && !text)
+        throw ModelFileError(idx, what + ": unknown setting \"" + k +
+                                      "\" (known: steps, width, height, guidance, "
+                                      "true_cfg_scale, negative_prompt)");
+      if ((integer && !v.is_number_integer()) || (number && !v.is_number()) ||
+          (text && !v.is_string()))
+        throw ModelFileError(idx, what + ": \"" + k + "\" must be " +
+                                      (integer  ? "an integer"
+                                       : number ? "a number"
+                                                : "a string"));
+    }
+    m.default_settings = it->dump();
+  }
   return m;
 }
 

@@ -101,6 +101,13 @@ struct ModelFolder {
   ModelSources sources;            ///< what open(ModelSources) was given
   std::string variant;             ///< "flux-dev" / "flux-schnell" when detected from keys
   std::vector<std::string> notes;  ///< what was inferred (embedded tokenizers, default configs)
+  /// The generation settings the model's maker recommends (as InvokeAI's per-model default
+  /// settings), from model_index.json's "_dit_studio_default_settings" (diffusers ignores keys
+  /// that start with "_"): a JSON object text with any of steps, width, height (integers),
+  /// guidance, true_cfg_scale (numbers) and negative_prompt (a string; "" with true_cfg_scale > 1
+  /// is true CFG against the empty prompt). The GUI applies them when the model is chosen; the
+  /// CLI does not (its flags are explicit). Empty when not declared.
+  std::string default_settings;
   /// One line per component: "vae: <path> (single file, ldm layout, from --model)".
   std::string describeSources() const;
   /// The strategy rules' view of this model (config->dims). Throws std::logic_error when the

@@ -179,17 +179,9 @@ at::Tensor loadSlice(const SafetensorsCollection& st, const std::string& name, i
 at::Tensor loadPackedSlice(const SafetensorsCollection& st, const std::string& name, int64_t dim,
                            const std::vector<int64_t>& blocks, int64_t part, int64_t parts,
                            at::ScalarType dtype) {
-  std::vector<at::Tensor> pieces;
-  int64_t off = 0;
-  for (int64_t b : blocks) {
-    if (b % parts != 0)
-      throw std::invalid_argument("packed block of size " + std::to_string(b) + " in '" + name +
-                                  "' is not divisible by " + std::to_string(parts));
-    const int64_t len = b / parts;
-    pieces.push_back(loadSlice(st, name, dim, off + part * len, len, dtype));
-    off += b;
-  }
-  return at::cat(pieces, dim);
+  return catPackedParts(name, dim, blocks, part, parts, [&](int64_t start, int64_t len) {
+    return loadSlice(st, name, dim, start, len, dtype);
+  });
 }
 
 static DType dtypeFor(at::ScalarType t) {

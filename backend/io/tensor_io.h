@@ -2,8 +2,10 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/cat.h>
 
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,25 @@ at::Tensor loadTensor(const SafetensorsCollection& st, const std::string& name,
 /// 2-D. Throws ModelFileError when the slice does not fit the stored shape.
 at::Tensor loadSlice(const SafetensorsCollection& st, const std::string& name, int64_t dim,
                      int64_t start, int64_t length, at::ScalarType dtype);
+
+/// Rank `part` of `parts` of a tensor packed as `blocks` along `dim`: each block's own equal
+/// piece, concatenated along `dim` (the layout of loadPackedSlice; Megatron-LM's fused-QKV
+/// sharding). `slice(start, len)` returns one piece [start, start+len) of `dim`. Throws
+/// std::invalid_argument naming `name` when a block does not divide by `parts`.
+template <class Slice>
+at::Tensor catPackedParts(const std::string& name, int64_t dim, const std::vector<int64_t>& blocks,
+                          int64_t part, int64_t parts, Slice slice) {
+  std::vector<at::Tensor> pieces;
+  int64_t off = 0;
+  for (int64_t b : blocks) {
+    if (b % parts != 0)
+      throw std::invalid_argument("packed block of size " + std::to_string(b) + " in '" + name +
+                                  "' is not divisible by " + std::to_string(parts));
+    pieces.push_back(slice(off + part * (b / parts), b / parts));
+    off += b;
+  }
+  return at::cat(pieces, dim);
+}
 
 /// Packed slice: dimension `dim` is a concatenation of logical blocks of sizes `blocks`; takes the
 /// `part`-th of `parts` equal pieces of each block and concatenates them (for fused projections

@@ -276,25 +276,6 @@ at::Tensor WeightSource::shard(const std::string& name, const std::vector<int64_
   return finish(t);
 }
 
-namespace {
-// Rank `part` of `parts` of a tensor packed as `blocks` along `dim`: each block's own slice,
-// concatenated (the layout of loadPackedSlice). `slice(start, len)` reads one piece.
-template <class Slice>
-at::Tensor catPackedParts(const std::string& name, int64_t dim, const std::vector<int64_t>& blocks,
-                          int64_t part, int64_t parts, Slice slice) {
-  std::vector<at::Tensor> pieces;
-  int64_t off = 0;
-  for (int64_t b : blocks) {
-    if (b % parts != 0)
-      throw std::invalid_argument("packed block of size " + std::to_string(b) + " in '" + name +
-                                  "' is not divisible by " + std::to_string(parts));
-    pieces.push_back(slice(off + part * (b / parts), b / parts));
-    off += b;
-  }
-  return at::cat(pieces, dim);
-}
-}  // namespace
-
 at::Tensor WeightSource::packedShard(const std::string& name, const std::vector<int64_t>& shape,
                                      int64_t dim, const std::vector<int64_t>& blocks, int64_t part,
                                      int64_t parts) {
