@@ -92,13 +92,12 @@ int runHeadless(int argc, char** argv, const Args& args) {
   dit::ui::GenerationParams p = dit::ui::startingParams();
   // The model's recommended settings, as the window applies them (GenerationPanel::applyModel).
   const dit::ui::ModelInfo info = dit::ui::readModelInfo(model);
-  if (info.ok && !info.default_settings.isEmpty()) {
-    try {
-      p = dit::ui::paramsFromQJson(info.default_settings, p);
-    } catch (const std::exception& e) {
+  if (info.ok) {
+    QString problem;
+    p = dit::ui::withModelDefaults(info.default_settings, p, &problem);
+    if (!problem.isEmpty())
       std::fprintf(stderr, "ditstudio: the model's default settings were not applied: %s\n",
-                   e.what());
-    }
+                   problem.toUtf8().constData());
   }
   // Never overwrite an earlier image: ditstudio-output.png, else ditstudio-output-2.png, -3, ...
   QString output = QStringLiteral("ditstudio-output.png");

@@ -15,6 +15,10 @@
 //     Optionally an exponential moving average of the transformer's weights (--ema-decay, diffusers
 //     EMAModel with its warm-up), which is then what the folder holds.
 //  3. Optionally the VAE decoder alone (encoder frozen: the latent space is unchanged).
+// Phase 1 may be replaced by a VAE this tool trained before (--vae-from); since phase 3 does not
+// change the encoder, phases 2 and 3 commute: a transformer trained on a finished model's VAE
+// is the one the whole command would have trained. --position-jitter sets how far the
+// transformer's training scenes move from their cell's centre (the VAE phases keep 3 px).
 // Then a report: validation loss by noise level, and how the analyser of eval-demo reads the
 // VAE's reconstructions of held-out drawings (the ceiling for any transformer).
 //
@@ -307,12 +311,13 @@ int main(int argc, char** argv) {
   tuneHostAllocator();
   CLI::App app{"Train the embedded default model (a tiny FLUX.1) on synthetic captioned shapes",
                "ditstudio-train"};
-  std::string templ, out, checkpoint, probe, vaeLoss = "mse", vaeGrid;
+  std::string templ, out, checkpoint, probe, vaeLoss = "mse", vaeGrid, vaeFrom;
   uint64_t seed = 0;
   int size = 64, threads = 2, batch = 16, vaeBatch = 8, logEvery = 25, ckptEvery = 200;
   int64_t vaeSteps = 400, steps = 2000;
   double lr = 1e-3, vaeLr = 2e-3, klWeight = 1e-4, wd = 0.01, uniformFraction = 0.3,
-         captionDropout = 0.0, decoderLr = 1e-3, edgeWeight = 1.0, emaDecay = 0.0, defaultCfg = 5.0;
+         captionDropout = 0.0, decoderLr = 1e-3, edgeWeight = 1.0, emaDecay = 0.0, defaultCfg = 5.0,
+         jitter = 3.0;
   int64_t decoderSteps = 0;
   int layers = 2, singleLayers = 2, heads = 4, headDim = 16, t5Len = 32, latentChannels = 4,
       vaeLayersPerBlock = 1;
@@ -362,6 +367,15 @@ int main(int argc, char** argv) {
   app.add_option("--vae-grid", vaeGrid,
                  "write a PNG of the first 16 held-out drawings (top rows) above their VAE "
                  "reconstructions");
+  app.add_option("--position-jitter", jitter,
+                 "the transformer's training scenes: offset from their cell's centre, uniform "
+                 "within +-PX pixels at 64x64 (0: where eval-demo draws its held-out scenes); "
+                 "the VAE phases always use the default 3, so their result does not depend on it")
+      ->check(CLI::Range(0.0, 16.0));
+  app.add_option("--vae-from", vaeFrom,
+                 "take the AutoencoderKL (config, weights, shift/scale) of a folder this tool "
+                 "wrote and skip phase 1; the transformer's in_channels follow its latents")
+      ->check(CLI::ExistingDirectory);
   app.add_option("--kl-weight", klWeight, "weight of the KL term (per latent element)");
   app.add_option("--num-layers", layers, "double-stream blocks");
   app.add_option("--num-single-layers", singleLayers, "single-stream blocks");
@@ -468,6 +482,13 @@ int main(int argc, char** argv) {
     vc["latent_channels"] = latentChannels;
     vc["layers_per_block"] = vaeLayersPerBlock;
     vc["sample_size"] = size;
+    if (!vaeFrom.empty()) {
+      // --vae-from: that folder's VAE as it is (its own sizes; the --vae-* flags do not apply).
+      vc = readJson(fs::path(vaeFrom) / "vae/config.json");
+      latentChannels = vc.value("latent_channels", 4);
+      tc["in_channels"] = 4 * latentChannels;
+      if (!tc["out_channels"].is_null()) tc["out_channels"] = 4 * latentChannels;
+    }
     writeFile(tmp / "vae/config.json", vc);
 
     AutoencoderKLConfig vcfg = parseAutoencoderKLConfig(vc, (tmp / "vae/config.json").string());
@@ -511,9 +532,37 @@ int main(int argc, char** argv) {
       if (writer && !checkpoint.empty())
         saveCheckpoint(checkpoint, ck, vae, vaeOpt, tr, trOpt, trEma);
     };
-    if (!checkpoint.empty() && loadCheckpoint(checkpoint, ck, vae, vaeOpt, tr, trOpt, trEma))
+    const bool resumed =
+        !checkpoint.empty() && loadCheckpoint(checkpoint, ck, vae, vaeOpt, tr, trOpt, trEma);
+    if (resumed)
       std::cout << "resumed from " << checkpoint << ": phase " << ck.phase << ", step " << ck.step
                 << std::endl;
+    if (!vaeFrom.empty() && (!resumed || (ck.phase == "vae" && ck.step == 0))) {
+      // Phase 1 replaced by a trained VAE: its weights, by name and shape, and its latent
+      // statistics. A checkpoint past phase 1 already holds the VAE it was started with.
+      const fs::path st = fs::path(vaeFrom) / "vae/diffusion_pytorch_model.safetensors";
+      SafetensorsCollection file(st.string());
+      for (auto& [k, t] : vae) {
+        if (!file.contains(k))
+          throw std::runtime_error(st.string() + ": no tensor '" + k +
+                                   "' (not an AutoencoderKL written by ditstudio-train?)");
+        at::Tensor v = loadTensor(file, k, at::kFloat);
+        if (v.sizes() != t.sizes())
+          throw std::runtime_error(st.string() + ": '" + k + "' has another shape than its config");
+        t = v.requires_grad_(true);
+      }
+      if (!vc.contains("shift_factor") || !vc.contains("scaling_factor") ||
+          !vc["shift_factor"].is_number() || !vc["scaling_factor"].is_number())
+        throw std::runtime_error(vaeFrom +
+                                 "/vae/config.json: no numeric shift_factor / "
+                                 "scaling_factor (not a trained VAE)");
+      ck.shift = vc["shift_factor"].get<double>(), ck.scale = vc["scaling_factor"].get<double>();
+      ck.phase = "transformer", ck.step = 0;
+      std::cout << "AutoencoderKL from " << vaeFrom << " (phase 1 skipped)" << std::endl;
+    } else if (!vaeFrom.empty() && ck.phase == "vae") {
+      throw std::invalid_argument(checkpoint + ": this checkpoint is training its own VAE (step " +
+                                  std::to_string(ck.step) + "); resume it without --vae-from");
+    }
     {
       int64_t elements = 0;
       for (auto& [k, t] : vae) elements += t.numel();
@@ -562,11 +611,13 @@ int main(int argc, char** argv) {
       s[0] = n;
       return s;
     };
+    // Phases 1, 2 and 6 draw the VAE's scenes (default jitter), 3-5 the transformer's.
     auto scenes = [&](uint64_t phase, int64_t step, int n) {
+      const float phaseJitter = phase >= 3 && phase <= 5 ? static_cast<float>(jitter) : 3.0f;
       std::vector<demo::ShapeScene> s;
       for (int i = 0; i < n; ++i)
-        s.push_back(
-            demo::trainingScene(seed + phase * 1000003, static_cast<uint64_t>(step) * n + i));
+        s.push_back(demo::trainingScene(seed + phase * 1000003, static_cast<uint64_t>(step) * n + i,
+                                        phaseJitter));
       return s;
     };
 

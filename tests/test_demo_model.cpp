@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -86,6 +87,30 @@ TEST(DemoData, CaptionsAndDeterminism) {
   for (const auto& h : heldOutScenes(48)) held += heldOut(h) && h.colour != h.background;
   EXPECT_EQ(held, 48);
   EXPECT_NE(caption(trainingScene(1, 0)), caption(trainingScene(2, 0)));
+}
+
+TEST(DemoData, PositionJitter) {
+  // The jitter scales the offset only: the same scene (attributes, caption) for every amplitude,
+  // at the cell's centre for 0, within +-jitter px otherwise, and the default is 3 px.
+  float widest = 0;
+  for (uint64_t i = 0; i < 500; ++i) {
+    const ShapeScene a = trainingScene(5, i), z = trainingScene(5, i, 0.0f),
+                     w = trainingScene(5, i, 6.0f);
+    EXPECT_EQ(caption(a), caption(z));
+    EXPECT_EQ(caption(a), caption(w));
+    EXPECT_EQ(a.size, z.size);
+    EXPECT_EQ(z.jitter_x, 0.0f);
+    EXPECT_EQ(z.jitter_y, 0.0f);
+    EXPECT_NEAR(w.jitter_x, 2 * a.jitter_x, 1e-5);
+    EXPECT_LE(std::abs(a.jitter_x), 3.0f);
+    widest = std::max(widest, std::abs(a.jitter_y));
+  }
+  EXPECT_GT(widest, 2.5f);  // the draws do span the range
+  // At jitter 0 a training scene is drawn exactly as the evaluation draws its scenes.
+  ShapeScene z = trainingScene(5, 3, 0.0f), h = z;
+  h.jitter_x = h.jitter_y = 0;
+  EXPECT_EQ(drawScene(z, 64, 64), drawScene(h, 64, 64));
+  EXPECT_THROW(trainingScene(5, 0, -1.0f), std::invalid_argument);
 }
 
 TEST(DemoData, AnalyserReadsCleanDrawings) {
@@ -186,6 +211,31 @@ TEST(DemoTrainer, LossFallsSavedFolderGivesTheTrainersPredictionAndResumeIsExact
   const std::string noEma = base.substr(0, base.find(" --ema-decay"));
   EXPECT_NE(run(noEma + " --checkpoint " + ck + " --out " + tmp("no-ema"), &log), 0);
   EXPECT_NE(log.find("was trained with --ema-decay"), std::string::npos) << log;
+
+  // --vae-from: phase 1 replaced by the first run's VAE, taken as it is (weights, latent
+  // statistics), with other --vae-* flags ignored; the transformer's scenes without jitter.
+  const std::string reuse = tmp("vae-from");
+  ASSERT_EQ(run(base + " --vae-from " + out + " --vae-latent-channels 8 --position-jitter 0" +
+                    " --out " + reuse,
+                &log),
+            0)
+      << log;
+  EXPECT_NE(log.find("phase 1 skipped"), std::string::npos) << log;
+  EXPECT_EQ(log.find("vae step"), std::string::npos) << log;
+  SafetensorsCollection va(out + "/vae/diffusion_pytorch_model.safetensors");
+  SafetensorsCollection vb(reuse + "/vae/diffusion_pytorch_model.safetensors");
+  ASSERT_EQ(va.names(), vb.names());
+  for (const auto& n : va.names())
+    EXPECT_TRUE(at::equal(loadTensor(va, n, at::kFloat), loadTensor(vb, n, at::kFloat))) << n;
+  auto text = [](const std::string& f) {
+    std::ifstream in(f);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  EXPECT_EQ(text(reuse + "/vae/config.json"), text(out + "/vae/config.json"));
+  EXPECT_NO_THROW(ModelFolder::open(reuse));
+  EXPECT_NE(run(base + " --vae-from " + tmp("no-such-folder") + " --out " + tmp("x"), &log), 0);
+  EXPECT_NE(log.find("no-such-folder"), std::string::npos) << log;
+  EXPECT_FALSE(fs::exists(tmp("x")));
 }
 
 // Data parallel (mpirun -np 2 ditstudio-train): each rank computes half of every batch and the

@@ -248,6 +248,29 @@ class TestModel : public QObject {
     QVERIFY(q.trueCfg());
   }
 
+  void modelDefaultsOverCurrent() {
+    // A model's declared settings replace only their keys; a wrong type changes nothing and
+    // says which field.
+    GenerationParams cur;
+    cur.prompt = "kept";
+    cur.seed = 77, cur.random_seed = false;
+    cur.steps = 8;
+    QString problem;
+    GenerationParams p = withModelDefaults(
+        QJsonObject{{"steps", 28}, {"true_cfg_scale", 5.0}, {"negative_prompt", ""}}, cur,
+        &problem);
+    QVERIFY(problem.isEmpty());
+    QCOMPARE(p.steps, 28);
+    QCOMPARE(p.true_cfg_scale, 5.0);
+    QVERIFY(p.trueCfg());  // an empty negative prompt given: true CFG against it
+    QCOMPARE(QString::fromStdString(p.prompt), QString("kept"));
+    QCOMPARE(p.seed, uint64_t{77});
+    p = withModelDefaults(QJsonObject{{"steps", "many"}, {"width", 128}}, cur, &problem);
+    QVERIFY(p == cur);
+    QVERIFY2(problem.contains("steps"), qPrintable(problem));
+    QVERIFY(withModelDefaults(QJsonObject{}, cur) == cur);
+  }
+
   void pngParameters() {
     QTemporaryDir dir;
     const QString path = dir.filePath("img.png");

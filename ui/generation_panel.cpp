@@ -239,11 +239,9 @@ void GenerationPanel::applyModel() {
   // A newly chosen model's recommended settings (e.g. the embedded model's true CFG 5 against
   // the empty prompt) over the current ones; the prompt, seed and the rest are kept.
   if (model_.ok && !model_.default_settings.isEmpty() && model_.path != previous) {
-    try {
-      setParams(paramsFromQJson(model_.default_settings, params()));
-    } catch (const dit::protocol::ProtocolError& e) {
-      model_.notes << tr("default settings not applied: %1").arg(QString::fromUtf8(e.what()));
-    }
+    QString problem;
+    setParams(withModelDefaults(model_.default_settings, params(), &problem));
+    if (!problem.isEmpty()) model_.notes << tr("default settings not applied: %1").arg(problem);
   }
   if (model_.ok) {
     modelSummary_->setText(model_.summary());

@@ -25,6 +25,17 @@ GenerationParams paramsFromQJson(const QJsonObject& j, const GenerationParams& d
   return p;
 }
 
+GenerationParams withModelDefaults(const QJsonObject& settings, const GenerationParams& current,
+                                   QString* problem) {
+  if (settings.isEmpty()) return current;
+  try {
+    return paramsFromQJson(settings, current);
+  } catch (const dit::protocol::ProtocolError& e) {
+    if (problem) *problem = QString::fromUtf8(e.what());
+    return current;
+  }
+}
+
 GenerationParams startingParams() {
   GenerationParams p;
   p.width = 64;

@@ -23,6 +23,15 @@ QJsonObject paramsToQJson(const GenerationParams& p);
 /// naming a field of the wrong type or a seed out of range.
 GenerationParams paramsFromQJson(const QJsonObject& j, const GenerationParams& defaults = {});
 
+/// A model's recommended settings (ModelInfo::default_settings: any of the protocol's keys, e.g.
+/// steps, width, height, true_cfg_scale, negative_prompt) over `current`: the keys present
+/// replace, everything else (prompt, seed, ...) is kept. When a setting has the wrong type the
+/// result is `current` unchanged and `*problem` (when given) is the ProtocolError's text; never
+/// throws. What the generation panel does when a model is chosen and the headless run does
+/// before it starts.
+GenerationParams withModelDefaults(const QJsonObject& settings, const GenerationParams& current,
+                                   QString* problem = nullptr);
+
 /// What the panel starts with (and the headless run generates): the protocol defaults with a
 /// size and step count that take seconds on the embedded tiny model on a CPU (64 x 64 px, 8
 /// steps), the values of the "CPU demo" built-in preset.

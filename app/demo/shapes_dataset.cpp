@@ -70,7 +70,10 @@ bool heldOut(const ShapeScene& s) {
   return (s.shape * 3 + s.colour * 5 + s.background * 7 + s.position * 11) % 10 == 3;
 }
 
-ShapeScene trainingScene(uint64_t seed, uint64_t index) {
+ShapeScene trainingScene(uint64_t seed, uint64_t index, float jitter) {
+  if (!(jitter >= 0))
+    throw std::invalid_argument("trainingScene: jitter must be >= 0 px, got " +
+                                std::to_string(jitter));
   Rng rng{seed * 0x100000001B3ull ^ (index + 1) * 0xD6E8FEB86659FD93ull};
   ShapeScene s;
   do {
@@ -81,8 +84,8 @@ ShapeScene trainingScene(uint64_t seed, uint64_t index) {
   } while (s.background == s.colour || heldOut(s));
   s.size = rng.below(kSizes);
   s.count = 1 + rng.below(kMaxCount);
-  s.jitter_x = rng.uniform(-3, 3);
-  s.jitter_y = rng.uniform(-3, 3);
+  s.jitter_x = rng.uniform(-jitter, jitter);
+  s.jitter_y = rng.uniform(-jitter, jitter);
   return s;
 }
 

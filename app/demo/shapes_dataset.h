@@ -48,9 +48,12 @@ std::string caption(const ShapeScene& s);
 bool heldOut(const ShapeScene& s);
 
 /// A training scene drawn from a generator seeded with (seed, index): uniform over the
-/// attributes, rejecting held-out combinations and background == colour, jitter within +-3 px.
-/// Deterministic (own integer arithmetic, no std:: distributions).
-ShapeScene trainingScene(uint64_t seed, uint64_t index);
+/// attributes, rejecting held-out combinations and background == colour, the group's centre
+/// jittered uniformly within +-`jitter` px (at 64x64; 0: every scene at its cell's centre, as
+/// heldOutScenes draws them). The same draws are made for every `jitter`, so the attributes of
+/// scene `index` do not depend on it. Deterministic (own integer arithmetic, no std::
+/// distributions). Throws std::invalid_argument when `jitter` is negative.
+ShapeScene trainingScene(uint64_t seed, uint64_t index, float jitter = 3.0f);
 
 /// The fixed evaluation list: `n` held-out scenes (no jitter), spread over the attributes
 /// deterministically (same list on every machine).
