@@ -287,9 +287,9 @@ TEST(DemoTrainer, DataParallelTwoRanksFollowsTheOneProcessRun) {
 
 // The embedded default model draws what it is asked on prompts it never saw in training, through
 // the real CLI's eval-demo on one rank with the settings of its TRAINING.md (true CFG 5 against
-// the empty prompt). A regression floor a few points under what the committed model scores
-// (85.4 / 91.7 / 72.9 / 33.3%, resources/models/tiny-flux/TRAINING.md); issue 15's bar
-// (90 / 90 / 80 / 70) is not reached yet.
+// the empty prompt). A regression floor about three images (of 48) under what the committed
+// model scores (87.5 / 91.7 / 91.7 / 31.2%, resources/models/tiny-flux/TRAINING.md); issue 15's
+// bar (90 / 90 / 80 / 70) is met for background and position, not yet for the others.
 TEST(EmbeddedModel, HeldOutAccuracyFloor) {
   std::string log;
   // One thread (OpenMP and OpenBLAS both read OMP_NUM_THREADS): the tensors are tiny, and two
@@ -305,10 +305,10 @@ TEST(EmbeddedModel, HeldOutAccuracyFloor) {
     const auto line = log.substr(at + 1, log.find('\n', at + 1) - at - 1);
     return std::stod(line.substr(line.rfind(' ', line.size() - 2) + 1));
   };
-  EXPECT_GE(percent("foreground colour"), 80.0) << log;
+  EXPECT_GE(percent("foreground colour"), 81.0) << log;
   EXPECT_GE(percent("background colour"), 85.0) << log;
-  EXPECT_GE(percent("position"), 65.0) << log;
-  EXPECT_GE(percent("shape"), 28.0) << log;
+  EXPECT_GE(percent("position"), 85.0) << log;
+  EXPECT_GE(percent("shape"), 25.0) << log;
 }
 
 class EmbeddedModelStrategies : public ::testing::TestWithParam<std::string> {};
