@@ -74,7 +74,11 @@ namespace {
 json readJson(const fs::path& p) {
   std::ifstream in(p);
   if (!in) throw std::runtime_error("cannot read " + p.string());
-  return json::parse(in);
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    throw std::runtime_error(p.string() + ": not valid JSON (" + e.what() + ")");
+  }
 }
 void writeJson(const fs::path& p, const json& j) {
   std::ofstream o(p);
@@ -228,6 +232,8 @@ struct Checkpoint {
   std::string phase;  // "vae", "transformer", "decoder"
   int64_t step = 0;
   double shift = 0, scale = 1;
+  /// --position-jitter of the transformer's scenes (checkpoints written before the option: 3).
+  double position_jitter = 3.0;
 };
 
 void saveCheckpoint(const fs::path& file, const Checkpoint& c, const Params& vae,
@@ -249,6 +255,8 @@ void saveCheckpoint(const fs::path& file, const Checkpoint& c, const Params& vae
   meta["shift_factor"] = buf;
   std::snprintf(buf, sizeof buf, "%.17g", c.scale);
   meta["scaling_factor"] = buf;
+  std::snprintf(buf, sizeof buf, "%.17g", c.position_jitter);
+  meta["position_jitter"] = buf;
   saveTensors(file.string(), all, meta);
 }
 
@@ -265,14 +273,23 @@ bool loadCheckpoint(const fs::path& file, Checkpoint& c, Params& vae, AdamW& vae
   c.scale = std::stod(meta.at("scaling_factor"));
   vaeOpt.step = std::stoll(meta.at("vae_opt_step"));
   trOpt.step = std::stoll(meta.at("transformer_opt_step"));
+  if (meta.count("position_jitter")) c.position_jitter = std::stod(meta.at("position_jitter"));
+  // Every parameter of both models must come from the file (another architecture would leave
+  // some at their random initial values).
+  for (const auto& [group, p] : {std::pair<const char*, const Params*>{"vae", &vae},
+                                 std::pair<const char*, const Params*>{"transformer", &tr}})
+    for (const auto& [k, t] : *p)
+      if (!st.contains(std::string(group) + "/" + k))
+        throw std::runtime_error(file.string() + ": no '" + group + "/" + k +
+                                 "' (a checkpoint of other model sizes?)");
   for (const auto& n : names) {
     const auto slash = n.find('/');
     const std::string group = n.substr(0, slash), key = n.substr(slash + 1);
     at::Tensor t = loadTensor(st, n, at::kFloat);
     auto put = [&](Params& p, bool param) {
-      if (param && p.count(key) && p[key].sizes() != t.sizes())
+      if (param && (!p.count(key) || p[key].sizes() != t.sizes()))
         throw std::runtime_error(file.string() + ": '" + n +
-                                 "' does not match the model's shape (other sizes?)");
+                                 "' does not match the model (other sizes?)");
       p[key] = param ? t.requires_grad_(true) : t;
     };
     if (group == "vae") put(vae, true);
@@ -445,6 +462,23 @@ int main(int argc, char** argv) {
     auto writeFile = [&](const fs::path& p, const json& j) {
       if (writer) writeJson(p, j);
     };
+    // --vae-from: that folder's VAE config, checked under its own path before anything is
+    // written (weights and shapes are checked against it once the model is built).
+    json vaeFromConfig;
+    const fs::path vaeFromConfigPath = fs::path(vaeFrom) / "vae/config.json";
+    if (!vaeFrom.empty()) {
+      vaeFromConfig = readJson(vaeFromConfigPath);
+      const AutoencoderKLConfig c =
+          parseAutoencoderKLConfig(vaeFromConfig, vaeFromConfigPath.string());
+      if (c.in_channels != 3 || c.out_channels != 3)
+        throw std::invalid_argument(vaeFromConfigPath.string() +
+                                    ": in_channels and out_channels must be 3 (RGB)");
+      for (const char* k : {"shift_factor", "scaling_factor"})
+        if (!vaeFromConfig.contains(k) || !vaeFromConfig[k].is_number())
+          throw std::invalid_argument(vaeFromConfigPath.string() + ": no numeric " + k +
+                                      " (not a trained VAE)");
+      latentChannels = c.latent_channels;
+    }
     if (writer) {
       fs::remove_all(tmp);
       fs::create_directories(tmp / "transformer");
@@ -483,9 +517,10 @@ int main(int argc, char** argv) {
     vc["layers_per_block"] = vaeLayersPerBlock;
     vc["sample_size"] = size;
     if (!vaeFrom.empty()) {
-      // --vae-from: that folder's VAE as it is (its own sizes; the --vae-* flags do not apply).
-      vc = readJson(fs::path(vaeFrom) / "vae/config.json");
-      latentChannels = vc.value("latent_channels", 4);
+      // --vae-from: that folder's VAE as it is. Its architecture flags (--vae-latent-channels,
+      // --vae-block-out-channels, --vae-layers-per-block) do not apply; the loss flags
+      // (--vae-edge-weight, --vae-loss, --vae-batch, --decoder-lr) still drive the decoder phase.
+      vc = vaeFromConfig;
       tc["in_channels"] = 4 * latentChannels;
       if (!tc["out_channels"].is_null()) tc["out_channels"] = 4 * latentChannels;
     }
@@ -537,32 +572,52 @@ int main(int argc, char** argv) {
     if (resumed)
       std::cout << "resumed from " << checkpoint << ": phase " << ck.phase << ", step " << ck.step
                 << std::endl;
-    if (!vaeFrom.empty() && (!resumed || (ck.phase == "vae" && ck.step == 0))) {
-      // Phase 1 replaced by a trained VAE: its weights, by name and shape, and its latent
-      // statistics. A checkpoint past phase 1 already holds the VAE it was started with.
-      const fs::path st = fs::path(vaeFrom) / "vae/diffusion_pytorch_model.safetensors";
-      SafetensorsCollection file(st.string());
-      for (auto& [k, t] : vae) {
+    if (!vaeFrom.empty()) {
+      if (resumed && ck.phase == "vae")
+        throw std::invalid_argument(checkpoint +
+                                    ": this checkpoint is training its own VAE (step " +
+                                    std::to_string(ck.step) + "); resume it without --vae-from");
+      const fs::path stPath = fs::path(vaeFrom) / "vae/diffusion_pytorch_model.safetensors";
+      SafetensorsCollection file(stPath.string());
+      auto fromFile = [&](const std::string& k, const at::Tensor& like) {
         if (!file.contains(k))
-          throw std::runtime_error(st.string() + ": no tensor '" + k +
+          throw std::runtime_error(stPath.string() + ": no tensor '" + k +
                                    "' (not an AutoencoderKL written by ditstudio-train?)");
         at::Tensor v = loadTensor(file, k, at::kFloat);
-        if (v.sizes() != t.sizes())
-          throw std::runtime_error(st.string() + ": '" + k + "' has another shape than its config");
-        t = v.requires_grad_(true);
+        if (v.sizes() != like.sizes())
+          throw std::runtime_error(stPath.string() + ": '" + k + "' has another shape than " +
+                                   vaeFromConfigPath.string() + " gives");
+        return v;
+      };
+      const double shift = vaeFromConfig["shift_factor"].get<double>(),
+                   scale = vaeFromConfig["scaling_factor"].get<double>();
+      if (!resumed) {
+        // Phase 1 replaced by the trained VAE: its weights and its latent statistics.
+        for (auto& [k, t] : vae) t = fromFile(k, t).requires_grad_(true);
+        ck.shift = shift, ck.scale = scale;
+        ck.phase = "transformer", ck.step = 0;
+        std::cout << "AutoencoderKL from " << vaeFrom << " (phase 1 skipped)" << std::endl;
+      } else {
+        // A checkpoint past phase 1 holds its VAE: it must be this folder's (the same encoder
+        // and latent statistics; the decoder may since have been fine-tuned).
+        bool same = ck.shift == shift && ck.scale == scale;
+        for (const auto& [k, t] : vae)
+          if (k.rfind("encoder.", 0) == 0 || k.rfind("quant_conv.", 0) == 0)
+            same = same && at::equal(t.detach(), fromFile(k, t));
+        if (!same)
+          throw std::invalid_argument(checkpoint + ": this checkpoint's VAE is not the one in " +
+                                      vaeFrom + "; resume it with the options it was started with");
       }
-      if (!vc.contains("shift_factor") || !vc.contains("scaling_factor") ||
-          !vc["shift_factor"].is_number() || !vc["scaling_factor"].is_number())
-        throw std::runtime_error(vaeFrom +
-                                 "/vae/config.json: no numeric shift_factor / "
-                                 "scaling_factor (not a trained VAE)");
-      ck.shift = vc["shift_factor"].get<double>(), ck.scale = vc["scaling_factor"].get<double>();
-      ck.phase = "transformer", ck.step = 0;
-      std::cout << "AutoencoderKL from " << vaeFrom << " (phase 1 skipped)" << std::endl;
-    } else if (!vaeFrom.empty() && ck.phase == "vae") {
-      throw std::invalid_argument(checkpoint + ": this checkpoint is training its own VAE (step " +
-                                  std::to_string(ck.step) + "); resume it without --vae-from");
     }
+    if (resumed && trOpt.step > 0 && ck.position_jitter != jitter) {
+      char was[32];
+      std::snprintf(was, sizeof was, "%g", ck.position_jitter);
+      throw std::invalid_argument(checkpoint +
+                                  ": this checkpoint's transformer was trained with "
+                                  "--position-jitter " +
+                                  was + "; resume it with the options it was started with");
+    }
+    ck.position_jitter = jitter;
     {
       int64_t elements = 0;
       for (auto& [k, t] : vae) elements += t.numel();
@@ -946,6 +1001,10 @@ int main(int argc, char** argv) {
     // One failing rank ends the whole group at once (no rank left waiting in a collective).
     if (dp.size > 1) abortGroup(dp.rank, e.what());
     std::cerr << "error: " << e.what() << std::endl;
+    if (writer) {
+      std::error_code ec;  // nothing half-written is left behind
+      fs::remove_all(out + ".partial", ec);
+    }
     return 1;
   }
 }

@@ -106,10 +106,20 @@ TEST(DemoData, PositionJitter) {
     widest = std::max(widest, std::abs(a.jitter_y));
   }
   EXPECT_GT(widest, 2.5f);  // the draws do span the range
-  // At jitter 0 a training scene is drawn exactly as the evaluation draws its scenes.
-  ShapeScene z = trainingScene(5, 3, 0.0f), h = z;
-  h.jitter_x = h.jitter_y = 0;
-  EXPECT_EQ(drawScene(z, 64, 64), drawScene(h, 64, 64));
+  // At jitter 0 a single object sits at its cell's centre (0.22 / 0.5 / 0.78 of the image), as
+  // eval-demo's held-out scenes do.
+  const float cell[3] = {0.22f * 64, 0.5f * 64, 0.78f * 64};
+  int singles = 0;
+  for (uint64_t i = 0; i < 200; ++i) {
+    const ShapeScene z = trainingScene(5, i, 0.0f);
+    if (z.count != 1) continue;
+    const ShapeLayout l = layout(z, 64, 64);
+    ASSERT_EQ(l.centres.size(), 1u);
+    EXPECT_FLOAT_EQ(l.centres[0].first, cell[z.position % 3]) << caption(z);
+    EXPECT_FLOAT_EQ(l.centres[0].second, cell[z.position / 3]) << caption(z);
+    ++singles;
+  }
+  EXPECT_GT(singles, 30);
   EXPECT_THROW(trainingScene(5, 0, -1.0f), std::invalid_argument);
 }
 
@@ -233,9 +243,38 @@ TEST(DemoTrainer, LossFallsSavedFolderGivesTheTrainersPredictionAndResumeIsExact
   };
   EXPECT_EQ(text(reuse + "/vae/config.json"), text(out + "/vae/config.json"));
   EXPECT_NO_THROW(ModelFolder::open(reuse));
-  EXPECT_NE(run(base + " --vae-from " + tmp("no-such-folder") + " --out " + tmp("x"), &log), 0);
-  EXPECT_NE(log.find("no-such-folder"), std::string::npos) << log;
+  // Refused, naming the cause, with nothing left behind: a folder without a VAE, a config
+  // that does not match the weights, a resume on another VAE.
+  const std::string noVae = tmp("no-vae"), bad = tmp("bad-vae");
+  fs::create_directories(noVae);
+  EXPECT_NE(run(base + " --vae-from " + noVae + " --out " + tmp("x"), &log), 0);
+  EXPECT_NE(log.find(noVae + "/vae/config.json"), std::string::npos) << log;
+  fs::copy(out, bad, fs::copy_options::recursive);
+  {
+    std::string cfg = text(bad + "/vae/config.json");
+    const auto at = cfg.find("\"latent_channels\": 4");
+    ASSERT_NE(at, std::string::npos) << cfg;
+    cfg.replace(at, 20, "\"latent_channels\": 8");
+    std::ofstream(bad + "/vae/config.json") << cfg;
+  }
+  EXPECT_NE(run(base + " --vae-from " + bad + " --out " + tmp("x"), &log), 0);
+  EXPECT_NE(log.find("has another shape than"), std::string::npos) << log;
   EXPECT_FALSE(fs::exists(tmp("x")));
+  EXPECT_FALSE(fs::exists(tmp("x") + ".partial"));
+  // The resume checkpoint above trained its own VAE (seed 5); a run 2 on another VAE is refused.
+  const std::string other = tmp("other-vae"), otherCk = tmp("other.ckpt");
+  ASSERT_EQ(run(std::string(DITSTUDIO_TRAIN) + " --template " + DITSTUDIO_FIXTURE +
+                    " --size 32 --vae-batch 4 --vae-steps 5 --steps 0 --threads 1 --seed 6 --out " +
+                    other,
+                &log),
+            0)
+      << log;
+  EXPECT_NE(run(base + " --vae-from " + other + " --checkpoint " + ck + " --out " + tmp("x"), &log),
+            0);
+  EXPECT_NE(log.find("VAE is not the one in"), std::string::npos) << log;
+  // The transformer's scenes are part of what a checkpoint was started with.
+  EXPECT_NE(run(base + " --position-jitter 1 --checkpoint " + ck + " --out " + tmp("x"), &log), 0);
+  EXPECT_NE(log.find("--position-jitter 3"), std::string::npos) << log;
 }
 
 // Data parallel (mpirun -np 2 ditstudio-train): each rank computes half of every batch and the

@@ -1,5 +1,7 @@
 #include "ui/generation_params.h"
 
+#include <exception>
+
 #include "ui/json_io.h"
 #include "ui/seed_text.h"
 
@@ -27,10 +29,11 @@ GenerationParams paramsFromQJson(const QJsonObject& j, const GenerationParams& d
 
 GenerationParams withModelDefaults(const QJsonObject& settings, const GenerationParams& current,
                                    QString* problem) {
+  if (problem) problem->clear();
   if (settings.isEmpty()) return current;
   try {
     return paramsFromQJson(settings, current);
-  } catch (const dit::protocol::ProtocolError& e) {
+  } catch (const std::exception& e) {  // ProtocolError, or anything else: the values stay
     if (problem) *problem = QString::fromUtf8(e.what());
     return current;
   }

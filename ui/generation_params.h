@@ -26,9 +26,9 @@ GenerationParams paramsFromQJson(const QJsonObject& j, const GenerationParams& d
 /// A model's recommended settings (ModelInfo::default_settings: any of the protocol's keys, e.g.
 /// steps, width, height, true_cfg_scale, negative_prompt) over `current`: the keys present
 /// replace, everything else (prompt, seed, ...) is kept. When a setting has the wrong type the
-/// result is `current` unchanged and `*problem` (when given) is the ProtocolError's text; never
-/// throws. What the generation panel does when a model is chosen and the headless run does
-/// before it starts.
+/// result is `current` unchanged and `*problem` (when given) is the error's text, else it is
+/// cleared; never throws. What the generation panel does when a model is chosen and the headless
+/// run does before it starts.
 GenerationParams withModelDefaults(const QJsonObject& settings, const GenerationParams& current,
                                    QString* problem = nullptr);
 
