@@ -9,6 +9,7 @@
 //    images under tp 2 / ulysses 2 / ring 2 (the real CLI, mpirun) equal its one-rank images
 //    within 1e-4.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
