@@ -56,6 +56,14 @@ at::Tensor load(const std::string& file, const std::string& name) {
   return loadTensor(c, name, at::kFloat);
 }
 
+/// Both safetensors files hold the same tensor names with bit-identical values.
+void expectSameTensors(const std::string& fileA, const std::string& fileB) {
+  SafetensorsCollection a(fileA), b(fileB);
+  ASSERT_EQ(a.names(), b.names()) << fileA << " / " << fileB;
+  for (const auto& n : a.names())
+    EXPECT_TRUE(at::equal(loadTensor(a, n, at::kFloat), loadTensor(b, n, at::kFloat))) << n;
+}
+
 double maxAbsDiff(const at::Tensor& a, const at::Tensor& b) {
   return (a - b).abs().max().item<double>();
 }
@@ -205,11 +213,9 @@ TEST(DemoTrainer, LossFallsSavedFolderGivesTheTrainersPredictionAndResumeIsExact
   EXPECT_FALSE(fs::exists(full));
   ASSERT_EQ(run(base + " --checkpoint " + ck + " --out " + full, &log), 0) << log;
   EXPECT_NE(log.find("resumed from"), std::string::npos) << log;
+  expectSameTensors(out + "/transformer/diffusion_pytorch_model.safetensors",
+                    full + "/transformer/diffusion_pytorch_model.safetensors");
   SafetensorsCollection a(out + "/transformer/diffusion_pytorch_model.safetensors");
-  SafetensorsCollection b(full + "/transformer/diffusion_pytorch_model.safetensors");
-  ASSERT_EQ(a.names(), b.names());
-  for (const auto& n : a.names())
-    EXPECT_TRUE(at::equal(loadTensor(a, n, at::kFloat), loadTensor(b, n, at::kFloat))) << n;
   // The folder holds the moving average (--ema-decay, checkpointed with the run): not the
   // last weights, which the checkpoint holds as "transformer/...".
   SafetensorsCollection c(ck);
@@ -233,11 +239,8 @@ TEST(DemoTrainer, LossFallsSavedFolderGivesTheTrainersPredictionAndResumeIsExact
       << log;
   EXPECT_NE(log.find("phase 1 skipped"), std::string::npos) << log;
   EXPECT_EQ(log.find("vae step"), std::string::npos) << log;
-  SafetensorsCollection va(out + "/vae/diffusion_pytorch_model.safetensors");
-  SafetensorsCollection vb(reuse + "/vae/diffusion_pytorch_model.safetensors");
-  ASSERT_EQ(va.names(), vb.names());
-  for (const auto& n : va.names())
-    EXPECT_TRUE(at::equal(loadTensor(va, n, at::kFloat), loadTensor(vb, n, at::kFloat))) << n;
+  expectSameTensors(out + "/vae/diffusion_pytorch_model.safetensors",
+                    reuse + "/vae/diffusion_pytorch_model.safetensors");
   auto text = [](const std::string& f) {
     std::ifstream in(f);
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
