@@ -19,6 +19,11 @@
 // change the encoder, phases 2 and 3 commute: a transformer trained on a finished model's VAE
 // is the one the whole command would have trained. --position-jitter sets how far the
 // transformer's training scenes move from their cell's centre (the VAE phases keep 3 px).
+// --mixed-precision bf16 runs the transformer's matrix products in bfloat16 (LibTorch CPU
+// autocast, as accelerate's mixed_precision="bf16"; the weights, AdamW and the loss stay float32).
+// With every scene at its cell's centre (--position-jitter 0) there are finitely many drawings:
+// each one's VAE posterior is encoded once (one image at a time, so the numbers do not depend on
+// the batch it came in) and kept.
 // Then a report: validation loss by noise level, and how the analyser of eval-demo reads the
 // VAE's reconstructions of held-out drawings (the ceiling for any transformer).
 //
@@ -47,6 +52,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "app/blas_kernel.h"
@@ -64,6 +70,7 @@
 #include "backend/pipelines/flux/pipeline_flux.h"
 #include "parallel/process_group_mpi.h"
 #include "parallel/runtime.h"
+#include "parallel/torch_compat.h"
 
 using namespace dit;
 using nlohmann::json;
@@ -233,7 +240,9 @@ struct Checkpoint {
   int64_t step = 0;
   double shift = 0, scale = 1;
   /// --position-jitter of the transformer's scenes (checkpoints written before the option: 3).
-  double position_jitter = 3.0;
+  double position_jitter = demo::kDefaultPositionJitter;
+  /// --mixed-precision of the transformer phase (checkpoints written before the option: "no").
+  std::string mixed_precision = "no";
 };
 
 void saveCheckpoint(const fs::path& file, const Checkpoint& c, const Params& vae,
@@ -257,6 +266,7 @@ void saveCheckpoint(const fs::path& file, const Checkpoint& c, const Params& vae
   meta["scaling_factor"] = buf;
   std::snprintf(buf, sizeof buf, "%.17g", c.position_jitter);
   meta["position_jitter"] = buf;
+  meta["mixed_precision"] = c.mixed_precision;
   saveTensors(file.string(), all, meta);
 }
 
@@ -274,6 +284,7 @@ bool loadCheckpoint(const fs::path& file, Checkpoint& c, Params& vae, AdamW& vae
   vaeOpt.step = std::stoll(meta.at("vae_opt_step"));
   trOpt.step = std::stoll(meta.at("transformer_opt_step"));
   if (meta.count("position_jitter")) c.position_jitter = std::stod(meta.at("position_jitter"));
+  if (meta.count("mixed_precision")) c.mixed_precision = meta.at("mixed_precision");
   // Every parameter of both models must come from the file (another architecture would leave
   // some at their random initial values).
   for (const auto& [group, p] : {std::pair<const char*, const Params*>{"vae", &vae},
@@ -328,13 +339,14 @@ int main(int argc, char** argv) {
   tuneHostAllocator();
   CLI::App app{"Train the embedded default model (a tiny FLUX.1) on synthetic captioned shapes",
                "ditstudio-train"};
-  std::string templ, out, checkpoint, probe, vaeLoss = "mse", vaeGrid, vaeFrom;
+  std::string templ, out, checkpoint, probe, vaeLoss = "mse", vaeGrid, vaeFrom,
+                                             mixedPrecision = "no";
   uint64_t seed = 0;
   int size = 64, threads = 2, batch = 16, vaeBatch = 8, logEvery = 25, ckptEvery = 200;
   int64_t vaeSteps = 400, steps = 2000;
   double lr = 1e-3, vaeLr = 2e-3, klWeight = 1e-4, wd = 0.01, uniformFraction = 0.3,
          captionDropout = 0.0, decoderLr = 1e-3, edgeWeight = 1.0, emaDecay = 0.0, defaultCfg = 5.0,
-         jitter = 3.0;
+         jitter = demo::kDefaultPositionJitter;
   int64_t decoderSteps = 0;
   int layers = 2, singleLayers = 2, heads = 4, headDim = 16, t5Len = 32, latentChannels = 4,
       vaeLayersPerBlock = 1;
@@ -393,6 +405,12 @@ int main(int argc, char** argv) {
                  "take the AutoencoderKL (config, weights, shift/scale) of a folder this tool "
                  "wrote and skip phase 1; the transformer's in_channels follow its latents")
       ->check(CLI::ExistingDirectory);
+  app.add_option("--mixed-precision", mixedPrecision,
+                 "the transformer phase's matrix products: no (float32), or bf16 (bfloat16 "
+                 "autocast; weights, AdamW and loss in float32). bf16 needs a CPU with bf16 "
+                 "instructions (avx512_bf16 / amx_bf16): elsewhere LibTorch emulates it, tens of "
+                 "times slower, so it falls back to float32 and says so")
+      ->check(CLI::IsMember({"no", "bf16"}));
   app.add_option("--kl-weight", klWeight, "weight of the KL term (per latent element)");
   app.add_option("--num-layers", layers, "double-stream blocks");
   app.add_option("--num-single-layers", singleLayers, "single-stream blocks");
@@ -618,6 +636,20 @@ int main(int argc, char** argv) {
                                   was + "; resume it with the options it was started with");
     }
     ck.position_jitter = jitter;
+    if (mixedPrecision == "bf16" && !cpuHasNativeBFloat16()) {
+      std::cout << "--mixed-precision bf16: this CPU has no bf16 instructions (no avx512_bf16 / "
+                   "amx_bf16), where LibTorch emulates bfloat16 tens of times slower; training "
+                   "in float32 (--mixed-precision no)"
+                << std::endl;
+      mixedPrecision = "no";
+    }
+    if (resumed && trOpt.step > 0 && ck.mixed_precision != mixedPrecision)
+      throw std::invalid_argument(checkpoint +
+                                  ": this checkpoint's transformer was trained with "
+                                  "--mixed-precision " +
+                                  ck.mixed_precision +
+                                  "; resume it with the options it was started with");
+    ck.mixed_precision = mixedPrecision;
     {
       int64_t elements = 0;
       for (auto& [k, t] : vae) elements += t.numel();
@@ -668,7 +700,8 @@ int main(int argc, char** argv) {
     };
     // Phases 1, 2 and 6 draw the VAE's scenes (default jitter), 3-5 the transformer's.
     auto scenes = [&](uint64_t phase, int64_t step, int n) {
-      const float phaseJitter = phase >= 3 && phase <= 5 ? static_cast<float>(jitter) : 3.0f;
+      const float phaseJitter =
+          phase >= 3 && phase <= 5 ? static_cast<float>(jitter) : demo::kDefaultPositionJitter;
       std::vector<demo::ShapeScene> s;
       for (int i = 0; i < n; ++i)
         s.push_back(demo::trainingScene(seed + phase * 1000003, static_cast<uint64_t>(step) * n + i,
@@ -740,6 +773,30 @@ int main(int argc, char** argv) {
     const at::Tensor imgIds =
         FluxPipeline::latentImageIds(static_cast<int>(hl / 2), static_cast<int>(hl / 2));
     // Phase 2: the transformer.
+    // The VAE posteriors (mean, std: [n, C, h, w]) of scenes, each encoded alone; kept when the
+    // scene has no jitter (finitely many such drawings, about 11,000: 90 MB at 64x64).
+    std::map<std::tuple<int, int, int, int, int, int>, std::pair<at::Tensor, at::Tensor>>
+        posteriorCache;
+    auto posteriors = [&](const std::vector<demo::ShapeScene>& sc) {
+      std::vector<at::Tensor> means, stds;
+      for (const auto& s : sc) {
+        const bool keep = s.jitter_x == 0 && s.jitter_y == 0;
+        const auto key =
+            std::make_tuple(s.shape, s.colour, s.background, s.position, s.size, s.count);
+        auto it = keep ? posteriorCache.find(key) : posteriorCache.end();
+        if (it == posteriorCache.end()) {
+          const DiagonalGaussianDistribution post = frozenVae.encode(drawBatch({s}, size));
+          std::pair<at::Tensor, at::Tensor> v{post.mean[0].clone(), post.std[0].clone()};
+          if (!keep) {
+            means.push_back(v.first), stds.push_back(v.second);
+            continue;
+          }
+          it = posteriorCache.emplace(key, std::move(v)).first;
+        }
+        means.push_back(it->second.first), stds.push_back(it->second.second);
+      }
+      return std::make_pair(at::stack(means), at::stack(stds));
+    };
     // The inputs of a batch of n scenes, rows [lo, hi) of it (the random draws are the whole
     // batch's, sliced).
     auto batchInputs = [&](uint64_t phase, int64_t step, int n, int lo, int hi, at::Tensor& x0,
@@ -747,10 +804,9 @@ int main(int argc, char** argv) {
       at::NoGradGuard ng;
       const auto sc = scenes(phase, step, n);
       auto gen = at::detail::createCPUGenerator(seed * 1000 + 29 + step * 2 + phase * 7919);
-      const DiagonalGaussianDistribution post =
-          frozenVae.encode(drawBatch({sc.begin() + lo, sc.begin() + hi}, size));
-      const at::Tensor eps = at::randn(wholeBatch(post.mean, n), gen, at::kFloat).slice(0, lo, hi);
-      const at::Tensor z = post.mean + post.std * eps;
+      const auto [mean, std] = posteriors({sc.begin() + lo, sc.begin() + hi});
+      const at::Tensor eps = at::randn(wholeBatch(mean, n), gen, at::kFloat).slice(0, lo, hi);
+      const at::Tensor z = mean + std * eps;
       x0 = packLatents((z - ck.shift) * ck.scale);
       // Caption dropout (training batches only): the empty prompt instead of the caption, so
       // that the model also learns the unconditional prediction true CFG subtracts.
@@ -792,7 +848,11 @@ int main(int argc, char** argv) {
       const at::Tensor target = noise - x0;
       auto w = WeightSource::fromTensors(tr, "<training FluxTransformer2DModel>");
       FluxTransformer2DModel model(tcfg, *w);
-      const at::Tensor pred = model.forward(xt, enc, pooled, sigma, imgIds, txtIds, at::Tensor());
+      at::Tensor pred;
+      {
+        const torch_compat::CpuAutocast autocast(mixedPrecision == "bf16");
+        pred = model.forward(xt, enc, pooled, sigma, imgIds, txtIds, at::Tensor()).to(at::kFloat);
+      }
       const at::Tensor loss = (pred - target).pow(2).mean();
       loss.backward();
       acc += dp.averageGradients(tr, loss.item<double>()), ++accN;

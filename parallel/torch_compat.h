@@ -14,9 +14,14 @@
 //  - 2.0+ CUDA: at::_scaled_dot_product_flash_attention returns {out, logsumexp, ...};
 //    2.1+ CUDA: at::_scaled_dot_product_efficient_attention(q, k, v, bias, compute_log_sumexp).
 //  - 2.2+ CPU: at::_scaled_dot_product_flash_attention_for_cpu returns {out, logsumexp}.
+//
+// Autocast (aten/src/ATen/autocast_mode.h): 1.13 to 2.3 set the CPU state with
+// set_cpu_enabled / set_autocast_cpu_dtype; 2.4+ with set_autocast_enabled(at::kCPU, ...) /
+// set_autocast_dtype(at::kCPU, ...), the old names deprecated (a compile warning).
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 #include <c10/util/Exception.h>
 #include <torch/version.h>
 
@@ -128,5 +133,37 @@ inline bool efficientAttentionCuda(const at::Tensor& q, const at::Tensor& k, con
   return false;
 #endif
 }
+
+/// LibTorch's CPU autocast to bfloat16 for the guard's lifetime (Python's
+/// torch.autocast("cpu", dtype=torch.bfloat16)): matrix products run in bfloat16, and so do
+/// their backward passes; on leaving (also by an exception) autocast is off again and its cast
+/// cache cleared. `enable` false: a no-op. Not nestable.
+class CpuAutocast {
+ public:
+  explicit CpuAutocast(bool enable) : on_(enable) {
+    if (!on_) return;
+#if DITSTUDIO_TORCH_AT_LEAST(2, 4)
+    at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+    at::autocast::set_autocast_enabled(at::kCPU, true);
+#else
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    at::autocast::set_cpu_enabled(true);
+#endif
+  }
+  ~CpuAutocast() {
+    if (!on_) return;
+#if DITSTUDIO_TORCH_AT_LEAST(2, 4)
+    at::autocast::set_autocast_enabled(at::kCPU, false);
+#else
+    at::autocast::set_cpu_enabled(false);
+#endif
+    at::autocast::clear_cache();
+  }
+  CpuAutocast(const CpuAutocast&) = delete;
+  CpuAutocast& operator=(const CpuAutocast&) = delete;
+
+ private:
+  const bool on_;
+};
 
 }  // namespace dit::torch_compat

@@ -147,9 +147,66 @@ TEST(DemoData, AnalyserReadsCleanDrawings) {
   EXPECT_EQ(ok[0], n) << "colour";
   EXPECT_EQ(ok[1], n) << "background";
   EXPECT_EQ(ok[2], n) << "position";
-  EXPECT_GE(ok[3], n * 95 / 100) << "shape";
+  EXPECT_EQ(ok[3], n) << "shape";
   EXPECT_EQ(ok[4], n) << "count";
   EXPECT_THROW(analyse(std::vector<uint8_t>(10), 64, 64), std::invalid_argument);
+}
+
+/// `rgb` (height x width x 3 bytes) blurred by a Gaussian of `sigma` pixels (separable, edges
+/// clamped): a stand-in for a decoder's soft edges whose truth is known.
+std::vector<uint8_t> gaussianBlur(const std::vector<uint8_t>& rgb, int W, int H, double sigma) {
+  const int R = static_cast<int>(std::ceil(3 * sigma));
+  std::vector<double> k(2 * R + 1);
+  double sum = 0;
+  for (int i = -R; i <= R; ++i) sum += k[i + R] = std::exp(-0.5 * i * i / (sigma * sigma));
+  for (auto& v : k) v /= sum;
+  std::vector<double> rows(rgb.size());
+  for (int y = 0; y < H; ++y)
+    for (int x = 0; x < W; ++x)
+      for (int c = 0; c < 3; ++c) {
+        double a = 0;
+        for (int i = -R; i <= R; ++i)
+          a += k[i + R] * rgb[(y * W + std::clamp(x + i, 0, W - 1)) * 3 + c];
+        rows[(y * W + x) * 3 + c] = a;
+      }
+  std::vector<uint8_t> out(rgb.size());
+  for (int y = 0; y < H; ++y)
+    for (int x = 0; x < W; ++x)
+      for (int c = 0; c < 3; ++c) {
+        double a = 0;
+        for (int i = -R; i <= R; ++i)
+          a += k[i + R] * rows[(std::clamp(y + i, 0, H - 1) * W + x) * 3 + c];
+        out[(y * W + x) * 3 + c] = static_cast<uint8_t>(std::lround(std::clamp(a, 0.0, 255.0)));
+      }
+  return out;
+}
+
+// Soft edges (what a small decoder draws) must not change what the analyser reads more than they
+// change the picture. Read on the 96 held-out drawings (measured when the analyser moved to the
+// 50% contour and sub-pixel coverage, with the earlier one - a fixed distance threshold, the
+// largest blob's box - in brackets): sigma 0.5 px: shape 93 (94); sigma 1 px: foreground 94 (86),
+// background and position 96 (96), shape 66 (66), count 96 (94); sigma 1.6 px: shape 60 (41).
+TEST(DemoData, AnalyserReadsBlurredDrawings) {
+  const auto scenes = heldOutScenes(96);
+  const int n = static_cast<int>(scenes.size());
+  for (const double sigma : {0.5, 1.0, 1.6}) {
+    int ok[5] = {0, 0, 0, 0, 0};
+    for (const auto& s : scenes) {
+      const SceneReading r = analyse(gaussianBlur(drawScene(s, 64, 64), 64, 64, sigma), 64, 64);
+      ok[0] += r.colour == s.colour, ok[1] += r.background == s.background;
+      ok[2] += r.position == s.position, ok[3] += r.shape == s.shape, ok[4] += r.count == s.count;
+    }
+    EXPECT_GE(ok[0], n * 90 / 100) << "foreground, sigma " << sigma;
+    EXPECT_EQ(ok[1], n) << "background, sigma " << sigma;
+    EXPECT_GE(ok[2], n - 1) << "position, sigma " << sigma;
+    EXPECT_GE(ok[3], n *
+                         (sigma < 1     ? 92
+                          : sigma < 1.5 ? 65
+                                        : 58) /
+                         100)
+        << "shape, sigma " << sigma;
+    EXPECT_GE(ok[4], n - 2) << "count, sigma " << sigma;
+  }
 }
 
 // Every layout (shape x size x count x position, no jitter) is read in its own grid cell with its
@@ -247,6 +304,34 @@ TEST(DemoTrainer, LossFallsSavedFolderGivesTheTrainersPredictionAndResumeIsExact
   };
   EXPECT_EQ(text(reuse + "/vae/config.json"), text(out + "/vae/config.json"));
   EXPECT_NO_THROW(ModelFolder::open(reuse));
+  // --mixed-precision bf16, the VAE posteriors kept (no jitter: finitely many drawings): a run
+  // stopped and resumed (the kept posteriors rebuilt) ends with the uninterrupted run's weights.
+  // Without bf16 instructions it trains in float32 and says so; with them a resume in float32 is
+  // refused.
+  {
+    const std::string mp =
+        base + " --vae-from " + out + " --position-jitter 0 --mixed-precision bf16";
+    const std::string mpFull = tmp("mp-full"), mpRes = tmp("mp-resumed"), mpCk = tmp("mp.ckpt");
+    ASSERT_EQ(run(mp + " --out " + mpFull, &log), 0) << log;
+    EXPECT_EQ(log.find("training in float32") == std::string::npos, cpuHasNativeBFloat16()) << log;
+    ASSERT_EQ(run(mp + " --stop-at-step 25 --checkpoint " + mpCk + " --out " + mpRes, &log), 0)
+        << log;
+    ASSERT_EQ(run(mp + " --checkpoint " + mpCk + " --out " + mpRes, &log), 0) << log;
+    expectSameTensors(mpFull + "/transformer/diffusion_pytorch_model.safetensors",
+                      mpRes + "/transformer/diffusion_pytorch_model.safetensors");
+    if (cpuHasNativeBFloat16()) {
+      EXPECT_NE(run(base + " --vae-from " + out + " --position-jitter 0 --checkpoint " + mpCk +
+                        " --out " + tmp("x"),
+                    &log),
+                0);
+      EXPECT_NE(log.find("--mixed-precision bf16"), std::string::npos) << log;
+      // The products did run in bfloat16: not the float32 run's weights.
+      EXPECT_FALSE(at::equal(load(reuse + "/transformer/diffusion_pytorch_model.safetensors",
+                                  "transformer_blocks.0.attn.to_q.weight"),
+                             load(mpFull + "/transformer/diffusion_pytorch_model.safetensors",
+                                  "transformer_blocks.0.attn.to_q.weight")));
+    }
+  }
   // Refused, naming the cause, with nothing left behind: a folder without a VAE, a config
   // that does not match the weights, a resume on another VAE.
   const std::string noVae = tmp("no-vae"), bad = tmp("bad-vae");
@@ -330,9 +415,9 @@ TEST(DemoTrainer, DataParallelTwoRanksFollowsTheOneProcessRun) {
 
 // The embedded default model draws what it is asked on prompts it never saw in training, through
 // the real CLI's eval-demo on one rank with the settings of its TRAINING.md (true CFG 5 against
-// the empty prompt). A regression floor about three images (of 48) under what the committed
-// model scores (87.5 / 91.7 / 91.7 / 31.2%, resources/models/tiny-flux/TRAINING.md); issue 15's
-// bar (90 / 90 / 80 / 70) is met for background and position, not yet for the others.
+// the empty prompt). A regression floor three images (of 48) under what the committed model
+// scores (91.7 / 95.8 / 100 / 60.4%, count 93.8%; resources/models/tiny-flux/TRAINING.md); issue
+// 15's bar (90 / 90 / 80 / 70) is met for foreground, background and position, not for shape.
 TEST(EmbeddedModel, HeldOutAccuracyFloor) {
   std::string log;
   // One thread (OpenMP and OpenBLAS both read OMP_NUM_THREADS): the tensors are tiny, and two
@@ -348,10 +433,11 @@ TEST(EmbeddedModel, HeldOutAccuracyFloor) {
     const auto line = log.substr(at + 1, log.find('\n', at + 1) - at - 1);
     return std::stod(line.substr(line.rfind(' ', line.size() - 2) + 1));
   };
-  EXPECT_GE(percent("foreground colour"), 81.0) << log;
-  EXPECT_GE(percent("background colour"), 85.0) << log;
-  EXPECT_GE(percent("position"), 85.0) << log;
-  EXPECT_GE(percent("shape"), 25.0) << log;
+  EXPECT_GE(percent("foreground colour"), 85.0) << log;
+  EXPECT_GE(percent("background colour"), 89.0) << log;
+  EXPECT_GE(percent("position"), 93.0) << log;
+  EXPECT_GE(percent("shape"), 54.0) << log;
+  EXPECT_GE(percent("count"), 87.0) << log;
 }
 
 class EmbeddedModelStrategies : public ::testing::TestWithParam<std::string> {};

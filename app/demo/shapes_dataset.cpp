@@ -128,6 +128,23 @@ ShapeLayout layout(const ShapeScene& s, int width, int height) {
   return l;
 }
 
+namespace {
+
+// Shape of one object from its coverage c (0 = background colour, 1 = the objects' colour) over
+// its pixels and those next to them: area A = sum of c; width and height = the sums of the column
+// and row maxima of c (sub-pixel extents, which hold under antialiasing and blur); fill = A /
+// (width x height); oy = how far the area's centroid lies below the centre of the row profile, in
+// heights. Triangle (apex up): oy = 1/6; star, circle, square: oy about 0, fill about 0.35, pi/4
+// and 1.
+int classifyShape(double fill, double oy) {
+  if (oy > 0.09) return 2;    // triangle
+  if (fill > 0.89) return 1;  // square
+  if (fill > 0.60) return 0;  // circle
+  return 3;                   // star
+}
+
+}  // namespace
+
 SceneReading analyse(const std::vector<uint8_t>& rgb, int W, int H) {
   if (W < 8 || H < 8 || rgb.size() != static_cast<size_t>(W) * H * 3)
     throw std::invalid_argument("analyse: expected " + std::to_string(W) + "x" + std::to_string(H) +
@@ -141,67 +158,110 @@ SceneReading analyse(const std::vector<uint8_t>& rgb, int W, int H) {
   for (int y = 1; y < H - 1; ++y)
     for (int x : {0, W - 1})
       for (int c = 0; c < 3; ++c) border[c].push_back(px(x, y, c));
-  const double br = median(border[0]), bg = median(border[1]), bb = median(border[2]);
-  r.background = nearestColour(br, bg, bb);
-  std::vector<uint8_t> mask(static_cast<size_t>(W) * H, 0);
-  std::vector<double> fg[3];
-  double sumX = 0, sumY = 0;
-  for (int y = 0; y < H; ++y)
-    for (int x = 0; x < W; ++x) {
-      const double dr = px(x, y, 0) - br, dg = px(x, y, 1) - bg, db = px(x, y, 2) - bb;
-      if (std::sqrt(dr * dr + dg * dg + db * db) > 70) {
-        mask[y * W + x] = 1;
-        for (int c = 0; c < 3; ++c) fg[c].push_back(px(x, y, c));
-        sumX += x + 0.5, sumY += y + 0.5;
-      }
-    }
-  const size_t n = fg[0].size();
+  const double B[3] = {median(border[0]), median(border[1]), median(border[2])};
+  r.background = nearestColour(B[0], B[1], B[2]);
+  // Candidates: pixels farther than 70 from the background colour.
+  auto dist = [&](int i) {
+    double d2 = 0;
+    for (int c = 0; c < 3; ++c) d2 += (rgb[i * 3 + c] - B[c]) * (rgb[i * 3 + c] - B[c]);
+    return std::sqrt(d2);
+  };
+  std::vector<int> cand;
+  std::vector<double> candD;
+  for (int i = 0; i < W * H; ++i)
+    if (const double d = dist(i); d > 70) cand.push_back(i), candD.push_back(d);
   const double minArea = 4.0 * W * H / 4096.0;
+  if (cand.size() < minArea) return r;
+  // The objects' colour: the median of the candidates' farther half (their interiors; the
+  // nearer half is mostly edge pixels blended with the background).
+  const double dMid = median(candD);
+  std::vector<double> fg[3];
+  for (size_t k = 0; k < cand.size(); ++k)
+    if (candD[k] >= dMid)
+      for (int c = 0; c < 3; ++c) fg[c].push_back(rgb[cand[k] * 3 + c]);
+  const double F[3] = {median(fg[0]), median(fg[1]), median(fg[2])};
+  r.colour = nearestColour(F[0], F[1], F[2]);
+  // The objects: pixels past the 50% contour between the background and the objects' colour
+  // (projection on the line from B to F), where an edge blended by antialiasing or a soft decoder
+  // lies, whatever the two colours' contrast.
+  const double e[3] = {F[0] - B[0], F[1] - B[1], F[2] - B[2]};
+  const double ee = e[0] * e[0] + e[1] * e[1] + e[2] * e[2];
+  std::vector<uint8_t> mask(static_cast<size_t>(W) * H, 0);
+  double sumX = 0, sumY = 0;
+  size_t n = 0;
+  for (int i = 0; i < W * H; ++i) {
+    double t = 0;
+    for (int c = 0; c < 3; ++c) t += (rgb[i * 3 + c] - B[c]) * e[c];
+    if (ee > 0 && t > 0.5 * ee) mask[i] = 1, sumX += i % W + 0.5, sumY += i / W + 0.5, ++n;
+  }
   if (n < minArea) return r;
-  r.colour = nearestColour(median(fg[0]), median(fg[1]), median(fg[2]));
   const double cx = sumX / n / W, cy = sumY / n / H;
   const int col = cx < 0.38 ? 0 : cx > 0.62 ? 2 : 1, row = cy < 0.38 ? 0 : cy > 0.62 ? 2 : 1;
   r.position = 3 * row + col;
-  // 4-connected components.
-  std::vector<int> label(mask.size(), 0), stack;
-  int bestArea = 0, x0b = 0, x1b = 0, y0b = 0, y1b = 0;
-  double bestSy = 0;
+  // Coverage of every pixel, for the shape features.
+  std::vector<double> cov(static_cast<size_t>(W) * H);
+  for (int i = 0; i < W * H; ++i) {
+    double t = 0;
+    for (int c = 0; c < 3; ++c) t += (rgb[i * 3 + c] - B[c]) * e[c];
+    cov[i] = ee > 0 ? std::clamp(t / ee, 0.0, 1.0) : 0.0;
+  }
+  // 4-connected components; each one of at least minArea pixels is an object and votes for a
+  // shape; a tie goes to the largest object's shape.
+  std::vector<int> label(mask.size(), 0), stack, pixels;
+  std::vector<double> colMax(W), rowMax(H);
+  int votes[kShapes] = {0, 0, 0, 0}, next = 0, largestShape = -1;
+  double bestArea = 0;
   for (int start = 0; start < W * H; ++start) {
     if (!mask[start] || label[start]) continue;
-    label[start] = 1;
+    const int id = ++next;
+    label[start] = id;
     stack.assign(1, start);
-    int area = 0, x0 = W, x1 = -1, y0 = H, y1 = -1;
-    double sy = 0;
+    pixels.clear();
     while (!stack.empty()) {
       const int i = stack.back();
       stack.pop_back();
+      pixels.push_back(i);
       const int x = i % W, y = i / W;
-      ++area, sy += y + 0.5;
-      x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
       const int nb[4][2] = {{x - 1, y}, {x + 1, y}, {x, y - 1}, {x, y + 1}};
       for (const auto& q : nb) {
         if (q[0] < 0 || q[0] >= W || q[1] < 0 || q[1] >= H) continue;
         const int j = q[1] * W + q[0];
-        if (mask[j] && !label[j]) label[j] = 1, stack.push_back(j);
+        if (mask[j] && !label[j]) label[j] = id, stack.push_back(j);
       }
     }
-    if (area >= minArea) ++r.count;
-    if (area > bestArea) bestArea = area, x0b = x0, x1b = x1, y0b = y0, y1b = y1, bestSy = sy;
+    if (static_cast<double>(pixels.size()) < minArea) continue;
+    ++r.count;
+    // The object's pixels and the unclaimed pixels within one of them (its blended edge).
+    std::vector<int> region = pixels;
+    for (const int i : pixels)
+      for (int dy = -1; dy <= 1; ++dy)
+        for (int dx = -1; dx <= 1; ++dx) {
+          const int x = i % W + dx, y = i / W + dy;
+          if (x < 0 || x >= W || y < 0 || y >= H) continue;
+          const int j = y * W + x;
+          if (!label[j] && !mask[j]) label[j] = -id, region.push_back(j);
+        }
+    std::fill(colMax.begin(), colMax.end(), 0.0);
+    std::fill(rowMax.begin(), rowMax.end(), 0.0);
+    double A = 0, sy = 0;
+    for (const int i : region) {
+      const int x = i % W, y = i / W;
+      A += cov[i], sy += cov[i] * (y + 0.5);
+      colMax[x] = std::max(colMax[x], cov[i]), rowMax[y] = std::max(rowMax[y], cov[i]);
+      if (label[i] < 0) label[i] = 0;  // an edge pixel may border the next object too
+    }
+    double w = 0, h = 0, my = 0;
+    for (int x = 0; x < W; ++x) w += colMax[x];
+    for (int y = 0; y < H; ++y) h += rowMax[y], my += rowMax[y] * (y + 0.5);
+    const double fill = A / (w * h), oy = (sy / A - my / h) / h;
+    const int shape = classifyShape(fill, oy);
+    ++votes[shape];
+    if (A > bestArea) bestArea = A, largestShape = shape;
   }
-  const double bw = x1b - x0b + 1, bh = y1b - y0b + 1;
-  const double fill = bestArea / (bw * bh);
-  const double oy = (bestSy / bestArea - (y0b + bh / 2)) / bh;
-  // A triangle's centroid lies a sixth of its height below its bounding box's centre (apex
-  // up); a star's, a circle's and a square's within a few hundredths. The rest by the fill ratio
-  // of the box: square 1, circle pi/4, star about 0.4.
-  if (oy > 0.11)
-    r.shape = 2;  // triangle
-  else if (fill > 0.88)
-    r.shape = 1;  // square
-  else if (fill > 0.62)
-    r.shape = 0;  // circle
-  else
-    r.shape = 3;  // star
+  if (r.count == 0) return r;
+  r.shape = largestShape;
+  for (int k = 0; k < kShapes; ++k)
+    if (votes[k] > votes[r.shape]) r.shape = k;
   return r;
 }
 
