@@ -23,7 +23,7 @@
 // autocast, as accelerate's mixed_precision="bf16"; the weights, AdamW and the loss stay float32).
 // With every scene at its cell's centre (--position-jitter 0) there are finitely many drawings:
 // each one's VAE posterior is encoded once (one image at a time, so the numbers do not depend on
-// the batch it came in) and kept.
+// the batch it came in) and kept. Jittered scenes are encoded per step, batched.
 // Then a report: validation loss by noise level, and how the analyser of eval-demo reads the
 // VAE's reconstructions of held-out drawings (the ceiling for any transformer).
 //
@@ -636,11 +636,21 @@ int main(int argc, char** argv) {
                                   was + "; resume it with the options it was started with");
     }
     ck.position_jitter = jitter;
+    // --mixed-precision: what was asked, then what this CPU runs (a checkpoint records the
+    // latter, so a resume is compared with it, and a bf16 checkpoint cannot go on here in float32).
+    const bool trainsTransformer =
+        steps > 0 && (ck.phase == "vae" || (ck.phase == "transformer" && ck.step < steps));
     if (mixedPrecision == "bf16" && !cpuHasNativeBFloat16()) {
-      std::cout << "--mixed-precision bf16: this CPU has no bf16 instructions (no avx512_bf16 / "
-                   "amx_bf16), where LibTorch emulates bfloat16 tens of times slower; training "
-                   "in float32 (--mixed-precision no)"
-                << std::endl;
+      if (resumed && trOpt.step > 0 && ck.mixed_precision == "bf16")
+        throw std::invalid_argument(checkpoint +
+                                    ": this checkpoint's transformer was trained with "
+                                    "--mixed-precision bf16, and this CPU has no bf16 "
+                                    "instructions (no avx512_bf16 / amx_bf16) to go on with it");
+      if (trainsTransformer)
+        std::cout << "--mixed-precision bf16: this CPU has no bf16 instructions (no avx512_bf16 / "
+                     "amx_bf16), where LibTorch emulates bfloat16 tens of times slower; training "
+                     "in float32 (--mixed-precision no)"
+                  << std::endl;
       mixedPrecision = "no";
     }
     if (resumed && trOpt.step > 0 && ck.mixed_precision != mixedPrecision)
@@ -657,8 +667,9 @@ int main(int argc, char** argv) {
       dp.requireSame({ck.phase == "vae"           ? 0
                       : ck.phase == "transformer" ? 1
                                                   : 2,
-                      ck.step, vaeOpt.step, trOpt.step, elements},
-                     "where training resumes");
+                      ck.step, vaeOpt.step, trOpt.step, elements,
+                      static_cast<int64_t>(mixedPrecision == "bf16")},
+                     "where training resumes (and --mixed-precision as this CPU runs it)");
     }
     if (emaDecay > 0 && trEma.empty()) {
       if (trOpt.step > 0)
@@ -773,29 +784,32 @@ int main(int argc, char** argv) {
     const at::Tensor imgIds =
         FluxPipeline::latentImageIds(static_cast<int>(hl / 2), static_cast<int>(hl / 2));
     // Phase 2: the transformer.
-    // The VAE posteriors (mean, std: [n, C, h, w]) of scenes, each encoded alone; kept when the
-    // scene has no jitter (finitely many such drawings, about 11,000: 90 MB at 64x64).
+    // The VAE posteriors (mean, std: [n, C, h, w]) of scenes. Without jitter each is encoded alone
+    // (its numbers independent of the batch and the rank count) and kept: finitely many such
+    // drawings, about 11,000, 90 MB per rank at 64x64.
     std::map<std::tuple<int, int, int, int, int, int>, std::pair<at::Tensor, at::Tensor>>
         posteriorCache;
     auto posteriors = [&](const std::vector<demo::ShapeScene>& sc) {
-      std::vector<at::Tensor> means, stds;
+      // Jittered scenes (each drawing new): one batched encode, as without the cache.
+      for (const auto& s : sc)
+        if (s.jitter_x != 0 || s.jitter_y != 0) {
+          const DiagonalGaussianDistribution post = frozenVae.encode(drawBatch(sc, size));
+          return std::make_pair(post.mean, post.std);
+        }
+      std::vector<at::Tensor> means, stdevs;
       for (const auto& s : sc) {
-        const bool keep = s.jitter_x == 0 && s.jitter_y == 0;
         const auto key =
             std::make_tuple(s.shape, s.colour, s.background, s.position, s.size, s.count);
-        auto it = keep ? posteriorCache.find(key) : posteriorCache.end();
+        auto it = posteriorCache.find(key);
         if (it == posteriorCache.end()) {
           const DiagonalGaussianDistribution post = frozenVae.encode(drawBatch({s}, size));
-          std::pair<at::Tensor, at::Tensor> v{post.mean[0].clone(), post.std[0].clone()};
-          if (!keep) {
-            means.push_back(v.first), stds.push_back(v.second);
-            continue;
-          }
-          it = posteriorCache.emplace(key, std::move(v)).first;
+          it =
+              posteriorCache.emplace(key, std::make_pair(post.mean[0].clone(), post.std[0].clone()))
+                  .first;
         }
-        means.push_back(it->second.first), stds.push_back(it->second.second);
+        means.push_back(it->second.first), stdevs.push_back(it->second.second);
       }
-      return std::make_pair(at::stack(means), at::stack(stds));
+      return std::make_pair(at::stack(means), at::stack(stdevs));
     };
     // The inputs of a batch of n scenes, rows [lo, hi) of it (the random draws are the whole
     // batch's, sliced).
@@ -804,9 +818,9 @@ int main(int argc, char** argv) {
       at::NoGradGuard ng;
       const auto sc = scenes(phase, step, n);
       auto gen = at::detail::createCPUGenerator(seed * 1000 + 29 + step * 2 + phase * 7919);
-      const auto [mean, std] = posteriors({sc.begin() + lo, sc.begin() + hi});
+      const auto [mean, stdev] = posteriors({sc.begin() + lo, sc.begin() + hi});
       const at::Tensor eps = at::randn(wholeBatch(mean, n), gen, at::kFloat).slice(0, lo, hi);
-      const at::Tensor z = mean + std * eps;
+      const at::Tensor z = mean + stdev * eps;
       x0 = packLatents((z - ck.shift) * ck.scale);
       // Caption dropout (training batches only): the empty prompt instead of the caption, so
       // that the model also learns the unconditional prediction true CFG subtracts.

@@ -82,12 +82,14 @@ struct SceneReading {
 ///    an antialiased or softly decoded edge lies whatever the contrast of the two colours;
 ///  - position = the objects' centroid's cell in a 3x3 grid with boundaries at 38% and 62%;
 ///  - count = 4-connected objects of at least 4 pixels (per 64x64);
-///  - shape = the majority vote of the objects (a tie: the largest object's), each classified by
+///  - shape = the majority vote of the objects, each classified by
 ///    sub-pixel coverage features (coverage = the projection clamped to [0, 1], over the object and
 ///    the pixels next to it): fill = area / (width x height), width and height being the sums of
 ///    the column and row maxima, and how far the area's centroid lies below the centre of the
-///    row profile (a triangle, apex up: 1/6 of its height; the others about 0); then square (fill
-///    about 1), circle (pi/4) or star (about 0.45).
+///    row profile (a triangle, apex up: 1/6 of its height; the others under 0.05); then square
+///    (fill about 1), circle (pi/4) or star (0.35 for the ideal polygon; 0.45-0.55 as drawn at
+///    these sizes). With more than one most-voted shape the largest object's wins if it is among
+///    them, else the first in shape order.
 /// Reads every held-out clean drawing right, and most of them blurred by a Gaussian of 1 px
 /// (DemoData tests). Throws std::invalid_argument when the buffer size does not match.
 SceneReading analyse(const std::vector<uint8_t>& rgb, int width, int height);
