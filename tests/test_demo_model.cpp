@@ -161,24 +161,26 @@ std::vector<uint8_t> gaussianBlur(const std::vector<uint8_t>& rgb, int W, int H,
   double sum = 0;
   for (int i = -R; i <= R; ++i) sum += k[i + R] = std::exp(-0.5 * i * i / (sigma * sigma));
   for (auto& v : k) v /= sum;
-  std::vector<double> rows(rgb.size());
-  for (int y = 0; y < H; ++y)
-    for (int x = 0; x < W; ++x)
-      for (int c = 0; c < 3; ++c) {
-        double a = 0;
-        for (int i = -R; i <= R; ++i)
-          a += k[i + R] * rgb[(y * W + std::clamp(x + i, 0, W - 1)) * 3 + c];
-        rows[(y * W + x) * 3 + c] = a;
-      }
+  // One 1-D pass along x (dx = 1) or y (dx = 0).
+  auto pass = [&](const std::vector<double>& in, int dx) {
+    std::vector<double> out(in.size());
+    for (int y = 0; y < H; ++y)
+      for (int x = 0; x < W; ++x)
+        for (int c = 0; c < 3; ++c) {
+          double a = 0;
+          for (int i = -R; i <= R; ++i) {
+            const int xx = std::clamp(x + dx * i, 0, W - 1),
+                      yy = std::clamp(y + (1 - dx) * i, 0, H - 1);
+            a += k[i + R] * in[(yy * W + xx) * 3 + c];
+          }
+          out[(y * W + x) * 3 + c] = a;
+        }
+    return out;
+  };
+  const std::vector<double> blurred = pass(pass({rgb.begin(), rgb.end()}, 1), 0);
   std::vector<uint8_t> out(rgb.size());
-  for (int y = 0; y < H; ++y)
-    for (int x = 0; x < W; ++x)
-      for (int c = 0; c < 3; ++c) {
-        double a = 0;
-        for (int i = -R; i <= R; ++i)
-          a += k[i + R] * rows[(std::clamp(y + i, 0, H - 1) * W + x) * 3 + c];
-        out[(y * W + x) * 3 + c] = static_cast<uint8_t>(std::lround(std::clamp(a, 0.0, 255.0)));
-      }
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<uint8_t>(std::lround(std::clamp(blurred[i], 0.0, 255.0)));
   return out;
 }
 

@@ -184,27 +184,23 @@ SceneReading analyse(const std::vector<uint8_t>& rgb, int W, int H) {
   // The objects: pixels past the 50% contour between the background and the objects' colour
   // (projection on the line from B to F), where an edge blended by antialiasing or a soft decoder
   // lies, whatever the two colours' contrast.
+  // Coverage: that projection, 0 at B and 1 at F, clamped (also the shape features' input).
   const double e[3] = {F[0] - B[0], F[1] - B[1], F[2] - B[2]};
   const double ee = e[0] * e[0] + e[1] * e[1] + e[2] * e[2];
+  std::vector<double> cov(static_cast<size_t>(W) * H, 0.0);
   std::vector<uint8_t> mask(static_cast<size_t>(W) * H, 0);
   double sumX = 0, sumY = 0;
   size_t n = 0;
-  for (int i = 0; i < W * H; ++i) {
+  for (int i = 0; ee > 0 && i < W * H; ++i) {
     double t = 0;
     for (int c = 0; c < 3; ++c) t += (rgb[i * 3 + c] - B[c]) * e[c];
-    if (ee > 0 && t > 0.5 * ee) mask[i] = 1, sumX += i % W + 0.5, sumY += i / W + 0.5, ++n;
+    cov[i] = std::clamp(t / ee, 0.0, 1.0);
+    if (cov[i] > 0.5) mask[i] = 1, sumX += i % W + 0.5, sumY += i / W + 0.5, ++n;
   }
   if (n < minArea) return r;
   const double cx = sumX / n / W, cy = sumY / n / H;
   const int col = cx < 0.38 ? 0 : cx > 0.62 ? 2 : 1, row = cy < 0.38 ? 0 : cy > 0.62 ? 2 : 1;
   r.position = 3 * row + col;
-  // Coverage of every pixel, for the shape features.
-  std::vector<double> cov(static_cast<size_t>(W) * H);
-  for (int i = 0; i < W * H; ++i) {
-    double t = 0;
-    for (int c = 0; c < 3; ++c) t += (rgb[i * 3 + c] - B[c]) * e[c];
-    cov[i] = ee > 0 ? std::clamp(t / ee, 0.0, 1.0) : 0.0;
-  }
   // 4-connected components; each one of at least minArea pixels is an object and votes for a
   // shape; among equally voted shapes the largest object's wins, else the first in shape order.
   std::vector<int> label(mask.size(), 0), stack, pixels;
