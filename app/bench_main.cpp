@@ -22,6 +22,7 @@
 // FLUX.1 forward (see expectedTraffic()); the two agree when the implementation issues exactly
 // the collectives the strategy needs.
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 #include <malloc.h>
 
 #include <CLI/CLI.hpp>
@@ -66,9 +67,73 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// ------------------------------------------------------------------ per-operator profile
+// --profile: one more forward after the timed ones with RecordFunction callbacks on this thread
+// (ATen operators as dispatched; intra-op worker threads run inside them), aggregated by operator
+// name: calls, total and self milliseconds (self = total minus the operators called inside it).
+// Same idea as torch.profiler's key_averages() table; the callbacks add a few microseconds per op.
+struct OpStat {
+  int64_t calls = 0;
+  double totalMs = 0.0, selfMs = 0.0;
+};
+struct OpFrame {
+  const char* name;
+  Clock::time_point t0;
+  double childMs;
+};
+thread_local std::vector<OpFrame> t_opStack;
+thread_local std::map<std::string, OpStat>* t_opStats = nullptr;
+
+std::unique_ptr<at::ObserverContext> onOpStart(const at::RecordFunction& fn) {
+  if (t_opStats) t_opStack.push_back({fn.name(), Clock::now(), 0.0});
+  return nullptr;
+}
+
+void onOpEnd(const at::RecordFunction& /*fn*/, at::ObserverContext* /*ctx*/) {
+  if (!t_opStats || t_opStack.empty()) return;
+  const OpFrame f = t_opStack.back();
+  t_opStack.pop_back();
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - f.t0).count();
+  OpStat& st = (*t_opStats)[f.name];
+  ++st.calls;
+  st.totalMs += ms;
+  st.selfMs += ms - f.childMs;
+  if (!t_opStack.empty()) t_opStack.back().childMs += ms;
+}
+
+/// Runs fn once under the operator callbacks; returns {"step_ms", "ops": top `top` by self time}.
+template <typename F>
+ordered_json profileOps(F&& fn, size_t top = 25) {
+  std::map<std::string, OpStat> stats;
+  t_opStats = &stats;
+  t_opStack.clear();
+  const at::CallbackHandle h = at::addThreadLocalCallback(
+      at::RecordFunctionCallback(&onOpStart, &onOpEnd).scopes({at::RecordScope::FUNCTION}));
+  const auto t0 = Clock::now();
+  fn();
+  const double stepMs = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  at::removeCallback(h);
+  t_opStats = nullptr;
+  std::vector<std::pair<std::string, OpStat>> v(stats.begin(), stats.end());
+  std::sort(v.begin(), v.end(),
+            [](const auto& x, const auto& y) { return x.second.selfMs > y.second.selfMs; });
+  ordered_json ops = ordered_json::array();
+  double selfSum = 0.0;
+  for (const auto& [name, st] : v) selfSum += st.selfMs;
+  for (size_t i = 0; i < v.size() && i < top; ++i)
+    ops.push_back({{"op", v[i].first},
+                   {"calls", v[i].second.calls},
+                   {"self_ms", v[i].second.selfMs},
+                   {"total_ms", v[i].second.totalMs}});
+  return {{"step_ms", stepMs},
+          {"ops_self_ms", selfSum},
+          {"outside_ops_ms", stepMs - selfSum},
+          {"ops", ops}};
+}
+
 struct Args {
   std::string model, config, dtype = "bfloat16", phase = "all", jsonOut;
-  bool randomWeights = false, pretty = false;
+  bool randomWeights = false, pretty = false, profile = false;
   int width = 1024, height = 1024, textLen = 512, steps = 10, warmup = 2, batch = 1;
   uint64_t seed = 0;
   double peakTflops = -1.0;
@@ -354,6 +419,7 @@ int runBench(Args a) {
 
   // 4. Steps.
   std::vector<double> myStepMs;
+  ordered_json opProfile;
   int64_t bytesTimed = 0;
   const int steps = a.phase == "all" ? a.steps : 0;
   if (a.phase == "all") {
@@ -405,6 +471,13 @@ int runBench(Args a) {
       myStepMs.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     }
     bytesTimed = static_cast<int64_t>(mesh.bytesSent() - b0);
+    if (a.profile && steps > 0) {
+      worldG->barrier()->wait();
+      opProfile = profileOps([&] {
+        at::Tensor v = step();
+        deviceSync(device);
+      });
+    }
   }
   const DeviceMem devEnd = deviceMemory(device);
 
@@ -598,6 +671,7 @@ int runBench(Args a) {
     ranks.push_back(rj);
   }
   j["ranks"] = ranks;
+  if (!opProfile.is_null()) j["op_profile"] = opProfile;
   j["notes"] = {
       {"weight_storage_bytes",
        "rank 0's transformer weights by storage: 8-bit float checkpoints keep their linear "
@@ -658,6 +732,9 @@ int main(int argc, char** argv) {
                  "device peak TFLOP/s per rank for fraction_of_peak");
   app.add_option("--json-out", a.jsonOut, "also write the JSON to this file");
   app.add_flag("--pretty", a.pretty, "indent the JSON");
+  app.add_flag("--profile", a.profile,
+               "after the timed steps, one more forward with per-operator timing (rank 0's "
+               "ATen operators: calls, self and total ms, top 25 by self time) in \"op_profile\"");
   protocol::addStrategyOptions(app, a.s);
   try {
     app.parse(argc, argv);
