@@ -9,6 +9,7 @@
 #include "backend/models/flux/transformer_flux.h"
 #include "backend/models/text_encoders/modeling_clip.h"
 #include "backend/models/text_encoders/modeling_t5.h"
+#include "backend/nn/activations.h"
 #include "backend/pipelines/flux/pipeline_flux.h"
 #include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
 #include "golden_util.h"
@@ -31,6 +32,53 @@ FluxPipeline& pipeline() {
   return p;
 }
 }  // namespace
+
+// nn::geluTanhCpu (the FLUX feed-forward's activation on the CPU) against the float64 value of
+// gelu(x, "tanh") over normal draws and a sweep of -200..200 (both tails, the clamp of its exp),
+// in float32 and from bfloat16 (rounded once, as at::gelu rounds its float32 result), on a
+// non-contiguous view and across the vectorised body and its remainder. The float64 reference is
+// written as x / (1 + exp(-2u)), equal to 0.5 x (1 + tanh(u)) but without its cancellation for
+// negative x (float64 at::gelu returns 0 from x = -7 on, where the value is about -3e-16).
+static at::Tensor geluTanhFloat64(const at::Tensor& x) {
+  const at::Tensor u2 = 1.5957691216057308 * (x + 0.044715 * x.pow(3));
+  return x / (1 + at::exp(-u2));
+}
+
+TEST(CpuKernels, GeluTanhMatchesFloat64) {
+  at::manual_seed(0);
+  const at::Tensor xf = at::cat(
+      {(at::randn({320, 2048}) * 3).flatten(), at::linspace(-200, 200, 100003, at::kFloat)});
+  const at::Tensor xd = xf.to(at::kDouble);
+  const at::Tensor ref = geluTanhFloat64(xd);
+  const at::Tensor y = dit::nn::geluTanhCpu(xf).to(at::kDouble);
+  ASSERT_EQ(y.sizes(), ref.sizes());
+  const at::Tensor err = (y - ref).abs();
+  // Within 2 float32 ulps of max(1, |x|), and 2e-6 relative where the value is not tiny.
+  EXPECT_LE((err - 2.4e-7 * xd.abs().clamp_min(1.0)).max().item<double>(), 0.0);
+  EXPECT_LE((err / ref.abs()).masked_select(ref.abs() > 1e-3).max().item<double>(), 2e-6);
+  // Limits: x for large positive x, 0 to float precision for large negative x.
+  EXPECT_EQ(y[-1].item<double>(), 200.0);
+  EXPECT_LE(std::abs(y[ref.numel() - 100003].item<double>()), 1e-30);
+  // Close to LibTorch's float32 kernel too (which loses relative accuracy in the negative tail).
+  EXPECT_TRUE(at::allclose(y.to(at::kFloat), at::gelu(xf, "tanh"), 1e-5, 1e-6));
+
+  // bfloat16: the float32 result rounded to nearest even, element for element, so within half a
+  // bfloat16 ulp (at most 2^-8 relative) of the float64 value plus the float32 error.
+  const at::Tensor xb = xf.to(at::kBFloat16);
+  const at::Tensor yb = dit::nn::geluTanhCpu(xb);
+  ASSERT_EQ(yb.scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(yb.equal(dit::nn::geluTanhCpu(xb.to(at::kFloat)).to(at::kBFloat16)));
+  const at::Tensor refb = geluTanhFloat64(xb.to(at::kDouble));
+  EXPECT_LE(((yb.to(at::kDouble) - refb).abs() - 3.92e-3 * refb.abs() - 1e-30).max().item<double>(),
+            0.0);
+
+  // A non-contiguous view, and odd sizes (the vectorised loop's remainder).
+  const at::Tensor nc = at::randn({7, 33}).t();
+  EXPECT_TRUE(at::allclose(dit::nn::geluTanhCpu(nc), at::gelu(nc, "tanh"), 1e-5, 1e-6));
+  EXPECT_EQ(dit::nn::geluTanhCpu(nc).sizes(), nc.sizes());
+  EXPECT_EQ(dit::nn::geluTanhCpu(at::empty({0})).numel(), 0);
+  EXPECT_THROW(dit::nn::geluTanhCpu(at::randn({4}, at::kDouble)), std::invalid_argument);
+}
 
 TEST(Golden, SchedulerTables) {
   auto m = ModelFolder::open(fixtureDir());

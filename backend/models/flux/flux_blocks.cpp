@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "backend/models/cache/step_cache.h"
+#include "backend/nn/activations.h"
 #include "parallel/attention.h"
 #include "parallel/context_parallel.h"
 #include "parallel/torch_compat.h"
@@ -17,11 +18,11 @@ namespace {
 // LayerNorm without affine parameters, eps 1e-6 (diffusers norm1/norm/norm_out, norm2).
 at::Tensor layerNorm(const at::Tensor& x) { return at::layer_norm(x, {x.size(-1)}, {}, {}, 1e-6); }
 
-// Reduced precision on the CPU where LibTorch's own kernels for it are slow (float16 always;
-// bfloat16 on LibTorch 1.x, see torch_compat::kSlowBf16CpuNormGelu): LayerNorm + modulation and
-// the tanh-GELU then run in float32 with one rounding at the end.
+// Reduced precision on the CPU where LibTorch's own LayerNorm for it is slow (float16 always;
+// bfloat16 on LibTorch 1.x, see torch_compat::kSlowBf16CpuLayerNorm): LayerNorm + modulation then
+// run in float32 with one rounding at the end.
 bool reducedOnCpu(const at::Tensor& x) {
-  return x.is_cpu() && ((x.scalar_type() == at::kBFloat16 && torch_compat::kSlowBf16CpuNormGelu) ||
+  return x.is_cpu() && ((x.scalar_type() == at::kBFloat16 && torch_compat::kSlowBf16CpuLayerNorm) ||
                         x.scalar_type() == at::kHalf);
 }
 
@@ -93,15 +94,17 @@ at::Tensor applyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
 }
 
 // gelu(x, approximate="tanh") = 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3).
-// On the CPU as the identical x * sigmoid(2u), in float32 (one rounding to x's dtype at the
-// end), in place on one temporary: LibTorch's CPU tanh-GELU goes through a vectorised tanh that
-// costs 4.6x this in bfloat16 and 2.2x in float32 (measured on [1, 320, 2048], one thread:
-// 3.53 / 1.68 ms against 0.77 ms, LibTorch 1.13); the two forms differ by < 5e-7 in float32.
-// Other devices, and bfloat16 from LibTorch 2.x on (its kernel is the faster one there:
-// torch_compat::kSlowBf16CpuNormGelu): at::gelu, in x's dtype as diffusers computes it.
+// On the CPU in float32 / bfloat16 without gradients: nn::geluTanhCpu, one vectorised pass (0.35
+// ms in float32 and 0.48 ms from bfloat16 on [1, 320, 2048], one thread, against 1.4 / 3.2 ms
+// for LibTorch 1.13's at::gelu and 1.0 / 1.3 ms for the sigmoid form in ATen ops). Training
+// (autograd) and float16 on the CPU: the identical x * sigmoid(2u) in float32 ATen ops, one
+// rounding to x's dtype at the end (the two forms differ by < 5e-7 in float32). Other devices:
+// at::gelu (fused there).
 at::Tensor geluTanh(const at::Tensor& x) {
-  if (!x.is_cpu() || (x.scalar_type() == at::kBFloat16 && !torch_compat::kSlowBf16CpuNormGelu))
-    return at::gelu(x, "tanh");
+  if (!x.is_cpu()) return at::gelu(x, "tanh");
+  const bool grad = x.requires_grad() && at::GradMode::is_enabled();
+  if (!grad && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16))
+    return nn::geluTanhCpu(x);
   constexpr double k = 1.5957691216057308;  // 2 sqrt(2/pi)
   const at::Tensor xf = x.to(at::kFloat);   // x itself when float32: never written to below
   if (x.requires_grad() && at::GradMode::is_enabled()) {
