@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "parallel/cpu_attention.h"
 #include "parallel/torch_compat.h"
 
 namespace dit {
@@ -82,9 +83,11 @@ enum KernelBit : unsigned {
   kEfficientCuda = 1u << 3,
   kCudnnCuda = 1u << 4,
   kFusedOther = 1u << 5,
+  kMathCpu = 1u << 6,
 };
 constexpr std::pair<unsigned, const char*> kKernelNames[] = {
     {kMath, "math"},
+    {kMathCpu, "math_cpu"},
     {kFlashCpu, "flash_cpu"},
     {kFlashCuda, "flash_cuda"},
     {kEfficientCuda, "efficient_cuda"},
@@ -198,6 +201,11 @@ at::Tensor localAttention(const at::Tensor& q, const at::Tensor& k, const at::Te
     // Fused kernels never materialise the score matrix: no chunking needed.
     noteKernel(fusedBit(backend, q));
     return torch_compat::sdpa(q, k, v).contiguous();
+  }
+  if (cpuMathAttentionApplies(q, k, v)) {
+    // The project's head-by-head CPU kernel: no [B, H, S_q, S_k] scores, no copies of q/k/v.
+    noteKernel(kMathCpu);
+    return cpuMathAttention(q, k, v);
   }
   noteKernel(kMath);
   return chunkedMathSdpa(q, k, v);

@@ -6,11 +6,14 @@
 //
 // Backends (LibTorch version differences live in parallel/torch_compat.h; the run-time choice is
 // PyTorch's own, at::_fused_sdp_choice):
-//  - LibTorch 1.13 (Debian 12, CPU): at::_scaled_dot_product_attention (math path), evaluated in
-//    query chunks so that the [B, H, S_q, S_k] score matrix never exceeds about 256 MiB.
+//  - LibTorch 1.13 (Debian 12, CPU): localAttention runs the project's cpuMathAttention
+//    (parallel/cpu_attention.h: head by head, vectorised row softmax, no copies of q/k/v, output
+//    written in [B, S_q, H, D] order) for float32 / bfloat16 without autograd; otherwise
+//    at::_scaled_dot_product_attention (math path), evaluated in query chunks so that the
+//    [B, H, S_q, S_k] score matrix never exceeds about 256 MiB.
 //  - LibTorch 2.x: at::scaled_dot_product_attention with the backend PyTorch picks: on the CPU
 //    the fused flash kernel (float32/float64/bfloat16/float16, equal head dims), on CUDA flash /
-//    memory-efficient / cuDNN; the math path (query-chunked as above) where none applies.
+//    memory-efficient / cuDNN; where none applies, cpuMathAttention or the math path as above.
 //    attentionWithLse uses at::_scaled_dot_product_flash_attention_for_cpu on the CPU (2.2+),
 //    at::_scaled_dot_product_flash_attention (fp16/bf16) or
 //    at::_scaled_dot_product_efficient_attention (2.1+) on CUDA, which return the log-sum-exp;
@@ -29,7 +32,9 @@ namespace dit {
 /// Scaled dot-product attention softmax(Q K^T / sqrt(D)) V without mask or dropout.
 ///
 /// q: [B, H, S_q, D]; k, v: [B, H, S_k, D]; all of the same dtype (float32, bfloat16 or float16)
-/// and device. Returns [B, H, S_q, D] in q's dtype, contiguous. S_q == 0 yields an empty result;
+/// and device. Returns [B, H, S_q, D] in q's dtype: contiguous, except from cpuMathAttention
+/// ("math_cpu"), which returns a transposed view of a contiguous [B, S_q, H, D] tensor (so the
+/// caller's transpose back to [B, S_q, H * D] is free). S_q == 0 yields an empty result;
 /// S_k == 0 yields zeros (an empty softmax contributes nothing; PyTorch would give NaN).
 /// Matches torch.nn.functional.scaled_dot_product_attention (math path with LibTorch 1.13; the
 /// fused kernel PyTorch picks with LibTorch 2.x). float16 on the CPU is computed in float32 and
@@ -56,7 +61,8 @@ std::pair<at::Tensor, at::Tensor> mathAttentionWithLse(const at::Tensor& q, cons
 
 /// Names of the attention kernels localAttention / attentionWithLse have run in this process
 /// since start or the last resetAttentionKernelsUsed(), in a fixed order: "math" (unfused, query-
-/// chunked), "flash_cpu", "flash_cuda", "efficient_cuda", "cudnn_cuda", "fused_other". Empty
+/// chunked), "math_cpu" (cpuMathAttention), "flash_cpu", "flash_cuda", "efficient_cuda",
+/// "cudnn_cuda", "fused_other". Empty
 /// inputs (no queries or no keys) run no kernel. Thread-safe.
 std::vector<std::string> attentionKernelsUsed();
 

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -18,6 +19,7 @@
 
 #include "parallel/attention.h"
 #include "parallel/context_parallel.h"
+#include "parallel/cpu_attention.h"
 #include "parallel/device_mesh.h"
 #include "parallel/strategy.h"
 #include "parallel/torch_compat.h"
@@ -193,6 +195,95 @@ std::vector<std::string> expectedCpuKernel() {
   return {"math"};
 }
 
+// localAttention's kernel for the same inputs: where PyTorch has no fused CPU kernel, the
+// project's head-by-head cpuMathAttention.
+std::vector<std::string> expectedLocalCpuKernel() {
+  if (DITSTUDIO_TORCH_AT_LEAST(2, 2)) return {"flash_cpu"};
+  return {"math_cpu"};
+}
+
+// cpuMathAttention against float64 on strided inputs as FluxAttention passes them (transposed
+// views of [B, S, H, D]), S_q != S_k, a value head dim unlike the query's, and a key count whose
+// score rows do not fit one block (several query blocks with a short last one).
+TEST(CpuMathAttention, MatchesFloat64Reference) {
+  struct Case {
+    int64_t b, h, sq, sk, d, dv;
+  };
+  for (const Case c :
+       {Case{2, 3, 37, 53, 64, 64}, Case{1, 8, 320, 320, 64, 64}, Case{1, 2, 1, 70, 16, 8},
+        Case{1, 2, 300, 5003, 32, 32}, Case{1, 1, 5, 1, 8, 8}}) {
+    at::manual_seed(60 + c.sq);
+    auto q = (at::randn({c.b, c.sq, c.h, c.d}) * 2).transpose(1, 2);
+    auto k = (at::randn({c.b, c.sk, c.h, c.d}) * 2).transpose(1, 2);
+    auto v = at::randn({c.b, c.sk, c.h, c.dv}).transpose(1, 2);
+    ASSERT_TRUE(dit::cpuMathAttentionApplies(q, k, v));
+    const at::Tensor out = dit::cpuMathAttention(q, k, v);
+    ASSERT_EQ(out.sizes(), (std::vector<int64_t>{c.b, c.h, c.sq, c.dv}));
+    EXPECT_TRUE(out.transpose(1, 2).is_contiguous());  // [B, S_q, H, Dv] storage
+    // As accurate as LibTorch's float32 math path (scores |s| up to ~40 here: each carries
+    // about |s| * 2^-24 of rounding into the exponent).
+    const at::Tensor ref = referenceAttention(q, k, v);
+    const double atenErr = maxAbs(dit::mathAttentionWithLse(q, k, v).first, ref);
+    const double err = maxAbs(out, ref);
+    EXPECT_LT(err, 1.5 * atenErr + 1e-6) << c.sq << "x" << c.sk << " d" << c.d << " dv" << c.dv;
+    EXPECT_LT(err, 1e-5);
+    std::printf("cpuMathAttention %ldx%ld: %.3g (ATen math %.3g)\n", long(c.sq), long(c.sk), err,
+                atenErr);
+    // Contiguous [B, H, S, D] inputs give the same numbers.
+    EXPECT_EQ(maxAbs(dit::cpuMathAttention(q.contiguous(), k.contiguous(), v.contiguous()), out),
+              0.0);
+  }
+}
+
+TEST(CpuMathAttention, BFloat16WithinItsRounding) {
+  at::manual_seed(70);
+  auto q = at::randn({1, 320, 8, 64}).transpose(1, 2).to(at::kBFloat16);
+  auto k = at::randn({1, 320, 8, 64}).transpose(1, 2).to(at::kBFloat16);
+  auto v = at::randn({1, 320, 8, 64}).transpose(1, 2).to(at::kBFloat16);
+  const at::Tensor out = dit::cpuMathAttention(q, k, v);
+  EXPECT_EQ(out.scalar_type(), at::kBFloat16);
+  // Scores and probabilities rounded to bfloat16 (relative 2^-9) as PyTorch's math path does;
+  // |o| < 1 here.
+  EXPECT_LT(maxAbs(out, referenceAttention(q, k, v)), 1e-2);
+  EXPECT_LT(maxAbs(out, dit::torch_compat::sdpa(q, k, v)), 1e-2);
+}
+
+TEST(CpuMathAttention, RejectsWhatItDoesNotCompute) {
+  auto q = at::randn({1, 2, 3, 8});
+  EXPECT_FALSE(
+      dit::cpuMathAttentionApplies(q.to(at::kDouble), q.to(at::kDouble), q.to(at::kDouble)));
+  EXPECT_FALSE(dit::cpuMathAttentionApplies(q.to(at::kHalf), q.to(at::kHalf), q.to(at::kHalf)));
+  EXPECT_FALSE(dit::cpuMathAttentionApplies(q, at::empty({1, 2, 0, 8}), at::empty({1, 2, 0, 8})));
+  auto g = q.clone().requires_grad_(true);
+  EXPECT_FALSE(dit::cpuMathAttentionApplies(g, q, q));  // autograd keeps ATen's path
+  EXPECT_THROW(dit::cpuMathAttention(q, q.to(at::kBFloat16), q), std::invalid_argument);
+  EXPECT_THROW(dit::cpuMathAttention(q, at::randn({1, 3, 3, 8}), q), std::invalid_argument);
+}
+
+// Every instruction-set build of the row softmax this CPU runs, against float64: rows of
+// assorted lengths (tails shorter than a vector), large score ranges (exp underflow to ~0).
+TEST(CpuMathAttention, RowSoftmaxEveryInstructionSet) {
+  int ran = 0;
+  for (int isa = 0; isa <= 2; ++isa) {
+    for (const int64_t n : {int64_t{1}, int64_t{3}, int64_t{16}, int64_t{37}, int64_t{320}}) {
+      at::manual_seed(80 + n);
+      const at::Tensor x = at::randn({7, n}) * 40;
+      at::Tensor y = x.clone();
+      try {
+        dit::softmaxRowsCpu(y.data_ptr<float>(), 7, n, 0.125f, isa);
+      } catch (const std::invalid_argument&) {
+        break;  // this CPU lacks the instruction set (the lower levels were checked)
+      }
+      const at::Tensor ref = at::softmax(x.to(at::kDouble) * 0.125, -1);
+      EXPECT_LT(maxAbs(y, ref), 1e-6) << "isa " << isa << " n " << n;
+      EXPECT_LT((y.to(at::kDouble).sum(-1) - 1).abs().max().item<double>(), 1e-6);
+      ++ran;
+    }
+  }
+  EXPECT_GE(ran, 5);  // the baseline build runs everywhere
+  EXPECT_THROW(dit::softmaxRowsCpu(nullptr, 0, 1, 1.0f, 3), std::invalid_argument);
+}
+
 TEST(FusedAttention, CpuKernelMatchesUnfusedPath) {
   // Sizes that are not multiples of the flash kernel's query/key blocks, S_q != S_k, one query,
   // and FLUX.1's head dim 128.
@@ -210,7 +301,7 @@ TEST(FusedAttention, CpuKernelMatchesUnfusedPath) {
     EXPECT_EQ(dit::attentionKernelsUsed(), expectedCpuKernel()) << c.sq << "x" << c.sk;
     dit::resetAttentionKernelsUsed();
     auto local = dit::localAttention(q, k, v);
-    EXPECT_EQ(dit::attentionKernelsUsed(), expectedCpuKernel()) << c.sq << "x" << c.sk;
+    EXPECT_EQ(dit::attentionKernelsUsed(), expectedLocalCpuKernel()) << c.sq << "x" << c.sk;
     ASSERT_EQ(out.sizes(), refOut.sizes());
     ASSERT_EQ(lse.sizes(), refLse.sizes());
     EXPECT_EQ(lse.scalar_type(), at::kFloat);
@@ -247,7 +338,8 @@ TEST(FusedAttention, UnequalValueHeadDimFallsBackToMath) {
   dit::resetAttentionKernelsUsed();
   auto [out, lse] = dit::attentionWithLse(q, k, v);
   auto local = dit::localAttention(q, k, v);
-  EXPECT_EQ(dit::attentionKernelsUsed(), (std::vector<std::string>{"math"}));
+  // attentionWithLse: the float32 math path; localAttention: the project's CPU kernel.
+  EXPECT_EQ(dit::attentionKernelsUsed(), (std::vector<std::string>{"math", "math_cpu"}));
   ASSERT_EQ(out.sizes(), (std::vector<int64_t>{1, 2, 9, 8}));
   EXPECT_LT(maxAbs(out, referenceAttention(q, k, v)), 1e-5);
   EXPECT_LT(maxAbs(local, referenceAttention(q, k, v)), 1e-5);

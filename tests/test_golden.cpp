@@ -80,6 +80,24 @@ TEST(CpuKernels, GeluTanhMatchesFloat64) {
   EXPECT_THROW(dit::nn::geluTanhCpu(at::randn({4}, at::kDouble)), std::invalid_argument);
 }
 
+// geluTanhCpuOut writes the same values into a narrow of a wider buffer (as the single-stream
+// block builds cat(attn, mlp)) and leaves the rest of the buffer untouched.
+TEST(CpuKernels, GeluTanhOutIntoNarrowOfBuffer) {
+  for (const auto dt : {at::kFloat, at::kBFloat16}) {
+    at::manual_seed(91);
+    const at::Tensor x = (at::randn({2, 5, 37}) * 3).to(dt);
+    at::Tensor buf = at::full({2, 5, 50}, 7.0, at::TensorOptions().dtype(dt));
+    dit::nn::geluTanhCpuOut(x, buf.narrow(2, 13, 37));
+    EXPECT_TRUE(at::equal(buf.narrow(2, 13, 37), dit::nn::geluTanhCpu(x))) << dt;
+    EXPECT_TRUE(at::all(buf.narrow(2, 0, 13) == 7).item<bool>()) << dt;
+    EXPECT_THROW(dit::nn::geluTanhCpuOut(x, buf.narrow(2, 0, 36)), std::invalid_argument);
+    // Rows of unequal strides: [2, 5, 37] over a [5, 2, 50] buffer.
+    at::Tensor other = at::zeros({5, 2, 50}, at::TensorOptions().dtype(dt));
+    EXPECT_THROW(dit::nn::geluTanhCpuOut(x, other.transpose(0, 1).narrow(2, 0, 37)),
+                 std::invalid_argument);
+  }
+}
+
 TEST(Golden, SchedulerTables) {
   auto m = ModelFolder::open(fixtureDir());
   int n = 0;

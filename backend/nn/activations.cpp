@@ -8,7 +8,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "backend/nn/cpu_math.h"
+#include "parallel/cpu_math.h"
 
 namespace dit::nn {
 namespace {
@@ -41,37 +41,79 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void f32ToBf16(
 
 }  // namespace
 
-at::Tensor geluTanhCpu(const at::Tensor& x) {
-  if (!x.device().is_cpu())
-    throw std::invalid_argument("geluTanhCpu: the tensor is on " + x.device().str() +
-                                ", not the CPU");
-  const at::Tensor xc = x.contiguous();
-  at::Tensor y = at::empty_like(xc, at::MemoryFormat::Contiguous);
-  const int64_t n = xc.numel();
-  constexpr int64_t kGrain = 16384;
+namespace {
+
+// out rows [rows, n] with row stride ld (unit stride within a row) <- gelu of x's contiguous rows.
+void geluTanhRows(const at::Tensor& xc, void* outBase, int64_t rows, int64_t n, int64_t ld) {
+  constexpr int64_t kGrainRows = 8;
   if (xc.scalar_type() == at::kFloat) {
     const float* a = xc.data_ptr<float>();
-    float* b = y.data_ptr<float>();
-    at::parallel_for(0, n, kGrain, [&](int64_t s, int64_t e) { geluTanhF32(a + s, b + s, e - s); });
+    auto* b = static_cast<float*>(outBase);
+    at::parallel_for(0, rows, kGrainRows, [&](int64_t r0, int64_t r1) {
+      if (ld == n) return geluTanhF32(a + r0 * n, b + r0 * n, (r1 - r0) * n);
+      for (int64_t r = r0; r < r1; ++r) geluTanhF32(a + r * n, b + r * ld, n);
+    });
   } else if (xc.scalar_type() == at::kBFloat16) {
     const auto* a = reinterpret_cast<const uint16_t*>(xc.data_ptr<at::BFloat16>());
-    auto* b = reinterpret_cast<uint16_t*>(y.data_ptr<at::BFloat16>());
-    at::parallel_for(0, n, kGrain, [&](int64_t s, int64_t e) {
+    auto* b = static_cast<uint16_t*>(outBase);
+    at::parallel_for(0, rows, kGrainRows, [&](int64_t r0, int64_t r1) {
       constexpr int64_t kBlock = 1024;  // float32 staging that stays in L1
       float in[kBlock], out[kBlock];
-      for (int64_t i = s; i < e; i += kBlock) {
-        const int64_t m = std::min(kBlock, e - i);
-        bf16ToF32(a + i, in, m);
-        geluTanhF32(in, out, m);
-        f32ToBf16(out, b + i, m);
-      }
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t i = 0; i < n; i += kBlock) {
+          const int64_t m = std::min(kBlock, n - i);
+          bf16ToF32(a + r * n + i, in, m);
+          geluTanhF32(in, out, m);
+          f32ToBf16(out, b + r * ld + i, m);
+        }
     });
   } else {
     throw std::invalid_argument(std::string("geluTanhCpu: dtype ") +
                                 c10::toString(xc.scalar_type()) +
                                 " (expected float32 or bfloat16)");
   }
+}
+
+void checkCpu(const at::Tensor& t, const char* what) {
+  if (!t.device().is_cpu())
+    throw std::invalid_argument(std::string("geluTanhCpu: ") + what + " is on " + t.device().str() +
+                                ", not the CPU");
+}
+
+}  // namespace
+
+at::Tensor geluTanhCpu(const at::Tensor& x) {
+  checkCpu(x, "the tensor");
+  const at::Tensor xc = x.contiguous();
+  at::Tensor y = at::empty_like(xc, at::MemoryFormat::Contiguous);
+  const int64_t n = xc.dim() == 0 ? 1 : xc.size(-1);
+  if (xc.numel() > 0)
+    geluTanhRows(xc, y.data_ptr(), xc.numel() / n, n, n);
+  else if (xc.scalar_type() != at::kFloat && xc.scalar_type() != at::kBFloat16)
+    geluTanhRows(xc, nullptr, 0, 1, 1);  // the dtype error
   return y;
+}
+
+void geluTanhCpuOut(const at::Tensor& x, const at::Tensor& out) {
+  checkCpu(x, "the input");
+  checkCpu(out, "the output");
+  if (out.sizes() != x.sizes() || out.scalar_type() != x.scalar_type() || x.dim() < 1)
+    throw std::invalid_argument("geluTanhCpuOut: out must have x's shape and dtype (x " +
+                                std::string(c10::toString(x.scalar_type())) + ", out " +
+                                c10::toString(out.scalar_type()) + ")");
+  // Rows of out: unit stride along the last dimension, one row stride for all leading dims.
+  const int64_t n = x.size(-1);
+  const int64_t ld = out.dim() >= 2 ? out.stride(-2) : n;
+  bool rowsUniform = out.stride(-1) == 1 || n == 1;
+  for (int64_t d = 0; d + 2 < out.dim(); ++d)
+    rowsUniform =
+        rowsUniform && (out.size(d) == 1 || out.stride(d) == out.stride(d + 1) * out.size(d + 1));
+  if (!rowsUniform || ld < n)
+    throw std::invalid_argument(
+        "geluTanhCpuOut: out must be rows of unit stride with one row stride (such as a narrow "
+        "of a contiguous tensor's last dimension)");
+  if (x.numel() == 0) return;
+  geluTanhRows(x.contiguous(), out.data_ptr(), x.numel() / n, n, ld);
 }
 
 at::Tensor activation(const std::string& name, const at::Tensor& x) {
