@@ -104,6 +104,25 @@ template <int W>
   return __builtin_convertvector(out, typename Lanes<W>::H);
 }
 
+/// f rounded to the nearest bfloat16 (ties to even), as a float32 (the bits below the top 16
+/// cleared); a NaN is returned as is. Branch-free 32-bit integer operations (vectorises fully).
+[[gnu::always_inline]] inline float roundToBf16(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, sizeof b);
+  const uint32_t rounded = (b + 0x7FFFu + ((b >> 16) & 1u)) & 0xFFFF0000u;
+  const uint32_t r = (b & 0x7FFFFFFFu) > 0x7F800000u ? b : rounded;  // NaN: unchanged
+  float o;
+  std::memcpy(&o, &r, sizeof o);
+  return o;
+}
+
+/// The bfloat16 bits of a float32 that already is a bfloat16 value (roundToBf16's result).
+[[gnu::always_inline]] inline uint16_t bf16BitsOfRounded(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, sizeof b);
+  return static_cast<uint16_t>(b >> 16);
+}
+
 /// bfloat16 bits -> float32 (exact).
 [[gnu::always_inline]] inline float bf16BitsToFloat(uint16_t h) {
   const uint32_t b = static_cast<uint32_t>(h) << 16;

@@ -10,6 +10,7 @@
 #include "backend/models/text_encoders/modeling_clip.h"
 #include "backend/models/text_encoders/modeling_t5.h"
 #include "backend/nn/activations.h"
+#include "backend/nn/qk_norm_rope.h"
 #include "backend/pipelines/flux/pipeline_flux.h"
 #include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
 #include "golden_util.h"
@@ -80,6 +81,62 @@ TEST(CpuKernels, GeluTanhMatchesFloat64) {
   EXPECT_THROW(dit::nn::geluTanhCpu(at::randn({4}, at::kDouble)), std::invalid_argument);
 }
 
+// nn::rmsNormRopeCpuOut against the ATen form of diffusers' RMSNorm + apply_rotary_emb (the
+// operations FluxAttention runs where the kernel does not apply), for FLUX's head dims 64 and 128
+// and a generic one, strided input (a head view of a fused projection) and a head-major output.
+at::Tensor rmsNormRopeReference(const at::Tensor& x, const at::Tensor& w, const at::Tensor& cos,
+                                const at::Tensor& sin) {
+  const at::Tensor xf = x.to(at::kFloat);
+  at::Tensor h = xf * at::rsqrt(xf.square().mean(-1, true) + 1e-6);
+  h = w.scalar_type() == at::kBFloat16 ? (h.to(at::kBFloat16) * w).to(at::kFloat)
+                                       : (h * w).to(x.scalar_type()).to(at::kFloat);
+  const auto sz = h.sizes();
+  const at::Tensor pairs = h.reshape({sz[0], sz[1], sz[2], sz[3] / 2, 2});
+  const at::Tensor rotated =
+      at::stack({-pairs.select(-1, 1), pairs.select(-1, 0)}, -1).reshape(sz);  // (-x1, x0)
+  return (h * cos.unsqueeze(1) + rotated * sin.unsqueeze(1)).to(x.scalar_type());
+}
+
+TEST(CpuKernels, RmsNormRopeMatchesAtenForm) {
+  for (const auto dt : {at::kFloat, at::kBFloat16}) {
+    for (const int64_t d : {int64_t{64}, int64_t{128}, int64_t{24}}) {
+      at::manual_seed(100 + d);
+      const int64_t B = 2, S = 19, H = 3;
+      // x: the first of three parts of a fused [B, S, 3 H d] projection, viewed per head.
+      const at::Tensor fused = (at::randn({B, S, 3 * H * d}) * 2).to(dt);
+      const at::Tensor x = fused.narrow(2, 0, H * d).reshape({B, S, H, d});
+      const at::Tensor angles = at::randn({S, d / 2}).repeat_interleave(2, 1);
+      const at::Tensor cos = angles.cos(), sin = angles.sin();
+      for (const auto wdt : {dt, at::kFloat}) {
+        const at::Tensor w = (at::rand({d}) + 0.5).to(wdt);
+        ASSERT_TRUE(dit::nn::rmsNormRopeCpuApplies(x, w));
+        at::Tensor out = at::empty({B, H, S, d}, x.options()).transpose(1, 2);  // head-major
+        dit::nn::rmsNormRopeCpuOut(x, w, 1e-6, cos, sin, out);
+        const at::Tensor ref = rmsNormRopeReference(x, w, cos, sin);
+        const double diff = (out.to(at::kFloat) - ref.to(at::kFloat)).abs().max().item<double>();
+        if (dt == at::kFloat) {
+          EXPECT_LT(diff, 2e-6) << "d " << d;
+        } else {
+          // The kernel's sum of squares is added in another order: a value next to a rounding
+          // boundary may land one bfloat16 step (2^-8 relative, |v| < 8 here) away.
+          EXPECT_LE(diff, 8.0 / 256) << "d " << d << " weight " << wdt;
+          const double exact = at::eq(out, ref).to(at::kFloat).mean().item<double>();
+          EXPECT_GT(exact, 0.99) << "d " << d << " weight " << wdt;
+        }
+      }
+    }
+  }
+  const at::Tensor x = at::randn({1, 2, 2, 8});
+  const at::Tensor cs = at::ones({2, 8});
+  EXPECT_THROW(dit::nn::rmsNormRopeCpuOut(x, at::ones({7}), 1e-6, cs, cs, x.clone()),
+               std::invalid_argument);
+  EXPECT_THROW(dit::nn::rmsNormRopeCpuOut(x, at::ones({8}), 1e-6, at::ones({3, 8}),
+                                          at::ones({3, 8}), x.clone()),
+               std::invalid_argument);
+  EXPECT_FALSE(dit::nn::rmsNormRopeCpuApplies(x.to(at::kHalf), at::ones({8})));
+  EXPECT_FALSE(dit::nn::rmsNormRopeCpuApplies(x.clone().requires_grad_(true), at::ones({8})));
+}
+
 // geluTanhCpuOut writes the same values into a narrow of a wider buffer (as the single-stream
 // block builds cat(attn, mlp)) and leaves the rest of the buffer untouched.
 TEST(CpuKernels, GeluTanhOutIntoNarrowOfBuffer) {
@@ -91,6 +148,14 @@ TEST(CpuKernels, GeluTanhOutIntoNarrowOfBuffer) {
     EXPECT_TRUE(at::equal(buf.narrow(2, 13, 37), dit::nn::geluTanhCpu(x))) << dt;
     EXPECT_TRUE(at::all(buf.narrow(2, 0, 13) == 7).item<bool>()) << dt;
     EXPECT_THROW(dit::nn::geluTanhCpuOut(x, buf.narrow(2, 0, 36)), std::invalid_argument);
+    // Strided inputs are read in place: a narrow of a wider tensor, with a size-1 dimension.
+    const at::Tensor wide = (at::randn({2, 1, 5, 60}) * 3).to(dt);
+    EXPECT_TRUE(at::equal(dit::nn::geluTanhCpu(wide.narrow(3, 11, 37)),
+                          dit::nn::geluTanhCpu(wide.narrow(3, 11, 37).contiguous())))
+        << dt;
+    EXPECT_TRUE(at::equal(dit::nn::geluTanhCpu(wide.transpose(0, 2)),
+                          dit::nn::geluTanhCpu(wide.transpose(0, 2).contiguous())))
+        << dt;
     // Rows of unequal strides: [2, 5, 37] over a [5, 2, 50] buffer.
     at::Tensor other = at::zeros({5, 2, 50}, at::TensorOptions().dtype(dt));
     EXPECT_THROW(dit::nn::geluTanhCpuOut(x, other.transpose(0, 1).narrow(2, 0, 37)),

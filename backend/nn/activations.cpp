@@ -43,15 +43,38 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void f32ToBf16(
 
 namespace {
 
-// out rows [rows, n] with row stride ld (unit stride within a row) <- gelu of x's contiguous rows.
-void geluTanhRows(const at::Tensor& xc, void* outBase, int64_t rows, int64_t n, int64_t ld) {
+// The stride between t's rows when t is rows of unit stride with one stride between consecutive
+// rows (all leading dimensions folded; size-1 dimensions ignored), such as a narrow of a
+// contiguous tensor's last dimension; -1 otherwise (or when rows would overlap).
+int64_t uniformRowStride(const at::Tensor& t) {
+  if (t.dim() == 0) return 1;
+  const int64_t n = t.size(-1);
+  if (n > 1 && t.stride(-1) != 1) return -1;
+  int64_t ld = n, next = -1;
+  for (int64_t d = t.dim() - 2; d >= 0; --d) {
+    if (t.size(d) == 1) continue;
+    if (next < 0) {
+      ld = t.stride(d);
+      if (ld < n) return -1;
+    } else if (t.stride(d) != next) {
+      return -1;
+    }
+    next = t.stride(d) * t.size(d);
+  }
+  return ld;
+}
+
+// out rows [rows, n] with row stride ld (unit stride within a row) <- gelu of xc's rows (row
+// stride ldx, unit stride within a row).
+void geluTanhRows(const at::Tensor& xc, int64_t ldx, void* outBase, int64_t rows, int64_t n,
+                  int64_t ld) {
   constexpr int64_t kGrainRows = 8;
   if (xc.scalar_type() == at::kFloat) {
     const float* a = xc.data_ptr<float>();
     auto* b = static_cast<float*>(outBase);
     at::parallel_for(0, rows, kGrainRows, [&](int64_t r0, int64_t r1) {
-      if (ld == n) return geluTanhF32(a + r0 * n, b + r0 * n, (r1 - r0) * n);
-      for (int64_t r = r0; r < r1; ++r) geluTanhF32(a + r * n, b + r * ld, n);
+      if (ld == n && ldx == n) return geluTanhF32(a + r0 * n, b + r0 * n, (r1 - r0) * n);
+      for (int64_t r = r0; r < r1; ++r) geluTanhF32(a + r * ldx, b + r * ld, n);
     });
   } else if (xc.scalar_type() == at::kBFloat16) {
     const auto* a = reinterpret_cast<const uint16_t*>(xc.data_ptr<at::BFloat16>());
@@ -62,7 +85,7 @@ void geluTanhRows(const at::Tensor& xc, void* outBase, int64_t rows, int64_t n, 
       for (int64_t r = r0; r < r1; ++r)
         for (int64_t i = 0; i < n; i += kBlock) {
           const int64_t m = std::min(kBlock, n - i);
-          bf16ToF32(a + r * n + i, in, m);
+          bf16ToF32(a + r * ldx + i, in, m);
           geluTanhF32(in, out, m);
           f32ToBf16(out, b + r * ld + i, m);
         }
@@ -84,13 +107,14 @@ void checkCpu(const at::Tensor& t, const char* what) {
 
 at::Tensor geluTanhCpu(const at::Tensor& x) {
   checkCpu(x, "the tensor");
-  const at::Tensor xc = x.contiguous();
-  at::Tensor y = at::empty_like(xc, at::MemoryFormat::Contiguous);
+  // A strided x whose rows are uniform (a narrow of a fused projection's output) is read in place.
+  const at::Tensor xc = uniformRowStride(x) >= 0 ? x : x.contiguous();
+  at::Tensor y = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
   const int64_t n = xc.dim() == 0 ? 1 : xc.size(-1);
   if (xc.numel() > 0)
-    geluTanhRows(xc, y.data_ptr(), xc.numel() / n, n, n);
+    geluTanhRows(xc, uniformRowStride(xc), y.data_ptr(), xc.numel() / n, n, n);
   else if (xc.scalar_type() != at::kFloat && xc.scalar_type() != at::kBFloat16)
-    geluTanhRows(xc, nullptr, 0, 1, 1);  // the dtype error
+    geluTanhRows(xc, 1, nullptr, 0, 1, 1);  // the dtype error
   return y;
 }
 
@@ -101,19 +125,15 @@ void geluTanhCpuOut(const at::Tensor& x, const at::Tensor& out) {
     throw std::invalid_argument("geluTanhCpuOut: out must have x's shape and dtype (x " +
                                 std::string(c10::toString(x.scalar_type())) + ", out " +
                                 c10::toString(out.scalar_type()) + ")");
-  // Rows of out: unit stride along the last dimension, one row stride for all leading dims.
-  const int64_t n = x.size(-1);
-  const int64_t ld = out.dim() >= 2 ? out.stride(-2) : n;
-  bool rowsUniform = out.stride(-1) == 1 || n == 1;
-  for (int64_t d = 0; d + 2 < out.dim(); ++d)
-    rowsUniform =
-        rowsUniform && (out.size(d) == 1 || out.stride(d) == out.stride(d + 1) * out.size(d + 1));
-  if (!rowsUniform || ld < n)
+  const int64_t ld = uniformRowStride(out);
+  if (ld < 0)
     throw std::invalid_argument(
         "geluTanhCpuOut: out must be rows of unit stride with one row stride (such as a narrow "
         "of a contiguous tensor's last dimension)");
   if (x.numel() == 0) return;
-  geluTanhRows(x.contiguous(), out.data_ptr(), x.numel() / n, n, ld);
+  const at::Tensor xc = uniformRowStride(x) >= 0 ? x : x.contiguous();
+  const int64_t n = x.size(-1);
+  geluTanhRows(xc, uniformRowStride(xc), out.data_ptr(), x.numel() / n, n, ld);
 }
 
 at::Tensor activation(const std::string& name, const at::Tensor& x) {

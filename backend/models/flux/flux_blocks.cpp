@@ -8,6 +8,7 @@
 
 #include "backend/models/cache/step_cache.h"
 #include "backend/nn/activations.h"
+#include "backend/nn/qk_norm_rope.h"
 #include "parallel/attention.h"
 #include "parallel/context_parallel.h"
 #include "parallel/torch_compat.h"
@@ -91,6 +92,22 @@ at::Tensor applyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
       at::view_as_complex(x.to(at::kFloat).contiguous().view({sz[0], sz[1], sz[2], sz[3] / 2, 2}));
   const at::Tensor out = xc * rotation.unsqueeze(0).unsqueeze(2);
   return at::view_as_real(out).flatten(3).to(x.scalar_type());
+}
+
+// RoPE(RMSNorm(.)) of the text part tx (undefined: none) and the image part x, each [B, S_part,
+// H, D], into one [B, S_txt + S_img, H, D] result stored head-major (a transposed view of a
+// contiguous [B, H, S, D] tensor, which the attention reads without copies); cos/sin [S, D] for the
+// joint sequence. The CPU kernel nn::rmsNormRopeCpuOut (diffusers' roundings, one pass).
+at::Tensor normRopeJoint(const at::Tensor& tx, const at::Tensor& tw, const at::Tensor& x,
+                         const at::Tensor& w, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t st = tx.defined() ? tx.size(1) : 0, S = st + x.size(1);
+  at::Tensor out = at::empty({x.size(0), x.size(2), S, x.size(3)}, x.options()).transpose(1, 2);
+  if (st > 0)
+    nn::rmsNormRopeCpuOut(tx, tw, 1e-6, cos.narrow(0, 0, st), sin.narrow(0, 0, st),
+                          out.narrow(1, 0, st));
+  nn::rmsNormRopeCpuOut(x, w, 1e-6, cos.narrow(0, st, S - st), sin.narrow(0, st, S - st),
+                        out.narrow(1, st, S - st));
+  return out;
 }
 
 // gelu(x, approximate="tanh") = 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3).
@@ -219,15 +236,26 @@ std::pair<at::Tensor, at::Tensor> FluxAttention::operator()(
   const auto dt = hidden.scalar_type();
   auto x3 = qkv->forwardParts(hidden);
   auto c3 = add_qkv->forwardParts(encoder);
-  at::Tensor q = rmsNorm(heads(x3[0]), norm_q), k = rmsNorm(heads(x3[1]), norm_k), v = heads(x3[2]);
-  at::Tensor cq = rmsNorm(heads(c3[0]), norm_added_q), ck = rmsNorm(heads(c3[1]), norm_added_k),
-             cv = heads(c3[2]);
-  // Joint attention over cat(text, image), as FluxAttnProcessor concatenates.
-  q = applyRope(at::cat({cq, q}, 1), cos, sin);
-  k = applyRope(at::cat({ck, k}, 1), cos, sin);
-  v = at::cat({cv, v}, 1);
-  at::Tensor a = attention(q, k, v).to(dt);
   const int64_t txt = encoder.size(1);
+  at::Tensor q, k, v;
+  if (nn::rmsNormRopeCpuApplies(heads(x3[0]), norm_q) &&
+      nn::rmsNormRopeCpuApplies(heads(c3[0]), norm_added_q)) {
+    // CPU: RMSNorm + RoPE in one pass per head vector, text and image written straight into
+    // their places of the joint sequence, stored head-major ([B, H, S, D]) for the attention.
+    q = normRopeJoint(heads(c3[0]), norm_added_q, heads(x3[0]), norm_q, cos, sin);
+    k = normRopeJoint(heads(c3[1]), norm_added_k, heads(x3[1]), norm_k, cos, sin);
+    const at::Tensor cv = heads(c3[2]).transpose(1, 2), iv = heads(x3[2]).transpose(1, 2);
+    v = at::cat({cv, iv}, 2).transpose(1, 2);
+  } else {
+    q = rmsNorm(heads(x3[0]), norm_q), k = rmsNorm(heads(x3[1]), norm_k), v = heads(x3[2]);
+    at::Tensor cq = rmsNorm(heads(c3[0]), norm_added_q), ck = rmsNorm(heads(c3[1]), norm_added_k),
+               cv = heads(c3[2]);
+    // Joint attention over cat(text, image), as FluxAttnProcessor concatenates.
+    q = applyRope(at::cat({cq, q}, 1), cos, sin);
+    k = applyRope(at::cat({ck, k}, 1), cos, sin);
+    v = at::cat({cv, v}, 1);
+  }
+  at::Tensor a = attention(q, k, v).to(dt);
   at::Tensor ac = a.narrow(1, 0, txt), ai = a.narrow(1, txt, a.size(1) - txt);
   ai = to_out->forward(ai);
   ac = to_add_out->forward(ac);
@@ -239,8 +267,14 @@ at::Tensor FluxAttention::attendProjected(const at::Tensor& q_in, const at::Tens
                                           const at::Tensor& sin,
                                           const AttentionBackend& attention) const {
   const auto dt = q_in.scalar_type();
-  at::Tensor q = applyRope(rmsNorm(heads(q_in), norm_q), cos, sin);
-  at::Tensor k = applyRope(rmsNorm(heads(k_in), norm_k), cos, sin);
+  at::Tensor q, k;
+  if (nn::rmsNormRopeCpuApplies(heads(q_in), norm_q)) {
+    q = normRopeJoint({}, {}, heads(q_in), norm_q, cos, sin);
+    k = normRopeJoint({}, {}, heads(k_in), norm_k, cos, sin);
+  } else {
+    q = applyRope(rmsNorm(heads(q_in), norm_q), cos, sin);
+    k = applyRope(rmsNorm(heads(k_in), norm_k), cos, sin);
+  }
   at::Tensor v = heads(v_in);
   return attention(q, k, v).to(dt);
 }
