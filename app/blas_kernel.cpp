@@ -162,13 +162,9 @@ std::string blasSelfCheck() {
   return "";
 }
 
-BlasInfo ensureBlasKernel(int /*argc*/, char** argv, bool allowReexec) {
-  BlasInfo b = queryBlas();
-  if (b.selection == "unavailable") return b;
-  if (const char* off = env("DITSTUDIO_BLAS_SELECT"); off && std::string(off) == "0") {
-    b.note += " (automatic selection disabled by DITSTUDIO_BLAS_SELECT=0)";
-    return b;
-  }
+namespace {
+// The core selection of ensureBlasKernel (the policy in blas_kernel.h); may re-execute.
+BlasInfo selectCore(BlasInfo b, char** argv, bool allowReexec) {
   const char* autoCore = env("DITSTUDIO_BLAS_AUTO");
   const char* userCore = env("OPENBLAS_CORETYPE");
   const std::string detectedBefore =
@@ -226,10 +222,43 @@ BlasInfo ensureBlasKernel(int /*argc*/, char** argv, bool allowReexec) {
   ::setenv("DITSTUDIO_BLAS_DETECTED", detected.c_str(), 1);
   reexec(argv);
 }
+}  // namespace
+
+std::string ompSpinPolicy(int blasThreads, const std::string& blasConfig) {
+  if (blasThreads <= 1 || blasConfig.find("USE_OPENMP") != std::string::npos) return "";
+  if (env("GOMP_SPINCOUNT") || env("OMP_WAIT_POLICY")) return "";
+  return kOmpSpinCount;
+}
+
+BlasInfo ensureBlasKernel(int /*argc*/, char** argv, bool allowReexec) {
+  BlasInfo b = queryBlas();
+  if (b.selection == "unavailable") return b;
+  if (const char* off = env("DITSTUDIO_BLAS_SELECT"); off && std::string(off) == "0") {
+    b.note += " (automatic selection disabled by DITSTUDIO_BLAS_SELECT=0)";
+    return b;
+  }
+  // Thread pools: set before the core selection, so that one re-execution serves both.
+  bool spinNeedsReexec = false;
+  if (const char* mark = env("DITSTUDIO_OMP_SPIN")) {
+    b.threadPolicy = std::string("GOMP_SPINCOUNT=") + mark;
+  } else if (const std::string spin = ompSpinPolicy(b.threads, b.config); !spin.empty()) {
+    b.threadPolicy = (allowReexec ? "GOMP_SPINCOUNT=" : "would set GOMP_SPINCOUNT=") + spin;
+    if (allowReexec) {
+      ::setenv("GOMP_SPINCOUNT", spin.c_str(), 1);
+      ::setenv("DITSTUDIO_OMP_SPIN", spin.c_str(), 1);
+      spinNeedsReexec = true;
+    }
+  }
+  b = selectCore(b, argv, allowReexec);
+  if (spinNeedsReexec) reexec(argv);  // the core stayed as detected: re-execute for the spin
+  return b;
+}
 
 nlohmann::json blasInfoJson(const BlasInfo& b) {
-  return nlohmann::json{{"library", b.library}, {"config", b.config},       {"core", b.core},
-                        {"threads", b.threads}, {"selection", b.selection}, {"note", b.note}};
+  return nlohmann::json{
+      {"library", b.library},           {"config", b.config},       {"core", b.core},
+      {"threads", b.threads},           {"selection", b.selection}, {"note", b.note},
+      {"thread_policy", b.threadPolicy}};
 }
 
 }  // namespace dit

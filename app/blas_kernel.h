@@ -19,6 +19,10 @@
 //    (selection "auto"). If either check fails it re-executes once more without the setting and
 //    says why (selection "fallback").
 //  - Otherwise the library's own choice stands (selection "detected").
+//  - Thread pools: when OpenBLAS runs its own pthreads pool with more than one thread and the user
+//    set neither GOMP_SPINCOUNT nor OMP_WAIT_POLICY, GOMP_SPINCOUNT=10000 is set (see
+//    ompSpinPolicy) and the program re-executes itself (once, together with a core change if there
+//    is one): libgomp reads it only when it loads.
 // The result (library, config, core, threads, selection, note) goes into the worker's hello
 // event, the CLI's log and ditstudio-bench's JSON.
 #pragma once
@@ -36,7 +40,23 @@ struct BlasInfo {
   int threads = 0;        ///< openblas_get_num_threads()
   std::string selection;  ///< "detected" | "user" | "auto" | "fallback" | "unavailable"
   std::string note;       ///< one sentence for the log (what was detected and chosen, and why)
+  /// "GOMP_SPINCOUNT=N" when ensureBlasKernel set LibTorch's OpenMP spin count (see
+  /// ompSpinPolicy; "would set GOMP_SPINCOUNT=N" without re-execution), "" otherwise.
+  std::string threadPolicy;
 };
+
+/// libgomp's spin count ensureBlasKernel sets (iterations a waiting OpenMP thread spins before it
+/// sleeps; libgomp's default is 300000).
+inline constexpr const char* kOmpSpinCount = "10000";
+
+/// The GOMP_SPINCOUNT to set, or "" to leave the OpenMP runtime alone: non-empty when OpenBLAS runs
+/// its own thread pool (a pthreads build, no USE_OPENMP in its config) with more than one thread
+/// and the user set neither GOMP_SPINCOUNT nor OMP_WAIT_POLICY. Then LibTorch's OpenMP threads,
+/// spinning after each parallel region, and OpenBLAS's threads compete for the same cores: on 2
+/// cores of a Xeon, 2 threads, the 73.4 M config in float32 took 370-540 ms a step, against 119
+/// ms with GOMP_SPINCOUNT=10000 (OMP_WAIT_POLICY=PASSIVE: 120 ms, but bfloat16, whose GEMMs run
+/// on OpenMP through oneDNN, went from 51 to 77 ms; with 10000 it is 54-58 ms).
+std::string ompSpinPolicy(int blasThreads, const std::string& blasConfig);
 
 /// The CPU's instruction-set flags (lower case, as in /proc/cpuinfo "flags"). Empty when unknown.
 std::vector<std::string> cpuFlags();
@@ -67,7 +87,8 @@ std::string blasSelfCheck();
 /// DITSTUDIO_BLAS_AUTO / DITSTUDIO_BLAS_DETECTED (set by this function across the re-exec);
 /// DITSTUDIO_BLAS_SELECT=0 disables the policy; DITSTUDIO_BLAS_ASSUME_DETECTED=NAME makes the
 /// policy act as if OpenBLAS had detected NAME (tests, for machines whose OpenBLAS detects the
-/// CPU).
+/// CPU); GOMP_SPINCOUNT / OMP_WAIT_POLICY (the user's wins); DITSTUDIO_OMP_SPIN (set across the
+/// re-exec when this function set GOMP_SPINCOUNT).
 BlasInfo ensureBlasKernel(int argc, char** argv, bool allowReexec = true);
 
 /// Sets OpenBLAS's own thread count (openblas_set_num_threads) to `n`, for programs that choose
@@ -76,7 +97,7 @@ BlasInfo ensureBlasKernel(int argc, char** argv, bool allowReexec = true);
 /// against each other). Returns false when the loaded BLAS is not OpenBLAS.
 bool setBlasThreads(int n);
 
-/// JSON object {library, config, core, threads, selection, note}.
+/// JSON object {library, config, core, threads, selection, note, thread_policy}.
 nlohmann::json blasInfoJson(const BlasInfo& b);
 
 }  // namespace dit

@@ -1,5 +1,5 @@
 // The project's own CPU attention for LibTorch builds without a fused CPU kernel (LibTorch 1.13):
-// the math path of torch.nn.functional.scaled_dot_product_attention, one head at a time.
+// the math path of torch.nn.functional.scaled_dot_product_attention, by blocks of queries.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -8,12 +8,15 @@
 
 namespace dit {
 
-/// softmax(Q K^T / sqrt(D)) V without mask or dropout, on the CPU, head by head: for each
-/// (batch, head) and block of queries, S = Q K^T by one GEMM (at::mm_out on strided views: no
-/// copies of q, k or v), a vectorised row softmax of S * scale in place (max, exp, sum and
-/// normalise in float32; Cephes-style exp, GCC target clones AVX-512F / AVX2 / baseline), and
-/// O = P V by one GEMM written straight into a [B, S_q, H, D] buffer. The score block (at most
-/// about 1 MiB) stays in cache; nothing of size [B, H, S_q, S_k] is ever allocated.
+/// softmax(Q K^T / sqrt(D)) V without mask or dropout, on the CPU, by blocks of queries:
+///  - float32: head by head, S = Q K^T by one sgemm (at::mm_out on strided views: no copies of q,
+///    k or v), the row softmax of S * scale in place, and O = P V by one sgemm written straight
+///    into a [B, S_q, H, D] buffer; the score block stays within about 1 MiB (in cache);
+///  - bfloat16: all heads of a query block at once (batched products: oneDNN's per-call cost is
+///    high for one head's small products), scores [H, n, S_k] in bfloat16 within 16 MiB.
+/// The row softmax (max, exp, sum and normalise in float32; Cephes-style exp) is vectorised per
+/// instruction set (GCC vector extensions for AVX-512F / AVX2 + FMA / baseline x86-64, the
+/// widest the CPU runs chosen once). Nothing of size [B, H, S_q, S_k] is ever allocated.
 /// Follows PyTorch's _scaled_dot_product_attention_math (aten/src/ATen/native/transformers/
 /// attention.cpp): in bfloat16 the scores and probabilities are rounded to bfloat16 as there (the
 /// scale is applied in float32 inside the softmax instead of to q beforehand).

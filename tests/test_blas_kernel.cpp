@@ -7,6 +7,9 @@
 //   user:            OPENBLAS_CORETYPE=Prescott -> "user", core Prescott (never overridden)
 //   bad-auto:        DITSTUDIO_BLAS_AUTO=NoSuchCore -> the check fails, the process re-executes
 //                    without the setting -> "fallback" naming the reason
+//   spin-two:        OMP_NUM_THREADS=2 (OpenBLAS's pool has 2 threads), GOMP_SPINCOUNT unset ->
+//                    the process re-executed itself with GOMP_SPINCOUNT=10000
+//   spin-user:       OMP_NUM_THREADS=2 GOMP_SPINCOUNT=5 -> left as the user set it
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -74,6 +77,18 @@ TEST(BlasKernel, QueryNamesOpenBlasAndItsCore) {
     EXPECT_TRUE(j.contains(k)) << k;
 }
 
+TEST(BlasKernel, SpinPolicyOnlyForAPthreadsPoolOfSeveralThreads) {
+  ::unsetenv("GOMP_SPINCOUNT");
+  ::unsetenv("OMP_WAIT_POLICY");
+  const std::string pthreads = "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH NO_AFFINITY SkylakeX";
+  EXPECT_EQ(dit::ompSpinPolicy(2, pthreads), "10000");
+  EXPECT_EQ(dit::ompSpinPolicy(1, pthreads), "");                              // one thread
+  EXPECT_EQ(dit::ompSpinPolicy(4, "OpenBLAS 0.3.21 USE_OPENMP Haswell"), "");  // one pool
+  ::setenv("OMP_WAIT_POLICY", "ACTIVE", 1);
+  EXPECT_EQ(dit::ompSpinPolicy(2, pthreads), "");  // the user's choice
+  ::unsetenv("OMP_WAIT_POLICY");
+}
+
 TEST(BlasKernel, SelectionAtStartUp) {
   const std::string mode = expectMode();
   if (mode.empty()) GTEST_SKIP() << "run by ctest with DITSTUDIO_TEST_EXPECT set";
@@ -94,6 +109,19 @@ TEST(BlasKernel, SelectionAtStartUp) {
     EXPECT_EQ(g_info.selection, "fallback") << g_info.note;
     EXPECT_NE(g_info.note.find("did not take core NoSuchCore"), std::string::npos) << g_info.note;
     EXPECT_EQ(std::getenv("OPENBLAS_CORETYPE"), nullptr);
+  } else if (mode == "spin-two") {
+    ASSERT_GE(g_info.threads, 2) << g_info.config;
+    if (g_info.config.find("USE_OPENMP") != std::string::npos) {
+      EXPECT_EQ(g_info.threadPolicy, "");
+    } else {
+      EXPECT_EQ(g_info.threadPolicy, "GOMP_SPINCOUNT=10000");
+      EXPECT_STREQ(std::getenv("GOMP_SPINCOUNT"), "10000");  // set before this process started
+      EXPECT_STREQ(std::getenv("DITSTUDIO_OMP_SPIN"), "10000");
+    }
+    EXPECT_EQ(dit::blasInfoJson(g_info).at("thread_policy"), g_info.threadPolicy);
+  } else if (mode == "spin-user") {
+    EXPECT_EQ(g_info.threadPolicy, "");
+    EXPECT_STREQ(std::getenv("GOMP_SPINCOUNT"), "5");
   } else {
     FAIL() << "unknown DITSTUDIO_TEST_EXPECT " << mode;
   }
