@@ -237,9 +237,13 @@ BlasInfo ensureBlasKernel(int /*argc*/, char** argv, bool allowReexec) {
     b.note += " (automatic selection disabled by DITSTUDIO_BLAS_SELECT=0)";
     return b;
   }
-  // Thread pools: set before the core selection, so that one re-execution serves both.
+  // Thread pools: set before the core selection, so that one re-execution serves both. The
+  // marker counts only together with the value it names (a rank started on another host gets
+  // the DITSTUDIO_* variables forwarded but not GOMP_SPINCOUNT: it applies the policy itself).
   bool spinNeedsReexec = false;
-  if (const char* mark = env("DITSTUDIO_OMP_SPIN")) {
+  const char* mark = env("DITSTUDIO_OMP_SPIN");
+  const char* spinNow = env("GOMP_SPINCOUNT");
+  if (mark && spinNow && std::string(mark) == spinNow) {
     b.threadPolicy = std::string("GOMP_SPINCOUNT=") + mark;
   } else if (const std::string spin = ompSpinPolicy(b.threads, b.config); !spin.empty()) {
     b.threadPolicy = (allowReexec ? "GOMP_SPINCOUNT=" : "would set GOMP_SPINCOUNT=") + spin;
@@ -250,7 +254,15 @@ BlasInfo ensureBlasKernel(int /*argc*/, char** argv, bool allowReexec) {
     }
   }
   b = selectCore(b, argv, allowReexec);
-  if (spinNeedsReexec) reexec(argv);  // the core stayed as detected: re-execute for the spin
+  if (spinNeedsReexec) {  // the core stayed as detected: re-execute for the spin count alone
+    ::execv("/proc/self/exe", argv);
+    // Nothing depends on it: go on with libgomp's default, and say why.
+    const std::string why = std::strerror(errno);
+    ::unsetenv("GOMP_SPINCOUNT");
+    ::unsetenv("DITSTUDIO_OMP_SPIN");
+    b.threadPolicy.clear();
+    b.note += " (could not re-execute to set GOMP_SPINCOUNT: " + why + ")";
+  }
   return b;
 }
 

@@ -6,6 +6,7 @@
 #include "parallel/cpu_attention.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
@@ -158,7 +159,7 @@ void softmaxRowsBf16(uint16_t* s, int64_t rows, int64_t n, float scale, float* t
 // and never fewer than 32 rows (a GEMM that small would waste more than the cache saves).
 int64_t queryBlock(int64_t sq, int64_t sk) {
   constexpr int64_t kBlockBytes = int64_t{1} << 20;
-  return std::clamp<int64_t>(kBlockBytes / (4 * sk), 32, std::max<int64_t>(sq, 1));
+  return std::min(std::max<int64_t>(kBlockBytes / (4 * sk), 32), std::max<int64_t>(sq, 1));
 }
 
 }  // namespace
@@ -203,27 +204,36 @@ at::Tensor cpuMathAttention(const at::Tensor& q_in, const at::Tensor& k_in,
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
 
   at::Tensor out = at::empty({B, Sq, H, Dv}, q.options());  // [B, S_q, H, Dv]
-  auto softmaxRows = [&](at::Tensor& sc, std::vector<float>& tmp) {
+  if (out.numel() == 0) return out.transpose(1, 2);
+  // The row softmax over the intra-op threads (the GEMMs around it use the BLAS's own threads).
+  auto softmaxRows = [&](at::Tensor& sc) {
     const int64_t rows = sc.numel() / Sk;
-    if (bf16)
-      softmaxRowsBf16(reinterpret_cast<uint16_t*>(sc.data_ptr<at::BFloat16>()), rows, Sk, scale,
-                      tmp.data());
-    else
-      softmaxRowsF32(sc.data_ptr<float>(), rows, Sk, scale);
+    constexpr int64_t kGrainRows = 16;
+    if (bf16) {
+      auto* p = reinterpret_cast<uint16_t*>(sc.data_ptr<at::BFloat16>());
+      at::parallel_for(0, rows, kGrainRows, [&](int64_t r0, int64_t r1) {
+        std::vector<float> tmp(static_cast<size_t>(Sk));
+        softmaxRowsBf16(p + r0 * Sk, r1 - r0, Sk, scale, tmp.data());
+      });
+    } else {
+      float* p = sc.data_ptr<float>();
+      at::parallel_for(0, rows, kGrainRows, [&](int64_t r0, int64_t r1) {
+        softmaxRowsF32(p + r0 * Sk, r1 - r0, Sk, scale);
+      });
+    }
   };
-  std::vector<float> tmp(bf16 ? static_cast<size_t>(Sk) : 0);
   if (bf16) {
     // bfloat16 GEMMs go to oneDNN, whose per-call cost is high for one head's small products:
     // all heads of a query block at once (batched matmul), scores [H, n, S_k] in bfloat16.
     constexpr int64_t kBatchedScoreBytes = int64_t{16} << 20;
-    const int64_t blk = std::clamp<int64_t>(kBatchedScoreBytes / (2 * H * Sk), 1, Sq);
+    const int64_t blk = std::min(std::max<int64_t>(kBatchedScoreBytes / (2 * H * Sk), 1), Sq);
     for (int64_t b = 0; b < B; ++b) {
       const at::Tensor kt = k.select(0, b).transpose(1, 2), vb = v.select(0, b);  // [H, D, S_k]
       const at::Tensor ob = out.select(0, b).transpose(0, 1);                     // [H, S_q, Dv]
       for (int64_t s = 0; s < Sq; s += blk) {
         const int64_t n = std::min(blk, Sq - s);
         at::Tensor sc = at::matmul(q.select(0, b).narrow(1, s, n), kt).contiguous();
-        softmaxRows(sc, tmp);
+        softmaxRows(sc);
         ob.narrow(1, s, n).copy_(at::matmul(sc, vb));
       }
     }
@@ -241,7 +251,7 @@ at::Tensor cpuMathAttention(const at::Tensor& q_in, const at::Tensor& k_in,
         const int64_t n = std::min(blk, Sq - s);
         at::Tensor sc = n == scores.size(0) ? scores : scores.narrow(0, 0, n);
         at::mm_out(sc, qh.narrow(0, s, n), kt);
-        softmaxRows(sc, tmp);
+        softmaxRows(sc);
         at::Tensor os = oh.narrow(0, s, n);
         at::mm_out(os, sc, vh);
       }

@@ -6,6 +6,7 @@
 // Run under mpirun with 1, 2 or 4 ranks; each multi-rank test runs only at its world size (the
 // others skip it). Every rank generates the same q, k, v from a fixed seed.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -246,6 +247,29 @@ TEST(CpuMathAttention, BFloat16WithinItsRounding) {
   // |o| < 1 here.
   EXPECT_LT(maxAbs(out, referenceAttention(q, k, v)), 1e-2);
   EXPECT_LT(maxAbs(out, dit::torch_compat::sdpa(q, k, v)), 1e-2);
+}
+
+// The row softmax split over two threads gives the same bits; empty batch or heads give an empty
+// result (no division by the head count).
+TEST(CpuMathAttention, ThreadsAndEmptyShapes) {
+  for (const auto dt : {at::kFloat, at::kBFloat16}) {
+    at::manual_seed(75);
+    auto q = at::randn({1, 320, 4, 32}).transpose(1, 2).to(dt);
+    auto k = at::randn({1, 300, 4, 32}).transpose(1, 2).to(dt);
+    auto v = at::randn({1, 300, 4, 32}).transpose(1, 2).to(dt);
+    const int threads = at::get_num_threads();
+    at::set_num_threads(1);
+    const at::Tensor one = dit::cpuMathAttention(q, k, v);
+    at::set_num_threads(2);
+    const at::Tensor two = dit::cpuMathAttention(q, k, v);
+    at::set_num_threads(threads);
+    EXPECT_TRUE(at::equal(one, two)) << dt;
+    auto e = at::empty({1, 0, 5, 32}, q.options());
+    EXPECT_EQ(dit::cpuMathAttention(e, at::empty({1, 0, 7, 32}, q.options()),
+                                    at::empty({1, 0, 7, 32}, q.options()))
+                  .sizes(),
+              (std::vector<int64_t>{1, 0, 5, 32}));
+  }
 }
 
 TEST(CpuMathAttention, RejectsWhatItDoesNotCompute) {

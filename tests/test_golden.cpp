@@ -1,6 +1,7 @@
 // Parity with diffusers (float32, CPU) on the tiny-flux-A fixture: every golden except token ids
 // (tested in test_tokenizers) — text embeddings, transformer forwards, VAE decode, scheduler
 // tables, seeded initial latents and three whole-pipeline runs. Tolerance 1e-4 absolute.
+#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
@@ -126,8 +127,25 @@ TEST(CpuKernels, RmsNormRopeMatchesAtenForm) {
       }
     }
   }
+  // Split over two threads: the same bits (rows are independent).
+  {
+    at::manual_seed(110);
+    const at::Tensor xx = at::randn({2, 37, 3, 64}).to(at::kBFloat16);
+    const at::Tensor ww = (at::rand({64}) + 0.5).to(at::kBFloat16);
+    const at::Tensor ang = at::randn({37, 32}).repeat_interleave(2, 1);
+    at::Tensor one = at::empty_like(xx), two = at::empty_like(xx);
+    const int threads = at::get_num_threads();
+    at::set_num_threads(1);
+    dit::nn::rmsNormRopeCpuOut(xx, ww, 1e-6, ang.cos(), ang.sin(), one);
+    at::set_num_threads(2);
+    dit::nn::rmsNormRopeCpuOut(xx, ww, 1e-6, ang.cos(), ang.sin(), two);
+    at::set_num_threads(threads);
+    EXPECT_TRUE(at::equal(one, two));
+  }
   const at::Tensor x = at::randn({1, 2, 2, 8});
   const at::Tensor cs = at::ones({2, 8});
+  EXPECT_THROW(dit::nn::rmsNormRopeCpuOut(x, at::ones({8}), 1e-6, cs, cs, x),
+               std::invalid_argument);  // out overlaps x
   EXPECT_THROW(dit::nn::rmsNormRopeCpuOut(x, at::ones({7}), 1e-6, cs, cs, x.clone()),
                std::invalid_argument);
   EXPECT_THROW(dit::nn::rmsNormRopeCpuOut(x, at::ones({8}), 1e-6, at::ones({3, 8}),
@@ -156,6 +174,11 @@ TEST(CpuKernels, GeluTanhOutIntoNarrowOfBuffer) {
     EXPECT_TRUE(at::equal(dit::nn::geluTanhCpu(wide.transpose(0, 2)),
                           dit::nn::geluTanhCpu(wide.transpose(0, 2).contiguous())))
         << dt;
+    EXPECT_THROW(dit::nn::geluTanhCpuOut(x, x), std::invalid_argument);  // out overlaps x
+    // Empty: nothing to do whatever the layout (a rank holding no tokens under context parallel).
+    at::Tensor emptyBuf = at::empty({2, 0, 50}, at::TensorOptions().dtype(dt));
+    EXPECT_NO_THROW(dit::nn::geluTanhCpuOut(at::empty({2, 0, 37}, emptyBuf.options()),
+                                            emptyBuf.narrow(2, 13, 37)));
     // Rows of unequal strides: [2, 5, 37] over a [5, 2, 50] buffer.
     at::Tensor other = at::zeros({5, 2, 50}, at::TensorOptions().dtype(dt));
     EXPECT_THROW(dit::nn::geluTanhCpuOut(x, other.transpose(0, 1).narrow(2, 0, 37)),

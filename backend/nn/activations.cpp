@@ -1,6 +1,7 @@
 #include "backend/nn/activations.h"
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -125,12 +126,15 @@ void geluTanhCpuOut(const at::Tensor& x, const at::Tensor& out) {
     throw std::invalid_argument("geluTanhCpuOut: out must have x's shape and dtype (x " +
                                 std::string(c10::toString(x.scalar_type())) + ", out " +
                                 c10::toString(out.scalar_type()) + ")");
+  if (x.numel() == 0) return;
   const int64_t ld = uniformRowStride(out);
   if (ld < 0)
     throw std::invalid_argument(
         "geluTanhCpuOut: out must be rows of unit stride with one row stride (such as a narrow "
         "of a contiguous tensor's last dimension)");
-  if (x.numel() == 0) return;
+  if (const auto o = at::get_overlap_status(x, out);
+      o == at::MemOverlapStatus::Full || o == at::MemOverlapStatus::Partial)
+    throw std::invalid_argument("geluTanhCpuOut: out must not overlap x");
   const at::Tensor xc = uniformRowStride(x) >= 0 ? x : x.contiguous();
   const int64_t n = x.size(-1);
   geluTanhRows(xc, uniformRowStride(xc), out.data_ptr(), x.numel() / n, n, ld);

@@ -28,9 +28,10 @@ at::Tensor geluTanhCpu(const at::Tensor& x);
 
 /// geluTanhCpu written into `out` (the same values): out has x's shape and dtype, unit stride along
 /// its last dimension and one stride between rows, such as buffer.narrow(-1, offset, n) of a
-/// contiguous buffer, so that a result can land inside a concatenation without a copy.
-/// Throws std::invalid_argument for another device or dtype, a shape or dtype mismatch, or an
-/// out whose rows are not laid out that way.
+/// contiguous buffer, so that a result can land inside a concatenation without a copy; out must
+/// not overlap x. Nothing to do (and no layout check) when x is empty.
+/// Throws std::invalid_argument for another device or dtype, a shape or dtype mismatch, an out
+/// whose rows are not laid out that way, or an out that overlaps x.
 void geluTanhCpuOut(const at::Tensor& x, const at::Tensor& out);
 
 }  // namespace dit::nn

@@ -17,10 +17,11 @@ namespace dit::nn {
 /// a head view of a fused projection's output); weight: [D], x's dtype or float32; cos, sin:
 /// float32 [S, D], each value repeated for the pair (FluxPosEmbed's repeat_interleave_real);
 /// out: [B, S, H, D] of x's dtype, unit stride along D (for instance a narrow of a longer sequence,
-/// or a transposed view of a [B, H, S, D] tensor). D even. No autograd (callers keep the ATen ops
-/// for training). Per-row sums differ from ATen's by rounding order only (float32 output within
-/// about 1e-6 of the ATen ops).
-/// Throws std::invalid_argument on another device, dtype or shape.
+/// or a transposed view of a [B, H, S, D] tensor) that does not overlap x. D even. No autograd
+/// (callers keep the ATen ops for training). Per-row sums differ from ATen's by rounding order only
+/// (float32 output within about 1e-6 of the ATen ops). Split over the sequence on the intra-op
+/// threads (at::parallel_for). Throws std::invalid_argument on another device, dtype or shape, or
+/// when out overlaps x.
 void rmsNormRopeCpuOut(const at::Tensor& x, const at::Tensor& weight, double eps,
                        const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& out);
 

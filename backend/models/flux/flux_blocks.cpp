@@ -4,6 +4,8 @@
 #include <ATen/core/grad_mode.h>
 
 #include <cmath>
+#include <stdexcept>
+#include <string>
 #include <tuple>
 
 #include "backend/models/cache/step_cache.h"
@@ -101,6 +103,9 @@ at::Tensor applyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
 at::Tensor normRopeJoint(const at::Tensor& tx, const at::Tensor& tw, const at::Tensor& x,
                          const at::Tensor& w, const at::Tensor& cos, const at::Tensor& sin) {
   const int64_t st = tx.defined() ? tx.size(1) : 0, S = st + x.size(1);
+  if (cos.size(0) != S || sin.size(0) != S)
+    throw std::invalid_argument("FluxAttention: rotary tables hold " + std::to_string(cos.size(0)) +
+                                " positions for " + std::to_string(S) + " tokens");
   at::Tensor out = at::empty({x.size(0), x.size(2), S, x.size(3)}, x.options()).transpose(1, 2);
   if (st > 0)
     nn::rmsNormRopeCpuOut(tx, tw, 1e-6, cos.narrow(0, 0, st), sin.narrow(0, 0, st),
@@ -304,8 +309,7 @@ std::pair<at::Tensor, at::Tensor> FluxTransformerBlock::operator()(
         attn(n.norm_hidden_states, nc.norm_hidden_states, cos, sin, attention);
     if (seam && seam->cache) seam->cache->update(seam->module, {attn_output, context_attn_output});
   }
-  // Gated residuals x + gate * y as one addcmul each (one pass, one temporary fewer; in bfloat16
-  // one rounding instead of two).
+  // Gated residuals x + gate * y as one addcmul each (one pass, one temporary fewer).
   at::Tensor hidden = at::addcmul(hidden_in, n.gate_msa.unsqueeze(1), attn_output);
   hidden =
       at::addcmul(hidden, n.gate_mlp.unsqueeze(1), ff(modulate(hidden, n.scale_mlp, n.shift_mlp)));
@@ -361,10 +365,16 @@ at::Tensor FluxSingleTransformerBlock::operator()(const at::Tensor& x, const at:
     attn_output = attn.attendProjected(parts[0], parts[1], parts[2], cos, sin, attention);
     if (seam && seam->cache) seam->cache->update(seam->module, {attn_output});
   }
-  if (intoCat)
-    catBuf.narrow(2, 0, attn_output.size(2)).copy_(attn_output);
-  else
+  if (intoCat) {
+    const at::Tensor attnPart = catBuf.narrow(2, 0, parts[0].size(2));
+    if (attn_output.sizes() != attnPart.sizes())  // e.g. a cache seam's prediction of another shape
+      throw std::invalid_argument("FluxSingleTransformerBlock: attention output " +
+                                  std::string(c10::str(attn_output.sizes())) + ", expected " +
+                                  std::string(c10::str(attnPart.sizes())));
+    attnPart.copy_(attn_output);
+  } else {
     catBuf = at::cat({attn_output, mlp_hidden_states}, 2);
+  }
   at::Tensor out = at::addcmul(x, n.gate_msa.unsqueeze(1), proj_out->forward(catBuf));
   if (out.scalar_type() == at::kHalf) out = out.clamp(-65504, 65504);
   return out;
