@@ -30,6 +30,7 @@
 #include "backend/pipelines/diffusion_pipeline.h"
 #include "backend/pipelines/torch_registry.h"
 #include "parallel/torch_compat.h"
+#include "tests/test_temp_dir.h"
 
 using namespace dit;
 using namespace dit::demo;
@@ -38,8 +39,7 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string tmp(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("ditstudio-demo-" + std::to_string(::getpid()));
-  fs::create_directories(d);
+  const fs::path d = dit::test::processTempDir("ditstudio-demo-");
   return (d / name).string();
 }
 

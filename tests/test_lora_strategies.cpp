@@ -21,6 +21,7 @@
 #include "backend/models/flux/transformer_flux.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
 #include "golden_util.h"
+#include "tests/test_temp_dir.h"
 
 using namespace dit;
 using namespace dit::test;
@@ -35,8 +36,7 @@ const std::string kDiffusers = fixtureDir() + "/lora/lora-diffusers.safetensors"
 const std::string kLoraFlags = "--lora " + kKohya + " --lora " + kDiffusers + ":0.6";
 
 std::string tmp(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("ditstudio-lora-strat-" + std::to_string(::getpid()));
-  fs::create_directories(d);
+  const fs::path d = dit::test::processTempDir("ditstudio-lora-strat-");
   return (d / name).string();
 }
 

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "golden_util.h"
+#include "tests/test_temp_dir.h"
 
 using namespace dit;
 using namespace dit::test;
@@ -24,8 +25,7 @@ struct Case {
 };
 
 std::string tmp(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("ditstudio-strategies-" + std::to_string(::getpid()));
-  fs::create_directories(d);
+  const fs::path d = dit::test::processTempDir("ditstudio-strategies-");
   return (d / name).string();
 }
 

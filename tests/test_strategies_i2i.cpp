@@ -12,6 +12,7 @@
 
 #include "backend/io/png_io.h"
 #include "golden_util.h"
+#include "tests/test_temp_dir.h"
 
 using namespace dit;
 using namespace dit::test;
@@ -44,8 +45,7 @@ const nlohmann::json& J() {
 }
 
 std::string tmp(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("ditstudio-i2i-" + std::to_string(::getpid()));
-  fs::create_directories(d);
+  const fs::path d = dit::test::processTempDir("ditstudio-i2i-");
   return (d / name).string();
 }
 
