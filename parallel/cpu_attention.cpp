@@ -133,26 +133,19 @@ int isaLevel() {
   return level;
 }
 
-void softmaxRowsF32(float* s, int64_t rows, int64_t n, float scale) {
-  switch (isaLevel()) {
-    case 2:
-      return softmaxF32Avx512(s, rows, n, scale);
-    case 1:
-      return softmaxF32Avx2(s, rows, n, scale);
-    default:
-      return softmaxF32Base(s, rows, n, scale);
-  }
+// The row softmax built for instruction set level `isa` (as isaLevel()); the caller makes sure
+// the CPU runs it.
+void softmaxRowsF32(float* s, int64_t rows, int64_t n, float scale, int isa = isaLevel()) {
+  if (isa == 2) return softmaxF32Avx512(s, rows, n, scale);
+  if (isa == 1) return softmaxF32Avx2(s, rows, n, scale);
+  softmaxF32Base(s, rows, n, scale);
 }
 
 void softmaxRowsBf16(uint16_t* s, int64_t rows, int64_t n, float scale, float* tmp) {
-  switch (isaLevel()) {
-    case 2:
-      return softmaxBf16Avx512(s, rows, n, scale, tmp);
-    case 1:
-      return softmaxBf16Avx2(s, rows, n, scale, tmp);
-    default:
-      return softmaxBf16Base(s, rows, n, scale, tmp);
-  }
+  const int isa = isaLevel();
+  if (isa == 2) return softmaxBf16Avx512(s, rows, n, scale, tmp);
+  if (isa == 1) return softmaxBf16Avx2(s, rows, n, scale, tmp);
+  softmaxBf16Base(s, rows, n, scale, tmp);
 }
 
 // Query rows per score block: the block [rows, S_k] in float32 stays within about 1 MiB (L2),
@@ -169,9 +162,7 @@ void softmaxRowsCpu(float* rows, int64_t nRows, int64_t n, float scale, int isa)
     throw std::invalid_argument("softmaxRowsCpu: instruction set level " + std::to_string(isa) +
                                 " is not available on this CPU (highest " +
                                 std::to_string(isaLevel()) + ")");
-  if (isa == 2) return softmaxF32Avx512(rows, nRows, n, scale);
-  if (isa == 1) return softmaxF32Avx2(rows, nRows, n, scale);
-  softmaxF32Base(rows, nRows, n, scale);
+  softmaxRowsF32(rows, nRows, n, scale, isa);
 }
 
 bool cpuMathAttentionApplies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {

@@ -104,13 +104,20 @@ template <int W>
   return __builtin_convertvector(out, typename Lanes<W>::H);
 }
 
+/// The bits of a float32 (b) rounded to the nearest bfloat16, ties to even: its top 16 bits
+/// (meaningless for a NaN; callers keep NaNs apart with isNanBits).
+[[gnu::always_inline]] inline uint32_t roundedBf16Bits(uint32_t b) {
+  return (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16;
+}
+/// Whether float32 bits b are a NaN.
+[[gnu::always_inline]] inline bool isNanBits(uint32_t b) { return (b & 0x7FFFFFFFu) > 0x7F800000u; }
+
 /// f rounded to the nearest bfloat16 (ties to even), as a float32 (the bits below the top 16
 /// cleared); a NaN is returned as is. Branch-free 32-bit integer operations (vectorises fully).
 [[gnu::always_inline]] inline float roundToBf16(float f) {
   uint32_t b;
   std::memcpy(&b, &f, sizeof b);
-  const uint32_t rounded = (b + 0x7FFFu + ((b >> 16) & 1u)) & 0xFFFF0000u;
-  const uint32_t r = (b & 0x7FFFFFFFu) > 0x7F800000u ? b : rounded;  // NaN: unchanged
+  const uint32_t r = isNanBits(b) ? b : roundedBf16Bits(b) << 16;  // NaN: unchanged
   float o;
   std::memcpy(&o, &r, sizeof o);
   return o;
@@ -136,9 +143,8 @@ template <int W>
 [[gnu::always_inline]] inline uint16_t floatToBf16Bits(float f) {
   uint32_t b;
   std::memcpy(&b, &f, sizeof b);
-  const uint32_t rounded = (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16;
-  const uint32_t nan = static_cast<uint32_t>((b & 0x7FFFFFFFu) > 0x7F800000u);  // 0 or 1
-  return static_cast<uint16_t>(nan * ((b >> 16) | 0x40u) + (1u - nan) * rounded);
+  const uint32_t nan = static_cast<uint32_t>(isNanBits(b));  // 0 or 1
+  return static_cast<uint16_t>(nan * ((b >> 16) | 0x40u) + (1u - nan) * roundedBf16Bits(b));
 }
 
 }  // namespace dit::cpu_math

@@ -109,11 +109,12 @@ void checkCpu(const at::Tensor& t, const char* what) {
 at::Tensor geluTanhCpu(const at::Tensor& x) {
   checkCpu(x, "the tensor");
   // A strided x whose rows are uniform (a narrow of a fused projection's output) is read in place.
-  const at::Tensor xc = uniformRowStride(x) >= 0 ? x : x.contiguous();
+  const int64_t ldx = uniformRowStride(x);
+  const at::Tensor xc = ldx >= 0 ? x : x.contiguous();
   at::Tensor y = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
   const int64_t n = xc.dim() == 0 ? 1 : xc.size(-1);
   if (xc.numel() > 0)
-    geluTanhRows(xc, uniformRowStride(xc), y.data_ptr(), xc.numel() / n, n, n);
+    geluTanhRows(xc, ldx >= 0 ? ldx : n, y.data_ptr(), xc.numel() / n, n, n);
   else if (xc.scalar_type() != at::kFloat && xc.scalar_type() != at::kBFloat16)
     geluTanhRows(xc, 1, nullptr, 0, 1, 1);  // the dtype error
   return y;
@@ -135,9 +136,10 @@ void geluTanhCpuOut(const at::Tensor& x, const at::Tensor& out) {
   if (const auto o = at::get_overlap_status(x, out);
       o == at::MemOverlapStatus::Full || o == at::MemOverlapStatus::Partial)
     throw std::invalid_argument("geluTanhCpuOut: out must not overlap x");
-  const at::Tensor xc = uniformRowStride(x) >= 0 ? x : x.contiguous();
+  const int64_t ldx = uniformRowStride(x);
+  const at::Tensor xc = ldx >= 0 ? x : x.contiguous();
   const int64_t n = x.size(-1);
-  geluTanhRows(xc, uniformRowStride(xc), out.data_ptr(), x.numel() / n, n, ld);
+  geluTanhRows(xc, ldx >= 0 ? ldx : n, out.data_ptr(), x.numel() / n, n, ld);
 }
 
 at::Tensor activation(const std::string& name, const at::Tensor& x) {
