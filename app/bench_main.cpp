@@ -1,8 +1,8 @@
-// ditstudio-bench: load-and-step benchmark of the FLUX.1 transformer (FluxTransformer2DModel)
-// under any parallel strategy. Runs under mpirun (or alone as one rank). The transformer is
-// created through the family registries by its config's "_class_name" (models/registry.h for the
-// sizes and plans, models/torch_registry.h for the load); the random inputs and the traffic model
-// are FLUX.1's.
+// ditstudio-bench: load-and-step benchmark of any registered family's transformer under any
+// parallel strategy. Runs under mpirun (or alone as one rank). The transformer is created through
+// the family tables by its config's "_class_name" (the family record, models/family.h, for the
+// sizes and plans; its FamilyRuntime, backend/family_runtime.h, for the load, the random inputs
+// and the traffic model).
 //
 // What is measured: only the transformer. It is loaded (shard-on-load under tp) from a diffusers
 // folder (--model) or defined by its config alone with random weights (--config ...
@@ -19,7 +19,7 @@
 // counted as ring-allreduce volume 2(n-1)/n x size, allgather as own part x (n-1), all-to-all
 // and send/recv as payload sent to other ranks) — not bytes measured on a wire.
 // `expected_bytes_per_step` is the closed form of what the strategy must move per step for the
-// FLUX.1 forward (see expectedTraffic()); the two agree when the implementation issues exactly
+// family's forward (FamilyRuntime::traffic); the two agree when the implementation issues exactly
 // the collectives the strategy needs.
 #include <ATen/ATen.h>
 #include <ATen/record_function.h>
@@ -41,17 +41,14 @@
 #include "app/generation.h"
 #include "app/protocol/launch.h"
 #include "app/protocol/protocol.h"
+#include "backend/family_runtime.h"
 #include "backend/io/checkpoint_layouts.h"
 #include "backend/io/config_json.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/tensor_io.h"
 #include "backend/io/weight_loader.h"
 #include "backend/io/weight_source.h"
-#include "backend/models/flux/flux_plan.h"
-#include "backend/models/flux/transformer_flux.h"
-#include "backend/models/registry.h"
-#include "backend/models/torch_registry.h"
-#include "backend/pipelines/flux/flux_pipeline_config.h"
+#include "backend/models/family_registry.h"
 #include "parallel/attention.h"
 #include "parallel/context_parallel.h"
 #include "parallel/device_mesh.h"
@@ -142,12 +139,12 @@ struct Args {
 
 // ------------------------------------------------------------------ model sizes (from the plan)
 struct ParamSplit {
-  int64_t total = 0;    ///< every parameter the model declares (fluxParameterTable)
+  int64_t total = 0;    ///< every parameter the model declares (its ParameterTable)
   int64_t sharded = 0;  ///< parameters the plan splits over tp at this run's tp_degree
   int64_t replicated() const { return total - sharded; }
 };
-// Parameter counts from FLUX.1's declared parameters and tensor-parallel plan (flux_plan.h): the
-// same plan the loader shards by.
+// Parameter counts from the family's declared parameters and tensor-parallel plan: the same plan
+// the loader shards by.
 ParamSplit planParams(const ParameterTable& params, const ShardingPlan& plan, int tp) {
   ParamSplit p;
   for (const auto& info : params) {
@@ -158,77 +155,7 @@ ParamSplit planParams(const ParameterTable& params, const ShardingPlan& plan, in
   return p;
 }
 
-// ------------------------------------------------------------------ expected traffic
-struct Traffic {
-  uint64_t tp_allreduce = 0, ulysses_all_to_all = 0, ring_kv = 0, cp_gather = 0, cfg_gather = 0;
-  uint64_t total() const {
-    return tp_allreduce + ulysses_all_to_all + ring_kv + cp_gather + cfg_gather;
-  }
-};
-
-// What the strategy must move per step for one FLUX.1 forward (B images of S_img image and S_txt
-// text tokens, element size es), counted for world rank `rank` the way the process groups count
-// (payload this rank sends):
-//  - tp: every RowwiseParallel output is AllReduced over tp: per double block 4 ([B, S_img_l, C]
-//    for attn.to_out.0 and ff.net.2, [B, S_txt_l, C] for attn.to_add_out and ff_context.net.2),
-//    per single block 1 ([B, S_l, C] for proj_out); ring-allreduce volume 2(tp-1)/tp x size.
-//  - Ulysses (u ranks): per attention (one per block), an all-to-all of q, k, v (the parts for
-//    the other ranks' heads: 3 x B x H_other x S_l x D) and the reverse all-to-all of the output
-//    (my heads, the other ranks' tokens: B x H_mine x S_other x D).
-//  - Ring (r ranks): per attention, r-1 rotations of the packed K/V block [2, B, H_att, S_blk, D]
-//    (H_att: heads after Ulysses; S_blk: the sending block's tokens, the whole ulysses group's
-//    tokens under unified).
-//  - cp > 1: final gather of the output [B, S_img_l, out_channels] over the cp group.
-//  - cfg 2: one allgather of the prediction [B, S_img, out_channels].
-// Sequence partitions follow tensor_split (uneven only in the anything modes).
-Traffic expectedTraffic(const FluxTransformerConfig& c, const Strategy& s, int rank, int64_t B,
-                        int64_t simg, int64_t stxt, uint64_t es) {
-  Traffic t;
-  const auto co = meshCoords(s, rank);  // {dp, cfg, ring, ulysses, tp}
-  const int R = s.ring_degree, U = s.ulysses_degree, tp = s.tp_degree, cp = R * U;
-  const int ri = co[2], ui = co[3], cpr = ri * U + ui;
-  const int64_t C = c.innerDim(), D = c.attention_head_dim, Hl = c.num_attention_heads / tp;
-  const auto txt = tensorSplitSizes(stxt, cp), img = tensorSplitSizes(simg, cp);
-  std::vector<int64_t> sl(cp);
-  for (int k = 0; k < cp; ++k) sl[k] = txt[k] + img[k];
-  const int64_t attnCalls = c.num_layers + c.num_single_layers;
-  if (tp > 1) {
-    auto ar = [&](int64_t tokens) {
-      const uint64_t n = static_cast<uint64_t>(B * tokens * C) * es;
-      return static_cast<uint64_t>(2 * (tp - 1)) * n / tp;
-    };
-    t.tp_allreduce =
-        c.num_layers * (2 * ar(img[cpr]) + 2 * ar(txt[cpr])) + c.num_single_layers * ar(sl[cpr]);
-  }
-  std::vector<int64_t> heads{Hl};
-  if (U > 1) {
-    heads = tensorSplitSizes(Hl, U);
-    uint64_t per = 0;
-    for (int j = 0; j < U; ++j) {
-      if (j == ui) continue;
-      per += static_cast<uint64_t>(3 * B * heads[j] * sl[cpr] * D) * es;      // q, k, v
-      per += static_cast<uint64_t>(B * heads[ui] * sl[ri * U + j] * D) * es;  // output back
-    }
-    t.ulysses_all_to_all = attnCalls * per;
-  }
-  if (R > 1) {
-    const int64_t hAtt = U > 1 ? heads[ui] : Hl;
-    std::vector<int64_t> blk(R, 0);
-    for (int j = 0; j < R; ++j)
-      for (int u = 0; u < U; ++u) blk[j] += sl[j * U + u];
-    uint64_t per = 0;
-    for (int st = 0; st + 1 < R; ++st) {
-      const int owner = ((ri - st) % R + R) % R;  // block held (and sent on) at step st
-      per += static_cast<uint64_t>(2 * B * hAtt * blk[owner] * D) * es;
-    }
-    t.ring_kv = attnCalls * per;
-  }
-  if (cp > 1) t.cp_gather = static_cast<uint64_t>(B * img[cpr] * c.out_channels) * es * (cp - 1);
-  if (s.cfg_degree == 2) t.cfg_gather = static_cast<uint64_t>(B * simg * c.out_channels) * es;
-  return t;
-}
-
-ordered_json trafficJson(const Traffic& t) {
+ordered_json trafficJson(const CollectiveTraffic& t) {
   ordered_json j;
   j["total_bytes"] = t.total();
   j["tp_allreduce_bytes"] = t.tp_allreduce;
@@ -264,8 +191,9 @@ int runBench(Args a) {
   };
 
   // 1. Model definition (configs only; every rank reaches the same verdict without a collective).
-  FluxTransformerConfig cfg;
-  int vaeScale = 8;  // FLUX.1's VAE; used when only a transformer config is given
+  const FamilySpec* family = nullptr;      // the config's family record
+  const FamilyRuntime* runtime = nullptr;  // its Torch half
+  int vaeScale = 8;                        // the usual VAE scale; a model folder gives its own
   std::string source, weightsDir;
   nlohmann::json configJson;  // the transformer's config.json
   std::string configFile, transformerClass;
@@ -279,34 +207,26 @@ int runBench(Args a) {
       throw ModelFileError(
           file, "no \"_class_name\" (the transformer class, e.g. FluxTransformer2DModel)");
     transformerClass = cls;
-    md = transformerFamily(cls, file).dims(configJson, file);  // refuses an unregistered class
-    cfg = parseFluxTransformerConfig(configJson, file);
+    family = &transformerFamily(cls, file);  // refuses an unregistered class
+    runtime = &familyRuntime(family->pipeline_class, file);
+    md = family->dims(configJson, file);
   };
-  std::string singleFile;  // --model FILE: a single FLUX.1 transformer / all-in-one checkpoint
+  std::string singleFile;  // --model FILE: a single-file transformer / all-in-one checkpoint
   try {
     if (!a.model.empty() && fs::is_regular_file(a.model)) {
       // Hyper-parameters from the tensor shapes; --config (a transformer config.json) only
-      // supplies what the shapes cannot (the RoPE axes when the head dim is not FLUX.1's 128).
+      // supplies what the shapes cannot (e.g. FLUX.1's RoPE axes when the head dim is not 128).
       singleFile = a.model;
-      const CheckpointComponent c = inspectCheckpoint(a.model).require("transformer", "--model");
-      SafetensorsReader r(a.model);
-      FluxTransformerConfig ref;
-      if (!a.config.empty()) ref = parseFluxTransformerConfig(a.config);
-      cfg = fluxConfigFromBfl(r, c.prefix, a.config.empty() ? nullptr : &ref);
-      configJson = nlohmann::json{{"_class_name", "FluxTransformer2DModel"},
-                                  {"in_channels", cfg.in_channels},
-                                  {"out_channels", cfg.out_channels},
-                                  {"num_layers", cfg.num_layers},
-                                  {"num_single_layers", cfg.num_single_layers},
-                                  {"attention_head_dim", cfg.attention_head_dim},
-                                  {"num_attention_heads", cfg.num_attention_heads},
-                                  {"joint_attention_dim", cfg.joint_attention_dim},
-                                  {"pooled_projection_dim", cfg.pooled_projection_dim},
-                                  {"guidance_embeds", cfg.guidance_embeds},
-                                  {"axes_dims_rope", cfg.axes_dims_rope}};
+      const CheckpointInfo info = inspectCheckpoint(a.model);
+      info.require("transformer", "--model");
+      family = &checkpointFamily(info.family, a.model);
+      if (!family->single_file_transformer_config)
+        throw ModelFileError(a.model, family->refusal("single_file"));
+      runtime = &familyRuntime(family->pipeline_class, a.model);
+      configJson = family->single_file_transformer_config(a.model, a.config);
       configFile = a.model;
-      transformerClass = "FluxTransformer2DModel";
-      md = transformerFamily(transformerClass, a.model).dims(configJson, a.model);
+      transformerClass = family->transformer_class;
+      md = family->dims(configJson, a.model);
       source = a.model;
     } else if (!a.model.empty() == (a.randomWeights || !a.config.empty()))
       throw std::invalid_argument(
@@ -324,7 +244,7 @@ int runBench(Args a) {
         weightsDir = a.model;
       } else {
         throw ModelFileError(a.model,
-                             "neither a diffusers FLUX.1 folder (model_index.json) nor a "
+                             "neither a diffusers model folder (model_index.json) nor a "
                              "transformer folder (config.json)");
       }
       source = a.model;
@@ -367,7 +287,7 @@ int runBench(Args a) {
   // 2. Mesh and groups, as ditstudio-worker builds them.
   DeviceMesh mesh(s);
   auto worldG = mesh.world();
-  FluxParallelism par;
+  TransformerParallelism par;
   if (s.tp_degree > 1) par.tp = mesh.group("tp");
   if (s.cpDegree() > 1) {
     ContextParallelOptions co{s.ring_degree, s.ulysses_degree, s.ulysses_anything, s.ring_anything};
@@ -423,34 +343,13 @@ int runBench(Args a) {
   int64_t bytesTimed = 0;
   const int steps = a.phase == "all" ? a.steps : 0;
   if (a.phase == "all") {
-    auto gen = at::detail::createCPUGenerator(a.seed + 2);
-    auto f32 = at::TensorOptions().dtype(at::kFloat);
-    at::Tensor hs = at::randn({B, simg, cfg.in_channels}, gen, f32);
-    at::Tensor encPos = at::randn({B, stxt, cfg.joint_attention_dim}, gen, f32);
-    at::Tensor encNeg = at::randn({B, stxt, cfg.joint_attention_dim}, gen, f32);
-    at::Tensor pooled = at::randn({B, cfg.pooled_projection_dim}, gen, f32);
-    at::Tensor timestep = at::full({B}, 0.75, f32);
-    at::Tensor guidance = cfg.guidance_embeds ? at::full({B}, 3.5, f32) : at::Tensor();
-    // _prepare_latent_image_ids: (0, row, col); text ids are zeros.
-    at::Tensor rows = at::arange(tokH, f32).unsqueeze(1).expand({tokH, tokW});
-    at::Tensor cols = at::arange(tokW, f32).unsqueeze(0).expand({tokH, tokW});
-    at::Tensor imgIds =
-        at::stack({at::zeros({tokH, tokW}, f32), rows, cols}, -1).reshape({simg, 3});
-    at::Tensor txtIds = at::zeros({stxt, 3}, f32);
+    // The family's own inputs for this shape (seeded, identical on every rank); the negative
+    // text features on the second CFG half.
     const bool negHalf = cfgG && cfgG->rank() == 1;
-    at::Tensor enc = (negHalf ? encNeg : encPos);
-    hs = hs.to(device), enc = enc.to(device), pooled = pooled.to(device),
-    timestep = timestep.to(device);
-    imgIds = imgIds.to(device), txtIds = txtIds.to(device);
-    if (guidance.defined()) guidance = guidance.to(device);
+    TransformerInputs inputs = runtime->exampleInputs(
+        configJson, configFile, BenchShape{B, tokH, tokW, stxt}, a.seed + 2, negHalf);
+    for (auto& [name, t] : inputs) t = t.to(device);
     const double trueCfgScale = 4.0;
-    TransformerInputs inputs{{"hidden_states", hs},
-                             {"encoder_hidden_states", enc},
-                             {"pooled_projections", pooled},
-                             {"timestep", timestep},
-                             {"img_ids", imgIds},
-                             {"txt_ids", txtIds}};
-    if (guidance.defined()) inputs["guidance"] = guidance;
     auto step = [&] {
       at::Tensor v = model->forward(inputs);
       if (cfgG) {  // as FluxPipeline: exchange the two predictions, combine
@@ -508,19 +407,18 @@ int runBench(Args a) {
   std::vector<double> stepMs;
   for (int i = 0; i < steps; ++i) stepMs.push_back(stepNs[i].item<int64_t>() / 1e6);
   ordered_json j;
-  j["benchmark"] = "ditstudio-bench: FluxTransformer2DModel load + forward";
+  j["benchmark"] = "ditstudio-bench: " + transformerClass + " load + forward";
   j["source"] = source;
   j["phase"] = a.phase;
   j["blas"] = ordered_json::parse(blasInfoJson(g_blas).dump());
   ordered_json mc;
-  mc["num_layers"] = cfg.num_layers;
-  mc["num_single_layers"] = cfg.num_single_layers;
-  mc["num_attention_heads"] = cfg.num_attention_heads;
-  mc["attention_head_dim"] = cfg.attention_head_dim;
-  mc["inner_dim"] = cfg.innerDim();
-  mc["mlp_hidden_dim"] = cfg.mlpHidden();
-  mc["joint_attention_dim"] = cfg.joint_attention_dim;
-  mc["guidance_embeds"] = cfg.guidance_embeds;
+  mc["family"] = family->display_name;
+  mc["transformer_class"] = transformerClass;
+  for (const auto& [k, v] : configJson.items())  // the config's own sizes, as declared
+    if (!k.empty() && k[0] != '_' && (v.is_number() || v.is_boolean() || v.is_array()))
+      mc[k] = ordered_json::parse(v.dump());
+  mc["inner_dim"] = md.innerDim();
+  mc["mlp_hidden_dim"] = md.mlp_hidden_dim;
   mc["parameters"] = ps.total;
   mc["parameters_tp_sharded"] = ps.sharded;
   mc["parameters_replicated"] = ps.replicated();
@@ -596,7 +494,7 @@ int runBench(Args a) {
   // time the model's FLOPs would take at that rate. fraction = roofline / measured median step:
   // how close the whole step (attention, norms, RoPE, collectives included) comes to pure GEMM.
   if (!device.is_cuda() && steps > 0) {
-    const int64_t S = simg + stxt, C = cfg.innerDim(), M = cfg.mlpHidden();
+    const int64_t S = simg + stxt, C = md.innerDim(), M = std::max(md.mlp_hidden_dim, 1);
     double best = 0;
     for (const int64_t n : {C, M}) {
       at::Tensor x = at::randn({S, C}, at::TensorOptions().dtype(dtype));
@@ -664,7 +562,8 @@ int runBench(Args a) {
     rj["load_s"] = v(11) / 1e6;
     if (steps > 0) {
       rj["bytes_sent_per_step"] = v(10) / steps;
-      const Traffic t = expectedTraffic(cfg, s, r, B, simg, stxt, es);
+      const CollectiveTraffic t =
+          runtime->traffic(configJson, configFile, s, r, BenchShape{B, tokH, tokW, stxt}, es);
       rj["expected_bytes_per_step"] = t.total();
       rj["expected_bytes_per_step_breakdown"] = trafficJson(t);
     }
@@ -691,7 +590,8 @@ int runBench(Args a) {
        "DeviceMesh::bytesSent() delta over the timed steps / steps: process-group payload "
        "accounting (allreduce = 2(n-1)/n x size), not measured on the wire"},
       {"expected_bytes_per_step",
-       "closed form of what the strategy must send per step for the FLUX.1 forward"}};
+       "closed form of what the strategy must send per step for the family's forward "
+       "(FamilyRuntime::traffic, from its plans)"}};
   const std::string out = a.pretty ? j.dump(2) : j.dump();
   std::cout << out << std::endl;
   if (!a.jsonOut.empty()) {
@@ -708,19 +608,21 @@ int main(int argc, char** argv) {
   g_blas = dit::ensureBlasKernel(argc, argv);
   tuneHostAllocator();
   initRuntime(argc, argv);
-  CLI::App app{"Benchmark the FLUX.1 transformer (load + timed forwards) under a parallel strategy",
-               "ditstudio-bench"};
+  CLI::App app{
+      "Benchmark a diffusion transformer of any supported family (load + timed forwards) under a "
+      "parallel strategy",
+      "ditstudio-bench"};
   Args a;
   app.add_option("--model", a.model,
-                 "diffusers FLUX.1 folder (or its transformer folder), or a single FLUX.1 "
-                 "transformer / all-in-one checkpoint file (BFL, fp8, ComfyUI scaled fp8): real "
-                 "weights");
+                 "diffusers model folder of any supported family (or its transformer folder), "
+                 "or a single-file transformer / all-in-one checkpoint (FLUX.1: BFL, fp8, "
+                 "ComfyUI scaled fp8): real weights");
   app.add_option("--config", a.config, "transformer config.json (with --random-weights)");
   app.add_flag("--random-weights", a.randomWeights,
                "random weights from the config alone (shards generated directly)");
   app.add_option("--width", a.width, "image width in pixels");
   app.add_option("--height", a.height, "image height in pixels");
-  app.add_option("--text-len", a.textLen, "text tokens (T5 sequence length)");
+  app.add_option("--text-len", a.textLen, "text tokens (the text encoder's sequence length)");
   app.add_option("--batch", a.batch, "images per forward");
   app.add_option("--steps", a.steps, "timed forwards");
   app.add_option("--warmup", a.warmup, "untimed forwards before timing");

@@ -1,8 +1,9 @@
-// ditstudio-make-model: writes a FLUX.1-architecture diffusers folder with random weights.
-// Builds the embedded default model at build time, and the differently-shaped checkpoints the
-// tests use (bf16 on disk, sharded transformer, guidance embeds off, other VAE depths).
-// Tokenizers and the scheduler config are copied from a template folder; every other config is
-// the template's, with the overrides given on the command line.
+// ditstudio-make-model: writes a diffusers folder of any registered family with random weights:
+// the differently-shaped checkpoints the tests use (bf16 on disk, sharded transformer, guidance
+// embeds off, other VAE depths) and configs for benchmarks. The family is the template folder's
+// (model_index.json); tokenizers and the scheduler config are copied from it; every other config
+// is the template's, with the overrides given on the command line; each component is built with
+// fresh weights through its family's runtime (FamilyRuntime::buildComponent).
 #include <ATen/ATen.h>
 
 #include <CLI/CLI.hpp>
@@ -11,15 +12,12 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "backend/family_runtime.h"
 #include "backend/io/config_json.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/tensor_io.h"
 #include "backend/io/weight_source.h"
-#include "backend/models/autoencoders/autoencoder_kl.h"
-#include "backend/models/text_encoders/modeling_clip.h"
-#include "backend/models/text_encoders/modeling_t5.h"
-#include "backend/models/torch_registry.h"
-#include "backend/pipelines/flux/flux_pipeline_config.h"
+#include "backend/models/family_registry.h"
 
 using namespace dit;
 using nlohmann::json;
@@ -73,7 +71,7 @@ static void saveComponent(const fs::path& dir, const std::string& stem,
 }
 
 int main(int argc, char** argv) {
-  CLI::App app{"Write a FLUX.1-architecture diffusers model folder with random weights",
+  CLI::App app{"Write a diffusers model folder (the template's family) with random weights",
                "ditstudio-make-model"};
   std::string templ, out, diskDtype = "float32";
   uint64_t seed = 2026, shardBytes = 0;
@@ -81,7 +79,8 @@ int main(int argc, char** argv) {
   std::vector<int> vaeBlocks, axes;
   double stdev = 0.02;
   app.add_option("--template", templ,
-                 "diffusers FLUX.1 folder whose tokenizers/scheduler/configs are copied")
+                 "diffusers folder (any supported family) whose tokenizers, scheduler and "
+                 "configs are copied")
       ->required();
   app.add_option("--out", out, "output folder")->required();
   app.add_option("--seed", seed, "weight seed");
@@ -102,13 +101,18 @@ int main(int argc, char** argv) {
     const fs::path tmp = o.string() + ".partial";
     fs::remove_all(tmp);
     fs::create_directories(tmp);
-    for (const char* d : {"tokenizer", "tokenizer_2", "scheduler"})
-      fs::copy(t / d, tmp / d, fs::copy_options::recursive);
-    fs::copy_file(t / "model_index.json", tmp / "model_index.json");
-    for (const char* d : {"transformer", "text_encoder", "text_encoder_2", "vae"}) {
-      fs::create_directories(tmp / d);
-      fs::copy_file(t / d / "config.json", tmp / d / "config.json");
+    const FamilySpec& family = familyOf(ModelFolder::open(t.string()));
+    // Model components (a config.json) get their config; the rest (tokenizers, the scheduler)
+    // are copied whole.
+    for (const std::string& d : family.components) {
+      if (fs::exists(t / d / "config.json")) {
+        fs::create_directories(tmp / d);
+        fs::copy_file(t / d / "config.json", tmp / d / "config.json");
+      } else {
+        fs::copy(t / d, tmp / d, fs::copy_options::recursive);
+      }
     }
+    fs::copy_file(t / "model_index.json", tmp / "model_index.json");
     json tc = readJson(tmp / "transformer/config.json");
     if (layers >= 0) tc["num_layers"] = layers;
     if (singleLayers >= 0) tc["num_single_layers"] = singleLayers;
@@ -131,27 +135,21 @@ int main(int argc, char** argv) {
       w->setRecording(true);
       return w;
     };
-    {
-      auto w = make(1);
-      const std::string cfgFile = m.component("transformer") + "/config.json";
-      const auto model = loadTransformer(m.transformer_class, readConfigJson(cfgFile), cfgFile, *w);
-      saveComponent(tmp / "transformer", "diffusion_pytorch_model", w->recorded(), disk,
-                    shardBytes);
-    }
-    {
-      auto w = make(2);
-      CLIPTextModel model(fluxConfig(m).text_encoder, *w);
-      saveComponent(tmp / "text_encoder", "model", w->recorded(), disk, 0);
-    }
-    {
-      auto w = make(3);
-      T5EncoderModel model(fluxConfig(m).text_encoder_2, *w);
-      saveComponent(tmp / "text_encoder_2", "model", w->recorded(), disk, 0);
-    }
-    {
-      auto w = make(4);
-      AutoencoderKL model(fluxConfig(m).vae, *w);
-      saveComponent(tmp / "vae", "diffusion_pytorch_model", w->recorded(), disk, 0);
+    const FamilyRuntime& runtime = familyRuntime(m.pipeline_class, m.path + "/model_index.json");
+    uint64_t k =
+        0;  // seed offset: 1 for the transformer, then each component in the family's order
+    for (const std::string& c : family.components) {
+      if (!fs::exists(tmp / c / "config.json")) continue;  // tokenizers, scheduler
+      auto w = make(++k);
+      if (c == family.transformer_component) {
+        const std::string cfgFile = m.component(c) + "/config.json";
+        const auto model =
+            loadTransformer(m.transformer_class, readConfigJson(cfgFile), cfgFile, *w);
+        saveComponent(tmp / c, "diffusion_pytorch_model", w->recorded(), disk, shardBytes);
+      } else {
+        const std::string stem = runtime.buildComponent(m, c, *w);
+        if (!stem.empty()) saveComponent(tmp / c, stem, w->recorded(), disk, 0);
+      }
     }
     fs::remove_all(o);
     fs::rename(tmp, o);

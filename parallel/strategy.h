@@ -51,6 +51,8 @@ struct ModelDims {
   /// The model's context-parallel plan (which forward inputs split on which dim, where the output
   /// gathers); applied by the Torch-side ContextParallelRunner. Null = none declared.
   std::shared_ptr<const ContextParallelPlan> context_parallel_plan;
+  /// Hidden width of the blocks' feed-forward (FLUX.1: 4 x inner; FLUX.2: 3 x inner); 0 = unknown.
+  int mlp_hidden_dim = 0;
   int innerDim() const { return num_attention_heads * attention_head_dim; }
 };
 

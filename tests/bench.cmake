@@ -134,9 +134,25 @@ add_test(NAME bench_smoke_ring2 COMMAND ${CMAKE_COMMAND} -DNP=2 -DEXPECT_BYTES=1
 add_test(NAME bench_smoke_load_np2 COMMAND ${CMAKE_COMMAND} -DNP=2
   -DJSON_FILE=${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_load_np2.json
   "-DCMD=${_bench_mpirun}|-np|2|${_bench_common}|--tp-degree|2|--phase|load|--json-out|${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_load_np2.json" -P ${_bench_check})
-set_tests_properties(bench_smoke_np1 bench_smoke_tp2 bench_smoke_ring2 bench_smoke_load_np2 PROPERTIES
+# The benchmark is generic over the families: FLUX.2 [klein]'s folder, its own inputs, and its
+# traffic model (FamilyRuntime::traffic) equal to the measured bytes under tp 2 and ulysses 2.
+set(_bench_flux2 $<TARGET_FILE:ditstudio-bench> --model ${DITSTUDIO_TEST_DATA}/tiny-flux2-A --width 32
+  --height 32 --text-len 8 --steps 1 --warmup 0 --dtype float32)
+list(JOIN _bench_flux2 "|" _bench_flux2)
+add_test(NAME bench_smoke_flux2_np1 COMMAND ${CMAKE_COMMAND} -DNP=1
+  -DJSON_FILE=${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_flux2_np1.json
+  "-DCMD=${_bench_flux2}|--json-out|${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_flux2_np1.json" -P ${_bench_check})
+foreach(_st tp ulysses)
+  add_test(NAME bench_smoke_flux2_${_st}2 COMMAND ${CMAKE_COMMAND} -DNP=2 -DEXPECT_BYTES=1
+    -DJSON_FILE=${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_flux2_${_st}2.json
+    "-DCMD=${_bench_mpirun}|-np|2|${_bench_flux2}|--${_st}-degree|2|--json-out|${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_flux2_${_st}2.json" -P ${_bench_check})
+endforeach()
+set_tests_properties(bench_smoke_np1 bench_smoke_tp2 bench_smoke_ring2 bench_smoke_load_np2
+  bench_smoke_flux2_np1 bench_smoke_flux2_tp2 bench_smoke_flux2_ulysses2 PROPERTIES
   LABELS "bench" TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1")
-set_tests_properties(bench_smoke_tp2 bench_smoke_ring2 bench_smoke_load_np2 PROPERTIES PROCESSORS 2)
+set_tests_properties(bench_smoke_tp2 bench_smoke_ring2 bench_smoke_load_np2 bench_smoke_flux2_tp2
+  bench_smoke_flux2_ulysses2 PROPERTIES PROCESSORS 2)
+unset(_bench_flux2)
 unset(_bench_common)
 unset(_bench_mpirun)
 unset(_bench_check)

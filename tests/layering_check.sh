@@ -3,6 +3,11 @@
 #  1. parallel/ holds no model knowledge: no FLUX layer, block or class name anywhere in it (code or
 #     comments), so a model's plan is the only place its layers are named.
 #  2. parallel/ never includes backend/ or ui/; ui/ never includes Torch, c10 or MPI headers.
+#  3. parallel/ and backend/ never include app/ or ui/; backend/io/ never includes backend/models/
+#     or backend/pipelines/ (io reads files; families live above it).
+#  4. No pipeline or transformer class name as a string literal outside the family folders
+#     (backend/models/<f>/ holding a <f>_family.cpp, and backend/pipelines/<f>/): every other
+#     place asks the family record (backend/models/family.h). Tests are exempt.
 # Usage: layering_check.sh SOURCE_DIR. Prints every offending line; exits 1 if there is one.
 set -uo pipefail
 SRC=${1:?source dir}
@@ -17,5 +22,30 @@ fi
 if out=$(grep -rnE '#include\s+[<"](ATen|torch|c10|mpi\.h)' "$SRC/ui"); then
   echo "ui/ includes Torch or MPI headers:"; echo "$out"; fail=1
 fi
-[ $fail -eq 0 ] && echo "layering: parallel/ model-free and backend-free, ui/ Torch-free"
+if out=$(grep -rnE '#include\s+"(app|ui)/' "$SRC/parallel" "$SRC/backend"); then
+  echo "parallel/ or backend/ includes app/ or ui/:"; echo "$out"; fail=1
+fi
+if out=$(grep -rnE '#include\s+"backend/(models|pipelines)/' "$SRC/backend/io"); then
+  echo "backend/io/ includes backend/models/ or backend/pipelines/:"; echo "$out"; fail=1
+fi
+# Family folders: backend/models/<f>/ with a <f>_family.cpp, and backend/pipelines/<f>/.
+exclude=()
+for fam in "$SRC"/backend/models/*/*_family.cpp; do
+  [ -e "$fam" ] || continue
+  f=$(basename "$(dirname "$fam")")
+  exclude+=(--exclude-dir="$f")
+done
+if [ ${#exclude[@]} -eq 0 ]; then
+  echo "no family folder found (backend/models/<f>/<f>_family.cpp)"; fail=1
+fi
+classes='"[A-Za-z0-9_]*(Pipeline|Transformer2DModel)"'
+# (comments may name classes: the literal must come before any // on its line)
+if out=$(grep -rnE "$classes" "${exclude[@]}" --include='*.cpp' --include='*.h' \
+    "$SRC/app" "$SRC/ui" "$SRC/parallel" "$SRC/backend" |
+    perl -ne 'my ($f, $l, $code) = /^([^:]*):(\d+):(.*)$/; $code =~ s{//.*}{}; print if $code =~ /"[A-Za-z0-9_]*(Pipeline|Transformer2DModel)"/'
+    ) && [ -n "$out" ]; then
+  echo "pipeline/transformer class names outside the family folders (ask the family record):"
+  echo "$out"; fail=1
+fi
+[ $fail -eq 0 ] && echo "layering: parallel/ model-free and backend-free, ui/ Torch-free, no upward includes, class names only in family folders"
 exit $fail

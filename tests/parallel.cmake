@@ -75,3 +75,6 @@ set_tests_properties(fault_none PROPERTIES LABELS "parallel;mpi;fault" TIMEOUT 9
 # no Torch/MPI headers in ui/ ---
 add_test(NAME layering COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/layering_check.sh ${PROJECT_SOURCE_DIR})
 set_tests_properties(layering PROPERTIES LABELS "unit;parallel" TIMEOUT 60)
+add_test(NAME layering_selftest COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/layering_selftest.sh
+  ${CMAKE_CURRENT_SOURCE_DIR}/layering_check.sh)
+set_tests_properties(layering_selftest PROPERTIES LABELS "unit;parallel" TIMEOUT 60)

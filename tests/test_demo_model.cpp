@@ -23,12 +23,12 @@
 
 #include "app/demo/shapes_dataset.h"
 #include "app/demo/shapes_draw.h"
+#include "backend/family_runtime.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/safetensors.h"
 #include "backend/io/tensor_io.h"
 #include "backend/models/diffusion_transformer.h"
 #include "backend/pipelines/diffusion_pipeline.h"
-#include "backend/pipelines/torch_registry.h"
 #include "parallel/torch_compat.h"
 #include "tests/test_temp_dir.h"
 

@@ -17,16 +17,15 @@
 #include <string>
 #include <vector>
 
+#include "backend/family_runtime.h"
 #include "backend/io/config_json.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/weight_source.h"
 #include "backend/models/autoencoders/autoencoder_kl_flux2.h"
+#include "backend/models/family_registry.h"
 #include "backend/models/flux2/flux2_plan.h"
 #include "backend/models/flux2/transformer_flux2.h"
-#include "backend/models/registry.h"
-#include "backend/models/torch_registry.h"
 #include "backend/pipelines/flux2/pipeline_flux2.h"
-#include "backend/pipelines/torch_registry.h"
 #include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
 #include "golden_util.h"
 #include "parallel/context_parallel.h"

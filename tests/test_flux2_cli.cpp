@@ -13,9 +13,9 @@
 #include <sstream>
 #include <string>
 
-#include "app/memory_estimate.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/tensor_io.h"
+#include "backend/models/memory_estimate.h"
 #include "golden_util.h"
 
 using namespace dit;

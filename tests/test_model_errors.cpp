@@ -8,18 +8,16 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "backend/family_runtime.h"
 #include "backend/io/config_json.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/safetensors.h"
 #include "backend/io/tensor_io.h"
 #include "backend/io/weight_source.h"
+#include "backend/models/family_registry.h"
 #include "backend/models/flux/flux_plan.h"
 #include "backend/models/flux/transformer_flux.h"
-#include "backend/models/registry.h"
-#include "backend/models/torch_registry.h"
 #include "backend/pipelines/flux/pipeline_flux.h"
-#include "backend/pipelines/registry.h"
-#include "backend/pipelines/torch_registry.h"
 #include "golden_util.h"
 #include "parallel/strategy.h"
 

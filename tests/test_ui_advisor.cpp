@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "backend/models/flux/flux_plan.h"
+#include "backend/models/memory_estimate.h"
 #include "parallel/strategy.h"
 #include "ui/advisor.h"
 
@@ -260,6 +261,34 @@ class TestAdvisor : public QObject {
     const Advice a = adviseStrategy(dev);
     QVERIFY(a.strategy.tp_degree > 1);
     QCOMPARE(48 % a.strategy.tp_degree, 0);
+  }
+
+  // One memory model: the advisor's activation figure is the worker's estimate
+  // (dit::estimateTransformerMemory, what estimateRequestMemory refuses requests by) for the same
+  // strategy, request and dtype, on a GPU and on CPU ranks (scores held by the math kernel).
+  void usesTheWorkersMemoryModel() {
+    for (const Interconnect ic : {Interconnect::NVLink, Interconnect::CPU}) {
+      AdvisorInput in;
+      in.interconnect = ic;
+      in.num_devices = 1;
+      in.memory_gib_per_device = 4096;
+      in.width = 768;
+      in.height = 512;
+      in.text_len = 256;
+      in.bytes_per_param = 2;
+      const Advice a = adviseStrategy(in);
+      QCOMPARE(a.strategy.tp_degree, 1);
+      dit::RequestDims r;
+      r.width = 768;
+      r.height = 512;
+      r.text_len = 256;
+      const dit::MemoryEstimate e =
+          dit::estimateTransformerMemory(in.transformer, a.strategy, r, 2, ic == Interconnect::CPU);
+      const double gib = 1024.0 * 1024.0 * 1024.0;
+      QVERIFY2(std::abs(a.activations_gib - double(e.peak()) / gib) < 1e-12,
+               qPrintable(QString("%1 vs %2").arg(a.activations_gib).arg(double(e.peak()) / gib)));
+      QVERIFY(e.activations > 0 && e.attention > 0 && e.vae_decode > 0);
+    }
   }
 
   void imageTokenCount() {

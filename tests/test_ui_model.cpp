@@ -52,13 +52,19 @@ class TestModel : public QObject {
   void readsFixture() {
     const ModelInfo m = readModelInfo(fixture());
     QVERIFY2(m.ok, qPrintable(m.error));
-    QCOMPARE(m.num_layers, 2);
-    QCOMPARE(m.num_single_layers, 2);
+    // The family's own facts (FamilySpec::facts), not FLUX-shaped fields.
+    QCOMPARE(m.family, QStringLiteral("FLUX.1"));
+    QCOMPARE(m.fact("blocks"), QStringLiteral("2 double + 2 single"));
+    QCOMPARE(m.fact("heads"), QStringLiteral("4 heads x 16 (inner 64)"));
+    QVERIFY2(m.fact("text_encoders").endsWith("joint_attention_dim 32"),
+             qPrintable(m.fact("text_encoders")));
+    QVERIFY2(m.fact("guidance").startsWith("distilled guidance embedding"),
+             qPrintable(m.fact("guidance")));
+    QVERIFY(m.capabilities.img2img && m.capabilities.inpaint && m.capabilities.single_file);
+    QVERIFY2(m.summary().contains("blocks: 2 double + 2 single"), qPrintable(m.summary()));
     QCOMPARE(m.num_attention_heads, 4);
     QCOMPARE(m.attention_head_dim, 16);
     QCOMPARE(m.innerDim(), 64);
-    QCOMPARE(m.joint_attention_dim, 32);
-    QVERIFY(m.guidance_embeds);
     QCOMPARE(m.vae_scale_factor, 2);  // block_out_channels [8, 16]
     QCOMPARE(m.sizeMultiple(), 4);
     // Parameter count equals the sum over the safetensors header (SafetensorsReader).
@@ -106,7 +112,7 @@ class TestModel : public QObject {
     QVERIFY2(m.ok, qPrintable(m.error));
     QCOMPARE(m.detected, QStringLiteral("flux / flux-dev"));
     QCOMPARE(m.num_attention_heads, 4);
-    QCOMPARE(m.num_layers, 2);
+    QCOMPARE(m.fact("blocks"), QStringLiteral("2 double + 2 single"));
     QVERIFY(m.component("vae"));
     QVERIFY2(m.component("vae")->source.contains("ldm layout, prefix vae."),
              qPrintable(m.component("vae")->source));

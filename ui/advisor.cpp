@@ -4,8 +4,8 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "backend/models/flux/flux_plan.h"
-#include "backend/models/flux2/flux2_plan.h"
+#include "backend/models/family_registry.h"
+#include "backend/models/memory_estimate.h"
 
 namespace dit::ui {
 namespace {
@@ -23,22 +23,24 @@ struct Memory {
   double weights = 0, activations = 0, total = 0;
 };
 
+// The one memory model (dit::estimateTransformerMemory, what the worker and the CLI refuse by):
+// activations, attention scores and the VAE decode of one request at tp x cp, plus the weights
+// this rank holds and the runtime overhead.
 Memory estimate(const AdvisorInput& in, int tp, int cp) {
   Memory m;
   m.weights = weightBytesPerRank(in, tp) / kGiB;
-  const double inner =
-      double(in.transformer.num_attention_heads) * in.transformer.attention_head_dim;
-  const double tokens =
-      imageTokens(in.width, in.height, in.transformer.vae_scale_factor) + in.text_len;
-  const double local = tokens / std::max(1, cp);
-  // Hidden states, QKV, attention output and the 4x MLP of one block, in the compute dtype.
-  m.activations = local * inner * in.bytes_per_param * 24.0 / kGiB;
-  if (in.interconnect == Interconnect::CPU) {
-    // CPU attention materialises the float32 score matrix [heads/tp, local, tokens].
-    m.activations += double(in.transformer.num_attention_heads) / tp * local * tokens * 4.0 / kGiB;
-  }
-  const double overhead =
-      in.interconnect == Interconnect::CPU ? 0.5 : 1.0;  // runtime, CUDA context
+  dit::Strategy s;
+  s.tp_degree = tp;
+  s.ring_degree = std::max(1, cp);  // tokens per rank split cp ways (ring's score blocks: worst)
+  dit::RequestDims r;
+  r.width = in.width;
+  r.height = in.height;
+  r.text_len = in.text_len;
+  const bool cpu = in.interconnect == Interconnect::CPU;  // the CPU math kernel holds the scores
+  const dit::MemoryEstimate e = dit::estimateTransformerMemory(
+      in.transformer, s, r, std::max<int64_t>(1, std::llround(in.bytes_per_param)), cpu);
+  m.activations = double(e.peak()) / kGiB;
+  const double overhead = cpu ? 0.5 : 1.0;  // runtime, CUDA context
   m.total = m.weights + m.activations + overhead;
   return m;
 }
@@ -47,30 +49,22 @@ QString gib(double v) { return QString::number(v, 'f', v < 10 ? 1 : 0) + " GiB";
 
 }  // namespace
 
-dit::ModelDims fluxDevTransformerDims() {
-  dit::FluxTransformerConfig c;  // diffusers' defaults are FLUX.1-dev's sizes
-  c.guidance_embeds = true;
-  return dit::fluxModelDims(c, 8);
+dit::ModelDims defaultAdvisorModelDims() {
+  for (const auto& f : dit::modelFamilies())
+    if (f.known_models)
+      for (const auto& k : f.known_models()) return k.dims;
+  return {};
 }
 
 std::vector<KnownModel> knownModels() {
-  auto flux2 = [](int layers, int single, int heads, int joint) {
-    dit::Flux2TransformerConfig c;  // diffusers' defaults (FLUX.2 [dev]) for the rest
-    c.num_layers = layers;
-    c.num_single_layers = single;
-    c.num_attention_heads = heads;
-    c.joint_attention_dim = joint;
-    c.guidance_embeds = false;
-    return dit::flux2ModelDims(c, 8);
-  };
-  dit::ModelDims dev2 = [] {
-    dit::Flux2TransformerConfig c;
-    return dit::flux2ModelDims(c, 8);
-  }();
-  return {{QStringLiteral("FLUX.1 [dev]"), fluxDevTransformerDims(), 4.9e9, 512},
-          {QStringLiteral("FLUX.2 [klein] 4B"), flux2(5, 20, 24, 7680), 4.0e9 + 0.084e9, 512},
-          {QStringLiteral("FLUX.2 [klein] 9B"), flux2(8, 24, 32, 12288), 8.2e9 + 0.084e9, 512},
-          {QStringLiteral("FLUX.2 [dev]"), dev2, 24.0e9 + 0.084e9, 512}};
+  // Every registered family's real-size models, in registration order.
+  std::vector<KnownModel> v;
+  for (const auto& f : dit::modelFamilies()) {
+    if (!f.known_models) continue;
+    for (const auto& k : f.known_models())
+      v.push_back({QString::fromStdString(k.name), k.dims, k.other_parameters, k.text_len});
+  }
+  return v;
 }
 
 double transformerParameters(const AdvisorInput& in) {

@@ -16,10 +16,10 @@ namespace dit::ui {
 /// cores talking over MPI (device "cpu", treated like a slow link).
 enum class Interconnect { NVLink, PCIe, CPU };
 
-/// The declared ModelDims of FLUX.1-dev's transformer (FluxTransformer2DModel with diffusers'
-/// default config and guidance_embeds: 19 + 38 blocks, 24 heads x 128, 11.9 B parameters) and its
-/// VAE scale factor 8: the advisor's default model.
-dit::ModelDims fluxDevTransformerDims();
+/// The advisor's default model: the first known model of the first registered family (FLUX.1
+/// [dev]'s FluxTransformer2DModel: 19 + 38 blocks, 24 heads x 128, 11.9 B parameters, VAE scale
+/// factor 8).
+dit::ModelDims defaultAdvisorModelDims();
 
 /// A model the advisor knows without its files: name, the transformer's declared dims (heads,
 /// plans, parameter table) and the replicated rest (text encoders + VAE, elements).
@@ -29,13 +29,10 @@ struct KnownModel {
   double other_params = 0;
   int text_len = 512;
 };
-/// FLUX.1 [dev] (12 B transformer; CLIP-L + T5-XXL 4.9 B), FLUX.2 [klein] 4B (5 double + 20 single
-/// blocks, 24 heads x 128, joint_attention_dim 7680; Qwen3-4B text encoder 4.0 B), FLUX.2 [klein]
-/// 9B (8 double + 24 single, 32 heads x 128, joint_attention_dim 12288; Qwen3-8B 8.2 B) and
-/// FLUX.2 [dev] (diffusers' Flux2Transformer2DModel defaults: 8 double + 48 single, 48 heads x
-/// 128, joint_attention_dim 15360; Mistral-Small-3.1-24B text encoder 24 B). Transformer sizes come
-/// from the declared parameter tables (flux/flux2 plans) for these configs; the AutoencoderKLFlux2
-/// (84 M) is counted with the text encoders.
+/// Every registered family's real-size models (FamilySpec::known_models), in registration order:
+/// FLUX.1 [dev] (12 B transformer; CLIP-L + T5-XXL 4.9 B), FLUX.2 [klein] 4B, FLUX.2 [klein] 9B and
+/// FLUX.2 [dev] today. Transformer sizes come from the declared parameter tables for their
+/// configs; VAEs are counted with the text encoders.
 std::vector<KnownModel> knownModels();
 
 /// Advisor input. Parameter counts are elements, memory in GiB, sizes in pixels.
@@ -43,7 +40,7 @@ struct AdvisorInput {
   /// The transformer family's declaration (ModelFolder::dims(), ModelInfo::dims()): heads, head
   /// dim, vae_scale_factor, its parameter table and tensor-parallel plan, from which the weight
   /// bytes per rank come (ShardingPlan::bytesPerRank). No plan: tp stays 1.
-  dit::ModelDims transformer = fluxDevTransformerDims();
+  dit::ModelDims transformer = defaultAdvisorModelDims();
   double other_params = 4.9e9;   ///< text encoders + VAE (replicated on every rank)
   double bytes_per_param = 2.0;  ///< compute bytes per element: 2 for bf16/fp16, 4 for fp32
   int text_len = 512;   ///< T5 max_sequence_length (text tokens, split by context parallel)

@@ -9,8 +9,7 @@
 #include "backend/io/checkpoint_layouts.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/safetensors.h"
-#include "backend/pipelines/flux/flux_pipeline_config.h"
-#include "backend/pipelines/flux2/flux2_pipeline_config.h"
+#include "backend/models/family_registry.h"
 
 namespace dit::ui {
 namespace {
@@ -89,12 +88,8 @@ QString ModelInfo::summary() const {
   if (!ok) return error;
   QString s;
   if (!detected.isEmpty()) s += QStringLiteral("detected: %1\n").arg(detected);
-  s += QStringLiteral("%1 double + %2 single blocks, %3 heads x %4 head dim (inner %5)\n")
-           .arg(num_layers)
-           .arg(num_single_layers)
-           .arg(num_attention_heads)
-           .arg(attention_head_dim)
-           .arg(innerDim());
+  for (const auto& f : facts)
+    if (f.key != "family") s += QStringLiteral("%1: %2\n").arg(f.label, f.value);
   for (const auto& c : components) {
     if (c.bytes == 0) continue;
     s += QStringLiteral("%1: %2 params, %3%4\n")
@@ -131,25 +126,22 @@ ModelInfo readModelInfo(const QString& dirIn, const QString& configDir) {
                    ci.scaled_fp8 ? QStringLiteral(" (scaled fp8)") : QString());
       for (const auto& n : m.notes) info.notes << QString::fromStdString(n);
     }
-    auto setSizes = [&](const auto& t) {
-      info.num_layers = t.num_layers;
-      info.num_single_layers = t.num_single_layers;
-      info.num_attention_heads = t.num_attention_heads;
-      info.attention_head_dim = t.attention_head_dim;
-      info.joint_attention_dim = t.joint_attention_dim;
-      info.in_channels = t.in_channels;
-      info.guidance_embeds = t.guidance_embeds;
-    };
-    const bool flux2 = m.pipeline_class == "Flux2KleinPipeline";
-    if (flux2) {
-      const Flux2PipelineConfig& c = flux2Config(m);
-      setSizes(c.transformer);
-      info.detected = c.is_distilled ? QStringLiteral("FLUX.2 [klein], distilled")
-                                     : QStringLiteral("FLUX.2 [klein]");
-    } else {
-      setSizes(fluxConfig(m).transformer);
+    // Everything family-specific comes from the family's record: its facts, its capabilities.
+    const FamilySpec& family = familyOf(m);
+    info.family = QString::fromStdString(family.display_name);
+    info.capabilities = family.caps;
+    for (const ModelFact& f : family.facts(m)) {
+      info.facts << ModelInfo::Fact{QString::fromStdString(f.key), QString::fromStdString(f.label),
+                                    QString::fromStdString(f.value)};
+      // A diffusers folder's family (e.g. "FLUX.2 [klein], distilled") is what was detected.
+      if (f.key == "family" && info.detected.isEmpty())
+        info.detected = QString::fromStdString(f.value);
     }
-    info.model_dims = m.dims();  // the family's declaration: sizes, plans, parameter table
+    info.model_dims = m.dims();
+    info.num_attention_heads = info.model_dims.num_attention_heads;
+    info.attention_head_dim =
+        info.model_dims
+            .attention_head_dim;  // the family's declaration: sizes, plans, parameter table
     info.vae_scale_factor = info.model_dims.vae_scale_factor;
     info.max_sequence_length = m.config->max_sequence_length;
     info.cfg_from_guidance = m.config->cfg_from_guidance;
@@ -160,10 +152,13 @@ ModelInfo readModelInfo(const QString& dirIn, const QString& configDir) {
                         .arg(QString::fromUtf8(
                             QJsonDocument(info.default_settings).toJson(QJsonDocument::Compact)));
     }
-    info.components << readComponent(m, "transformer", "diffusion_pytorch_model")
-                    << readComponent(m, "text_encoder", "model");
-    if (!flux2) info.components << readComponent(m, "text_encoder_2", "model");
-    info.components << readComponent(m, "vae", "diffusion_pytorch_model");
+    // The components with weights, in the family's order: diffusers names a transformers-library
+    // component's weights "model", a diffusers one's "diffusion_pytorch_model".
+    for (const std::string& c : family.components) {
+      if (c.rfind("tokenizer", 0) == 0 || c == "scheduler") continue;
+      info.components << readComponent(
+          m, c.c_str(), c.rfind("text_encoder", 0) == 0 ? "model" : "diffusion_pytorch_model");
+    }
   } catch (const std::exception& e) {
     info.model_dims = {};
     info.error = QString::fromStdString(e.what());

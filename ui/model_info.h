@@ -7,6 +7,7 @@
 #include <QString>
 #include <QStringList>
 
+#include "backend/models/family.h"
 #include "parallel/strategy.h"
 
 namespace dit::ui {
@@ -28,14 +29,25 @@ struct ModelInfo {
   bool ok = false;
   QString error;
   QString path;
-  // transformer/config.json
-  int num_layers = 0;
-  int num_single_layers = 0;
+  /// The family's display name (FamilySpec::display_name), e.g. "FLUX.1".
+  QString family;
+  /// One fact about the model as its family states it (FamilySpec::facts): "blocks" ->
+  /// "19 double + 38 single".
+  struct Fact {
+    QString key, label, value;
+  };
+  QList<Fact> facts;
+  /// The value of the fact `key`; empty when the family states none.
+  QString fact(const QString& key) const {
+    for (const auto& f : facts)
+      if (f.key == key) return f.value;
+    return {};
+  }
+  /// What the family can do (image-to-image, inpainting, step caching, single files, LoRA).
+  dit::FamilyCapabilities capabilities;
+  // The transformer's attention sizes (ModelDims).
   int num_attention_heads = 0;
   int attention_head_dim = 0;
-  int joint_attention_dim = 0;
-  int in_channels = 0;
-  bool guidance_embeds = false;
   // vae/config.json
   int vae_scale_factor = 8;       ///< 2^(len(block_out_channels)-1)
   int max_sequence_length = 512;  ///< the pipeline's default text length (FLUX: T5 tokens)

@@ -7,73 +7,10 @@
 
 #include "backend/io/checkpoint_layouts.h"
 #include "backend/io/config_json.h"
-#include "backend/models/registry.h"
-#include "backend/pipelines/registry.h"
 
 namespace dit {
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-namespace {
-constexpr const char* kDefaultSettingsKey = "_dit_studio_default_settings";
-}  // namespace
-
-ModelFolder ModelFolder::open(const std::string& path) {
-  ModelFolder m;
-  m.path = path;
-  if (!fs::is_directory(path)) throw ModelFileError(path, "model folder does not exist");
-  const std::string idx = path + "/model_index.json";
-  const json mi = readConfigJson(idx);
-  getConfigValue(mi, "_class_name", m.pipeline_class, idx);
-  if (m.pipeline_class.empty())
-    throw ModelFileError(idx, "no \"_class_name\": not a diffusers pipeline folder");
-  const PipelineFamily& family = pipelineFamily(m.pipeline_class, idx);
-  for (const std::string& comp : family.components) {
-    if (mi.contains(comp) && mi[comp].is_array() && !mi[comp].empty() && mi[comp][0].is_null())
-      throw ModelFileError(idx,
-                           "component '" + comp + "' is null; " + family.class_name + " needs it");
-    if (!fs::is_directory(path + "/" + comp))
-      throw ModelFileError(path + "/" + comp, "component folder is missing");
-  }
-  // The denoiser's class: transformer/config.json "_class_name", else model_index.json's
-  // ["library", "class"] entry for the component.
-  {
-    const std::string f = path + "/" + family.transformer_component + "/config.json";
-    const json tc = readConfigJson(f);
-    getConfigValue(tc, "_class_name", m.transformer_class, f);
-    if (m.transformer_class.empty()) {
-      auto it = mi.find(family.transformer_component);
-      if (it != mi.end() && it->is_array() && it->size() == 2 && (*it)[1].is_string())
-        m.transformer_class = (*it)[1].get<std::string>();
-    }
-    if (m.transformer_class.empty())
-      throw ModelFileError(
-          f, "no \"_class_name\" here nor in model_index.json: unknown transformer class");
-    transformerFamily(m.transformer_class, f);  // refuses an unregistered class
-  }
-  m.config = family.parse(m);
-  if (auto it = mi.find(kDefaultSettingsKey); it != mi.end() && !it->is_null()) {
-    const std::string what = std::string("\"") + kDefaultSettingsKey + "\"";
-    if (!it->is_object()) throw ModelFileError(idx, what + " is not a JSON object");
-    for (const auto& [k, v] : it->items()) {
-      const bool integer = k == "steps" || k == "width" || k == "height";
-      const bool number = k == "guidance" || k == "true_cfg_scale";
-      const bool text = k == "negative_prompt";
-      if (!integer && !number && !text)
-        throw ModelFileError(idx, what + ": unknown setting \"" + k +
-                                      "\" (known: steps, width, height, guidance, "
-                                      "true_cfg_scale, negative_prompt)");
-      if ((integer && !v.is_number_integer()) || (number && !v.is_number()) ||
-          (text && !v.is_string()))
-        throw ModelFileError(idx, what + ": \"" + k + "\" must be " +
-                                      (integer  ? "an integer"
-                                       : number ? "a number"
-                                                : "a string"));
-    }
-    m.default_settings = it->dump();
-  }
-  return m;
-}
 
 uint64_t ModelFolder::transformerParameterCount() const {
   return componentParameterCount("transformer", "diffusion_pytorch_model");
@@ -94,102 +31,6 @@ uint64_t ModelFolder::componentParameterCount(const std::string& name,
   auto st = SafetensorsCollection::openFolder(component(name), stem);
   for (auto& k : st.names()) n += static_cast<uint64_t>(st.info(k).numel());
   return n;
-}
-
-namespace {
-// The option that supplies each component.
-std::string flagFor(const std::string& comp) {
-  static const std::map<std::string, std::string> f{
-      {"transformer", "--model"},         {"vae", "--vae"},
-      {"text_encoder", "--text-encoder"}, {"text_encoder_2", "--text-encoder-2"},
-      {"tokenizer", "--tokenizer"},       {"tokenizer_2", "--tokenizer-2"},
-      {"scheduler", "--config"}};
-  auto it = f.find(comp);
-  return it == f.end() ? "--model" : it->second;
-}
-}  // namespace
-
-ModelFolder ModelFolder::open(const ModelSources& s) {
-  const std::string modelPath = s.model.empty() ? defaultModelDir() : s.model;
-  ModelFolder m;
-  const PipelineFamily* family = nullptr;
-  if (fs::is_directory(modelPath)) {
-    m = open(modelPath);
-    family = &pipelineFamily(m.pipeline_class, modelPath + "/model_index.json");
-    for (const std::string& c : family->components)
-      m.components[c] = ComponentSource{modelPath + "/" + c, false, "", "", "--model"};
-  } else if (fs::is_regular_file(modelPath)) {
-    const CheckpointInfo info = inspectCheckpoint(modelPath);
-    info.require("transformer", "--model");
-    m.path = modelPath;
-    m.pipeline_class = "FluxPipeline";  // the only family inspectCheckpoint accepts
-    m.transformer_class = "FluxTransformer2DModel";
-    m.variant = info.variant;
-    family = &pipelineFamily(m.pipeline_class, modelPath);
-    for (const auto& c : info.components)
-      m.components[c.name] = ComponentSource{modelPath, true, c.prefix, c.layout, "--model"};
-  } else {
-    throw ModelFileError(modelPath, "model folder does not exist (nor a checkpoint file)");
-  }
-  if (!s.config.empty() && !fs::is_directory(s.config))
-    throw ModelFileError(s.config, "--config must be a diffusers model folder");
-  auto over = [&](const std::string& name, const std::string& p) {
-    if (p.empty()) return;
-    const std::string flag = flagFor(name);
-    const bool tokenizer = name.rfind("tokenizer", 0) == 0;
-    if (fs::is_directory(p)) {
-      if (!tokenizer && !fs::exists(p + "/config.json"))
-        throw ModelFileError(p, "no config.json: " + flag +
-                                    " takes a diffusers component folder "
-                                    "or a single .safetensors file");
-      m.components[name] = ComponentSource{p, false, "", "", flag};
-    } else if (fs::is_regular_file(p)) {
-      if (tokenizer) throw ModelFileError(p, flag + " takes a tokenizer folder, not a file");
-      const CheckpointComponent c = inspectCheckpoint(p).require(name, flag);  // a copy
-      m.components[name] = ComponentSource{p, true, c.prefix, c.layout, flag};
-    } else {
-      throw ModelFileError(p, "no such file or folder (" + flag + ")");
-    }
-  };
-  over("vae", s.vae);
-  over("text_encoder", s.text_encoder);
-  over("text_encoder_2", s.text_encoder_2);
-  over("tokenizer", s.tokenizer);
-  over("tokenizer_2", s.tokenizer_2);
-  const std::string fallback = s.config.empty() ? defaultModelDir() : s.config;
-  for (const char* tok : {"tokenizer", "tokenizer_2"}) {
-    // Only the tokenizers this pipeline family has (FLUX.2 [klein] has no tokenizer_2).
-    if (m.components.count(tok) || std::find(family->components.begin(), family->components.end(),
-                                             tok) == family->components.end())
-      continue;
-    m.components[tok] = ComponentSource{fallback + "/" + tok, false, "", "",
-                                        s.config.empty() ? "embedded" : "--config"};
-    m.notes.push_back(std::string(tok) + ": the checkpoint has none; using " +
-                      (s.config.empty() ? "the embedded model's " : "--config's ") + tok + " (" +
-                      fallback + "/" + tok + ")");
-  }
-  if (!m.components.count("scheduler")) {
-    if (!s.config.empty()) {
-      m.components["scheduler"] =
-          ComponentSource{s.config + "/scheduler", false, "", "", "--config"};
-    } else {
-      m.notes.push_back("scheduler: FLUX.1 " +
-                        std::string(m.variant == "flux-schnell" ? "schnell" : "dev") +
-                        "'s published FlowMatchEulerDiscreteScheduler config");
-    }
-  }
-  std::string missing;
-  for (const std::string& c : family->components) {
-    if (c == "scheduler" || m.components.count(c)) continue;
-    missing += (missing.empty() ? "has no " : ", no ") + c + " (give one with " + flagFor(c) + ")";
-  }
-  if (!missing.empty())
-    throw ModelFileError(modelPath,
-                         missing + ": each a diffusers component folder or a single file");
-  m.sources = s;
-  m.sources.model = modelPath;
-  m.config = family->parse(m);
-  return m;
 }
 
 std::string ModelFolder::describeSources() const {

@@ -4,7 +4,7 @@
 // The generic part knows only what every diffusers pipeline folder has: model_index.json's
 // `_class_name` (the pipeline class, e.g. "FluxPipeline") and transformer/config.json's
 // `_class_name` (the denoiser class, e.g. "FluxTransformer2DModel"). Everything else is parsed by
-// the pipeline family registered under that class (backend/pipelines/registry.h) into its own
+// the family registered under that class (backend/models/family_registry.h) into its own
 // PipelineConfig subclass (e.g. FluxPipelineConfig), reached through configAs<T>().
 #pragma once
 
@@ -24,7 +24,7 @@ namespace dit {
 /// derives its own; ModelFolder holds it type-erased.
 struct PipelineConfig {
   virtual ~PipelineConfig() = default;
-  /// Sizes the parallel-strategy rules need: the transformer family's dims (models/registry.h)
+  /// Sizes the parallel-strategy rules need: the transformer family's dims (FamilySpec::dims)
   /// with the pipeline's vae_scale_factor.
   ModelDims dims;
   /// The pipeline's default number of text tokens (FLUX: min(512, tokenizer_2 model_max_length)),

@@ -1,7 +1,7 @@
 // The Torch-side interface every denoiser (diffusion transformer) family implements, with the
 // per-block hook seam and the parallel groups the model runs under. What a family registers with
-// the Torch-side transformer registry (models/torch_registry.h); the Torch-free half of the family
-// (config sizes, declared plans) is models/registry.h.
+// the family table (backend/family_runtime.h); the Torch-free half of the family
+// (config sizes, declared plans) is the family record (models/family.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,6 +1,6 @@
 // The Torch-side interface every pipeline family implements (diffusers DiffusionPipeline's role):
 // what ditstudio-worker and ditstudio-cli need, independent of the family. Programs create a
-// pipeline through the registry (pipelines/torch_registry.h: loadPipeline) from a ModelFolder and
+// pipeline through the family table (backend/family_runtime.h: loadPipeline) from a ModelFolder and
 // only see this interface. The FLUX.1 implementation is pipelines/flux/pipeline_flux.h.
 #pragma once
 

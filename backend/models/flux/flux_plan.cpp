@@ -93,19 +93,11 @@ ModelDims fluxModelDims(const FluxTransformerConfig& c, int vaeScaleFactor) {
   m.attention_head_dim = c.attention_head_dim;
   m.vae_scale_factor = vaeScaleFactor;
   m.default_sample_size = c.sample_size;
+  m.mlp_hidden_dim = c.mlpHidden();
   m.tensor_parallel_plan = std::make_shared<const ShardingPlan>(fluxShardingPlan(c));
   m.parameters = std::make_shared<const ParameterTable>(fluxParameterTable(c));
   m.context_parallel_plan = std::make_shared<const ContextParallelPlan>(fluxContextParallelPlan());
   return m;
-}
-
-TransformerFamily fluxTransformerFamily() {
-  TransformerFamily f;
-  f.class_name = "FluxTransformer2DModel";
-  f.dims = [](const nlohmann::json& config, const std::string& file) {
-    return fluxModelDims(parseFluxTransformerConfig(config, file), 8);
-  };
-  return f;
 }
 
 }  // namespace dit

@@ -9,7 +9,6 @@
 #include <string>
 
 #include "backend/models/flux/flux_config.h"
-#include "backend/models/registry.h"
 #include "parallel/context_parallel_plan_types.h"
 #include "parallel/strategy.h"
 #include "parallel/tensor_parallel/sharding_plan.h"
@@ -40,9 +39,5 @@ ContextParallelPlan fluxContextParallelPlan();
 /// ModelDims for strategy validation: heads, head dim, the VAE scale factor, the tensor-parallel
 /// plan, the parameter table (F32) and the context-parallel plan.
 ModelDims fluxModelDims(const FluxTransformerConfig& c, int vaeScaleFactor);
-
-/// The "FluxTransformer2DModel" registration (models/registry.cpp); its dims leave
-/// vae_scale_factor at 8 (the pipeline sets it from its VAE).
-TransformerFamily fluxTransformerFamily();
 
 }  // namespace dit

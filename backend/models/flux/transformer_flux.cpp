@@ -250,15 +250,4 @@ double FluxTransformer2DModel::forwardFlops(int64_t imageTokens, int64_t textTok
   return flops(config(), imageTokens, textTokens);
 }
 
-TransformerBuilder fluxTransformerBuilder() {
-  TransformerBuilder b;
-  b.class_name = "FluxTransformer2DModel";
-  b.load = [](const nlohmann::json& config, const std::string& file, WeightSource& w,
-              const TransformerParallelism& par) -> std::unique_ptr<DiffusionTransformer> {
-    return std::make_unique<FluxTransformer2DModel>(parseFluxTransformerConfig(config, file), w,
-                                                    par);
-  };
-  return b;
-}
-
 }  // namespace dit

@@ -25,7 +25,6 @@
 #include "backend/io/weight_loader.h"
 #include "backend/models/diffusion_transformer.h"
 #include "backend/models/flux/flux_config.h"
-#include "backend/models/torch_registry.h"
 #include "parallel/tensor_parallel/sharding_plan.h"
 
 namespace dit {
@@ -95,9 +94,5 @@ class FluxTransformer2DModel : public DiffusionTransformer {
   struct Impl;
   std::unique_ptr<Impl> d_;
 };
-
-/// The "FluxTransformer2DModel" Torch registration (models/torch_registry.cpp): parses the
-/// config (flux_config.h) and builds the model with the FLUX.1 plan.
-TransformerBuilder fluxTransformerBuilder();
 
 }  // namespace dit

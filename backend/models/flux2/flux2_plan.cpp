@@ -89,19 +89,11 @@ ModelDims flux2ModelDims(const Flux2TransformerConfig& c, int vaeScaleFactor) {
   m.num_attention_heads = c.num_attention_heads;
   m.attention_head_dim = c.attention_head_dim;
   m.vae_scale_factor = vaeScaleFactor;
+  m.mlp_hidden_dim = c.mlpHidden();
   m.tensor_parallel_plan = std::make_shared<const ShardingPlan>(flux2ShardingPlan(c));
   m.parameters = std::make_shared<const ParameterTable>(flux2ParameterTable(c));
   m.context_parallel_plan = std::make_shared<const ContextParallelPlan>(flux2ContextParallelPlan());
   return m;
-}
-
-TransformerFamily flux2TransformerFamily() {
-  TransformerFamily f;
-  f.class_name = "Flux2Transformer2DModel";
-  f.dims = [](const nlohmann::json& config, const std::string& file) {
-    return flux2ModelDims(parseFlux2TransformerConfig(config, file), 8);
-  };
-  return f;
 }
 
 }  // namespace dit

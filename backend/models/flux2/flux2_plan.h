@@ -7,7 +7,6 @@
 #include <string>
 
 #include "backend/models/flux2/flux2_config.h"
-#include "backend/models/registry.h"
 #include "parallel/context_parallel_plan_types.h"
 #include "parallel/strategy.h"
 #include "parallel/tensor_parallel/sharding_plan.h"
@@ -37,8 +36,5 @@ ContextParallelPlan flux2ContextParallelPlan();
 
 /// ModelDims for strategy validation (heads, head dim, plans, parameter table).
 ModelDims flux2ModelDims(const Flux2TransformerConfig& c, int vaeScaleFactor);
-
-/// The "Flux2Transformer2DModel" registration (models/registry.cpp).
-TransformerFamily flux2TransformerFamily();
 
 }  // namespace dit

@@ -306,15 +306,4 @@ double Flux2Transformer2DModel::forwardFlops(int64_t imageTokens, int64_t textTo
   return flops(config(), imageTokens, textTokens);
 }
 
-TransformerBuilder flux2TransformerBuilder() {
-  TransformerBuilder b;
-  b.class_name = "Flux2Transformer2DModel";
-  b.load = [](const nlohmann::json& config, const std::string& file, WeightSource& w,
-              const TransformerParallelism& par) -> std::unique_ptr<DiffusionTransformer> {
-    return std::make_unique<Flux2Transformer2DModel>(parseFlux2TransformerConfig(config, file), w,
-                                                     par);
-  };
-  return b;
-}
-
 }  // namespace dit

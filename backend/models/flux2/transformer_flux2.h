@@ -22,7 +22,6 @@
 
 #include "backend/models/diffusion_transformer.h"
 #include "backend/models/flux2/flux2_config.h"
-#include "backend/models/torch_registry.h"
 #include "parallel/tensor_parallel/sharding_plan.h"
 
 namespace dit {
@@ -68,8 +67,5 @@ class Flux2Transformer2DModel : public DiffusionTransformer {
   struct Impl;
   std::unique_ptr<Impl> d_;
 };
-
-/// The "Flux2Transformer2DModel" Torch registration (models/torch_registry.cpp).
-TransformerBuilder flux2TransformerBuilder();
 
 }  // namespace dit

@@ -7,8 +7,8 @@
 
 #include "backend/io/checkpoint_layouts.h"
 #include "backend/io/config_json.h"
+#include "backend/models/family_registry.h"
 #include "backend/models/flux/flux_plan.h"
-#include "backend/models/registry.h"
 
 namespace dit {
 
@@ -148,21 +148,6 @@ FluxPipelineConfig parseFluxPipelineSources(const ModelFolder& m) {
   c.dims = fluxModelDims(c.transformer, c.vae.vaeScaleFactor());
   c.max_sequence_length = std::min(512, c.t5_max_length);
   return c;
-}
-
-PipelineFamily fluxPipelineFamily() {
-  PipelineFamily f;
-  f.class_name = "FluxPipeline";
-  f.components = {"transformer", "text_encoder", "text_encoder_2", "tokenizer",
-                  "tokenizer_2", "vae",          "scheduler"};
-  f.transformer_component = "transformer";
-  f.parse = [](const ModelFolder& folder) -> std::shared_ptr<const PipelineConfig> {
-    if (!folder.components.empty())
-      return std::make_shared<FluxPipelineConfig>(parseFluxPipelineSources(folder));
-    return std::make_shared<FluxPipelineConfig>(
-        parseFluxPipelineConfig(folder.path, folder.transformer_class));
-  };
-  return f;
 }
 
 }  // namespace dit

@@ -7,7 +7,6 @@
 #include "backend/models/autoencoders/autoencoder_kl_config.h"
 #include "backend/models/flux/flux_config.h"
 #include "backend/models/text_encoders/text_encoder_configs.h"
-#include "backend/pipelines/registry.h"
 #include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
 
 namespace dit {
@@ -34,9 +33,6 @@ FluxPipelineConfig parseFluxPipelineConfig(const std::string& folder,
 /// VAE scaling for the detected variant); tokenizer limits from the tokenizer folders. Throws
 /// ModelFileError naming the file.
 FluxPipelineConfig parseFluxPipelineSources(const ModelFolder& m);
-
-/// The "FluxPipeline" registration (pipelines/registry.cpp).
-PipelineFamily fluxPipelineFamily();
 
 /// Shorthand for m.configAs<FluxPipelineConfig>() (throws std::invalid_argument for another
 /// family).

@@ -66,7 +66,7 @@ FluxPipeline::FluxPipeline(const ModelFolder& model, const PipelineOptions& opts
         "kernels); use float32 or bfloat16 on the CPU, float16 on GPUs");
   // Validate the parallel plan before reading any weight.
   {
-    // The transformer family's declared plan (models/registry.h), the rules the GUI and the CLI
+    // The transformer family's declared plan (FamilySpec::dims), the rules the GUI and the CLI
     // run.
     Strategy s;
     s.world = s.tp_degree = opts.parallel.tpSize();
@@ -151,16 +151,6 @@ PipelineModelInfo FluxPipeline::info() const {
   i.guidance_embeds = t.guidance_embeds;
   i.max_sequence_length = d_->cfg.max_sequence_length;
   return i;
-}
-
-PipelineLoader fluxPipelineLoader() {
-  PipelineLoader l;
-  l.class_name = "FluxPipeline";
-  l.load = [](const ModelFolder& model,
-              const PipelineOptions& opts) -> std::unique_ptr<DiffusionPipeline> {
-    return std::make_unique<FluxPipeline>(model, opts);
-  };
-  return l;
 }
 
 PipelineInputs FluxPipeline::resolve(PipelineInputs p) const {

@@ -18,7 +18,6 @@
 #include "backend/models/flux/transformer_flux.h"
 #include "backend/pipelines/diffusion_pipeline.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
-#include "backend/pipelines/torch_registry.h"
 
 namespace dit {
 
@@ -84,8 +83,5 @@ class FluxPipeline : public DiffusionPipeline {
 /// FluxImg2ImgPipeline.get_timesteps: the first schedule index run for `steps` and `strength`,
 /// int(max(steps - min(steps * strength, steps), 0)) in Python float arithmetic.
 int img2imgStart(int steps, double strength);
-
-/// The "FluxPipeline" Torch registration (pipelines/torch_registry.cpp).
-PipelineLoader fluxPipelineLoader();
 
 }  // namespace dit

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/io/config_json.h"
-#include "backend/models/registry.h"
+#include "backend/models/family_registry.h"
 
 namespace dit {
 
@@ -60,28 +60,6 @@ Flux2PipelineConfig parseFlux2PipelineConfig(const std::string& path,
   m.dims.vae_scale_factor = m.vae.vaeScaleFactor();
   m.max_sequence_length = 512;
   return m;
-}
-
-PipelineFamily flux2KleinPipelineFamily() {
-  PipelineFamily f;
-  f.class_name = "Flux2KleinPipeline";
-  f.components = {"transformer", "text_encoder", "tokenizer", "vae", "scheduler"};
-  f.transformer_component = "transformer";
-  f.parse = [](const ModelFolder& folder) -> std::shared_ptr<const PipelineConfig> {
-    // ModelFolder::open(ModelSources) lists every component; any that is not the folder's own
-    // (a single file, or --vae/--text-encoder/--tokenizer/--config elsewhere) is refused.
-    bool foreign = false;
-    for (const auto& [name, c] : folder.components)
-      foreign = foreign || c.single_file || c.path != folder.path + "/" + name;
-    if (foreign)
-      throw ModelFileError(folder.path,
-                           "FLUX.2 [klein] is read from a diffusers folder only: single-file "
-                           "checkpoints and --config/--vae/--text-encoder/--tokenizer are "
-                           "supported for FLUX.1");
-    return std::make_shared<Flux2PipelineConfig>(
-        parseFlux2PipelineConfig(folder.path, folder.transformer_class));
-  };
-  return f;
 }
 
 }  // namespace dit

@@ -9,7 +9,6 @@
 #include "backend/models/autoencoders/autoencoder_kl_config.h"
 #include "backend/models/flux2/flux2_config.h"
 #include "backend/models/text_encoders/qwen3_config.h"
-#include "backend/pipelines/registry.h"
 #include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
 
 namespace dit {
@@ -32,10 +31,6 @@ struct Flux2PipelineConfig : PipelineConfig {
 /// 27 layers), UnsupportedModelError for an unregistered transformer class.
 Flux2PipelineConfig parseFlux2PipelineConfig(const std::string& folder,
                                              const std::string& transformerClass);
-
-/// The "Flux2KleinPipeline" registration (pipelines/registry.cpp): a diffusers folder only
-/// (single-file FLUX.2 checkpoints and --vae/--text-encoder overrides are refused by name).
-PipelineFamily flux2KleinPipelineFamily();
 
 /// Shorthand for m.configAs<Flux2PipelineConfig>().
 inline const Flux2PipelineConfig& flux2Config(const ModelFolder& m) {

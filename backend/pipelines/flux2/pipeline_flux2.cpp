@@ -301,14 +301,4 @@ GenerationResult Flux2KleinPipeline::generateFromEmbeddings(const PipelineInputs
   return res;
 }
 
-PipelineLoader flux2KleinPipelineLoader() {
-  PipelineLoader l;
-  l.class_name = "Flux2KleinPipeline";
-  l.load = [](const ModelFolder& model,
-              const PipelineOptions& opts) -> std::unique_ptr<DiffusionPipeline> {
-    return std::make_unique<Flux2KleinPipeline>(model, opts, loadFlux2PromptEncoder(model, opts));
-  };
-  return l;
-}
-
 }  // namespace dit

@@ -17,7 +17,6 @@
 
 #include "backend/pipelines/diffusion_pipeline.h"
 #include "backend/pipelines/flux2/flux2_pipeline_config.h"
-#include "backend/pipelines/torch_registry.h"
 
 namespace dit {
 
@@ -89,8 +88,5 @@ class Flux2KleinPipeline : public DiffusionPipeline {
   struct Impl;
   std::unique_ptr<Impl> d_;
 };
-
-/// The "Flux2KleinPipeline" Torch registration (pipelines/torch_registry.cpp).
-PipelineLoader flux2KleinPipelineLoader();
 
 }  // namespace dit

@@ -1,6 +1,8 @@
 // An up-front memory estimate of one generate request, per rank, so that a request that cannot
 // fit is refused with figures before it runs (instead of an allocator failure deep in LibTorch).
-// Torch-free (configs, the family's ShardingPlan and safetensors headers only).
+// Torch-free (configs, the family's ShardingPlan and safetensors headers only). The one memory
+// model: the worker's and the CLI's refusals and the GUI advisor all use it; what differs per
+// family comes from its record (FamilySpec::memory).
 #pragma once
 
 #include <cstdint>
@@ -42,13 +44,19 @@ struct MemoryEstimate {
 MemoryEstimate estimateRequestMemory(const ModelFolder& m, const Strategy& s, const RequestDims& r,
                                      int64_t elementBytes, bool scoresMaterialized);
 
+/// The transformer and VAE stages of the estimate without a model folder (the advisor's known
+/// models): activations, attention and VAE decode as estimateRequestMemory computes them from
+/// `dims` (heads, head dim, vae_scale_factor) and the VAE decoder's full-resolution channels;
+/// weights left at 0 for the caller.
+MemoryEstimate estimateTransformerMemory(const ModelDims& dims, const Strategy& s,
+                                         const RequestDims& r, int64_t elementBytes,
+                                         bool scoresMaterialized, int vaeDecoderChannels = 128);
+
 /// Bytes of the text encoders one rank holds at tensor-parallel degree `tp` in a compute dtype of
-/// `elementBytes` bytes. FLUX.2 [klein] (Flux2KleinPipeline): the Qwen3 layers the pipeline runs
-/// (up to the largest of text_encoder_out_layers; the final norm only when all are run) from
-/// qwen3ShardingPlan, the figure Qwen3Model::weightBytes reports after a sharded load; when tp
-/// does not divide the encoder's heads or intermediate_size the whole encoder, and `note` (when
-/// not null) says so. FLUX.1: CLIP and T5 whole on every rank. Throws ModelFileError when a
-/// component's weights cannot be read (headers only).
+/// `elementBytes` bytes, from the family's record (FamilySpec::memory): e.g. FLUX.2 [klein]'s
+/// Qwen3 layers the pipeline runs, sharded by qwen3ShardingPlan (the whole encoder when tp does
+/// not divide it, and `note`, when not null, says so); FLUX.1's CLIP and T5 whole on every rank.
+/// Throws ModelFileError when a component's weights cannot be read (headers only).
 uint64_t textEncoderBytesPerRank(const ModelFolder& m, int tp, int64_t elementBytes,
                                  std::string* note = nullptr);
 

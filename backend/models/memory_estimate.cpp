@@ -1,4 +1,4 @@
-#include "app/memory_estimate.h"
+#include "backend/models/memory_estimate.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -7,9 +7,7 @@
 #include <sstream>
 
 #include "backend/io/safetensors.h"
-#include "backend/models/text_encoders/qwen3_plan.h"
-#include "backend/pipelines/flux/flux_pipeline_config.h"
-#include "backend/pipelines/flux2/flux2_pipeline_config.h"
+#include "backend/models/family_registry.h"
 #include "parallel/tensor_parallel/sharding_plan.h"
 
 namespace dit {
@@ -45,49 +43,20 @@ std::string MemoryEstimate::describe() const {
 
 uint64_t textEncoderBytesPerRank(const ModelFolder& m, int tp, int64_t elementBytes,
                                  std::string* note) {
-  const int64_t eb = std::max<int64_t>(1, elementBytes);
-  if (m.pipeline_class == "Flux2KleinPipeline") {
-    const Flux2PipelineConfig& c = m.configAs<Flux2PipelineConfig>();
-    const int layers =
-        c.text_encoder_out_layers.empty()
-            ? c.text_encoder.num_hidden_layers
-            : *std::max_element(c.text_encoder_out_layers.begin(), c.text_encoder_out_layers.end());
-    const ParameterTable table = qwen3ParameterTable(
-        c.text_encoder, layers, layers == c.text_encoder.num_hidden_layers, "F32", eb);
-    std::string reason;
-    const ShardingPlan plan = qwen3ShardingPlan(c.text_encoder).resolve(table, tp, &reason);
-    if (!reason.empty() && note) *note = "text encoder replicated on every tp rank: " + reason;
-    return plan.bytesPerRank(table, std::max(1, tp), eb);
-  }
-  uint64_t bytes = 0;
-  for (const char* te : {"text_encoder", "text_encoder_2"})
-    if (m.components.count(te) || std::filesystem::exists(m.component(te)))
-      bytes += componentBytes(m, te, "model", elementBytes);
-  return bytes;
+  const FamilyMemoryFacts f =
+      familyOf(m).memory(m, std::max(1, tp), std::max<int64_t>(1, elementBytes));
+  if (note && !f.note.empty()) *note = f.note;
+  return f.text_encoder_bytes;
 }
 
-MemoryEstimate estimateRequestMemory(const ModelFolder& m, const Strategy& s, const RequestDims& r,
-                                     int64_t elementBytes, bool scoresMaterialized) {
-  // The family's VAE config (FLUX.1 and FLUX.2 pipelines); sizes of the transformer come from
-  // its declared dims, whatever the family.
-  const AutoencoderKLConfig& vaeCfg = m.pipeline_class == "Flux2KleinPipeline"
-                                          ? m.configAs<Flux2PipelineConfig>().vae
-                                          : m.configAs<FluxPipelineConfig>().vae;
-  const ModelDims& dims = m.dims();
+MemoryEstimate estimateTransformerMemory(const ModelDims& dims, const Strategy& s,
+                                         const RequestDims& r, int64_t elementBytes,
+                                         bool scoresMaterialized, int vaeDecoderChannels) {
   const uint64_t eb = static_cast<uint64_t>(std::max<int64_t>(1, elementBytes));
   MemoryEstimate e;
-  // Weights: the transformer's share from its declared plan, the rest whole on every rank.
   const int tp = std::max(1, s.tp_degree);
-  if (dims.tensor_parallel_plan && dims.parameters)
-    e.weights =
-        dims.tensor_parallel_plan->bytesPerRank(*dims.parameters, tp, static_cast<int64_t>(eb));
-  else
-    e.weights = mul(m.transformerParameterCount(), eb);
-  e.weights += textEncoderBytesPerRank(m, tp, elementBytes, &e.note);
-  e.weights += componentBytes(m, "vae", "diffusion_pytorch_model", elementBytes);
-
   // Transformer: tokens and heads of this rank.
-  const int vsf = vaeCfg.vaeScaleFactor();
+  const int vsf = std::max(1, dims.vae_scale_factor);
   const uint64_t imageTokens = mul(static_cast<uint64_t>(std::max(0, r.height / (2 * vsf))),
                                    static_cast<uint64_t>(std::max(0, r.width / (2 * vsf))));
   const uint64_t tokens = add(imageTokens, static_cast<uint64_t>(std::max(0, r.text_len)));
@@ -114,13 +83,32 @@ MemoryEstimate estimateRequestMemory(const ModelFolder& m, const Strategy& s, co
   // output, group-norm temporary); mid-block single-head attention over the latent pixels.
   const uint64_t pixels = mul(static_cast<uint64_t>(std::max(0, r.height)),
                               static_cast<uint64_t>(std::max(0, r.width)));
-  const uint64_t ch0 = static_cast<uint64_t>(
-      vaeCfg.block_out_channels.empty() ? 128 : vaeCfg.block_out_channels.front());
+  const uint64_t ch0 = static_cast<uint64_t>(std::max(1, vaeDecoderChannels));
   const uint64_t latentPixels =
       ceilDiv(pixels, static_cast<uint64_t>(vsf) * static_cast<uint64_t>(vsf));
   e.vae_decode = mul(mul(pixels, ch0), mul(3, eb));
   if (scoresMaterialized)
     e.vae_decode = add(e.vae_decode, mul(mul(latentPixels, latentPixels), mul(2, eb)));
+  return e;
+}
+
+MemoryEstimate estimateRequestMemory(const ModelFolder& m, const Strategy& s, const RequestDims& r,
+                                     int64_t elementBytes, bool scoresMaterialized) {
+  const ModelDims& dims = m.dims();
+  const int tp = std::max(1, s.tp_degree);
+  const FamilyMemoryFacts facts = familyOf(m).memory(m, tp, std::max<int64_t>(1, elementBytes));
+  MemoryEstimate e = estimateTransformerMemory(dims, s, r, elementBytes, scoresMaterialized,
+                                               facts.vae_decoder_channels);
+  const uint64_t eb = static_cast<uint64_t>(std::max<int64_t>(1, elementBytes));
+  // Weights: the transformer's share from its declared plan, the rest whole on every rank.
+  if (dims.tensor_parallel_plan && dims.parameters)
+    e.weights =
+        dims.tensor_parallel_plan->bytesPerRank(*dims.parameters, tp, static_cast<int64_t>(eb));
+  else
+    e.weights = mul(m.transformerParameterCount(), eb);
+  e.weights = add(e.weights, facts.text_encoder_bytes);
+  e.note = facts.note;
+  e.weights = add(e.weights, componentBytes(m, "vae", "diffusion_pytorch_model", elementBytes));
   return e;
 }
 

@@ -1,0 +1,107 @@
+// The family record: everything the programs know about one model family (a diffusers pipeline
+// class with its denoiser class), in one place. Torch-free and Qt-free: the GUI, the CLI, the
+// worker and the benchmark all read it. The Torch half (loading the pipeline and the transformer,
+// example inputs for the benchmark, random components for make-model) is FamilyRuntime
+// (backend/family_runtime.h), registered under the same pipeline class.
+//
+// Nothing outside a family's folders (backend/models/<family>/, backend/pipelines/<family>/) tests
+// a class name: code that needs a family fact asks the record (tests/layering_check.sh enforces
+// it). Adding a family: its folders, one line in the table in backend/models/family_registry.cpp
+// and one in backend/family_runtime.cpp (ARCHITECTURE.md, "How to add a model family").
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "parallel/strategy.h"  // ModelDims
+
+namespace dit {
+
+struct ModelFolder;
+struct PipelineConfig;
+struct AutoencoderKLConfig;
+
+/// What a family's pipeline can do beyond text-to-image. The generic refusal
+/// (FamilySpec::refusal) and the GUI (which greys out what the loaded family cannot do) read it.
+struct FamilyCapabilities {
+  bool img2img = false;     ///< --init-image / --strength (diffusers' *Img2ImgPipeline)
+  bool inpaint = false;     ///< --mask (diffusers' *InpaintPipeline)
+  bool step_cache = false;  ///< First Block Cache / TaylorSeer (--cache)
+  /// Single-file checkpoints (BFL / ComfyUI layouts) and --config / --vae / --text-encoder
+  /// overrides; a family without it is read from a diffusers folder only.
+  bool single_file = false;
+  /// LoRA key layouts the family reads ("diffusers", "kohya", "bfl"); empty = no LoRA.
+  std::vector<std::string> lora_formats;
+};
+
+/// One fact about a loaded model for people (the GUI's model summary, the `ready` event, the
+/// HTTP model list): "blocks" -> "19 double + 38 single".
+struct ModelFact {
+  std::string key;    ///< stable machine name, e.g. "blocks", "text_encoder"
+  std::string label;  ///< what the GUI shows, e.g. "blocks"
+  std::string value;  ///< e.g. "19 double + 38 single"
+};
+
+/// A real-size model of the family, for the strategy advisor (no weights needed): its declared
+/// transformer dims and the parameters of everything else the pipeline holds on every rank.
+struct KnownModel {
+  std::string name;             ///< e.g. "FLUX.1 [dev]"
+  ModelDims dims;               ///< transformer sizes, plans and parameter table
+  double other_parameters = 0;  ///< text encoders + VAE parameters (whole on every rank)
+  int text_len = 512;           ///< text tokens of a default request
+};
+
+/// Memory facts of a parsed model folder for the one memory model (memory_estimate.h).
+struct FamilyMemoryFacts {
+  /// Bytes of the text encoders one rank holds at the tensor-parallel degree asked for.
+  uint64_t text_encoder_bytes = 0;
+  /// Channels of the VAE decoder's full-resolution stage (block_out_channels[0]).
+  int vae_decoder_channels = 128;
+  /// What the estimate assumed that changes the picture (e.g. an encoder replicated on every tp
+  /// rank because its plan does not divide); empty otherwise.
+  std::string note;
+};
+
+struct FamilySpec {
+  std::string key;                ///< short stable id: "flux1", "flux2-klein"
+  std::string display_name;       ///< "FLUX.1", "FLUX.2 [klein]"
+  std::string pipeline_class;     ///< model_index.json "_class_name", e.g. "FluxPipeline"
+  std::string transformer_class;  ///< transformer/config.json "_class_name"
+  /// inspectCheckpoint's family name for single files of this family ("flux"); empty = none.
+  std::string checkpoint_family;
+  std::vector<std::string> components;                ///< component folders the pipeline needs
+  std::string transformer_component = "transformer";  ///< the denoiser's folder
+  FamilyCapabilities caps;
+
+  /// Parses the component configs of `folder` (path and classes already set; components filled
+  /// when opened from sources). Throws ModelFileError naming the file.
+  std::function<std::shared_ptr<const PipelineConfig>(const ModelFolder& folder)> parse;
+  /// The transformer's declared dims (sizes, tensor- and context-parallel plans, parameter table)
+  /// from its config.json object read from `file` (named in errors); vae_scale_factor at its
+  /// default (the pipeline sets it). Throws ModelFileError for an invalid config.
+  std::function<ModelDims(const nlohmann::json& config, const std::string& file)> dims;
+  /// Memory facts of an opened folder of this family at tensor-parallel degree `tp` in a compute
+  /// dtype of `elementBytes` bytes (headers only). Throws ModelFileError.
+  std::function<FamilyMemoryFacts(const ModelFolder& folder, int tp, int64_t elementBytes)> memory;
+  /// The facts shown for an opened folder of this family (GUI summary, `ready` event).
+  std::function<std::vector<ModelFact>(const ModelFolder& folder)> facts;
+  /// The transformer config.json object of a single-file checkpoint of this family (ditstudio-bench
+  /// --model FILE): hyper-parameters from its tensor shapes, completed by the transformer
+  /// config.json at `reference` (empty: the family's published defaults). Null for a family
+  /// without single files. Throws ModelFileError naming the file.
+  std::function<nlohmann::json(const std::string& file, const std::string& reference)>
+      single_file_transformer_config;
+  /// Real-size models of the family for the advisor.
+  std::function<std::vector<KnownModel>()> known_models;
+
+  /// "" when the family can do `feature` ("img2img", "inpaint", "step_cache", "single_file"),
+  /// else the one refusal every front end shows: "FLUX.2 [klein] (Flux2KleinPipeline) cannot do
+  /// inpainting (--mask)".
+  std::string refusal(const std::string& feature) const;
+};
+
+}  // namespace dit

@@ -1,0 +1,12 @@
+// FLUX.1's Torch half of the family record (backend/family_runtime.h): one line in its table.
+#pragma once
+
+#include "backend/family_runtime.h"
+
+namespace dit {
+
+/// FluxPipeline / FluxTransformer2DModel: loading, the benchmark's inputs and traffic model, and
+/// random CLIP / T5 / AutoencoderKL components for make-model.
+FamilyRuntime fluxRuntime();
+
+}  // namespace dit

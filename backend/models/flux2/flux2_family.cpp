@@ -1,0 +1,96 @@
+#include "backend/models/flux2/flux2_family.h"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include "backend/io/model_folder.h"
+#include "backend/models/flux2/flux2_plan.h"
+#include "backend/models/text_encoders/qwen3_plan.h"
+#include "backend/pipelines/flux2/flux2_pipeline_config.h"
+#include "parallel/tensor_parallel/sharding_plan.h"
+
+namespace dit {
+
+FamilySpec flux2KleinFamily() {
+  FamilySpec f;
+  f.key = "flux2-klein";
+  f.display_name = "FLUX.2 [klein]";
+  f.pipeline_class = "Flux2KleinPipeline";
+  f.transformer_class = "Flux2Transformer2DModel";
+  f.components = {"transformer", "text_encoder", "tokenizer", "vae", "scheduler"};
+  f.caps.lora_formats = {"diffusers"};
+  f.parse = [](const ModelFolder& folder) -> std::shared_ptr<const PipelineConfig> {
+    return std::make_shared<Flux2PipelineConfig>(
+        parseFlux2PipelineConfig(folder.path, folder.transformer_class));
+  };
+  f.dims = [](const nlohmann::json& config, const std::string& file) {
+    return flux2ModelDims(parseFlux2TransformerConfig(config, file), 8);
+  };
+  f.memory = [](const ModelFolder& m, int tp, int64_t elementBytes) {
+    // The Qwen3 layers the pipeline runs (up to the largest of text_encoder_out_layers; the final
+    // norm only when all are run) from qwen3ShardingPlan: the figure Qwen3Model::weightBytes
+    // reports after a sharded load; the whole encoder when tp does not divide its heads or
+    // intermediate_size.
+    const Flux2PipelineConfig& c = flux2Config(m);
+    const int64_t eb = std::max<int64_t>(1, elementBytes);
+    const int layers =
+        c.text_encoder_out_layers.empty()
+            ? c.text_encoder.num_hidden_layers
+            : *std::max_element(c.text_encoder_out_layers.begin(), c.text_encoder_out_layers.end());
+    const ParameterTable table = qwen3ParameterTable(
+        c.text_encoder, layers, layers == c.text_encoder.num_hidden_layers, "F32", eb);
+    std::string reason;
+    const ShardingPlan plan = qwen3ShardingPlan(c.text_encoder).resolve(table, tp, &reason);
+    FamilyMemoryFacts r;
+    if (!reason.empty()) r.note = "text encoder replicated on every tp rank: " + reason;
+    r.text_encoder_bytes = plan.bytesPerRank(table, std::max(1, tp), eb);
+    if (!c.vae.block_out_channels.empty())
+      r.vae_decoder_channels = c.vae.block_out_channels.front();
+    return r;
+  };
+  f.facts = [](const ModelFolder& m) {
+    const Flux2PipelineConfig& c = flux2Config(m);
+    const Flux2TransformerConfig& t = c.transformer;
+    std::string outLayers;
+    for (int l : c.text_encoder_out_layers)
+      outLayers += (outLayers.empty() ? "" : ", ") + std::to_string(l);
+    return std::vector<ModelFact>{
+        {"family", "family", c.is_distilled ? "FLUX.2 [klein], distilled" : "FLUX.2 [klein]"},
+        {"blocks", "blocks",
+         std::to_string(t.num_layers) + " double + " + std::to_string(t.num_single_layers) +
+             " single"},
+        {"heads", "attention",
+         std::to_string(t.num_attention_heads) + " heads x " +
+             std::to_string(t.attention_head_dim) + " (inner " + std::to_string(t.innerDim()) +
+             ")"},
+        {"text_encoders", "text encoder",
+         "Qwen3 (" + std::to_string(c.text_encoder.num_hidden_layers) + " layers; hidden states " +
+             outLayers + "), joint_attention_dim " + std::to_string(t.joint_attention_dim)},
+        {"guidance", "guidance",
+         c.is_distilled ? "distilled: guidance is ignored, no CFG"
+                        : "classic CFG when guidance > 1 (negative prompt \"\" unless given)"},
+        {"latent_channels", "latent channels", std::to_string(t.in_channels)},
+    };
+  };
+  f.known_models = [] {
+    auto klein = [](int layers, int single, int heads, int joint) {
+      Flux2TransformerConfig c;  // diffusers' defaults (FLUX.2 [dev]) for the rest
+      c.num_layers = layers;
+      c.num_single_layers = single;
+      c.num_attention_heads = heads;
+      c.joint_attention_dim = joint;
+      c.guidance_embeds = false;
+      return flux2ModelDims(c, 8);
+    };
+    // Text encoders (Qwen3-4B 4.0 B, Qwen3-8B 8.2 B, Mistral-Small-3.1-24B 24 B) + the
+    // AutoencoderKLFlux2 (84 M).
+    return std::vector<KnownModel>{
+        {"FLUX.2 [klein] 4B", klein(5, 20, 24, 7680), 4.0e9 + 0.084e9, 512},
+        {"FLUX.2 [klein] 9B", klein(8, 24, 32, 12288), 8.2e9 + 0.084e9, 512},
+        {"FLUX.2 [dev]", flux2ModelDims(Flux2TransformerConfig{}, 8), 24.0e9 + 0.084e9, 512}};
+  };
+  return f;
+}
+
+}  // namespace dit

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Proves that tests/layering_check.sh can fail: on a small tree that follows every rule it passes;
+# each planted violation (a class-name literal outside the family folders, an include from
+# parallel/ or backend/ into app/ or ui/, an include from backend/io/ into backend/models/) makes
+# it fail naming the offending line.
+# Usage: layering_selftest.sh CHECK_SCRIPT
+set -uo pipefail
+CHECK=${1:?layering_check.sh}
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+mk() { mkdir -p "$(dirname "$T/$1")"; printf '%s\n' "$2" > "$T/$1"; }
+mk parallel/strategy.cpp '#include "parallel/strategy.h"'
+mk ui/main_window.cpp '#include "ui/main_window.h"'
+mk app/cli_main.cpp '// a comment may name "FluxPipeline"'
+mk backend/io/model_folder.cpp '#include "backend/io/config_json.h"'
+mk backend/models/flux/flux_family.cpp 'const char* k = "FluxPipeline";'
+mk backend/pipelines/flux/pipeline_flux.cpp 'const char* k = "FluxTransformer2DModel";'
+fail=0
+if ! out=$(bash "$CHECK" "$T" 2>&1); then
+  echo "a clean tree was refused:"; echo "$out"; fail=1
+fi
+expect_refusal() {  # FILE LINE WHAT
+  local f=$1 line=$2 what=$3 saved=""
+  [ -e "$T/$f" ] && saved=$(cat "$T/$f")
+  mk "$f" "$line"
+  if out=$(bash "$CHECK" "$T" 2>&1); then
+    echo "not refused: $what"; fail=1
+  elif ! grep -q "$f" <<< "$out"; then
+    echo "refused without naming $f ($what):"; echo "$out"; fail=1
+  fi
+  if [ -n "$saved" ]; then printf '%s\n' "$saved" > "$T/$f"; else rm -f "$T/$f"; fi
+}
+expect_refusal app/bench_main.cpp 'if (cls == "Flux2KleinPipeline") {}' "pipeline class literal in app/"
+expect_refusal ui/model_info.cpp 'auto c = "QwenImageTransformer2DModel";' "transformer class literal in ui/"
+expect_refusal backend/models/memory_estimate.cpp 'bool f = p == "FluxPipeline";' "class literal in backend/models/ outside a family folder"
+expect_refusal parallel/runtime.cpp '#include "app/protocol/protocol.h"' "parallel/ including app/"
+expect_refusal backend/nn/x.cpp '#include "ui/theme.h"' "backend/ including ui/"
+expect_refusal backend/io/checkpoint_layouts.h '#include "backend/models/flux/flux_config.h"' "backend/io/ including backend/models/"
+[ $fail -eq 0 ] && echo "layering self-test: the check passes a clean tree and refuses each planted violation"
+exit $fail
