@@ -11,6 +11,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -45,7 +46,7 @@ std::shared_ptr<WeightSource> weights() {
                                   c10::Device(at::kCPU));
 }
 
-struct Run {
+struct CachedRun {
   at::Tensor latents;         ///< after kSteps Euler steps
   std::vector<int> computed;  ///< per step: 1 = the cache computed, 0 = skipped / predicted
   std::vector<double> relL1;  ///< First Block Cache's d per step (-1: none)
@@ -53,13 +54,13 @@ struct Run {
 
 // kSteps Euler steps of the flow-matching ODE from case 0's hidden_states, sigmas 1 -> 0
 // (linear), the transformer called once per step in the cache context "cond".
-Run denoise(Flux2Transformer2DModel& m, StepCache* cache) {
+CachedRun denoise(Flux2Transformer2DModel& m, StepCache* cache) {
   const std::string p = "dit.0.in.";
   TransformerInputs in{{"encoder_hidden_states", test::golden(p + "encoder_hidden_states")},
                        {"img_ids", test::golden(p + "img_ids")},
                        {"txt_ids", test::golden(p + "txt_ids")}};
   at::Tensor x = test::golden(p + "hidden_states").to(at::kFloat);
-  Run r;
+  CachedRun r;
   m.setStepCache(cache);
   if (cache) cache->setContext("cond");
   for (int k = 0; k < kSteps; ++k) {
@@ -120,11 +121,11 @@ std::vector<StepCacheConfig> modes() {
 }
 
 // One rank, every mode (computed once per process, without groups).
-const std::vector<Run>& oneRank() {
-  static const std::vector<Run> runs = [] {
+const std::vector<CachedRun>& oneRank() {
+  static const std::vector<CachedRun> runs = [] {
     auto w = weights();
     Flux2Transformer2DModel m(config(), *w);
-    std::vector<Run> out;
+    std::vector<CachedRun> out;
     for (const auto& c : modes()) {
       StepCache cache(c);
       out.push_back(denoise(m, &cache));
@@ -163,8 +164,13 @@ TEST(Flux2StepCache, OneRankSkipsStepsAndChangesTheResult) {
   const char* names[] = {"first-block", "taylorseer", "taylorseer-lite"};
   for (size_t i = 0; i < oneRank().size(); ++i) {
     SCOPED_TRACE(names[i]);
-    const Run& r = oneRank()[i];
+    const CachedRun& r = oneRank()[i];
     ASSERT_EQ(r.computed.size(), static_cast<size_t>(kSteps));
+    std::string decisions;
+    for (int c : r.computed) decisions += c ? "C" : "s";
+    std::printf("%s (%s): decisions %s (C computed, s skipped), max |cached - uncached| %.3g\n",
+                names[i], modes()[i].toString().c_str(), decisions.c_str(),
+                test::maxAbsDiff(r.latents, uncached));
     int skipped = 0;
     for (int c : r.computed) skipped += c == 0;
     EXPECT_GE(skipped, 1) << "the cache never skipped a step";
@@ -175,7 +181,7 @@ TEST(Flux2StepCache, OneRankSkipsStepsAndChangesTheResult) {
     EXPECT_TRUE(at::isfinite(r.latents).all().item<bool>());
     // Repeatable: the same decisions and bits on a second run.
     StepCache again(modes()[i]);
-    const Run r2 = denoise(m, &again);
+    const CachedRun r2 = denoise(m, &again);
     EXPECT_EQ(r2.computed, r.computed);
     EXPECT_TRUE(r2.latents.equal(r.latents));
   }
@@ -211,7 +217,7 @@ TEST(Flux2StepCache, UlyssesAndTensorParallelEqualOneRank) {
     for (size_t i = 0; i < ms.size(); ++i) {
       SCOPED_TRACE(ms[i].toString());
       StepCache cache(ms[i], cpGroup, par.tp);
-      const Run r = denoise(m, &cache);
+      const CachedRun r = denoise(m, &cache);
       EXPECT_EQ(r.computed, oneRank()[i].computed) << "a decision differs from one rank";
       const double diff = test::maxAbsDiff(r.latents, oneRank()[i].latents);
       EXPECT_LE(test::maxOverRanks(diff), 1e-4);
