@@ -123,12 +123,12 @@ double DiTModel::forwardFlops(int64_t imageTokens, int64_t textTokens) const {
 at::Tensor DiTModel::forward(const TransformerInputs& in) const {
   const auto& D = *d_;
   const DiTSpec& spec = D.spec;
-  const std::string who = spec.class_name + "::forward: ";
+  auto who = [&spec] { return spec.class_name + "::forward: "; };  // only for messages
   for (const auto& [name, t] : in) {
     bool known = false;
     for (const auto& i : spec.inputs) known = known || i.name == name;
     if (!known)
-      throw std::invalid_argument(who + "unknown input '" + name +
+      throw std::invalid_argument(who() + "unknown input '" + name +
                                   "'; accepted inputs: " + D.accepted);
   }
   const auto dt = D.dtype;
@@ -137,12 +137,12 @@ at::Tensor DiTModel::forward(const TransformerInputs& in) const {
   for (const auto& i : spec.inputs) {
     auto it = in.find(i.name);
     if (it == in.end() || !it->second.defined()) {
-      if (i.required) throw std::invalid_argument(who + "input '" + i.name + "' is missing");
+      if (i.required) throw std::invalid_argument(who() + "input '" + i.name + "' is missing");
       continue;
     }
     const at::Tensor& t = it->second;
     if (i.kind == DiTInput::Kind::PositionIds) {
-      moved[i.name] = positionIds2d(t, who, i.name).to(dev);
+      moved[i.name] = positionIds2d(t, who(), i.name).to(dev);
     } else {
       moved[i.name] = t.to(dev, dt);
     }
