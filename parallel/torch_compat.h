@@ -45,7 +45,7 @@ inline constexpr int kTorchMinor = TORCH_VERSION_MINOR;
 /// rounding once. Measured one thread, [1, 320, 512] LayerNorm + modulation, glibc malloc tuned
 /// as the programs do (tuneHostAllocator): LibTorch 1.13 0.90 ms native against 0.12 ms via
 /// float32; LibTorch 2.6 0.10 against 0.15 ms, so from 2.x on the model computes it in bfloat16
-/// as diffusers does (backend/models/flux/flux_blocks.cpp). (The tanh-GELU no longer depends on
+/// as diffusers does (backend/nn/adaln.cpp). (The tanh-GELU no longer depends on
 /// it: nn::geluTanhCpu is faster than both versions' at::gelu.)
 inline constexpr bool kSlowBf16CpuLayerNorm = TORCH_VERSION_MAJOR < 2;
 

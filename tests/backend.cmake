@@ -67,6 +67,21 @@ foreach(_np 2 4)
     ENVIRONMENT "OMP_NUM_THREADS=1;DITSTUDIO_COLLECTIVE_TIMEOUT_S=120")
 endforeach()
 
+# FLUX.2 step caching through the shared DiT driver (First Block Cache, TaylorSeer, lite): one
+# rank, then ulysses 2 and tp 2 equal to one rank with the same decisions on every rank.
+add_executable(test_flux2_step_cache test_flux2_step_cache.cpp)
+target_link_libraries(test_flux2_step_cache PRIVATE dit_backend GTest::gtest MPI::MPI_C)
+target_compile_definitions(test_flux2_step_cache PRIVATE
+  DITSTUDIO_FIXTURE="${DITSTUDIO_TEST_DATA}/tiny-flux2-A")
+target_precompile_headers(test_flux2_step_cache REUSE_FROM dit_backend)
+foreach(_np 1 2)
+  add_test(NAME flux2_step_cache_np${_np}
+           COMMAND ${DITSTUDIO_MPIRUN} -np ${_np} $<TARGET_FILE:test_flux2_step_cache>)
+  set_tests_properties(flux2_step_cache_np${_np} PROPERTIES
+    LABELS "backend;parallel;mpi;strategy;flux2;cache" PROCESSORS ${_np} TIMEOUT 300
+    ENVIRONMENT "OMP_NUM_THREADS=1;DITSTUDIO_COLLECTIVE_TIMEOUT_S=120")
+endforeach()
+
 # FLUX.2 end to end through ditstudio-cli / mpirun + ditstudio-worker (every strategy, dp 2).
 add_executable(test_flux2_cli test_flux2_cli.cpp)
 target_link_libraries(test_flux2_cli PRIVATE dit_app GTest::gtest GTest::gtest_main)

@@ -5,15 +5,14 @@
 // diffusers' names, module paths (= checkpoint name prefixes) and output names, so a reader can put
 // this file next to transformer_flux.py.
 //
-// Parallelism (../shared/DESIGN.md section 3) is not in the blocks:
-//  - tensor parallel: the WeightLoader builds every layer from the ShardingPlan (flux_plan.h):
-//    ColumnParallelLinear projections hold their output shard, RowParallelLinear ones all-reduce
-//    their partial product over the tp group and add the bias once (parallel/tensor_parallel/
-//    layers.h). Blocks see only "a linear layer" and their local head count.
-//  - context parallel: the declared plan (fluxContextParallelPlan in flux_plan.h, diffusers'
-//    _cp_plan) is applied around the blocks by the generic ContextParallelRunner; attention runs
-//    through the attention backend (local, or ContextParallel over the concatenated text+image
-//    sequence of every rank).
+// The skeleton (declared-vs-loaded check, input validation, context-parallel split/gather, the
+// hooked block loop, step caching, FLOPs) is the shared driver's (models/dit/dit_model.h); this
+// family gives its layers and a DiTSpec: embed, the two block stages, finalize. Parallelism
+// (../shared/DESIGN.md section 3) is not in the blocks: the WeightLoader builds every layer from
+// the ShardingPlan (flux_plan.h; ColumnParallelLinear projections hold their output shard,
+// RowParallelLinear ones all-reduce over the tp group), and the driver applies
+// fluxContextParallelPlan (diffusers' _cp_plan) around the blocks, attention going through the
+// attention backend (local, or ContextParallel over the concatenated text+image sequence).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -24,6 +23,7 @@
 
 #include "backend/io/weight_loader.h"
 #include "backend/models/diffusion_transformer.h"
+#include "backend/models/dit/dit_model.h"
 #include "backend/models/flux/flux_config.h"
 #include "parallel/tensor_parallel/sharding_plan.h"
 
@@ -35,7 +35,7 @@ class StepCache;
 /// The groups FLUX runs under (the generic TransformerParallelism).
 using FluxParallelism = TransformerParallelism;
 
-class FluxTransformer2DModel : public DiffusionTransformer {
+class FluxTransformer2DModel : public DiTModel {
  public:
   /// Loads weights through a WeightLoader driven by `plan` (null = the FLUX.1 plan,
   /// fluxShardingPlan(cfg)): each rank reads only its slices under tp. Before reading any weight,
@@ -59,34 +59,18 @@ class FluxTransformer2DModel : public DiffusionTransformer {
                      const at::Tensor& pooled_projections, const at::Tensor& timestep,
                      const at::Tensor& img_ids, const at::Tensor& txt_ids,
                      const at::Tensor& guidance) const;
-  /// DiffusionTransformer::forward: the same by name. Required: hidden_states,
+  /// DiffusionTransformer::forward (DiTModel): the same by name. Required: hidden_states,
   /// encoder_hidden_states, pooled_projections, timestep, img_ids, txt_ids; guidance required
   /// when the config has guidance_embeds (ignored otherwise, as diffusers does). Throws
   /// std::invalid_argument naming a missing input or an unknown name (listing the accepted ones).
-  at::Tensor forward(const TransformerInputs& inputs) const override;
-
-  /// Installs the per-block seam (not owned; null = none). Must outlive forward() calls.
-  void setHooks(TransformerHooks* hooks) override;
-  /// Installs step caching (models/cache/step_cache.h; not owned; null = none), driven at the
-  /// per-block seam: First Block Cache with transformer_blocks.0 as the head block and the last
-  /// single block as the tail (image and text residuals reused when the remaining blocks are
-  /// skipped; norm_out and proj_out always run); TaylorSeer on every "<block>.attn" (double
-  /// blocks: image and text attention outputs; single blocks: the attention output), or in lite
-  /// mode on proj_out with every block skipped on predicted steps. Each forward() is one step of
-  /// the cache's current context. Must outlive forward() calls.
-  void setStepCache(StepCache* cache);
+  using DiTModel::forward;
+  // setHooks, setStepCache (First Block Cache with transformer_blocks.0 as the head block and the
+  // last single block as the tail; TaylorSeer on every "<block>.attn", or lite on proj_out),
+  // parameters, shardingPlan, loraTargets: DiTModel's.
 
   const FluxTransformerConfig& config() const;
-  /// Every parameter as loaded on this rank: checkpoint name, global shape, stored dtype and its
-  /// ShardSpec (the slice this rank holds).
-  const std::vector<LoadedParameter>& parameters() const override;
-  /// The plan the model was loaded with.
-  const ShardingPlan& shardingPlan() const override;
   /// FLOPs of one forward for the given token counts (matmuls + attention), for TFLOP/s.
   static double flops(const FluxTransformerConfig& c, int64_t img_tokens, int64_t txt_tokens);
-  double forwardFlops(int64_t imageTokens, int64_t textTokens) const override;
-  /// Every linear layer (fused q/k/v[/mlp] indexed by its diffusers part names).
-  tensor_parallel::LoraTargets& loraTargets() override;
   /// fluxKohyaTargets (models/flux/flux_lora.h).
   KohyaLoraMapping kohyaLoraMapping() const override;
 

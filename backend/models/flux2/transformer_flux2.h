@@ -9,9 +9,12 @@
 //    [C, C + M] (Flux2ParallelSelfAttention);
 //  - no biases, no pooled text projection, guidance embedder only when guidance_embeds;
 //  - four RoPE axes (T, H, W, L) with theta rope_theta (2000), interleaved pairs as FLUX.1.
-// Parallelism is as FLUX.1's: the WeightLoader builds layers from flux2ShardingPlan
-// (flux2/flux2_plan.h; packed column/row styles for the fused tensors), the ContextParallelRunner
-// applies flux2ContextParallelPlan, attention goes through the attention backend.
+// The skeleton (declared-vs-loaded check, input validation, context-parallel split/gather, the
+// hooked block loop, First Block Cache / TaylorSeer, FLOPs) is the shared driver's
+// (models/dit/dit_model.h); the layers are backend/nn/'s. Parallelism is as FLUX.1's: the
+// WeightLoader builds layers from flux2ShardingPlan (flux2/flux2_plan.h; packed column/row styles
+// for the fused tensors), the driver applies flux2ContextParallelPlan, attention goes through the
+// attention backend.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "backend/models/diffusion_transformer.h"
+#include "backend/models/dit/dit_model.h"
 #include "backend/models/flux2/flux2_config.h"
 #include "parallel/tensor_parallel/sharding_plan.h"
 
@@ -28,7 +32,7 @@ namespace dit {
 
 class WeightSource;
 
-class Flux2Transformer2DModel : public DiffusionTransformer {
+class Flux2Transformer2DModel : public DiTModel {
  public:
   /// Loads weights through a WeightLoader driven by flux2ShardingPlan(cfg) (each rank reads only
   /// its slices under tp). Validates the plan against flux2ParameterTable at the tp degree before
@@ -39,23 +43,21 @@ class Flux2Transformer2DModel : public DiffusionTransformer {
                           TransformerParallelism par = {});
   ~Flux2Transformer2DModel() override;
 
-  /// One forward pass, inputs replicated on every rank of the groups:
-  ///  hidden_states [B, S_img, in_channels], encoder_hidden_states [B, S_txt,
-  ///  joint_attention_dim], timestep [B] (sigma = scheduler timestep / 1000), img_ids [S_img, 4]
-  ///  and txt_ids [S_txt, 4] (integers or floats; a leading batch dim of 1 is dropped, as diffusers
-  ///  does), guidance [B] (only with guidance_embeds; required then). Returns [B, S_img,
-  ///  out_channels] in the compute dtype (gathered; the same on every rank). Collective over the
-  ///  tp and cp groups. Throws std::invalid_argument naming a missing or unknown input.
-  at::Tensor forward(const TransformerInputs& inputs) const override;
+  // forward (DiTModel): one forward pass, inputs replicated on every rank of the groups:
+  //  hidden_states [B, S_img, in_channels], encoder_hidden_states [B, S_txt,
+  //  joint_attention_dim], timestep [B] (sigma = scheduler timestep / 1000), img_ids [S_img, 4]
+  //  and txt_ids [S_txt, 4] (integers or floats; a leading batch dim of 1 is dropped, as diffusers
+  //  does), guidance [B] (only with guidance_embeds; required then). Returns [B, S_img,
+  //  out_channels] in the compute dtype (gathered; the same on every rank). Collective over the
+  //  tp and cp groups. Throws std::invalid_argument naming a missing or unknown input.
+  // setHooks, setStepCache (First Block Cache with transformer_blocks.0 as the head block;
+  // TaylorSeer on every "<block>.attn": Flux2Attention's two outputs, and the whole
+  // Flux2ParallelSelfAttention of a single block, its MLP and to_out included; lite on proj_out),
+  // parameters, shardingPlan, loraTargets: DiTModel's.
 
-  void setHooks(TransformerHooks* hooks) override;
   const Flux2TransformerConfig& config() const;
-  const std::vector<LoadedParameter>& parameters() const override;
-  const ShardingPlan& shardingPlan() const override;
   /// FLOPs of one forward (matmuls + attention), batch 1.
   static double flops(const Flux2TransformerConfig& c, int64_t img_tokens, int64_t txt_tokens);
-  double forwardFlops(int64_t imageTokens, int64_t textTokens) const override;
-  tensor_parallel::LoraTargets& loraTargets() override;
 
   /// Debug aids the goldens check (dit.0.rope_cos/sin, dit.0.temb): the RoPE tables for
   /// cat(txt_ids, img_ids) ({cos, sin} float32 [S, head_dim]) and the time embedding [B, C].

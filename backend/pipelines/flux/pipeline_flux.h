@@ -4,7 +4,7 @@
 // PipelineOptions (tensor/context parallel inside the transformer, CFG parallel across a group
 // of two). Data parallel is handled above this class (each replica runs its own pipeline).
 // Programs reach it through the DiffusionPipeline interface (loadPipeline,
-// pipelines/torch_registry.h).
+// backend/family_runtime.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,0 +1,74 @@
+#include "backend/models/flux2/flux2_blocks.h"
+
+#include <ATen/ATen.h>
+
+#include <tuple>
+
+#include "backend/io/weight_loader.h"
+
+namespace dit::flux2 {
+
+using nn::Modulation;
+
+Flux2TransformerBlock::Flux2TransformerBlock(WeightLoader& w, const std::string& p, int64_t C,
+                                             int64_t M, int64_t hd)
+    : attn(w, p + ".attn", C, hd, /*added_kv=*/true, 0, /*bias=*/false),
+      ff(w, p + ".ff", C, M),
+      ff_context(w, p + ".ff_context", C, M) {}
+
+std::pair<at::Tensor, at::Tensor> Flux2TransformerBlock::operator()(
+    at::Tensor hs, at::Tensor enc, const std::vector<Modulation::Params>& mi,
+    const std::vector<Modulation::Params>& mt, const at::Tensor& cos, const at::Tensor& sin,
+    const nn::AttentionBackend& attention, const nn::AttentionCacheSeam* seam) const {
+  const at::Tensor n = Modulation::apply(hs, mi[0]);
+  const at::Tensor nc = Modulation::apply(enc, mt[0]);
+  at::Tensor attn_output, context_attn_output;
+  if (nn::cachePredicts(seam)) {
+    auto p = nn::cachePrediction(*seam);
+    attn_output = p.at(0).to(hs.scalar_type());
+    context_attn_output = p.at(1).to(enc.scalar_type());
+  } else {
+    std::tie(attn_output, context_attn_output) = attn(n, nc, cos, sin, attention);
+    if (seam) nn::cacheRecord(seam, {attn_output, context_attn_output});
+  }
+  hs = hs + mi[0].gate * attn_output;
+  hs = hs + mi[1].gate * ff(Modulation::apply(hs, mi[1]));
+  enc = enc + mt[0].gate * context_attn_output;
+  enc = enc + mt[1].gate * ff_context(Modulation::apply(enc, mt[1]));
+  if (enc.scalar_type() == at::kHalf) enc = enc.clamp(-65504, 65504);
+  return {enc, hs};
+}
+
+Flux2SingleTransformerBlock::Flux2SingleTransformerBlock(WeightLoader& w, const std::string& p,
+                                                         int64_t C, int64_t M, int64_t hd)
+    : to_qkv_mlp_proj(w.linear(p + ".attn.to_qkv_mlp_proj", C, 3 * C + 2 * M, false)),
+      to_out(w.linear(p + ".attn.to_out", C + M, C, false)),
+      attn(w, p + ".attn", C, hd, /*added_kv=*/false, C / w.tpSize() / hd),
+      cLocal(C / w.tpSize()),
+      mLocal(M / w.tpSize()) {}
+
+at::Tensor Flux2SingleTransformerBlock::operator()(const at::Tensor& x,
+                                                   const std::vector<Modulation::Params>& m,
+                                                   const at::Tensor& cos, const at::Tensor& sin,
+                                                   const nn::AttentionBackend& attention,
+                                                   const nn::AttentionCacheSeam* seam) const {
+  at::Tensor out;
+  if (nn::cachePredicts(seam)) {
+    out = nn::cachePrediction(*seam).at(0).to(x.scalar_type());
+  } else {
+    const at::Tensor h = to_qkv_mlp_proj->forward(Modulation::apply(x, m[0]));
+    // Local rows: [q, k, v] (cLocal each), then [gate, value] (mLocal each).
+    at::Tensor q = h.narrow(-1, 0, cLocal), k = h.narrow(-1, cLocal, cLocal),
+               v = h.narrow(-1, 2 * cLocal, cLocal);
+    at::Tensor gate = h.narrow(-1, 3 * cLocal, mLocal),
+               value = h.narrow(-1, 3 * cLocal + mLocal, mLocal);
+    at::Tensor a = attn.attendProjected(q, k, v, cos, sin, attention);
+    out = to_out->forward(at::cat({a, at::silu(gate) * value}, -1));
+    if (seam) nn::cacheRecord(seam, {out});
+  }
+  at::Tensor y = x + m[0].gate * out;
+  if (y.scalar_type() == at::kHalf) y = y.clamp(-65504, 65504);
+  return y;
+}
+
+}  // namespace dit::flux2
