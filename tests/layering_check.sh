@@ -3,6 +3,9 @@
 #  1. parallel/ holds no model knowledge: no FLUX layer, block or class name anywhere in it (code or
 #     comments), so a model's plan is the only place its layers are named.
 #  2. parallel/ never includes backend/ or ui/; ui/ never includes Torch, c10 or MPI headers.
+#  3. Nothing in parallel/ or backend/ includes app/ or ui/ (the programs and front ends sit on top),
+#     and parallel/ links no app/ library (its event lines come from the formatter the worker's
+#     main installs); app/launcher/ (dit_launcher) includes no Torch, Qt or MPI header.
 # Usage: layering_check.sh SOURCE_DIR. Prints every offending line; exits 1 if there is one.
 set -uo pipefail
 SRC=${1:?source dir}
@@ -17,5 +20,15 @@ fi
 if out=$(grep -rnE '#include\s+[<"](ATen|torch|c10|mpi\.h)' "$SRC/ui"); then
   echo "ui/ includes Torch or MPI headers:"; echo "$out"; fail=1
 fi
-[ $fail -eq 0 ] && echo "layering: parallel/ model-free and backend-free, ui/ Torch-free"
+if out=$(grep -rnE '#include\s+"(app|ui)/' "$SRC/parallel" "$SRC/backend"); then
+  echo "parallel/ or backend/ includes app/ or ui/:"; echo "$out"; fail=1
+fi
+if out=$(grep -nE 'dit_(protocol|launcher|app|ui)\b' "$SRC/parallel/CMakeLists.txt"); then
+  echo "parallel/ links a library of app/ or ui/:"; echo "$out"; fail=1
+fi
+if [ -d "$SRC/app/launcher" ] &&
+   out=$(grep -rnE '#include\s+[<"](ATen|torch|c10|mpi\.h|Q[A-Z]|Qt)' "$SRC/app/launcher"); then
+  echo "app/launcher/ includes Torch, MPI or Qt headers:"; echo "$out"; fail=1
+fi
+[ $fail -eq 0 ] && echo "layering: parallel/ model-free and backend-free, parallel/ and backend/ app-free, ui/ and app/launcher/ Torch-free"
 exit $fail
