@@ -40,9 +40,10 @@ void RequestQueue::readLoop(RequestSource& source) {
     const protocol::LineRead got = source.readLine(line);
     if (got == protocol::LineRead::End) break;
     if (got == protocol::LineRead::TooLong) {
-      emitError(std::nullopt, "request line longer than " +
-                                  std::to_string(protocol::kMaxRequestLineBytes) +
-                                  " bytes refused unread");
+      std::string msg = "request line longer than ";
+      msg += std::to_string(protocol::kMaxRequestLineBytes);
+      msg += " bytes refused unread";
+      emitError(std::nullopt, msg);
       continue;
     }
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;

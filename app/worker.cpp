@@ -48,6 +48,7 @@
 #include "parallel/collective_call.h"
 #include "parallel/context_parallel.h"
 #include "parallel/device_mesh.h"
+#include "parallel/event_lines.h"
 #include "parallel/process_group.h"
 #include "parallel/process_group_mpi.h"
 #include "parallel/runtime.h"
@@ -159,7 +160,7 @@ BlasInfo g_blas;
 
 // Every event the worker writes is one of the protocol's types (app/protocol/events.h).
 template <class Event>
-void emit(const Event& e) {
+void emitTyped(const Event& e) {
   emitEvent(protocol::toJson(e));
 }
 
@@ -187,7 +188,8 @@ class Worker {
     }
     if (refuseTogether(refusal)) return 2;
     if (refuseDifferentModels()) return 2;
-    emit(protocol::HelloEvent{rank_, worldSize(), ::getpid(), hostname(), blasInfoJson(g_blas)});
+    emitTyped(
+        protocol::HelloEvent{rank_, worldSize(), ::getpid(), hostname(), blasInfoJson(g_blas)});
 
     // 2. Mesh and groups, created in the same order on every rank.
     mesh_ = std::make_unique<DeviceMesh>(s_);
@@ -195,7 +197,7 @@ class Worker {
     const ComputeDType cd = resolveComputeDType(dtype_, s_.device);
     po.dtype = computeDtype_ = cd.dtype;
     if (!cd.note.empty() && rank_ == 0)
-      emit(protocol::LogEvent{std::nullopt, rank_, "warning", cd.note});
+      emitTyped(protocol::LogEvent{std::nullopt, rank_, "warning", cd.note});
     po.device = s_.device;
     if (s_.device == "cuda") po.device = "cuda:" + std::to_string(mesh_->deviceIndex());
     device_ = po.device;
@@ -235,7 +237,8 @@ class Worker {
     }
 
     stage_ = "loading";
-    if (rank_ == 0) emit(protocol::StatusEvent{"loading", "loading " + modelDir_, std::nullopt});
+    if (rank_ == 0)
+      emitTyped(protocol::StatusEvent{"loading", "loading " + modelDir_, std::nullopt});
     auto t0 = Clock::now();
     pipe_ = loadPipeline(model, po);
     const double loadS = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -272,7 +275,7 @@ class Worker {
                          {"default_steps", mi.default_steps},
                          {"guidance_embeds", mi.guidance_embeds},
                          {"max_sequence_length", mi.max_sequence_length}};
-      emit(ready);
+      emitTyped(ready);
       reader_.start(std::make_unique<StdinRequestSource>());
     }
     // 3. Serve. Each turn starts with a heartbeat (rank 0 -> every rank -> rank 0, point to
@@ -294,7 +297,7 @@ class Worker {
       throw std::runtime_error(std::string(e.what()) + livenessReport());
     }
     world_->barrier()->wait();
-    if (rank_ == 0) emit(protocol::ByeEvent{});
+    if (rank_ == 0) emitTyped(protocol::ByeEvent{});
     return 0;
   }
 
@@ -347,7 +350,7 @@ class Worker {
                       [&](MPI_Request* r) { MPI_Ibcast(&root, 1, MPI_INT, 0, MPI_COMM_WORLD, r); });
     if (!any) return false;
     if (mine && (rank_ == 0 || !root))
-      emit(protocol::ErrorEvent{std::nullopt, rank_, refusal, true});
+      emitTyped(protocol::ErrorEvent{std::nullopt, rank_, refusal, true});
     return true;
   }
 
@@ -389,7 +392,7 @@ class Worker {
     // folder, and loading then names the file that fails); nothing to compare.
     if (differ.empty() || !multiHost_) return false;
     if (rank_ == 0)
-      emit(protocol::ErrorEvent{
+      emitTyped(protocol::ErrorEvent{
           std::nullopt, 0,
           "model differs between hosts: " + modelDir_ + " on rank 0 (host " + host0 +
               ") has fingerprint " + fp0 + ", but " + differ +
@@ -474,10 +477,10 @@ class Worker {
     const std::string who =
         "rank " + std::to_string(src) + " on host " + head["host"].get<std::string>();
     if (head.contains("error")) {
-      emit(protocol::ErrorEvent{req.id, src,
-                                "cannot write image " + std::to_string(index) + " (" + who +
-                                    "): " + head["error"].get<std::string>(),
-                                false});
+      emitTyped(protocol::ErrorEvent{req.id, src,
+                                     "cannot write image " + std::to_string(index) + " (" + who +
+                                         "): " + head["error"].get<std::string>(),
+                                     false});
       return;
     }
     std::string path;
@@ -496,7 +499,7 @@ class Worker {
       write(path, png);
       if (!req.output_tensors.empty()) write(indexedPath(req.output_tensors, index, numImages), st);
     } catch (const std::exception& e) {
-      emit(protocol::ErrorEvent{
+      emitTyped(protocol::ErrorEvent{
           req.id, src, "cannot write image " + std::to_string(index) + ": " + e.what(), false});
       return;
     }
@@ -511,7 +514,7 @@ class Worker {
     image.rank = src;
     image.host = head["host"].get<std::string>();
     image.seconds = head["seconds"].get<double>();
-    emit(image);
+    emitTyped(image);
   }
 
   json broadcastJson(const json& j) {
@@ -640,10 +643,10 @@ class Worker {
         st.step_ms = static_cast<double>(v(8)) / 1000.0;
         ranks.ranks.push_back(std::move(st));
       }
-      emit(ranks);
+      emitTyped(ranks);
       if (!id.empty() && step > 0)
-        emit(protocol::ProgressEvent{id, step, steps, stepMs, imageIndex,
-                                     stepMs * (steps - step) / 1000.0});
+        emitTyped(protocol::ProgressEvent{id, step, steps, stepMs, imageIndex,
+                                          stepMs * (steps - step) / 1000.0});
     }
     return cancelled;
   }
@@ -673,7 +676,7 @@ class Worker {
       if (!issues.empty()) throw std::invalid_argument(joinIssues(issues));
     } catch (const std::exception& e) {
       // Identical verdict on every rank: report once, keep serving.
-      if (rank_ == 0) emit(protocol::ErrorEvent{id, 0, e.what(), false});
+      if (rank_ == 0) emitTyped(protocol::ErrorEvent{id, 0, e.what(), false});
       return;
     }
     // Checks that depend on this rank's host (memory, existing files): every rank learns every
@@ -693,7 +696,7 @@ class Worker {
           for (auto& w : pipe_->requestWarnings(q))
             warnings.push_back("prompts[" + std::to_string(i) + "]: " + w);
         }
-      for (const auto& w : warnings) emit(protocol::LogEvent{id, 0, "warning", w});
+      for (const auto& w : warnings) emitTyped(protocol::LogEvent{id, 0, "warning", w});
     }
     // A random seed is drawn on rank 0 and shared, so every rank starts from the same noise (the
     // int64 tensor carries the uint64 bit pattern unchanged).
@@ -729,8 +732,8 @@ class Worker {
                                    : st;
         // The GUI's status bar and monitor show the true stage (PROTOCOL.md `status`).
         if (rank_ == 0)
-          emit(protocol::StatusEvent{stage_, stage_ + " " + id + " image " + std::to_string(index),
-                                     id});
+          emitTyped(protocol::StatusEvent{
+              stage_, stage_ + " " + id + " image " + std::to_string(index), id});
       };
       cb.onStep = [&](int step, int steps, const at::Tensor&, const at::Tensor& x0, double ms) {
         stepSeen = step;
@@ -738,8 +741,8 @@ class Worker {
         if (leader && previewEvery > 0 && (step % previewEvery == 0) && step < steps) {
           at::Tensor img = pipe_->decode(x0, p.height, p.width);
           auto rgb = toRGB8(img);
-          emit(protocol::PreviewEvent{id, step, index,
-                                      base64Encode(encodePng(rgb.data(), p.width, p.height))});
+          emitTyped(protocol::PreviewEvent{id, step, index,
+                                           base64Encode(encodePng(rgb.data(), p.width, p.height))});
         }
         if (syncStats(step, steps, ms, true, id, index)) {
           cancelled = true;
@@ -759,7 +762,7 @@ class Worker {
           cancelled = syncStats(s, run, 0.0, true, id, index);
       }
       if (cancelled) {
-        if (rank_ == 0) emit(protocol::CancelledEvent{id, stepSeen});
+        if (rank_ == 0) emitTyped(protocol::CancelledEvent{id, stepSeen});
         break;
       }
       stage_ = "idle";
@@ -794,7 +797,7 @@ class Worker {
           if (output.empty() && !path.empty() && fs::is_regular_file(path, ec) &&
               fs::file_size(path, ec) == 0)
             fs::remove(path, ec);
-          emit(protocol::ErrorEvent{
+          emitTyped(protocol::ErrorEvent{
               id, rank_, "cannot write image " + std::to_string(index) + ": " + e.what(), false});
           continue;
         }
@@ -805,7 +808,7 @@ class Worker {
               << " computed steps " << cache["computed_steps"].dump() << " of "
               << cache["steps"].get<int>() << ", reused " << cache["reused_steps"].dump()
               << ", about " << static_cast<int>(cache["saved_ms"].get<double>()) << " ms saved";
-          emit(protocol::LogEvent{id, rank_, "info", msg.str()});
+          emitTyped(protocol::LogEvent{id, rank_, "info", msg.str()});
         }
         protocol::ImageEvent image;
         image.id = id;
@@ -817,16 +820,17 @@ class Worker {
         image.params = protocol::toJson(made);
         image.rank = rank_;
         image.seconds = std::chrono::duration<double>(Clock::now() - tImg).count();
-        emit(image);
+        emitTyped(image);
       }
     }
     // All images of the request are written before "done" (a world barrier orders the replicas).
     world_->barrier()->wait();
     stage_ = "idle";
-    if (rank_ == 0) emit(protocol::StatusEvent{"idle", "idle", id});
+    if (rank_ == 0) emitTyped(protocol::StatusEvent{"idle", "idle", id});
     syncStats(0, 0, 0.0, /*emit=*/true);  // every rank back to idle, final memory figures
     if (rank_ == 0 && !cancelled)
-      emit(protocol::DoneEvent{id, std::chrono::duration<double>(Clock::now() - tReq).count()});
+      emitTyped(
+          protocol::DoneEvent{id, std::chrono::duration<double>(Clock::now() - tReq).count()});
   }
 
   // Applies the request's LoRA list on every rank (LoraCache: each file parsed and sharded once).
@@ -851,7 +855,7 @@ class Worker {
       if (all[r][0].item<int64_t>() != 0) first = r;
     if (first >= 0) {
       dit.loraTargets().clear();
-      if (first == rank_) emit(protocol::ErrorEvent{id, rank_, refusal, false});
+      if (first == rank_) emitTyped(protocol::ErrorEvent{id, rank_, refusal, false});
       return false;
     }
     if (rank_ == 0) {
@@ -864,10 +868,10 @@ class Worker {
                             {"rank", entries[i]->info.rank},
                             {"modules", entries[i]->prepared->entries.size()},
                             {"bytes_rank0", entries[i]->prepared->bytes}});
-      emit(protocol::LoraEvent{id, list,
-                               static_cast<std::int64_t>(dit.loraTargets().appliedBytes()),
-                               static_cast<std::int64_t>(loraCache_.loads()),
-                               static_cast<std::int64_t>(WeightSource::processReads())});
+      emitTyped(protocol::LoraEvent{id, list,
+                                    static_cast<std::int64_t>(dit.loraTargets().appliedBytes()),
+                                    static_cast<std::int64_t>(loraCache_.loads()),
+                                    static_cast<std::int64_t>(WeightSource::processReads())});
     }
     return true;
   }
@@ -921,7 +925,7 @@ class Worker {
     for (int r = 0; r < all.size(0) && first < 0; ++r)
       if (all[r][0].item<int64_t>() != 0) first = r;
     if (first < 0) return false;
-    if (first == rank_) emit(protocol::ErrorEvent{req.id, rank_, refusal, false});
+    if (first == rank_) emitTyped(protocol::ErrorEvent{req.id, rank_, refusal, false});
     return true;
   }
 
@@ -995,8 +999,8 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (rank == 0)
-      emit(protocol::ErrorEvent{std::nullopt, rank,
-                                std::string("bad worker arguments: ") + e.what(), true});
+      emitTyped(protocol::ErrorEvent{std::nullopt, rank,
+                                     std::string("bad worker arguments: ") + e.what(), true});
     finalizeRuntime();
     return 2;
   }

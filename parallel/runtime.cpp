@@ -22,6 +22,8 @@
 #include <string>
 #include <thread>
 
+#include "parallel/event_lines.h"
+
 namespace dit {
 
 namespace {
@@ -204,6 +206,12 @@ void emitEvent(const nlohmann::json& event) {
     f = eventFormatter();
   }
   writeLine(f ? f(event) : defaultEventLine(event));
+}
+
+// Insertion order kept; not reformatted by the installed formatter (which takes a sorted json).
+void emitEvent(const nlohmann::ordered_json& event) {
+  writeLine(kDefaultEventPrefix +
+            event.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
 }
 
 namespace {

@@ -1,7 +1,6 @@
 // Process-level runtime of a worker rank: MPI start-up and shutdown, the event stream on stdout
-// (one line per event, formatted by the formatters the program's main installs: the worker
-// installs app/protocol's; parallel/ itself knows no protocol), group-wide abort on a fatal
-// error, and per-rank memory figures for the `ranks` event.
+// (app/PROTOCOL.md: one line per event, formatted by dit_protocol, which this links as a leaf),
+// group-wide abort on a fatal error, and per-rank memory figures for the `ranks` event.
 //
 // Threading: MPI is initialised with MPI_THREAD_FUNNELED — only the thread that called
 // initRuntime() may call MPI (or any ProcessGroup). Other threads (e.g. rank 0's stdin reader) may
@@ -10,7 +9,6 @@
 
 #include <cstdint>
 #include <exception>
-#include <functional>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <utility>
@@ -49,34 +47,14 @@ int localRank();
 /// std::invalid_argument when deviceCount < 1 or localRank < 0.
 int localDeviceIndex(int localRank, int deviceCount);
 
-/// A rank's fatal error, as abortGroup reports it.
-struct FatalError {
-  int rank = 0;
-  std::string message;
-};
-/// Formats one event object as its output line (no trailing newline).
-using EventLineFormatter = std::function<std::string(const nlohmann::json&)>;
-/// Formats abortGroup's fatal error as its output line (no trailing newline).
-using FatalLineFormatter = std::function<std::string(const FatalError&)>;
-/// Installs the formatters of emitEvent() and abortGroup() (an empty function restores the
-/// default). The worker's main installs the protocol's (app/protocol/events.h: eventLine,
-/// fatalErrorLine). Call before any thread emits. The defaults, for programs without the
-/// protocol (tests, tools), write the same lines: defaultEventLine / defaultFatalLine (a test
-/// checks that they equal the protocol's, so the copies cannot drift).
-void setEventLineFormatter(EventLineFormatter f);
-void setFatalLineFormatter(FatalLineFormatter f);
-/// "@@DIT " + the object on one line (invalid UTF-8 replaced).
-std::string defaultEventLine(const nlohmann::json& event);
-/// "@@DIT " + {"event":"error","id":null,"rank":R,"message":"...","fatal":true} in that order.
-std::string defaultFatalLine(const FatalError& e);
-
-/// Writes the installed formatter's line for `event` + "\n" to stdout and flushes. Thread-safe
-/// (one line is never interleaved with another event). Local, no communication; any rank may
-/// call it.
+/// Writes dit::protocol::eventLine(event) + "\n" (app/protocol/protocol.h: the prefix, then the
+/// object on one line) to stdout and flushes. Thread-safe (one line is never interleaved
+/// with another event). Local, no communication; any rank may call it.
 void emitEvent(const nlohmann::json& event);
+void emitEvent(const nlohmann::ordered_json& event);
 
-/// Fatal error on this rank: prints exactly one line, the installed FatalLineFormatter's (by
-/// default `@@DIT {"event":"error","id":null,"rank":R,"message":"...","fatal":true}`),
+/// Fatal error on this rank: prints exactly one line
+///   @@DIT {"event":"error","id":null,"rank":R,"message":"...","fatal":true}
 /// to stdout (flushed), the same line and a human-readable "[rank R] fatal: ..." line to stderr
 /// (the stderr copy survives when mpirun drops the rank's last stdout line on abort, as OpenMPI
 /// 5's prterun sometimes does; readers drop the repeated event; written after mpirun has read the

@@ -291,6 +291,7 @@ TEST_F(SessionTest, StateMachineQueueAndStop) {
   // Unsent cancel is local; unknown ids are refused.
   EXPECT_FALSE(s.cancel("nope"));
   s.stop(2000ms);
+  EXPECT_EQ(s.state(), State::Stopping);  // the exit is handled on the next turn of the loop
   ASSERT_TRUE(pollUntil(s, [&] { return s.state() == State::Stopped; }));
   EXPECT_EQ(r.stopped, std::vector<int>{0});
   EXPECT_EQ(r.states, (std::vector<State>{State::Starting, State::Ready, State::Busy, State::Ready,

@@ -8,7 +8,7 @@
 
 #include "app/protocol/events.h"
 #include "app/protocol/protocol.h"
-#include "parallel/runtime.h"
+#include "parallel/event_lines.h"
 
 using nlohmann::json;
 

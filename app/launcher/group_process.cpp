@@ -109,7 +109,9 @@ std::vector<pid_t> descendantPids(pid_t root) {
 }
 
 GroupProcess::~GroupProcess() {
-  if (running()) terminate("", Teardown{std::chrono::milliseconds(0), std::chrono::seconds(2)});
+  // A running child, or descendants an armed teardown has not ended yet (orphans of mpirun).
+  if (running() || (termAt_ && !tree_.empty()))
+    terminate("", Teardown{std::chrono::milliseconds(0), std::chrono::seconds(2)});
   closeFd(in_);
   closeFd(out_);
   closeFd(err_);
@@ -396,10 +398,13 @@ std::optional<ExitStatus> GroupProcess::wait(
 std::optional<ExitStatus> GroupProcess::terminate(const std::string& shutdown_line,
                                                   Teardown policy) {
   if (!running() && tree_.empty()) return exit_;
-  beginTeardown(shutdown_line, policy);
-  if (!termAt_) {  // the child had already exited: only its descendants are left
-    termAt_ = SteadyClock::now();
-    killAt_ = *termAt_ + policy.kill_after;
+  if (running()) {
+    beginTeardown(shutdown_line, policy);
+  } else {  // the child has exited: only its descendants are left, ended now
+    const auto now = SteadyClock::now();
+    if (!termAt_ || now < *termAt_) termAt_ = now;
+    const auto kill = *termAt_ + policy.kill_after;
+    if (!killAt_ || kill < *killAt_) killAt_ = kill;
   }
   return wait(policy.grace + policy.kill_after + std::chrono::seconds(1));
 }

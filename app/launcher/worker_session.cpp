@@ -176,8 +176,9 @@ void WorkerSession::shutdownGroup(std::chrono::milliseconds grace, bool dropUnse
   process_.beginTeardown(protocol::requestLine(protocol::ShutdownRequest{}),
                          GroupProcess::Teardown{std::max(grace, std::chrono::milliseconds(0)),
                                                 std::chrono::seconds(3)});
-  observer_->fdsChanged();  // stdin closed; the exit may already be known
-  advanceTeardown();
+  // The exit, even one already seen, is handled on the caller's next turn (never inside stop():
+  // a caller may be in the middle of its own handling, such as a window's close event).
+  observer_->fdsChanged();
 }
 
 void WorkerSession::restart(const SessionLaunch& launch) {
@@ -294,6 +295,13 @@ void WorkerSession::onReadable(int fd) {
   }
 }
 
+std::optional<SteadyClock::time_point> WorkerSession::nextTimeout() const {
+  // The child was reaped while an event was handled (a fatal error starts the teardown): its
+  // exit is handled on the next turn of the caller's loop.
+  if (!exitHandled_ && !process_.running()) return SteadyClock::time_point{};  // due
+  return process_.nextTimeout();
+}
+
 void WorkerSession::onTimeout() { advanceTeardown(); }
 
 void WorkerSession::advanceTeardown() {
@@ -333,7 +341,10 @@ void pollSessions(const std::vector<WorkerSession*>& sessions, std::chrono::mill
     for (std::size_t i = 0; i < fds.size(); ++i)
       if (fds[i].revents != 0) owner[i]->onReadable(fds[i].fd);
   }
-  for (WorkerSession* s : sessions) s->onTimeout();
+  // Only due deadlines, as an event loop's timer would run them.
+  const auto now = SteadyClock::now();
+  for (WorkerSession* s : sessions)
+    if (auto t = s->nextTimeout(); t && *t <= now) s->onTimeout();
 }
 
 // ------------------------------------------------------------------------------ streams

@@ -138,7 +138,7 @@ class WorkerSession {
   void onReadable(int fd);
   /// When onTimeout() has work (teardown deadlines, exit polling without a pidfd); nullopt:
   /// none.
-  std::optional<SteadyClock::time_point> nextTimeout() const { return process_.nextTimeout(); }
+  std::optional<SteadyClock::time_point> nextTimeout() const;
   /// Runs due deadlines and notices an exit.
   void onTimeout();
   /// poll() over this session's fds for at most `maxWait`, then the handlers above.
