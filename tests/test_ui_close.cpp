@@ -157,6 +157,31 @@ class TestClose : public QObject {
     QCOMPARE(w->controller()->state(), WorkerController::State::Stopped);
   }
 
+  void closingAHungGroupEndsEveryProcess() {
+    // Rank 1 hangs in compute (fault injection) while rank 0 waits in a collective: neither the
+    // cancel nor the shutdown line can be served, so only the teardown policy ends the group
+    // (SIGTERM to mpirun's process group and every descendant 3 s after the close, SIGKILL 3 s
+    // later).
+    qputenv("DITSTUDIO_FAULT_RANK", "1");
+    qputenv("DITSTUDIO_FAULT", "hang_at_step:3");
+    QTemporaryDir data;
+    auto w = makeWindow(data);
+    const std::set<qint64> pids = generating(w.get());
+    qunsetenv("DITSTUDIO_FAULT_RANK");
+    qunsetenv("DITSTUDIO_FAULT");
+    QVERIFY2(!pids.empty(), "the group never reached denoising");
+    QTest::qWait(300);  // rank 1 is in its hang now
+    QElapsedTimer t;
+    t.start();
+    w->close();
+    const qint64 ms = msUntilGone(pids, t, 5000);
+    qInfo("window closed on a hung group: no group process left after %lld ms", ms);
+    QVERIFY2(ms >= 0,
+             qPrintable("still running 5 s after close: " + describe(groupProcesses(pids))));
+    QVERIFY2(ms >= 2500, "the group ended before the grace: it was not hung");
+    QTRY_VERIFY_WITH_TIMEOUT(!w->isVisible(), 5000);
+  }
+
   void destroyingTheWindowMidGenerationEndsEveryProcess() {
     // The application quitting without a close event: the controller's destructor runs the
     // same teardown (bounded, blocking).
