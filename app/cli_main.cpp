@@ -3,11 +3,9 @@
 // (app/PROTOCOL.md). `ditstudio-cli bench` prints per-stage timings and peak memory as JSON.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -19,21 +17,20 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <map>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <sstream>
-#include <thread>
 
 #include "app/blas_kernel.h"
 #include "app/demo/shapes_dataset.h"
 #include "app/device_stats.h"
 #include "app/generation.h"
+#include "app/launcher/fingerprint.h"
+#include "app/launcher/launch.h"
+#include "app/launcher/preflight.h"
+#include "app/launcher/worker_session.h"
 #include "app/lora_cache.h"
 #include "app/model_source_options.h"
-#include "app/protocol/fingerprint.h"
-#include "app/protocol/launch.h"
-#include "app/protocol/preflight.h"
+#include "app/protocol/events.h"
 #include "app/protocol/protocol.h"
 #include "backend/family_runtime.h"
 #include "backend/io/image_io.h"
@@ -270,12 +267,12 @@ int runLocal(const CliOptions& o) {
 // Hostfile groups (issue 18): the hostfile is checked (slots= on every host) and the ranks per
 // host are shown; every other host is checked over ssh (non-interactive, bounded) for the worker
 // and the same model fingerprint before mpirun starts. Throws naming the host and the fix.
-void preflight(const CliOptions& o, const protocol::MpirunLaunch& launch) {
+void preflight(const CliOptions& o, const launcher::MpirunLaunch& launch) {
   std::ifstream in(o.hostfile);
   if (!in) throw std::invalid_argument("hostfile " + o.hostfile + " cannot be read");
   std::stringstream text;
   text << in.rdbuf();
-  const auto plan = protocol::planHostfile(protocol::parseHostfile(text.str()), o.np,
+  const auto plan = launcher::planHostfile(launcher::parseHostfile(text.str()), o.np,
                                            o.oversubscribe, o.hostfile);
   std::string shown;
   for (const auto& [host, ranks] : plan) {
@@ -292,11 +289,11 @@ void preflight(const CliOptions& o, const protocol::MpirunLaunch& launch) {
   const ModelSources s = o.sources();
   const std::vector<std::string> paths{s.model,          s.config,    s.vae,        s.text_encoder,
                                        s.text_encoder_2, s.tokenizer, s.tokenizer_2};
-  const std::string mine = protocol::modelFingerprint(paths);
+  const std::string mine = launcher::modelFingerprint(paths);
   std::string failures;
   for (const auto& [host, ranks] : plan) {
-    if (ranks.empty() || protocol::isLocalHost(host)) continue;
-    const auto r = protocol::preflightHost(host, launch, paths, mine);
+    if (ranks.empty() || launcher::isLocalHost(host)) continue;
+    const auto r = launcher::preflightHost(host, launch, paths, mine);
     if (r.ok)
       std::cerr << "pre-flight " << host << ": ok (worker, model fingerprint " << r.fingerprint
                 << ", " << std::lround(r.seconds * 1000) << " ms)" << std::endl;
@@ -306,39 +303,59 @@ void preflight(const CliOptions& o, const protocol::MpirunLaunch& launch) {
   if (!failures.empty()) throw std::invalid_argument("pre-flight failed:\n" + failures);
 }
 
-// Every process below `root` (children, their children...), from /proc.
-std::vector<pid_t> descendants(pid_t root) {
-  std::map<pid_t, std::vector<pid_t>> children;
-  std::error_code ec;
-  for (const auto& d : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string name = d.path().filename().string();
-    if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
-    std::ifstream in(d.path() / "stat");
-    std::string stat;
-    if (!std::getline(in, stat)) continue;
-    const auto close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(stat.substr(close + 1));
-    char state = 0;
-    pid_t ppid = 0;
-    if (rest >> state >> ppid) children[ppid].push_back(static_cast<pid_t>(std::stol(name)));
-  }
-  std::vector<pid_t> out;
-  std::vector<pid_t> todo{root};
-  while (!todo.empty()) {
-    const pid_t p = todo.back();
-    todo.pop_back();
-    for (pid_t c : children[p]) {
-      out.push_back(c);
-      todo.push_back(c);
+// What the CLI shows of a group's session: progress and results on stdout / the log, the worker's
+// events as JSON lines with --json, the group's own output on stderr.
+class CliSessionView : public launcher::SessionObserver {
+ public:
+  explicit CliSessionView(const CliOptions& o) : o_(o) {}
+  int images = 0;
+  std::string firstError;
+
+  void event(const protocol::Event& raw, const protocol::WorkerEvent& ev) override {
+    if (o_.jsonEvents) std::cout << raw.data.dump() << std::endl;
+    if (const auto* r = std::get_if<protocol::ReadyEvent>(&ev)) {
+      spdlog::info("process group ready: {} ranks, {} (loaded in {:.2f} s)", r->world,
+                   r->strategy.dump(), r->load_seconds);
+    } else if (const auto* p = std::get_if<protocol::ProgressEvent>(&ev)) {
+      spdlog::info("image {} step {}/{} ({:.1f} ms)", p->image_index, p->step, p->steps,
+                   p->step_ms);
+    } else if (const auto* i = std::get_if<protocol::ImageEvent>(&ev)) {
+      ++images;
+      if (!o_.jsonEvents)
+        std::cout << "wrote " << i->path << " (seed "
+                  << (i->has_seed ? std::to_string(i->seed) : std::string("null")) << ")"
+                  << std::endl;
+    } else if (const auto* l = std::get_if<protocol::LogEvent>(&ev)) {
+      if (l->level == "warning" && !o_.jsonEvents)
+        std::cerr << "warning: " << l->message << std::endl;
+    } else if (const auto* e = std::get_if<protocol::ErrorEvent>(&ev)) {
+      const std::string msg = "rank " + std::to_string(e->rank) + ": " + e->message;
+      if (firstError.empty()) firstError = msg;
+      std::cerr << "error: " << msg << std::endl;
     }
   }
-  return out;
-}
+  void logLine(int rank, const std::string& level, const std::string& text) override {
+    if (rank >= 0) return;  // the rank's own events are shown above
+    if (level == "error")
+      std::cerr << "error: " << text << std::endl;
+    else if (text.find("SIGTERM") != std::string::npos || text.find("killing") != std::string::npos)
+      spdlog::warn("{}", text);  // the teardown policy had to end the group
+    else
+      spdlog::debug("{}", text);
+  }
+  void outputLine(launcher::GroupProcess::Stream, const std::string& text) override {
+    std::cerr << text << '\n';
+  }
 
-// Several ranks: mpirun + ditstudio-worker, request written to its stdin.
+ private:
+  const CliOptions& o_;
+};
+
+// Several ranks: mpirun + ditstudio-worker driven through dit_launcher's WorkerSession (the GUI's
+// session too): the request, then shutdown once it is done; a fatal error ends the group within
+// the teardown policy's bounds.
 int runMpi(const CliOptions& o) {
-  protocol::MpirunLaunch launch;
+  launcher::MpirunLaunch launch;
   launch.strategy = o.strategy;
   launch.strategy.world = o.np;
   launch.hostfile = o.hostfile;
@@ -349,159 +366,48 @@ int runMpi(const CliOptions& o) {
   for (const auto& a : modelSourceArgs(o.src)) launch.extra_worker_args.push_back(a);
   if (o.allowNonFinite) launch.extra_worker_args.push_back("--allow-nonfinite-weights");
   launch.network_interface = o.networkInterface;
-  launch.isolate = protocol::isolationProgram(exeDir());
+  launch.isolate = launcher::isolationProgram(exeDir());
   launch.ssh_options = o.sshOptions;
   launch.port_range = o.portRange;
   launch.extra_mpirun_args = o.mpirunArgs;
   launch.oversubscribe = o.oversubscribe;
-  const std::vector<std::string> args = protocol::mpirunArgv(launch);
+  const std::vector<std::string> args = launcher::mpirunArgv(launch);
   if (!o.hostfile.empty()) preflight(o, launch);
 
-  int toChild[2], fromChild[2];
-  if (pipe(toChild) != 0 || pipe(fromChild) != 0) throw std::runtime_error("pipe() failed");
-  pid_t pid = fork();
-  if (pid == 0) {
-    // mpirun and what it starts here (ssh to the other hosts, local ranks) form a process group
-    // of their own, so that the launcher can end all of them (issue 18).
-    setpgid(0, 0);
-    dup2(toChild[0], 0);
-    dup2(fromChild[1], 1);
-    dup2(fromChild[1], 2);  // mpirun's own messages too: they name ranks that died
-    close(toChild[1]);
-    close(fromChild[0]);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execvp(argv[0], argv.data());
-    std::perror("exec mpirun");
-    _exit(127);
-  }
-  setpgid(pid, pid);  // also here: no race with the signals below
-  close(toChild[0]);
-  close(fromChild[1]);
-  // Ctrl-C / SIGTERM on the CLI ends the process group too (mpirun forwards it to every rank).
+  CliSessionView view(o);
+  launcher::WorkerSession session(&view, "cli");
+  session.start(launcher::SessionLaunch{args, {}, o.np});
+  // Ctrl-C / SIGTERM on the CLI ends the group too (mpirun forwards it to every rank).
   static pid_t child = 0;
-  child = pid;
+  child = session.process().pid();
   struct sigaction sa {};
   sa.sa_handler = [](int sig) {
     if (child > 0) ::kill(child, sig);
   };
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-  signal(SIGPIPE,
-         SIG_IGN);  // a group that dies before reading stdin must not kill the CLI silently
-  std::string req = protocol::requestLine(request(o)) + "\n" +
-                    protocol::requestLine(protocol::ShutdownRequest{}) + "\n";
-  if (write(toChild[1], req.data(), req.size()) != static_cast<ssize_t>(req.size()))
-    spdlog::warn("could not write the whole request to the worker");
-  close(toChild[1]);
-  FILE* in = fdopen(fromChild[0], "r");
-  char* line = nullptr;
-  size_t cap = 0;
-  int images = 0;
-  bool fatal = false;
-  std::string firstError, otherOutput;
-  std::set<std::string> fatalSeen;  // rank + message of the fatal errors reported so far
-  while (getline(&line, &cap, in) > 0) {
-    std::string l(line);
-    // stdout and stderr share this pipe, and mpirun forwards them separately and in pieces:
-    // OpenMPI 5 can put an event in the middle of a rank's stderr line ("...: da@@DIT {...}\n"),
-    // or inside another event line it cut ("@@DIT {...safete@@DIT {...}\n"). The text before the
-    // event that parses is log output (or the cut event, whose copy on the other stream counts).
-    std::optional<protocol::Event> parsed;
-    if (auto found = protocol::findEventInLine(l)) {
-      if (found->offset > 0) std::cerr << l.substr(0, found->offset) << '\n';
-      parsed = std::move(found->event);
-    }
-    if (!parsed) {
-      // Library noise and mpirun's own report of a rank that died (parsed once it has exited);
-      // only the tail is kept, where mpirun writes its report.
-      std::cerr << l;
-      otherOutput += l;
-      if (otherOutput.size() > (1u << 20)) otherOutput.erase(0, otherOutput.size() - (1u << 19));
-      continue;
-    }
-    const json& ev = parsed->data;
-    const std::string& e = parsed->type;
-    // A rank's fatal error arrives twice (abortGroup writes it to stdout and stderr, so that it
-    // survives mpirun dropping the last stdout line on MPI_Abort): the second copy is dropped.
-    if (e == "error" && ev.value("fatal", false) &&
-        !fatalSeen.insert(ev.value("rank", json()).dump() + '\n' + ev.value("message", "")).second)
-      continue;
-    if (o.jsonEvents) std::cout << ev.dump() << std::endl;
-    if (e == "ready") {
-      spdlog::info("process group ready: {} ranks, {} (loaded in {:.2f} s)", ev.value("world", 0),
-                   ev.value("strategy", json()).dump(), ev.value("load_seconds", 0.0));
-    } else if (e == "progress") {
-      spdlog::info("image {} step {}/{} ({:.1f} ms)", ev.value("image_index", 0),
-                   ev.value("step", 0), ev.value("steps", 0), ev.value("step_ms", 0.0));
-    } else if (e == "image") {
-      ++images;
-      if (!o.jsonEvents)
-        std::cout << "wrote " << ev.value("path", "") << " (seed "
-                  << ev.value("seed", json()).dump() << ")" << std::endl;
-    } else if (e == "log" && ev.value("level", "") == "warning") {
-      if (!o.jsonEvents) std::cerr << "warning: " << ev.value("message", "") << std::endl;
-    } else if (e == "error") {
-      const std::string msg =
-          "rank " + ev.value("rank", json()).dump() + ": " + ev.value("message", "");
-      if (firstError.empty()) firstError = msg;
-      if (ev.value("fatal", false) && !fatal) {
-        // A fatal error ends the group; mpirun should exit within seconds, but it can wait
-        // forever on a host it cannot reach (a link that dropped mid-run). Bounded: after
-        // kFatalGraceSeconds its process group and descendants get SIGTERM, 5 s later SIGKILL.
-        // A daemon on another host that mpirun cannot reach is ended by its own rank
-        // (abortGroup).
-        std::thread([pid] {
-          auto exited = [pid] {
-            siginfo_t info{};
-            return waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 ||
-                   info.si_pid == pid;
-          };
-          constexpr int kFatalGraceSeconds = 10;
-          for (int i = 0; i < kFatalGraceSeconds * 10; ++i) {
-            if (exited()) return;
-            std::this_thread::sleep_for(std::chrono::milliseconds(100));
-          }
-          std::cerr << "error: mpirun did not end " << kFatalGraceSeconds
-                    << " s after the fatal error; ending it (SIGTERM)" << std::endl;
-          // mpirun puts its ssh sessions in process groups of their own: its descendants are
-          // ended one by one too (they hold the output pipe open).
-          const std::vector<pid_t> tree = descendants(pid);
-          ::kill(-pid, SIGTERM);
-          for (pid_t p : tree) ::kill(p, SIGTERM);
-          for (int i = 0; i < 50; ++i) {
-            if (exited()) break;
-            std::this_thread::sleep_for(std::chrono::milliseconds(100));
-          }
-          ::kill(-pid, SIGKILL);
-          for (pid_t p : tree) ::kill(p, SIGKILL);
-        }).detach();
-      }
-      fatal = fatal || ev.value("fatal", false);
-      std::cerr << "error: " << msg << std::endl;
-    }
-  }
-  free(line);
-  fclose(in);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  if (!firstError.empty()) return rc ? rc : 1;
+  session.submit(request(o));  // id "cli"
+  session.stopWhenIdle();
+  using State = launcher::WorkerSession::State;
+  while (session.state() != State::Stopped && session.state() != State::Failed)
+    session.pollOnce(std::chrono::seconds(1));
+  child = 0;
+  const std::optional<launcher::ExitStatus> exit = session.exitStatus();
+  if (!exit) return 127;  // could not start mpirun (reported)
+  const int rc = exit->shellCode();
+  if (!view.firstError.empty()) return rc ? rc : 1;
   if (rc != 0) {
-    if (auto f = protocol::parseMpirunFailure(otherOutput); f && f->rank >= 0) {
+    if (auto f = session.process().rankFailure(); f && f->rank >= 0) {
       std::cerr << "error: " << f->reason
                 << " without reporting an error; mpirun ended the process group" << std::endl;
       return rc;
     }
-  }
-  if (rc != 0) {
-    std::cerr << "error: the process group exited with status " << rc << std::endl;
+    std::cerr << "error: the process group exited with " << exit->describe() << std::endl;
     return rc;
   }
   const int expected = request(o).imageCount();
-  if (images < expected) {
-    std::cerr << "error: expected " << expected << " images, got " << images << std::endl;
+  if (view.images < expected) {
+    std::cerr << "error: expected " << expected << " images, got " << view.images << std::endl;
     return 1;
   }
   return 0;
@@ -725,7 +631,7 @@ int main(int argc, char** argv) {
   };
   addGen(&app);
   app.add_option("--np", o.np, "number of ranks (mpirun -np); default: product of the degrees");
-  protocol::addStrategyOptions(app, o.strategy);
+  launcher::addStrategyOptions(app, o.strategy);
   app.add_option("--hostfile", o.hostfile, "mpirun hostfile for several machines");
   app.add_option("--network-interface", o.networkInterface,
                  "with --hostfile: the network interfaces (or CIDR subnets, comma-separated) the "

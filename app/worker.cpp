@@ -31,11 +31,13 @@
 #include "app/blas_kernel.h"
 #include "app/device_stats.h"
 #include "app/generation.h"
+#include "app/launcher/fingerprint.h"
+#include "app/launcher/launch.h"
 #include "app/lora_cache.h"
 #include "app/model_source_options.h"
-#include "app/protocol/fingerprint.h"
-#include "app/protocol/launch.h"
+#include "app/protocol/events.h"
 #include "app/protocol/protocol.h"
+#include "app/request_source.h"
 #include "backend/family_runtime.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/png_io.h"
@@ -46,6 +48,7 @@
 #include "parallel/collective_call.h"
 #include "parallel/context_parallel.h"
 #include "parallel/device_mesh.h"
+#include "parallel/event_lines.h"
 #include "parallel/process_group.h"
 #include "parallel/process_group_mpi.h"
 #include "parallel/runtime.h"
@@ -57,123 +60,6 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-// ------------------------------------------------------------------ stdin reader (rank 0)
-class RequestReader {
- public:
-  void start() {
-    // The thread may still be blocked in getline when the Worker is destroyed at shutdown, so
-    // the reader lives for the whole process (see the static in Worker::reader()).
-    std::thread([this] {
-      try {
-        readLoop();
-      } catch (...) {
-        // Never let the reader take rank 0 down; end the session cleanly instead.
-      }
-      std::lock_guard<std::mutex> lk(m_);
-      q_.push_back(protocol::ShutdownRequest{"stdin closed"});
-      cv_.notify_one();
-    }).detach();
-  }
-
- private:
-  void readLoop() {
-    std::string line;
-    for (;;) {
-      // At most kMaxRequestLineBytes are held: a longer line is read to its end and refused.
-      const protocol::LineRead got = protocol::readRequestLine(std::cin, line);
-      if (got == protocol::LineRead::End) break;
-      if (got == protocol::LineRead::TooLong) {
-        emitEvent(protocol::errorEvent(std::nullopt, 0,
-                                       "request line longer than " +
-                                           std::to_string(protocol::kMaxRequestLineBytes) +
-                                           " bytes refused unread",
-                                       false));
-        continue;
-      }
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      // A bad line gets an error event naming the field; the worker keeps serving (nothing here
-      // may throw).
-      protocol::Request req;
-      try {
-        req = protocol::parseRequestLine(line);
-      } catch (const protocol::ProtocolError& e) {
-        emitEvent(protocol::errorEvent(e.requestId(), 0, e.what(), false));
-        continue;
-      }
-      std::lock_guard<std::mutex> lk(m_);
-      if (const auto* c = std::get_if<protocol::CancelRequest>(&req)) {
-        cancel(c->id);
-        continue;
-      }
-      // Live ids are unique: a generate whose id is queued or running is refused (cancel and
-      // the events name one request).
-      if (const auto* g = std::get_if<protocol::GenerateRequest>(&req); g && isLive(g->id)) {
-        emitEvent(protocol::errorEvent(std::nullopt, 0,
-                                       "request id '" + g->id + "' is already " +
-                                           (g->id == running_ ? "running" : "queued") +
-                                           "; ids of queued and running requests must be unique",
-                                       false));
-        continue;
-      }
-      q_.push_back(req);
-      if (const auto* g = std::get_if<protocol::GenerateRequest>(&req))
-        emitEvent(json{{"event", "accepted"}, {"id", g->id}, {"queue_position", q_.size() - 1}});
-      cv_.notify_one();
-    }
-  }
-
- public:
-  /// Next request as its JSON line, or a heartbeat {"type":"noop"} after `wait` so idle ranks
-  /// are checked. A generate request becomes the running one (cancel then applies to it).
-  json next(std::chrono::milliseconds wait) {
-    std::unique_lock<std::mutex> lk(m_);
-    if (!cv_.wait_for(lk, wait, [this] { return !q_.empty(); })) return json{{"type", "noop"}};
-    protocol::Request r = q_.front();
-    q_.pop_front();
-    if (const auto* g = std::get_if<protocol::GenerateRequest>(&r)) running_ = g->id;
-    return protocol::toJson(r);
-  }
-  /// The running request ended: later requests may reuse its id.
-  void finished(const std::string& id) {
-    std::lock_guard<std::mutex> lk(m_);
-    cancelled_.erase(id);
-    if (running_ == id) running_.clear();
-  }
-  bool isCancelled(const std::string& id) {
-    std::lock_guard<std::mutex> lk(m_);
-    return cancelled_.count(id) != 0;
-  }
-
- private:
-  // With m_ held.
-  bool isLive(const std::string& id) const {
-    if (id == running_) return true;
-    for (const auto& r : q_)
-      if (const auto* g = std::get_if<protocol::GenerateRequest>(&r); g && g->id == id) return true;
-    return false;
-  }
-  void cancel(const std::string& id) {
-    for (auto it = q_.begin(); it != q_.end(); ++it)
-      if (const auto* g = std::get_if<protocol::GenerateRequest>(&*it); g && g->id == id) {
-        q_.erase(it);
-        emitEvent(json{{"event", "cancelled"}, {"id", id}, {"step", 0}});
-        return;
-      }
-    if (id == running_) {
-      cancelled_.insert(id);  // acknowledged by the "cancelled" event at the next step
-      return;
-    }
-    emitEvent(protocol::errorEvent(
-        id, 0, "cancel: no queued or running request with id '" + id + "'", false));
-  }
-
-  std::mutex m_;
-  std::condition_variable cv_;
-  std::deque<protocol::Request> q_;
-  std::set<std::string> cancelled_;
-  std::string running_;
-};
 
 // ------------------------------------------------------------------ fault injection
 // For the fault tests (tests/test_worker_faults.cpp) and for rehearsing failures on a demo rig:
@@ -272,6 +158,12 @@ bool waitAll(std::vector<MPI_Request>& reqs, double seconds) {
 // What ensureBlasKernel() found and chose (reported in the hello event).
 BlasInfo g_blas;
 
+// Every event the worker writes is one of the protocol's types (app/protocol/events.h).
+template <class Event>
+void emitTyped(const Event& e) {
+  emitEvent(protocol::toJson(e));
+}
+
 class Worker {
  public:
   Worker(Strategy s, ModelSources src, std::string dtype)
@@ -296,12 +188,8 @@ class Worker {
     }
     if (refuseTogether(refusal)) return 2;
     if (refuseDifferentModels()) return 2;
-    emitEvent(json{{"event", "hello"},
-                   {"rank", rank_},
-                   {"world", worldSize()},
-                   {"pid", ::getpid()},
-                   {"host", hostname()},
-                   {"blas", blasInfoJson(g_blas)}});
+    emitTyped(
+        protocol::HelloEvent{rank_, worldSize(), ::getpid(), hostname(), blasInfoJson(g_blas)});
 
     // 2. Mesh and groups, created in the same order on every rank.
     mesh_ = std::make_unique<DeviceMesh>(s_);
@@ -309,8 +197,7 @@ class Worker {
     const ComputeDType cd = resolveComputeDType(dtype_, s_.device);
     po.dtype = computeDtype_ = cd.dtype;
     if (!cd.note.empty() && rank_ == 0)
-      emitEvent(
-          json{{"event", "log"}, {"rank", rank_}, {"level", "warning"}, {"message", cd.note}});
+      emitTyped(protocol::LogEvent{std::nullopt, rank_, "warning", cd.note});
     po.device = s_.device;
     if (s_.device == "cuda") po.device = "cuda:" + std::to_string(mesh_->deviceIndex());
     device_ = po.device;
@@ -351,8 +238,7 @@ class Worker {
 
     stage_ = "loading";
     if (rank_ == 0)
-      emitEvent(
-          json{{"event", "status"}, {"stage", "loading"}, {"message", "loading " + modelDir_}});
+      emitTyped(protocol::StatusEvent{"loading", "loading " + modelDir_, std::nullopt});
     auto t0 = Clock::now();
     pipe_ = loadPipeline(model, po);
     const double loadS = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -372,25 +258,25 @@ class Worker {
     syncStats(0, 0, 0.0, /*emit=*/true);
     if (rank_ == 0) {
       const PipelineModelInfo mi = pipe_->info();
-      emitEvent(json{{"event", "ready"},
-                     {"world", worldSize()},
-                     {"strategy", s_},
-                     {"load_seconds", loadS},
-                     {"weight_reads", WeightSource::processReads()},
-                     {"weight_bytes_rank0", wb},
-                     {"transformer_storage_rank0", storage},
-                     {"model",
-                      {{"path", modelDir_},
-                       {"sources", sourcesJson(model)},
-                       {"heads", mi.num_attention_heads},
-                       {"inner_dim", mi.inner_dim},
-                       {"layers", mi.num_layers},
-                       {"single_layers", mi.num_single_layers},
-                       {"vae_scale_factor", mi.vae_scale_factor},
-                       {"default_steps", mi.default_steps},
-                       {"guidance_embeds", mi.guidance_embeds},
-                       {"max_sequence_length", mi.max_sequence_length}}}});
-      reader_.start();
+      protocol::ReadyEvent ready;
+      ready.world = worldSize();
+      ready.strategy = protocol::strategyToJson(s_);
+      ready.load_seconds = loadS;
+      ready.weight_reads = static_cast<std::int64_t>(WeightSource::processReads());
+      ready.weight_bytes_rank0 = wb;
+      ready.transformer_storage_rank0 = storage;
+      ready.model = json{{"path", modelDir_},
+                         {"sources", sourcesJson(model)},
+                         {"heads", mi.num_attention_heads},
+                         {"inner_dim", mi.inner_dim},
+                         {"layers", mi.num_layers},
+                         {"single_layers", mi.num_single_layers},
+                         {"vae_scale_factor", mi.vae_scale_factor},
+                         {"default_steps", mi.default_steps},
+                         {"guidance_embeds", mi.guidance_embeds},
+                         {"max_sequence_length", mi.max_sequence_length}};
+      emitTyped(ready);
+      reader_.start(std::make_unique<StdinRequestSource>());
     }
     // 3. Serve. Each turn starts with a heartbeat (rank 0 -> every rank -> rank 0, point to
     //    point with a deadline), so a rank that stops responding while the group is idle is
@@ -411,7 +297,7 @@ class Worker {
       throw std::runtime_error(std::string(e.what()) + livenessReport());
     }
     world_->barrier()->wait();
-    if (rank_ == 0) emitEvent(json{{"event", "bye"}});
+    if (rank_ == 0) emitTyped(protocol::ByeEvent{});
     return 0;
   }
 
@@ -464,11 +350,11 @@ class Worker {
                       [&](MPI_Request* r) { MPI_Ibcast(&root, 1, MPI_INT, 0, MPI_COMM_WORLD, r); });
     if (!any) return false;
     if (mine && (rank_ == 0 || !root))
-      emitEvent(protocol::errorEvent(std::nullopt, rank_, refusal, true));
+      emitTyped(protocol::ErrorEvent{std::nullopt, rank_, refusal, true});
     return true;
   }
 
-  // Issue 18: every rank fingerprints the model it opened (app/protocol/fingerprint.h) and the
+  // Issue 18: every rank fingerprints the model it opened (app/launcher/fingerprint.h) and the
   // group compares them before any weight is read: a host holding another checkpoint at the same
   // path is refused, naming its rank and host, instead of computing a wrong image. Every rank
   // computes the same verdict; rank 0 reports. Also records whether the group spans hosts
@@ -477,7 +363,7 @@ class Worker {
     constexpr int kLen = 128;  // fingerprint (16) + host (at most 63) + error marker
     std::string mine;
     try {
-      mine = protocol::modelFingerprint({modelDir_, src_.config, src_.vae, src_.text_encoder,
+      mine = launcher::modelFingerprint({modelDir_, src_.config, src_.vae, src_.text_encoder,
                                          src_.text_encoder_2, src_.tokenizer, src_.tokenizer_2});
     } catch (const std::exception&) {
       mine = "unreadable";
@@ -506,13 +392,13 @@ class Worker {
     // folder, and loading then names the file that fails); nothing to compare.
     if (differ.empty() || !multiHost_) return false;
     if (rank_ == 0)
-      emitEvent(protocol::errorEvent(
+      emitTyped(protocol::ErrorEvent{
           std::nullopt, 0,
           "model differs between hosts: " + modelDir_ + " on rank 0 (host " + host0 +
               ") has fingerprint " + fp0 + ", but " + differ +
               ". Copy the same checkpoint to the same path on every host (ditstudio-worker "
               "--model-fingerprint PATH prints a host's fingerprint)",
-          true));
+          true});
     return true;
   }
 
@@ -591,10 +477,10 @@ class Worker {
     const std::string who =
         "rank " + std::to_string(src) + " on host " + head["host"].get<std::string>();
     if (head.contains("error")) {
-      emitEvent(protocol::errorEvent(req.id, src,
+      emitTyped(protocol::ErrorEvent{req.id, src,
                                      "cannot write image " + std::to_string(index) + " (" + who +
                                          "): " + head["error"].get<std::string>(),
-                                     false));
+                                     false});
       return;
     }
     std::string path;
@@ -613,20 +499,22 @@ class Worker {
       write(path, png);
       if (!req.output_tensors.empty()) write(indexedPath(req.output_tensors, index, numImages), st);
     } catch (const std::exception& e) {
-      emitEvent(protocol::errorEvent(
-          req.id, src, "cannot write image " + std::to_string(index) + ": " + e.what(), false));
+      emitTyped(protocol::ErrorEvent{
+          req.id, src, "cannot write image " + std::to_string(index) + ": " + e.what(), false});
       return;
     }
-    emitEvent(json{{"event", "image"},
-                   {"id", req.id},
-                   {"cache", head["cache"]},
-                   {"image_index", index},
-                   {"path", path},
-                   {"seed", head["seed"]},
-                   {"params", head["params"]},
-                   {"rank", src},
-                   {"host", head["host"]},
-                   {"seconds", head["seconds"]}});
+    protocol::ImageEvent image;
+    image.id = req.id;
+    image.cache = head["cache"];
+    image.image_index = index;
+    image.path = path;
+    image.seed = head["seed"].get<std::uint64_t>();
+    image.has_seed = true;
+    image.params = head["params"];
+    image.rank = src;
+    image.host = head["host"].get<std::string>();
+    image.seconds = head["seconds"].get<double>();
+    emitTyped(image);
   }
 
   json broadcastJson(const json& j) {
@@ -738,30 +626,27 @@ class Worker {
     at::Tensor all = world_->allgather(mine, 0)->result();
     const bool cancelled = all[0][9].item<int64_t>() != 0;
     if (emit && rank_ == 0) {
-      json ranks = json::array();
+      protocol::RanksEvent ranks;
       for (int r = 0; r < all.size(0); ++r) {
         auto row = all[r];
-        auto v = [&](int i) { return static_cast<double>(row[i].item<int64_t>()); };
-        ranks.push_back(json{{"rank", r},
-                             {"stage", kStages[static_cast<int>(v(0))]},
-                             {"step", (int)v(1)},
-                             {"steps", (int)v(2)},
-                             {"rss", (uint64_t)v(3)},
-                             {"rss_peak", (uint64_t)v(4)},
-                             {"dev", (uint64_t)v(5)},
-                             {"dev_peak", (uint64_t)v(6)},
-                             {"bytes_sent", (uint64_t)v(7)},
-                             {"step_ms", v(8) / 1000.0}});
+        auto v = [&](int i) { return row[i].item<int64_t>(); };
+        protocol::RankStats st;
+        st.rank = r;
+        st.stage = kStages[static_cast<int>(v(0))];
+        st.step = static_cast<int>(v(1));
+        st.steps = static_cast<int>(v(2));
+        st.rss = v(3);
+        st.rss_peak = v(4);
+        st.dev = v(5);
+        st.dev_peak = v(6);
+        st.bytes_sent = v(7);
+        st.step_ms = static_cast<double>(v(8)) / 1000.0;
+        ranks.ranks.push_back(std::move(st));
       }
-      emitEvent(json{{"event", "ranks"}, {"ranks", ranks}});
+      emitTyped(ranks);
       if (!id.empty() && step > 0)
-        emitEvent(json{{"event", "progress"},
-                       {"id", id},
-                       {"step", step},
-                       {"steps", steps},
-                       {"step_ms", stepMs},
-                       {"image_index", imageIndex},
-                       {"eta_s", stepMs * (steps - step) / 1000.0}});
+        emitTyped(protocol::ProgressEvent{id, step, steps, stepMs, imageIndex,
+                                          stepMs * (steps - step) / 1000.0});
     }
     return cancelled;
   }
@@ -791,7 +676,7 @@ class Worker {
       if (!issues.empty()) throw std::invalid_argument(joinIssues(issues));
     } catch (const std::exception& e) {
       // Identical verdict on every rank: report once, keep serving.
-      if (rank_ == 0) emitEvent(protocol::errorEvent(id, 0, e.what(), false));
+      if (rank_ == 0) emitTyped(protocol::ErrorEvent{id, 0, e.what(), false});
       return;
     }
     // Checks that depend on this rank's host (memory, existing files): every rank learns every
@@ -811,9 +696,7 @@ class Worker {
           for (auto& w : pipe_->requestWarnings(q))
             warnings.push_back("prompts[" + std::to_string(i) + "]: " + w);
         }
-      for (const auto& w : warnings)
-        emitEvent(
-            json{{"event", "log"}, {"id", id}, {"rank", 0}, {"level", "warning"}, {"message", w}});
+      for (const auto& w : warnings) emitTyped(protocol::LogEvent{id, 0, "warning", w});
     }
     // A random seed is drawn on rank 0 and shared, so every rank starts from the same noise (the
     // int64 tensor carries the uint64 bit pattern unchanged).
@@ -849,10 +732,8 @@ class Worker {
                                    : st;
         // The GUI's status bar and monitor show the true stage (PROTOCOL.md `status`).
         if (rank_ == 0)
-          emitEvent(json{{"event", "status"},
-                         {"stage", stage_},
-                         {"id", id},
-                         {"message", stage_ + " " + id + " image " + std::to_string(index)}});
+          emitTyped(protocol::StatusEvent{
+              stage_, stage_ + " " + id + " image " + std::to_string(index), id});
       };
       cb.onStep = [&](int step, int steps, const at::Tensor&, const at::Tensor& x0, double ms) {
         stepSeen = step;
@@ -860,11 +741,8 @@ class Worker {
         if (leader && previewEvery > 0 && (step % previewEvery == 0) && step < steps) {
           at::Tensor img = pipe_->decode(x0, p.height, p.width);
           auto rgb = toRGB8(img);
-          emitEvent(json{{"event", "preview"},
-                         {"id", id},
-                         {"step", step},
-                         {"image_index", index},
-                         {"png", base64Encode(encodePng(rgb.data(), p.width, p.height))}});
+          emitTyped(protocol::PreviewEvent{id, step, index,
+                                           base64Encode(encodePng(rgb.data(), p.width, p.height))});
         }
         if (syncStats(step, steps, ms, true, id, index)) {
           cancelled = true;
@@ -884,7 +762,7 @@ class Worker {
           cancelled = syncStats(s, run, 0.0, true, id, index);
       }
       if (cancelled) {
-        if (rank_ == 0) emitEvent(json{{"event", "cancelled"}, {"id", id}, {"step", stepSeen}});
+        if (rank_ == 0) emitTyped(protocol::CancelledEvent{id, stepSeen});
         break;
       }
       stage_ = "idle";
@@ -919,8 +797,8 @@ class Worker {
           if (output.empty() && !path.empty() && fs::is_regular_file(path, ec) &&
               fs::file_size(path, ec) == 0)
             fs::remove(path, ec);
-          emitEvent(protocol::errorEvent(
-              id, rank_, "cannot write image " + std::to_string(index) + ": " + e.what(), false));
+          emitTyped(protocol::ErrorEvent{
+              id, rank_, "cannot write image " + std::to_string(index) + ": " + e.what(), false});
           continue;
         }
         const json cache = cacheReport(res);
@@ -930,33 +808,29 @@ class Worker {
               << " computed steps " << cache["computed_steps"].dump() << " of "
               << cache["steps"].get<int>() << ", reused " << cache["reused_steps"].dump()
               << ", about " << static_cast<int>(cache["saved_ms"].get<double>()) << " ms saved";
-          emitEvent(json{{"event", "log"},
-                         {"id", id},
-                         {"rank", rank_},
-                         {"level", "info"},
-                         {"message", msg.str()}});
+          emitTyped(protocol::LogEvent{id, rank_, "info", msg.str()});
         }
-        emitEvent(json{{"event", "image"},
-                       {"id", id},
-                       {"cache", cache},
-                       {"image_index", index},
-                       {"path", path},
-                       {"seed", made.seed},
-                       {"params", protocol::toJson(made)},
-                       {"rank", rank_},
-                       {"seconds", std::chrono::duration<double>(Clock::now() - tImg).count()}});
+        protocol::ImageEvent image;
+        image.id = id;
+        image.cache = cache;
+        image.image_index = index;
+        image.path = path;
+        image.seed = made.seed;
+        image.has_seed = true;
+        image.params = protocol::toJson(made);
+        image.rank = rank_;
+        image.seconds = std::chrono::duration<double>(Clock::now() - tImg).count();
+        emitTyped(image);
       }
     }
     // All images of the request are written before "done" (a world barrier orders the replicas).
     world_->barrier()->wait();
     stage_ = "idle";
-    if (rank_ == 0)
-      emitEvent(json{{"event", "status"}, {"stage", "idle"}, {"id", id}, {"message", "idle"}});
+    if (rank_ == 0) emitTyped(protocol::StatusEvent{"idle", "idle", id});
     syncStats(0, 0, 0.0, /*emit=*/true);  // every rank back to idle, final memory figures
     if (rank_ == 0 && !cancelled)
-      emitEvent(json{{"event", "done"},
-                     {"id", id},
-                     {"seconds", std::chrono::duration<double>(Clock::now() - tReq).count()}});
+      emitTyped(
+          protocol::DoneEvent{id, std::chrono::duration<double>(Clock::now() - tReq).count()});
   }
 
   // Applies the request's LoRA list on every rank (LoraCache: each file parsed and sharded once).
@@ -981,7 +855,7 @@ class Worker {
       if (all[r][0].item<int64_t>() != 0) first = r;
     if (first >= 0) {
       dit.loraTargets().clear();
-      if (first == rank_) emitEvent(protocol::errorEvent(id, rank_, refusal, false));
+      if (first == rank_) emitTyped(protocol::ErrorEvent{id, rank_, refusal, false});
       return false;
     }
     if (rank_ == 0) {
@@ -994,12 +868,10 @@ class Worker {
                             {"rank", entries[i]->info.rank},
                             {"modules", entries[i]->prepared->entries.size()},
                             {"bytes_rank0", entries[i]->prepared->bytes}});
-      emitEvent(json{{"event", "lora"},
-                     {"id", id},
-                     {"loras", list},
-                     {"lora_bytes_rank0", dit.loraTargets().appliedBytes()},
-                     {"lora_files_parsed", loraCache_.loads()},
-                     {"weight_reads", WeightSource::processReads()}});
+      emitTyped(protocol::LoraEvent{id, list,
+                                    static_cast<std::int64_t>(dit.loraTargets().appliedBytes()),
+                                    static_cast<std::int64_t>(loraCache_.loads()),
+                                    static_cast<std::int64_t>(WeightSource::processReads())});
     }
     return true;
   }
@@ -1053,7 +925,7 @@ class Worker {
     for (int r = 0; r < all.size(0) && first < 0; ++r)
       if (all[r][0].item<int64_t>() != 0) first = r;
     if (first < 0) return false;
-    if (first == rank_) emitEvent(protocol::errorEvent(req.id, rank_, refusal, false));
+    if (first == rank_) emitTyped(protocol::ErrorEvent{req.id, rank_, refusal, false});
     return true;
   }
 
@@ -1071,7 +943,7 @@ class Worker {
   std::unique_ptr<DiffusionPipeline> pipe_;
   LoraCache loraCache_{loraCacheBudgetFromEnv()};
   // Process-lifetime: its detached stdin thread may outlive this Worker.
-  RequestReader& reader_ = *new RequestReader;
+  RequestQueue& reader_ = *new RequestQueue;
   Fault fault_;
 };
 
@@ -1085,16 +957,20 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "--model-fingerprint") {
     try {
       const std::vector<std::string> paths(argv + 2, argv + argc);
-      for (const protocol::FileFingerprint& f : protocol::modelFileFingerprints(paths))
+      for (const launcher::FileFingerprint& f : launcher::modelFileFingerprints(paths))
         std::printf("file %llu %s %s\n", static_cast<unsigned long long>(f.size), f.digest.c_str(),
                     f.path.c_str());
-      std::printf("fingerprint %s\n", protocol::modelFingerprint(paths).c_str());
+      std::printf("fingerprint %s\n", launcher::modelFingerprint(paths).c_str());
       return 0;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "%s\n", e.what());
       return 3;
     }
   }
+  // Every event line and abortGroup's fatal line are the protocol's (parallel/ knows none).
+  setEventLineFormatter([](const json& e) { return protocol::eventLine(e); });
+  setFatalLineFormatter(
+      [](const FatalError& f) { return protocol::fatalErrorLine(f.rank, f.message); });
   // Before MPI_Init and any thread: may re-execute this rank with a better OpenBLAS kernel.
   g_blas = dit::ensureBlasKernel(argc, argv);
   tuneHostAllocator();
@@ -1115,7 +991,7 @@ int main(int argc, char** argv) {
   addModelSourceOptions(app, src);
   app.add_option("--dtype", dtype, "float32 | bfloat16 | float16");
   app.add_option("--device", s.device, "cpu | cuda");
-  protocol::addStrategyOptions(app, s);
+  launcher::addStrategyOptions(app, s);
   bool allowNonFinite = false;
   app.add_flag("--allow-nonfinite-weights", allowNonFinite,
                "load checkpoints that hold NaN or Inf (refused by default)");
@@ -1123,8 +999,8 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (rank == 0)
-      emitEvent(protocol::errorEvent(std::nullopt, rank,
-                                     std::string("bad worker arguments: ") + e.what(), true));
+      emitTyped(protocol::ErrorEvent{std::nullopt, rank,
+                                     std::string("bad worker arguments: ") + e.what(), true});
     finalizeRuntime();
     return 2;
   }

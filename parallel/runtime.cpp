@@ -22,7 +22,7 @@
 #include <string>
 #include <thread>
 
-#include "app/protocol/protocol.h"
+#include "parallel/event_lines.h"
 
 namespace dit {
 
@@ -32,6 +32,18 @@ std::mutex& outputMutex() {
   static std::mutex m;
   return m;
 }
+
+// The installed line formatters (under outputMutex()); empty: the defaults.
+EventLineFormatter& eventFormatter() {
+  static EventLineFormatter f;
+  return f;
+}
+FatalLineFormatter& fatalFormatter() {
+  static FatalLineFormatter f;
+  return f;
+}
+
+constexpr const char* kDefaultEventPrefix = "@@DIT ";
 
 bool mpiActive() {
   int init = 0, fin = 0;
@@ -162,10 +174,45 @@ int localDeviceIndex(int localRank, int deviceCount) {
   return localRank % deviceCount;
 }
 
-// Invalid UTF-8 (e.g. echoed from a bad request line) is replaced, never thrown
-// (protocol::eventLine).
-void emitEvent(const nlohmann::json& event) { writeLine(protocol::eventLine(event)); }
-void emitEvent(const nlohmann::ordered_json& event) { writeLine(protocol::eventLine(event)); }
+void setEventLineFormatter(EventLineFormatter f) {
+  std::lock_guard<std::mutex> lock(outputMutex());
+  eventFormatter() = std::move(f);
+}
+
+void setFatalLineFormatter(FatalLineFormatter f) {
+  std::lock_guard<std::mutex> lock(outputMutex());
+  fatalFormatter() = std::move(f);
+}
+
+std::string defaultEventLine(const nlohmann::json& event) {
+  return kDefaultEventPrefix + event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string defaultFatalLine(const FatalError& e) {
+  nlohmann::ordered_json ev;
+  ev["event"] = "error";
+  ev["id"] = nullptr;
+  ev["rank"] = e.rank;
+  ev["message"] = e.message;
+  ev["fatal"] = true;
+  return kDefaultEventPrefix +
+         ev.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+void emitEvent(const nlohmann::json& event) {
+  EventLineFormatter f;
+  {
+    std::lock_guard<std::mutex> lock(outputMutex());
+    f = eventFormatter();
+  }
+  writeLine(f ? f(event) : defaultEventLine(event));
+}
+
+// Insertion order kept; not reformatted by the installed formatter (which takes a sorted json).
+void emitEvent(const nlohmann::ordered_json& event) {
+  writeLine(kDefaultEventPrefix +
+            event.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+}
 
 namespace {
 
@@ -229,18 +276,16 @@ void endRemoteDaemonLater() {
 }  // namespace
 
 void abortGroup(int rank, const std::string& message) {
-  nlohmann::ordered_json ev;
-  ev["event"] = "error";
-  ev["id"] = nullptr;
-  ev["rank"] = rank;
-  ev["message"] = message;
-  ev["fatal"] = true;
   std::string line;
   try {
-    // Replace invalid UTF-8 instead of throwing from dump().
-    line = protocol::eventLine(ev);
+    FatalLineFormatter f;
+    {
+      std::lock_guard<std::mutex> lock(outputMutex());
+      f = fatalFormatter();
+    }
+    line = f ? f(FatalError{rank, message}) : defaultFatalLine(FatalError{rank, message});
   } catch (...) {
-    line = std::string(protocol::kEventPrefix) +
+    line = std::string(kDefaultEventPrefix) +
            "{\"event\":\"error\",\"id\":null,\"rank\":" + std::to_string(rank) +
            ",\"message\":\"(unprintable message)\",\"fatal\":true}";
   }

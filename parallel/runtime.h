@@ -1,5 +1,6 @@
 // Process-level runtime of a worker rank: MPI start-up and shutdown, the event stream on stdout
-// (app/PROTOCOL.md: one line per event, formatted by dit_protocol, which this links as a leaf),
+// (one line per event, formatted by the formatters the program's main installs, see
+// parallel/event_lines.h: the worker installs app/protocol's; parallel/ knows no protocol),
 // group-wide abort on a fatal error, and per-rank memory figures for the `ranks` event.
 //
 // Threading: MPI is initialised with MPI_THREAD_FUNNELED — only the thread that called
@@ -47,13 +48,15 @@ int localRank();
 /// std::invalid_argument when deviceCount < 1 or localRank < 0.
 int localDeviceIndex(int localRank, int deviceCount);
 
-/// Writes dit::protocol::eventLine(event) + "\n" (app/protocol/protocol.h: the prefix, then the
-/// object on one line) to stdout and flushes. Thread-safe (one line is never interleaved
+/// Writes the installed EventLineFormatter's line for `event` (parallel/event_lines.h; by default
+/// the "@@DIT " prefix, then the object on one line) + "\n" to stdout and flushes; the
+/// ordered_json overload always writes the default form. Thread-safe (one line is never interleaved
 /// with another event). Local, no communication; any rank may call it.
 void emitEvent(const nlohmann::json& event);
 void emitEvent(const nlohmann::ordered_json& event);
 
-/// Fatal error on this rank: prints exactly one line
+/// Fatal error on this rank: prints exactly one line, the installed FatalLineFormatter's
+/// (parallel/event_lines.h; by default and with the worker's protocol formatter)
 ///   @@DIT {"event":"error","id":null,"rank":R,"message":"...","fatal":true}
 /// to stdout (flushed), the same line and a human-readable "[rank R] fatal: ..." line to stderr
 /// (the stderr copy survives when mpirun drops the rank's last stdout line on abort, as OpenMPI

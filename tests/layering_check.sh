@@ -3,9 +3,12 @@
 #  1. parallel/ holds no model knowledge: no FLUX layer, block or class name anywhere in it (code or
 #     comments), so a model's plan is the only place its layers are named.
 #  2. parallel/ never includes backend/ or ui/; ui/ never includes Torch, c10 or MPI headers.
-#  3. parallel/ and backend/ never include app/ or ui/; backend/io/ never includes backend/models/
-#     or backend/pipelines/ (io reads files; families live above it).
-#  4. No pipeline or transformer class name as a string literal outside the family folders
+#  3. Nothing in parallel/ or backend/ includes app/ or ui/ (the programs and front ends sit on top),
+#     and parallel/ links no app/ library (its event lines come from the formatter the worker's
+#     main installs); app/launcher/ (dit_launcher) includes no Torch, Qt or MPI header.
+#  4. backend/io/ never includes backend/models/ or backend/pipelines/ (io reads files; families
+#     live above it).
+#  5. No pipeline or transformer class name as a string literal outside the family folders
 #     (backend/models/<f>/ holding a <f>_family.cpp, and backend/pipelines/<f>/): every other
 #     place asks the family record (backend/models/family.h). Tests are exempt.
 # Usage: layering_check.sh SOURCE_DIR. Prints every offending line; exits 1 if there is one.
@@ -24,6 +27,13 @@ if out=$(grep -rnE '#include\s+[<"](ATen|torch|c10|mpi\.h)' "$SRC/ui"); then
 fi
 if out=$(grep -rnE '#include\s+"(app|ui)/' "$SRC/parallel" "$SRC/backend"); then
   echo "parallel/ or backend/ includes app/ or ui/:"; echo "$out"; fail=1
+fi
+if out=$(grep -nE 'dit_(protocol|launcher|app|ui)\b' "$SRC/parallel/CMakeLists.txt"); then
+  echo "parallel/ links a library of app/ or ui/:"; echo "$out"; fail=1
+fi
+if [ -d "$SRC/app/launcher" ] &&
+   out=$(grep -rnE '#include\s+[<"](ATen|torch|c10|mpi\.h|Q[A-Z]|Qt)' "$SRC/app/launcher"); then
+  echo "app/launcher/ includes Torch, MPI or Qt headers:"; echo "$out"; fail=1
 fi
 if out=$(grep -rnE '#include\s+"backend/(models|pipelines)/' "$SRC/backend/io"); then
   echo "backend/io/ includes backend/models/ or backend/pipelines/:"; echo "$out"; fail=1
@@ -47,5 +57,5 @@ if out=$(grep -rnE "$classes" "${exclude[@]}" --include='*.cpp' --include='*.h' 
   echo "pipeline/transformer class names outside the family folders (ask the family record):"
   echo "$out"; fail=1
 fi
-[ $fail -eq 0 ] && echo "layering: parallel/ model-free and backend-free, ui/ Torch-free, no upward includes, class names only in family folders"
+[ $fail -eq 0 ] && echo "layering: parallel/ model-free and backend-free, parallel/ and backend/ app-free, ui/ and app/launcher/ Torch-free, backend/io/ family-free, class names only in family folders"
 exit $fail

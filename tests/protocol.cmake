@@ -1,7 +1,7 @@
 # dit_protocol (app/protocol/): requests, events, seeds, strategy JSON and flags, mpirun line and
 # failure parsing. Torch-free and Qt-free, so it builds and runs in seconds.
 add_executable(test_protocol ${CMAKE_CURRENT_LIST_DIR}/test_protocol.cpp)
-target_link_libraries(test_protocol PRIVATE dit_protocol CLI11::CLI11 GTest::gtest GTest::gtest_main)
+target_link_libraries(test_protocol PRIVATE dit_protocol dit_launcher CLI11::CLI11 GTest::gtest GTest::gtest_main)
 target_compile_options(test_protocol PRIVATE -Wall -Wextra)
 add_test(NAME protocol COMMAND test_protocol)
 set_tests_properties(protocol PROPERTIES LABELS "unit;protocol")

@@ -69,7 +69,7 @@ set_tests_properties(worker_i2i_bad_inputs PROPERTIES LABELS "parallel;mpi;error
 # Issue 16: the fuzz suite (seeded: request lines, safetensors headers, configs, output-path
 # faults, bad lines to live 1- and 2-rank groups) and the group's exposure and liveness checks.
 add_executable(test_fuzz test_fuzz.cpp)
-target_link_libraries(test_fuzz PRIVATE dit_backend dit_protocol GTest::gtest GTest::gtest_main)
+target_link_libraries(test_fuzz PRIVATE dit_backend dit_protocol dit_launcher GTest::gtest GTest::gtest_main)
 target_compile_definitions(test_fuzz PRIVATE DITSTUDIO_FIXTURE="${DITSTUDIO_FIXTURE}"
   DITSTUDIO_WORKER="$<TARGET_FILE:ditstudio-worker>" DITSTUDIO_MPIRUN="${MPIEXEC_PROGRAM}")
 target_precompile_headers(test_fuzz REUSE_FROM dit_backend)

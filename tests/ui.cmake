@@ -81,3 +81,6 @@ ditstudio_ui_worker_test(test_ui_flux2 LABELS flux2 TIMEOUT 600
 ditstudio_ui_worker_test(test_ui_i2i MODEL LABELS pipelines TIMEOUT 900)
 # LoRA list, generate with a LoRA on the real worker (the tiny-flux-A fixture), PNG and recall.
 ditstudio_ui_worker_test(test_ui_lora LABELS lora TIMEOUT 900)
+# Issue 30: closing (or destroying) the window mid-generation leaves no mpirun, daemon or worker
+# process of the real 2-rank group within 5 s (the launcher's teardown, shared with the CLI).
+ditstudio_ui_worker_test(test_ui_close MODEL TIMEOUT 900)

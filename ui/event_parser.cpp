@@ -67,7 +67,7 @@ QList<RankStats> parseRanks(const QJsonObject& event) {
 }
 
 std::optional<RankFailure> parseMpirunFailure(const QString& text) {
-  const auto p = dit::protocol::parseMpirunFailure(text.toStdString());
+  const auto p = dit::launcher::parseMpirunFailure(text.toStdString());
   if (!p) return std::nullopt;
   RankFailure f;
   f.rank = p->rank;

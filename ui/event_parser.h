@@ -10,7 +10,7 @@
 #include <optional>
 #include <string_view>
 
-#include "app/protocol/launch.h"
+#include "app/launcher/launch.h"
 #include "app/protocol/protocol.h"
 
 namespace dit::ui {
@@ -78,7 +78,7 @@ struct RankFailure {
       reason;  ///< one-sentence summary, e.g. "rank 1 (pid 4242) was killed by signal 9 (Killed)"
 };
 
-/// dit::protocol::parseMpirunFailure (OpenMPI 4 and 5 wordings; the CLI uses the same parser) with
+/// dit::launcher::parseMpirunFailure (OpenMPI 4 and 5 wordings; the CLI uses the same parser) with
 /// Qt types. Returns nullopt when no report is present.
 std::optional<RankFailure> parseMpirunFailure(const QString& stderrText);
 

@@ -4,7 +4,7 @@
 #include <QDir>
 #include <QFileInfo>
 
-#include "app/protocol/launch.h"
+#include "app/launcher/launch.h"
 
 namespace dit::ui {
 
@@ -18,11 +18,11 @@ std::vector<std::string> toStd(const QStringList& l) {
 
 QString LaunchCommand::display() const {
   return QString::fromStdString(
-      dit::protocol::shellQuoted(toStd(QStringList{program} + arguments)));
+      dit::launcher::shellQuoted(toStd(QStringList{program} + arguments)));
 }
 
 LaunchCommand buildLaunchCommand(const LaunchConfig& c) {
-  dit::protocol::MpirunLaunch l;
+  dit::launcher::MpirunLaunch l;
   l.mpirun = c.mpirunPath.toStdString();
   l.strategy = c.strategy;
   l.hostfile = c.hostfile.toStdString();
@@ -33,16 +33,16 @@ LaunchCommand buildLaunchCommand(const LaunchConfig& c) {
   l.port_range = c.hosts.portRange.trimmed().toStdString();
   l.ssh_options = c.hosts.sshOptions.trimmed().toStdString();
   l.extra_mpirun_args = c.hosts.mpirunArgs.trimmed().toStdString();
-  l.isolate = dit::protocol::isolationProgram(
+  l.isolate = dit::launcher::isolationProgram(
       QFileInfo(QString::fromStdString(l.worker)).absolutePath().toStdString());
-  const std::vector<std::string> argv = dit::protocol::mpirunArgv(l);
+  const std::vector<std::string> argv = dit::launcher::mpirunArgv(l);
   LaunchCommand cmd;
   cmd.program = QString::fromStdString(argv.front());
   for (size_t i = 1; i < argv.size(); ++i) cmd.arguments << QString::fromStdString(argv[i]);
   return cmd;
 }
 
-QString defaultMpirun() { return QString::fromStdString(dit::protocol::defaultMpirun()); }
+QString defaultMpirun() { return QString::fromStdString(dit::launcher::defaultMpirun()); }
 
 QString siblingExecutable(const QString& name) {
   return QDir(QCoreApplication::applicationDirPath()).filePath(name);

@@ -1,21 +1,25 @@
-// WorkerController: owns the mpirun process group (QProcess), writes JSON-line requests to its
-// stdin, parses `@@DIT ` events from its stdout (other stdout lines are noise), keeps stderr for
-// the log and for naming a crashed rank, and keeps the request queue. Never blocks the event loop
-// (the destructor is the one place that waits, bounded).
+// WorkerController: the Qt adapter of dit_launcher's WorkerSession (app/launcher/worker_session.h),
+// which owns the mpirun process group (in its own process group), the request queue, the typed
+// events, the fatal-event dedup and the teardown policy shared with ditstudio-cli. This class
+// watches the session's fds with QSocketNotifiers and its deadlines with a QTimer, and turns the
+// session's news into Qt signals and types. Never blocks the event loop (the destructor is the one
+// place that waits, bounded).
 #pragma once
 
-#include <QElapsedTimer>
 #include <QImage>
 #include <QJsonObject>
 #include <QList>
 #include <QMap>
 #include <QObject>
-#include <QProcess>
+#include <QSocketNotifier>
 #include <QString>
 #include <QTimer>
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <utility>
 
+#include "app/launcher/worker_session.h"
 #include "ui/event_parser.h"
 #include "ui/generation_params.h"
 #include "ui/worker_command.h"
@@ -64,14 +68,16 @@ class WorkerController : public QObject {
   };
 
   explicit WorkerController(QObject* parent = nullptr);
-  /// Shuts a running group down (shutdown request, then SIGTERM, then SIGKILL; at most ~6 s).
+  /// Shuts a running group down: cancel lines, shutdown, then SIGTERM and SIGKILL to mpirun's
+  /// process group and every descendant (the session's teardown policy; at most ~5 s).
   ~WorkerController() override;
 
   /// Starts mpirun with `config`. Returns false (and emits nothing) if a group is running.
   bool start(const LaunchConfig& config);
   /// Stops the group: requests not yet sent are dropped (requestCancelled), the running and the
   /// worker-queued ones get {"type":"cancel"} (the worker stops at the next denoising step), then
-  /// {"type":"shutdown"}; mpirun is terminated after `graceMs` and killed 3 s later. Requests that
+  /// {"type":"shutdown"}; after `graceMs` mpirun's process group and every descendant get SIGTERM,
+  /// 3 s later SIGKILL (the teardown policy of dit_launcher's GroupProcess). Requests that
   /// were interrupted are never sent again by a later start().
   void stop(int graceMs = 5000);
   /// stop() then start(config) once the old group has exited (or start now if none runs).
@@ -83,7 +89,7 @@ class WorkerController : public QObject {
   /// random part), so image files named after it never collide with an earlier launch's.
   QString submit(const GenerationParams& params);
   /// The launch tag in every request id of this controller (e.g. "1201061230a7").
-  QString launchTag() const { return launchTag_; }
+  QString launchTag() const { return QString::fromStdString(session_.idTag()); }
   /// Cancels a request: unsent ones are dropped here, sent ones get {"type":"cancel","id":..}.
   /// Returns false for an unknown id.
   bool cancel(const QString& id);
@@ -98,30 +104,30 @@ class WorkerController : public QObject {
   /// T5 sequence length sent with each request (0: the model's default).
   void setMaxSequenceLength(int n) { maxSequenceLength_ = n; }
 
-  State state() const { return state_; }
+  State state() const;
   static QString stateName(State s);
-  bool isRunning() const { return process_ && process_->state() != QProcess::NotRunning; }
+  bool isRunning() const { return session_.isRunning(); }
   /// Config of the group that runs (or last ran).
   const LaunchConfig& config() const { return config_; }
   const LaunchCommand& command() const { return command_; }
   /// pid of each rank, from `hello` events.
-  QMap<int, qint64> rankPids() const { return pids_; }
-  int world() const { return world_; }
+  QMap<int, qint64> rankPids() const;
+  int world() const { return session_.world(); }
   /// The `ready` event of the running group (empty before).
   QJsonObject readyInfo() const { return readyInfo_; }
-  QList<Request> queue() const { return queue_; }
+  QList<Request> queue() const;
   /// Id of the request being computed (first sent one), empty when idle.
   QString activeId() const;
   /// The group's current stage: "loading", "encoding", "denoising", "decoding", "idle" (from the
   /// worker's `status` events and rank 0's stage in `ranks` events), "stopped" or "failed"; empty
   /// before the first event.
-  QString stage() const { return stage_; }
+  QString stage() const { return QString::fromStdString(session_.stage()); }
   /// Last failure (empty message when none).
-  WorkerFailure lastFailure() const { return lastFailure_; }
+  WorkerFailure lastFailure() const { return toQt(session_.lastFailure()); }
   /// Seconds since start().
   double elapsedSeconds() const;
   /// mpirun's stderr (last 64 KiB).
-  QString stderrTail() const { return QString::fromLocal8Bit(stderrTail_); }
+  QString stderrTail() const { return QString::fromLocal8Bit(session_.stderrTail()); }
   /// Feeds stdout bytes as if they came from the worker (used by tests).
   void feedStdoutForTest(const QByteArray& bytes) { handleStdout(bytes); }
 
@@ -153,55 +159,26 @@ class WorkerController : public QObject {
   void logLine(int rank, const QString& level, const QString& message);
 
  private:
-  void setState(State s);
-  /// stop() without forgetting a pending restart; `dropUnsent` false keeps the requests not yet
-  /// sent for the next group (restart).
-  void shutdownGroup(int graceMs, bool dropUnsent);
-  void setStage(const QString& stage);
-  /// Drops the requests already written to a group that is gone (reported cancelled): they are
-  /// never re-sent to the next group.
-  void dropSent();
+  class View;
+  friend class View;
+  /// Watches the session's current fds (after a group starts, a stream ends, the group exits).
+  void syncNotifiers();
+  /// Arms the timer for the session's next deadline.
+  void armTimer();
   void handleStdout(const QByteArray& bytes);
-  void handleStderr(const QByteArray& bytes);
-  void handleEvent(const WorkerEvent& ev);
-  /// True for a fatal `error` event equal (rank, message) to the one already handled: abortGroup
-  /// writes it to stdout and to stderr.
-  bool isRepeatedFatalError(const WorkerEvent& ev) const;
-  void handleFinished(int exitCode, QProcess::ExitStatus status);
-  void handleProcessError(QProcess::ProcessError error);
-  void flushQueue();
-  bool writeLine(const dit::protocol::Request& request);
-  void updateBusy();
-  int indexOf(const QString& id) const;
-  void failAll(const QString& message);
-  WorkerFailure buildCrashFailure(int exitCode, QProcess::ExitStatus status) const;
+  WorkerFailure toQt(const dit::launcher::GroupFailure& f) const;
 
-  QProcess* process_ = nullptr;
-  State state_ = State::Stopped;
+  std::unique_ptr<View> view_;
+  dit::launcher::WorkerSession session_;
   LaunchConfig config_;
   LaunchCommand command_;
-  std::optional<LaunchConfig> pendingRestart_;
-  bool stopRequested_ = false;
-  bool sawBye_ = false;
-  bool sawReady_ = false;
-  LineSplitter out_, err_;
-  QByteArray stderrTail_;
-  QMap<int, qint64> pids_;
-  QMap<int, RankStats> lastRanks_;
-  int world_ = 0;
+  std::optional<std::pair<LaunchConfig, LaunchCommand>> pendingRestart_;
   QJsonObject readyInfo_;
-  std::optional<WorkerFailure> fatalEvent_;
-  WorkerFailure lastFailure_;
-  QList<Request> queue_;
-  int nextId_ = 1;
-  QString launchTag_;
-  QString stage_;
   QString outputDir_;
   int previewEvery_ = 1;
   int maxSequenceLength_ = 0;
-  QTimer terminateTimer_;
-  QTimer killTimer_;
-  QElapsedTimer clock_;
+  QList<QSocketNotifier*> notifiers_;
+  QTimer timer_;
 };
 
 }  // namespace dit::ui

@@ -1,160 +1,26 @@
-// Starting a worker process group (app/PROTOCOL.md, first paragraph): the strategy flags of
-// ditstudio-worker / ditstudio-cli / ditstudio-bench (CLI11 registration and argv from a
-// Strategy), the one mpirun command-line builder (GUI and CLI), and the parsing of mpirun's
-// reports of a rank that died (OpenMPI 4 wording). Part of dit_protocol: no Torch, no Qt.
+// Compatibility header: the mpirun argv builder, strategy flags and mpirun-failure parsing moved
+// to dit_launcher (app/launcher/launch.h, namespace dit::launcher). This path and the
+// dit::protocol names stay for the callers not yet moved (app/bench_main.cpp, the existing tests);
+// new code includes app/launcher/launch.h. Linking needs dit_launcher.
 #pragma once
 
-#include <cstdint>
-#include <optional>
-#include <string>
-#include <string_view>
-#include <utility>
-#include <vector>
-
-#include "parallel/strategy.h"
-
-namespace CLI {
-class App;
-}
+#include "app/launcher/launch.h"
 
 namespace dit::protocol {
-
-/// Registers the strategy flags on `app`, bound to `s`: --tp-degree, --ring-degree,
-/// --ulysses-degree, --ulysses-anything, --ring-anything, --cfg-degree, --dp-degree. Values are
-/// not range-checked here: validateDegrees() refuses them with the strategy's own messages.
-/// --device is left to each program (the CLI also uses it in-process). Throws
-/// CLI::OptionAlreadyAdded when one of the flags is already registered.
-void addStrategyOptions(CLI::App& app, Strategy& s);
-
-/// The worker's strategy arguments, in this order: --tp-degree N --ring-degree N
-/// --ulysses-degree N [--ulysses-anything] [--ring-anything] --cfg-degree N --dp-degree N
-/// --device D (D "cpu" when s.device is empty). Parsed back by addStrategyOptions (+ --device).
-std::vector<std::string> strategyArgs(const Strategy& s);
-
-/// What starting a process group needs.
-struct MpirunLaunch {
-  std::string mpirun;    ///< launcher program; "" = defaultMpirun()
-  Strategy strategy;     ///< world = mpirun -np; degrees become strategyArgs()
-  std::string hostfile;  ///< optional --hostfile (surrounding blanks are trimmed)
-  int omp_threads = 1;   ///< OMP_NUM_THREADS exported to every rank (-x), >= 1
-  std::string worker;    ///< ditstudio-worker executable
-  std::string model;     ///< --model folder
-  std::vector<std::string> extra_worker_args;  ///< appended after the strategy flags
-  /// Hostfile groups only: the interfaces (names such as "eth1" or CIDR subnets such as
-  /// "10.0.0.0/24", comma-separated) every MPI channel may use. Without a hostfile the group is
-  /// on this host and every channel is bound to loopback whatever this says.
-  std::string network_interface;
-  /// Single-host groups only: the ditstudio-isolate program (app/isolate_main.cpp) that runs
-  /// mpirun in a network namespace of its own with only loopback up; "" = none (mpirun runs in
-  /// the caller's namespace). See isolationProgram().
-  std::string isolate;
-  // Hostfile groups only (issue 18; README "Several machines"):
-  /// ssh options for mpirun's launch agent, appended after `-o BatchMode=yes -o
-  /// ConnectTimeout=10` (never a password or host-key prompt); passed as `plm_rsh_args`.
-  std::string ssh_options;
-  /// TCP ports for the ranks' MPI channel: "MIN-MAX" (btl_tcp_port_min_v4 / _range_v4); "" =
-  /// any ephemeral port.
-  std::string port_range;
-  /// Extra mpirun arguments (whitespace-separated), inserted before the worker.
-  std::string extra_mpirun_args;
-  /// Pass --oversubscribe with a hostfile too (more ranks than the hostfile's slots).
-  bool oversubscribe = false;
-  /// Single-host groups only: the physical cores the ranks may use, for threadPlacementArgs();
-  /// 0 = availableCores() of the calling process (the launcher runs on that host).
-  int cores = 0;
-};
-
-/// One host line of an OpenMPI hostfile.
-struct HostfileEntry {
-  std::string host;  ///< host name or address
-  int slots = -1;    ///< `slots=N`, -1 when absent
-  int line = 0;      ///< 1-based line number
-};
-
-/// Parses OpenMPI hostfile text: `host [slots=N] [max_slots=M]`, `#` comments, blank lines.
-/// Throws std::invalid_argument naming the line for a malformed `slots=` value.
-std::vector<HostfileEntry> parseHostfile(const std::string& text);
-
-/// Ranks per host as mpirun places them (--map-by slot: each host's slots in hostfile order).
-/// Throws std::invalid_argument naming the file, line and fix when a host has no `slots=` (mpirun
-/// would put every rank on the first host), when the file has no host, or when the slots hold
-/// fewer than `world` ranks and `oversubscribe` is false. Pairs of {host, ranks}.
-std::vector<std::pair<std::string, std::vector<int>>> planHostfile(
-    const std::vector<HostfileEntry>& hosts, int world, bool oversubscribe,
-    const std::string& file);
-
-/// The names of the product's environment variables set in this process (DITSTUDIO_*), each
-/// forwarded to every rank of a hostfile group with `-x NAME`.
-std::vector<std::string> forwardedEnvironment();
-
-/// Physical cores this process may run on: the distinct (package, core) pairs of the CPUs in
-/// its affinity mask (sched_getaffinity; topology from /sys/devices/system/cpu/cpuN/topology),
-/// so hyperthread siblings count once, as OpenMPI's `--bind-to core` counts them. Falls back to
-/// the number of CPUs in the mask when the topology cannot be read; at least 1.
-int availableCores();
-
-/// mpirun options and OpenMP environment that place a single-host group's threads (README
-/// "Thread placement"). When world x threads <= cores: each rank gets `threads` cores of its
-/// own (`--map-by slot:PE=<threads> --bind-to core`) and its OpenMP threads stay one per core
-/// (`-x OMP_PROC_BIND=close -x OMP_PLACES=cores`). Otherwise the group oversubscribes the cores
-/// and `--bind-to none` lets the kernel spread the threads (binding would stack several ranks'
-/// threads on the cores OpenMPI assigns; its default binds each rank of a 2-rank group to one
-/// core, whatever its thread count). DITSTUDIO_THREAD_PLACEMENT=0 in the environment: none of
-/// these options (OpenMPI's defaults). Throws std::invalid_argument when an argument is < 1.
-std::vector<std::string> threadPlacementArgs(int world, int threads, int cores);
-
-/// The ditstudio-isolate executable in `dir` (the directory of the programs), or "" when
-/// DITSTUDIO_NETWORK_ISOLATION is "0" or no such executable exists there.
-std::string isolationProgram(const std::string& dir);
-
-/// The MCA parameters that confine a group's MPI channels (OpenMPI 4 and 5). Single-host groups
-/// (no hostfile): `pml ob1`, `btl ^tcp,ofi,openib,usnic,uct` (shared memory and self only: no
-/// rank opens a listening socket). The runtime's out-of-band channel is confined by the
-/// loopback-only network namespace of ditstudio-isolate instead of `oob_tcp_if_include lo`,
-/// which OpenMPI 4.1's mpirun does not honour for its wildcard listener (open-mpi/ompi#12668)
-/// and OpenMPI 5's PRRTE refuses outright on hosts with another interface (openpmix/prrte#2788:
-/// "No network interfaces were found for out-of-band communications"). Hostfile groups:
-/// `btl_tcp_if_include` and
-/// `oob_tcp_if_include` set to `network_interface` (none when it is empty: OpenMPI's own choice).
-/// Pairs of {name, value}.
-std::vector<std::pair<std::string, std::string>> networkMcaParams(const MpirunLaunch& launch);
-
-/// argv of `[ISOLATE] mpirun --allow-run-as-root --oversubscribe -np N [--mca NAME VALUE for
-/// each networkMcaParams()] [threadPlacementArgs(N, T, cores)] -x OMP_NUM_THREADS=T <worker>
-/// --model DIR <strategyArgs> [extra]` without a hostfile; with one: `mpirun --allow-run-as-root
-/// [--oversubscribe when asked] -np N --hostfile F --bind-to none --mca plm_rsh_args "-o
-/// BatchMode=yes -o ConnectTimeout=10 SSH" [network and port MCA parameters] -x
-/// OMP_NUM_THREADS=T -x NAME for each forwardedEnvironment() [extra mpirun args] <worker> ...`;
-/// argv[0] is the program to start: `isolate` for a single-host group when set (it executes
-/// mpirun in place: same pid), else the launcher. Throws std::invalid_argument when
-/// strategy.world < 1, omp_threads < 1, worker is empty, or (with a hostfile) port_range is not
-/// MIN-MAX within 1024..65535.
-std::vector<std::string> mpirunArgv(const MpirunLaunch& launch);
-
-/// $DITSTUDIO_MPIRUN when set and non-empty, else "mpirun".
-std::string defaultMpirun();
-
-/// argv as one shell-quoted line for logs ('...' around arguments with other characters than
-/// [A-Za-z0-9_./=:,+@%-]).
-std::string shellQuoted(const std::vector<std::string>& argv);
-
-/// A rank that died, as reported by mpirun on stderr.
-struct RankFailure {
-  int rank = -1;          ///< MPI_COMM_WORLD rank, -1 when mpirun did not name one
-  std::int64_t pid = -1;  ///< pid of the rank, -1 when not reported
-  int signal = -1;        ///< terminating signal, -1 when it exited
-  int exit_code = -1;     ///< exit status, -1 when not reported
-  std::string node;       ///< host name when reported
-  /// One clause naming the rank and the cause, e.g. "rank 1 (pid 4242 on h) was killed by signal
-  /// 9 (Killed)", "rank 1 exited with code 3", "rank 2 aborted the group (MPI_Abort, error code
-  /// 1)".
-  std::string reason;
-};
-
-/// Finds mpirun's report of a failed rank in `text` (OpenMPI 4: "mpirun noticed that process rank
-/// 1 with PID 123 on node h exited on signal 9 (Killed)", "... exited with status 3", "MPI_ABORT
-/// was invoked on rank 1 ... errorcode 1", "Process name: [[x,y],r]" + "Exit code: c", "Primary
-/// job terminated normally, but 1 process returned"). nullopt when none is present.
-std::optional<RankFailure> parseMpirunFailure(std::string_view text);
-
+using launcher::addStrategyOptions;
+using launcher::availableCores;
+using launcher::defaultMpirun;
+using launcher::forwardedEnvironment;
+using launcher::HostfileEntry;
+using launcher::isolationProgram;
+using launcher::mpirunArgv;
+using launcher::MpirunLaunch;
+using launcher::networkMcaParams;
+using launcher::parseHostfile;
+using launcher::parseMpirunFailure;
+using launcher::planHostfile;
+using launcher::RankFailure;
+using launcher::shellQuoted;
+using launcher::strategyArgs;
+using launcher::threadPlacementArgs;
 }  // namespace dit::protocol

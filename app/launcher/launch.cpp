@@ -1,0 +1,305 @@
+#include "app/launcher/launch.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+extern char** environ;
+
+namespace dit::launcher {
+
+void addStrategyOptions(CLI::App& app, Strategy& s) {
+  app.add_option("--tp-degree", s.tp_degree, "tensor parallel degree");
+  app.add_option("--ring-degree", s.ring_degree, "ring attention degree");
+  app.add_option("--ulysses-degree", s.ulysses_degree, "Ulysses attention degree");
+  app.add_flag("--ulysses-anything", s.ulysses_anything, "Ulysses with uneven sequence/heads");
+  app.add_flag("--ring-anything", s.ring_anything, "ring attention with uneven sequence");
+  app.add_option("--cfg-degree", s.cfg_degree, "CFG parallel degree (1 or 2)");
+  app.add_option("--dp-degree", s.dp_degree, "data parallel replicas");
+}
+
+std::vector<std::string> strategyArgs(const Strategy& s) {
+  std::vector<std::string> a{"--tp-degree",      std::to_string(s.tp_degree),
+                             "--ring-degree",    std::to_string(s.ring_degree),
+                             "--ulysses-degree", std::to_string(s.ulysses_degree)};
+  if (s.ulysses_anything) a.push_back("--ulysses-anything");
+  if (s.ring_anything) a.push_back("--ring-anything");
+  a.insert(a.end(), {"--cfg-degree", std::to_string(s.cfg_degree), "--dp-degree",
+                     std::to_string(s.dp_degree), "--device",
+                     s.device.empty() ? std::string("cpu") : s.device});
+  return a;
+}
+
+std::string defaultMpirun() {
+  const char* env = std::getenv("DITSTUDIO_MPIRUN");
+  return env && *env ? std::string(env) : std::string("mpirun");
+}
+
+namespace {
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return {};
+  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> networkMcaParams(const MpirunLaunch& l) {
+  if (trim(l.hostfile).empty())
+    // One host: ranks talk through shared memory only (ob1 over self + shared memory: no TCP or
+    // libfabric transport, so no rank listens on any socket), and the runtime's out-of-band
+    // channel is confined to loopback.
+    // No oob_tcp_if_include: OpenMPI 5's PRRTE drops loopback before reading an include list
+    // when the host has another interface and then refuses to start ("No network interfaces were
+    // found for out-of-band communications", openpmix/prrte#2788), and OpenMPI 4.1's mpirun
+    // listens on the wildcard address whatever it says (ompi#12668). The runtime's channel is
+    // confined by running the group in a loopback-only network namespace (ditstudio-isolate).
+    return {{"pml", "ob1"}, {"btl", "^tcp,ofi,openib,usnic,uct"}};
+  const std::string iface = trim(l.network_interface);
+  std::vector<std::pair<std::string, std::string>> p;
+  if (!iface.empty()) p = {{"btl_tcp_if_include", iface}, {"oob_tcp_if_include", iface}};
+  if (const std::string pr = trim(l.port_range); !pr.empty()) {
+    static const std::regex range("^([0-9]{1,5})-([0-9]{1,5})$");
+    std::smatch m;
+    const long lo = std::regex_match(pr, m, range) ? std::stol(m[1]) : -1;
+    const long hi = lo >= 0 ? std::stol(m[2]) : -1;
+    if (lo < 1024 || hi > 65535 || hi < lo)
+      throw std::invalid_argument("port range '" + pr +
+                                  "': expected MIN-MAX with 1024 <= MIN <= MAX <= 65535");
+    p.push_back({"btl_tcp_port_min_v4", std::to_string(lo)});
+    p.push_back({"btl_tcp_port_range_v4", std::to_string(hi - lo + 1)});
+  }
+  return p;
+}
+
+std::vector<HostfileEntry> parseHostfile(const std::string& text) {
+  std::vector<HostfileEntry> out;
+  std::istringstream in(text);
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (auto h = line.find('#'); h != std::string::npos) line.resize(h);
+    std::istringstream words(line);
+    HostfileEntry e;
+    e.line = n;
+    if (!(words >> e.host)) continue;
+    for (std::string w; words >> w;) {
+      if (w.rfind("slots=", 0) != 0) continue;  // max_slots= and others: mpirun's business
+      const std::string v = w.substr(6);
+      if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos ||
+          std::stoi(v) < 1)
+        throw std::invalid_argument("hostfile line " + std::to_string(n) + ": '" + w +
+                                    "' is not a positive slot count");
+      e.slots = std::stoi(v);
+    }
+    out.push_back(e);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::vector<int>>> planHostfile(
+    const std::vector<HostfileEntry>& hosts, int world, bool oversubscribe,
+    const std::string& file) {
+  if (hosts.empty())
+    throw std::invalid_argument("hostfile " + file + " names no host (one 'HOST slots=N' a line)");
+  int total = 0;
+  for (const HostfileEntry& e : hosts) {
+    if (e.slots < 1)
+      throw std::invalid_argument(
+          "hostfile " + file + " line " + std::to_string(e.line) + ": host " + e.host +
+          " has no slots=N; mpirun would put every rank on the first host. Write '" + e.host +
+          " slots=N' with N the number of ranks to run there");
+    total += e.slots;
+  }
+  if (total < world && !oversubscribe)
+    throw std::invalid_argument("hostfile " + file + " has " + std::to_string(total) +
+                                " slots for " + std::to_string(world) +
+                                " ranks: add slots, or ask for --oversubscribe");
+  std::vector<std::pair<std::string, std::vector<int>>> plan;
+  for (const HostfileEntry& e : hosts) plan.push_back({e.host, {}});
+  // --map-by slot: fill each host's slots in order; oversubscribed ranks wrap around.
+  int r = 0;
+  while (r < world)
+    for (size_t i = 0; i < hosts.size() && r < world; ++i)
+      for (int k = 0; k < hosts[i].slots && r < world; ++k) plan[i].second.push_back(r++);
+  return plan;
+}
+
+std::vector<std::string> forwardedEnvironment() {
+  std::vector<std::string> names;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string kv(*e);
+    const auto eq = kv.find('=');
+    if (kv.rfind("DITSTUDIO_", 0) == 0 && eq != std::string::npos)
+      names.push_back(kv.substr(0, eq));
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string isolationProgram(const std::string& dir) {
+  const char* env = std::getenv("DITSTUDIO_NETWORK_ISOLATION");
+  if (env && std::string(env) == "0") return {};
+  const std::string p = (dir.empty() ? std::string(".") : dir) + "/ditstudio-isolate";
+  return ::access(p.c_str(), X_OK) == 0 ? p : std::string();
+}
+
+int availableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) {
+    const long n = ::sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? static_cast<int>(n) : 1;
+  }
+  std::set<std::pair<std::string, std::string>> cores;
+  int cpus = 0;
+  bool topology = true;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &set)) continue;
+    ++cpus;
+    const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(c) + "/topology/";
+    std::ifstream pkg(dir + "physical_package_id"), core(dir + "core_id");
+    std::string p, k;
+    if (!(pkg >> p) || !(core >> k)) topology = false;
+    cores.emplace(p, k);
+  }
+  const int n = topology ? static_cast<int>(cores.size()) : cpus;
+  return std::max(n, 1);
+}
+
+std::vector<std::string> threadPlacementArgs(int world, int threads, int cores) {
+  if (world < 1 || threads < 1 || cores < 1)
+    throw std::invalid_argument("thread placement: ranks " + std::to_string(world) + ", threads " +
+                                std::to_string(threads) + ", cores " + std::to_string(cores) +
+                                " must all be at least 1");
+  const char* env = std::getenv("DITSTUDIO_THREAD_PLACEMENT");
+  if (env && std::string(env) == "0") return {};
+  if (static_cast<int64_t>(world) * threads > cores) return {"--bind-to", "none"};
+  return {"--map-by",  "slot:PE=" + std::to_string(threads),
+          "--bind-to", "core",
+          "-x",        "OMP_PROC_BIND=close",
+          "-x",        "OMP_PLACES=cores"};
+}
+
+std::vector<std::string> mpirunArgv(const MpirunLaunch& l) {
+  if (l.strategy.world < 1)
+    throw std::invalid_argument("mpirun -np " + std::to_string(l.strategy.world) +
+                                ": world size must be at least 1");
+  if (l.omp_threads < 1)
+    throw std::invalid_argument("OMP_NUM_THREADS " + std::to_string(l.omp_threads) +
+                                " must be at least 1");
+  if (l.worker.empty()) throw std::invalid_argument("no ditstudio-worker executable given");
+  std::vector<std::string> a;
+  if (trim(l.hostfile).empty() && !l.isolate.empty()) a.push_back(l.isolate);
+  const std::string hf = trim(l.hostfile);
+  a.push_back(l.mpirun.empty() ? defaultMpirun() : l.mpirun);
+  a.push_back("--allow-run-as-root");
+  if (hf.empty() || l.oversubscribe) a.push_back("--oversubscribe");
+  a.insert(a.end(), {"-np", std::to_string(l.strategy.world)});
+  if (!hf.empty()) {
+    // Each host's scheduler places its ranks (OpenMPI binds 1-2 ranks to a core otherwise:
+    // ranks with several OpenMP threads would share it); ssh never prompts and gives up.
+    a.insert(a.end(), {"--hostfile", hf, "--bind-to", "none", "--mca", "plm_rsh_args",
+                       trim("-o BatchMode=yes -o ConnectTimeout=10 " + trim(l.ssh_options))});
+  }
+  for (const auto& [k, v] : networkMcaParams(l)) a.insert(a.end(), {"--mca", k, v});
+  if (hf.empty()) {
+    const auto p = threadPlacementArgs(l.strategy.world, l.omp_threads,
+                                       l.cores > 0 ? l.cores : availableCores());
+    a.insert(a.end(), p.begin(), p.end());
+  }
+  a.insert(a.end(), {"-x", "OMP_NUM_THREADS=" + std::to_string(l.omp_threads)});
+  if (!hf.empty()) {
+    for (const std::string& n : forwardedEnvironment()) a.insert(a.end(), {"-x", n});
+    std::istringstream extra(l.extra_mpirun_args);
+    for (std::string w; extra >> w;) a.push_back(w);
+  }
+  a.insert(a.end(), {l.worker, "--model", l.model});
+  const auto s = strategyArgs(l.strategy);
+  a.insert(a.end(), s.begin(), s.end());
+  a.insert(a.end(), l.extra_worker_args.begin(), l.extra_worker_args.end());
+  return a;
+}
+
+std::string shellQuoted(const std::vector<std::string>& argv) {
+  static const std::regex safe("^[A-Za-z0-9_./=:,+@%-]+$");
+  std::string out;
+  for (const std::string& a : argv) {
+    if (!out.empty()) out += ' ';
+    if (!a.empty() && std::regex_match(a, safe)) {
+      out += a;
+      continue;
+    }
+    out += '\'';
+    for (char c : a) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    out += '\'';
+  }
+  return out;
+}
+
+std::optional<RankFailure> parseMpirunFailure(std::string_view textIn) {
+  const std::string text(textIn);
+  using std::regex;
+  static const regex signalRe(
+      R"(process\s+rank\s+(\d+)\s+with\s+PID\s+(\d+)\s+on\s+node\s+(\S+)\s+exited\s+on\s+signal\s+(\d+)(?:\s+\(([^)]*)\))?)");
+  static const regex noticedExitRe(
+      R"(process\s+rank\s+(\d+)\s+with\s+PID\s+(\d+)\s+on\s+node\s+(\S+)\s+exited\s+with\s+(?:non-zero\s+)?(?:status|exit\s+code)\s+(-?\d+))");
+  static const regex abortRe(
+      R"(MPI_ABORT\s+was\s+invoked\s+on\s+rank\s+(\d+)(?:[^\n]*?\n?[^\n]*?errorcode\s+(\d+))?)");
+  // OpenMPI 4: "Process name: [[job,1],R]"; OpenMPI 5 (prterun): "Process name:
+  // [prterun-host-pid@1,R]".
+  static const regex procRe(
+      R"(Process\s+name:\s*\[(?:\[\d+,\d+\]|[^\]\s@]+@\d+),(\d+)\]\s*(?:Exit\s+code:\s*(-?\d+))?)");
+  static const regex primaryRe(
+      R"(Primary\s+job\s+terminated\s+normally,\s+but\s+(\d+)\s+process(?:es)?\s+returned)");
+  std::smatch m;
+  RankFailure f;
+  if (std::regex_search(text, m, signalRe)) {
+    f.rank = std::stoi(m[1]);
+    f.pid = std::stoll(m[2]);
+    f.node = m[3];
+    f.signal = std::stoi(m[4]);
+    f.reason = "rank " + m[1].str() + " (pid " + m[2].str() + " on " + f.node +
+               ") was killed by signal " + m[4].str() +
+               (m[5].matched && m[5].length() > 0 ? " (" + m[5].str() + ")" : std::string());
+    return f;
+  }
+  if (std::regex_search(text, m, noticedExitRe)) {
+    f.rank = std::stoi(m[1]);
+    f.pid = std::stoll(m[2]);
+    f.node = m[3];
+    f.exit_code = std::stoi(m[4]);
+    f.reason = "rank " + m[1].str() + " exited with code " + m[4].str() + " (pid " + m[2].str() +
+               " on " + f.node + ")";
+    return f;
+  }
+  if (std::regex_search(text, m, abortRe)) {
+    f.rank = std::stoi(m[1]);
+    if (m[2].matched) f.exit_code = std::stoi(m[2]);
+    f.reason = "rank " + m[1].str() + " aborted the group (MPI_Abort" +
+               (f.exit_code >= 0 ? ", error code " + std::to_string(f.exit_code) : std::string()) +
+               ")";
+    return f;
+  }
+  if (std::regex_search(text, m, procRe)) {
+    f.rank = std::stoi(m[1]);
+    if (m[2].matched) f.exit_code = std::stoi(m[2]);
+    f.reason = "rank " + m[1].str() +
+               (f.exit_code >= 0 ? " exited with code " + std::to_string(f.exit_code)
+                                 : std::string(" exited with a non-zero code"));
+    return f;
+  }
+  if (std::regex_search(text, m, primaryRe)) {
+    f.reason = m[1].str() + " rank process returned a non-zero exit code";
+    return f;
+  }
+  return std::nullopt;
+}
+
+}  // namespace dit::launcher

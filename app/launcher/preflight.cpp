@@ -1,0 +1,177 @@
+#include "app/launcher/preflight.h"
+
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+
+#include "app/launcher/fingerprint.h"
+
+namespace dit::launcher {
+
+bool isLocalHost(const std::string& host) {
+  if (host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1") return true;
+  char name[256] = {0};
+  if (::gethostname(name, sizeof name - 1) == 0 && host == name) return true;
+  ifaddrs* ifs = nullptr;
+  if (::getifaddrs(&ifs) != 0) return false;
+  bool local = false;
+  for (ifaddrs* i = ifs; i && !local; i = i->ifa_next) {
+    if (!i->ifa_addr) continue;
+    const int fam = i->ifa_addr->sa_family;
+    if (fam != AF_INET && fam != AF_INET6) continue;
+    char addr[NI_MAXHOST] = {0};
+    const socklen_t len = fam == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    if (::getnameinfo(i->ifa_addr, len, addr, sizeof addr, nullptr, 0, NI_NUMERICHOST) == 0)
+      local = host == addr;
+  }
+  ::freeifaddrs(ifs);
+  return local;
+}
+
+namespace {
+std::string quoted(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) {
+    if (c == '\'')
+      q.append("'\\''");
+    else
+      q.push_back(c);
+  }
+  q.push_back('\'');
+  return q;
+}
+std::string lastLine(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+  const auto nl = s.rfind('\n');
+  return nl == std::string::npos ? s : s.substr(nl + 1);
+}
+}  // namespace
+
+PreflightResult preflightHost(const std::string& host, const MpirunLaunch& launch,
+                              const std::vector<std::string>& paths,
+                              const std::string& expected_fingerprint, double timeout_s) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  PreflightResult r;
+  r.host = host;
+  const int connect = std::max(1, std::min(10, static_cast<int>(timeout_s)));
+  std::string connectOpt = "ConnectTimeout=";
+  connectOpt += std::to_string(connect);
+  std::vector<std::string> argv{"ssh", "-o", "BatchMode=yes", "-o", connectOpt};
+  std::istringstream opts(launch.ssh_options);
+  for (std::string w; opts >> w;) argv.push_back(w);
+  std::string remote = quoted(launch.worker) + " --model-fingerprint";
+  for (const std::string& p : paths) {
+    if (p.empty()) continue;
+    remote += ' ';
+    remote += quoted(p);
+  }
+  argv.insert(argv.end(), {host, "--", remote});
+
+  int out[2];
+  if (::pipe(out) != 0) {
+    r.message = "host " + host + ": pre-flight could not start ssh (pipe failed)";
+    return r;
+  }
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setsid();  // no controlling terminal: ssh can never prompt
+    const int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) ::dup2(devnull, 0);
+    ::dup2(out[1], 1);
+    ::dup2(out[1], 2);
+    ::close(out[0]);
+    std::vector<char*> a;
+    for (auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+    a.push_back(nullptr);
+    ::execvp(a[0], a.data());
+    std::perror("exec ssh");
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  std::string text;
+  bool timedOut = false;
+  for (;;) {
+    const double left = timeout_s - std::chrono::duration<double>(Clock::now() - t0).count();
+    if (left <= 0) {
+      timedOut = true;
+      break;
+    }
+    pollfd p{out[0], POLLIN, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(left * 1000) + 1);
+    if (n < 0) continue;
+    if (n == 0) continue;
+    char buf[4096];
+    const ssize_t got = ::read(out[0], buf, sizeof buf);
+    if (got <= 0) break;
+    if (text.size() < (4u << 20)) text.append(buf, static_cast<size_t>(got));
+  }
+  ::close(out[0]);
+  if (timedOut) ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const std::string why = lastLine(text);
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%.0f", timeout_s);
+  if (timedOut) {
+    r.message =
+        "host " + host + ": no answer over ssh within " + secs +
+        " s (host down, wrong address, or a firewall dropping packets). Fix: check that `ssh " +
+        host + " true` answers from this machine";
+  } else if (code == 255 || (code == 127 && why.find("exec ssh") != std::string::npos)) {
+    r.message = "host " + host + ": ssh cannot log in without a prompt (" + why +
+                "). Fix: install this user's key there (ssh-copy-id " + host +
+                "), accept its host key once (ssh " + host +
+                " true), or pass the key and options with --ssh-options";
+  } else if (code == 126 || code == 127) {
+    r.message = "host " + host + ": the worker " + launch.worker +
+                " is missing or not executable (" + why +
+                "). Fix: install DiT Studio at the same path on every host";
+  } else if (code != 0) {
+    r.message = "host " + host + ": the model is not readable there (" + why +
+                "). Fix: copy the model to the same path on every host";
+  } else if (const auto at = text.rfind("fingerprint "); at == std::string::npos) {
+    r.message = "host " + host + ": unexpected answer from the worker (" + why + ")";
+  } else {
+    r.fingerprint = lastLine(text.substr(at + 12));
+    if (!expected_fingerprint.empty() && r.fingerprint != expected_fingerprint) {
+      r.message = "host " + host + " holds a different model at " + launch.model +
+                  " (fingerprint " + r.fingerprint + ", this machine " + expected_fingerprint + ")";
+      // Name the files: the remote `file SIZE DIGEST PATH` lines against this machine's.
+      std::vector<FileFingerprint> theirs;
+      std::istringstream lines(text);
+      for (std::string l; std::getline(lines, l);) {
+        std::istringstream w(l);
+        std::string tag, digest, path;
+        std::uint64_t size = 0;
+        if (!(w >> tag >> size >> digest) || tag != "file") continue;
+        std::getline(w >> std::ws, path);
+        theirs.push_back({path, size, digest});
+      }
+      try {
+        const std::string diff = describeDifferences(modelFileFingerprints(paths), theirs);
+        if (!diff.empty()) r.message += ": " + diff;
+      } catch (const std::exception&) {
+        // This machine's files were fingerprinted a moment ago; nothing more to name.
+      }
+      r.message += ". Fix: copy the same checkpoint to the same path on every host";
+    } else {
+      r.ok = true;
+    }
+  }
+  return r;
+}
+
+}  // namespace dit::launcher

@@ -1,0 +1,430 @@
+// dit_launcher without Torch, Qt or MPI: GroupProcess's streams, exit status and teardown policy
+// (shutdown line honoured; a child that ignores SIGTERM; a grandchild in a session of its own that
+// ignores SIGTERM and would outlive mpirun), and WorkerSession's state machine, queue, cancel,
+// fatal-event dedup and failure attribution against a scripted bash stand-in for
+// "mpirun ... ditstudio-worker" that speaks app/PROTOCOL.md.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "app/launcher/group_process.h"
+#include "app/launcher/worker_session.h"
+
+namespace fs = std::filesystem;
+using namespace dit::launcher;
+using namespace std::chrono_literals;
+using Stream = GroupProcess::Stream;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/dit-launcher-test-XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+bool pidAlive(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return false;
+  const auto close = stat.rfind(')');
+  const char state = close + 2 < stat.size() ? stat[close + 2] : '?';
+  return state != 'Z' && state != 'X';
+}
+
+pid_t readPid(const fs::path& file, std::chrono::milliseconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    std::ifstream in(file);
+    long pid = 0;
+    if (in >> pid && pid > 0) return static_cast<pid_t>(pid);
+    std::this_thread::sleep_for(20ms);
+  }
+  return -1;
+}
+
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+TEST(GroupProcess, LinesAndExitStatus) {
+  GroupProcess g;
+  g.start({"bash", "-c", "echo out1; echo err1 >&2; echo 'out 2'; printf partial; exit 3"});
+  std::vector<std::string> out, err;
+  const auto st = g.wait(
+      10s, [&](Stream s, const std::string& l) { (s == Stream::Stdout ? out : err).push_back(l); });
+  ASSERT_TRUE(st.has_value());
+  EXPECT_TRUE(st->exited);
+  EXPECT_EQ(st->code, 3);
+  EXPECT_EQ(st->shellCode(), 3);
+  // Complete lines; the partial last one once the stream ended.
+  for (const std::string& l : g.read(Stream::Stdout)) out.push_back(l);
+  if (std::string rest = g.flushPartial(Stream::Stdout); !rest.empty()) out.push_back(rest);
+  EXPECT_EQ(out, (std::vector<std::string>{"out1", "out 2", "partial"}));
+  EXPECT_EQ(err, (std::vector<std::string>{"err1"}));
+  EXPECT_NE(g.stderrTail().find("err1"), std::string::npos);
+}
+
+TEST(GroupProcess, EnvironmentAndOwnProcessGroup) {
+  GroupProcess g;
+  g.start({"bash", "-c", "echo \"$DIT_TEST_VALUE\"; ps -o pgid= -p $$"},
+          {{"DIT_TEST_VALUE", "v1"}});
+  std::vector<std::string> out;
+  g.wait(10s, [&](Stream s, const std::string& l) {
+    if (s == Stream::Stdout) out.push_back(l);
+  });
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0], "v1");
+  EXPECT_EQ(std::stol(out[1]), static_cast<long>(g.pid()));  // leader of its own group
+  EXPECT_NE(::getpgrp(), g.pid());
+}
+
+TEST(GroupProcess, MissingProgramFailsAtStart) {
+  GroupProcess g;
+  try {
+    g.start({"/nonexistent/dir/no-such-mpirun", "-np", "2"});
+    FAIL() << "expected an exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot start /nonexistent/dir/no-such-mpirun"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("No such file"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(g.running());
+  EXPECT_THROW(g.start({}), std::invalid_argument);
+}
+
+TEST(GroupProcess, ShutdownLineEndsACooperativeChild) {
+  GroupProcess g;
+  g.start({"bash", "-c", "read line; echo \"got $line\"; exit 0"});
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto st = g.terminate("{\"type\":\"shutdown\"}", GroupProcess::Teardown{5000ms, 3000ms});
+  ASSERT_TRUE(st.has_value());
+  EXPECT_LT(secondsSince(t0), 3.0);
+  EXPECT_TRUE(st->exited);
+  EXPECT_EQ(st->code, 0);  // exited by itself: no signal was needed
+}
+
+TEST(GroupProcess, ChildIgnoringSigtermIsKilled) {
+  GroupProcess g;
+  g.start({"bash", "-c", "trap '' TERM; echo ready; while :; do sleep 0.05; done"});
+  // Wait until the trap is installed.
+  bool ready = false;
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (!ready && std::chrono::steady_clock::now() < until) {
+    for (const std::string& l : g.read(Stream::Stdout)) ready |= l == "ready";
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(ready);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto st = g.terminate("", GroupProcess::Teardown{200ms, 500ms});
+  ASSERT_TRUE(st.has_value());
+  EXPECT_FALSE(st->exited);
+  EXPECT_EQ(st->signal, SIGKILL);
+  EXPECT_EQ(st->shellCode(), 128 + SIGKILL);
+  const double s = secondsSince(t0);
+  EXPECT_GE(s, 0.6);  // SIGTERM at 0.2 s was ignored; SIGKILL at 0.7 s
+  EXPECT_LT(s, 3.0);
+}
+
+TEST(GroupProcess, GrandchildInItsOwnSessionIsEnded) {
+  // As mpirun's ssh sessions: a descendant in a process group (here a session) of its own that
+  // ignores SIGTERM and holds the output pipe. The teardown ends it too.
+  TempDir dir;
+  const fs::path pidFile = dir.path / "grandchild.pid";
+  GroupProcess g;
+  g.start({"bash", "-c",
+           "setsid bash -c 'trap \"\" TERM; echo $$ > " + pidFile.string() +
+               "; while :; do sleep 0.05; done' & wait"});
+  const pid_t grandchild = readPid(pidFile, 10s);
+  ASSERT_GT(grandchild, 0);
+  ASSERT_TRUE(pidAlive(grandchild));
+  EXPECT_NE(::getpgid(grandchild), g.pid());  // not reachable through the process group
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto st = g.terminate("", GroupProcess::Teardown{100ms, 500ms});
+  ASSERT_TRUE(st.has_value());
+  // The grandchild was reparented when its parent died, and is ended all the same.
+  const auto until = std::chrono::steady_clock::now() + 3s;
+  while (pidAlive(grandchild) && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(pidAlive(grandchild)) << "grandchild " << grandchild << " survived the teardown";
+  EXPECT_LT(secondsSince(t0), 3.0);
+  EXPECT_NE(std::find(g.signalledDescendants().begin(), g.signalledDescendants().end(), grandchild),
+            g.signalledDescendants().end());
+}
+
+TEST(LineBuffer, SplitsAndBoundsLines) {
+  LineBuffer b(8);
+  EXPECT_EQ(b.feed("ab\r\ncd"), (std::vector<std::string>{"ab"}));
+  EXPECT_EQ(b.feed("e\n0123456789abcdef\nx"), (std::vector<std::string>{"cde", "01234567"}));
+  EXPECT_EQ(b.flush(), "x");
+  EXPECT_EQ(b.flush(), "");
+}
+
+// ------------------------------------------------------------------------------ WorkerSession
+
+namespace {
+
+// A stand-in for "mpirun -np N ditstudio-worker" (FAKE_MODE: ok, fatal, fatal_hang, crash).
+const char kFakeWorker[] = R"SH(
+mode=${FAKE_MODE:-ok}
+echo "library noise"
+echo '@@DIT {"event":"hello","rank":0,"world":2,"pid":5000,"host":"h"}'
+echo '@@DIT {"event":"hello","rank":1,"world":2,"pid":5001,"host":"h"}'
+echo '@@DIT {"event":"status","stage":"loading","message":"loading"}'
+echo '@@DIT {"event":"ready","world":2,"strategy":{},"model":{},"load_seconds":0.1}'
+id_of() { printf '%s' "$1" | sed -n 's/.*"id":"\([^"]*\)".*/\1/p'; }
+while IFS= read -r line; do
+  echo "$line" >> "$FAKE_DIR/requests.txt"
+  case "$line" in
+    *'"type":"shutdown"'*) echo '@@DIT {"event":"bye"}'; exit 0 ;;
+    *'"type":"cancel"'*) echo "@@DIT {\"event\":\"cancelled\",\"id\":\"$(id_of "$line")\",\"step\":1}" ;;
+    *'"type":"generate"'*)
+      id=$(id_of "$line")
+      echo "@@DIT {\"event\":\"accepted\",\"id\":\"$id\",\"queue_position\":0}"
+      echo "@@DIT {\"event\":\"ranks\",\"ranks\":[{\"rank\":0,\"stage\":\"denoising\",\"step\":1,\"steps\":2},{\"rank\":1,\"stage\":\"denoising\",\"step\":1,\"steps\":2}]}"
+      echo "@@DIT {\"event\":\"progress\",\"id\":\"$id\",\"step\":1,\"steps\":2,\"step_ms\":5,\"eta_s\":0.005,\"image_index\":0}"
+      case "$mode" in
+        fatal|fatal_hang)
+          ev='@@DIT {"event":"error","id":null,"rank":1,"message":"boom","fatal":true}'
+          echo "$ev"
+          echo "[rank 0/2] da$ev" >&2
+          echo "[rank 1] fatal: boom" >&2
+          if [ "$mode" = fatal_hang ]; then trap '' TERM; while :; do sleep 0.05; done; fi
+          exit 1 ;;
+        crash)
+          echo "mpirun noticed that process rank 1 with PID 0 on node h exited on signal 9 (Killed)." >&2
+          exit 137 ;;
+      esac
+      if [ -n "$FAKE_SLOW" ]; then sleep "$FAKE_SLOW"; fi
+      echo "@@DIT {\"event\":\"image\",\"id\":\"$id\",\"image_index\":0,\"path\":\"/tmp/x.png\",\"seed\":18446744073709551615,\"params\":{},\"rank\":0,\"seconds\":0.1,\"cache\":null}"
+      echo "@@DIT {\"event\":\"done\",\"id\":\"$id\",\"seconds\":0.2}" ;;
+  esac
+done
+)SH";
+
+struct Recorder : SessionObserver {
+  std::vector<State> states;
+  std::vector<std::string> done, cancelled, failedRequests, events, output;
+  std::vector<GroupFailure> errors, groupFailures;
+  std::vector<int> stopped;
+  void stateChanged(State s) override { states.push_back(s); }
+  void event(const dit::protocol::Event& raw, const dit::protocol::WorkerEvent&) override {
+    events.push_back(raw.type);
+  }
+  void requestDone(const std::string& id, double) override { done.push_back(id); }
+  void requestCancelled(const std::string& id, int) override { cancelled.push_back(id); }
+  void requestFailed(const std::string& id, const std::string&) override {
+    failedRequests.push_back(id);
+  }
+  void errorReported(const GroupFailure& f) override { errors.push_back(f); }
+  void groupFailed(const GroupFailure& f) override { groupFailures.push_back(f); }
+  void groupStopped(int code) override { stopped.push_back(code); }
+  void outputLine(GroupProcess::Stream, const std::string& l) override { output.push_back(l); }
+};
+
+class SessionTest : public ::testing::Test {
+ protected:
+  TempDir dir;
+  SessionLaunch launch(const std::string& mode) {
+    const fs::path script = dir.path / "fake-worker.sh";
+    std::ofstream(script) << kFakeWorker;
+    SessionLaunch l;
+    l.argv = {"bash", script.string()};
+    l.env = {{"FAKE_MODE", mode}, {"FAKE_DIR", dir.path.string()}};
+    l.world = 2;
+    return l;
+  }
+  template <class Pred>
+  static bool pollUntil(WorkerSession& s, Pred done, std::chrono::seconds timeout = 10s) {
+    const auto end = std::chrono::steady_clock::now() + timeout;
+    while (!done()) {
+      if (std::chrono::steady_clock::now() >= end) return false;
+      s.pollOnce(100ms);
+    }
+    return true;
+  }
+};
+
+using State = WorkerSession::State;
+
+}  // namespace
+
+TEST_F(SessionTest, StateMachineQueueAndStop) {
+  Recorder r;
+  WorkerSession s(&r, "t1");
+  EXPECT_EQ(s.state(), State::Stopped);
+  EXPECT_FALSE(s.start(SessionLaunch{}));  // nothing to start
+  ASSERT_TRUE(s.start(launch("ok")));
+  EXPECT_FALSE(s.start(launch("ok")));  // already running
+  EXPECT_EQ(s.state(), State::Starting);
+  // Held until `ready`, then sent; ids carry the tag.
+  dit::protocol::GenerateRequest g;
+  g.params.steps = 2;
+  const std::string id = s.submit(g);
+  EXPECT_EQ(id, "r1-t1");
+  EXPECT_FALSE(s.queue().front().sent);
+  ASSERT_TRUE(pollUntil(s, [&] { return !r.done.empty(); }));
+  EXPECT_EQ(r.done, std::vector<std::string>{id});
+  EXPECT_EQ(s.state(), State::Ready);
+  EXPECT_TRUE(s.queue().empty());
+  EXPECT_EQ(s.rankPids().at(1), 5001);
+  EXPECT_EQ(s.world(), 2);
+  EXPECT_EQ(s.readyInfo().at("world"), 2);
+  EXPECT_EQ(s.stage(), "idle");
+  // Unsent cancel is local; unknown ids are refused.
+  EXPECT_FALSE(s.cancel("nope"));
+  s.stop(2000ms);
+  EXPECT_EQ(s.state(), State::Stopping);  // the exit is handled on the next turn of the loop
+  ASSERT_TRUE(pollUntil(s, [&] { return s.state() == State::Stopped; }));
+  EXPECT_EQ(r.stopped, std::vector<int>{0});
+  EXPECT_EQ(r.states, (std::vector<State>{State::Starting, State::Ready, State::Busy, State::Ready,
+                                          State::Stopping, State::Stopped}));
+  EXPECT_TRUE(r.groupFailures.empty());
+  // Noise reached the output, events did not.
+  EXPECT_NE(std::find(r.output.begin(), r.output.end(), "library noise"), r.output.end());
+  for (const auto& l : r.output) EXPECT_EQ(l.find("@@DIT"), std::string::npos) << l;
+  std::ifstream req(dir.path / "requests.txt");
+  std::string first, last, line;
+  std::getline(req, first);
+  while (std::getline(req, line)) last = line;
+  EXPECT_NE(first.find("\"id\":\"r1-t1\""), std::string::npos) << first;
+  EXPECT_EQ(last, "{\"type\":\"shutdown\"}");
+}
+
+TEST_F(SessionTest, StopCancelsUnsentAndSent) {
+  Recorder r;
+  WorkerSession s(&r, "t2");
+  ::setenv("FAKE_SLOW", "30", 1);  // the request runs until cancelled (the fake ignores it)
+  ASSERT_TRUE(s.start(launch("ok")));
+  ::unsetenv("FAKE_SLOW");
+  ASSERT_TRUE(pollUntil(s, [&] { return s.state() == State::Ready; }));
+  const std::string a = s.submit({});
+  ASSERT_TRUE(pollUntil(s, [&] { return s.queue().front().step == 1; }));
+  EXPECT_EQ(s.state(), State::Busy);
+  EXPECT_EQ(s.activeId(), a);
+  // A sent request that never ends and a group that ignores the shutdown while busy: the
+  // teardown policy ends it after the grace.
+  const auto t0 = std::chrono::steady_clock::now();
+  s.stop(300ms);
+  ASSERT_TRUE(pollUntil(
+      s, [&] { return s.state() == State::Stopped; }, 10s));
+  EXPECT_LT(secondsSince(t0), 5.0);
+  EXPECT_EQ(r.cancelled, std::vector<std::string>{a});  // interrupted: reported cancelled
+  EXPECT_TRUE(s.queue().empty());
+}
+
+TEST_F(SessionTest, FatalErrorOnBothStreamsIsReportedOnce) {
+  Recorder r;
+  WorkerSession s(&r);
+  ASSERT_TRUE(s.start(launch("fatal")));
+  s.submit({});
+  s.submit({});
+  ASSERT_TRUE(pollUntil(s, [&] { return s.state() == State::Failed; }));
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_TRUE(r.errors[0].fatal);
+  EXPECT_EQ(r.errors[0].rank, 1);
+  EXPECT_EQ(r.errors[0].pid, 5001);
+  ASSERT_EQ(r.groupFailures.size(), 1u);
+  EXPECT_EQ(r.groupFailures[0].message, "rank 1: boom");
+  EXPECT_NE(r.groupFailures[0].detail.find("[rank 1] fatal: boom"), std::string::npos);
+  EXPECT_EQ(r.groupFailures[0].detail.find("@@DIT"), std::string::npos);
+  EXPECT_EQ(r.failedRequests.size(), 2u);
+  // The text before the stderr copy is output; the copy is not.
+  EXPECT_NE(std::find(r.output.begin(), r.output.end(), "[rank 0/2] da"), r.output.end());
+  EXPECT_EQ(s.lastFailure().message, "rank 1: boom");
+}
+
+TEST_F(SessionTest, FatalErrorEndsAGroupThatDoesNotExit) {
+  Recorder r;
+  WorkerSession s(&r);
+  s.setFatalTeardown(GroupProcess::Teardown{300ms, 300ms});
+  ASSERT_TRUE(s.start(launch("fatal_hang")));
+  s.submit({});
+  ASSERT_TRUE(pollUntil(s, [&] { return !r.errors.empty(); }));
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(pollUntil(
+      s, [&] { return s.state() == State::Failed; }, 10s));
+  EXPECT_LT(secondsSince(t0), 5.0);
+  ASSERT_TRUE(s.exitStatus().has_value());
+  EXPECT_EQ(s.exitStatus()->signal, SIGKILL);  // it ignored SIGTERM
+  EXPECT_EQ(r.groupFailures.at(0).message, "rank 1: boom");
+}
+
+TEST_F(SessionTest, CrashNamesTheRankWithItsPidAndStage) {
+  Recorder r;
+  WorkerSession s(&r);
+  ASSERT_TRUE(s.start(launch("crash")));
+  s.submit({});
+  ASSERT_TRUE(pollUntil(s, [&] { return s.state() == State::Failed; }));
+  ASSERT_EQ(r.groupFailures.size(), 1u);
+  const GroupFailure& f = r.groupFailures[0];
+  EXPECT_EQ(f.rank, 1);
+  EXPECT_EQ(f.pid, 5001);  // mpirun said PID 0: the hello event's pid
+  EXPECT_NE(f.message.find("rank 1"), std::string::npos) << f.message;
+  EXPECT_NE(f.message.find("signal 9"), std::string::npos) << f.message;
+  EXPECT_NE(f.message.find("while denoising (step 1/2)"), std::string::npos) << f.message;
+  EXPECT_EQ(s.exitStatus()->code, 137);
+  // Recovers: start again.
+  ASSERT_TRUE(s.start(launch("ok")));
+  s.submit({});
+  ASSERT_TRUE(pollUntil(s, [&] { return r.done.size() == 1; }));
+  s.stop();
+  ASSERT_TRUE(pollUntil(s, [&] { return s.state() == State::Stopped; }));
+}
+
+TEST_F(SessionTest, FailedStartAndRestart) {
+  Recorder r;
+  WorkerSession s(&r);
+  SessionLaunch bad;
+  bad.argv = {(dir.path / "no-such-mpirun").string()};
+  EXPECT_TRUE(s.start(bad));
+  EXPECT_EQ(s.state(), State::Failed);
+  ASSERT_EQ(r.groupFailures.size(), 1u);
+  EXPECT_NE(r.groupFailures[0].message.find("no-such-mpirun"), std::string::npos);
+  // Restart: the old group stops, the new one starts and serves the unsent requests.
+  ASSERT_TRUE(s.start(launch("ok")));
+  ASSERT_TRUE(pollUntil(s, [&] { return s.state() == State::Ready; }));
+  s.restart(launch("ok"));
+  const std::string id = s.submit({});
+  ASSERT_TRUE(pollUntil(s, [&] { return r.done.size() == 1; }));
+  EXPECT_EQ(r.done[0], id);
+  EXPECT_EQ(r.stopped.size(), 1u);
+  s.stopWhenIdle();
+  ASSERT_TRUE(pollUntil(s, [&] { return s.state() == State::Stopped; }));
+}
+
+TEST_F(SessionTest, PollSessionsDrivesSeveralGroupsFromOneThread) {
+  Recorder r1, r2;
+  WorkerSession a(&r1, "a"), b(&r2, "b");
+  ASSERT_TRUE(a.start(launch("ok")));
+  ASSERT_TRUE(b.start(launch("ok")));
+  a.submit({});
+  b.submit({});
+  a.stopWhenIdle();
+  b.stopWhenIdle();
+  const auto end = std::chrono::steady_clock::now() + 15s;
+  while ((a.state() != State::Stopped || b.state() != State::Stopped) &&
+         std::chrono::steady_clock::now() < end)
+    pollSessions({&a, &b}, 200ms);
+  EXPECT_EQ(a.state(), State::Stopped);
+  EXPECT_EQ(b.state(), State::Stopped);
+  EXPECT_EQ(r1.done, std::vector<std::string>{"r1-a"});
+  EXPECT_EQ(r2.done, std::vector<std::string>{"r1-b"});
+}
