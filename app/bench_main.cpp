@@ -42,7 +42,7 @@
 #include "app/protocol/launch.h"
 #include "app/protocol/protocol.h"
 #include "backend/family_runtime.h"
-#include "backend/io/checkpoint_layouts.h"
+#include "backend/models/checkpoint_layouts.h"
 #include "backend/io/config_json.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/tensor_io.h"

@@ -12,7 +12,7 @@
 #include <functional>
 #include <map>
 
-#include "backend/io/checkpoint_layouts.h"
+#include "backend/models/checkpoint_layouts.h"
 #include "backend/io/weight_loader.h"
 #include "backend/io/weight_source.h"
 #include "backend/models/autoencoders/autoencoder_kl.h"

@@ -5,7 +5,6 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "backend/io/checkpoint_layouts.h"
 #include "backend/io/config_json.h"
 
 namespace dit {

@@ -9,12 +9,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "backend/io/key_layout.h"
 #include "backend/io/safetensors.h"  // ModelFileError
 #include "parallel/strategy.h"       // ModelDims
 
@@ -61,7 +63,7 @@ struct ModelSources {
 /// Where one component's files are.
 struct ComponentSource {
   std::string path;          ///< folder, or single file
-  bool single_file = false;  ///< read through a KeyLayout (backend/io/checkpoint_layouts.h)
+  bool single_file = false;  ///< read through a KeyLayout (ModelFolder::singleFileLayout)
   std::string prefix;        ///< single files: key prefix of the component
   std::string layout;        ///< single files: "bfl", "ldm", "diffusers", "transformers"
   std::string flag;          ///< option that supplied it ("--model", "--vae", ...; "embedded")
@@ -108,6 +110,11 @@ struct ModelFolder {
   /// is true CFG against the empty prompt). The GUI applies them when the model is chosen; the
   /// CLI does not (its flags are explicit). Empty when not declared.
   std::string default_settings;
+  /// The key layout of single-file component `name` (its diffusers parameter names -> stored
+  /// pieces), set by open(ModelSources) from the detected layouts (models/checkpoint_layouts.h),
+  /// so io/ reads single files without knowing any family. Null for a plain folder. Throws
+  /// ModelFileError naming the file.
+  std::function<std::shared_ptr<const KeyLayout>(const std::string& name)> singleFileLayout;
   /// One line per component: "vae: <path> (single file, ldm layout, from --model)".
   std::string describeSources() const;
   /// The strategy rules' view of this model (config->dims). Throws std::logic_error when the

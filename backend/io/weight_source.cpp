@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <functional>
 
-#include "backend/io/checkpoint_layouts.h"
+#include "backend/io/key_layout.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/safetensors.h"
 #include "backend/io/tensor_io.h"
@@ -45,10 +45,11 @@ std::shared_ptr<WeightSource> WeightSource::forComponent(const ModelFolder& mode
                                                          at::ScalarType dtype, c10::Device device) {
   auto it = model.components.find(name);
   if (it != model.components.end() && it->second.single_file) {
-    SafetensorsReader r(it->second.path);
-    return fromLayout(
-        componentLayout(r, CheckpointComponent{name, it->second.prefix, it->second.layout, {}, 0}),
-        dtype, device);
+    if (!model.singleFileLayout)
+      throw ModelFileError(it->second.path, "single-file component '" + name +
+                                                "' without a key layout (the folder was not "
+                                                "opened through ModelFolder::open)");
+    return fromLayout(model.singleFileLayout(name), dtype, device);
   }
   return fromFolder(model.component(name), stem, dtype, device);
 }

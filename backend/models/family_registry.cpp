@@ -7,7 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "backend/io/checkpoint_layouts.h"
+#include "backend/models/checkpoint_layouts.h"
 #include "backend/io/config_json.h"
 #include "backend/io/model_folder.h"
 #include "backend/models/flux/flux_family.h"
@@ -255,8 +255,24 @@ ModelFolder ModelFolder::open(const ModelSources& s) {
   if (!missing.empty())
     throw ModelFileError(modelPath,
                          missing + ": each a diffusers component folder or a single file");
+  if (!family->caps.single_file) {
+    // A family read from its diffusers folder only: any component that is not the folder's own
+    // (a single file, or --vae/--text-encoder/--tokenizer/--config elsewhere) is refused.
+    for (const auto& [name, c] : m.components)
+      if (c.single_file || c.path != modelPath + "/" + name)
+        throw ModelFileError(c.path, family->refusal("single_file") + " (" + name + " from " +
+                                         c.flag + ")");
+  }
   m.sources = s;
   m.sources.model = modelPath;
+  m.singleFileLayout = [components = m.components](const std::string& name) {
+    const auto it = components.find(name);
+    if (it == components.end() || !it->second.single_file)
+      throw ModelFileError(name, "not a single-file component of this model");
+    SafetensorsReader r(it->second.path);
+    return componentLayout(
+        r, CheckpointComponent{name, it->second.prefix, it->second.layout, {}, 0});
+  };
   m.config = family->parse(m);
   return m;
 }

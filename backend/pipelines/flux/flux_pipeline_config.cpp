@@ -5,7 +5,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "backend/io/checkpoint_layouts.h"
+#include "backend/models/checkpoint_layouts.h"
 #include "backend/io/config_json.h"
 #include "backend/models/family_registry.h"
 #include "backend/models/flux/flux_plan.h"

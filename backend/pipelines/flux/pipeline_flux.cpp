@@ -107,7 +107,7 @@ FluxPipeline::FluxPipeline(const ModelFolder& model, const PipelineOptions& opts
 
 void checkCheckpointMatchesConfig(const ModelFolder& model) {
   // A single-file transformer is checked by its KeyLayout instead (every stored key mapped, the
-  // hyper-parameters read from the tensor shapes; backend/io/checkpoint_layouts.h).
+  // hyper-parameters read from the tensor shapes; backend/models/checkpoint_layouts.h).
   if (auto it = model.components.find("transformer");
       it != model.components.end() && it->second.single_file)
     return;

@@ -18,35 +18,13 @@
 #include <string>
 #include <vector>
 
+#include "backend/io/key_layout.h"
 #include "backend/io/safetensors.h"
 #include "backend/models/autoencoders/autoencoder_kl_config.h"
 #include "backend/models/flux/flux_config.h"
 #include "backend/models/text_encoders/text_encoder_configs.h"
 
 namespace dit {
-
-/// Rows [row0, row0 + rows) of dimension 0 of stored tensor `key`.
-struct TensorSegment {
-  std::string key;
-  int64_t row0 = 0;
-  int64_t rows = 0;
-};
-
-/// One diffusers parameter as stored: the concatenation along dim 0 of `segments`, reshaped to
-/// `shape` (drops the trailing 1x1 of LDM attention convolutions), times the F32 scalar
-/// `scaleKey` when set (ComfyUI scaled fp8: weight = fp8.to(float32) * scale_weight).
-struct MappedTensor {
-  std::vector<TensorSegment> segments;
-  std::vector<int64_t> shape;
-  std::string scaleKey;
-};
-
-/// A component of a single file, addressed by diffusers parameter names.
-struct KeyLayout {
-  std::string file;         ///< the safetensors file
-  std::string description;  ///< e.g. "BFL FLUX.1 transformer (prefix model.diffusion_model.)"
-  std::map<std::string, MappedTensor> tensors;  ///< diffusers name -> stored pieces
-};
 
 /// One component found in a single file.
 struct CheckpointComponent {

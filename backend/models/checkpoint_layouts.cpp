@@ -1,4 +1,4 @@
-#include "backend/io/checkpoint_layouts.h"
+#include "backend/models/checkpoint_layouts.h"
 
 #include <algorithm>
 #include <set>
