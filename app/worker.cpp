@@ -39,6 +39,7 @@
 #include "app/protocol/protocol.h"
 #include "app/request_source.h"
 #include "backend/family_runtime.h"
+#include "backend/models/family_registry.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/png_io.h"
 #include "backend/io/tensor_io.h"
@@ -275,6 +276,19 @@ class Worker {
                          {"default_steps", mi.default_steps},
                          {"guidance_embeds", mi.guidance_embeds},
                          {"max_sequence_length", mi.max_sequence_length}};
+      // The family's own statement of what this model is and can do (FamilySpec).
+      const FamilySpec& family = familyOf(model);
+      json facts = json::array();
+      for (const ModelFact& f : family.facts(model))
+        facts.push_back({{"key", f.key}, {"label", f.label}, {"value", f.value}});
+      ready.model["family"] = family.display_name;
+      ready.model["pipeline_class"] = family.pipeline_class;
+      ready.model["facts"] = facts;
+      ready.model["capabilities"] = {{"img2img", family.caps.img2img},
+                                     {"inpaint", family.caps.inpaint},
+                                     {"step_cache", family.caps.step_cache},
+                                     {"single_file", family.caps.single_file},
+                                     {"lora_formats", family.caps.lora_formats}};
       emitTyped(ready);
       reader_.start(std::make_unique<StdinRequestSource>());
     }

@@ -36,6 +36,10 @@ expect_log "cancel: no queued or running request with id 'nope'" "unknown cancel
 expect_log 'multiples of 4' "size refusal"
 expect_log 'cannot write image 0' "unwritable output is not fatal"
 expect_log '"event":"done","id":"ok"' "valid request after bad ones"
+# The ready event carries the family's record: its name, facts and capabilities.
+expect_log '"family":"FLUX.1"' "ready event without the family"
+expect_log '{"key":"blocks","label":"blocks","value":"2 double + 2 single"}' "ready event without the family's facts"
+expect_log '"capabilities":{"img2img":true,"inpaint":true' "ready event without the capabilities"
 [ -s "$OUT/ok.png" ] || fail "no image"
 expect_bye
 echo "worker protocol check passed"

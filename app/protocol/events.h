@@ -36,7 +36,9 @@ struct ReadyEvent {
   nlohmann::json weight_bytes_rank0 = nlohmann::json::object();         ///< component -> bytes
   nlohmann::json transformer_storage_rank0 = nlohmann::json::object();  ///< storage -> bytes
   /// path, sources, heads, inner_dim, layers, single_layers, vae_scale_factor, default_steps,
-  /// guidance_embeds, max_sequence_length (PROTOCOL.md).
+  /// guidance_embeds, max_sequence_length, family, pipeline_class, facts ([{key, label,
+  /// value}]), capabilities ({img2img, inpaint, step_cache, single_file, lora_formats})
+  /// (PROTOCOL.md).
   nlohmann::json model = nlohmann::json::object();
 };
 /// `status`: rank 0 at every stage change.
