@@ -21,6 +21,7 @@ namespace dit {
 
 class ProcessGroup;
 class ContextParallel;
+class StepCache;
 
 /// The parallel groups a transformer runs under (both optional).
 struct TransformerParallelism {
@@ -62,6 +63,11 @@ class DiffusionTransformer {
   virtual at::Tensor forward(const TransformerInputs& inputs) const = 0;
   /// Installs the per-block seam (not owned; null = none). Must outlive forward() calls.
   virtual void setHooks(TransformerHooks* hooks) = 0;
+  /// True when this transformer runs First Block Cache / TaylorSeer through setStepCache.
+  virtual bool supportsStepCache() const { return false; }
+  /// Attaches the step cache for the next denoising loop (null detaches). Throws std::runtime_error
+  /// when supportsStepCache() is false.
+  virtual void setStepCache(StepCache* cache);
   /// Every parameter as loaded on this rank (checkpoint name, global shape, stored dtype, the
   /// slice this rank holds).
   virtual const std::vector<LoadedParameter>& parameters() const = 0;

@@ -1,7 +1,9 @@
 // The Torch-side interface every pipeline family implements (diffusers DiffusionPipeline's role):
 // what ditstudio-worker and ditstudio-cli need, independent of the family. Programs create a
 // pipeline through the registry (pipelines/torch_registry.h: loadPipeline) from a ModelFolder and
-// only see this interface. The FLUX.1 implementation is pipelines/flux/pipeline_flux.h.
+// only see this interface. The flow-matching families implement it through the shared loop
+// pipelines/flow_match_pipeline.h (FLUX.1: pipelines/flux/pipeline_flux.h, FLUX.2 [klein]:
+// pipelines/flux2/pipeline_flux2.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -18,6 +20,7 @@
 #include "backend/io/model_folder.h"
 #include "backend/models/cache/step_cache_config.h"
 #include "backend/models/diffusion_transformer.h"
+#include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
 
 namespace dit {
 
@@ -67,11 +70,7 @@ struct PipelineInputs {
   /// The first schedule index run: FluxImg2ImgPipeline.get_timesteps' t_start =
   /// int(max(steps - min(steps * strength, steps), 0)) with an init image, else 0. The pipeline
   /// runs steps - firstStep() denoising steps.
-  int firstStep() const {
-    if (init_image.empty()) return 0;
-    const double init = std::min(steps * strength, static_cast<double>(steps));
-    return static_cast<int>(std::max(steps - init, 0.0));
-  }
+  int firstStep() const { return init_image.empty() ? 0 : img2imgStartIndex(steps, strength); }
 };
 
 struct PipelineCallbacks {

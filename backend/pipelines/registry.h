@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/pipelines/pipeline_capabilities.h"
+
 namespace dit {
 
 struct ModelFolder;
@@ -22,6 +24,8 @@ struct PipelineFamily {
   /// Parses the component configs of `folder` (path and classes already set). Throws
   /// ModelFileError naming the file.
   std::function<std::shared_ptr<const PipelineConfig>(const ModelFolder& folder)> parse;
+  /// What the family runs beyond text-to-image (the generic refusal and the GUI read it).
+  PipelineCapabilities capabilities;
 };
 
 /// The family registered under `class_name`. Throws UnsupportedModelError naming the class and

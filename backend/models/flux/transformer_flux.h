@@ -75,7 +75,8 @@ class FluxTransformer2DModel : public DiffusionTransformer {
   /// blocks: image and text attention outputs; single blocks: the attention output), or in lite
   /// mode on proj_out with every block skipped on predicted steps. Each forward() is one step of
   /// the cache's current context. Must outlive forward() calls.
-  void setStepCache(StepCache* cache);
+  void setStepCache(StepCache* cache) override;
+  bool supportsStepCache() const override { return true; }
 
   const FluxTransformerConfig& config() const;
   /// Every parameter as loaded on this rank: checkpoint name, global shape, stored dtype and its

@@ -162,6 +162,7 @@ PipelineFamily fluxPipelineFamily() {
     return std::make_shared<FluxPipelineConfig>(
         parseFluxPipelineConfig(folder.path, folder.transformer_class));
   };
+  f.capabilities = {"FLUX.1", /*img2img=*/true, /*inpaint=*/true, /*step_cache=*/true};
   return f;
 }
 

@@ -81,6 +81,9 @@ PipelineFamily flux2KleinPipelineFamily() {
     return std::make_shared<Flux2PipelineConfig>(
         parseFlux2PipelineConfig(folder.path, folder.transformer_class));
   };
+  // Image-to-image and inpainting through the shared loop (Flux2KleinInpaintPipeline); step
+  // caching waits for the transformer's step-cache seam (supportsStepCache).
+  f.capabilities = {"FLUX.2 [klein]", /*img2img=*/true, /*inpaint=*/true, /*step_cache=*/false};
   return f;
 }
 
