@@ -11,6 +11,7 @@
 #include "backend/io/safetensors.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
 #include "backend/pipelines/flux2/flux2_pipeline_config.h"
+#include "backend/pipelines/registry.h"
 
 namespace dit::ui {
 namespace {
@@ -153,6 +154,7 @@ ModelInfo readModelInfo(const QString& dirIn, const QString& configDir) {
     info.vae_scale_factor = info.model_dims.vae_scale_factor;
     info.max_sequence_length = m.config->max_sequence_length;
     info.cfg_from_guidance = m.config->cfg_from_guidance;
+    info.capabilities = pipelineFamily(m.pipeline_class, m.path).capabilities;
     if (!m.default_settings.empty()) {
       info.default_settings =
           QJsonDocument::fromJson(QByteArray::fromStdString(m.default_settings)).object();

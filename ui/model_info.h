@@ -7,6 +7,7 @@
 #include <QString>
 #include <QStringList>
 
+#include "backend/pipelines/pipeline_capabilities.h"
 #include "parallel/strategy.h"
 
 namespace dit::ui {
@@ -42,6 +43,10 @@ struct ModelInfo {
   /// CFG runs whenever guidance > 1 (FLUX.2 [klein] base) instead of FLUX.1's true CFG (a
   /// negative prompt and true_cfg_scale > 1); dit::PipelineConfig::cfg_from_guidance.
   bool cfg_from_guidance = false;
+  /// What the family runs beyond text-to-image (its registered dit::PipelineCapabilities); the
+  /// image panel enables its init-image, mask and step-cache controls from it. Everything
+  /// allowed until a model is read.
+  dit::PipelineCapabilities capabilities{"", true, true, true};
   QList<ComponentSize> components;
   /// The transformer family's declared ModelDims (sizes, tensor- and context-parallel plans,
   /// parameter table), as dit::ModelFolder::dims() gives them; empty when !ok.

@@ -54,12 +54,15 @@ struct PipelineInputs {
   bool hasNegativePrompt() const { return negative_prompt_given || !negative_prompt.empty(); }
   /// FluxPipeline.__call__: do_true_cfg = true_cfg_scale > 1 and has_neg_prompt.
   bool trueCfg() const { return hasNegativePrompt() && true_cfg_scale > 1.0; }
-  /// Image-to-image (FluxImg2ImgPipeline): path of the init image, read by every rank; empty =
-  /// text-to-image. width/height 0 = the image's size rounded down to a multiple of
-  /// 2 * vae_scale_factor; otherwise the image is resized (PIL LANCZOS) to width x height.
+  /// Image-to-image (FluxImg2ImgPipeline; FLUX.2 [klein]: Flux2KleinInpaintPipeline without a
+  /// mask): path of the init image, read by every rank; empty = text-to-image. FLUX.1:
+  /// width/height 0 = the image's size rounded down to a multiple of 2 * vae_scale_factor;
+  /// otherwise the image is resized (PIL LANCZOS) to width x height. FLUX.2 [klein]: always the
+  /// image's size (area capped at 1024 x 1024), floored (FlowMatchDefaults::init_image_size).
   std::string init_image;
-  /// Inpainting (FluxInpaintPipeline): path of the mask (white = repaint, binarised at 0.5,
-  /// resized like the init image when its size differs); needs init_image.
+  /// Inpainting (FluxInpaintPipeline, Flux2KleinInpaintPipeline): path of the mask (white =
+  /// repaint, binarised at 0.5, resized like the init image when its size differs); needs
+  /// init_image.
   std::string mask_image;
   /// How much of the schedule runs, in (0, 1]: t_start = int(N - min(N * strength, N)) and the
   /// start latents are sigma[t_start] * noise + (1 - sigma[t_start]) * image_latents (diffusers'

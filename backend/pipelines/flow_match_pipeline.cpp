@@ -92,12 +92,11 @@ PipelineInputs FlowMatchPipeline::resolve(PipelineInputs p) const {
     p.width = p.width / mult * mult;
     p.height = p.height / mult * mult;
   } else if (p.width % mult != 0 || p.height % mult != 0) {
-    throw std::invalid_argument("width and height must be multiples of " + std::to_string(mult) +
-                                " (2 x vae_scale_factor " + std::to_string(vsf) +
-                                ") for this model; got " + sizeText(p.width, p.height) +
-                                " — try " +
-                                sizeText(std::max(mult, p.width / mult * mult),
-                                         std::max(mult, p.height / mult * mult)));
+    throw std::invalid_argument(
+        "width and height must be multiples of " + std::to_string(mult) +
+        " (2 x vae_scale_factor " + std::to_string(vsf) + ") for this model; got " +
+        sizeText(p.width, p.height) + " — try " +
+        sizeText(std::max(mult, p.width / mult * mult), std::max(mult, p.height / mult * mult)));
   }
   constexpr int kMaxSide = 16384;
   if (p.width > kMaxSide || p.height > kMaxSide)
@@ -134,7 +133,8 @@ GenerationResult FlowMatchPipeline::generate(const PipelineInputs& params0,
   const auto t0 = Clock::now();
   // Under CFG parallel each half encodes only the prompt it denoises.
   PromptConditioning pos, neg;
-  if (!cfgParallel() || cfgRank == 0) pos = encodePromptConditioning(p.prompt, p.max_sequence_length);
+  if (!cfgParallel() || cfgRank == 0)
+    pos = encodePromptConditioning(p.prompt, p.max_sequence_length);
   if (cfg.enabled && (!cfgParallel() || cfgRank == 1))
     neg = encodePromptConditioning(cfg.negative_prompt, p.max_sequence_length);
   const double encodeTotal = msSince(t0);
@@ -150,9 +150,8 @@ at::Tensor FlowMatchPipeline::preprocessInitImage(const Image8& image, int heigh
   return preprocessImage(image, height, width);
 }
 
-at::Tensor FlowMatchPipeline::prepareMask(const at::Tensor& mask, const at::Tensor&,
-                                          at::Generator&, int64_t h, int64_t w,
-                                          GenerationResult&) {
+at::Tensor FlowMatchPipeline::prepareMask(const at::Tensor& mask, const at::Tensor&, at::Generator&,
+                                          int64_t h, int64_t w, GenerationResult&) {
   // F.interpolate(mask, size=(h, w), mode="bilinear"): align_corners false, no antialias.
   const int64_t hw[2] = {h, w};
   const at::Tensor grid = at::upsample_bilinear2d(mask.to(at::kFloat), at::IntArrayRef(hw), false,
@@ -204,9 +203,10 @@ TransformerInputs FlowMatchPipeline::transformerInputs(const at::Tensor& latents
   TransformerInputs in = prompt.inputs;
   for (const auto& [name, t] : state.fixed_inputs) in[name] = t;
   in["timestep"] = timestep;
-  in["hidden_states"] = state.reference_tokens.defined()
-                            ? at::cat({latents, state.reference_tokens.to(latents.scalar_type())}, 1)
-                            : latents;
+  in["hidden_states"] =
+      state.reference_tokens.defined()
+          ? at::cat({latents, state.reference_tokens.to(latents.scalar_type())}, 1)
+          : latents;
   return in;
 }
 
@@ -231,8 +231,7 @@ GenerationResult FlowMatchPipeline::denoise(const PipelineInputs& p, const Promp
   const int mult = 2 * defaults().vae_scale_factor;
   const int tokens = (p.height / mult) * (p.width / mult);
   FlowMatchEulerDiscreteScheduler sched(schedulerConfig());
-  sched.setTimesteps(p.steps, scheduleMu(tokens, p.steps),
-                     p.init_image.empty() ? 1.0 : p.strength);
+  sched.setTimesteps(p.steps, scheduleMu(tokens, p.steps), p.init_image.empty() ? 1.0 : p.strength);
   FlowMatchLatents state = prepareLatents(p, sched, cb, res);
   const int tStart = sched.beginIndex();
   res.t_start = tStart;

@@ -47,8 +47,8 @@ struct PromptConditioning {
 
 /// How a family runs classifier-free guidance for a request.
 struct CfgPolicy {
-  bool enabled = false;  ///< two predictions per step (conditional and unconditional)
-  double scale = 1.0;    ///< v = v_uncond + scale * (v_cond - v_uncond)
+  bool enabled = false;         ///< two predictions per step (conditional and unconditional)
+  double scale = 1.0;           ///< v = v_uncond + scale * (v_cond - v_uncond)
   std::string negative_prompt;  ///< what the unconditional branch encodes
   /// When CFG runs, for the cfg_degree 2 refusal, e.g. "true CFG (a negative prompt and
   /// true_cfg_scale > 1)".
@@ -79,11 +79,11 @@ struct FlowMatchDefaults {
 
 /// The latents of one generation (packed, float32, CPU) and what the loop needs beyond them.
 struct FlowMatchLatents {
-  int64_t h = 0, w = 0;     ///< the token grid: height, width / (2 x vae_scale_factor)
-  at::Tensor latents;       ///< the first transformer input [1, h * w, C]
-  at::Tensor noise;         ///< with an init image: the noise draw [1, h * w, C]
-  at::Tensor image_latents; ///< with an init image: the clean image latents [1, h * w, C]
-  at::Tensor mask;          ///< inpainting: 1 = repaint, broadcastable to [1, h * w, C]
+  int64_t h = 0, w = 0;      ///< the token grid: height, width / (2 x vae_scale_factor)
+  at::Tensor latents;        ///< the first transformer input [1, h * w, C]
+  at::Tensor noise;          ///< with an init image: the noise draw [1, h * w, C]
+  at::Tensor image_latents;  ///< with an init image: the clean image latents [1, h * w, C]
+  at::Tensor mask;           ///< inpainting: 1 = repaint, broadcastable to [1, h * w, C]
   /// Inputs every transformer call of the loop gets besides hidden_states, timestep and the
   /// prompt's (family-set in prepareTransformerInputs: "img_ids", "guidance", ...), on the device.
   TransformerInputs fixed_inputs;
@@ -178,8 +178,7 @@ class FlowMatchPipeline : public DiffusionPipeline {
   virtual void prepareTransformerInputs(const PipelineInputs& p, FlowMatchLatents& latents) = 0;
   /// One transformer call's inputs: the prompt's, the fixed ones, "timestep" and
   /// "hidden_states" (the latents, followed by the reference tokens when there are some).
-  virtual TransformerInputs transformerInputs(const at::Tensor& latents,
-                                              const at::Tensor& timestep,
+  virtual TransformerInputs transformerInputs(const at::Tensor& latents, const at::Tensor& timestep,
                                               const PromptConditioning& prompt,
                                               const FlowMatchLatents& state) const;
 

@@ -29,8 +29,7 @@ at::Tensor FlowMatchEulerDiscreteScheduler::scaleNoise(const at::Tensor& sample,
   return scaleNoiseAtSigma(sample, sigma(i), noise);
 }
 
-at::Tensor FlowMatchEulerDiscreteScheduler::scaleNoiseAtSigma(const at::Tensor& sample,
-                                                              float sigma,
+at::Tensor FlowMatchEulerDiscreteScheduler::scaleNoiseAtSigma(const at::Tensor& sample, float sigma,
                                                               const at::Tensor& noise) {
   // scale_noise: sigma * noise + (1.0 - sigma) * sample with sigma a float32 value; 1 - sigma is
   // exact in double and rounds once to float32 as numpy's float32 subtraction does.

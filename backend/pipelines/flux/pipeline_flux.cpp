@@ -274,7 +274,8 @@ at::Tensor FluxPipeline::decode(const at::Tensor& packed, int height, int width)
 at::Tensor FluxPipeline::drawNoise(at::Generator& gen, int64_t h, int64_t w,
                                    GenerationResult& res) const {
   const int64_t C = d_->cfg.transformer.in_channels / 4;
-  const at::Tensor noise = at::randn({1, C, 2 * h, 2 * w}, gen, at::TensorOptions().dtype(at::kFloat));
+  const at::Tensor noise =
+      at::randn({1, C, 2 * h, 2 * w}, gen, at::TensorOptions().dtype(at::kFloat));
   res.tensors["noise"] = noise;
   return packLatents(noise);
 }
@@ -299,8 +300,7 @@ at::Tensor FluxPipeline::prepareMask(const at::Tensor& mask, const at::Tensor& i
   const at::Tensor maskedIn = image * (mask < 0.5f);
   at::Tensor eps;
   const at::Tensor masked =
-      ((d_->vae->encode(maskedIn.to(device(), options().dtype)).sample(gen, &eps) - shift) *
-       scale)
+      ((d_->vae->encode(maskedIn.to(device(), options().dtype)).sample(gen, &eps) - shift) * scale)
           .to(at::kFloat)
           .cpu();
   const int64_t hw[2] = {2 * h, 2 * w};
@@ -315,7 +315,8 @@ at::Tensor FluxPipeline::prepareMask(const at::Tensor& mask, const at::Tensor& i
 }
 
 void FluxPipeline::prepareTransformerInputs(const PipelineInputs& p, FlowMatchLatents& s) {
-  s.fixed_inputs["img_ids"] = latentImageIds(static_cast<int>(s.h), static_cast<int>(s.w)).to(device());
+  s.fixed_inputs["img_ids"] =
+      latentImageIds(static_cast<int>(s.h), static_cast<int>(s.w)).to(device());
   if (d_->cfg.transformer.guidance_embeds)
     s.fixed_inputs["guidance"] =
         at::full({1}, p.guidance, at::TensorOptions().dtype(at::kFloat).device(device()));

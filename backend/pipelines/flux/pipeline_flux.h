@@ -1,11 +1,11 @@
 // FluxPipeline (diffusers pipelines/flux/pipeline_flux.py) on the shared loop
 // (pipelines/flow_match_pipeline.h): prompt encoding (CLIP pooled + T5 sequence), seeded CPU
 // noise, 2x2 latent packing, the distilled guidance embedding and optional true CFG, VAE decode
-// and post-processing; with an init image FluxImg2ImgPipeline, with a mask FluxInpaintPipeline. Parallel strategies plug in through
-// PipelineOptions (tensor/context parallel inside the transformer, CFG parallel across a group
-// of two). Data parallel is handled above this class (each replica runs its own pipeline).
-// Programs reach it through the DiffusionPipeline interface (loadPipeline,
-// pipelines/torch_registry.h).
+// and post-processing; with an init image FluxImg2ImgPipeline, with a mask FluxInpaintPipeline.
+// Parallel strategies plug in through PipelineOptions (tensor/context parallel inside the
+// transformer, CFG parallel across a group of two). Data parallel is handled above this class (each
+// replica runs its own pipeline). Programs reach it through the DiffusionPipeline interface
+// (loadPipeline, pipelines/torch_registry.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>

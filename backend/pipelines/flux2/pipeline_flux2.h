@@ -7,9 +7,10 @@
 // (pipelines/flux2/pipeline_flux2_klein_inpaint.py): the size is the image's, the image latents
 // (posterior mode, BatchNorm-normalised) start the loop through scale_noise AND enter every step
 // as conditioning tokens (T = 10), the binarised mask is bilinear-sampled to the token grid and
-// blends every step; image-to-image is the same with no mask (diffusers' all-white mask). Parallel strategies come from PipelineOptions as for FLUX.1: tp and
-// ring/Ulysses inside the transformer (its declared plans), cfg 2 splits the two CFG calls over
-// a group of two ranks, dp is the worker's.
+// blends every step; image-to-image is the same with no mask (diffusers' all-white mask). Parallel
+// strategies come from PipelineOptions as for FLUX.1: tp and ring/Ulysses inside the transformer
+// (its declared plans), cfg 2 splits the two CFG calls over a group of two ranks, dp is the
+// worker's.
 #pragma once
 
 #include <ATen/core/Tensor.h>
