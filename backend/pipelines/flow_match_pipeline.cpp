@@ -225,6 +225,13 @@ GenerationResult FlowMatchPipeline::denoise(const PipelineInputs& p, const Promp
     throw std::invalid_argument(
         "the prompt conditioning this rank needs was not given (the prompt, and with CFG the "
         "negative prompt)");
+  DiffusionTransformer& model = transformer();
+  if (p.cache.enabled() && !model.supportsStepCache()) {
+    // The family's flag says yes but its transformer has no step-cache seam: refuse the same way.
+    PipelineCapabilities caps = caps_;
+    caps.step_cache = false;
+    checkRequestSupported(caps, {false, false, true});
+  }
   auto stage = [&](const char* s) {
     if (cb.onStage) cb.onStage(s);
   };
@@ -243,15 +250,9 @@ GenerationResult FlowMatchPipeline::denoise(const PipelineInputs& p, const Promp
   at::Tensor mask;
   if (state.mask.defined()) mask = state.mask.to(device_, dt);
 
-  DiffusionTransformer& model = transformer();
   // Step caching: fresh state for this call (diffusers resets it when the call ends).
   std::unique_ptr<StepCache> cache;
   if (p.cache.enabled()) {
-    if (!model.supportsStepCache()) {
-      PipelineCapabilities caps = caps_;
-      caps.step_cache = false;
-      checkRequestSupported(caps, {false, false, true});
-    }
     cache = std::make_unique<StepCache>(
         p.cache, opts_.parallel.cp ? opts_.parallel.cp->group() : nullptr, opts_.parallel.tp);
     model.setStepCache(cache.get());
