@@ -421,15 +421,161 @@ TEST(Flux2Pipeline, RunFromPromptMatchesDiffusers) {
     expectRunMatches(n, pipe->generate(in, cb), steps);
   }
   EXPECT_GT(pipe->weightBytes().at("text_encoder"), 0u);
-  // Refused features name themselves.
+  // Refused features name themselves (the generic capability refusal); step caching waits for
+  // the transformer's step-cache seam.
   PipelineInputs bad = runInputs(runSpec(0));
-  bad.init_image = "x.png";
-  try {
-    (void)pipe->resolve(bad);
-    ADD_FAILURE() << "img2img accepted";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("not supported for FLUX.2"), std::string::npos);
+  bad.cache.mode = StepCacheConfig::Mode::FirstBlock;
+  if (!pipe->transformer().supportsStepCache()) {
+    try {
+      (void)pipe->resolve(bad);
+      ADD_FAILURE() << "step caching accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("not supported for FLUX.2"), std::string::npos);
+    }
   }
+  // Image-to-image runs now: a missing init image is named.
+  PipelineInputs missing = runInputs(runSpec(0));
+  missing.init_image = "x.png";
+  try {
+    (void)pipe->resolve(missing);
+    ADD_FAILURE() << "a missing init image was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("x.png"), std::string::npos) << e.what();
+  }
+}
+
+// Flux2KleinInpaintPipeline through the shared loop (golden/INPAINT.md, from diffusers
+// 0.40.0.dev0): the size from the init image, the posterior-mode image latents BatchNorm-
+// normalised, the binarised mask bilinear-sampled to the token grid, strength's t_start and
+// scale_noise, the init image as T = 10 conditioning tokens every step, the per-step blend, CFG
+// (runs 0 and 2). Tolerances of INPAINT.md: masks, noise and ids exact, image_latents and
+// initial latents 1e-4, step/final latents and image 5e-4.
+struct InpaintRun {
+  const char* mask;
+  double strength;
+  int steps, prompt, seed;
+  double guidance;
+  int t_start;
+};
+const InpaintRun kInpaintRuns[] = {{"rect", 0.6, 4, 0, 42, 4.0, 1},
+                                   {"soft", 1.0, 3, 1, 7, 1.0, 0},
+                                   {"white", 0.5, 4, 5, 1234, 2.5, 2}};
+
+const SafetensorsCollection& inpaintGoldens() {
+  static SafetensorsCollection g(test::fixtureDir() + "/golden/inpaint.safetensors");
+  return g;
+}
+at::Tensor inpaintGolden(const std::string& name) {
+  const auto& info = inpaintGoldens().info(name);
+  return loadTensor(inpaintGoldens(), name, info.dtype == DType::I64 ? at::kLong : at::kFloat);
+}
+PipelineInputs inpaintInputs(const InpaintRun& r, bool withMask = true) {
+  PipelineInputs p;
+  p.seed = static_cast<uint64_t>(r.seed);
+  p.steps = r.steps;
+  p.guidance = r.guidance;
+  p.strength = r.strength;
+  p.init_image = test::fixtureDir() + "/golden/inpaint_image.png";
+  if (withMask) p.mask_image = test::fixtureDir() + "/golden/inpaint_mask_" + r.mask + ".png";
+  return p;
+}
+
+TEST(Flux2Pipeline, InpaintMatchesDiffusers) {
+  if (worldSize() != 1) GTEST_SKIP() << "one-rank test";
+  const ModelFolder m = ModelFolder::open(test::fixtureDir());
+  Flux2KleinPipeline pipe(m, PipelineOptions{}, nullptr);
+  for (int n = 0; n < 3; ++n) {
+    SCOPED_TRACE("inpaint run " + std::to_string(n));
+    const InpaintRun& run = kInpaintRuns[n];
+    const std::string k = "run." + std::to_string(n) + ".";
+    PipelineInputs in = inpaintInputs(run);
+    if (n == 1) in.width = in.height = 1000;  // ignored: the size is the init image's
+    std::vector<at::Tensor> steps;
+    PipelineCallbacks cb;
+    cb.onStep = [&](int, int total, const at::Tensor& lat, const at::Tensor&, double) {
+      EXPECT_EQ(total, run.steps - run.t_start);
+      steps.push_back(lat.to(at::kFloat).clone());
+      return true;
+    };
+    const GenerationResult r =
+        pipe.generateFromEmbeddings(in, promptEmbeds(run.prompt), promptEmbeds(2), cb);
+    EXPECT_EQ(r.params.width, 64);
+    EXPECT_EQ(r.params.height, 48);
+    EXPECT_EQ(r.t_start, run.t_start);
+    // Exact: the binarised mask, the mask on the token grid, the noise draw.
+    EXPECT_TRUE(r.tensors.at("mask_in").equal(inpaintGolden(k + "mask_condition")));
+    EXPECT_TRUE(r.tensors.at("mask_latents").equal(inpaintGolden(k + "mask_packed")));
+    EXPECT_TRUE(packFlux2Latents(r.tensors.at("initial_noise")).equal(inpaintGolden(k + "noise")));
+    EXPECT_LE(test::maxAbsDiff(r.tensors.at("image_in"), inpaintGolden(k + "init_image")), 1e-6);
+    const double il =
+        test::maxAbsDiff(r.tensors.at("image_latents"), inpaintGolden(k + "image_latents"));
+    const double init = test::maxAbsDiff(r.initial_latents, inpaintGolden(k + "initial_latents"));
+    EXPECT_LE(il, 1e-4);
+    EXPECT_LE(init, 1e-4);
+    const at::Tensor stepGolden = inpaintGolden(k + "step_latents");
+    ASSERT_EQ(static_cast<int64_t>(steps.size()), stepGolden.size(0));
+    for (size_t i = 0; i < steps.size(); ++i)
+      EXPECT_LE(test::maxAbsDiff(steps[i][0], stepGolden[static_cast<int64_t>(i)]), 5e-4)
+          << "step " << i;
+    const double fin = test::maxAbsDiff(r.final_latents, inpaintGolden(k + "final_latents"));
+    const double img = test::maxAbsDiff(r.image, inpaintGolden(k + "image"));
+    std::printf(
+        "inpaint run.%d: image_latents %.3g, initial %.3g, final latents %.3g, image %.3g\n", n, il,
+        init, fin, img);
+    EXPECT_LE(fin, 5e-4);
+    EXPECT_LE(img, 5e-4);
+    // Tokens outside the mask end exactly on the clean image latents.
+    const at::Tensor keep = r.tensors.at("mask_latents").eq(0).expand_as(r.final_latents);
+    const at::Tensor clean = packFlux2Latents(r.tensors.at("image_latents"));
+    EXPECT_TRUE(r.final_latents.masked_select(keep).equal(clean.masked_select(keep)));
+  }
+  // Image-to-image = the same without a mask (diffusers' all-white mask keeps every update):
+  // run 2's result exactly.
+  const InpaintRun& run = kInpaintRuns[2];
+  const GenerationResult masked =
+      pipe.generateFromEmbeddings(inpaintInputs(run), promptEmbeds(run.prompt), promptEmbeds(2));
+  const GenerationResult i2i = pipe.generateFromEmbeddings(
+      inpaintInputs(run, false), promptEmbeds(run.prompt), promptEmbeds(2));
+  EXPECT_EQ(i2i.tensors.count("mask_latents"), 0u);
+  EXPECT_TRUE(i2i.final_latents.equal(masked.final_latents));
+  EXPECT_LE(test::maxAbsDiff(i2i.image, inpaintGolden("run.2.image")), 5e-4);
+}
+
+// FlowMatchEulerDiscreteScheduler with strength (get_timesteps) and scale_noise against the
+// inpaint runs' full schedules and start latents.
+TEST(Flux2Pipeline, SchedulerStrengthAndScaleNoiseMatchDiffusers) {
+  if (worldSize() != 1) GTEST_SKIP() << "one-rank test";
+  const ModelFolder m = ModelFolder::open(test::fixtureDir());
+  for (int n = 0; n < 3; ++n) {
+    SCOPED_TRACE("inpaint run " + std::to_string(n));
+    const InpaintRun& run = kInpaintRuns[n];
+    const std::string k = "run." + std::to_string(n) + ".";
+    FlowMatchEulerDiscreteScheduler s(flux2Config(m).scheduler);
+    s.setTimesteps(run.steps, computeEmpiricalMu(48, run.steps), run.strength);
+    EXPECT_EQ(s.beginIndex(), run.t_start);
+    EXPECT_EQ(s.stepsToRun(), run.steps - run.t_start);
+    const at::Tensor ts = inpaintGolden(k + "timesteps"), sg = inpaintGolden(k + "sigmas");
+    ASSERT_EQ(ts.numel(), s.numInferenceSteps());
+    ASSERT_EQ(sg.numel(), s.numInferenceSteps() + 1);
+    for (int i = 0; i < s.numInferenceSteps(); ++i)
+      EXPECT_NEAR(s.timestep(i), ts[i].item<float>(), 1e-4) << i;
+    for (int i = 0; i <= s.numInferenceSteps(); ++i)
+      EXPECT_NEAR(s.sigma(i), sg[i].item<float>(), 1e-6) << i;
+    EXPECT_NEAR(s.timestep(s.beginIndex()), inpaintGolden(k + "latent_timestep").item<float>(),
+                1e-4);
+    // scale_noise on the stored tensors is the stored start, bit for bit (INPAINT.md 6).
+    const at::Tensor x = s.scaleNoise(inpaintGolden(k + "image_latents_packed"), s.beginIndex(),
+                                      inpaintGolden(k + "noise"));
+    EXPECT_TRUE(x.equal(inpaintGolden(k + "initial_latents")));
+  }
+  FlowMatchEulerDiscreteScheduler s(flux2Config(m).scheduler);
+  EXPECT_THROW((void)s.timestep(0), std::out_of_range);  // no setTimesteps yet
+  EXPECT_THROW(s.setTimesteps(4, 1.0, 0.0), std::invalid_argument);
+  EXPECT_THROW(s.setTimesteps(4, 1.0, 1.5), std::invalid_argument);
+  s.setTimesteps(4, 1.0, 0.2);  // int(4 - 0.8) = 3: one step runs
+  EXPECT_EQ(s.beginIndex(), 3);
+  EXPECT_EQ(s.stepsToRun(), 1);
+  EXPECT_THROW((void)s.timestep(4), std::out_of_range);
 }
 
 // cfg 2: the conditional and unconditional calls on two ranks, the same image; tp 2 from the

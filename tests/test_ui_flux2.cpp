@@ -3,13 +3,18 @@
 // worker, and the image in the gallery is diffusers' run 0 ("a photo of a cat", seed 42, 32x32,
 // 4 steps, guidance 4 = CFG) pixel for pixel within one 8-bit level (the golden image read from
 // golden.safetensors).
+#include <QComboBox>
 #include <QImage>
+#include <QPushButton>
+#include <QSlider>
 #include <QTemporaryDir>
 #include <QtTest>
 #include <cmath>
 #include <cstring>
 
 #include "backend/io/safetensors.h"
+#include "ui/generation_panel.h"
+#include "ui/image_input_panel.h"
 #include "ui/main_window.h"
 #include "ui/model_info.h"
 #include "ui/validation.h"
@@ -81,6 +86,46 @@ class TestUiFlux2 : public QObject {
     QVERIFY2(worst <= 1, qPrintable(QString("max 8-bit difference %1").arg(worst)));
     w.stopGroup();
     QTRY_VERIFY_WITH_TIMEOUT(!w.controller()->isRunning(), 30000);
+  }
+
+  // The image panel follows the family's capabilities (dit::FamilyCapabilities): FLUX.2
+  // [klein] runs image-to-image and inpainting through the shared loop and step caching through
+  // the DiT driver, so the init image, strength, mask brush and cache mode are enabled. A family
+  // without them drops the init image and the cache mode and never sends them.
+  void imagePanelFollowsCapabilities() {
+    QTemporaryDir data;
+    MainWindowOptions o;
+    o.dataDir = data.path();
+    o.modelDir = model();
+    o.workerPath = worker();
+    o.restoreSession = false;
+    MainWindow w(o);
+    const ModelInfo& info = w.generationPanel()->modelInfo();
+    QVERIFY2(info.ok, qPrintable(info.error));
+    ImageInputPanel* panel = w.generationPanel()->imagePanel();
+    QCOMPARE(panel->family(), QStringLiteral("FLUX.2 [klein]"));
+    QVERIFY(panel->openButton()->isEnabled());
+    QVERIFY(panel->cacheCombo()->isEnabled());
+    QCOMPARE(panel->cacheCombo()->currentIndex(), 0);
+    const QString png = model() + "/golden/inpaint_image.png";
+    QString err;
+    QVERIFY2(panel->loadInitImage(png, &err), qPrintable(err));
+    QVERIFY(panel->strengthSlider()->isEnabled());
+    QVERIFY(panel->clearMaskButton()->isEnabled());
+    GenerationParams p;
+    panel->apply(p);
+    QCOMPARE(QString::fromStdString(p.init_image), QFileInfo(png).absoluteFilePath());
+    QVERIFY(p.cache.empty());
+    panel->cacheCombo()->setCurrentIndex(1);
+    panel->setCapabilities(QStringLiteral("no-images"), dit::FamilyCapabilities{});
+    QCOMPARE(panel->cacheCombo()->currentIndex(), 0);
+    QVERIFY(!panel->cacheCombo()->isEnabled());
+    QVERIFY(panel->initImagePath().isEmpty());
+    QVERIFY(!panel->openButton()->isEnabled());
+    QVERIFY(!panel->strengthSlider()->isEnabled());
+    panel->apply(p);
+    QVERIFY(p.init_image.empty());
+    QVERIFY(p.mask_image.empty());
   }
 
   // FLUX.2 [klein] base runs CFG whenever guidance > 1 (no negative prompt or true_cfg_scale

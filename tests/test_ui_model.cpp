@@ -1,9 +1,12 @@
 // Model folder reading (ui/model_info.h), live validation identical to the worker's
 // (ui/validation.h vs dit::validate*), generation parameters JSON and PNG "parameters" chunks.
+#include <QComboBox>
 #include <QDir>
 #include <QFile>
 #include <QImage>
 #include <QJsonDocument>
+#include <QPushButton>
+#include <QSlider>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -99,6 +102,21 @@ class TestModel : public QObject {
   }
 
   // The model chooser takes single files too and shows what was detected (issue 12).
+  // The family's capability record reaches the GUI: FLUX.1 runs img2img, inpainting and step
+  // caching; FLUX.2 [klein] too (img2img and inpainting from the shared loop, step caching from
+  // the DiT driver) but no single files (test_ui_flux2 checks the image panel follows it).
+  void capabilitiesFromTheFamily() {
+    const ModelInfo f1 = readModelInfo(fixture());
+    QVERIFY2(f1.ok, qPrintable(f1.error));
+    QCOMPARE(f1.family, QString("FLUX.1"));
+    QVERIFY(f1.capabilities.img2img && f1.capabilities.inpaint && f1.capabilities.step_cache);
+    const ModelInfo f2 = readModelInfo(fixture() + "/../tiny-flux2-A");
+    QVERIFY2(f2.ok, qPrintable(f2.error));
+    QCOMPARE(f2.family, QString("FLUX.2 [klein]"));
+    QVERIFY(f2.capabilities.img2img && f2.capabilities.inpaint && f2.capabilities.step_cache);
+    QVERIFY(!f2.capabilities.single_file);
+  }
+
   void readsSingleFiles() {
     const QString dir = qEnvironmentVariable("DITSTUDIO_TEST_FORMATS");
     QVERIFY2(QFileInfo::exists(dir + "/transformer-bfl.safetensors"),

@@ -236,6 +236,7 @@ void GenerationPanel::setModelDir(const QString& dir) {
 void GenerationPanel::applyModel() {
   const QString previous = model_.path;
   model_ = readModelInfo(modelDir());
+  imagePanel_->setCapabilities(model_.family, model_.capabilities);
   // A newly chosen model's recommended settings (e.g. the embedded model's true CFG 5 against
   // the empty prompt) over the current ones; the prompt, seed and the rest are kept.
   if (model_.ok && !model_.default_settings.isEmpty() && model_.path != previous) {

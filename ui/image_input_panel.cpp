@@ -257,13 +257,32 @@ ImageInputPanel::ImageInputPanel(QWidget* parent)
   updateState();
 }
 
+void ImageInputPanel::setCapabilities(const QString& family, const dit::FamilyCapabilities& caps) {
+  caps_ = caps;
+  family_ = family;
+  if (!caps_.img2img && !path_.isEmpty()) loadInitImage(QString());
+  if (!caps_.step_cache && cacheMode_->currentIndex() != 0) cacheMode_->setCurrentIndex(0);
+  auto unsupported = [&](const QString& what) {
+    return tr("%1 is not supported for %2").arg(what, family_);
+  };
+  open_->setToolTip(caps_.img2img ? QString() : unsupported(tr("Image-to-image")));
+  canvas_->setToolTip(caps_.inpaint ? QString() : unsupported(tr("Inpainting")));
+  cacheMode_->setToolTip(caps_.step_cache ? QString() : unsupported(tr("Step caching")));
+  cacheMode_->setEnabled(caps_.step_cache);
+  updateState();
+}
+
 void ImageInputPanel::updateState() {
-  const bool has = !path_.isEmpty();
-  remove_->setEnabled(has);
+  const bool has = !path_.isEmpty() && caps_.img2img;
+  const bool mask = has && caps_.inpaint;
+  open_->setEnabled(caps_.img2img);
+  setAcceptDrops(caps_.img2img);
+  remove_->setEnabled(!path_.isEmpty());
+  strength_->setEnabled(has);
+  canvas_->setEnabled(mask || !has);
   for (QWidget* w : {static_cast<QWidget*>(erase_), static_cast<QWidget*>(brush_),
-                     static_cast<QWidget*>(clearMask_), static_cast<QWidget*>(invertMask_),
-                     static_cast<QWidget*>(strength_)})
-    w->setEnabled(has);
+                     static_cast<QWidget*>(clearMask_), static_cast<QWidget*>(invertMask_)})
+    w->setEnabled(mask);
   if (has)
     pathLabel_->setText(tr("%1 (%2 x %3), mask: %4 px")
                             .arg(QFileInfo(path_).fileName())
@@ -315,7 +334,7 @@ QString ImageInputPanel::saveMask() const {
 void ImageInputPanel::apply(GenerationParams& p) const {
   p.init_image = path_.toStdString();
   p.init_image_sha256 = path_.isEmpty() ? std::string() : sha256_.toStdString();
-  p.mask_image = saveMask().toStdString();
+  p.mask_image = caps_.inpaint ? saveMask().toStdString() : std::string();
   p.strength = strength_->value() / 100.0;
   const QString m = cacheMode_->currentData().toString();
   const QString a = cacheArgs_->text().trimmed();

@@ -10,6 +10,7 @@
 #include <QJsonObject>
 #include <QString>
 
+#include "backend/models/family.h"
 #include "ui/generation_params.h"
 
 class QComboBox;
@@ -84,9 +85,18 @@ class ImageInputPanel : public QGroupBox {
   /// Shows the measured effect of caching from an image's "cache_report" (PNG metadata); an
   /// empty object clears it.
   void showCacheReport(const QJsonObject& report);
+  /// Enables the controls the model's family supports (dit::FamilyCapabilities: img2img the
+  /// init image and strength, inpaint the mask brush, step_cache the cache mode); an unsupported
+  /// init image is removed and an unsupported cache mode set to Off, so apply() never asks for
+  /// what the worker would refuse. The disabled controls' tooltips name the family.
+  void setCapabilities(const QString& family, const dit::FamilyCapabilities& caps);
+  const dit::FamilyCapabilities& capabilities() const { return caps_; }
+  /// The family named in the refusal tooltips (FamilySpec::display_name).
+  const QString& family() const { return family_; }
 
   // Widgets exposed for tests.
   MaskCanvas* canvas() const { return canvas_; }
+  QPushButton* openButton() const { return open_; }
   QSlider* strengthSlider() const { return strength_; }
   QComboBox* cacheCombo() const { return cacheMode_; }
   QLineEdit* cacheArgs() const { return cacheArgs_; }
@@ -108,6 +118,8 @@ class ImageInputPanel : public QGroupBox {
   void updateState();
 
   QString path_, sha256_, maskDir_;
+  dit::FamilyCapabilities caps_{true, true, true, true, {}};
+  QString family_;  ///< the family named in the tooltips
   MaskCanvas* canvas_;
   QLabel* pathLabel_;
   QLabel* status_;

@@ -43,8 +43,9 @@ struct ModelInfo {
       if (f.key == key) return f.value;
     return {};
   }
-  /// What the family can do (image-to-image, inpainting, step caching, single files, LoRA).
-  dit::FamilyCapabilities capabilities;
+  /// What the family can do (image-to-image, inpainting, step caching, single files, LoRA);
+  /// everything on until a model is read, so the panels start enabled.
+  dit::FamilyCapabilities capabilities{true, true, true, true, {}};
   // The transformer's attention sizes (ModelDims).
   int num_attention_heads = 0;
   int attention_head_dim = 0;

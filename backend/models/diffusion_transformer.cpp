@@ -14,7 +14,8 @@ void TransformerHooks::afterBlock(const char*, int, const at::Tensor&, const at:
 
 void DiffusionTransformer::setStepCache(StepCache*) {
   throw std::runtime_error(
-      "this transformer does not support step caching (First Block Cache / TaylorSeer)");
+      "this transformer does not support step caching (First Block Cache, TaylorSeer): "
+      "supportsStepCache() is false");
 }
 
 tensor_parallel::LoraTargets& DiffusionTransformer::loraTargets() {

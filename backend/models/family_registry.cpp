@@ -39,25 +39,26 @@ std::string joined(const std::vector<std::string>& v) {
 }  // namespace
 
 std::string FamilySpec::refusal(const std::string& feature) const {
-  bool ok = false;
-  std::string what;
-  if (feature == "img2img")
-    ok = caps.img2img, what = "image-to-image (--init-image)";
-  else if (feature == "inpaint")
-    ok = caps.inpaint, what = "inpainting (--mask)";
-  else if (feature == "step_cache")
-    ok = caps.step_cache, what = "step caching (--cache)";
-  else if (feature == "single_file")
-    ok = caps.single_file,
-    what =
-        "single-file checkpoints or --config/--vae/--text-encoder/--tokenizer overrides "
-        "(read it from a diffusers folder)";
-  else if (feature == "lora")
-    ok = !caps.lora_formats.empty(), what = "LoRA";
-  else
-    return "unknown capability \"" + feature + "\"";
-  if (ok) return "";
-  return display_name + " (" + pipeline_class + ") cannot do " + what;
+  struct Feature {
+    const char* name;
+    bool ok;
+    const char* what;
+  };
+  const Feature features[] = {
+      {"img2img", caps.img2img, "image-to-image (--init-image)"},
+      {"inpaint", caps.inpaint, "inpainting (--mask)"},
+      {"step_cache", caps.step_cache, "step caching (--cache)"},
+      {"single_file", caps.single_file,
+       "reading a single-file checkpoint or a --config/--vae/--text-encoder/--tokenizer override "
+       "(give the diffusers folder)"},
+      {"lora", !caps.lora_formats.empty(), "LoRA"},
+  };
+  for (const Feature& f : features)
+    if (feature == f.name)
+      return f.ok ? std::string()
+                  : std::string(f.what) + " is not supported for " + display_name + " (" +
+                        pipeline_class + ")";
+  return "unknown capability \"" + feature + "\"";
 }
 
 const FamilySpec& pipelineFamily(const std::string& pipeline_class, const std::string& file) {

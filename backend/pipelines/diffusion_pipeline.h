@@ -1,7 +1,9 @@
 // The Torch-side interface every pipeline family implements (diffusers DiffusionPipeline's role):
 // what ditstudio-worker and ditstudio-cli need, independent of the family. Programs create a
 // pipeline through the family table (backend/family_runtime.h: loadPipeline) from a ModelFolder and
-// only see this interface. The FLUX.1 implementation is pipelines/flux/pipeline_flux.h.
+// only see this interface. The flow-matching families implement it through the shared loop
+// pipelines/flow_match_pipeline.h (FLUX.1: pipelines/flux/pipeline_flux.h, FLUX.2 [klein]:
+// pipelines/flux2/pipeline_flux2.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -18,6 +20,7 @@
 #include "backend/io/model_folder.h"
 #include "backend/models/cache/step_cache_config.h"
 #include "backend/models/diffusion_transformer.h"
+#include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
 
 namespace dit {
 
@@ -51,12 +54,15 @@ struct PipelineInputs {
   bool hasNegativePrompt() const { return negative_prompt_given || !negative_prompt.empty(); }
   /// FluxPipeline.__call__: do_true_cfg = true_cfg_scale > 1 and has_neg_prompt.
   bool trueCfg() const { return hasNegativePrompt() && true_cfg_scale > 1.0; }
-  /// Image-to-image (FluxImg2ImgPipeline): path of the init image, read by every rank; empty =
-  /// text-to-image. width/height 0 = the image's size rounded down to a multiple of
-  /// 2 * vae_scale_factor; otherwise the image is resized (PIL LANCZOS) to width x height.
+  /// Image-to-image (FluxImg2ImgPipeline; FLUX.2 [klein]: Flux2KleinInpaintPipeline without a
+  /// mask): path of the init image, read by every rank; empty = text-to-image. FLUX.1:
+  /// width/height 0 = the image's size rounded down to a multiple of 2 * vae_scale_factor;
+  /// otherwise the image is resized (PIL LANCZOS) to width x height. FLUX.2 [klein]: always the
+  /// image's size (area capped at 1024 x 1024), floored (FlowMatchDefaults::init_image_size).
   std::string init_image;
-  /// Inpainting (FluxInpaintPipeline): path of the mask (white = repaint, binarised at 0.5,
-  /// resized like the init image when its size differs); needs init_image.
+  /// Inpainting (FluxInpaintPipeline, Flux2KleinInpaintPipeline): path of the mask (white =
+  /// repaint, binarised at 0.5, resized like the init image when its size differs); needs
+  /// init_image.
   std::string mask_image;
   /// How much of the schedule runs, in (0, 1]: t_start = int(N - min(N * strength, N)) and the
   /// start latents are sigma[t_start] * noise + (1 - sigma[t_start]) * image_latents (diffusers'
@@ -67,11 +73,7 @@ struct PipelineInputs {
   /// The first schedule index run: FluxImg2ImgPipeline.get_timesteps' t_start =
   /// int(max(steps - min(steps * strength, steps), 0)) with an init image, else 0. The pipeline
   /// runs steps - firstStep() denoising steps.
-  int firstStep() const {
-    if (init_image.empty()) return 0;
-    const double init = std::min(steps * strength, static_cast<double>(steps));
-    return static_cast<int>(std::max(steps - init, 0.0));
-  }
+  int firstStep() const { return init_image.empty() ? 0 : img2imgStartIndex(steps, strength); }
 };
 
 struct PipelineCallbacks {

@@ -1,5 +1,6 @@
 #include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -81,6 +82,46 @@ SchedulerTables flowMatchSchedule(const SchedulerConfig& cfg, int steps, double 
   }
   t.sigmas.push_back(0.0f);
   return t;
+}
+
+int img2imgStartIndex(int num_inference_steps, double strength) {
+  // get_timesteps: Python floats, int() truncates toward zero (the value is >= 0 here).
+  const double n = static_cast<double>(num_inference_steps);
+  const double init = std::min(n * strength, n);
+  return static_cast<int>(std::max(n - init, 0.0));
+}
+
+FlowMatchEulerDiscreteScheduler::FlowMatchEulerDiscreteScheduler(SchedulerConfig cfg)
+    : cfg_(std::move(cfg)) {}
+
+void FlowMatchEulerDiscreteScheduler::setTimesteps(int num_inference_steps, double mu,
+                                                   double strength) {
+  if (!std::isfinite(strength) || strength <= 0 || strength > 1)
+    throw std::invalid_argument("strength must be in (0, 1], got " + std::to_string(strength));
+  SchedulerTables t = flowMatchSchedule(cfg_, num_inference_steps, mu);  // throws for N < 1
+  const int start = img2imgStartIndex(num_inference_steps, strength);
+  if (start >= num_inference_steps)
+    throw std::invalid_argument("strength " + std::to_string(strength) + " with " +
+                                std::to_string(num_inference_steps) +
+                                " steps runs no denoising step (steps * strength < 1)");
+  tables_ = std::move(t);
+  begin_index_ = start;
+}
+
+float FlowMatchEulerDiscreteScheduler::sigma(int i) const {
+  if (i < 0 || static_cast<size_t>(i) >= tables_.sigmas.size())
+    throw std::out_of_range("FlowMatchEulerDiscreteScheduler: sigma index " + std::to_string(i) +
+                            " outside [0, " + std::to_string(numInferenceSteps()) +
+                            "] (setTimesteps not called?)");
+  return tables_.sigmas[static_cast<size_t>(i)];
+}
+
+float FlowMatchEulerDiscreteScheduler::timestep(int i) const {
+  if (i < 0 || i >= numInferenceSteps())
+    throw std::out_of_range("FlowMatchEulerDiscreteScheduler: step index " + std::to_string(i) +
+                            " outside [0, " + std::to_string(numInferenceSteps()) +
+                            ") (setTimesteps not called?)");
+  return tables_.timesteps[static_cast<size_t>(i)];
 }
 
 }  // namespace dit

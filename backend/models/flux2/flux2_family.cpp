@@ -19,6 +19,11 @@ FamilySpec flux2KleinFamily() {
   f.pipeline_class = "Flux2KleinPipeline";
   f.transformer_class = "Flux2Transformer2DModel";
   f.components = {"transformer", "text_encoder", "tokenizer", "vae", "scheduler"};
+  // Image-to-image and inpainting through the shared loop (Flux2KleinInpaintPipeline), step
+  // caching through the DiT driver's seam.
+  f.caps.img2img = true;
+  f.caps.inpaint = true;
+  f.caps.step_cache = true;
   f.caps.lora_formats = {"diffusers"};
   f.parse = [](const ModelFolder& folder) -> std::shared_ptr<const PipelineConfig> {
     return std::make_shared<Flux2PipelineConfig>(

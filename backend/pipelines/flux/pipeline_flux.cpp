@@ -10,19 +10,14 @@
 #include <cstring>
 #include <sstream>
 
-#include "backend/io/image_io.h"
 #include "backend/io/weight_source.h"
 #include "backend/models/autoencoders/autoencoder_kl.h"
-#include "backend/models/cache/step_cache.h"
 #include "backend/models/text_encoders/modeling_clip.h"
 #include "backend/models/text_encoders/modeling_t5.h"
 #include "backend/pipelines/image_processor.h"
 #include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
 #include "backend/tokenizers/clip_tokenizer.h"
 #include "backend/tokenizers/t5_tokenizer.h"
-#include "parallel/context_parallel.h"
-#include "parallel/process_group.h"
-#include "parallel/strategy.h"
 #include "parallel/tensor_parallel/sharding_plan.h"
 
 namespace dit {
@@ -37,10 +32,7 @@ static double msSince(Clock::time_point t0) {
 }
 
 struct FluxPipeline::Impl {
-  ModelFolder model;
   FluxPipelineConfig cfg;  ///< model.configAs<FluxPipelineConfig>()
-  PipelineOptions opts;
-  c10::Device device{at::kCPU};
   std::unique_ptr<CLIPTokenizer> clipTok;
   std::unique_ptr<T5Tokenizer> t5Tok;
   std::unique_ptr<CLIPTextModel> clip;
@@ -50,30 +42,10 @@ struct FluxPipeline::Impl {
   std::map<std::string, uint64_t> bytes;
 };
 
-FluxPipeline::FluxPipeline(const ModelFolder& model, const PipelineOptions& opts) : d_(new Impl) {
+FluxPipeline::FluxPipeline(const ModelFolder& model, const PipelineOptions& opts)
+    : FlowMatchPipeline(model, opts), d_(new Impl) {
   auto& D = *d_;
-  D.model = model;
   D.cfg = fluxConfig(model);  // refuses another pipeline family
-  D.opts = opts;
-  D.device = c10::Device(opts.device);
-  if (D.device.is_cuda() && !at::hasCUDA())
-    throw std::invalid_argument(
-        "--device cuda: this build of DiT Studio has no CUDA support (LibTorch " +
-        std::string("without CUDA); use --device cpu or a CUDA build"));
-  if (D.device.is_cpu() && opts.dtype == at::kHalf)
-    throw std::invalid_argument(
-        "float16 is not supported on the CPU (LibTorch has no CPU half LayerNorm/GroupNorm "
-        "kernels); use float32 or bfloat16 on the CPU, float16 on GPUs");
-  // Validate the parallel plan before reading any weight.
-  {
-    // The transformer family's declared plan (FamilySpec::dims), the rules the GUI and the CLI
-    // run.
-    Strategy s;
-    s.world = s.tp_degree = opts.parallel.tpSize();
-    auto issues = validateDegrees(s);
-    if (issues.empty()) issues = validateForModel(s, model.dims());
-    if (!issues.empty()) throw std::invalid_argument(joinIssues(issues));
-  }
   for (const std::string& note : model.notes) spdlog::info("{}", note);
   // The config against the tensors actually present, before any weight is read: a config that
   // describes another model (num_layers -1 or 1 for a 2-block checkpoint) is refused, naming a
@@ -83,23 +55,23 @@ FluxPipeline::FluxPipeline(const ModelFolder& model, const PipelineOptions& opts
   D.t5Tok = std::make_unique<T5Tokenizer>(model.component("tokenizer_2"));
   {
     auto w = WeightSource::forComponent(model, "transformer", "diffusion_pytorch_model", opts.dtype,
-                                        D.device);
+                                        device());
     D.transformer = std::make_unique<FluxTransformer2DModel>(D.cfg.transformer, *w, opts.parallel);
     D.bytes["transformer"] = w->bytesLoaded();
   }
   {
-    auto w = WeightSource::forComponent(model, "text_encoder", "model", opts.dtype, D.device);
+    auto w = WeightSource::forComponent(model, "text_encoder", "model", opts.dtype, device());
     D.clip = std::make_unique<CLIPTextModel>(D.cfg.text_encoder, *w);
     D.bytes["text_encoder"] = w->bytesLoaded();
   }
   {
-    auto w = WeightSource::forComponent(model, "text_encoder_2", "model", opts.dtype, D.device);
+    auto w = WeightSource::forComponent(model, "text_encoder_2", "model", opts.dtype, device());
     D.t5 = std::make_unique<T5EncoderModel>(D.cfg.text_encoder_2, *w);
     D.bytes["text_encoder_2"] = w->bytesLoaded();
   }
   {
     auto w =
-        WeightSource::forComponent(model, "vae", "diffusion_pytorch_model", opts.dtype, D.device);
+        WeightSource::forComponent(model, "vae", "diffusion_pytorch_model", opts.dtype, device());
     D.vae = std::make_unique<AutoencoderKL>(D.cfg.vae, *w);
     D.bytes["vae"] = w->bytesLoaded();
   }
@@ -135,7 +107,6 @@ void checkCheckpointMatchesConfig(const ModelFolder& model) {
 }
 
 FluxPipeline::~FluxPipeline() = default;
-const ModelFolder& FluxPipeline::model() const { return d_->model; }
 FluxTransformer2DModel& FluxPipeline::transformer() { return *d_->transformer; }
 std::map<std::string, uint64_t> FluxPipeline::weightBytes() const { return d_->bytes; }
 
@@ -153,67 +124,36 @@ PipelineModelInfo FluxPipeline::info() const {
   return i;
 }
 
-PipelineInputs FluxPipeline::resolve(PipelineInputs p) const {
-  const int vsf = d_->cfg.vae.vaeScaleFactor();
-  const int mult = 2 * vsf;
-  if (!std::isfinite(p.guidance) || !std::isfinite(p.true_cfg_scale))
-    throw std::invalid_argument("guidance and true_cfg_scale must be finite numbers");
-  if (p.width < 0 || p.height < 0 || p.steps < 0 || p.max_sequence_length < 0)
-    throw std::invalid_argument(
-        "width, height, steps and max_sequence_length cannot be negative (0 = the model's "
-        "default)");
-  if (!std::isfinite(p.strength) || p.strength <= 0 || p.strength > 1)
-    throw std::invalid_argument("strength must be in (0, 1], got " + std::to_string(p.strength));
-  if (!p.mask_image.empty() && p.init_image.empty())
-    throw std::invalid_argument("a mask needs an init image (inpainting repaints the init image)");
-  if (!p.init_image.empty() && (p.width <= 0 || p.height <= 0)) {
-    // The init image's size, rounded down to the packing multiple.
-    const auto [iw, ih] = imageSize(p.init_image);
-    if (iw < mult || ih < mult)
-      throw std::invalid_argument("init image " + p.init_image + " is " + std::to_string(iw) + "x" +
-                                  std::to_string(ih) + " pixels; it must be at least " +
-                                  std::to_string(mult) + "x" + std::to_string(mult));
-    if (p.width <= 0) p.width = iw / mult * mult;
-    if (p.height <= 0) p.height = ih / mult * mult;
-  }
+FlowMatchDefaults FluxPipeline::defaults() const {
+  FlowMatchDefaults d;
+  d.vae_scale_factor = d_->cfg.vae.vaeScaleFactor();
   // FluxPipeline: default_sample_size (128, or the transformer config's sample_size) x vsf.
-  if (p.width <= 0) p.width = d_->cfg.transformer.sample_size * vsf;
-  if (p.height <= 0) p.height = d_->cfg.transformer.sample_size * vsf;
-  if (p.steps <= 0) p.steps = 28;
-  if (p.max_sequence_length <= 0) p.max_sequence_length = d_->cfg.max_sequence_length;
-  if (p.width % mult != 0 || p.height % mult != 0)
-    throw std::invalid_argument("width and height must be multiples of " + std::to_string(mult) +
-                                " (2 x vae_scale_factor " + std::to_string(vsf) +
-                                ") for this model; got " + std::to_string(p.width) + "x" +
-                                std::to_string(p.height) + " — try " +
-                                std::to_string(std::max(mult, p.width / mult * mult)) + "x" +
-                                std::to_string(std::max(mult, p.height / mult * mult)));
-  constexpr int kMaxSide = 16384;
-  if (p.width > kMaxSide || p.height > kMaxSide)
-    throw std::invalid_argument("width and height are limited to " + std::to_string(kMaxSide) +
-                                " pixels; got " + std::to_string(p.width) + "x" +
-                                std::to_string(p.height));
-  if (p.steps > 1000)
-    throw std::invalid_argument("steps are limited to 1000; got " + std::to_string(p.steps));
-  if (p.max_sequence_length > 512)
-    throw std::invalid_argument("max_sequence_length cannot be greater than 512, got " +
-                                std::to_string(p.max_sequence_length));
-  if (!p.init_image.empty() && img2imgStart(p.steps, p.strength) >= p.steps)
-    throw std::invalid_argument("strength " + std::to_string(p.strength) + " with " +
-                                std::to_string(p.steps) +
-                                " steps runs no denoising step (steps * strength < 1); raise "
-                                "strength or steps");
-  return p;
+  d.sample_size = d_->cfg.transformer.sample_size;
+  d.steps = 28;
+  d.max_sequence_length = d_->cfg.max_sequence_length;
+  d.floor_sizes = false;
+  d.init_image_size = InitImageSize::DefaultsToImage;
+  return d;
 }
 
-int img2imgStart(int steps, double strength) {
-  // FluxImg2ImgPipeline.get_timesteps: Python floats, int() truncates.
-  PipelineInputs p;
-  p.init_image = "-";
-  p.steps = steps;
-  p.strength = strength;
-  return p.firstStep();
+CfgPolicy FluxPipeline::cfgPolicy(const PipelineInputs& p) const {
+  CfgPolicy c;
+  c.enabled = p.trueCfg();
+  c.scale = p.true_cfg_scale;
+  c.negative_prompt = p.negative_prompt;
+  c.requirement = "true CFG (a negative prompt and true_cfg_scale > 1)";
+  return c;
 }
+
+const SchedulerConfig& FluxPipeline::schedulerConfig() const { return d_->cfg.scheduler; }
+
+double FluxPipeline::scheduleMu(int image_seq_len, int) const {
+  const SchedulerConfig& c = d_->cfg.scheduler;
+  return calculateShift(image_seq_len, c.base_image_seq_len, c.max_image_seq_len, c.base_shift,
+                        c.max_shift);
+}
+
+int img2imgStart(int steps, double strength) { return img2imgStartIndex(steps, strength); }
 
 PromptEmbeds FluxPipeline::encodePrompt(const std::string& prompt, int maxLen) {
   auto& D = *d_;
@@ -231,8 +171,20 @@ PromptEmbeds FluxPipeline::encodePrompt(const std::string& prompt, int maxLen) {
   e.prompt_embeds = D.t5->forward(ti);
   e.encode_ms = msSince(t1);
   e.text_ids = at::zeros({e.prompt_embeds.size(1), 3},
-                         at::TensorOptions().dtype(at::kFloat).device(D.device));
+                         at::TensorOptions().dtype(at::kFloat).device(device()));
   return e;
+}
+
+PromptConditioning FluxPipeline::encodePromptConditioning(const std::string& prompt,
+                                                          int max_sequence_length) {
+  PromptEmbeds e = encodePrompt(prompt, max_sequence_length);
+  PromptConditioning c;
+  c.inputs["encoder_hidden_states"] = e.prompt_embeds;
+  c.inputs["pooled_projections"] = e.pooled;
+  c.inputs["txt_ids"] = e.text_ids;
+  c.tokenize_ms = e.tokenize_ms;
+  c.encode_ms = e.encode_ms;
+  return c;
 }
 
 std::vector<std::string> FluxPipeline::requestWarnings(const PipelineInputs& p0) const {
@@ -305,188 +257,59 @@ at::Tensor FluxPipeline::decode(const at::Tensor& packed, int height, int width)
   at::Tensor z =
       packed.view({1, h / 2, w / 2, C, 2, 2}).permute({0, 3, 1, 4, 2, 5}).reshape({1, C, h, w});
   z = z / D.cfg.vae.scaling_factor + D.cfg.vae.shift_factor;
-  at::Tensor img = D.vae->decode(z.to(D.device));
+  at::Tensor img = D.vae->decode(z.to(device()));
   return (img / 2 + 0.5).clamp(0, 1).to(at::kFloat).to(at::kCPU).squeeze(0).contiguous();
 }
 
-GenerationResult FluxPipeline::generate(const PipelineInputs& params0,
-                                        const PipelineCallbacks& cb) {
-  auto& D = *d_;
-  at::NoGradGuard ng;
-  GenerationResult res;
-  PipelineInputs p = resolve(params0);
-  res.params = p;
-  const bool trueCfg = p.trueCfg();
-  const bool cfgParallel = D.opts.cfg && D.opts.cfg->size() == 2;
-  if (cfgParallel && !trueCfg)
-    throw std::invalid_argument(
-        "cfg_degree 2 needs true CFG (a negative prompt and true_cfg_scale > 1); with CFG off "
-        "one half of the group would idle — use cfg_degree 1");
-  const int cfgRank = cfgParallel ? D.opts.cfg->rank() : 0;
+at::Tensor FluxPipeline::drawNoise(at::Generator& gen, int64_t h, int64_t w,
+                                   GenerationResult& res) const {
+  const int64_t C = d_->cfg.transformer.in_channels / 4;
+  const at::Tensor noise =
+      at::randn({1, C, 2 * h, 2 * w}, gen, at::TensorOptions().dtype(at::kFloat));
+  res.tensors["noise"] = noise;
+  return packLatents(noise);
+}
 
-  auto stage = [&](const char* s) {
-    if (cb.onStage) cb.onStage(s);
-  };
-  auto t0 = Clock::now();
-  stage("encode");  // tokenize + text encoders
-  // Under CFG parallel each half encodes only the prompt it denoises.
-  PromptEmbeds pos, neg;
-  if (!cfgParallel || cfgRank == 0) pos = encodePrompt(p.prompt, p.max_sequence_length);
-  if (trueCfg && (!cfgParallel || cfgRank == 1))
-    neg = encodePrompt(p.negative_prompt, p.max_sequence_length);
-  res.timings_ms["tokenize"] = pos.tokenize_ms + neg.tokenize_ms;
-  res.timings_ms["encode"] = pos.encode_ms + neg.encode_ms;
-  res.timings_ms["encode_total"] = msSince(t0);
+at::Tensor FluxPipeline::encodeImage(const at::Tensor& image, at::Generator& gen,
+                                     GenerationResult& res) {
+  const double shift = d_->cfg.vae.shift_factor, scale = d_->cfg.vae.scaling_factor;
+  at::Tensor eps;
+  const at::Tensor lat =
+      ((d_->vae->encode(image.to(device(), options().dtype)).sample(gen, &eps) - shift) * scale)
+          .to(at::kFloat)
+          .cpu();
+  res.tensors["vae_eps"] = eps;
+  res.tensors["image_latents"] = lat;
+  return packLatents(lat);
+}
 
-  const int vsf = D.cfg.vae.vaeScaleFactor();
-  const int h2 = p.height / (vsf * 2), w2 = p.width / (vsf * 2);
-  at::Tensor imgIds = latentImageIds(h2, w2).to(D.device);
-  const auto sched = fluxSchedule(D.cfg.scheduler, p.steps, h2 * w2);
-  const auto dt = D.opts.dtype;
-  at::Tensor latents;
-  // Inpainting: the packed image latents, noise and mask for the per-step blend.
-  at::Tensor blendImage, blendNoise, maskLatents;
-  int tStart = 0;
-  if (p.init_image.empty()) {
-    latents = initialLatents(p.seed, p.height, p.width);
-  } else {
-    stage("encode_image");
-    auto tImg = Clock::now();
-    tStart = img2imgStart(p.steps, p.strength);
-    const bool inpaint = !p.mask_image.empty();
-    const Image8 init = readImage(p.init_image);
-    const Image8 mask = inpaint ? readImage(p.mask_image) : Image8{};
-    // One CPU generator for every draw, in diffusers' order: the init image's posterior sample,
-    // the noise, then (inpainting) the masked image's posterior sample.
-    auto gen = at::detail::createCPUGenerator(p.seed);
-    const double shift = D.cfg.vae.shift_factor, scale = D.cfg.vae.scaling_factor;
-    at::Tensor imageIn = preprocessImage(init, p.height, p.width);
-    at::Tensor eps;
-    at::Tensor imageLatents =
-        ((D.vae->encode(imageIn.to(D.device, dt)).sample(gen, &eps) - shift) * scale)
-            .to(at::kFloat)
-            .cpu();
-    const int64_t C = D.cfg.transformer.in_channels / 4;
-    at::Tensor noise =
-        at::randn({1, C, 2 * h2, 2 * w2}, gen, at::TensorOptions().dtype(at::kFloat));
-    res.tensors["image_in"] = imageIn;
-    res.tensors["vae_eps"] = eps;
-    res.tensors["noise"] = noise;
-    res.tensors["image_latents"] = imageLatents;
-    // scheduler.scale_noise at the first executed timestep.
-    const float s0 = sched.sigmas[tStart];
-    latents = packLatents(s0 * noise + (1.0 - s0) * imageLatents);
-    if (inpaint) {
-      at::Tensor maskIn = preprocessMask(mask, p.height, p.width);
-      at::Tensor maskedIn = imageIn * (maskIn < 0.5f);
-      at::Tensor eps3;
-      at::Tensor masked =
-          ((D.vae->encode(maskedIn.to(D.device, dt)).sample(gen, &eps3) - shift) * scale)
-              .to(at::kFloat)
-              .cpu();
-      const int64_t hw[2] = {2 * h2, 2 * w2};
-      at::Tensor maskHw =
-          at::upsample_nearest2d(maskIn, at::IntArrayRef(hw), c10::nullopt, c10::nullopt);
-      maskLatents = packLatents(maskHw.repeat({1, C, 1, 1}));
-      blendImage = packLatents(imageLatents);
-      blendNoise = packLatents(noise);
-      res.tensors["mask_in"] = maskIn;
-      res.tensors["masked_image_in"] = maskedIn;
-      res.tensors["masked_image_vae_eps"] = eps3;
-      res.tensors["masked_image_latents"] = packLatents(masked);
-      res.tensors["mask_latent_hw"] = maskHw;
-      res.tensors["mask_latents"] = maskLatents;
-    }
-    res.timings_ms["encode_image"] = msSince(tImg);
-  }
-  res.t_start = tStart;
-  res.initial_latents = latents.clone();
-  latents = latents.to(D.device, dt);
-  // Step caching: fresh state for this call (diffusers resets it when the call ends).
-  std::unique_ptr<StepCache> cache;
-  if (p.cache.enabled()) {
-    cache = std::make_unique<StepCache>(
-        p.cache, D.opts.parallel.cp ? D.opts.parallel.cp->group() : nullptr, D.opts.parallel.tp);
-    D.transformer->setStepCache(cache.get());
-  }
-  struct Unset {
-    FluxTransformer2DModel* t;
-    ~Unset() { t->setStepCache(nullptr); }
-  } unset{D.transformer.get()};
-  at::Tensor guidance;
-  if (D.cfg.transformer.guidance_embeds)
-    guidance = at::full({1}, p.guidance, at::TensorOptions().dtype(at::kFloat).device(D.device));
+at::Tensor FluxPipeline::prepareMask(const at::Tensor& mask, const at::Tensor& image,
+                                     at::Generator& gen, int64_t h, int64_t w,
+                                     GenerationResult& res) {
+  const double shift = d_->cfg.vae.shift_factor, scale = d_->cfg.vae.scaling_factor;
+  const at::Tensor maskedIn = image * (mask < 0.5f);
+  at::Tensor eps;
+  const at::Tensor masked =
+      ((d_->vae->encode(maskedIn.to(device(), options().dtype)).sample(gen, &eps) - shift) * scale)
+          .to(at::kFloat)
+          .cpu();
+  const int64_t hw[2] = {2 * h, 2 * w};
+  const at::Tensor maskHw =
+      at::upsample_nearest2d(mask, at::IntArrayRef(hw), c10::nullopt, c10::nullopt);
+  const int64_t C = d_->cfg.transformer.in_channels / 4;
+  res.tensors["masked_image_in"] = maskedIn;
+  res.tensors["masked_image_vae_eps"] = eps;
+  res.tensors["masked_image_latents"] = packLatents(masked);
+  res.tensors["mask_latent_hw"] = maskHw;
+  return packLatents(maskHw.repeat({1, C, 1, 1}));
+}
 
-  stage("denoise");
-  auto tDen = Clock::now();
-  const int stepsRun = p.steps - tStart;
-  for (int k = tStart; k < p.steps; ++k) {
-    const int i = k - tStart;  // executed step, 0-based
-    auto ts = Clock::now();
-    const float t = sched.timesteps[k];
-    // timestep.expand(B).to(latents.dtype) / 1000, as FluxPipeline passes it.
-    at::Tensor tt =
-        (at::full({1}, t, at::TensorOptions().dtype(at::kFloat).device(D.device)).to(dt) / 1000);
-    auto run = [&](const PromptEmbeds& e) {
-      if (cache) cache->setContext(&e == &neg ? "uncond" : "cond");
-      return D.transformer->forward(latents, e.prompt_embeds, e.pooled, tt, imgIds, e.text_ids,
-                                    guidance);
-    };
-    at::Tensor v;
-    if (!trueCfg) {
-      v = run(pos);
-    } else if (!cfgParallel) {
-      at::Tensor vp = run(pos), vn = run(neg);
-      v = vn + p.true_cfg_scale * (vp - vn);
-    } else {
-      // CFG parallel: rank 0 of the cfg group predicts the conditional, rank 1 the
-      // unconditional branch; exchange and combine identically on both.
-      at::Tensor mine = run(cfgRank == 0 ? pos : neg).contiguous();
-      at::Tensor both = D.opts.cfg->allgather(mine.unsqueeze(0), 0)->result();
-      at::Tensor vp = both[0], vn = both[1];
-      v = vn + p.true_cfg_scale * (vp - vn);
-    }
-    // FlowMatchEulerDiscreteScheduler.step: in float32, x += (sigma_next - sigma) * v.
-    const float sigma = sched.sigmas[k], sigmaNext = sched.sigmas[k + 1];
-    // As diffusers: the product (sigma_next - sigma) * v is formed in the model's dtype, the sum
-    // in float32, the result cast back (identical in float32; matches bf16/fp16 rounding).
-    at::Tensor lf = latents.to(at::kFloat);
-    at::Tensor next = lf + ((sigmaNext - sigma) * v).to(at::kFloat);
-    latents = next.to(v.scalar_type());
-    if (maskLatents.defined()) {
-      // FluxInpaintPipeline: keep the (re-noised) original outside the mask; the last step
-      // blends with the clean image latents.
-      at::Tensor ref = blendImage;
-      if (k + 1 < p.steps) ref = sigmaNext * blendNoise + (1.0 - sigmaNext) * blendImage;
-      const at::Tensor m = maskLatents.to(latents.device(), latents.scalar_type());
-      latents = (1 - m) * ref.to(latents.device(), latents.scalar_type()) + m * latents;
-    }
-    if (cache) {
-      // Reported for the branch this rank denoises ("cond" unless it is CFG-parallel rank 1).
-      cache->setContext(cfgParallel && cfgRank == 1 ? "uncond" : "cond");
-      res.cache_computed.push_back(cache->lastComputed() ? 1 : 0);
-      res.cache_rel_l1.push_back(cache->lastRelL1());
-    }
-    at::Tensor vf = v.to(at::kFloat);
-    const double ms = msSince(ts);
-    res.timings_ms["step." + std::to_string(i + 1)] = ms;
-    res.steps_done = i + 1;
-    if (cb.onStep) {
-      at::Tensor x0 = lf - sigma * vf;
-      if (!cb.onStep(i + 1, stepsRun, latents, x0, ms)) {
-        res.cancelled = true;
-        break;
-      }
-    }
-  }
-  res.timings_ms["denoise"] = msSince(tDen);
-  res.final_latents = latents.to(at::kFloat).to(at::kCPU).contiguous();
-  if (res.cancelled) return res;
-  stage("decode");
-  auto tDec = Clock::now();
-  res.image = decode(latents, p.height, p.width);
-  res.timings_ms["decode"] = msSince(tDec);
-  return res;
+void FluxPipeline::prepareTransformerInputs(const PipelineInputs& p, FlowMatchLatents& s) {
+  s.fixed_inputs["img_ids"] =
+      latentImageIds(static_cast<int>(s.h), static_cast<int>(s.w)).to(device());
+  if (d_->cfg.transformer.guidance_embeds)
+    s.fixed_inputs["guidance"] =
+        at::full({1}, p.guidance, at::TensorOptions().dtype(at::kFloat).device(device()));
 }
 
 std::vector<uint8_t> toRGB8(const at::Tensor& image) {

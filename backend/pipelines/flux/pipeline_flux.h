@@ -1,10 +1,11 @@
-// FluxPipeline (diffusers pipelines/flux/pipeline_flux.py): prompt encoding (CLIP pooled +
-// T5 sequence), seeded CPU noise, 2x2 latent packing, FlowMatchEulerDiscreteScheduler loop with
-// optional true CFG, VAE decode and post-processing. Parallel strategies plug in through
-// PipelineOptions (tensor/context parallel inside the transformer, CFG parallel across a group
-// of two). Data parallel is handled above this class (each replica runs its own pipeline).
-// Programs reach it through the DiffusionPipeline interface (loadPipeline,
-// backend/family_runtime.h).
+// FluxPipeline (diffusers pipelines/flux/pipeline_flux.py) on the shared loop
+// (pipelines/flow_match_pipeline.h): prompt encoding (CLIP pooled + T5 sequence), seeded CPU
+// noise, 2x2 latent packing, the distilled guidance embedding and optional true CFG, VAE decode
+// and post-processing; with an init image FluxImg2ImgPipeline, with a mask FluxInpaintPipeline.
+// Parallel strategies plug in through PipelineOptions (tensor/context parallel inside the
+// transformer, CFG parallel across a group of two). Data parallel is handled above this class (each
+// replica runs its own pipeline). Programs reach it through the DiffusionPipeline interface
+// (loadPipeline, backend/family_runtime.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -17,6 +18,7 @@
 
 #include "backend/models/flux/transformer_flux.h"
 #include "backend/pipelines/diffusion_pipeline.h"
+#include "backend/pipelines/flow_match_pipeline.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
 
 namespace dit {
@@ -28,23 +30,16 @@ struct PromptEmbeds {
   double tokenize_ms = 0, encode_ms = 0;  ///< wall time of tokenization and of the encoders
 };
 
-class FluxPipeline : public DiffusionPipeline {
+class FluxPipeline : public FlowMatchPipeline {
  public:
   /// Loads every component from `model` (throws ModelFileError / std::invalid_argument naming
   /// the file or the degree that does not fit).
   FluxPipeline(const ModelFolder& model, const PipelineOptions& opts);
   ~FluxPipeline() override;
 
-  const ModelFolder& model() const override;
   /// Sizes from the FLUX configs: heads, inner dim, double/single blocks, the VAE scale factor,
   /// 28 default steps, guidance_embeds, min(512, tokenizer_2 model_max_length) text tokens.
   PipelineModelInfo info() const override;
-  /// Fills defaults and validates sizes: width/height multiples of 2*vae_scale_factor, steps >=
-  /// 1, max_sequence_length in [1, 512]; with an init image, width/height default to its size
-  /// (rounded down), strength must be in (0, 1] and run at least one step, a mask needs an init
-  /// image. Throws std::invalid_argument with the fix to apply; std::runtime_error naming an
-  /// unreadable init image.
-  PipelineInputs resolve(PipelineInputs p) const override;
 
   /// CLIP pooled + T5 sequence for one prompt (FluxPipeline.encode_prompt).
   PromptEmbeds encodePrompt(const std::string& prompt, int max_sequence_length);
@@ -64,16 +59,37 @@ class FluxPipeline : public DiffusionPipeline {
   /// "classifier-free guidance is not enabled" warnings); a non-default guidance on a model
   /// without guidance embeds (no effect). `p` is resolved first (throws as resolve does).
   std::vector<std::string> requestWarnings(const PipelineInputs& p) const override;
-  /// The whole pipeline for one image: text-to-image (FluxPipeline), image-to-image
-  /// (FluxImg2ImgPipeline, with init_image) or inpainting (FluxInpaintPipeline, with
-  /// init_image and mask_image), optionally with step caching (PipelineInputs::cache).
-  /// Throws std::runtime_error naming an unreadable init image or mask.
-  GenerationResult generate(const PipelineInputs& params,
-                            const PipelineCallbacks& cb = {}) override;
+  /// FluxPipeline's true CFG: a negative prompt and true_cfg_scale > 1, scale true_cfg_scale.
+  CfgPolicy cfgPolicy(const PipelineInputs& p) const override;
 
   FluxTransformer2DModel& transformer() override;
   /// Bytes of weights held by this rank, per component ("transformer", "text_encoder", ...).
   std::map<std::string, uint64_t> weightBytes() const override;
+
+ protected:
+  /// transformer sample_size x vae_scale_factor pixels, 28 steps, sizes must be multiples of
+  /// 2 x vae_scale_factor, an init image gives the default size (FluxImg2ImgPipeline).
+  FlowMatchDefaults defaults() const override;
+  PromptConditioning encodePromptConditioning(const std::string& prompt,
+                                              int max_sequence_length) override;
+  const SchedulerConfig& schedulerConfig() const override;
+  /// calculate_shift(image_seq_len, base_image_seq_len, max_image_seq_len, base_shift, max_shift).
+  double scheduleMu(int image_seq_len, int steps) const override;
+  /// randn [1, C, 2h, 2w] (the unpacked latent layout; "noise" in res.tensors), packed 2x2.
+  at::Tensor drawNoise(at::Generator& gen, int64_t h, int64_t w,
+                       GenerationResult& res) const override;
+  /// FluxImg2ImgPipeline._encode_vae_image: a posterior SAMPLE from `gen` ("vae_eps"), then
+  /// (z - shift_factor) * scaling_factor ("image_latents", unpacked), packed.
+  at::Tensor encodeImage(const at::Tensor& image, at::Generator& gen,
+                         GenerationResult& res) override;
+  /// FluxInpaintPipeline.prepare_mask_latents: the masked image encoded (a second posterior
+  /// sample from `gen`; "masked_image_in", "masked_image_vae_eps", "masked_image_latents"), the
+  /// mask resized (nearest) to the latent resolution ("mask_latent_hw"), repeated over the
+  /// channels and packed per 2x2 sub-pixel: [1, h * w, 4C].
+  at::Tensor prepareMask(const at::Tensor& mask, const at::Tensor& image, at::Generator& gen,
+                         int64_t h, int64_t w, GenerationResult& res) override;
+  /// img_ids (0, row, col) float32 and, with guidance_embeds, the distilled guidance [1].
+  void prepareTransformerInputs(const PipelineInputs& p, FlowMatchLatents& latents) override;
 
  private:
   struct Impl;

@@ -1,11 +1,16 @@
-// Flux2KleinPipeline (diffusers pipelines/flux2/pipeline_flux2_klein.py), text-to-image: the Qwen3
-// prompt embeddings (Flux2PromptEncoder), noise drawn in the patchified latent layout and packed,
-// the FLUX.2 schedule (compute_empirical_mu), the Euler loop over Flux2Transformer2DModel with
+// Flux2KleinPipeline (diffusers pipelines/flux2/pipeline_flux2_klein.py) on the shared loop
+// (pipelines/flow_match_pipeline.h): the Qwen3 prompt embeddings (Flux2PromptEncoder), noise
+// drawn in the patchified latent layout and packed, the FLUX.2 schedule (compute_empirical_mu),
 // classic CFG (two calls per step, negative = the embedding of "") only when guidance_scale > 1
 // and the model is not distilled, then AutoencoderKLFlux2's BatchNorm de-normalisation,
-// unpatchify and decode. Parallel strategies come from PipelineOptions as for FLUX.1: tp and
-// ring/Ulysses inside the transformer (its declared plans), cfg 2 splits the two CFG calls over
-// a group of two ranks, dp is the worker's.
+// unpatchify and decode. With an init image (and a mask) it is Flux2KleinInpaintPipeline
+// (pipelines/flux2/pipeline_flux2_klein_inpaint.py): the size is the image's, the image latents
+// (posterior mode, BatchNorm-normalised) start the loop through scale_noise AND enter every step
+// as conditioning tokens (T = 10), the binarised mask is bilinear-sampled to the token grid and
+// blends every step; image-to-image is the same with no mask (diffusers' all-white mask). Parallel
+// strategies come from PipelineOptions as for FLUX.1: tp and ring/Ulysses inside the transformer
+// (its declared plans), cfg 2 splits the two CFG calls over a group of two ranks, dp is the
+// worker's.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -16,6 +21,7 @@
 #include <vector>
 
 #include "backend/pipelines/diffusion_pipeline.h"
+#include "backend/pipelines/flow_match_pipeline.h"
 #include "backend/pipelines/flux2/flux2_pipeline_config.h"
 
 namespace dit {
@@ -42,7 +48,7 @@ class Flux2PromptEncoder {
 std::unique_ptr<Flux2PromptEncoder> loadFlux2PromptEncoder(const ModelFolder& model,
                                                            const PipelineOptions& opts);
 
-class Flux2KleinPipeline : public DiffusionPipeline {
+class Flux2KleinPipeline : public FlowMatchPipeline {
  public:
   /// Loads the transformer and the VAE from `model`, and takes the text side `encoder` (null:
   /// generate() refuses prompts and only generateFromEmbeddings() runs). Throws ModelFileError /
@@ -51,23 +57,15 @@ class Flux2KleinPipeline : public DiffusionPipeline {
                      std::unique_ptr<Flux2PromptEncoder> encoder);
   ~Flux2KleinPipeline() override;
 
-  const ModelFolder& model() const override;
   /// Heads, inner dim, blocks, vae_scale_factor, 50 default steps, no guidance embedding, 512
   /// text tokens.
   PipelineModelInfo info() const override;
-  /// Defaults (width/height 128 x vae_scale_factor, 50 steps, 512 text tokens); width/height
-  /// rounded DOWN to multiples of 2 x vae_scale_factor as diffusers does (requestWarnings says
-  /// so); image-to-image, inpainting and step caching are refused for FLUX.2 (std::invalid_argument
-  /// naming the feature).
-  PipelineInputs resolve(PipelineInputs p) const override;
-  /// Encodes the prompt (and, with CFG, the negative: the given negative prompt, else "" as
-  /// diffusers), then generateFromEmbeddings.
-  GenerationResult generate(const PipelineInputs& params,
-                            const PipelineCallbacks& cb = {}) override;
   /// The denoising and decoding with given prompt embeddings [1, L, joint_attention_dim]
   /// (`negative_embeds` used when CFG is on: guidance > 1 and not distilled; under cfg 2 each rank
-  /// needs only the embedding of its branch). GenerationResult::tensors gets "initial_noise"
-  /// [1, 4C, h, w] (float32, CPU). Collective over the pipeline's groups.
+  /// needs only the embedding of its branch). `params` is resolved first. GenerationResult::tensors
+  /// gets "initial_noise" [1, 4C, h, w] (float32, CPU) and, with an init image, "image_in",
+  /// "image_latents" [1, 4C, h, w] (patchified, BatchNorm-normalised), and with a mask "mask_in"
+  /// [1, 1, H, W] and "mask_latents" [1, h * w, 1]. Collective over the pipeline's groups.
   GenerationResult generateFromEmbeddings(const PipelineInputs& params,
                                           const at::Tensor& prompt_embeds,
                                           const at::Tensor& negative_embeds,
@@ -79,10 +77,35 @@ class Flux2KleinPipeline : public DiffusionPipeline {
 
   /// CFG is on for these inputs: guidance > 1 and the model is not distilled.
   bool doClassifierFreeGuidance(const PipelineInputs& p) const;
-  /// Packed-token position ids (0, y, x, 0), int64 [h * w, 4], row-major.
-  static at::Tensor latentIds(int64_t h, int64_t w);
+  /// Flux2KleinPipeline: classic CFG with scale guidance, the negative prompt (default "").
+  CfgPolicy cfgPolicy(const PipelineInputs& p) const override;
+  /// Packed-token position ids (t, y, x, 0), int64 [h * w, 4], row-major; t = 10 for the first
+  /// conditioning image (Flux2KleinInpaintPipeline._prepare_image_ids), 0 for the noisy latents.
+  static at::Tensor latentIds(int64_t h, int64_t w, int64_t t = 0);
   /// Text position ids (0, 0, 0, l), int64 [L, 4].
   static at::Tensor textIds(int64_t L);
+
+ protected:
+  /// 128 x vae_scale_factor pixels, 50 steps, sizes floored to 2 x vae_scale_factor, an init
+  /// image sets the size (Flux2KleinInpaintPipeline).
+  FlowMatchDefaults defaults() const override;
+  PromptConditioning encodePromptConditioning(const std::string& prompt,
+                                              int max_sequence_length) override;
+  const SchedulerConfig& schedulerConfig() const override;
+  /// compute_empirical_mu(image_seq_len, N).
+  double scheduleMu(int image_seq_len, int steps) const override;
+  /// randn [1, 4C, h, w] (the patchified layout), packed.
+  at::Tensor drawNoise(at::Generator& gen, int64_t h, int64_t w,
+                       GenerationResult& res) const override;
+  /// An image over 1024 x 1024 pixels is first scaled to that area (PIL LANCZOS), then
+  /// VaeImageProcessor.preprocess.
+  at::Tensor preprocessInitImage(const Image8& image, int height, int width) const override;
+  /// _encode_vae_image: the posterior mode (no draw), patchified, BatchNorm-normalised, packed.
+  at::Tensor encodeImage(const at::Tensor& image, at::Generator& gen,
+                         GenerationResult& res) override;
+  /// img_ids (0, y, x, 0); with an init image the image latents are appended as conditioning
+  /// tokens with ids (10, y, x, 0).
+  void prepareTransformerInputs(const PipelineInputs& p, FlowMatchLatents& latents) override;
 
  private:
   struct Impl;

@@ -1,0 +1,337 @@
+#include "backend/pipelines/flow_match_pipeline.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+
+#include "backend/models/cache/step_cache.h"
+#include "backend/pipelines/image_processor.h"
+#include "backend/models/family_registry.h"
+#include "parallel/context_parallel.h"
+#include "parallel/process_group.h"
+#include "parallel/strategy.h"
+
+namespace dit {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double msSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+std::string sizeText(int w, int h) { return std::to_string(w) + "x" + std::to_string(h); }
+}  // namespace
+
+FlowMatchPipeline::FlowMatchPipeline(const ModelFolder& model, const PipelineOptions& opts)
+    : model_(model), opts_(opts), device_(opts.device) {
+  const FamilySpec& family = familyOf(model);
+  caps_ = family.caps;
+  familyName_ = family.display_name;
+  if (device_.is_cuda() && !at::hasCUDA())
+    throw std::invalid_argument(
+        "--device cuda: this build of DiT Studio has no CUDA support (LibTorch without CUDA); "
+        "use --device cpu or a CUDA build");
+  if (device_.is_cpu() && opts.dtype == at::kHalf)
+    throw std::invalid_argument(
+        "float16 is not supported on the CPU (LibTorch has no CPU half LayerNorm/GroupNorm "
+        "kernels); use float32 or bfloat16 on the CPU, float16 on GPUs");
+  // The transformer family's declared plan (FamilySpec::dims), the rules the GUI and the CLI
+  // run, before any weight is read.
+  Strategy s;
+  s.world = s.tp_degree = opts.parallel.tpSize();
+  auto issues = validateDegrees(s);
+  if (issues.empty()) issues = validateForModel(s, model.dims());
+  if (!issues.empty()) throw std::invalid_argument(joinIssues(issues));
+}
+
+FlowMatchPipeline::~FlowMatchPipeline() = default;
+
+bool FlowMatchPipeline::cfgParallel() const { return opts_.cfg && opts_.cfg->size() == 2; }
+
+PipelineInputs FlowMatchPipeline::resolve(PipelineInputs p) const {
+  const FlowMatchDefaults d = defaults();
+  const int vsf = d.vae_scale_factor, mult = 2 * vsf;
+  if (!std::isfinite(p.guidance) || !std::isfinite(p.true_cfg_scale))
+    throw std::invalid_argument("guidance and true_cfg_scale must be finite numbers");
+  if (p.width < 0 || p.height < 0 || p.steps < 0 || p.max_sequence_length < 0)
+    throw std::invalid_argument(
+        "width, height, steps and max_sequence_length cannot be negative (0 = the model's "
+        "default)");
+  if (!std::isfinite(p.strength) || p.strength <= 0 || p.strength > 1)
+    throw std::invalid_argument("strength must be in (0, 1], got " + std::to_string(p.strength));
+  if (!p.mask_image.empty() && p.init_image.empty())
+    throw std::invalid_argument("a mask needs an init image (inpainting repaints the init image)");
+  checkRequestSupported(familyName_, caps_, {!p.init_image.empty(), !p.mask_image.empty(), p.cache.enabled()});
+  if (!p.init_image.empty()) {
+    auto [iw, ih] = imageSize(p.init_image);
+    const bool fromImage = d.init_image_size == InitImageSize::FromImage;
+    if (fromImage && static_cast<int64_t>(iw) * ih > 1024 * 1024) {
+      // Flux2KleinInpaintPipeline: scale = sqrt(1024^2 / (h * w)), int(h * scale) x int(w * scale).
+      const double scale = std::sqrt(1024.0 * 1024.0 / (static_cast<double>(ih) * iw));
+      ih = static_cast<int>(ih * scale);
+      iw = static_cast<int>(iw * scale);
+    }
+    if (iw < mult || ih < mult)
+      throw std::invalid_argument("init image " + p.init_image + " is " + sizeText(iw, ih) +
+                                  " pixels; it must be at least " + sizeText(mult, mult));
+    // The init image's size, rounded down to the packing multiple.
+    if (fromImage || p.width <= 0) p.width = iw / mult * mult;
+    if (fromImage || p.height <= 0) p.height = ih / mult * mult;
+  }
+  if (p.width <= 0) p.width = d.sample_size * vsf;
+  if (p.height <= 0) p.height = d.sample_size * vsf;
+  if (p.steps <= 0) p.steps = d.steps;
+  if (p.max_sequence_length <= 0) p.max_sequence_length = d.max_sequence_length;
+  if (d.floor_sizes) {
+    if (p.width < mult || p.height < mult)
+      throw std::invalid_argument("width and height must be at least " + std::to_string(mult) +
+                                  " (2 x vae_scale_factor " + std::to_string(vsf) + "); got " +
+                                  sizeText(p.width, p.height));
+    // Flux2KleinPipeline.prepare_latents: 2 * (size // (vsf * 2)) latent pixels, i.e. the image
+    // size floored to a multiple of 2 x vae_scale_factor (diffusers warns and resizes).
+    p.width = p.width / mult * mult;
+    p.height = p.height / mult * mult;
+  } else if (p.width % mult != 0 || p.height % mult != 0) {
+    throw std::invalid_argument(
+        "width and height must be multiples of " + std::to_string(mult) +
+        " (2 x vae_scale_factor " + std::to_string(vsf) + ") for this model; got " +
+        sizeText(p.width, p.height) + " — try " +
+        sizeText(std::max(mult, p.width / mult * mult), std::max(mult, p.height / mult * mult)));
+  }
+  constexpr int kMaxSide = 16384;
+  if (p.width > kMaxSide || p.height > kMaxSide)
+    throw std::invalid_argument("width and height are limited to " + std::to_string(kMaxSide) +
+                                " pixels; got " + sizeText(p.width, p.height));
+  if (p.steps > 1000)
+    throw std::invalid_argument("steps are limited to 1000; got " + std::to_string(p.steps));
+  if (p.max_sequence_length > 512)
+    throw std::invalid_argument("max_sequence_length cannot be greater than 512, got " +
+                                std::to_string(p.max_sequence_length));
+  if (!p.init_image.empty() && img2imgStartIndex(p.steps, p.strength) >= p.steps)
+    throw std::invalid_argument("strength " + std::to_string(p.strength) + " with " +
+                                std::to_string(p.steps) +
+                                " steps runs no denoising step (steps * strength < 1); raise "
+                                "strength or steps");
+  return p;
+}
+
+void FlowMatchPipeline::checkCfg(const CfgPolicy& cfg) const {
+  if (cfgParallel() && !cfg.enabled)
+    throw std::invalid_argument("cfg_degree 2 needs " + cfg.requirement +
+                                "; with CFG off one half of the group would idle — use "
+                                "cfg_degree 1");
+}
+
+GenerationResult FlowMatchPipeline::generate(const PipelineInputs& params0,
+                                             const PipelineCallbacks& cb) {
+  at::NoGradGuard ng;
+  const PipelineInputs p = resolve(params0);
+  const CfgPolicy cfg = cfgPolicy(p);
+  checkCfg(cfg);
+  const int cfgRank = cfgParallel() ? opts_.cfg->rank() : 0;
+  if (cb.onStage) cb.onStage("encode");  // tokenize + text encoders
+  const auto t0 = Clock::now();
+  // Under CFG parallel each half encodes only the prompt it denoises.
+  PromptConditioning pos, neg;
+  if (!cfgParallel() || cfgRank == 0)
+    pos = encodePromptConditioning(p.prompt, p.max_sequence_length);
+  if (cfg.enabled && (!cfgParallel() || cfgRank == 1))
+    neg = encodePromptConditioning(cfg.negative_prompt, p.max_sequence_length);
+  const double encodeTotal = msSince(t0);
+  GenerationResult r = denoise(p, pos, neg, cb);
+  r.timings_ms["tokenize"] = pos.tokenize_ms + neg.tokenize_ms;
+  r.timings_ms["encode"] = pos.encode_ms + neg.encode_ms;
+  r.timings_ms["encode_total"] = encodeTotal;
+  return r;
+}
+
+at::Tensor FlowMatchPipeline::preprocessInitImage(const Image8& image, int height,
+                                                  int width) const {
+  return preprocessImage(image, height, width);
+}
+
+at::Tensor FlowMatchPipeline::prepareMask(const at::Tensor& mask, const at::Tensor&, at::Generator&,
+                                          int64_t h, int64_t w, GenerationResult&) {
+  // F.interpolate(mask, size=(h, w), mode="bilinear"): align_corners false, no antialias.
+  const int64_t hw[2] = {h, w};
+  const at::Tensor grid = at::upsample_bilinear2d(mask.to(at::kFloat), at::IntArrayRef(hw), false,
+                                                  c10::nullopt, c10::nullopt);
+  // _pack_latents: [1, 1, h, w] -> [1, h * w, 1].
+  return grid.reshape({1, 1, h * w}).permute({0, 2, 1}).contiguous();
+}
+
+FlowMatchLatents FlowMatchPipeline::prepareLatents(const PipelineInputs& p,
+                                                   const FlowMatchEulerDiscreteScheduler& sched,
+                                                   const PipelineCallbacks& cb,
+                                                   GenerationResult& res) {
+  FlowMatchLatents s;
+  const int mult = 2 * defaults().vae_scale_factor;
+  s.h = p.height / mult;
+  s.w = p.width / mult;
+  auto gen = at::detail::createCPUGenerator(p.seed);
+  if (p.init_image.empty()) {
+    s.latents = drawNoise(gen, s.h, s.w, res);
+    return s;
+  }
+  if (cb.onStage) cb.onStage("encode_image");
+  const auto t0 = Clock::now();
+  const bool inpaint = !p.mask_image.empty();
+  const Image8 init = readImage(p.init_image);
+  const Image8 mask = inpaint ? readImage(p.mask_image) : Image8{};
+  // One CPU generator for every draw, in diffusers' order: the image encoding (when the family
+  // samples the posterior), the noise, then the mask's (FLUX.1's masked image).
+  const at::Tensor imageIn = preprocessInitImage(init, p.height, p.width);
+  res.tensors["image_in"] = imageIn;
+  s.image_latents = encodeImage(imageIn, gen, res);
+  s.noise = drawNoise(gen, s.h, s.w, res);
+  // scheduler.scale_noise at the first executed timestep.
+  s.latents = sched.scaleNoise(s.image_latents, sched.beginIndex(), s.noise);
+  if (inpaint) {
+    const at::Tensor maskIn = preprocessMask(mask, p.height, p.width);
+    res.tensors["mask_in"] = maskIn;
+    s.mask = prepareMask(maskIn, imageIn, gen, s.h, s.w, res);
+    res.tensors["mask_latents"] = s.mask;
+  }
+  res.timings_ms["encode_image"] = msSince(t0);
+  return s;
+}
+
+TransformerInputs FlowMatchPipeline::transformerInputs(const at::Tensor& latents,
+                                                       const at::Tensor& timestep,
+                                                       const PromptConditioning& prompt,
+                                                       const FlowMatchLatents& state) const {
+  TransformerInputs in = prompt.inputs;
+  for (const auto& [name, t] : state.fixed_inputs) in[name] = t;
+  in["timestep"] = timestep;
+  in["hidden_states"] =
+      state.reference_tokens.defined()
+          ? at::cat({latents, state.reference_tokens.to(latents.scalar_type())}, 1)
+          : latents;
+  return in;
+}
+
+GenerationResult FlowMatchPipeline::denoise(const PipelineInputs& p, const PromptConditioning& pos,
+                                            const PromptConditioning& neg,
+                                            const PipelineCallbacks& cb) {
+  at::NoGradGuard ng;
+  GenerationResult res;
+  res.params = p;
+  const CfgPolicy cfg = cfgPolicy(p);
+  checkCfg(cfg);
+  const bool cfgPar = cfgParallel();
+  const int cfgRank = cfgPar ? opts_.cfg->rank() : 0;
+  const PromptConditioning& mine = cfgPar && cfgRank == 1 ? neg : pos;
+  if (!mine.defined() || (cfg.enabled && !cfgPar && !neg.defined()))
+    throw std::invalid_argument(
+        "the prompt conditioning this rank needs was not given (the prompt, and with CFG the "
+        "negative prompt)");
+  DiffusionTransformer& model = transformer();
+  if (p.cache.enabled() && !model.supportsStepCache()) {
+    // The family's flag says yes but its transformer has no step-cache seam: refuse the same way.
+    FamilyCapabilities caps = caps_;
+    caps.step_cache = false;
+    checkRequestSupported(familyName_, caps, {false, false, true});
+  }
+  auto stage = [&](const char* s) {
+    if (cb.onStage) cb.onStage(s);
+  };
+  const int mult = 2 * defaults().vae_scale_factor;
+  const int tokens = (p.height / mult) * (p.width / mult);
+  FlowMatchEulerDiscreteScheduler sched(schedulerConfig());
+  sched.setTimesteps(p.steps, scheduleMu(tokens, p.steps), p.init_image.empty() ? 1.0 : p.strength);
+  FlowMatchLatents state = prepareLatents(p, sched, cb, res);
+  const int tStart = sched.beginIndex();
+  res.t_start = tStart;
+  res.initial_latents = state.latents.clone();
+  const auto dt = opts_.dtype;
+  at::Tensor latents = state.latents.to(device_, dt);
+  prepareTransformerInputs(p, state);
+  // The inpaint blend's operands, on the device once.
+  at::Tensor mask;
+  if (state.mask.defined()) mask = state.mask.to(device_, dt);
+
+  // Step caching: fresh state for this call (diffusers resets it when the call ends).
+  std::unique_ptr<StepCache> cache;
+  if (p.cache.enabled()) {
+    cache = std::make_unique<StepCache>(
+        p.cache, opts_.parallel.cp ? opts_.parallel.cp->group() : nullptr, opts_.parallel.tp);
+    model.setStepCache(cache.get());
+  }
+  struct Detach {
+    DiffusionTransformer* t;
+    bool on;
+    ~Detach() {
+      if (on) t->setStepCache(nullptr);
+    }
+  } detach{&model, cache != nullptr};
+
+  stage("denoise");
+  const auto tDen = Clock::now();
+  const int stepsRun = sched.stepsToRun();
+  for (int k = tStart; k < p.steps; ++k) {
+    const int i = k - tStart;  // executed step, 0-based
+    const auto ts = Clock::now();
+    // timestep.expand(B).to(latents.dtype) / 1000, as the pipelines pass it.
+    const at::Tensor tt =
+        at::full({1}, sched.timestep(k), at::TensorOptions().dtype(at::kFloat).device(device_))
+            .to(dt) /
+        1000;
+    auto run = [&](const PromptConditioning& c, const char* context) {
+      if (cache) cache->setContext(context);
+      at::Tensor out = model.forward(transformerInputs(latents, tt, c, state));
+      // Conditioning tokens are not denoised: noise_pred[:, :latents.size(1)].
+      if (out.size(1) != latents.size(1)) out = out.narrow(1, 0, latents.size(1));
+      return out;
+    };
+    at::Tensor v;
+    if (!cfg.enabled) {
+      v = run(pos, "cond");
+    } else if (!cfgPar) {
+      const at::Tensor vc = run(pos, "cond"), vu = run(neg, "uncond");
+      v = vu + cfg.scale * (vc - vu);
+    } else {
+      // CFG parallel: rank 0 of the cfg group predicts the conditional, rank 1 the
+      // unconditional branch; exchange and combine identically on both.
+      const at::Tensor part = run(mine, cfgRank == 0 ? "cond" : "uncond").contiguous();
+      const at::Tensor both = opts_.cfg->allgather(part.unsqueeze(0), 0)->result();
+      v = both[1] + cfg.scale * (both[0] - both[1]);
+    }
+    at::Tensor x0;
+    if (cb.onStep) x0 = sched.predOriginalSample(v, k, latents);
+    latents = sched.step(v, k, latents);
+    if (mask.defined()) {
+      // Keep the original outside the mask: re-noised to the next sigma (scale_noise with the
+      // same noise), the clean image latents after the last step.
+      const at::Tensor ref = k + 1 < p.steps
+                                 ? sched.scaleNoise(state.image_latents, k + 1, state.noise)
+                                 : state.image_latents;
+      const at::Tensor m = mask.to(latents.scalar_type());
+      latents = (1 - m) * ref.to(latents.device(), latents.scalar_type()) + m * latents;
+    }
+    if (cache) {
+      // Reported for the branch this rank denoises ("cond" unless it is CFG-parallel rank 1).
+      cache->setContext(cfgPar && cfgRank == 1 ? "uncond" : "cond");
+      res.cache_computed.push_back(cache->lastComputed() ? 1 : 0);
+      res.cache_rel_l1.push_back(cache->lastRelL1());
+    }
+    const double ms = msSince(ts);
+    res.timings_ms["step." + std::to_string(i + 1)] = ms;
+    res.steps_done = i + 1;
+    if (cb.onStep && !cb.onStep(i + 1, stepsRun, latents, x0, ms)) {
+      res.cancelled = true;
+      break;
+    }
+  }
+  res.timings_ms["denoise"] = msSince(tDen);
+  res.final_latents = latents.to(at::kFloat).to(at::kCPU).contiguous();
+  if (res.cancelled) return res;
+  stage("decode");
+  const auto tDec = Clock::now();
+  res.image = decode(latents, p.height, p.width);
+  res.timings_ms["decode"] = msSince(tDec);
+  return res;
+}
+
+}  // namespace dit

@@ -1,0 +1,195 @@
+// FlowMatchPipeline: the ONE denoising loop of the flow-matching families (FLUX.1, FLUX.2 [klein],
+// ...), the shape of diffusers' modular pipelines (modular_pipelines/flux/denoise.py: the loop
+// written once, a family supplies the step blocks) and of stable-diffusion.cpp's single sampler.
+//
+// It owns: resolve() with the shared limits and the generic capability refusal
+// (pipeline_capabilities.h); the schedule (FlowMatchEulerDiscreteScheduler::setTimesteps with
+// img2img's strength / t_start); the latents (text-to-image noise, FluxImg2ImgPipeline's and
+// Flux2KleinInpaintPipeline's start through scheduler.scale_noise, the inpaint mask); CFG and the
+// cfg_degree 2 exchange (rank 0 of the cfg group the conditional branch, rank 1 the
+// unconditional one, one allgather per step); scheduler.step; the inpaint blend
+// (FluxInpaintPipeline / Flux2KleinInpaintPipeline: the re-noised original outside the mask, the
+// clean one after the last step); step caching through DiffusionTransformer::setStepCache; the
+// stage / per-step callbacks with x0 previews; cancellation; timings; decode.
+//
+// A family (pipelines/<family>/pipeline_<family>.cpp) supplies: its defaults and size policy,
+// prompt encoding, its CFG policy, the schedule's mu, noise drawing and packing, image encoding,
+// the mask on its latent layout, the fixed transformer inputs (position ids, guidance,
+// conditioning tokens) and decode. Every tensor the loop handles is packed latents
+// [1, S_img, C_packed] (float32 on the CPU between stages, the compute dtype on the device in
+// the loop).
+#pragma once
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "backend/io/image_io.h"
+#include "backend/pipelines/diffusion_pipeline.h"
+#include "backend/pipelines/pipeline_capabilities.h"
+#include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
+
+namespace dit {
+
+/// One prompt's text conditioning as the transformer takes it (diffusers' encode_prompt output),
+/// by the transformer's input names: e.g. FLUX.1 "encoder_hidden_states" [1, L, 4096],
+/// "pooled_projections" [1, 768], "txt_ids" [L, 3]; FLUX.2 "encoder_hidden_states" [1, L, D],
+/// "txt_ids" [L, 4] int64. On the pipeline's device; empty = not encoded on this rank.
+struct PromptConditioning {
+  TransformerInputs inputs;
+  double tokenize_ms = 0, encode_ms = 0;  ///< wall time of tokenization and of the encoders
+  bool defined() const { return !inputs.empty(); }
+};
+
+/// How a family runs classifier-free guidance for a request.
+struct CfgPolicy {
+  bool enabled = false;         ///< two predictions per step (conditional and unconditional)
+  double scale = 1.0;           ///< v = v_uncond + scale * (v_cond - v_uncond)
+  std::string negative_prompt;  ///< what the unconditional branch encodes
+  /// When CFG runs, for the cfg_degree 2 refusal, e.g. "true CFG (a negative prompt and
+  /// true_cfg_scale > 1)".
+  std::string requirement;
+};
+
+/// How an init image sets the output size.
+enum class InitImageSize {
+  /// FluxImg2ImgPipeline: width/height 0 take the image's size rounded down to a multiple of
+  /// 2 x vae_scale_factor; given ones resize the image.
+  DefaultsToImage,
+  /// Flux2KleinInpaintPipeline: always the image's size (first scaled down to 1024 x 1024 pixels
+  /// of area when larger), floored to a multiple of 2 x vae_scale_factor; width/height ignored.
+  FromImage,
+};
+
+/// A family's request defaults and size rules (what resolve() needs).
+struct FlowMatchDefaults {
+  int vae_scale_factor = 8;
+  int sample_size = 128;  ///< default width/height = sample_size x vae_scale_factor
+  int steps = 28;
+  int max_sequence_length = 512;
+  /// true: width/height are floored to multiples of 2 x vae_scale_factor (Flux2KleinPipeline);
+  /// false: other sizes are refused naming the nearest valid one (FluxPipeline).
+  bool floor_sizes = false;
+  InitImageSize init_image_size = InitImageSize::DefaultsToImage;
+};
+
+/// The latents of one generation (packed, float32, CPU) and what the loop needs beyond them.
+struct FlowMatchLatents {
+  int64_t h = 0, w = 0;      ///< the token grid: height, width / (2 x vae_scale_factor)
+  at::Tensor latents;        ///< the first transformer input [1, h * w, C]
+  at::Tensor noise;          ///< with an init image: the noise draw [1, h * w, C]
+  at::Tensor image_latents;  ///< with an init image: the clean image latents [1, h * w, C]
+  at::Tensor mask;           ///< inpainting: 1 = repaint, broadcastable to [1, h * w, C]
+  /// Inputs every transformer call of the loop gets besides hidden_states, timestep and the
+  /// prompt's (family-set in prepareTransformerInputs: "img_ids", "guidance", ...), on the device.
+  TransformerInputs fixed_inputs;
+  /// Conditioning tokens appended after the noisy tokens every step (Flux2KleinInpaintPipeline's
+  /// init image) [1, S_ref, C] on the device in the compute dtype; the prediction is cut back to
+  /// the first h * w tokens. Undefined = none.
+  at::Tensor reference_tokens;
+};
+
+class FlowMatchPipeline : public DiffusionPipeline {
+ public:
+  ~FlowMatchPipeline() override;
+
+  const ModelFolder& model() const override { return model_; }
+  /// The family's capabilities (its record, FamilySpec::caps).
+  const FamilyCapabilities& capabilities() const { return caps_; }
+
+  /// Fills the family's defaults and checks the shared limits: finite guidance and
+  /// true_cfg_scale; no negative sizes; strength in (0, 1]; a mask only with an init image; the
+  /// family's capabilities (one generic refusal); the init image's size per the family's policy;
+  /// width/height multiples of (or floored to) 2 x vae_scale_factor, at most 16384; steps <= 1000;
+  /// max_sequence_length <= 512; strength x steps >= 1 with an init image. Throws
+  /// std::invalid_argument with the fix to apply; std::runtime_error naming an unreadable init
+  /// image.
+  PipelineInputs resolve(PipelineInputs p) const override;
+
+  /// The whole pipeline for one image: resolve, the prompt encodings this rank needs (under
+  /// cfg_degree 2 each rank encodes only its branch), then denoise(). Timings "tokenize",
+  /// "encode", "encode_total" plus denoise()'s. Collective over the pipeline's groups. Throws as
+  /// resolve() and denoise() do.
+  GenerationResult generate(const PipelineInputs& params,
+                            const PipelineCallbacks& cb = {}) override;
+
+  /// The family's CFG for these (resolved) inputs.
+  virtual CfgPolicy cfgPolicy(const PipelineInputs& p) const = 0;
+
+ protected:
+  /// Checks the device (CUDA build for "cuda", no float16 on the CPU) and the tensor-parallel
+  /// degree against the family's declared plans (model.dims()), before any weight is read.
+  /// Throws std::invalid_argument naming the fix; UnsupportedModelError for an unregistered
+  /// pipeline class.
+  FlowMatchPipeline(const ModelFolder& model, const PipelineOptions& opts);
+
+  const PipelineOptions& options() const { return opts_; }
+  const c10::Device& device() const { return device_; }
+  bool cfgParallel() const;
+
+  /// The denoising loop and decode for resolved inputs `p` and the prompt conditionings this
+  /// rank needs (`pos` except on cfg rank 1, `neg` when CFG runs except on cfg rank 0).
+  /// GenerationResult: initial/final latents (packed float32 CPU), the image, t_start,
+  /// steps_done, cache figures, timings "step.i", "denoise", "decode" (and "encode_image" with an
+  /// init image) and the family's intermediates. Throws std::invalid_argument when cfg_degree 2
+  /// runs without CFG or a needed conditioning is missing; std::runtime_error naming an
+  /// unreadable init image or mask. Collective over the pipeline's groups.
+  GenerationResult denoise(const PipelineInputs& p, const PromptConditioning& pos,
+                           const PromptConditioning& neg, const PipelineCallbacks& cb);
+
+  // ---- Family hooks ----
+  virtual FlowMatchDefaults defaults() const = 0;
+  /// One prompt's conditioning (collective over the text encoder's groups).
+  virtual PromptConditioning encodePromptConditioning(const std::string& prompt,
+                                                      int max_sequence_length) = 0;
+  virtual const SchedulerConfig& schedulerConfig() const = 0;
+  /// The schedule's mu for `image_seq_len` packed tokens and N = `steps` (FLUX.1:
+  /// calculate_shift; FLUX.2: compute_empirical_mu).
+  virtual double scheduleMu(int image_seq_len, int steps) const = 0;
+  /// Draws the initial noise from `gen` in the family's layout and returns it packed
+  /// [1, h * w, C] float32 CPU; may record it in res.tensors.
+  virtual at::Tensor drawNoise(at::Generator& gen, int64_t h, int64_t w,
+                               GenerationResult& res) const = 0;
+  /// The init image preprocessed [1, 3, height, width] float32 in [-1, 1] (default:
+  /// VaeImageProcessor.preprocess, image_processor.h).
+  virtual at::Tensor preprocessInitImage(const Image8& image, int height, int width) const;
+  /// Encodes a preprocessed image to packed latents [1, h * w, C] float32 CPU (the family's VAE
+  /// and normalisation; a posterior sample may draw from `gen`); may record intermediates.
+  virtual at::Tensor encodeImage(const at::Tensor& image, at::Generator& gen,
+                                 GenerationResult& res) = 0;
+  /// The binarised mask [1, 1, H, W] (1 = repaint) on the packed latents, broadcastable to
+  /// [1, h * w, C]. Default (Flux2KleinInpaintPipeline.prepare_mask_latents): bilinear
+  /// (align_corners false, no antialias) straight to the h x w token grid, packed [1, h * w, 1].
+  /// `image` is the preprocessed init image (FLUX.1 also encodes the masked image from `gen`).
+  virtual at::Tensor prepareMask(const at::Tensor& mask, const at::Tensor& image,
+                                 at::Generator& gen, int64_t h, int64_t w, GenerationResult& res);
+  /// The start of the loop: noise for text-to-image; with an init image (encode_image stage):
+  /// preprocess, encode, noise, scale_noise at sigmas[t_start], and with a mask the mask. One CPU
+  /// generator seeded with p.seed serves every draw in diffusers' order (image encoding, noise,
+  /// mask). Overridable; the default calls the hooks above.
+  virtual FlowMatchLatents prepareLatents(const PipelineInputs& p,
+                                          const FlowMatchEulerDiscreteScheduler& scheduler,
+                                          const PipelineCallbacks& cb, GenerationResult& res);
+  /// Sets latents.fixed_inputs (position ids, guidance, ...) and reference_tokens for the loop.
+  virtual void prepareTransformerInputs(const PipelineInputs& p, FlowMatchLatents& latents) = 0;
+  /// One transformer call's inputs: the prompt's, the fixed ones, "timestep" and
+  /// "hidden_states" (the latents, followed by the reference tokens when there are some).
+  virtual TransformerInputs transformerInputs(const at::Tensor& latents, const at::Tensor& timestep,
+                                              const PromptConditioning& prompt,
+                                              const FlowMatchLatents& state) const;
+
+ private:
+  void checkCfg(const CfgPolicy& cfg) const;
+
+  ModelFolder model_;
+  PipelineOptions opts_;
+  c10::Device device_{at::kCPU};
+  FamilyCapabilities caps_;
+  std::string familyName_;  ///< FamilySpec::display_name, named in refusals
+};
+
+}  // namespace dit
