@@ -1,0 +1,18 @@
+# GGUF checkpoints (issue 33) on ../shared/fixtures/tiny-flux-gguf-A: reader, bit-exact
+# dequantization of every tensor of the 12 files against ggml's, forward and pipeline goldens,
+# tensor parallel / ulysses parity and LoRA on quantized weights.
+set(DITSTUDIO_GGUF_FIXTURE "${PROJECT_SOURCE_DIR}/../shared/fixtures/tiny-flux-gguf-A"
+    CACHE PATH "tiny-flux-gguf-A fixture (gguf/ and a diffusers FluxPipeline folder)")
+if(EXISTS "${DITSTUDIO_GGUF_FIXTURE}/gguf/gguf_report.json")
+  add_executable(test_gguf test_gguf.cpp)
+  target_link_libraries(test_gguf PRIVATE dit_backend GTest::gtest GTest::gtest_main)
+  target_compile_definitions(test_gguf PRIVATE DITSTUDIO_FIXTURE="${DITSTUDIO_FIXTURE}"
+    DITSTUDIO_GGUF_FIXTURE="${DITSTUDIO_GGUF_FIXTURE}")
+  target_precompile_headers(test_gguf REUSE_FROM dit_backend)
+  add_test(NAME gguf COMMAND test_gguf)
+  set_tests_properties(gguf PROPERTIES LABELS "backend;golden;formats;gguf" TIMEOUT 600
+    ENVIRONMENT "OMP_NUM_THREADS=2")
+else()
+  message(WARNING "DITSTUDIO_GGUF_FIXTURE=${DITSTUDIO_GGUF_FIXTURE} has no gguf/gguf_report.json: "
+                  "the GGUF tests (gguf*) are not built")
+endif()
