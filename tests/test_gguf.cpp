@@ -3,6 +3,8 @@
 // of the 12 files against ggml's own (SHA-256 of the float32 bytes in gguf_report.json, and the
 // rows of dequant_rows.safetensors at 0 ulp), and refusals of broken files naming the file, the
 // tensor and the cause.
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -13,10 +15,17 @@
 #include <string>
 #include <vector>
 
+#include "backend/io/checkpoint_layouts.h"
 #include "backend/io/gguf.h"
 #include "backend/io/gguf_types.h"
 #include "backend/io/safetensors.h"
+#include "backend/io/model_folder.h"
 #include "backend/io/sha256.h"
+#include "backend/io/tensor_io.h"
+#include "backend/io/weight_source.h"
+#include "backend/models/flux/transformer_flux.h"
+#include "backend/pipelines/flux/flux_pipeline_config.h"
+#include "golden_util.h"
 #include "gguf_test_util.h"
 
 using namespace dit;
@@ -116,4 +125,96 @@ TEST(Gguf, BytesPerParameterByStorage) {
   EXPECT_DOUBLE_EQ(storageBytesPerParameter("BF16"), 2);
   EXPECT_DOUBLE_EQ(storageBytesPerParameter("F8_E4M3"), 1);
   EXPECT_DOUBLE_EQ(storageBytesPerParameter("IQ2_XXS"), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading: the BFL key layout of the GGUF files, weights kept quantized, forward goldens.
+
+namespace {
+
+const SafetensorsCollection& ggoldens() {
+  static SafetensorsCollection g(test::ggufFixture("gguf/gguf_golden.safetensors"));
+  return g;
+}
+at::Tensor ggolden(const std::string& name) { return loadTensor(ggoldens(), name, at::kFloat); }
+
+const FluxTransformerConfig& ggufFolderConfig() {
+  static const FluxTransformerConfig c =
+      fluxConfig(ModelFolder::open(test::ggufFixture("."))).transformer;
+  return c;
+}
+
+struct GgufModel {
+  CheckpointInfo info;
+  std::shared_ptr<WeightSource> w;
+  std::unique_ptr<FluxTransformer2DModel> model;
+};
+
+GgufModel loadGguf(const std::string& file, FluxParallelism par = {}) {
+  GgufModel m;
+  m.info = inspectCheckpoint(file);
+  const CheckpointComponent& c = m.info.require("transformer", "--model");
+  SafetensorsReader r(file);
+  m.w = WeightSource::fromLayout(componentLayout(r, c), at::kFloat, at::kCPU);
+  m.model = std::make_unique<FluxTransformer2DModel>(
+      fluxConfigFromBfl(r, c.prefix, &ggufFolderConfig()), *m.w, std::move(par));
+  return m;
+}
+
+at::Tensor runCase(const FluxTransformer2DModel& m, int k) {
+  at::NoGradGuard ng;
+  const std::string p = "dit." + std::to_string(k) + ".in.";
+  return m.forward(ggolden(p + "hidden_states"), ggolden(p + "encoder_hidden_states"),
+                   ggolden(p + "pooled_projections"), ggolden(p + "timestep"),
+                   ggolden(p + "img_ids"), ggolden(p + "txt_ids"), ggolden(p + "guidance"));
+}
+
+}  // namespace
+
+TEST(GgufLoad, DetectsTheTransformerAndItsTypes) {
+  const CheckpointInfo i = inspectCheckpoint(test::ggufFile("Q4_K_S"));
+  EXPECT_EQ(i.family, "flux");
+  EXPECT_EQ(i.variant, "flux-dev");
+  ASSERT_NE(i.find("transformer"), nullptr);
+  EXPECT_EQ(i.find("transformer")->layout, "bfl");
+  EXPECT_EQ(i.describe(), "flux-dev: transformer (bfl, F16 x5 + F32 x34 + Q4_K x13)");
+  const FluxTransformerConfig c = [] {
+    SafetensorsReader r(test::ggufFile("Q8_0"));
+    return fluxConfigFromBfl(r, "", &ggufFolderConfig());
+  }();
+  EXPECT_EQ(c.num_attention_heads * c.attention_head_dim, 256);
+  EXPECT_EQ(c.num_layers, 1);
+  EXPECT_EQ(c.num_single_layers, 1);
+}
+
+TEST(GgufLoad, ForwardOfEveryTypeMatchesGoldenAndStaysQuantized) {
+  for (const auto& [type, rep] : report()["types"].items()) {
+    GgufModel m = loadGguf(test::ggufFile(type));
+    // Every weight of a quantized type is held as its blocks: the rank's bytes of them equal
+    // the file's bytes of those tensors.
+    int64_t held = 0, kept = 0;
+    for (const auto& p : m.model->parameters()) {
+      if (p.heldBytes > 0) {
+        held += p.heldBytes;
+        ++kept;
+      }
+    }
+    int64_t fileQuantBytes = 0;
+    for (const auto& [name, t] : rep["tensors"].items()) {
+      GgmlType g;
+      const std::string ty = t["ggml_type"].get<std::string>();
+      if (parseGgmlType(ty, g) && ggmlIsQuantized(g)) fileQuantBytes += t["nbytes"].get<int64_t>();
+    }
+    EXPECT_EQ(held, fileQuantBytes) << type;
+    EXPECT_EQ(kept, fileQuantBytes ? 20 : 0) << type;  // 13 BFL tensors = 20 diffusers weights
+    for (int k = 0; k < 3; ++k) {
+      const at::Tensor out = runCase(*m.model, k);
+      const at::Tensor ref = ggolden("dit." + std::to_string(k) + ".out." + type);
+      ASSERT_EQ(out.sizes(), ref.sizes());
+      const double d = test::maxAbsDiff(out, ref);
+      std::printf("  %-7s dit.%d  max |diff| %.3g   (kept quantized: %lld bytes)\n", type.c_str(),
+                  k, d, static_cast<long long>(held));
+      EXPECT_LT(d, 1e-4) << type << " dit." << k;
+    }
+  }
 }

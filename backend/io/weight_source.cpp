@@ -66,14 +66,29 @@ float WeightSource::float8Scale(const std::string& name) const {
   return loadTensor(*st_, it->second.scaleKey, at::kFloat).reshape({}).item<float>();
 }
 
+std::string WeightSource::blockFormat(const std::string& name) const {
+  if (!st_ || !contains(name)) return {};
+  const std::string key = layout_ ? layout_->tensors.at(name).segments.front().key : name;
+  const DType t = st_->info(key).dtype;
+  return dtypeIsBlockQuantized(t) ? dtypeName(t) : std::string();
+}
+
 at::ScalarType WeightSource::loadTypeFor(const std::string& name) const {
-  return keepFloat8_ && !float8Format(name).empty() ? at::kByte : dtype_;
+  if (keepFloat8_ && !float8Format(name).empty()) return at::kByte;
+  if (keepBlocks_ && !blockFormat(name).empty()) return at::kByte;
+  return dtype_;
 }
 
 at::Tensor WeightSource::readMapped(const std::string& name, int64_t dim, int64_t start,
                                     int64_t len) {
   const MappedTensor& m = layout_->tensors.at(name);
   const bool codes = loadTypeFor(name) == at::kByte;
+  // Block rows (GGUF kept quantized): byte columns of element columns [start, start + len).
+  const DType storedType = st_->info(m.segments.front().key).dtype;
+  const bool blocks = codes && dtypeIsBlockQuantized(storedType);
+  auto byteCols = [&](int64_t c) {
+    return c / dtypeBlockSize(storedType) * dtypeBlockBytes(storedType);
+  };
   const at::ScalarType loadType = codes ? at::kByte : m.scaleKey.empty() ? dtype_ : at::kFloat;
   std::vector<at::Tensor> pieces;
   int64_t off = 0;  // logical row of the current segment
@@ -92,13 +107,18 @@ at::Tensor WeightSource::readMapped(const std::string& name, int64_t dim, int64_
       pieces.push_back(loadSlice(*st_, seg.key, 1, start, len, loadType));
     } else {
       // Columns of a row range of a fused tensor: the range's rows are read, then narrowed.
-      pieces.push_back(loadSlice(*st_, seg.key, 0, seg.row0, seg.rows, loadType)
-                           .narrow(1, start, len)
-                           .contiguous());
+      if (blocks && (start % dtypeBlockSize(storedType) || len % dtypeBlockSize(storedType)))
+        throw std::invalid_argument("columns of '" + seg.key + "' do not fall on " +
+                                    dtypeName(storedType) + " block boundaries");
+      pieces.push_back(
+          loadSlice(*st_, seg.key, 0, seg.row0, seg.rows, loadType)
+              .narrow(1, blocks ? byteCols(start) : start, blocks ? byteCols(len) : len)
+              .contiguous());
     }
     off += seg.rows;
   }
   at::Tensor t = pieces.size() == 1 ? pieces[0] : at::cat(pieces, 0);
+  if (blocks) return t.contiguous();  // [rows, row bytes]
   std::vector<int64_t> shape = m.shape;
   if (!shape.empty()) shape[dim] = len;
   t = t.reshape(shape);
@@ -272,6 +292,25 @@ at::Tensor WeightSource::shard(const std::string& name, const std::vector<int64_
   checkShape(name, shape);
   at::Tensor t = layout_ ? readMapped(name, dim, part * len, len)
                          : loadSlice(*st_, name, dim, part * len, len, loadTypeFor(name));
+  checkFinite(name, t);
+  return finish(t);
+}
+
+at::Tensor WeightSource::slice(const std::string& name, const std::vector<int64_t>& shape,
+                               int64_t dim, int64_t start, int64_t len) {
+  if (dim < 0 || dim >= static_cast<int64_t>(shape.size()) || start < 0 || len < 0 ||
+      start + len > shape[dim])
+    throw std::invalid_argument("cannot slice '" + name + "': [" + std::to_string(start) + ", " +
+                                std::to_string(start + len) + ") of dim " + std::to_string(dim));
+  if (inMemory_) return finish(memoryTensor(name, shape).narrow(dim, start, len));
+  if (!st_) {
+    auto s = shape;
+    s[dim] = len;
+    return finish(randomTensor(name + "@" + std::to_string(start), s));
+  }
+  checkShape(name, shape);
+  at::Tensor t = layout_ ? readMapped(name, dim, start, len)
+                         : loadSlice(*st_, name, dim, start, len, loadTypeFor(name));
   checkFinite(name, t);
   return finish(t);
 }
