@@ -18,15 +18,16 @@
 #include "backend/io/checkpoint_layouts.h"
 #include "backend/io/gguf.h"
 #include "backend/io/gguf_types.h"
-#include "backend/io/safetensors.h"
 #include "backend/io/model_folder.h"
+#include "backend/io/safetensors.h"
 #include "backend/io/sha256.h"
 #include "backend/io/tensor_io.h"
 #include "backend/io/weight_source.h"
 #include "backend/models/flux/transformer_flux.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
-#include "golden_util.h"
+#include "backend/pipelines/flux/pipeline_flux.h"
 #include "gguf_test_util.h"
+#include "golden_util.h"
 
 using namespace dit;
 using nlohmann::json;
@@ -215,6 +216,53 @@ TEST(GgufLoad, ForwardOfEveryTypeMatchesGoldenAndStaysQuantized) {
       std::printf("  %-7s dit.%d  max |diff| %.3g   (kept quantized: %lld bytes)\n", type.c_str(),
                   k, d, static_cast<long long>(held));
       EXPECT_LT(d, 1e-4) << type << " dit." << k;
+    }
+  }
+}
+
+// Whole FluxPipeline runs with the transformer from a GGUF file (--model x.gguf, the fixture
+// folder as --config and for VAE / text encoders): final latents and image of runs 0 and 1
+// within 1e-4 of gguf_golden (diffusers with ggml's dequantized weights), for Q8_0 and Q4_K_S.
+TEST(GgufPipeline, RunsFromQ8_0AndQ4_K_SMatchGoldens) {
+  struct Run {
+    std::string prompt;
+    uint64_t seed;
+    int height, width, steps;
+    double guidance;
+  };
+  const Run runs[] = {{"a photo of a cat", 42, 32, 32, 4, 3.5},
+                      {"A Painting of a Squirrel eating a BURGER!!", 3, 36, 28, 3, 2.0}};
+  const std::string root = test::ggufFixture(".");
+  for (const std::string type : {"Q8_0", "Q4_K_S"}) {
+    ModelSources s;
+    s.model = test::ggufFile(type);
+    s.config = root;
+    s.vae = root + "/vae";
+    s.text_encoder = root + "/text_encoder";
+    s.text_encoder_2 = root + "/text_encoder_2";
+    const ModelFolder mf = ModelFolder::open(s);
+    EXPECT_TRUE(mf.components.at("transformer").single_file);
+    FluxPipeline pipe(mf, PipelineOptions{});
+    for (int r = 0; r < 2; ++r) {
+      PipelineInputs p;
+      p.prompt = runs[r].prompt;
+      p.seed = runs[r].seed;
+      p.height = runs[r].height;
+      p.width = runs[r].width;
+      p.steps = runs[r].steps;
+      p.guidance = runs[r].guidance;
+      p.max_sequence_length = test::goldenJson()["max_sequence_length"];
+      const GenerationResult res = pipe.generate(p);
+      const std::string k = "run" + std::to_string(r) + "." + type + ".";
+      for (const auto& [what, t] :
+           {std::pair<std::string, at::Tensor>{"final_latents", res.final_latents},
+            {"image", res.image}}) {
+        const at::Tensor ref = ggolden(k + what);
+        ASSERT_EQ(t.sizes(), ref.sizes()) << k + what;
+        const double d = test::maxAbsDiff(t, ref);
+        std::printf("  %-28s max |diff| %.3g\n", (k + what).c_str(), d);
+        EXPECT_LT(d, 1e-4) << k + what;
+      }
     }
   }
 }
