@@ -266,3 +266,116 @@ TEST(GgufPipeline, RunsFromQ8_0AndQ4_K_SMatchGoldens) {
     }
   }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Broken files: refused naming the file, the tensor (or key) and the cause.
+
+namespace {
+
+std::string writeTemp(const std::string& name, const std::string& bytes) {
+  const fs::path p = test::tempDir("bad") / name;
+  std::ofstream(p, std::ios::binary) << bytes;
+  return p.string();
+}
+
+void expectRefused(const std::string& bytes, const std::vector<std::string>& words) {
+  const std::string p = writeTemp("x.gguf", bytes);
+  try {
+    SafetensorsReader r(p);
+    ADD_FAILURE() << "accepted; expected a refusal with '" << words.front() << "'";
+  } catch (const ModelFileError& e) {
+    EXPECT_EQ(e.file(), p);
+    for (const auto& w : words)
+      EXPECT_NE(std::string(e.what()).find(w), std::string::npos)
+          << "'" << e.what() << "' lacks '" << w << "'";
+  }
+}
+
+// smallGguf() with the tensor info of `name` rewritten by `edit` (ne, type, offset fields).
+std::string withInfo(const std::string& name, uint32_t nd, const std::vector<uint64_t>& ne,
+                     uint32_t type, uint64_t offset) {
+  std::string f = test::smallGguf();
+  const size_t at = f.find(name);
+  test::GgufWriter w;
+  w.u32(nd);
+  for (uint64_t v : ne) w.u64(v);
+  w.u32(type);
+  w.u64(offset);
+  f.replace(at + name.size(), w.b.size(), w.b);
+  return f;
+}
+
+}  // namespace
+
+TEST(GgufBadInput, SmallValidFileReads) {
+  const std::string p = writeTemp("ok.gguf", test::smallGguf());
+  SafetensorsReader r(p);
+  EXPECT_EQ(r.info("a.weight").shape, (std::vector<int64_t>{3, 64}));
+  EXPECT_EQ(r.info("b.weight").dtype, DType::Q4_K);
+  EXPECT_EQ(r.ggufHeader()->find("test.shape")->integers, (std::vector<int64_t>{3, 64}));
+}
+
+TEST(GgufBadInput, RefusedNamingFileTensorAndCause) {
+  const std::string good = test::smallGguf();
+  expectRefused(good.substr(0, 20), {"truncated GGUF file"});
+  expectRefused(good.substr(0, good.size() - 100), {"tensor 'b.weight'", "outside"});
+  std::string v = good;
+  v[4] = 1;
+  expectRefused(v, {"version 1"});
+  v[4] = 9;
+  expectRefused(v, {"version 9"});
+  v = good;
+  std::memcpy(&v[4], "\0\0\0\3", 4);
+  expectRefused(v, {"big-endian"});
+  v = good;
+  v[8] = 0x7f;  // tensor count
+  expectRefused(v, {"tensor count"});
+  expectRefused(withInfo("b.weight", 2, {256, 2}, 12, 1 << 30), {"'b.weight'", "outside"});
+  expectRefused(withInfo("b.weight", 2, {256, 2}, 12, 33), {"'b.weight'", "misaligned"});
+  expectRefused(withInfo("a.weight", 2, {64, uint64_t(1) << 61}, 8, 128), {"'a.weight'", "2^62"});
+  expectRefused(withInfo("a.weight", 2, {64, ~uint64_t(0)}, 8, 128), {"'a.weight'", "absurd"});
+  expectRefused(withInfo("a.weight", 5, {64, 3, 1, 1, 1}, 8, 128), {"'a.weight'", "5 dimensions"});
+  expectRefused(withInfo("b.weight", 2, {256, 2}, 16, 256), {"'b.weight'", "IQ2_XXS"});
+  expectRefused(withInfo("b.weight", 2, {256, 2}, 99, 256), {"'b.weight'", "type id 99"});
+  expectRefused(withInfo("a.weight", 2, {48, 3}, 8, 128), {"'a.weight'", "multiple of Q8_0"});
+  expectRefused(withInfo("b.weight", 2, {256, 2}, 12, 128), {"overlap"});
+  std::string dup = good;
+  dup.replace(dup.find("b.weight"), 8, "a.weight");
+  expectRefused(dup, {"'a.weight' is listed twice"});
+  std::string key = good;
+  key.replace(key.find("test.shape"), 10, "general.architecture");  // longer: corrupts the rest
+  expectRefused(key, {"metadata"});
+}
+
+// A real file with a tensor missing (renamed) or mis-shaped: refused when its layout is built,
+// naming the tensor.
+TEST(GgufBadInput, MissingOrMisShapedTensorInTheTransformer) {
+  std::ifstream in(test::ggufFile("Q8_0"), std::ios::binary);
+  const std::string good((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string f = good;
+  const std::string n = "double_blocks.0.img_mlp.2.bias";
+  f.replace(f.find(n), n.size(), "double_blocks.0.img_mlp.2.biaz");
+  std::string p = writeTemp("missing.gguf", f);
+  try {
+    SafetensorsReader r(p);
+    componentLayout(r, inspectCheckpoint(p).require("transformer", "--model"));
+    ADD_FAILURE() << "accepted";
+  } catch (const ModelFileError& e) {
+    EXPECT_EQ(e.file(), p);
+    EXPECT_NE(std::string(e.what()).find("biaz"), std::string::npos) << e.what();
+  }
+  f = good;
+  const std::string q = "double_blocks.0.img_attn.qkv.weight";
+  const size_t at = f.find(q) + q.size() + 4 + 8;  // n_dims, ne[0]
+  const uint64_t rows = 512;
+  std::memcpy(&f[at], &rows, 8);
+  p = writeTemp("misshaped.gguf", f);
+  try {
+    SafetensorsReader r(p);
+    componentLayout(r, inspectCheckpoint(p).require("transformer", "--model"));
+    ADD_FAILURE() << "accepted";
+  } catch (const ModelFileError& e) {
+    EXPECT_NE(std::string(e.what()).find(q), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("768"), std::string::npos) << e.what();
+  }
+}
