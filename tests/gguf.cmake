@@ -16,3 +16,14 @@ else()
   message(WARNING "DITSTUDIO_GGUF_FIXTURE=${DITSTUDIO_GGUF_FIXTURE} has no gguf/gguf_report.json: "
                   "the GGUF tests (gguf*) are not built")
 endif()
+if(EXISTS "${DITSTUDIO_GGUF_FIXTURE}/gguf/gguf_report.json")
+  # tp 2 / ulysses 2 from Q4_K_S and Q8_0 == one rank, per-rank quantized slices, LoRA on Q8_0.
+  add_executable(test_gguf_mpi test_gguf_mpi.cpp)
+  target_link_libraries(test_gguf_mpi PRIVATE dit_backend GTest::gtest MPI::MPI_C)
+  target_compile_definitions(test_gguf_mpi PRIVATE DITSTUDIO_FIXTURE="${DITSTUDIO_FIXTURE}"
+    DITSTUDIO_GGUF_FIXTURE="${DITSTUDIO_GGUF_FIXTURE}")
+  target_precompile_headers(test_gguf_mpi REUSE_FROM dit_backend)
+  add_test(NAME gguf_mpi_np2 COMMAND ${DITSTUDIO_MPIRUN} -np 2 $<TARGET_FILE:test_gguf_mpi>)
+  set_tests_properties(gguf_mpi_np2 PROPERTIES LABELS "backend;parallel;mpi;formats;gguf;lora"
+    PROCESSORS 2 TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=1;DITSTUDIO_COLLECTIVE_TIMEOUT_S=120")
+endif()
