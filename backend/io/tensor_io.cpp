@@ -159,13 +159,17 @@ at::Tensor loadBlockRows(const SafetensorsReader& r, const TensorInfo& i, int64_
                  i.begin + static_cast<uint64_t>((row0 + rows) * rowBytes));
   return dtype == at::kFloat ? out : out.to(dtype);
 }
+// Block rows: ggml block types always; 16-bit floats when their raw bytes are asked for.
+bool keptAsBlocks(DType d, at::ScalarType dtype) {
+  return dtypeIsBlockQuantized(d) || (dtype == at::kByte && (d == DType::F16 || d == DType::BF16));
+}
 }  // namespace
 
 at::Tensor loadTensor(const SafetensorsCollection& st, const std::string& name,
                       at::ScalarType dtype) {
   const auto& r = st.reader(name);
   const auto& i = r.info(name);
-  if (dtypeIsBlockQuantized(i.dtype)) {
+  if (keptAsBlocks(i.dtype, dtype)) {
     const int64_t rows = i.shape.size() > 1 ? i.numel() / i.shape.back() : 1;
     at::Tensor t = loadBlockRows(r, i, 0, rows, 0, i.shape.back(), dtype);
     if (dtype == at::kByte) return t;
@@ -188,7 +192,7 @@ at::Tensor loadSlice(const SafetensorsCollection& st, const std::string& name, i
                                        std::to_string(dim) + " does not fit its shape");
   std::vector<int64_t> shape = i.shape;
   shape[dim] = length;
-  if (dtypeIsBlockQuantized(i.dtype)) {
+  if (keptAsBlocks(i.dtype, dtype)) {
     if (nd > 2)
       throw ModelFileError(r.path(), "tensor '" + name + "' (" + dtypeName(i.dtype) + ", " +
                                          std::to_string(nd) +

@@ -32,7 +32,9 @@ at::Tensor float8Table(DType t);
 /// dimension; kept quantized, see tensor_parallel::WeightStorage); any other `dtype` gives ggml's
 /// float32 dequantization (bit-exact), cast. loadSlice likewise: dim 0 takes whole rows; dim 1
 /// with kByte needs block-aligned columns (std::invalid_argument otherwise), dequantized slices
-/// take any columns.
+/// take any columns. F16 / BF16 tensors asked for as kByte are returned the same way (their raw
+/// 2-byte values as block rows of 1 element), as the weight loader keeps a GGUF file's 16-bit
+/// linear weights.
 at::Tensor loadTensor(const SafetensorsCollection& st, const std::string& name,
                       at::ScalarType dtype);
 

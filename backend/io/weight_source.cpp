@@ -70,7 +70,12 @@ std::string WeightSource::blockFormat(const std::string& name) const {
   if (!st_ || !contains(name)) return {};
   const std::string key = layout_ ? layout_->tensors.at(name).segments.front().key : name;
   const DType t = st_->info(key).dtype;
-  return dtypeIsBlockQuantized(t) ? dtypeName(t) : std::string();
+  if (dtypeIsBlockQuantized(t)) return dtypeName(t);
+  // A GGUF file's 16-bit weights stay 16-bit when the compute dtype is float32 (GGUF files are
+  // kept as stored: resident bytes about the file's).
+  if ((t == DType::F16 || t == DType::BF16) && dtype_ == at::kFloat && st_->reader(key).isGguf())
+    return dtypeName(t);
+  return {};
 }
 
 at::ScalarType WeightSource::loadTypeFor(const std::string& name) const {
@@ -85,7 +90,8 @@ at::Tensor WeightSource::readMapped(const std::string& name, int64_t dim, int64_
   const bool codes = loadTypeFor(name) == at::kByte;
   // Block rows (GGUF kept quantized): byte columns of element columns [start, start + len).
   const DType storedType = st_->info(m.segments.front().key).dtype;
-  const bool blocks = codes && dtypeIsBlockQuantized(storedType);
+  const bool blocks = codes && (dtypeIsBlockQuantized(storedType) || storedType == DType::F16 ||
+                                storedType == DType::BF16);
   auto byteCols = [&](int64_t c) {
     return c / dtypeBlockSize(storedType) * dtypeBlockBytes(storedType);
   };

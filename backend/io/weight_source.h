@@ -81,7 +81,9 @@ class WeightSource {
   /// to the compute dtype. The weight loader keeps GGUF linear weights quantized this way
   /// (tensor_parallel/weight_storage.h). Off by default.
   void setKeepBlocks(bool on) { keepBlocks_ = on; }
-  /// The ggml type name ("Q8_0", "Q4_K", ...) when `name` is stored block-quantized, else "".
+  /// The ggml type name ("Q8_0", "Q4_K", ...) when `name` is stored block-quantized, "F16" /
+  /// "BF16" when it is a 16-bit tensor of a GGUF file and the compute dtype is float32 (kept in
+  /// 16 bits the same way), else "".
   std::string blockFormat(const std::string& name) const;
   /// Columns (dim 1) or rows (dim 0) [start, start + len) of tensor `name` of global shape
   /// `shape`, whatever the shard plan: the weight loader reads block-aligned column ranges of
