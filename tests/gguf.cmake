@@ -27,3 +27,14 @@ if(EXISTS "${DITSTUDIO_GGUF_FIXTURE}/gguf/gguf_report.json")
   set_tests_properties(gguf_mpi_np2 PROPERTIES LABELS "backend;parallel;mpi;formats;gguf;lora"
     PROCESSORS 2 TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=1;DITSTUDIO_COLLECTIVE_TIMEOUT_S=120")
 endif()
+if(EXISTS "${DITSTUDIO_GGUF_FIXTURE}/gguf/gguf_report.json" AND TARGET ditstudio-gguf-bench)
+  # ditstudio-gguf-bench smoke at tp 2 (label bench; timings printed, not compared): every GGUF
+  # variant's resident weight bytes within 10% of the file's bytes for the rank's shard.
+  add_test(NAME gguf_bench_np2 COMMAND ${DITSTUDIO_MPIRUN} -np 2 $<TARGET_FILE:ditstudio-gguf-bench>
+    --folder ${DITSTUDIO_GGUF_FIXTURE}/transformer
+    --gguf ${DITSTUDIO_GGUF_FIXTURE}/gguf/transformer-Q8_0.gguf
+    --gguf ${DITSTUDIO_GGUF_FIXTURE}/gguf/transformer-Q4_K_S.gguf
+    --image-tokens 64 --text-tokens 16 --steps 1 --warmup 0 --check)
+  set_tests_properties(gguf_bench_np2 PROPERTIES LABELS "bench;mpi;gguf" PROCESSORS 2 TIMEOUT 300
+    ENVIRONMENT "OMP_NUM_THREADS=1")
+endif()
