@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "app/stored_weight_bytes.h"
 #include "backend/io/safetensors.h"
 #include "backend/models/text_encoders/qwen3_plan.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
@@ -78,7 +79,13 @@ MemoryEstimate estimateRequestMemory(const ModelFolder& m, const Strategy& s, co
   MemoryEstimate e;
   // Weights: the transformer's share from its declared plan, the rest whole on every rank.
   const int tp = std::max(1, s.tp_degree);
-  if (dims.tensor_parallel_plan && dims.parameters)
+  bool gguf = false;  // a GGUF transformer keeps its weights in their stored types (issue 33)
+  const ParameterTable stored =
+      dims.parameters ? withStoredTypes(m, *dims.parameters, &gguf) : ParameterTable{};
+  if (dims.tensor_parallel_plan && dims.parameters && gguf)
+    e.weights = storedWeightBytesPerRank(*dims.tensor_parallel_plan, stored, tp,
+                                         static_cast<int64_t>(eb), true);
+  else if (dims.tensor_parallel_plan && dims.parameters)
     e.weights =
         dims.tensor_parallel_plan->bytesPerRank(*dims.parameters, tp, static_cast<int64_t>(eb));
   else

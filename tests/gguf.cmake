@@ -5,7 +5,7 @@ set(DITSTUDIO_GGUF_FIXTURE "${PROJECT_SOURCE_DIR}/../shared/fixtures/tiny-flux-g
     CACHE PATH "tiny-flux-gguf-A fixture (gguf/ and a diffusers FluxPipeline folder)")
 if(EXISTS "${DITSTUDIO_GGUF_FIXTURE}/gguf/gguf_report.json")
   add_executable(test_gguf test_gguf.cpp)
-  target_link_libraries(test_gguf PRIVATE dit_backend GTest::gtest GTest::gtest_main)
+  target_link_libraries(test_gguf PRIVATE dit_app GTest::gtest GTest::gtest_main)
   target_compile_definitions(test_gguf PRIVATE DITSTUDIO_FIXTURE="${DITSTUDIO_FIXTURE}"
     DITSTUDIO_GGUF_FIXTURE="${DITSTUDIO_GGUF_FIXTURE}")
   target_precompile_headers(test_gguf REUSE_FROM dit_backend)

@@ -12,9 +12,11 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "app/stored_weight_bytes.h"
 #include "backend/io/checkpoint_layouts.h"
 #include "backend/io/gguf.h"
 #include "backend/io/gguf_types.h"
@@ -23,6 +25,7 @@
 #include "backend/io/sha256.h"
 #include "backend/io/tensor_io.h"
 #include "backend/io/weight_source.h"
+#include "backend/models/flux/flux_plan.h"
 #include "backend/models/flux/transformer_flux.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
 #include "backend/pipelines/flux/pipeline_flux.h"
@@ -378,4 +381,56 @@ TEST(GgufBadInput, MissingOrMisShapedTensorInTheTransformer) {
     EXPECT_NE(std::string(e.what()).find(q), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("768"), std::string::npos) << e.what();
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory estimate with quantized sizes (no weights needed): a FLUX.1-dev-size transformer as
+// city96's Q4_K_S file stores it (every 2-D block weight Q4_K; the embedders' second linears,
+// context_embedder and norm_out.linear F16; the rest F32), at tp 2.
+TEST(GgufMemory, FluxDevSizeQ4_K_SAtTp2) {
+  FluxTransformerConfig c;
+  c.num_layers = 19;
+  c.num_single_layers = 38;
+  c.num_attention_heads = 24;
+  c.attention_head_dim = 128;
+  c.joint_attention_dim = 4096;
+  c.pooled_projection_dim = 768;
+  c.in_channels = 64;
+  c.out_channels = 64;
+  c.guidance_embeds = true;
+  c.axes_dims_rope = {16, 56, 56};
+  const ParameterTable f32 = fluxParameterTable(c);
+  const std::set<std::string> f16 = {
+      "context_embedder.weight", "time_text_embed.timestep_embedder.linear_2.weight",
+      "time_text_embed.text_embedder.linear_2.weight",
+      "time_text_embed.guidance_embedder.linear_2.weight", "norm_out.linear.weight"};
+  ParameterTable stored, quantOnly, rest;
+  int64_t total = 0;
+  for (ParameterInfo p : f32) {
+    total += p.numel();
+    const bool block =
+        p.shape.size() == 2 && p.name.find("transformer_blocks.") != std::string::npos;
+    p.dtype = block ? "Q4_K" : f16.count(p.name) ? "F16" : "F32";
+    p.elementBytes = block ? 1 : f16.count(p.name) ? 2 : 4;
+    stored.add(p);
+    (block ? quantOnly : rest).add(p);
+  }
+  const ShardingPlan plan = fluxShardingPlan(c);
+  const uint64_t perRank = storedWeightBytesPerRank(plan, stored, 2, 4, true);
+  // The same from the plan's own byte count: Q4_K elements of the rank x 144 / 256 + the rest
+  // as stored (F16 kept 16-bit, F32).
+  const double closed = static_cast<double>(plan.bytesPerRank(quantOnly, 2, 0)) * 144.0 / 256.0 +
+                        static_cast<double>(plan.bytesPerRank(rest, 2, 0));
+  const uint64_t oneRank = storedWeightBytesPerRank(plan, stored, 1, 4, true);
+  std::printf(
+      "  FLUX.1-dev size: %.2f B parameters; Q4_K_S weights %.2f GB on one rank, %.2f GB "
+      "per rank at tp 2 (float32 compute would hold %.2f GB per rank)\n",
+      total / 1e9, oneRank / 1e9, perRank / 1e9, plan.bytesPerRank(f32, 2, 4) / 1e9);
+  EXPECT_NEAR(static_cast<double>(perRank), closed, 1.0);
+  EXPECT_GT(total, 11.8e9);
+  EXPECT_NEAR(oneRank / 1e9, 6.8, 0.2);  // city96's flux1-dev-Q4_K_S.gguf: 6.81 GB
+  // Half of the sharded blocks plus the replicated AdaLayerNorm modulation linears (3.2 B
+  // parameters, replicated by FLUX's plan): 3.5 to 4.5 GB, not 24 GB of float32.
+  EXPECT_GT(perRank / 1e9, 3.4);
+  EXPECT_LT(perRank / 1e9, 4.5);
 }

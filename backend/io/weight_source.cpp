@@ -355,12 +355,12 @@ std::pair<std::string, int64_t> WeightSource::storage(const std::string& name) c
       throw ModelFileError(layout_->file,
                            "the " + layout_->description + " has no tensor for '" + name + "'");
     const DType t = st_->info(it->second.segments.front().key).dtype;
-    return {dtypeName(t), static_cast<int64_t>(dtypeSize(t))};
+    return {dtypeName(t), std::max<int64_t>(1, static_cast<int64_t>(dtypeSize(t)))};
   }
   if (inMemory_ && !memory_.count(name)) throw ModelFileError(dir_, "no tensor '" + name + "'");
   if (st_) {
     const DType t = st_->info(name).dtype;
-    return {dtypeName(t), static_cast<int64_t>(dtypeSize(t))};
+    return {dtypeName(t), std::max<int64_t>(1, static_cast<int64_t>(dtypeSize(t)))};
   }
   switch (dtype_) {
     case at::kBFloat16:

@@ -68,7 +68,8 @@ class WeightSource {
                          const std::vector<int64_t>& blocks, int64_t part, int64_t parts);
   bool contains(const std::string& name) const;
   /// How `name` is stored: {safetensors dtype spelling ("F32", "BF16", "F8_E4M3", ...), bytes per
-  /// element}. Random sources report their compute dtype. Throws ModelFileError when a
+  /// element} (1 for the ggml block types: LoadedParameter::heldBytes has their exact size).
+  /// Random sources report their compute dtype. Throws ModelFileError when a
   /// checkpoint lacks the tensor.
   std::pair<std::string, int64_t> storage(const std::string& name) const;
   /// While on, tensors stored as 8-bit floats (F8_E4M3 / F8_E5M2) are returned as their raw kByte
