@@ -6,8 +6,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "app/stored_weight_bytes.h"
 #include "backend/io/safetensors.h"
+#include "backend/io/stored_weight_bytes.h"
 #include "backend/models/text_encoders/qwen3_plan.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
 #include "backend/pipelines/flux2/flux2_pipeline_config.h"

@@ -16,13 +16,13 @@
 #include <string>
 #include <vector>
 
-#include "app/stored_weight_bytes.h"
 #include "backend/io/checkpoint_layouts.h"
 #include "backend/io/gguf.h"
 #include "backend/io/gguf_types.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/safetensors.h"
 #include "backend/io/sha256.h"
+#include "backend/io/stored_weight_bytes.h"
 #include "backend/io/tensor_io.h"
 #include "backend/io/weight_source.h"
 #include "backend/models/flux/flux_plan.h"

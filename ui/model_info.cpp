@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <memory>
 
 #include "backend/io/checkpoint_layouts.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/safetensors.h"
+#include "backend/io/stored_weight_bytes.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
 #include "backend/pipelines/flux2/flux2_pipeline_config.h"
 
@@ -150,6 +152,13 @@ ModelInfo readModelInfo(const QString& dirIn, const QString& configDir) {
       setSizes(fluxConfig(m).transformer);
     }
     info.model_dims = m.dims();  // the family's declaration: sizes, plans, parameter table
+    if (info.model_dims.parameters) {
+      // A GGUF transformer keeps its weights in their stored types (Q4_K, ...): the advisor's
+      // bytes per rank come from them (storedWeightBytesPerRank).
+      bool gguf = false;
+      const ParameterTable stored = withStoredTypes(m, *info.model_dims.parameters, &gguf);
+      if (gguf) info.model_dims.parameters = std::make_shared<const ParameterTable>(stored);
+    }
     info.vae_scale_factor = info.model_dims.vae_scale_factor;
     info.max_sequence_length = m.config->max_sequence_length;
     info.cfg_from_guidance = m.config->cfg_from_guidance;

@@ -1,4 +1,4 @@
-#include "app/stored_weight_bytes.h"
+#include "backend/io/stored_weight_bytes.h"
 
 #include <algorithm>
 
