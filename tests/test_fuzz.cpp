@@ -26,9 +26,11 @@
 
 #include "app/protocol/launch.h"
 #include "app/protocol/protocol.h"
+#include "backend/io/gguf.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/png_io.h"
 #include "backend/io/safetensors.h"
+#include "gguf_test_util.h"
 #include "golden_util.h"
 
 using namespace dit;
@@ -366,6 +368,84 @@ TEST(Fuzz, CorruptSafetensorsHeadersRefusedNamingTheFile) {
     fs::remove(p);
   }
   EXPECT_GT(refused, 200);
+}
+
+// ------------------------------------------------------------------ fuzz: GGUF headers
+// Issue 33: a small valid GGUF file (gguf_test_util.h) mutated 400 ways (seeded): counts, lengths,
+// types, dimensions, offsets, flipped bytes, truncation, appended bytes. Each is refused with a
+// ModelFileError naming the file, or accepted with every tensor inside the file and
+// dequantizable (rows read within its bytes).
+TEST(Fuzz, CorruptGgufHeadersRefusedNamingTheFile) {
+  const std::string good = test::smallGguf();
+  const size_t dataAt = static_cast<size_t>(
+      parseGguf(reinterpret_cast<const uint8_t*>(good.data()), good.size(), "small.gguf")
+          .dataOffset);
+  const fs::path d = tempDir("gguf");
+  std::mt19937_64 g(33);
+  int refused = 0;
+  auto put64 = [](std::string& f, size_t at, uint64_t v) {
+    if (at + 8 <= f.size()) std::memcpy(&f[at], &v, 8);
+  };
+  const uint64_t interesting[] = {0,          1,          2,     3,         4,   5,
+                                  31,         32,         33,    255,       256, 1ull << 31,
+                                  1ull << 32, 1ull << 62, ~0ull, ~0ull >> 1};
+  for (int i = 0; i < 400; ++i) {
+    std::string f = good;
+    switch (g() % 7) {
+      case 0:  // flip bytes in the header
+        for (int k = 0; k < 1 + static_cast<int>(g() % 6); ++k)
+          f[g() % dataAt] = static_cast<char>(g() & 0xff);
+        break;
+      case 1:  // tensor or key count
+        put64(f, 8 + 8 * (g() % 2), interesting[g() % 16]);
+        break;
+      case 2:  // truncated
+        f.resize(g() % f.size());
+        break;
+      case 3: {  // a 64-bit field (string length, ne, offset, array length) at a random place
+        put64(f, 24 + g() % (dataAt - 24), interesting[g() % 16]);
+        break;
+      }
+      case 4: {  // a 32-bit field (type, n_dims, value type, version)
+        const uint32_t v = static_cast<uint32_t>(interesting[g() % 16] & 0xffffffffu);
+        const size_t at = g() % (dataAt - 4);
+        std::memcpy(&f[at], &v, 4);
+        break;
+      }
+      case 5:  // bytes appended
+        f += randomBytes(g, 1 + g() % 64);
+        break;
+      default:  // the magic damaged
+        f[g() % 4] = static_cast<char>(g() & 0xff);
+    }
+    const fs::path p = d / ("case" + std::to_string(i) + ".gguf");
+    writeAll(p, f);
+    try {
+      SafetensorsReader r(p.string());
+      for (const auto& n : r.names()) {
+        const TensorInfo& t = r.info(n);
+        EXPECT_LE(t.end, r.fileSize()) << "case " << i;
+        if (!r.isGguf()) continue;
+        const GgmlType ty = test::ggmlTypeOf(t.dtype);
+        const int64_t width = t.shape.back();
+        EXPECT_EQ(static_cast<int64_t>(t.nbytes()),
+                  ggmlRowBytes(ty, width) * (t.numel() / std::max<int64_t>(1, width)))
+            << "case " << i;
+        if (t.numel() > 0 && width <= 4096) {  // one row, read within the tensor's bytes
+          std::vector<float> row(static_cast<size_t>(width));
+          dequantizeGgml(ty, r.data(t), row.data(), width);
+        }
+      }
+    } catch (const ModelFileError& e) {
+      EXPECT_EQ(e.file(), p.string()) << "case " << i;
+      EXPECT_FALSE(e.cause().empty());
+      ++refused;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "case " << i << ": not a ModelFileError: " << e.what();
+    }
+    fs::remove(p);
+  }
+  EXPECT_GT(refused, 250);
 }
 
 // ------------------------------------------------------------------ fuzz: configs

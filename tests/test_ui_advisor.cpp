@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "backend/io/stored_weight_bytes.h"
 #include "backend/models/flux/flux_plan.h"
 #include "backend/models/memory_estimate.h"
 #include "parallel/strategy.h"
@@ -234,6 +235,27 @@ class TestAdvisor : public QObject {
     QVERIFY_THROWS_EXCEPTION(std::invalid_argument, weightBytesPerRank(in, 2));
     in.bytes_per_param = 2;
     QCOMPARE(adviseStrategy(in).strategy.tp_degree, 1);
+  }
+
+  // A GGUF transformer (issue 33): the table carries the stored types (every 2-D block weight
+  // Q4_K here), and the weights per rank are their quantized bytes (0.5625 per parameter),
+  // replicated AdaLN modulation included: about 4.4 GB at tp 2 instead of 12 GB in bf16.
+  void gguf_weightsUseQuantizedSizes() {
+    AdvisorInput in = flux(2, 24, Interconnect::NVLink);
+    in.other_params = 0;
+    dit::ParameterTable q;
+    for (dit::ParameterInfo p : *in.transformer.parameters) {
+      if (p.shape.size() == 2 && p.name.find("transformer_blocks.") != std::string::npos)
+        p.dtype = "Q4_K", p.elementBytes = 1;
+      q.add(p);
+    }
+    const double bf16 = weightBytesPerRank(in, 2);
+    in.transformer.parameters = std::make_shared<const dit::ParameterTable>(q);
+    const double quant = weightBytesPerRank(in, 2);
+    QCOMPARE(quant, double(dit::storedWeightBytesPerRank(*in.transformer.tensor_parallel_plan, q, 2,
+                                                         2, true)));
+    QVERIFY(quant > 3.4e9 && quant < 4.6e9);
+    QVERIFY(quant < 0.4 * bf16);
   }
 
   // FLUX.2 sizes from the declared parameter tables (the issue's 4B / 9B / 32B), and the advice

@@ -6,6 +6,8 @@
 
 #include "backend/models/family_registry.h"
 #include "backend/models/memory_estimate.h"
+#include "backend/io/gguf_types.h"
+#include "backend/io/stored_weight_bytes.h"
 
 namespace dit::ui {
 namespace {
@@ -78,8 +80,17 @@ double weightBytesPerRank(const AdvisorInput& in, int tp) {
   if (tp < 1) throw std::invalid_argument("weightBytesPerRank: tp_degree must be >= 1");
   const int64_t eb = std::max<int64_t>(1, std::llround(in.bytes_per_param));
   double transformer = 0;
+  bool stored = false;  // a GGUF transformer's table carries its stored types (Q4_K, ...)
+  if (in.transformer.parameters)
+    for (const auto& p : *in.transformer.parameters) {
+      dit::GgmlType g;
+      stored = stored || (dit::parseGgmlType(p.dtype, g) && dit::ggmlIsQuantized(g));
+    }
   if (in.transformer.parameters) {
-    if (in.transformer.tensor_parallel_plan)
+    if (in.transformer.tensor_parallel_plan && stored)
+      transformer = double(dit::storedWeightBytesPerRank(*in.transformer.tensor_parallel_plan,
+                                                         *in.transformer.parameters, tp, eb, true));
+    else if (in.transformer.tensor_parallel_plan)
       transformer = double(
           in.transformer.tensor_parallel_plan->bytesPerRank(*in.transformer.parameters, tp, eb));
     else if (tp == 1)

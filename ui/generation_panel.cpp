@@ -32,12 +32,12 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   modelEdit_ = new QLineEdit(modelBox);
   modelEdit_->setPlaceholderText(
       tr("diffusers FLUX.1 or FLUX.2 [klein] folder, or a single FLUX.1 checkpoint file (BFL, fp8, "
-         "ComfyUI all-in-one)"));
+         "ComfyUI all-in-one, GGUF)"));
   auto* browse = new QPushButton(tr("Browse…"), modelBox);
   browse->setToolTip(tr("Choose a diffusers model folder"));
   auto* browseFile = new QPushButton(tr("File…"), modelBox);
   browseFile->setObjectName("modelFileButton");
-  browseFile->setToolTip(tr("Choose a single .safetensors checkpoint"));
+  browseFile->setToolTip(tr("Choose a single .safetensors or .gguf checkpoint"));
   auto* deflt = new QPushButton(tr("Default"), modelBox);
   deflt->setToolTip(tr("The embedded default model"));
   row->addWidget(modelEdit_, 1);
@@ -173,8 +173,9 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   });
   connect(browseFile, &QPushButton::clicked, this, [this] {
     const QString f = QFileDialog::getOpenFileName(
-        this, tr("Choose a FLUX.1 checkpoint file (BFL, fp8, ComfyUI all-in-one)"), modelDir(),
-        tr("safetensors (*.safetensors)"));
+        this, tr("Choose a FLUX.1 checkpoint file (BFL, fp8, ComfyUI all-in-one, GGUF)"),
+        modelDir(),
+        tr("Checkpoints (*.safetensors *.gguf);;safetensors (*.safetensors);;GGUF (*.gguf)"));
     if (!f.isEmpty()) setModelDir(f);
   });
   connect(deflt, &QPushButton::clicked, this, [this] { setModelDir(defaultModelDir()); });

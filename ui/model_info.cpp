@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <memory>
 
 #include "backend/models/checkpoint_layouts.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/safetensors.h"
 #include "backend/models/family_registry.h"
+#include "backend/io/stored_weight_bytes.h"
 
 namespace dit::ui {
 namespace {
@@ -137,11 +139,16 @@ ModelInfo readModelInfo(const QString& dirIn, const QString& configDir) {
       if (f.key == "family" && info.detected.isEmpty())
         info.detected = QString::fromStdString(f.value);
     }
-    info.model_dims = m.dims();
+    info.model_dims = m.dims();  // the family's declaration: sizes, plans, parameter table
     info.num_attention_heads = info.model_dims.num_attention_heads;
-    info.attention_head_dim =
-        info.model_dims
-            .attention_head_dim;  // the family's declaration: sizes, plans, parameter table
+    info.attention_head_dim = info.model_dims.attention_head_dim;
+    if (info.model_dims.parameters) {
+      // A GGUF transformer keeps its weights in their stored types (Q4_K, ...): the advisor's
+      // bytes per rank come from them (storedWeightBytesPerRank).
+      bool gguf = false;
+      const ParameterTable stored = withStoredTypes(m, *info.model_dims.parameters, &gguf);
+      if (gguf) info.model_dims.parameters = std::make_shared<const ParameterTable>(stored);
+    }
     info.vae_scale_factor = info.model_dims.vae_scale_factor;
     info.max_sequence_length = m.config->max_sequence_length;
     info.cfg_from_guidance = m.config->cfg_from_guidance;

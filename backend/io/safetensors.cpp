@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/io/file_guard.h"
+#include "backend/io/gguf.h"
+#include "backend/io/gguf_types.h"
 #include "backend/io/safe_write.h"
 
 namespace dit {
@@ -40,8 +42,33 @@ size_t dtypeSize(DType t) {
     case DType::I64:
     case DType::F64:
       return 8;
+    default:  // ggml block types: see dtypeBlockBytes
+      return 0;
   }
-  return 0;
+}
+
+namespace {
+// The block types and their ggml counterparts.
+constexpr std::pair<DType, GgmlType> kBlockTypes[] = {
+    {DType::Q4_0, GgmlType::Q4_0}, {DType::Q4_1, GgmlType::Q4_1}, {DType::Q5_0, GgmlType::Q5_0},
+    {DType::Q5_1, GgmlType::Q5_1}, {DType::Q8_0, GgmlType::Q8_0}, {DType::Q2_K, GgmlType::Q2_K},
+    {DType::Q3_K, GgmlType::Q3_K}, {DType::Q4_K, GgmlType::Q4_K}, {DType::Q5_K, GgmlType::Q5_K},
+    {DType::Q6_K, GgmlType::Q6_K}};
+const GgmlType* ggmlOf(DType t) {
+  for (const auto& [d, g] : kBlockTypes)
+    if (d == t) return &g;
+  return nullptr;
+}
+}  // namespace
+
+bool dtypeIsBlockQuantized(DType t) { return ggmlOf(t) != nullptr; }
+int64_t dtypeBlockSize(DType t) {
+  const GgmlType* g = ggmlOf(t);
+  return g ? ggmlBlockSize(*g) : 1;
+}
+int64_t dtypeBlockBytes(DType t) {
+  const GgmlType* g = ggmlOf(t);
+  return g ? ggmlBlockBytes(*g) : static_cast<int64_t>(dtypeSize(t));
 }
 
 static const std::pair<DType, const char*> kNames[] = {
@@ -53,6 +80,12 @@ static const std::pair<DType, const char*> kNames[] = {
 
 const char* dtypeName(DType t) {
   for (auto& [d, n] : kNames)
+    if (d == t) return n;
+  static const std::pair<DType, const char*> kBlockNames[] = {
+      {DType::Q4_0, "Q4_0"}, {DType::Q4_1, "Q4_1"}, {DType::Q5_0, "Q5_0"}, {DType::Q5_1, "Q5_1"},
+      {DType::Q8_0, "Q8_0"}, {DType::Q2_K, "Q2_K"}, {DType::Q3_K, "Q3_K"}, {DType::Q4_K, "Q4_K"},
+      {DType::Q5_K, "Q5_K"}, {DType::Q6_K, "Q6_K"}};
+  for (auto& [d, n] : kBlockNames)
     if (d == t) return n;
   return "?";
 }
@@ -79,6 +112,15 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
     throw ModelFileError(path, std::string("cannot stat file: ") + std::strerror(e));
   }
   size_ = static_cast<uint64_t>(st.st_size);
+  if (size_ >= 4 && size_ < 8) {
+    // Too short for a safetensors header length; a GGUF file this short is refused below.
+    char magic[4] = {};
+    if (::pread(fd, magic, 4, 0) == 4 && std::memcmp(magic, "GGUF", 4) == 0) {
+      ::close(fd);
+      throw ModelFileError(path, "truncated GGUF file: " + std::to_string(size_) +
+                                     " bytes, shorter than the GGUF header");
+    }
+  }
   if (size_ < 8) {
     ::close(fd);
     throw ModelFileError(path, "truncated safetensors file: " + std::to_string(size_) +
@@ -96,6 +138,10 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
       throw ModelFileError(path,
                            "this is a git-lfs pointer file, not the weights (run `git lfs pull` "
                            "in the model repository or download the real file)");
+    if (dit::isGguf(base_, size_)) {
+      openGguf();
+      return;
+    }
     uint64_t n = 0;
     for (int i = 7; i >= 0; --i) n = (n << 8) | base_[i];
     // The reference implementation's limits (safetensors/src/tensor.rs: MAX_HEADER_SIZE,
@@ -203,6 +249,51 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
     base_ = nullptr;
     throw;
   }
+}
+
+void SafetensorsReader::openGguf() {
+  auto h = std::make_shared<GgufHeader>(parseGguf(base_, size_, path_));
+  for (const auto& t : h->tensors) {
+    TensorInfo i;
+    i.name = t.name;
+    switch (static_cast<GgmlType>(t.type)) {
+      case GgmlType::F32:
+        i.dtype = DType::F32;
+        break;
+      case GgmlType::F16:
+        i.dtype = DType::F16;
+        break;
+      case GgmlType::BF16:
+        i.dtype = DType::BF16;
+        break;
+      default:
+        for (const auto& [d, g] : kBlockTypes)
+          if (static_cast<uint32_t>(g) == t.type) i.dtype = d;
+    }
+    i.shape.assign(t.ne.rbegin(), t.ne.rend());
+    // ComfyUI-GGUF: `comfy.gguf.orig_shape.<name>` gives the torch shape of a tensor stored
+    // reshaped (never for FLUX); honoured when its element count agrees.
+    if (const GgufValue* o = h->find("comfy.gguf.orig_shape." + t.name)) {
+      int64_t n = 1, m = 1;
+      for (int64_t v : o->integers) n = v > 0 && n <= (int64_t(1) << 62) / v ? n * v : -1;
+      for (int64_t v : t.ne) m *= v;
+      if (o->type != GgufValueType::ARRAY || o->integers.empty() ||
+          o->integers.size() != o->count || n != m)
+        throw ModelFileError(path_, "comfy.gguf.orig_shape." + t.name +
+                                        " is not an integer shape with the tensor's " +
+                                        std::to_string(m) + " elements");
+      if (dtypeIsBlockQuantized(i.dtype) && o->integers.back() != t.ne[0])
+        throw ModelFileError(path_, "tensor '" + t.name + "' is stored as " + dtypeName(i.dtype) +
+                                        " reshaped (comfy.gguf.orig_shape): quantized tensors "
+                                        "are read only in their stored row layout");
+      i.shape = o->integers;
+    }
+    i.begin = h->dataOffset + t.offset;
+    i.end = i.begin + t.nbytes;
+    tensors_.emplace(t.name, std::move(i));
+  }
+  for (const auto& [k, v] : h->metadata) metadata_[k] = v.text;
+  gguf_ = std::move(h);
 }
 
 SafetensorsReader::~SafetensorsReader() {

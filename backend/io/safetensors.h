@@ -16,7 +16,11 @@
 
 namespace dit {
 
-/// Element types the safetensors format defines (names as in the file header).
+struct GgufHeader;  // gguf.h
+
+/// Element types the safetensors format defines (names as in the file header), followed by the
+/// ggml block types of GGUF tensors (gguf_types.h; never accepted in a safetensors header): a
+/// GGUF tensor of ggml type F32 / F16 / BF16 has that DType, a quantized one Q4_0 ... Q6_K.
 enum class DType {
   BOOL,
   U8,
@@ -32,18 +36,35 @@ enum class DType {
   I64,
   F64,
   F8_E4M3,
-  F8_E5M2
+  F8_E5M2,
+  Q4_0,
+  Q4_1,
+  Q5_0,
+  Q5_1,
+  Q8_0,
+  Q2_K,
+  Q3_K,
+  Q4_K,
+  Q5_K,
+  Q6_K
 };
 
 /// Largest safetensors header accepted: 100 MB, the reference implementation's MAX_HEADER_SIZE.
 inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
 
-/// Bytes per element of `t`.
+/// Bytes per element of `t`; 0 for the ggml block types (see dtypeBlockBytes).
 size_t dtypeSize(DType t);
-/// Header spelling ("F32", "BF16", ...).
+/// Header spelling ("F32", "BF16", ...); ggml's name for the block types ("Q4_K").
 const char* dtypeName(DType t);
-/// Parses a header spelling; throws std::invalid_argument naming the unknown dtype.
+/// Parses a safetensors header spelling (block types are not accepted); throws
+/// std::invalid_argument naming the unknown dtype.
 DType parseDType(const std::string& s);
+/// True for the ggml block types Q4_0 ... Q6_K.
+bool dtypeIsBlockQuantized(DType t);
+/// Elements per block: 1 for the safetensors dtypes, 32 or 256 for the block types.
+int64_t dtypeBlockSize(DType t);
+/// Bytes per block: dtypeSize for the safetensors dtypes, ggml's block size for the others.
+int64_t dtypeBlockBytes(DType t);
 
 /// Error in a model file. what() always names the file and the cause.
 class ModelFileError : public std::runtime_error {
@@ -68,7 +89,10 @@ struct TensorInfo {
   uint64_t nbytes() const { return end - begin; }
 };
 
-/// Read-only, memory-mapped safetensors file.
+/// Read-only, memory-mapped safetensors file — or GGUF file (gguf.h), detected by its magic
+/// "GGUF": its tensors appear as TensorInfo in torch order (shape = ggml's ne reversed) with their
+/// ggml type as a DType and absolute offsets, its scalar metadata in metadata() (as text), and
+/// ggufHeader() gives the parsed header. The GGUF checks are parseGguf's.
 ///
 /// Validation done in the constructor (each failure throws ModelFileError naming the file):
 /// missing/unreadable file, not a regular file (a FIFO or device is refused before it is opened),
@@ -94,6 +118,10 @@ class SafetensorsReader {
   /// Pointer to the first byte of the tensor inside the mapping (valid while the reader lives).
   const uint8_t* data(const TensorInfo& t) const { return base_ + t.begin; }
   uint64_t fileSize() const { return size_; }
+  /// True when the file is a GGUF file.
+  bool isGguf() const { return gguf_ != nullptr; }
+  /// The parsed GGUF header (null for a safetensors file).
+  const GgufHeader* ggufHeader() const { return gguf_.get(); }
 
   /// Returns to the kernel this process's pages of the mapping around `t` (madvise MADV_DONTNEED
   /// on the range rounded outward to releaseGranularity()). Call it after copying a tensor (or a
@@ -122,6 +150,8 @@ class SafetensorsReader {
   uint64_t size_ = 0;
   std::map<std::string, TensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;
+  std::shared_ptr<const GgufHeader> gguf_;
+  void openGguf();
 };
 
 /// A set of safetensors files viewed as one: either a single file or a sharded checkpoint with

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "backend/io/gguf_types.h"
+
 namespace dit {
 
 at::ScalarType scalarTypeFor(DType t) {
@@ -112,10 +114,67 @@ namespace {
 constexpr uint64_t kReleaseChunk = uint64_t(8) << 20;
 }  // namespace
 
+namespace {
+GgmlType ggmlOf(DType d) {
+  GgmlType t{};
+  parseGgmlType(dtypeName(d), t);
+  return t;
+}
+
+// Rows [row0, row0 + rows) of a ggml block tensor (2-D [rows, width], or 1-D): kByte
+// [rows, rowBytes] blocks when `dtype` is kByte, else dequantized (ggml's values, float32) and
+// cast to `dtype`; columns [c0, c0 + cols) of each row (c0 and cols in elements; for kByte
+// multiples of the block size).
+at::Tensor loadBlockRows(const SafetensorsReader& r, const TensorInfo& i, int64_t row0,
+                         int64_t rows, int64_t c0, int64_t cols, at::ScalarType dtype) {
+  const GgmlType t = ggmlOf(i.dtype);
+  const int64_t width = i.shape.back(), bs = ggmlBlockSize(t);
+  const int64_t rowBytes = ggmlRowBytes(t, width);
+  const uint8_t* base = r.data(i);
+  if (dtype == at::kByte) {
+    if (c0 % bs != 0 || cols % bs != 0)
+      throw std::invalid_argument("columns [" + std::to_string(c0) + ", " +
+                                  std::to_string(c0 + cols) + ") of '" + i.name +
+                                  "' do not start and end at " + dtypeName(i.dtype) +
+                                  " block boundaries (" + std::to_string(bs) + ")");
+    const int64_t b0 = c0 / bs * ggmlBlockBytes(t), nb = ggmlRowBytes(t, cols);
+    at::Tensor out = at::empty({rows, nb}, at::kByte);
+    uint8_t* o = out.data_ptr<uint8_t>();
+    for (int64_t k = 0; k < rows; ++k)
+      std::memcpy(o + k * nb, base + (row0 + k) * rowBytes + b0, static_cast<size_t>(nb));
+    r.releaseRange(i.begin + static_cast<uint64_t>(row0 * rowBytes),
+                   i.begin + static_cast<uint64_t>((row0 + rows) * rowBytes));
+    return out;
+  }
+  // Dequantize the covering blocks of each row, keep the columns asked for.
+  const int64_t cb = c0 / bs * bs, ce = (c0 + cols + bs - 1) / bs * bs;
+  at::Tensor out = at::empty({rows, cols}, at::kFloat);
+  std::vector<float> tmp(static_cast<size_t>(ce - cb));
+  float* o = out.data_ptr<float>();
+  for (int64_t k = 0; k < rows; ++k) {
+    dequantizeGgml(t, base + (row0 + k) * rowBytes + ggmlRowBytes(t, cb), tmp.data(), ce - cb);
+    std::memcpy(o + k * cols, tmp.data() + (c0 - cb), static_cast<size_t>(cols) * 4);
+  }
+  r.releaseRange(i.begin + static_cast<uint64_t>(row0 * rowBytes),
+                 i.begin + static_cast<uint64_t>((row0 + rows) * rowBytes));
+  return dtype == at::kFloat ? out : out.to(dtype);
+}
+// Block rows: ggml block types always; 16-bit floats when their raw bytes are asked for.
+bool keptAsBlocks(DType d, at::ScalarType dtype) {
+  return dtypeIsBlockQuantized(d) || (dtype == at::kByte && (d == DType::F16 || d == DType::BF16));
+}
+}  // namespace
+
 at::Tensor loadTensor(const SafetensorsCollection& st, const std::string& name,
                       at::ScalarType dtype) {
   const auto& r = st.reader(name);
   const auto& i = r.info(name);
+  if (keptAsBlocks(i.dtype, dtype)) {
+    const int64_t rows = i.shape.size() > 1 ? i.numel() / i.shape.back() : 1;
+    at::Tensor t = loadBlockRows(r, i, 0, rows, 0, i.shape.back(), dtype);
+    if (dtype == at::kByte) return t;
+    return t.reshape(i.shape);
+  }
   at::Tensor t = fromRaw(r.data(i), i.dtype, i.shape, dtype);
   r.releasePages(i);
   return t;
@@ -131,9 +190,22 @@ at::Tensor loadSlice(const SafetensorsCollection& st, const std::string& name, i
     throw ModelFileError(r.path(), "tensor '" + name + "': slice [" + std::to_string(start) + ", " +
                                        std::to_string(start + length) + ") of dim " +
                                        std::to_string(dim) + " does not fit its shape");
-  const size_t es = dtypeSize(i.dtype);
   std::vector<int64_t> shape = i.shape;
   shape[dim] = length;
+  if (keptAsBlocks(i.dtype, dtype)) {
+    if (nd > 2)
+      throw ModelFileError(r.path(), "tensor '" + name + "' (" + dtypeName(i.dtype) + ", " +
+                                         std::to_string(nd) +
+                                         "-D): slices of quantized tensors "
+                                         "of more than 2 dimensions are not supported");
+    if (nd == 1) {  // elements of the one row
+      at::Tensor t = loadBlockRows(r, i, 0, 1, start, length, dtype);
+      return dtype == at::kByte ? t.reshape({-1}) : t.reshape({length});
+    }
+    return dim == 0 ? loadBlockRows(r, i, start, length, 0, i.shape[1], dtype)
+                    : loadBlockRows(r, i, 0, i.shape[0], start, length, dtype);
+  }
+  const size_t es = dtypeSize(i.dtype);
   if (dim == 0) {
     int64_t inner = 1;
     for (int64_t d = 1; d < nd; ++d) inner *= i.shape[d];

@@ -26,6 +26,15 @@ at::Tensor float8Table(DType t);
 
 /// Reads tensor `name` whole, converted to `dtype` (CPU, contiguous, owns its memory).
 /// Throws ModelFileError if the tensor is absent.
+///
+/// GGUF block-quantized tensors (DType Q4_0 ... Q6_K, gguf_types.h): with `dtype` at::kByte the
+/// stored blocks themselves, as kByte [rows, row bytes] (rows of ggml's `ne[0]` = the last torch
+/// dimension; kept quantized, see tensor_parallel::WeightStorage); any other `dtype` gives ggml's
+/// float32 dequantization (bit-exact), cast. loadSlice likewise: dim 0 takes whole rows; dim 1
+/// with kByte needs block-aligned columns (std::invalid_argument otherwise), dequantized slices
+/// take any columns. F16 / BF16 tensors asked for as kByte are returned the same way (their raw
+/// 2-byte values as block rows of 1 element), as the weight loader keeps a GGUF file's 16-bit
+/// linear weights.
 at::Tensor loadTensor(const SafetensorsCollection& st, const std::string& name,
                       at::ScalarType dtype);
 

@@ -2,8 +2,10 @@
 
 #include <ATen/ATen.h>
 
+#include <iostream>
 #include <stdexcept>
 
+#include "backend/io/gguf_types.h"
 #include "backend/io/tensor_io.h"
 #include "parallel/process_group.h"
 
@@ -71,6 +73,86 @@ std::shared_ptr<const tensor_parallel::WeightStorage> WeightLoader::readFloat8(
   return s;
 }
 
+std::shared_ptr<const tensor_parallel::WeightStorage> WeightLoader::readBlocks(
+    const std::string& name, const std::vector<int64_t>& shape, const ShardSpec& spec,
+    at::Tensor& codes) {
+  const std::string format = src_.blockFormat(name);
+  GgmlType type{};
+  if (format.empty() || !parseGgmlType(format, type) || shape.size() != 2) return nullptr;
+  if (!src_.device().is_cpu()) {
+    const std::string note = format +
+                             " weight dequantized to the compute dtype at load: "
+                             "quantized weights are kept quantized on CPU devices only for now";
+    at::Tensor w = read(name, shape, spec);
+    loaded_.back().note = note;
+    codes = w;
+    return nullptr;
+  }
+  struct Piece {
+    int64_t byteOffset, elements, skip, take;  // covering blocks and the columns kept of them
+  };
+  std::vector<Piece> pieces;
+  const int64_t bs = ggmlBlockSize(type), in = shape[1];
+  std::string note;
+  src_.setKeepBlocks(true);
+  try {
+    if (spec.replicated() || spec.dim == 0) {
+      codes = read(name, shape, spec);
+      pieces.push_back({0, in, 0, in});
+    } else {
+      std::vector<at::Tensor> parts;
+      int64_t bytes = 0;
+      for (const auto& [start, len] : spec.ranges(shape)) {
+        const int64_t cb = start / bs * bs, ce = std::min(in, (start + len + bs - 1) / bs * bs);
+        if (cb != start || ce != start + len)
+          note += std::string(note.empty() ? "" : "; ") + "columns [" + std::to_string(start) +
+                  ", " + std::to_string(start + len) + ") do not fall on " + format +
+                  " block boundaries (" + std::to_string(bs) + " values): this rank keeps the " +
+                  "whole blocks [" + std::to_string(cb) + ", " + std::to_string(ce) +
+                  ") and drops the other columns when it dequantizes";
+        parts.push_back(src_.slice(name, shape, 1, cb, ce - cb));
+        pieces.push_back({bytes, ce - cb, start - cb, len});
+        bytes += parts.back().size(1);
+      }
+      codes = parts.size() == 1 ? parts[0] : at::cat(parts, 1).contiguous();
+      record(name, shape, spec);
+    }
+  } catch (...) {
+    src_.setKeepBlocks(false);
+    throw;
+  }
+  src_.setKeepBlocks(false);
+  loaded_.back().heldBytes = codes.numel();
+  loaded_.back().note = note;
+  if (!note.empty()) std::cerr << "[tp rank " << tpRank() << "] " << name << ": " << note << "\n";
+  auto s = std::make_shared<tensor_parallel::WeightStorage>();
+  s->format = format;
+  int64_t width = 0;
+  for (const auto& p : pieces) width += p.take;
+  s->inFeatures = width;
+  const bool whole = pieces.size() == 1 && pieces[0].skip == 0 && pieces[0].take == in;
+  if (whole) {
+    s->decodeRow = [type, in](const uint8_t* row, float* out) {
+      dequantizeGgml(type, row, out, in);
+    };
+  } else {
+    s->decodeRow = [type, pieces](const uint8_t* row, float* out) {
+      std::vector<float> tmp;
+      for (const auto& p : pieces) {
+        if (p.skip == 0 && p.take == p.elements) {
+          dequantizeGgml(type, row + p.byteOffset, out, p.elements);
+        } else {
+          tmp.resize(static_cast<size_t>(p.elements));
+          dequantizeGgml(type, row + p.byteOffset, tmp.data(), p.elements);
+          std::copy(tmp.begin() + p.skip, tmp.begin() + p.skip + p.take, out);
+        }
+        out += p.take;
+      }
+    };
+  }
+  return s;
+}
+
 std::shared_ptr<tensor_parallel::Linear> WeightLoader::linear(const std::string& path, int64_t in,
                                                               int64_t out, bool bias) {
   const std::vector<int64_t> wShape{out, in}, bShape{out};
@@ -78,7 +160,8 @@ std::shared_ptr<tensor_parallel::Linear> WeightLoader::linear(const std::string&
   const ShardSpec bs = bias ? specFor(path + ".bias", bShape) : ShardSpec{};
   at::Tensor w;
   auto storage = readFloat8(path + ".weight", wShape, ws, w);
-  if (!storage) w = read(path + ".weight", wShape, ws);
+  if (!storage && !w.defined()) storage = readBlocks(path + ".weight", wShape, ws, w);
+  if (!storage && !w.defined()) w = read(path + ".weight", wShape, ws);
   at::Tensor b = bias ? read(path + ".bias", bShape, bs) : at::Tensor();
   std::shared_ptr<tensor_parallel::Linear> layer;
   if (ws.replicated())
@@ -97,6 +180,10 @@ std::shared_ptr<FusedColumnParallelLinear> WeightLoader::fusedColumn(
     bool bias) {
   std::vector<FusedColumnParallelLinear::Part> ps;
   std::vector<std::shared_ptr<const tensor_parallel::WeightStorage>> storages;
+  bool sameBlockFormat = true;
+  for (const auto& part : parts)
+    sameBlockFormat = sameBlockFormat && src_.blockFormat(part.first + ".weight") ==
+                                             src_.blockFormat(parts.front().first + ".weight");
   for (const auto& [path, out] : parts) {
     const std::vector<int64_t> wShape{out, in}, bShape{out};
     const ShardSpec ws = specFor(path + ".weight", wShape);
@@ -111,7 +198,11 @@ std::shared_ptr<FusedColumnParallelLinear> WeightLoader::fusedColumn(
     p.name = path;
     p.spec = ws;
     auto st = readFloat8(path + ".weight", wShape, ws, p.weight);
-    if (!st) p.weight = read(path + ".weight", wShape, ws);
+    // GGUF: one block-row storage over the concatenated parts needs one type for all of them
+    // (a fused qkv / linear1 tensor has one); parts of different types are dequantized at load.
+    if (!st && !p.weight.defined() && sameBlockFormat)
+      st = readBlocks(path + ".weight", wShape, ws, p.weight);
+    if (!st && !p.weight.defined()) p.weight = read(path + ".weight", wShape, ws);
     if (!ps.empty() && static_cast<bool>(st) != static_cast<bool>(storages.back()))
       throw ModelFileError(src_.where(), "cannot fuse " + path + " into " + name +
                                              ": its weight is stored as " +
@@ -122,7 +213,10 @@ std::shared_ptr<FusedColumnParallelLinear> WeightLoader::fusedColumn(
     ps.push_back(std::move(p));
   }
   auto fused = std::make_shared<FusedColumnParallelLinear>(name, std::move(ps), tp_);
-  if (storages.front()) {  // one storage over the concatenated codes: the parts' row scales
+  if (storages.front() && storages.front()->blockRows()) {
+    // Colwise / replicated parts of one type hold whole rows: one decoder serves them all.
+    fused->setWeightStorage(storages.front());
+  } else if (storages.front()) {  // one storage over the concatenated codes: the parts' scales
     auto merged = std::make_shared<tensor_parallel::WeightStorage>(*storages.front());
     std::vector<at::Tensor> scales;
     for (const auto& st : storages) scales.push_back(st->rowScale);
@@ -145,6 +239,10 @@ std::map<std::string, int64_t> heldBytesByStorage(const std::vector<LoadedParame
     int64_t n = 1;
     for (int64_t v : p.info.shape) n *= v;
     if (!p.spec.replicated() && p.spec.parts > 0) n /= p.spec.parts;
+    if (p.heldBytes > 0) {  // kept quantized (GGUF blocks)
+      out[p.info.dtype] += p.heldBytes;
+      continue;
+    }
     const bool f8 = p.info.dtype == "F8_E4M3" || p.info.dtype == "F8_E5M2";
     out[f8 ? p.info.dtype : computeName] += n * (f8 ? 1 : computeBytes);
   }

@@ -15,6 +15,13 @@
 // sharded as any weight) with a tensor_parallel::WeightStorage (decode table x the ComfyUI
 // scale_weight per row) and is dequantized by the layer at each use (weight-only).
 //
+// GGUF checkpoints: a linear weight stored in ggml blocks (Q8_0, Q4_K, ...) stays quantized in
+// memory on CPU devices (its blocks, sharded: colwise whole rows; rowwise the rank's column range,
+// cut at block boundaries where the slice allows, else widened to the covering blocks — the rank
+// is told so in LoadedParameter::note and on stderr) with a block-row WeightStorage that
+// dequantizes a tile of rows at each use. On other devices such weights are dequantized to the
+// compute dtype at load (noted likewise). Non-linear parameters stored quantized are dequantized.
+//
 // Projections sharing their input (q/k/v[/mlp]) are built as one FusedColumnParallelLinear that
 // keeps each part's checkpoint name and ShardSpec. Every parameter requested is recorded in
 // parameters() with its checkpoint name, global shape, stored dtype and ShardSpec, so LoRA and
@@ -46,11 +53,18 @@ class ProcessGroup;
 struct LoadedParameter {
   ParameterInfo info;  ///< checkpoint name, global shape, stored dtype and element bytes
   ShardSpec spec;      ///< this rank's slice (replicated when dim < 0)
+  /// Bytes this rank holds for it when kept quantized (block rows, including whole blocks kept
+  /// beyond the slice); 0 when it is held in the compute dtype (or as 8-bit codes).
+  int64_t heldBytes = 0;
+  /// What the loader did differently from the plan's slice, and why ("" when nothing), e.g. a
+  /// rowwise slice of Q4_K that does not fall on a 256-value block boundary.
+  std::string note;
 };
 
 /// Bytes this rank holds for `params` by storage: 8-bit float weights kept as codes count 1 byte
-/// per local element under their stored dtype ("F8_E4M3"), everything else `computeBytes` per
-/// local element under `computeName` (e.g. "float32"). Local elements = the ShardSpec's slice.
+/// per local element under their stored dtype ("F8_E4M3"), GGUF weights kept quantized their
+/// heldBytes under their ggml type ("Q4_K"), everything else `computeBytes` per local element
+/// under `computeName` (e.g. "float32"). Local elements = the ShardSpec's slice.
 std::map<std::string, int64_t> heldBytesByStorage(const std::vector<LoadedParameter>& params,
                                                   int64_t computeBytes,
                                                   const std::string& computeName);
@@ -107,6 +121,12 @@ class WeightLoader {
       const std::string& name, const std::vector<int64_t>& shape, const ShardSpec& spec,
       at::Tensor& codes);
   void record(const std::string& name, const std::vector<int64_t>& shape, const ShardSpec& spec);
+  /// A weight stored in ggml blocks kept quantized (see above): reads this rank's blocks into
+  /// `codes` (kByte [out_local, bytes]) and returns the block-row storage. Null (and `codes`
+  /// untouched) when `name` is not block-quantized or the source is not on the CPU.
+  std::shared_ptr<const tensor_parallel::WeightStorage> readBlocks(
+      const std::string& name, const std::vector<int64_t>& shape, const ShardSpec& spec,
+      at::Tensor& codes);
 
   WeightSource& src_;
   std::shared_ptr<const ShardingPlan> plan_;

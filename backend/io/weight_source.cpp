@@ -67,14 +67,35 @@ float WeightSource::float8Scale(const std::string& name) const {
   return loadTensor(*st_, it->second.scaleKey, at::kFloat).reshape({}).item<float>();
 }
 
+std::string WeightSource::blockFormat(const std::string& name) const {
+  if (!st_ || !contains(name)) return {};
+  const std::string key = layout_ ? layout_->tensors.at(name).segments.front().key : name;
+  const DType t = st_->info(key).dtype;
+  if (dtypeIsBlockQuantized(t)) return dtypeName(t);
+  // A GGUF file's 16-bit weights stay 16-bit when the compute dtype is float32 (GGUF files are
+  // kept as stored: resident bytes about the file's).
+  if ((t == DType::F16 || t == DType::BF16) && dtype_ == at::kFloat && st_->reader(key).isGguf())
+    return dtypeName(t);
+  return {};
+}
+
 at::ScalarType WeightSource::loadTypeFor(const std::string& name) const {
-  return keepFloat8_ && !float8Format(name).empty() ? at::kByte : dtype_;
+  if (keepFloat8_ && !float8Format(name).empty()) return at::kByte;
+  if (keepBlocks_ && !blockFormat(name).empty()) return at::kByte;
+  return dtype_;
 }
 
 at::Tensor WeightSource::readMapped(const std::string& name, int64_t dim, int64_t start,
                                     int64_t len) {
   const MappedTensor& m = layout_->tensors.at(name);
   const bool codes = loadTypeFor(name) == at::kByte;
+  // Block rows (GGUF kept quantized): byte columns of element columns [start, start + len).
+  const DType storedType = st_->info(m.segments.front().key).dtype;
+  const bool blocks = codes && (dtypeIsBlockQuantized(storedType) || storedType == DType::F16 ||
+                                storedType == DType::BF16);
+  auto byteCols = [&](int64_t c) {
+    return c / dtypeBlockSize(storedType) * dtypeBlockBytes(storedType);
+  };
   const at::ScalarType loadType = codes ? at::kByte : m.scaleKey.empty() ? dtype_ : at::kFloat;
   std::vector<at::Tensor> pieces;
   int64_t off = 0;  // logical row of the current segment
@@ -93,13 +114,18 @@ at::Tensor WeightSource::readMapped(const std::string& name, int64_t dim, int64_
       pieces.push_back(loadSlice(*st_, seg.key, 1, start, len, loadType));
     } else {
       // Columns of a row range of a fused tensor: the range's rows are read, then narrowed.
-      pieces.push_back(loadSlice(*st_, seg.key, 0, seg.row0, seg.rows, loadType)
-                           .narrow(1, start, len)
-                           .contiguous());
+      if (blocks && (start % dtypeBlockSize(storedType) || len % dtypeBlockSize(storedType)))
+        throw std::invalid_argument("columns of '" + seg.key + "' do not fall on " +
+                                    dtypeName(storedType) + " block boundaries");
+      pieces.push_back(
+          loadSlice(*st_, seg.key, 0, seg.row0, seg.rows, loadType)
+              .narrow(1, blocks ? byteCols(start) : start, blocks ? byteCols(len) : len)
+              .contiguous());
     }
     off += seg.rows;
   }
   at::Tensor t = pieces.size() == 1 ? pieces[0] : at::cat(pieces, 0);
+  if (blocks) return t.contiguous();  // [rows, row bytes]
   std::vector<int64_t> shape = m.shape;
   if (!shape.empty()) shape[dim] = len;
   t = t.reshape(shape);
@@ -277,6 +303,25 @@ at::Tensor WeightSource::shard(const std::string& name, const std::vector<int64_
   return finish(t);
 }
 
+at::Tensor WeightSource::slice(const std::string& name, const std::vector<int64_t>& shape,
+                               int64_t dim, int64_t start, int64_t len) {
+  if (dim < 0 || dim >= static_cast<int64_t>(shape.size()) || start < 0 || len < 0 ||
+      start + len > shape[dim])
+    throw std::invalid_argument("cannot slice '" + name + "': [" + std::to_string(start) + ", " +
+                                std::to_string(start + len) + ") of dim " + std::to_string(dim));
+  if (inMemory_) return finish(memoryTensor(name, shape).narrow(dim, start, len));
+  if (!st_) {
+    auto s = shape;
+    s[dim] = len;
+    return finish(randomTensor(name + "@" + std::to_string(start), s));
+  }
+  checkShape(name, shape);
+  at::Tensor t = layout_ ? readMapped(name, dim, start, len)
+                         : loadSlice(*st_, name, dim, start, len, loadTypeFor(name));
+  checkFinite(name, t);
+  return finish(t);
+}
+
 at::Tensor WeightSource::packedShard(const std::string& name, const std::vector<int64_t>& shape,
                                      int64_t dim, const std::vector<int64_t>& blocks, int64_t part,
                                      int64_t parts) {
@@ -311,12 +356,12 @@ std::pair<std::string, int64_t> WeightSource::storage(const std::string& name) c
       throw ModelFileError(layout_->file,
                            "the " + layout_->description + " has no tensor for '" + name + "'");
     const DType t = st_->info(it->second.segments.front().key).dtype;
-    return {dtypeName(t), static_cast<int64_t>(dtypeSize(t))};
+    return {dtypeName(t), std::max<int64_t>(1, static_cast<int64_t>(dtypeSize(t)))};
   }
   if (inMemory_ && !memory_.count(name)) throw ModelFileError(dir_, "no tensor '" + name + "'");
   if (st_) {
     const DType t = st_->info(name).dtype;
-    return {dtypeName(t), static_cast<int64_t>(dtypeSize(t))};
+    return {dtypeName(t), std::max<int64_t>(1, static_cast<int64_t>(dtypeSize(t)))};
   }
   switch (dtype_) {
     case at::kBFloat16:

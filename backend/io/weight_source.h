@@ -68,13 +68,29 @@ class WeightSource {
                          const std::vector<int64_t>& blocks, int64_t part, int64_t parts);
   bool contains(const std::string& name) const;
   /// How `name` is stored: {safetensors dtype spelling ("F32", "BF16", "F8_E4M3", ...), bytes per
-  /// element}. Random sources report their compute dtype. Throws ModelFileError when a
+  /// element} (1 for the ggml block types: LoadedParameter::heldBytes has their exact size).
+  /// Random sources report their compute dtype. Throws ModelFileError when a
   /// checkpoint lacks the tensor.
   std::pair<std::string, int64_t> storage(const std::string& name) const;
   /// While on, tensors stored as 8-bit floats (F8_E4M3 / F8_E5M2) are returned as their raw kByte
   /// codes (no decoding, no scale): the weight loader keeps FP8 linear weights in 8 bits and
   /// dequantizes them at use (tensor_parallel/weight_storage.h). Off by default.
   void setKeepFloat8(bool on) { keepFloat8_ = on; }
+  /// While on, tensors stored in ggml blocks (GGUF Q4_0 ... Q6_K) are returned as their raw
+  /// blocks, kByte [rows, row bytes] (get / shard / packedShard along dim 0, slice along either
+  /// dim with block-aligned columns); off, they are dequantized (ggml's float32 values) and cast
+  /// to the compute dtype. The weight loader keeps GGUF linear weights quantized this way
+  /// (tensor_parallel/weight_storage.h). Off by default.
+  void setKeepBlocks(bool on) { keepBlocks_ = on; }
+  /// The ggml type name ("Q8_0", "Q4_K", ...) when `name` is stored block-quantized, "F16" /
+  /// "BF16" when it is a 16-bit tensor of a GGUF file and the compute dtype is float32 (kept in
+  /// 16 bits the same way), else "".
+  std::string blockFormat(const std::string& name) const;
+  /// Columns (dim 1) or rows (dim 0) [start, start + len) of tensor `name` of global shape
+  /// `shape`, whatever the shard plan: the weight loader reads block-aligned column ranges of
+  /// quantized weights with it. Same errors as shard.
+  at::Tensor slice(const std::string& name, const std::vector<int64_t>& shape, int64_t dim,
+                   int64_t start, int64_t len);
   /// "F8_E4M3" / "F8_E5M2" when `name` is stored as an 8-bit float, else "".
   std::string float8Format(const std::string& name) const;
   /// The scale that multiplies `name`'s decoded 8-bit values (ComfyUI scaled fp8
@@ -114,7 +130,9 @@ class WeightSource {
   uint64_t bytes_ = 0;
   bool recording_ = false;
   bool keepFloat8_ = false;
-  /// dtype_, or kByte for an 8-bit float tensor while keepFloat8_ is on.
+  bool keepBlocks_ = false;
+  /// dtype_, or kByte for an 8-bit float tensor while keepFloat8_ is on, or for a block tensor
+  /// while keepBlocks_ is on.
   at::ScalarType loadTypeFor(const std::string& name) const;
   std::map<std::string, at::Tensor> recorded_;
   bool inMemory_ = false;

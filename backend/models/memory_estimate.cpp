@@ -8,6 +8,7 @@
 
 #include "backend/io/safetensors.h"
 #include "backend/models/family_registry.h"
+#include "backend/io/stored_weight_bytes.h"
 #include "parallel/tensor_parallel/sharding_plan.h"
 
 namespace dit {
@@ -100,8 +101,15 @@ MemoryEstimate estimateRequestMemory(const ModelFolder& m, const Strategy& s, co
   MemoryEstimate e = estimateTransformerMemory(dims, s, r, elementBytes, scoresMaterialized,
                                                facts.vae_decoder_channels);
   const uint64_t eb = static_cast<uint64_t>(std::max<int64_t>(1, elementBytes));
-  // Weights: the transformer's share from its declared plan, the rest whole on every rank.
-  if (dims.tensor_parallel_plan && dims.parameters)
+  // Weights: the transformer's share from its declared plan (a GGUF transformer keeps its
+  // weights in their stored types), the rest whole on every rank.
+  bool gguf = false;
+  const ParameterTable stored =
+      dims.parameters ? withStoredTypes(m, *dims.parameters, &gguf) : ParameterTable{};
+  if (dims.tensor_parallel_plan && dims.parameters && gguf)
+    e.weights = storedWeightBytesPerRank(*dims.tensor_parallel_plan, stored, tp,
+                                         static_cast<int64_t>(eb), true);
+  else if (dims.tensor_parallel_plan && dims.parameters)
     e.weights =
         dims.tensor_parallel_plan->bytesPerRank(*dims.parameters, tp, static_cast<int64_t>(eb));
   else

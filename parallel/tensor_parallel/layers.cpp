@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -75,6 +76,13 @@ Linear::Linear(std::string name, at::Tensor weight, at::Tensor bias, ShardSpec s
 }
 
 void Linear::setWeightStorage(std::shared_ptr<const WeightStorage> storage) {
+  if (storage && storage->blockRows()) {
+    if (weight_.scalar_type() != at::kByte || storage->inFeatures <= 0)
+      throw std::invalid_argument(name_ + ": weight storage " + storage->format +
+                                  " needs kByte block rows and a positive input width");
+    storage_ = std::move(storage);
+    return;
+  }
   if (storage && (weight_.scalar_type() != at::kByte || !storage->rowScale.defined() ||
                   storage->rowScale.numel() != weight_.size(0)))
     throw std::invalid_argument(name_ + ": weight storage " + storage->format +
@@ -94,7 +102,20 @@ void Linear::checkInput(const at::Tensor& x, int64_t expectedIn) const {
 }
 
 at::Tensor Linear::matmul(const at::Tensor& x, const at::Tensor& bias) const {
-  return at::linear(x, computeWeight(x.scalar_type()), bias);
+  if (!storage_ || !storage_->blockRows())
+    return at::linear(x, computeWeight(x.scalar_type()), bias);
+  // Block rows: dequantize a tile of output rows and multiply, tile after tile (the weight stays
+  // quantized; at most kDequantTileBytes of it is float32 at once).
+  const int64_t out = weight_.size(0), in = storage_->inFeatures;
+  const int64_t tile = std::max<int64_t>(1, kDequantTileBytes / (4 * std::max<int64_t>(1, in)));
+  if (tile >= out) return at::linear(x, storage_->dequantize(weight_, x.scalar_type()), bias);
+  std::vector<at::Tensor> pieces;
+  for (int64_t r0 = 0; r0 < out; r0 += tile) {
+    const int64_t n = std::min(tile, out - r0);
+    pieces.push_back(at::linear(x, storage_->dequantizeRows(weight_, r0, n, x.scalar_type()),
+                                bias.defined() ? bias.narrow(0, r0, n) : at::Tensor()));
+  }
+  return at::cat(pieces, -1);
 }
 
 at::Tensor Linear::forward(const at::Tensor& x) const {
@@ -147,7 +168,7 @@ void Linear::setLoraDeltas(std::vector<LoraDelta> deltas) {
 void Linear::fuseLora() {
   if (lora_.empty() || loraFused()) return;
   if (storage_)
-    throw std::invalid_argument(name_ + ": cannot fuse LoRA into 8-bit (" + storage_->format +
+    throw std::invalid_argument(name_ + ": cannot fuse LoRA into quantized (" + storage_->format +
                                 ") weights; keep it unfused (applied at run time)");
   at::Tensor w = weight_.clone();
   for (const auto& d : lora_)

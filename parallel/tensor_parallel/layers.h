@@ -74,13 +74,20 @@ class Linear {
   const at::Tensor& bias() const { return bias_; }
   /// How the weight was sharded (replicated for a dense layer).
   const ShardSpec& spec() const { return spec_; }
-  int64_t inFeaturesLocal() const { return weight_.size(1); }
+  /// Local input width: the weight's columns, or a block-row storage's decoded width.
+  int64_t inFeaturesLocal() const {
+    return storage_ && storage_->blockRows() ? storage_->inFeatures : weight_.size(1);
+  }
   int64_t outFeaturesLocal() const { return weight_.size(0); }
 
-  /// Weight storage (weight_storage.h): when set, weight() holds its kByte codes and matmul
-  /// dequantizes them (to x's dtype) at each call. Null = weight() is the compute tensor.
-  /// Throws std::invalid_argument when the codes are not kByte or rowScale does not match.
+  /// Weight storage (weight_storage.h): when set, weight() holds its kByte codes (8-bit codes
+  /// [out_local, in_local] or block rows [out_local, row bytes]) and matmul dequantizes them (to
+  /// x's dtype) at each call, a tile of at most kDequantTileBytes of float32 rows at a time for
+  /// block rows. Null = weight() is the compute tensor. Throws std::invalid_argument when the
+  /// codes are not kByte, rowScale does not match (8-bit codes), or block rows have no width.
   void setWeightStorage(std::shared_ptr<const WeightStorage> storage);
+  /// Largest float32 tile of dequantized block rows matmul materialises at once (8 MiB).
+  static constexpr int64_t kDequantTileBytes = int64_t(8) << 20;
   const WeightStorage* weightStorage() const { return storage_.get(); }
   /// The weight as computed with: weight() itself, or its dequantization in `dtype`.
   at::Tensor computeWeight(at::ScalarType dtype) const;
