@@ -6,9 +6,9 @@
 #include <filesystem>
 #include <map>
 
-#include "backend/models/checkpoint_layouts.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/safetensors.h"
+#include "backend/models/checkpoint_layouts.h"
 #include "backend/models/family_registry.h"
 
 namespace dit::ui {
