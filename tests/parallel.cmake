@@ -17,7 +17,7 @@ set_tests_properties(strategy PROPERTIES LABELS "unit;parallel" TIMEOUT 60)
 
 # --- collectives + device mesh (gtest main with MPI) ---
 add_executable(test_collectives test_collectives.cpp)
-target_link_libraries(test_collectives PRIVATE dit_parallel GTest::gtest)
+target_link_libraries(test_collectives PRIVATE dit_parallel dit_protocol GTest::gtest)
 target_precompile_headers(test_collectives REUSE_FROM dit_parallel)
 foreach(_np 2 4)
   add_test(NAME collectives_np${_np} COMMAND ${DITSTUDIO_MPIRUN} -np ${_np} $<TARGET_FILE:test_collectives>)

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -78,6 +79,37 @@ INSTANTIATE_TEST_SUITE_P(
                           "tp2_ulysses2_anything",
                           "--tp-degree 2 --ulysses-degree 2 --ulysses-anything"}),
     [](const auto& info) { return info.param.first; });
+
+// FLUX.2 [klein] gains First Block Cache and TaylorSeer through the shared code alone (the DiT
+// driver's step-cache seam, the shared loop's options): the run skips steps, and under ulysses 2
+// and tp 2 every rank takes the same decision, so the result equals one rank's within 1e-4.
+TEST(Flux2CliStepCache, StrategiesEqualOneRank) {
+  // "cache taylorseer:1,2,1: computed steps [0,1,3] of 4, ..." (the CLI's log line).
+  auto computed = [](const std::string& log) {
+    const auto at = log.find("computed steps [");
+    if (at == std::string::npos) return std::string();
+    return log.substr(at + 15, log.find(']', at) - at - 14);
+  };
+  for (const std::string cache : {"taylorseer:1,2,1", "first-block:2.0"}) {
+    std::string log;
+    const std::string one = tmp("cache-one");
+    ASSERT_EQ(runCli("--cache " + cache, one, log), 0) << log;
+    const std::string steps = computed(log);
+    ASSERT_FALSE(steps.empty()) << log;
+    // Fewer than 4 computed steps: the cache skipped some.
+    EXPECT_LT(std::count(steps.begin(), steps.end(), ',') + 1, 4) << cache << ": " << steps;
+    const at::Tensor ref = load(one + ".safetensors", "final_latents");
+    // Caching changes the result (it is not a no-op) but stays close to the uncached golden.
+    EXPECT_GT(test::maxAbsDiff(ref, test::golden("run.0.final_latents")), 0.0) << cache;
+    for (const std::string strategy : {"--ulysses-degree 2", "--tp-degree 2"}) {
+      const std::string out = tmp("cache-par");
+      ASSERT_EQ(runCli("--cache " + cache + " " + strategy, out, log), 0) << log;
+      EXPECT_EQ(computed(log), steps) << cache << " " << strategy << ": " << log;
+      EXPECT_LE(test::maxAbsDiff(load(out + ".safetensors", "final_latents"), ref), 1e-4)
+          << cache << " " << strategy;
+    }
+  }
+}
 
 TEST(Flux2CliDataParallel, TwoReplicasTwoSeeds) {
   const std::string out = tmp("dp2");

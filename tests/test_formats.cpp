@@ -12,10 +12,10 @@
 #include <functional>
 #include <map>
 
-#include "backend/models/checkpoint_layouts.h"
 #include "backend/io/weight_loader.h"
 #include "backend/io/weight_source.h"
 #include "backend/models/autoencoders/autoencoder_kl.h"
+#include "backend/models/checkpoint_layouts.h"
 #include "backend/models/flux/transformer_flux.h"
 #include "backend/models/text_encoders/modeling_clip.h"
 #include "backend/models/text_encoders/modeling_t5.h"

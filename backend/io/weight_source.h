@@ -28,12 +28,12 @@ class WeightSource {
   /// ModelFileError for missing/corrupt files.
   static std::shared_ptr<WeightSource> fromFolder(const std::string& dir, const std::string& stem,
                                                   at::ScalarType dtype, c10::Device device);
-  /// Weights of one component of a single file (BFL / LDM / ComfyUI layouts, models/checkpoint_layouts.h)
-  /// addressed by diffusers names through `layout`: a name maps to row ranges of stored tensors
-  /// (fused qkv / linear1 rows, BFL's swapped final-layer halves, 1x1 conv attention), so get /
-  /// shard / packedShard read only the rows asked for. F8 tensors are decoded (times their
-  /// ComfyUI `scale_weight` when the layout names one) in float32, then cast to `dtype`. Throws
-  /// ModelFileError for a missing or corrupt file.
+  /// Weights of one component of a single file (BFL / LDM / ComfyUI layouts,
+  /// models/checkpoint_layouts.h) addressed by diffusers names through `layout`: a name maps to row
+  /// ranges of stored tensors (fused qkv / linear1 rows, BFL's swapped final-layer halves, 1x1 conv
+  /// attention), so get / shard / packedShard read only the rows asked for. F8 tensors are decoded
+  /// (times their ComfyUI `scale_weight` when the layout names one) in float32, then cast to
+  /// `dtype`. Throws ModelFileError for a missing or corrupt file.
   static std::shared_ptr<WeightSource> fromLayout(std::shared_ptr<const KeyLayout> layout,
                                                   at::ScalarType dtype, c10::Device device);
   /// Weights of component `name` of `model`: fromLayout when the component comes from a single

@@ -7,9 +7,9 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "backend/models/checkpoint_layouts.h"
 #include "backend/io/config_json.h"
 #include "backend/io/model_folder.h"
+#include "backend/models/checkpoint_layouts.h"
 #include "backend/models/flux/flux_family.h"
 #include "backend/models/flux2/flux2_family.h"
 
@@ -261,8 +261,8 @@ ModelFolder ModelFolder::open(const ModelSources& s) {
     // (a single file, or --vae/--text-encoder/--tokenizer/--config elsewhere) is refused.
     for (const auto& [name, c] : m.components)
       if (c.single_file || c.path != modelPath + "/" + name)
-        throw ModelFileError(c.path, family->refusal("single_file") + " (" + name + " from " +
-                                         c.flag + ")");
+        throw ModelFileError(
+            c.path, family->refusal("single_file") + " (" + name + " from " + c.flag + ")");
   }
   m.sources = s;
   m.sources.model = modelPath;
@@ -271,8 +271,8 @@ ModelFolder ModelFolder::open(const ModelSources& s) {
     if (it == components.end() || !it->second.single_file)
       throw ModelFileError(name, "not a single-file component of this model");
     SafetensorsReader r(it->second.path);
-    return componentLayout(
-        r, CheckpointComponent{name, it->second.prefix, it->second.layout, {}, 0});
+    return componentLayout(r,
+                           CheckpointComponent{name, it->second.prefix, it->second.layout, {}, 0});
   };
   m.config = family->parse(m);
   return m;

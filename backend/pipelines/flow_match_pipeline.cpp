@@ -8,8 +8,8 @@
 #include <stdexcept>
 
 #include "backend/models/cache/step_cache.h"
-#include "backend/pipelines/image_processor.h"
 #include "backend/models/family_registry.h"
+#include "backend/pipelines/image_processor.h"
 #include "parallel/context_parallel.h"
 #include "parallel/process_group.h"
 #include "parallel/strategy.h"
@@ -63,7 +63,8 @@ PipelineInputs FlowMatchPipeline::resolve(PipelineInputs p) const {
     throw std::invalid_argument("strength must be in (0, 1], got " + std::to_string(p.strength));
   if (!p.mask_image.empty() && p.init_image.empty())
     throw std::invalid_argument("a mask needs an init image (inpainting repaints the init image)");
-  checkRequestSupported(familyName_, caps_, {!p.init_image.empty(), !p.mask_image.empty(), p.cache.enabled()});
+  checkRequestSupported(familyName_, caps_,
+                        {!p.init_image.empty(), !p.mask_image.empty(), p.cache.enabled()});
   if (!p.init_image.empty()) {
     auto [iw, ih] = imageSize(p.init_image);
     const bool fromImage = d.init_image_size == InitImageSize::FromImage;

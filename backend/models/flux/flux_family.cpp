@@ -5,9 +5,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "backend/models/checkpoint_layouts.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/safetensors.h"
+#include "backend/models/checkpoint_layouts.h"
 #include "backend/models/flux/flux_plan.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
 

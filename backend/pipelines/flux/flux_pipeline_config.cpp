@@ -5,8 +5,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "backend/models/checkpoint_layouts.h"
 #include "backend/io/config_json.h"
+#include "backend/models/checkpoint_layouts.h"
 #include "backend/models/family_registry.h"
 #include "backend/models/flux/flux_plan.h"
 
