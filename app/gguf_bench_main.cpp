@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "app/blas_kernel.h"
-#include "backend/io/checkpoint_layouts.h"
+#include "backend/models/checkpoint_layouts.h"
 #include "backend/io/config_json.h"
 #include "backend/io/tensor_io.h"
 #include "backend/io/weight_loader.h"

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/io/checkpoint_layouts.h"
+#include "backend/models/checkpoint_layouts.h"
 #include "backend/io/gguf.h"
 #include "backend/io/gguf_types.h"
 #include "backend/io/model_folder.h"

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/io/checkpoint_layouts.h"
+#include "backend/models/checkpoint_layouts.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/weight_source.h"
 #include "backend/models/flux/transformer_flux.h"

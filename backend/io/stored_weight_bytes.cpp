@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "backend/io/checkpoint_layouts.h"
+#include "backend/io/key_layout.h"
 #include "backend/io/gguf_types.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/safetensors.h"
@@ -31,9 +31,9 @@ ParameterTable withStoredTypes(const ModelFolder& m, const ParameterTable& param
   if (isGguf) *isGguf = false;
   auto it = m.components.find("transformer");
   if (it == m.components.end() || !it->second.single_file) return params;
+  if (!m.singleFileLayout) return params;
   SafetensorsReader r(it->second.path);
-  const auto layout = componentLayout(
-      r, CheckpointComponent{"transformer", it->second.prefix, it->second.layout, {}, 0});
+  const auto layout = m.singleFileLayout("transformer");
   if (isGguf) *isGguf = r.isGguf();
   ParameterTable out;
   for (ParameterInfo p : params) {
