@@ -58,7 +58,7 @@ class TestModel : public QObject {
     // The family's own facts (FamilySpec::facts), not FLUX-shaped fields.
     QCOMPARE(m.family, QStringLiteral("FLUX.1"));
     QCOMPARE(m.fact("blocks"), QStringLiteral("2 double + 2 single"));
-    QCOMPARE(m.fact("heads"), QStringLiteral("4 heads x 16 (inner 64)"));
+    QCOMPARE(m.fact("heads"), QStringLiteral("4 heads x 16 head dim (inner 64)"));
     QVERIFY2(m.fact("text_encoders").endsWith("joint_attention_dim 32"),
              qPrintable(m.fact("text_encoders")));
     QVERIFY2(m.fact("guidance").startsWith("distilled guidance embedding"),

@@ -58,8 +58,8 @@ FamilySpec fluxFamily() {
              " single"},
         {"heads", "attention",
          std::to_string(t.num_attention_heads) + " heads x " +
-             std::to_string(t.attention_head_dim) + " (inner " + std::to_string(t.innerDim()) +
-             ")"},
+             std::to_string(t.attention_head_dim) + " head dim (inner " +
+             std::to_string(t.innerDim()) + ")"},
         {"text_encoders", "text encoders",
          "CLIP (" + std::to_string(c.text_encoder.num_hidden_layers) + " layers) + T5 (" +
              std::to_string(c.text_encoder_2.num_layers) + " layers), joint_attention_dim " +

@@ -67,8 +67,8 @@ FamilySpec flux2KleinFamily() {
              " single"},
         {"heads", "attention",
          std::to_string(t.num_attention_heads) + " heads x " +
-             std::to_string(t.attention_head_dim) + " (inner " + std::to_string(t.innerDim()) +
-             ")"},
+             std::to_string(t.attention_head_dim) + " head dim (inner " +
+             std::to_string(t.innerDim()) + ")"},
         {"text_encoders", "text encoder",
          "Qwen3 (" + std::to_string(c.text_encoder.num_hidden_layers) + " layers; hidden states " +
              outLayers + "), joint_attention_dim " + std::to_string(t.joint_attention_dim)},
