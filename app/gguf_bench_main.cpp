@@ -27,11 +27,11 @@
 #include <vector>
 
 #include "app/blas_kernel.h"
-#include "backend/models/checkpoint_layouts.h"
 #include "backend/io/config_json.h"
 #include "backend/io/tensor_io.h"
 #include "backend/io/weight_loader.h"
 #include "backend/io/weight_source.h"
+#include "backend/models/checkpoint_layouts.h"
 #include "backend/models/flux/flux_config.h"
 #include "backend/models/flux/transformer_flux.h"
 #include "parallel/device_mesh.h"

@@ -16,7 +16,6 @@
 #include <string>
 #include <vector>
 
-#include "backend/models/checkpoint_layouts.h"
 #include "backend/io/gguf.h"
 #include "backend/io/gguf_types.h"
 #include "backend/io/model_folder.h"
@@ -25,6 +24,7 @@
 #include "backend/io/stored_weight_bytes.h"
 #include "backend/io/tensor_io.h"
 #include "backend/io/weight_source.h"
+#include "backend/models/checkpoint_layouts.h"
 #include "backend/models/flux/flux_plan.h"
 #include "backend/models/flux/transformer_flux.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"

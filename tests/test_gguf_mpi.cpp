@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "backend/models/checkpoint_layouts.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/weight_source.h"
+#include "backend/models/checkpoint_layouts.h"
 #include "backend/models/flux/transformer_flux.h"
 #include "backend/nn/lora_loader.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"

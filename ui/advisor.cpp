@@ -4,10 +4,10 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "backend/models/family_registry.h"
-#include "backend/models/memory_estimate.h"
 #include "backend/io/gguf_types.h"
 #include "backend/io/stored_weight_bytes.h"
+#include "backend/models/family_registry.h"
+#include "backend/models/memory_estimate.h"
 
 namespace dit::ui {
 namespace {

@@ -9,9 +9,9 @@
 
 #include "backend/io/model_folder.h"
 #include "backend/io/safetensors.h"
+#include "backend/io/stored_weight_bytes.h"
 #include "backend/models/checkpoint_layouts.h"
 #include "backend/models/family_registry.h"
-#include "backend/io/stored_weight_bytes.h"
 
 namespace dit::ui {
 namespace {

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "backend/io/key_layout.h"
 #include "backend/io/gguf_types.h"
+#include "backend/io/key_layout.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/safetensors.h"
 

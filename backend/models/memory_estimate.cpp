@@ -7,8 +7,8 @@
 #include <sstream>
 
 #include "backend/io/safetensors.h"
-#include "backend/models/family_registry.h"
 #include "backend/io/stored_weight_bytes.h"
+#include "backend/models/family_registry.h"
 #include "parallel/tensor_parallel/sharding_plan.h"
 
 namespace dit {
