@@ -1,0 +1,7 @@
+# FLUX.1 pipelines: the family's sources (collected by backend/CMakeLists.txt).
+list(APPEND DIT_FAMILY_CORE_SOURCES
+  ${CMAKE_CURRENT_LIST_DIR}/flux_pipeline_config.cpp
+)
+list(APPEND DIT_FAMILY_TORCH_SOURCES
+  ${CMAKE_CURRENT_LIST_DIR}/pipeline_flux.cpp
+)
