@@ -1,40 +1,35 @@
 // ditstudio-cli: headless generation. One rank runs in-process; --np N (or any degree > 1)
 // launches `mpirun -np N ditstudio-worker` and drives it with the worker protocol
 // (app/PROTOCOL.md). `ditstudio-cli bench` prints per-stage timings and peak memory as JSON.
+// This file: the pre-start refusals, one rank in-process, bench, eval-demo and main; the options:
+// cli_options.*; several ranks: cli_mpi.cpp.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "app/cli/cli_options.h"
 #include "app/common/blas_kernel.h"
-#include "app/demo/shapes_dataset.h"
 #include "app/common/device_stats.h"
 #include "app/common/generation.h"
-#include "app/launcher/fingerprint.h"
-#include "app/launcher/launch.h"
-#include "app/launcher/preflight.h"
-#include "app/launcher/worker_session.h"
 #include "app/common/lora_cache.h"
 #include "app/common/model_source_options.h"
+#include "app/demo/shapes_dataset.h"
+#include "app/launcher/launch.h"
 #include "app/protocol/events.h"
 #include "app/protocol/protocol.h"
 #include "backend/family_runtime.h"
 #include "backend/io/image_io.h"
-#include "backend/io/lora_file.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/png_io.h"
 #include "backend/io/tensor_io.h"
@@ -44,109 +39,11 @@
 #include "parallel/strategy.h"
 
 using namespace dit;
+using namespace dit::cli;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct CliOptions {
-  std::string model, output = "ditstudio-output.png", outputTensors, dtype = "float32",
-                     device = "cpu", hostfile, seed;
-  protocol::GenerationParams gen;  ///< the protocol's defaults (protocol.h), set by the options
-  int np = 0, ompThreads = 0;
-  Strategy strategy;
-  bool jsonEvents = false;
-  bool overwrite = false;        ///< replace an existing --output / --output-tensors
-  bool allowNonFinite = false;   ///< load checkpoints holding NaN/Inf (refused by default)
-  std::string networkInterface;  ///< MPI interfaces for hostfile groups
-  std::string sshOptions, portRange, mpirunArgs;  ///< hostfile groups (issue 18)
-  bool oversubscribe = false, noPreflight = false;
-  std::vector<std::string> prompts;
-  ModelSources src;  ///< --config, --vae, --text-encoder(-2), --tokenizer(-2); model = --model
-  ModelSources sources() const {
-    ModelSources s = src;
-    s.model = model;
-    return s;
-  }
-  std::vector<std::string> loras;  ///< --lora FILE[:STRENGTH], repeatable
-};
-
-// --lora FILE[:STRENGTH] -> the request's LoRA list (absolute paths: the worker's current folder
-// may differ). STRENGTH is whatever follows the last ':' when it reads fully as a number (default
-// 1.0). Every file's header is checked here (inspectLoraFile), so a missing, corrupt or unknown
-// file is refused before any process starts.
-void applyLoraOptions(CliOptions& o) {
-  o.gen.loras.clear();
-  for (const std::string& arg : o.loras) {
-    protocol::LoraRequest l;
-    l.file = arg;
-    if (const size_t colon = arg.rfind(':'); colon != std::string::npos && colon + 1 < arg.size()) {
-      try {
-        size_t used = 0;
-        const double s = std::stod(arg.substr(colon + 1), &used);
-        if (used == arg.size() - colon - 1) {
-          l.file = arg.substr(0, colon);
-          l.strength = s;
-        }
-      } catch (const std::logic_error&) {  // not a number: part of the file name
-      }
-    }
-    if (l.file.empty()) throw std::invalid_argument("--lora '" + arg + "' names no file");
-    l.file = fs::absolute(l.file).string();
-    (void)inspectLoraFile(l.file);  // throws naming the file and the cause
-    o.gen.loras.push_back(std::move(l));
-  }
-}
-
-// --seed: a 64-bit integer (0 .. 2^64-1, exactly) or a negative number for a random seed.
-void applySeed(CliOptions& o) {
-  if (o.seed.empty()) return;
-  try {
-    if (o.seed[0] != '-' && !std::isdigit(static_cast<unsigned char>(o.seed[0])))
-      throw std::invalid_argument(o.seed);
-    size_t used = 0;
-    if (o.seed[0] == '-') {
-      (void)std::stoll(o.seed, &used);
-      if (used != o.seed.size()) throw std::invalid_argument(o.seed);
-      o.gen.random_seed = true;
-    } else {
-      o.gen.seed = std::stoull(o.seed, &used);
-      if (used != o.seed.size()) throw std::invalid_argument(o.seed);
-      o.gen.random_seed = false;
-    }
-  } catch (const std::logic_error&) {
-    throw std::invalid_argument("--seed '" + o.seed +
-                                "' is not an integer in 0 .. 18446744073709551615 (or -1: random)");
-  }
-}
-
-// The protocol's checks at the door, with the CLI's option names ("--guidance must be a finite
-// number in 0 .. 100, got nan"; "--prompt is not valid UTF-8: byte 3 ...").
-void checkOptions(const protocol::GenerateRequest& r) {
-  try {
-    protocol::checkRequest(r);
-  } catch (const protocol::ProtocolError& e) {
-    std::string msg = e.what();
-    const std::string prefix = "request field '" + e.field() + "'";
-    if (!e.field().empty() && msg.rfind(prefix, 0) == 0) {
-      std::string opt = e.field();
-      std::replace(opt.begin(), opt.end(), '_', '-');
-      msg = "--" + opt + msg.substr(prefix.size());
-    }
-    throw std::invalid_argument(msg);
-  }
-}
-
-// Every file the request would write, refused when one exists (unless --overwrite).
-void refuseOverwrite(const CliOptions& o, int count) {
-  if (o.overwrite) return;
-  for (int i = 0; i < count; ++i)
-    for (const std::string* f : {&o.output, &o.outputTensors})
-      if (!f->empty() && fs::exists(indexedPath(*f, i, count)))
-        throw std::invalid_argument(
-            "refusing to overwrite the existing file " + indexedPath(*f, i, count) +
-            " (use --overwrite to replace it, or another --output / --output-tensors)");
-}
 
 // The memory estimate before anything is loaded: `ranks` ranks on this host, each holding its
 // weights plus the request's activations, attention and VAE decode.
@@ -177,29 +74,6 @@ void refuseMemory(const CliOptions& o, const ModelFolder& model,
   }
   if (!refusal.empty()) throw std::invalid_argument(refusal);
   spdlog::debug("memory estimate per rank: {}", est.describe());
-}
-
-std::string exeDir() {
-  std::error_code ec;
-  auto p = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string(".") : p.parent_path().string();
-}
-
-protocol::GenerateRequest request(const CliOptions& o) {
-  protocol::GenerateRequest r;
-  r.id = "cli";
-  r.params = o.gen;
-  r.prompts = o.prompts;
-  if (!r.prompts.empty()) r.params.num_images = static_cast<int>(r.prompts.size());
-  // The worker's ranks read the init image and mask: absolute paths.
-  if (!r.params.init_image.empty())
-    r.params.init_image = fs::absolute(r.params.init_image).string();
-  if (!r.params.mask_image.empty())
-    r.params.mask_image = fs::absolute(r.params.mask_image).string();
-  r.output = fs::absolute(o.output).string();
-  if (!o.outputTensors.empty()) r.output_tensors = fs::absolute(o.outputTensors).string();
-  r.overwrite = o.overwrite;
-  return r;
 }
 
 // The compute dtype of an in-process run (resolveComputeDType: bfloat16 on a CPU without bf16
@@ -260,155 +134,6 @@ int runLocal(const CliOptions& o) {
     if (!o.outputTensors.empty()) writeResultTensors(indexedPath(o.outputTensors, i, n), res, made);
     std::cout << "wrote " << out << " (seed " << made.seed << ", " << res.params.width << "x"
               << res.params.height << ", " << res.params.steps << " steps)" << std::endl;
-  }
-  return 0;
-}
-
-// Hostfile groups (issue 18): the hostfile is checked (slots= on every host) and the ranks per
-// host are shown; every other host is checked over ssh (non-interactive, bounded) for the worker
-// and the same model fingerprint before mpirun starts. Throws naming the host and the fix.
-void preflight(const CliOptions& o, const launcher::MpirunLaunch& launch) {
-  std::ifstream in(o.hostfile);
-  if (!in) throw std::invalid_argument("hostfile " + o.hostfile + " cannot be read");
-  std::stringstream text;
-  text << in.rdbuf();
-  const auto plan = launcher::planHostfile(launcher::parseHostfile(text.str()), o.np,
-                                           o.oversubscribe, o.hostfile);
-  std::string shown;
-  for (const auto& [host, ranks] : plan) {
-    if (ranks.empty()) continue;
-    if (!shown.empty()) shown += "; ";
-    shown += host + ": rank";
-    for (int r : ranks) {
-      shown += ' ';
-      shown += std::to_string(r);
-    }
-  }
-  std::cerr << "hostfile " << o.hostfile << ": " << shown << std::endl;
-  if (o.noPreflight) return;
-  const ModelSources s = o.sources();
-  const std::vector<std::string> paths{s.model,          s.config,    s.vae,        s.text_encoder,
-                                       s.text_encoder_2, s.tokenizer, s.tokenizer_2};
-  const std::string mine = launcher::modelFingerprint(paths);
-  std::string failures;
-  for (const auto& [host, ranks] : plan) {
-    if (ranks.empty() || launcher::isLocalHost(host)) continue;
-    const auto r = launcher::preflightHost(host, launch, paths, mine);
-    if (r.ok)
-      std::cerr << "pre-flight " << host << ": ok (worker, model fingerprint " << r.fingerprint
-                << ", " << std::lround(r.seconds * 1000) << " ms)" << std::endl;
-    else
-      failures += (failures.empty() ? "" : "\n") + r.message;
-  }
-  if (!failures.empty()) throw std::invalid_argument("pre-flight failed:\n" + failures);
-}
-
-// What the CLI shows of a group's session: progress and results on stdout / the log, the worker's
-// events as JSON lines with --json, the group's own output on stderr.
-class CliSessionView : public launcher::SessionObserver {
- public:
-  explicit CliSessionView(const CliOptions& o) : o_(o) {}
-  int images = 0;
-  std::string firstError;
-
-  void event(const protocol::Event& raw, const protocol::WorkerEvent& ev) override {
-    if (o_.jsonEvents) std::cout << raw.data.dump() << std::endl;
-    if (const auto* r = std::get_if<protocol::ReadyEvent>(&ev)) {
-      spdlog::info("process group ready: {} ranks, {} (loaded in {:.2f} s)", r->world,
-                   r->strategy.dump(), r->load_seconds);
-    } else if (const auto* p = std::get_if<protocol::ProgressEvent>(&ev)) {
-      spdlog::info("image {} step {}/{} ({:.1f} ms)", p->image_index, p->step, p->steps,
-                   p->step_ms);
-    } else if (const auto* i = std::get_if<protocol::ImageEvent>(&ev)) {
-      ++images;
-      if (!o_.jsonEvents)
-        std::cout << "wrote " << i->path << " (seed "
-                  << (i->has_seed ? std::to_string(i->seed) : std::string("null")) << ")"
-                  << std::endl;
-    } else if (const auto* l = std::get_if<protocol::LogEvent>(&ev)) {
-      if (l->level == "warning" && !o_.jsonEvents)
-        std::cerr << "warning: " << l->message << std::endl;
-    } else if (const auto* e = std::get_if<protocol::ErrorEvent>(&ev)) {
-      const std::string msg = "rank " + std::to_string(e->rank) + ": " + e->message;
-      if (firstError.empty()) firstError = msg;
-      std::cerr << "error: " << msg << std::endl;
-    }
-  }
-  void logLine(int rank, const std::string& level, const std::string& text) override {
-    if (rank >= 0) return;  // the rank's own events are shown above
-    if (level == "error")
-      std::cerr << "error: " << text << std::endl;
-    else if (text.find("SIGTERM") != std::string::npos || text.find("killing") != std::string::npos)
-      spdlog::warn("{}", text);  // the teardown policy had to end the group
-    else
-      spdlog::debug("{}", text);
-  }
-  void outputLine(launcher::GroupProcess::Stream, const std::string& text) override {
-    std::cerr << text << '\n';
-  }
-
- private:
-  const CliOptions& o_;
-};
-
-// Several ranks: mpirun + ditstudio-worker driven through dit_launcher's WorkerSession (the GUI's
-// session too): the request, then shutdown once it is done; a fatal error ends the group within
-// the teardown policy's bounds.
-int runMpi(const CliOptions& o) {
-  launcher::MpirunLaunch launch;
-  launch.strategy = o.strategy;
-  launch.strategy.world = o.np;
-  launch.hostfile = o.hostfile;
-  launch.omp_threads = o.ompThreads > 0 ? o.ompThreads : 1;
-  launch.worker = exeDir() + "/ditstudio-worker";
-  launch.model = o.model;
-  launch.extra_worker_args = {"--dtype", o.dtype};
-  for (const auto& a : modelSourceArgs(o.src)) launch.extra_worker_args.push_back(a);
-  if (o.allowNonFinite) launch.extra_worker_args.push_back("--allow-nonfinite-weights");
-  launch.network_interface = o.networkInterface;
-  launch.isolate = launcher::isolationProgram(exeDir());
-  launch.ssh_options = o.sshOptions;
-  launch.port_range = o.portRange;
-  launch.extra_mpirun_args = o.mpirunArgs;
-  launch.oversubscribe = o.oversubscribe;
-  const std::vector<std::string> args = launcher::mpirunArgv(launch);
-  if (!o.hostfile.empty()) preflight(o, launch);
-
-  CliSessionView view(o);
-  launcher::WorkerSession session(&view, "cli");
-  session.start(launcher::SessionLaunch{args, {}, o.np});
-  // Ctrl-C / SIGTERM on the CLI ends the group too (mpirun forwards it to every rank).
-  static pid_t child = 0;
-  child = session.process().pid();
-  struct sigaction sa {};
-  sa.sa_handler = [](int sig) {
-    if (child > 0) ::kill(child, sig);
-  };
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  session.submit(request(o));  // id "cli"
-  session.stopWhenIdle();
-  using State = launcher::WorkerSession::State;
-  while (session.state() != State::Stopped && session.state() != State::Failed)
-    session.pollOnce(std::chrono::seconds(1));
-  child = 0;
-  const std::optional<launcher::ExitStatus> exit = session.exitStatus();
-  if (!exit) return 127;  // could not start mpirun (reported)
-  const int rc = exit->shellCode();
-  if (!view.firstError.empty()) return rc ? rc : 1;
-  if (rc != 0) {
-    if (auto f = session.process().rankFailure(); f && f->rank >= 0) {
-      std::cerr << "error: " << f->reason
-                << " without reporting an error; mpirun ended the process group" << std::endl;
-      return rc;
-    }
-    std::cerr << "error: the process group exited with " << exit->describe() << std::endl;
-    return rc;
-  }
-  const int expected = request(o).imageCount();
-  if (view.images < expected) {
-    std::cerr << "error: expected " << expected << " images, got " << view.images << std::endl;
-    return 1;
   }
   return 0;
 }

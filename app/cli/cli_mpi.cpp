@@ -1,0 +1,200 @@
+// ditstudio-cli with several ranks: mpirun + ditstudio-worker driven through dit_launcher's
+// WorkerSession (the GUI's session too), in named steps: the mpirun line, the hostfile pre-flight,
+// the session with its signal forwarding, what the CLI shows of its events, and the exit code.
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "app/cli/cli_options.h"
+#include "app/common/model_source_options.h"
+#include "app/launcher/fingerprint.h"
+#include "app/launcher/launch.h"
+#include "app/launcher/preflight.h"
+#include "app/launcher/worker_session.h"
+#include "app/protocol/events.h"
+#include "app/protocol/protocol.h"
+
+namespace dit::cli {
+
+namespace {
+
+// Hostfile groups (issue 18): the hostfile is checked (slots= on every host) and the ranks per
+// host are shown; every other host is checked over ssh (non-interactive, bounded) for the worker
+// and the same model fingerprint before mpirun starts. Throws naming the host and the fix.
+void preflight(const CliOptions& o, const launcher::MpirunLaunch& launch) {
+  std::ifstream in(o.hostfile);
+  if (!in) throw std::invalid_argument("hostfile " + o.hostfile + " cannot be read");
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto plan = launcher::planHostfile(launcher::parseHostfile(text.str()), o.np,
+                                           o.oversubscribe, o.hostfile);
+  std::string shown;
+  for (const auto& [host, ranks] : plan) {
+    if (ranks.empty()) continue;
+    if (!shown.empty()) shown += "; ";
+    shown += host + ": rank";
+    for (int r : ranks) {
+      shown += ' ';
+      shown += std::to_string(r);
+    }
+  }
+  std::cerr << "hostfile " << o.hostfile << ": " << shown << std::endl;
+  if (o.noPreflight) return;
+  const ModelSources s = o.sources();
+  const std::vector<std::string> paths{s.model,          s.config,    s.vae,        s.text_encoder,
+                                       s.text_encoder_2, s.tokenizer, s.tokenizer_2};
+  const std::string mine = launcher::modelFingerprint(paths);
+  std::string failures;
+  for (const auto& [host, ranks] : plan) {
+    if (ranks.empty() || launcher::isLocalHost(host)) continue;
+    const auto r = launcher::preflightHost(host, launch, paths, mine);
+    if (r.ok)
+      std::cerr << "pre-flight " << host << ": ok (worker, model fingerprint " << r.fingerprint
+                << ", " << std::lround(r.seconds * 1000) << " ms)" << std::endl;
+    else
+      failures += (failures.empty() ? "" : "\n") + r.message;
+  }
+  if (!failures.empty()) throw std::invalid_argument("pre-flight failed:\n" + failures);
+}
+
+// What the CLI shows of a group's session: progress and results on stdout / the log, the worker's
+// events as JSON lines with --json, the group's own output on stderr.
+class CliSessionView : public launcher::SessionObserver {
+ public:
+  explicit CliSessionView(const CliOptions& o) : o_(o) {}
+  int images = 0;
+  std::string firstError;
+
+  void event(const protocol::Event& raw, const protocol::WorkerEvent& ev) override {
+    if (o_.jsonEvents) std::cout << raw.data.dump() << std::endl;
+    if (const auto* r = std::get_if<protocol::ReadyEvent>(&ev)) {
+      spdlog::info("process group ready: {} ranks, {} (loaded in {:.2f} s)", r->world,
+                   r->strategy.dump(), r->load_seconds);
+    } else if (const auto* p = std::get_if<protocol::ProgressEvent>(&ev)) {
+      spdlog::info("image {} step {}/{} ({:.1f} ms)", p->image_index, p->step, p->steps,
+                   p->step_ms);
+    } else if (const auto* i = std::get_if<protocol::ImageEvent>(&ev)) {
+      ++images;
+      if (!o_.jsonEvents)
+        std::cout << "wrote " << i->path << " (seed "
+                  << (i->has_seed ? std::to_string(i->seed) : std::string("null")) << ")"
+                  << std::endl;
+    } else if (const auto* l = std::get_if<protocol::LogEvent>(&ev)) {
+      if (l->level == "warning" && !o_.jsonEvents)
+        std::cerr << "warning: " << l->message << std::endl;
+    } else if (const auto* e = std::get_if<protocol::ErrorEvent>(&ev)) {
+      const std::string msg = "rank " + std::to_string(e->rank) + ": " + e->message;
+      if (firstError.empty()) firstError = msg;
+      std::cerr << "error: " << msg << std::endl;
+    }
+  }
+  void logLine(int rank, const std::string& level, const std::string& text) override {
+    if (rank >= 0) return;  // the rank's own events are shown above
+    if (level == "error")
+      std::cerr << "error: " << text << std::endl;
+    else if (text.find("SIGTERM") != std::string::npos || text.find("killing") != std::string::npos)
+      spdlog::warn("{}", text);  // the teardown policy had to end the group
+    else
+      spdlog::debug("{}", text);
+  }
+  void outputLine(launcher::GroupProcess::Stream, const std::string& text) override {
+    std::cerr << text << '\n';
+  }
+
+ private:
+  const CliOptions& o_;
+};
+
+// The mpirun line of the options: the strategy, the worker beside this executable, its model and
+// dtype arguments, and the hostfile group's settings.
+launcher::MpirunLaunch mpirunLaunch(const CliOptions& o) {
+  launcher::MpirunLaunch launch;
+  launch.strategy = o.strategy;
+  launch.strategy.world = o.np;
+  launch.hostfile = o.hostfile;
+  launch.omp_threads = o.ompThreads > 0 ? o.ompThreads : 1;
+  launch.worker = exeDir() + "/ditstudio-worker";
+  launch.model = o.model;
+  launch.extra_worker_args = {"--dtype", o.dtype};
+  for (const auto& a : modelSourceArgs(o.src)) launch.extra_worker_args.push_back(a);
+  if (o.allowNonFinite) launch.extra_worker_args.push_back("--allow-nonfinite-weights");
+  launch.network_interface = o.networkInterface;
+  launch.isolate = launcher::isolationProgram(exeDir());
+  launch.ssh_options = o.sshOptions;
+  launch.port_range = o.portRange;
+  launch.extra_mpirun_args = o.mpirunArgs;
+  launch.oversubscribe = o.oversubscribe;
+  return launch;
+}
+
+// Ctrl-C / SIGTERM on the CLI ends the group too (mpirun forwards it to every rank). 0: none.
+pid_t g_child = 0;
+void forwardSignalsTo(pid_t child) {
+  g_child = child;
+  struct sigaction sa {};
+  sa.sa_handler = [](int sig) {
+    if (g_child > 0) ::kill(g_child, sig);
+  };
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+// The session's outcome as the CLI's exit code: the group's own code, with the reason on stderr
+// when no rank reported an error; 1 when fewer images came than asked for.
+int exitCode(const CliOptions& o, const launcher::WorkerSession& session,
+             const CliSessionView& view) {
+  const std::optional<launcher::ExitStatus> exit = session.exitStatus();
+  if (!exit) return 127;  // could not start mpirun (reported)
+  const int rc = exit->shellCode();
+  if (!view.firstError.empty()) return rc ? rc : 1;
+  if (rc != 0) {
+    if (auto f = session.process().rankFailure(); f && f->rank >= 0) {
+      std::cerr << "error: " << f->reason
+                << " without reporting an error; mpirun ended the process group" << std::endl;
+      return rc;
+    }
+    std::cerr << "error: the process group exited with " << exit->describe() << std::endl;
+    return rc;
+  }
+  const int expected = request(o).imageCount();
+  if (view.images < expected) {
+    std::cerr << "error: expected " << expected << " images, got " << view.images << std::endl;
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+// Several ranks: the request, then shutdown once it is done; a fatal error ends the group within
+// the teardown policy's bounds.
+int runMpi(const CliOptions& o) {
+  const launcher::MpirunLaunch launch = mpirunLaunch(o);
+  const std::vector<std::string> args = launcher::mpirunArgv(launch);
+  if (!o.hostfile.empty()) preflight(o, launch);
+
+  CliSessionView view(o);
+  launcher::WorkerSession session(&view, "cli");
+  session.start(launcher::SessionLaunch{args, {}, o.np});
+  forwardSignalsTo(session.process().pid());
+  session.submit(request(o));  // id "cli"
+  session.stopWhenIdle();
+  using State = launcher::WorkerSession::State;
+  while (session.state() != State::Stopped && session.state() != State::Failed)
+    session.pollOnce(std::chrono::seconds(1));
+  g_child = 0;
+  return exitCode(o, session, view);
+}
+
+}  // namespace dit::cli

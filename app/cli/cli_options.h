@@ -1,0 +1,55 @@
+// ditstudio-cli's options (CliOptions) and what the CLI makes of them: LoRA and seed arguments,
+// the protocol's checks with the CLI's option names, the overwrite refusal and the request sent to
+// the worker (or run in-process). Shared by cli_main.cpp (one rank, bench, eval-demo, main) and
+// cli_mpi.cpp (a group of ranks through mpirun).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "app/protocol/protocol.h"
+#include "backend/io/model_folder.h"
+#include "parallel/strategy.h"
+
+namespace dit::cli {
+
+struct CliOptions {
+  std::string model, output = "ditstudio-output.png", outputTensors, dtype = "float32",
+                     device = "cpu", hostfile, seed;
+  protocol::GenerationParams gen;  ///< the protocol's defaults (protocol.h), set by the options
+  int np = 0, ompThreads = 0;
+  Strategy strategy;
+  bool jsonEvents = false;
+  bool overwrite = false;        ///< replace an existing --output / --output-tensors
+  bool allowNonFinite = false;   ///< load checkpoints holding NaN/Inf (refused by default)
+  std::string networkInterface;  ///< MPI interfaces for hostfile groups
+  std::string sshOptions, portRange, mpirunArgs;  ///< hostfile groups (issue 18)
+  bool oversubscribe = false, noPreflight = false;
+  std::vector<std::string> prompts;
+  ModelSources src;  ///< --config, --vae, --text-encoder(-2), --tokenizer(-2); model = --model
+  ModelSources sources() const {
+    ModelSources s = src;
+    s.model = model;
+    return s;
+  }
+  std::vector<std::string> loras;  ///< --lora FILE[:STRENGTH], repeatable
+};
+
+/// --lora FILE[:STRENGTH] -> o.gen.loras. Throws std::invalid_argument (or the LoRA file's error)
+/// naming the argument or file.
+void applyLoraOptions(CliOptions& o);
+/// --seed -> o.gen.seed / random_seed. Throws std::invalid_argument naming the value.
+void applySeed(CliOptions& o);
+/// protocol::checkRequest, its messages naming the CLI's options. Throws std::invalid_argument.
+void checkOptions(const protocol::GenerateRequest& r);
+/// Throws std::invalid_argument when a file the request would write exists (unless --overwrite).
+void refuseOverwrite(const CliOptions& o, int count);
+/// The folder of this executable (ditstudio-worker and ditstudio-isolate sit beside it).
+std::string exeDir();
+/// The worker protocol's generate request of these options (id "cli", absolute paths).
+protocol::GenerateRequest request(const CliOptions& o);
+
+/// Several ranks: mpirun + ditstudio-worker (cli_mpi.cpp). Returns the process exit code.
+int runMpi(const CliOptions& o);
+
+}  // namespace dit::cli
