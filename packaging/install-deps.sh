@@ -62,6 +62,7 @@ PKGS=(
   openssh-client openssh-server  # multi-host groups (ssh) and the `multihost` test (sshd)
   libcpp-httplib-dev libwebp-dev  # ditstudio-server: HTTP (server-sent events) and WebP output
   nodejs  # the server tests drive it with the official `openai` npm client (tests/server/client)
+  chromium  # server_page: the server's page in headless Chromium
 )
 # npm: Debian's package, unless an npm is already installed (NodeSource's nodejs bundles one and
 # conflicts with Debian's npm).

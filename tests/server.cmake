@@ -19,6 +19,16 @@ if(DITSTUDIO_NODE AND DITSTUDIO_NPM AND TARGET ditstudio-server)
                          RESOURCE_LOCK mpi)
   endforeach()
   set_tests_properties(server_faults PROPERTIES LABELS "server;integration;fault")
+  # The page in Debian's headless Chromium (package `chromium`), over the DevTools pipe.
+  find_program(DITSTUDIO_CHROMIUM NAMES chromium chromium-browser)
+  if(DITSTUDIO_CHROMIUM)
+    add_test(NAME server_page COMMAND ${DITSTUDIO_NODE} ${CMAKE_CURRENT_LIST_DIR}/server/page.test.mjs)
+    set_tests_properties(server_page PROPERTIES
+                         ENVIRONMENT "${_srv_env};CHROMIUM=${DITSTUDIO_CHROMIUM};SCREENSHOT=${CMAKE_CURRENT_BINARY_DIR}/server-page.png"
+                         LABELS "server;integration" TIMEOUT 300 RESOURCE_LOCK mpi)
+  else()
+    message(STATUS "DiT Studio: chromium not found: server_page is not registered")
+  endif()
 else()
   message(STATUS "DiT Studio: node/npm not found: the server tests are not registered "
                  "(packaging/install-deps.sh installs them)")
