@@ -1009,6 +1009,10 @@ void HttpServer::routes() {
                                           : 16 + pool_.groupCount() + 32;
   svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   svr.set_payload_max_length(opt_.max_body_bytes);
+  // Clients (undici, requests) keep connections open between calls: a low per-connection
+  // request cap (httplib's default is 5) makes them race the server's close.
+  svr.set_keep_alive_max_count(100000);
+  svr.set_keep_alive_timeout(30);
   svr.set_read_timeout(30, 0);
   svr.set_write_timeout(30, 0);
 
