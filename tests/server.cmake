@@ -2,6 +2,12 @@
 # unmodified official `openai` npm client (pinned in tests/server/client/, installed into the
 # build tree by the server_client_setup fixture: npm's registry or its cache), the pool, faults
 # and security defaults. Each test starts its own server(s) on free loopback ports.
+if(TARGET dit_server)
+  add_executable(test_server_unit ${CMAKE_CURRENT_LIST_DIR}/test_server_unit.cpp)
+  target_link_libraries(test_server_unit PRIVATE dit_server GTest::gtest GTest::gtest_main)
+  gtest_add_tests(TARGET test_server_unit TEST_LIST _server_unit_tests)
+  set_tests_properties(${_server_unit_tests} PROPERTIES LABELS "unit;server" TIMEOUT 60)
+endif()
 find_program(DITSTUDIO_NODE node)
 find_program(DITSTUDIO_NPM npm)
 if(DITSTUDIO_NODE AND DITSTUDIO_NPM AND TARGET ditstudio-server)

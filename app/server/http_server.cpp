@@ -29,8 +29,11 @@ namespace {
 struct ApiError : std::runtime_error {
   ApiError(int status, std::string type, const std::string& message, std::string param = {},
            std::string code = {})
-      : std::runtime_error(message), status(status), type(std::move(type)),
-        param(std::move(param)), code(std::move(code)) {}
+      : std::runtime_error(message),
+        status(status),
+        type(std::move(type)),
+        param(std::move(param)),
+        code(std::move(code)) {}
   int status;
   std::string type, param, code;
 };
@@ -110,14 +113,15 @@ json parseBody(const httplib::Request& req) {
   } catch (const json::exception& e) {
     throw badRequest(std::string("the request body is not valid JSON: ") + e.what());
   }
-  if (!b.is_object()) throw badRequest("the request body must be a JSON object, got " + typeName(b));
+  if (!b.is_object())
+    throw badRequest("the request body must be a JSON object, got " + typeName(b));
   return b;
 }
 
 // Multipart fields -> a JSON object: numbers, booleans and the JSON-valued `loras` typed.
 json formToJson(const httplib::Request& req) {
-  static const std::vector<std::string> ints{"n", "seed", "steps", "partial_images",
-                                             "output_compression", "max_sequence_length"};
+  static const std::vector<std::string> ints{
+      "n", "seed", "steps", "partial_images", "output_compression", "max_sequence_length"};
   static const std::vector<std::string> reals{"guidance", "true_cfg_scale", "strength"};
   static const std::vector<std::string> bools{"stream"};
   json b = json::object();
@@ -168,7 +172,9 @@ bool safeName(const std::string& n) {
 
 std::string readFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw ApiError(500, "server_error", "cannot read the image " + fs::path(path).filename().string());
+  if (!in)
+    throw ApiError(500, "server_error",
+                   "cannot read the image " + fs::path(path).filename().string());
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
@@ -214,9 +220,8 @@ struct Handlers {
     if (b.contains("seed") && !b["seed"].is_null()) {
       const json& v = b["seed"];
       if (!v.is_number_integer())
-        throw badRequest("'seed' must be an integer (0 .. 2^64-1, or -1 for random), got " +
-                             v.dump(),
-                         "seed");
+        throw badRequest(
+            "'seed' must be an integer (0 .. 2^64-1, or -1 for random), got " + v.dump(), "seed");
       if (v.is_number_unsigned()) {
         p.seed = v.get<std::uint64_t>();
         p.random_seed = false;
@@ -230,7 +235,8 @@ struct Handlers {
     } else {
       p.random_seed = true;  // OpenAI clients send no seed: a random one, reported back
     }
-    if (auto v = integer(b, "steps", 1, protocol::kMaxSteps)) p.steps = static_cast<int>(*v), echo["steps"] = *v;
+    if (auto v = integer(b, "steps", 1, protocol::kMaxSteps))
+      p.steps = static_cast<int>(*v), echo["steps"] = *v;
     if (auto v = number(b, "guidance")) p.guidance = *v, echo["guidance"] = *v;
     if (auto v = number(b, "true_cfg_scale")) p.true_cfg_scale = *v, echo["true_cfg_scale"] = *v;
     if (auto v = str(b, "negative_prompt")) {
@@ -253,13 +259,16 @@ struct Handlers {
         if (!l[i].is_object()) throw badRequest("'" + key + "' must be an object", key);
         std::string name = l[i].contains("name") ? l[i].value("name", "") : l[i].value("file", "");
         if (!safeName(name))
-          throw badRequest("'" + key + ".name' must be a file name inside the server's LoRA "
-                                       "folder (letters, digits, . _ -), got '" + name + "'",
+          throw badRequest("'" + key +
+                               ".name' must be a file name inside the server's LoRA "
+                               "folder (letters, digits, . _ -), got '" +
+                               name + "'",
                            key);
         const fs::path file = fs::path(opt.lora_dir) / name;
         std::error_code ec;
         if (!fs::is_regular_file(file, ec))
-          throw badRequest("'" + key + "': no LoRA '" + name + "' in the server's LoRA folder", key);
+          throw badRequest("'" + key + "': no LoRA '" + name + "' in the server's LoRA folder",
+                           key);
         protocol::LoraRequest r;
         r.file = fs::absolute(file).string();
         if (l[i].contains("strength")) {
@@ -349,9 +358,10 @@ struct Handlers {
     }
     const fs::path dir = fs::path(pool.imagesDir()) / "uploads";
     fs::create_directories(dir);
-    return s.uniqueFile((dir / ("upload-" + std::to_string(unixNow()) + "-" + std::to_string(n) +
-                                "-" + what)).string(),
-                        ".png", bytes);
+    return s.uniqueFile(
+        (dir / ("upload-" + std::to_string(unixNow()) + "-" + std::to_string(n) + "-" + what))
+            .string(),
+        ".png", bytes);
   }
 
   void attachImages(ImagesCall& c, const std::string& imageBytes, const std::string& maskBytes,
@@ -359,9 +369,9 @@ struct Handlers {
     auto& p = c.job.request.params;
     Pixels img;
     try {
-      img = decodeImage(imageBytes, imageField, opt.max_side,
-                        std::min<std::int64_t>(opt.max_upload_pixels,
-                                               std::int64_t(opt.max_side) * opt.max_side));
+      img = decodeImage(
+          imageBytes, imageField, opt.max_side,
+          std::min<std::int64_t>(opt.max_upload_pixels, std::int64_t(opt.max_side) * opt.max_side));
     } catch (const ImageError& e) {
       throw badRequest(e.what(), imageField);
     }
@@ -376,10 +386,9 @@ struct Handlers {
         throw badRequest(e.what(), maskField);
       }
       if (m.width != img.width || m.height != img.height)
-        throw badRequest("the mask is " + std::to_string(m.width) + "x" +
-                             std::to_string(m.height) + " but the image is " +
-                             std::to_string(img.width) + "x" + std::to_string(img.height) +
-                             "; they must have the same size",
+        throw badRequest("the mask is " + std::to_string(m.width) + "x" + std::to_string(m.height) +
+                             " but the image is " + std::to_string(img.width) + "x" +
+                             std::to_string(img.height) + "; they must have the same size",
                          maskField);
       p.mask_image = saveUpload(inpaintMask(m), "mask");
     }
@@ -418,8 +427,8 @@ struct Handlers {
 
   std::string convertPreview(const std::string& pngB64, const std::string& format, int q) {
     if (format == "png") return pngB64;
-    const Pixels px = decodeImage(decodeBase64(pngB64, "preview"), "preview", 1 << 16,
-                                  std::int64_t(1) << 32);
+    const Pixels px =
+        decodeImage(decodeBase64(pngB64, "preview"), "preview", 1 << 16, std::int64_t(1) << 32);
     return encodeBase64(encodeImage(px, format, q));
   }
 
@@ -542,96 +551,97 @@ struct Handlers {
 
   bool streamStep(const std::shared_ptr<Job>& job, StreamState& stRef, const ImagesCall& callRef,
                   const std::string& prefix, const std::string& base, httplib::DataSink& sink) {
-          StreamState* st = &stRef;
-          const ImagesCall* call = &callRef;
-          if (st->ended) {
-            sink.done();
-            return true;
-          }
-          std::vector<JobPreview> previews;
-          bool finished = false;
-          std::vector<JobImage> imgs;
-          JobState state;
-          {
-            std::unique_lock lock(pool.mutex());
-            pool.changed().wait_for(lock, std::chrono::milliseconds(250), [&] {
-              return job->finished() || job->preview_seq > st->seq;
-            });
-            for (const JobPreview& p : job->preview_list)
-              if (p.seq > st->seq) previews.push_back(p);
-            if (!job->preview_list.empty()) st->seq = job->preview_list.back().seq;
-            finished = job->finished();
-            state = job->state;
-            if (finished) imgs = sortedImages(*job);
-          }
-          auto send = [&](const std::string& event, const json& data) {
-            const std::string chunk = "event: " + event + "\ndata: " + data.dump() + "\n\n";
-            st->lastWrite = std::chrono::steady_clock::now();
-            return sink.write(chunk.data(), chunk.size());
-          };
-          const std::string size = call->size;
-          for (const JobPreview& p : previews) {
-            if (st->partials >= call->partial_images) break;
-            json d{{"type", prefix + ".partial_image"},
-                   {"b64_json", convertPreview(p.png_b64, call->output_format, call->compression)},
-                   {"created_at", unixNow()},
-                   {"size", size},
-                   {"quality", call->quality},
-                   {"background", call->background},
-                   {"output_format", call->output_format},
-                   {"partial_image_index", st->partials},
-                   {"step", p.step},
-                   {"image_index", p.image_index}};
-            ++st->partials;
-            if (!send(prefix + ".partial_image", d)) {
-              pool.cancel(job->id);
-              return false;
-            }
-          }
-          if (finished) {
-            st->ended = true;
-            if (state == JobState::Done) {
-              const json echo = madeEcho(*call, imgs);
-              for (const JobImage& img : imgs) {
-                auto [bytes, path] = outputImage(img, call->output_format, call->compression);
-                json d{{"type", prefix + ".completed"},
-                       {"created_at", unixNow()},
-                       {"size", size},
-                       {"quality", call->quality},
-                       {"background", call->background},
-                       {"output_format", call->output_format},
-                       {"image_index", img.index},
-                       {"usage",
-                        {{"input_tokens", 0}, {"output_tokens", 0}, {"total_tokens", 0},
-                         {"input_tokens_details", {{"image_tokens", 0}, {"text_tokens", 0}}}}}};
-                if (call->response_format == "url")
-                  d["url"] = base + "/v1/images/files/" + s.registerFile(path);
-                else
-                  d["b64_json"] = encodeBase64(bytes);
-                for (auto& [k, v] : echo.items()) d[k] = v;
-                d["seed"] = img.has_seed ? json(img.seed) : json(nullptr);
-                d["job"] = job->id;
-                if (!send(prefix + ".completed", d)) return false;
-              }
-            } else {
-              const ApiError e = jobError(*job);
-              json d = errorBody(e.what(), e.type, e.param, e.code);
-              d["type"] = "error";
-              send("error", d);
-            }
-            sink.done();
-            return true;
-          }
-          // Heartbeat (an SSE comment): a client that went away makes the write fail.
-          if (std::chrono::steady_clock::now() - st->lastWrite > std::chrono::milliseconds(500)) {
-            static const std::string ping = ": keep-alive\n\n";
-            st->lastWrite = std::chrono::steady_clock::now();
-            if (!sink.write(ping.data(), ping.size())) {
-              pool.cancel(job->id);
-              return false;
-            }
-          }
-          return true;
+    StreamState* st = &stRef;
+    const ImagesCall* call = &callRef;
+    if (st->ended) {
+      sink.done();
+      return true;
+    }
+    std::vector<JobPreview> previews;
+    bool finished = false;
+    std::vector<JobImage> imgs;
+    JobState state;
+    {
+      std::unique_lock lock(pool.mutex());
+      pool.changed().wait_for(lock, std::chrono::milliseconds(250),
+                              [&] { return job->finished() || job->preview_seq > st->seq; });
+      for (const JobPreview& p : job->preview_list)
+        if (p.seq > st->seq) previews.push_back(p);
+      if (!job->preview_list.empty()) st->seq = job->preview_list.back().seq;
+      finished = job->finished();
+      state = job->state;
+      if (finished) imgs = sortedImages(*job);
+    }
+    auto send = [&](const std::string& event, const json& data) {
+      const std::string chunk = "event: " + event + "\ndata: " + data.dump() + "\n\n";
+      st->lastWrite = std::chrono::steady_clock::now();
+      return sink.write(chunk.data(), chunk.size());
+    };
+    const std::string size = call->size;
+    for (const JobPreview& p : previews) {
+      if (st->partials >= call->partial_images) break;
+      json d{{"type", prefix + ".partial_image"},
+             {"b64_json", convertPreview(p.png_b64, call->output_format, call->compression)},
+             {"created_at", unixNow()},
+             {"size", size},
+             {"quality", call->quality},
+             {"background", call->background},
+             {"output_format", call->output_format},
+             {"partial_image_index", st->partials},
+             {"step", p.step},
+             {"image_index", p.image_index}};
+      ++st->partials;
+      if (!send(prefix + ".partial_image", d)) {
+        pool.cancel(job->id);
+        return false;
+      }
+    }
+    if (finished) {
+      st->ended = true;
+      if (state == JobState::Done) {
+        const json echo = madeEcho(*call, imgs);
+        for (const JobImage& img : imgs) {
+          auto [bytes, path] = outputImage(img, call->output_format, call->compression);
+          json d{{"type", prefix + ".completed"},
+                 {"created_at", unixNow()},
+                 {"size", size},
+                 {"quality", call->quality},
+                 {"background", call->background},
+                 {"output_format", call->output_format},
+                 {"image_index", img.index},
+                 {"usage",
+                  {{"input_tokens", 0},
+                   {"output_tokens", 0},
+                   {"total_tokens", 0},
+                   {"input_tokens_details", {{"image_tokens", 0}, {"text_tokens", 0}}}}}};
+          if (call->response_format == "url")
+            d["url"] = base + "/v1/images/files/" + s.registerFile(path);
+          else
+            d["b64_json"] = encodeBase64(bytes);
+          for (auto& [k, v] : echo.items()) d[k] = v;
+          d["seed"] = img.has_seed ? json(img.seed) : json(nullptr);
+          d["job"] = job->id;
+          if (!send(prefix + ".completed", d)) return false;
+        }
+      } else {
+        const ApiError e = jobError(*job);
+        json d = errorBody(e.what(), e.type, e.param, e.code);
+        d["type"] = "error";
+        send("error", d);
+      }
+      sink.done();
+      return true;
+    }
+    // Heartbeat (an SSE comment): a client that went away makes the write fail.
+    if (std::chrono::steady_clock::now() - st->lastWrite > std::chrono::milliseconds(500)) {
+      static const std::string ping = ": keep-alive\n\n";
+      st->lastWrite = std::chrono::steady_clock::now();
+      if (!sink.write(ping.data(), ping.size())) {
+        pool.cancel(job->id);
+        return false;
+      }
+    }
+    return true;
   }
 
   void generations(const httplib::Request& req, httplib::Response& res) {
@@ -644,11 +654,13 @@ struct Handlers {
 
   void edits(const httplib::Request& req, httplib::Response& res) {
     if (!req.is_multipart_form_data())
-      throw badRequest("POST /v1/images/edits expects multipart/form-data with 'image' (and "
-                       "optionally 'mask')");
+      throw badRequest(
+          "POST /v1/images/edits expects multipart/form-data with 'image' (and "
+          "optionally 'mask')");
     ImagesCall c = openAiCall(formToJson(req), "openai.edits");
     const char* key = req.has_file("image") ? "image" : "image[]";
-    if (!req.has_file(key)) throw badRequest("'image' is required (a PNG, JPEG or WebP file)", "image");
+    if (!req.has_file(key))
+      throw badRequest("'image' is required (a PNG, JPEG or WebP file)", "image");
     if (req.files.count(key) > 1)
       throw badRequest("only one 'image' is accepted per request", "image");
     const std::string mask = req.has_file("mask") ? req.get_file_value("mask").content : "";
@@ -671,7 +683,9 @@ struct Handlers {
       throw ApiError(404, "invalid_request_error", "no image named '" + name + "' on this server");
     const std::string bytes = readFile(path);
     const std::string ext = fs::path(path).extension().string();
-    res.set_content(bytes, ext == ".jpg" ? "image/jpeg" : ext == ".webp" ? "image/webp" : "image/png");
+    res.set_content(bytes, ext == ".jpg"    ? "image/jpeg"
+                           : ext == ".webp" ? "image/webp"
+                                            : "image/png");
   }
 
   // --- AUTOMATIC1111 --------------------------------------------------------------------------
@@ -768,9 +782,9 @@ struct Handlers {
              {"textinfo", nullptr}};
     int jobCount = 0;
     const Job* best = nullptr;
-    json state{{"skipped", false}, {"interrupted", false}, {"job", ""}, {"job_count", 0},
-               {"job_timestamp", "0"}, {"job_no", 0}, {"sampling_step", 0},
-               {"sampling_steps", 0}};
+    json state{{"skipped", false},   {"interrupted", false}, {"job", ""},
+               {"job_count", 0},     {"job_timestamp", "0"}, {"job_no", 0},
+               {"sampling_step", 0}, {"sampling_steps", 0}};
     pool.forEachJob([&](const Job& j) {
       if (j.finished()) return;
       ++jobCount;
@@ -804,11 +818,14 @@ struct Handlers {
   }
 
   // --- DiT Studio's own endpoints -------------------------------------------------------------
-  void jobs(const httplib::Request&, httplib::Response& res) { sendJson(res, 200, pool.jobsJson()); }
+  void jobs(const httplib::Request&, httplib::Response& res) {
+    sendJson(res, 200, pool.jobsJson());
+  }
 
   void jobGet(const httplib::Request& req, httplib::Response& res) {
     auto job = pool.find(req.matches[1]);
-    if (!job) throw ApiError(404, "invalid_request_error", "no job '" + std::string(req.matches[1]) + "'");
+    if (!job)
+      throw ApiError(404, "invalid_request_error", "no job '" + std::string(req.matches[1]) + "'");
     json j;
     {
       std::lock_guard lock(pool.mutex());
@@ -852,7 +869,9 @@ struct Handlers {
     sendJson(res, 202, j);
   }
 
-  void groups(const httplib::Request&, httplib::Response& res) { sendJson(res, 200, pool.groupsJson()); }
+  void groups(const httplib::Request&, httplib::Response& res) {
+    sendJson(res, 200, pool.groupsJson());
+  }
 
   void health(const httplib::Request&, httplib::Response& res) {
     const json g = pool.groupsJson();
@@ -861,10 +880,13 @@ struct Handlers {
       if (x["state"] == "ready" || x["state"] == "busy") ++ready;
       if (x["state"] == "failed") ++failed;
     }
-    sendJson(res, 200, json{{"status", ready > 0 ? "ok" : failed ? "failed" : "starting"},
-                            {"groups", g["data"].size()},
-                            {"ready", ready},
-                            {"failed", failed}});
+    sendJson(res, 200,
+             json{{"status", ready > 0 ? "ok"
+                             : failed  ? "failed"
+                                       : "starting"},
+                  {"groups", g["data"].size()},
+                  {"ready", ready},
+                  {"failed", failed}});
   }
 
   void events(const httplib::Request& req, httplib::Response& res) {
@@ -883,27 +905,28 @@ struct Handlers {
     auto seen = std::make_shared<std::uint64_t>(since);
     auto first = std::make_shared<bool>(true);
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream", [this, seen, first](size_t, httplib::DataSink& sink) {
-          std::string out;
-          if (*first) {
-            *first = false;
-            json hello{{"type", "hello"}, {"groups", pool.groupsJson()["data"]},
-                       {"jobs", pool.jobsJson()["data"]}};
-            out += "event: hello\ndata: " + hello.dump() + "\n\n";
-          }
-          {
-            std::unique_lock lock(pool.mutex());
-            pool.changed().wait_for(lock, std::chrono::milliseconds(1000),
-                                    [&] { return pool.lastEventSeq() > *seen; });
-            for (const json& e : pool.eventsSince(*seen)) {
-              out += "event: " + e.value("type", std::string("event")) + "\ndata: " + e.dump() + "\n\n";
-              *seen = e["seq"].get<std::uint64_t>();
-            }
-          }
-          if (out.empty()) out = ": keep-alive\n\n";
-          return sink.write(out.data(), out.size());
-        });
+    res.set_chunked_content_provider("text/event-stream", [this, seen, first](
+                                                              size_t, httplib::DataSink& sink) {
+      std::string out;
+      if (*first) {
+        *first = false;
+        json hello{{"type", "hello"},
+                   {"groups", pool.groupsJson()["data"]},
+                   {"jobs", pool.jobsJson()["data"]}};
+        out += "event: hello\ndata: " + hello.dump() + "\n\n";
+      }
+      {
+        std::unique_lock lock(pool.mutex());
+        pool.changed().wait_for(lock, std::chrono::milliseconds(1000),
+                                [&] { return pool.lastEventSeq() > *seen; });
+        for (const json& e : pool.eventsSince(*seen)) {
+          out += "event: " + e.value("type", std::string("event")) + "\ndata: " + e.dump() + "\n\n";
+          *seen = e["seq"].get<std::uint64_t>();
+        }
+      }
+      if (out.empty()) out = ": keep-alive\n\n";
+      return sink.write(out.data(), out.size());
+    });
   }
 
   void presets(const httplib::Request&, httplib::Response& res) {
@@ -934,7 +957,8 @@ int HttpServer::bind() {
   } else {
     if (!svr_->bind_to_port(opt_.host, opt_.port))
       throw std::runtime_error("cannot listen on " + opt_.host + ":" + std::to_string(opt_.port) +
-                               " (" + std::strerror(errno) + "; in use, or not an address of this host?)");
+                               " (" + std::strerror(errno) +
+                               "; in use, or not an address of this host?)");
     port_ = opt_.port;
   }
   return port_;
@@ -953,8 +977,9 @@ std::string HttpServer::uniqueFile(const std::string& stem, const std::string& e
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0) {
       if (errno == EEXIST) continue;
-      throw ApiError(500, "server_error", "cannot write " + fs::path(path).filename().string() +
-                                              ": " + std::strerror(errno));
+      throw ApiError(
+          500, "server_error",
+          "cannot write " + fs::path(path).filename().string() + ": " + std::strerror(errno));
     }
     size_t off = 0;
     while (off < bytes.size()) {
@@ -1005,8 +1030,8 @@ void HttpServer::routes() {
     };
   };
   httplib::Server& svr = *svr_;
-  const size_t threads = opt_.threads > 0 ? static_cast<size_t>(opt_.threads)
-                                          : 16 + pool_.groupCount() + 32;
+  const size_t threads =
+      opt_.threads > 0 ? static_cast<size_t>(opt_.threads) : 16 + pool_.groupCount() + 32;
   svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   svr.set_payload_max_length(opt_.max_body_bytes);
   // Clients (undici, requests) keep connections open between calls: a low per-connection
@@ -1036,7 +1061,8 @@ void HttpServer::routes() {
                                 "--cors-origin ORIGIN)"));
       return httplib::Server::HandlerResponse::Handled;
     }
-    if (req.path == "/" || req.path == "/favicon.ico") return httplib::Server::HandlerResponse::Unhandled;
+    if (req.path == "/" || req.path == "/favicon.ico")
+      return httplib::Server::HandlerResponse::Unhandled;
     if (!opt_.token.empty()) {
       const std::string auth = req.get_header_value("Authorization");
       if (!constantTimeEqual(auth, "Bearer " + opt_.token)) {
@@ -1049,30 +1075,36 @@ void HttpServer::routes() {
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });
-  svr.set_error_handler(httplib::Server::HandlerWithResponse(
-      [this](const httplib::Request& req, httplib::Response& res) {
+  svr.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
+                                                                    httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     std::string msg;
-    if (res.status == 404) msg = "unknown route " + req.method + " " + req.path;
+    if (res.status == 404)
+      msg = "unknown route " + req.method + " " + req.path;
     else if (res.status == 413)
       msg = "the request body is larger than " + std::to_string(opt_.max_body_bytes) +
             " bytes (--max-body-mb)";
-    else if (res.status == 400) msg = "malformed HTTP request";
-    else if (res.status == 405) msg = "method not allowed";
-    else msg = "HTTP error " + std::to_string(res.status);
-    sendJson(res, res.status, errorBody(msg, res.status >= 500 ? "server_error" : "invalid_request_error", "", ""));
+    else if (res.status == 400)
+      msg = "malformed HTTP request";
+    else if (res.status == 405)
+      msg = "method not allowed";
+    else
+      msg = "HTTP error " + std::to_string(res.status);
+    sendJson(res, res.status,
+             errorBody(msg, res.status >= 500 ? "server_error" : "invalid_request_error", "", ""));
     return httplib::Server::HandlerResponse::Handled;
   }));
-  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string msg = "internal error";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      msg = e.what();
-    } catch (...) {
-    }
-    sendJson(res, 500, errorBody(msg, "server_error", "", ""));
-  });
+  svr.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string msg = "internal error";
+        try {
+          if (ep) std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          msg = e.what();
+        } catch (...) {
+        }
+        sendJson(res, 500, errorBody(msg, "server_error", "", ""));
+      });
 
   svr.Post("/v1/images/generations", wrap(&Handlers::generations));
   svr.Post("/v1/images/edits", wrap(&Handlers::edits));

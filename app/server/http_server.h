@@ -14,9 +14,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -30,15 +30,15 @@ namespace dit::server {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8000;  ///< 0: any free port (see HttpServer::port())
-  std::string token;  ///< bearer token; "" = none (loopback only)
+  int port = 8000;                        ///< 0: any free port (see HttpServer::port())
+  std::string token;                      ///< bearer token; "" = none (loopback only)
   std::vector<std::string> cors_origins;  ///< "" = no CORS headers; "*" = any origin
   std::size_t max_body_bytes = std::size_t(32) << 20;
-  int max_side = 2048;                    ///< width/height of a request and of uploads
+  int max_side = 2048;  ///< width/height of a request and of uploads
   std::int64_t max_upload_pixels = std::int64_t(4096) * 4096;
-  int max_n = 10;                         ///< images per request (OpenAI's own limit is 10)
-  std::string lora_dir;                   ///< LoRA files requests may name; "" = LoRAs refused
-  int threads = 0;                        ///< HTTP threads; 0 = max_queue + groups + 16
+  int max_n = 10;        ///< images per request (OpenAI's own limit is 10)
+  std::string lora_dir;  ///< LoRA files requests may name; "" = LoRAs refused
+  int threads = 0;       ///< HTTP threads; 0 = max_queue + groups + 16
 };
 
 class HttpServer {

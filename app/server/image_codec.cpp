@@ -33,8 +33,7 @@ Pixels decodeImage(std::string_view bytes, const std::string& field, int maxSide
   if (!stbi_info_from_memory(buf, len, &w, &h, &c))
     throw ImageError("'" + field + "' is not a PNG, JPEG, BMP, GIF, TGA, PSD or PNM image (" +
                      std::string(stbi_failure_reason() ? stbi_failure_reason() : "unknown") + ")");
-  if (w < 1 || h < 1 || w > maxSide || h > maxSide ||
-      static_cast<std::int64_t>(w) * h > maxPixels)
+  if (w < 1 || h < 1 || w > maxSide || h > maxSide || static_cast<std::int64_t>(w) * h > maxPixels)
     throw ImageError("'" + field + "' is " + std::to_string(w) + "x" + std::to_string(h) +
                      " pixels; at most " + std::to_string(maxSide) + " per side and " +
                      std::to_string(maxPixels) + " pixels are accepted");
@@ -61,8 +60,7 @@ std::string mimeType(const std::string& f) {
 
 namespace {
 void appendBytes(void* ctx, void* data, int size) {
-  static_cast<std::string*>(ctx)->append(static_cast<const char*>(data),
-                                         static_cast<size_t>(size));
+  static_cast<std::string*>(ctx)->append(static_cast<const char*>(data), static_cast<size_t>(size));
 }
 
 // RGB or RGBA copy of `p` (WebP takes 3 or 4 channels).
@@ -104,8 +102,9 @@ std::string encodeImage(const Pixels& p, const std::string& format, int quality)
     size_t size = 0;
     const int stride = q.width * q.channels;
     if (quality >= 100)
-      size = q.channels == 4 ? WebPEncodeLosslessRGBA(q.data.data(), q.width, q.height, stride, &buf)
-                             : WebPEncodeLosslessRGB(q.data.data(), q.width, q.height, stride, &buf);
+      size = q.channels == 4
+                 ? WebPEncodeLosslessRGBA(q.data.data(), q.width, q.height, stride, &buf)
+                 : WebPEncodeLosslessRGB(q.data.data(), q.width, q.height, stride, &buf);
     else
       size = q.channels == 4
                  ? WebPEncodeRGBA(q.data.data(), q.width, q.height, stride, float(quality), &buf)
@@ -149,8 +148,8 @@ std::string encodeBase64(std::string_view in) {
   out.reserve((in.size() + 2) / 3 * 4);
   size_t i = 0;
   for (; i + 2 < in.size(); i += 3) {
-    const unsigned v = (std::uint8_t(in[i]) << 16) | (std::uint8_t(in[i + 1]) << 8) |
-                       std::uint8_t(in[i + 2]);
+    const unsigned v =
+        (std::uint8_t(in[i]) << 16) | (std::uint8_t(in[i + 1]) << 8) | std::uint8_t(in[i + 2]);
     out += kB64[(v >> 18) & 63];
     out += kB64[(v >> 12) & 63];
     out += kB64[(v >> 6) & 63];
@@ -174,7 +173,8 @@ std::string encodeBase64(std::string_view in) {
 std::string decodeBase64(std::string_view text, const std::string& field) {
   if (text.rfind("data:", 0) == 0) {
     const size_t comma = text.find(',');
-    if (comma == std::string_view::npos || text.substr(0, comma).find(";base64") == std::string_view::npos)
+    if (comma == std::string_view::npos ||
+        text.substr(0, comma).find(";base64") == std::string_view::npos)
       throw ImageError("'" + field + "' is a data URL without ';base64,'");
     text.remove_prefix(comma + 1);
   }

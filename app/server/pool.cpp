@@ -30,23 +30,36 @@ int toInt(const std::string& what, const std::string& v) {
 void setKey(GroupSpec& g, const std::string& key, const std::string& value,
             const std::string& where) {
   const std::string what = where + ": " + key;
-  if (key == "name") g.name = value;
-  else if (key == "model") g.model = value;
-  else if (key == "np") g.np = toInt(what, value);
-  else if (key == "tp" || key == "tp_degree") g.strategy.tp_degree = toInt(what, value);
-  else if (key == "ring" || key == "ring_degree") g.strategy.ring_degree = toInt(what, value);
-  else if (key == "ulysses" || key == "ulysses_degree") g.strategy.ulysses_degree = toInt(what, value);
-  else if (key == "cfg" || key == "cfg_degree") g.strategy.cfg_degree = toInt(what, value);
-  else if (key == "dp" || key == "dp_degree") g.strategy.dp_degree = toInt(what, value);
-  else if (key == "threads" || key == "omp_threads") g.omp_threads = std::max(1, toInt(what, value));
-  else if (key == "device") g.device = value;
-  else if (key == "dtype") g.dtype = value;
+  if (key == "name")
+    g.name = value;
+  else if (key == "model")
+    g.model = value;
+  else if (key == "np")
+    g.np = toInt(what, value);
+  else if (key == "tp" || key == "tp_degree")
+    g.strategy.tp_degree = toInt(what, value);
+  else if (key == "ring" || key == "ring_degree")
+    g.strategy.ring_degree = toInt(what, value);
+  else if (key == "ulysses" || key == "ulysses_degree")
+    g.strategy.ulysses_degree = toInt(what, value);
+  else if (key == "cfg" || key == "cfg_degree")
+    g.strategy.cfg_degree = toInt(what, value);
+  else if (key == "dp" || key == "dp_degree")
+    g.strategy.dp_degree = toInt(what, value);
+  else if (key == "threads" || key == "omp_threads")
+    g.omp_threads = std::max(1, toInt(what, value));
+  else if (key == "device")
+    g.device = value;
+  else if (key == "dtype")
+    g.dtype = value;
   else if (key == "devices") {
     g.devices = value;
     std::replace(g.devices.begin(), g.devices.end(), ':', ',');
     std::replace(g.devices.begin(), g.devices.end(), '+', ',');
-  } else if (key == "hostfile") g.hostfile = value;
-  else if (key == "network_interface") g.network_interface = value;
+  } else if (key == "hostfile")
+    g.hostfile = value;
+  else if (key == "network_interface")
+    g.network_interface = value;
   else
     throw std::invalid_argument(where + ": unknown key '" + key +
                                 "' (name, model, np, tp, ring, ulysses, cfg, dp, threads, device, "
@@ -106,9 +119,12 @@ std::vector<GroupSpec> parsePoolFile(const std::string& path, const GroupSpec& d
     if (!j[i].is_object()) throw std::invalid_argument(where + " is not an object");
     GroupSpec g = defaults;
     for (const auto& [k, v] : j[i].items()) {
-      if (v.is_string()) setKey(g, k, v.get<std::string>(), where);
-      else if (v.is_number_integer()) setKey(g, k, std::to_string(v.get<long long>()), where);
-      else throw std::invalid_argument(where + ": field '" + k + "' must be a string or an integer");
+      if (v.is_string())
+        setKey(g, k, v.get<std::string>(), where);
+      else if (v.is_number_integer())
+        setKey(g, k, std::to_string(v.get<long long>()), where);
+      else
+        throw std::invalid_argument(where + ": field '" + k + "' must be a string or an integer");
     }
     out.push_back(std::move(g));
   }
@@ -124,11 +140,16 @@ std::string modelId(const std::string& modelPath) {
 
 const char* jobStateName(JobState s) {
   switch (s) {
-    case JobState::Queued: return "queued";
-    case JobState::Running: return "running";
-    case JobState::Done: return "done";
-    case JobState::Failed: return "failed";
-    case JobState::Cancelled: return "cancelled";
+    case JobState::Queued:
+      return "queued";
+    case JobState::Running:
+      return "running";
+    case JobState::Done:
+      return "done";
+    case JobState::Failed:
+      return "failed";
+    case JobState::Cancelled:
+      return "cancelled";
   }
   return "?";
 }
@@ -159,9 +180,12 @@ json Job::toJson() const {
          {"group", extra.value("group", json(nullptr))}};
   j["error"] = error.empty() ? json(nullptr) : json(error);
   const auto now = std::chrono::steady_clock::now();
-  if (state == JobState::Queued) j["queued_s"] = secondsBetween(queued_at, now);
-  else j["queued_s"] = secondsBetween(queued_at, started_at);
-  if (state == JobState::Running) j["running_s"] = secondsBetween(started_at, now);
+  if (state == JobState::Queued)
+    j["queued_s"] = secondsBetween(queued_at, now);
+  else
+    j["queued_s"] = secondsBetween(queued_at, started_at);
+  if (state == JobState::Running)
+    j["running_s"] = secondsBetween(started_at, now);
   else if (finished() && started_at.time_since_epoch().count() != 0)
     j["running_s"] = secondsBetween(started_at, finished_at);
   return j;
@@ -196,7 +220,9 @@ class Pool::GroupObserver : public launcher::SessionObserver {
     } else if (const auto* r = std::get_if<protocol::ReadyEvent>(&ev)) {
       g.ready = raw.data;
       g.world = r->world;
-      pool_.emit(json{{"type", "group.ready"}, {"group", g.spec.name}, {"world", r->world},
+      pool_.emit(json{{"type", "group.ready"},
+                      {"group", g.spec.name},
+                      {"world", r->world},
                       {"load_seconds", r->load_seconds}});
     } else if (std::holds_alternative<protocol::RanksEvent>(ev)) {
       g.ranks = raw.data.value("ranks", json::array());
@@ -208,21 +234,31 @@ class Pool::GroupObserver : public launcher::SessionObserver {
         job->image_index = p->image_index;
         job->step_ms = p->step_ms;
         job->eta_s = p->eta_s;
-        pool_.emit(json{{"type", "job.progress"}, {"job", job->id}, {"step", p->step},
-                        {"steps", p->steps}, {"image_index", p->image_index},
-                        {"step_ms", p->step_ms}, {"eta_s", p->eta_s}});
+        pool_.emit(json{{"type", "job.progress"},
+                        {"job", job->id},
+                        {"step", p->step},
+                        {"steps", p->steps},
+                        {"image_index", p->image_index},
+                        {"step_ms", p->step_ms},
+                        {"eta_s", p->eta_s}});
       }
     } else if (const auto* v = std::get_if<protocol::PreviewEvent>(&ev)) {
       if (auto job = pool_.jobLocked(v->id); job && job->previews) {
-        job->preview_list.push_back(JobPreview{++job->preview_seq, v->step, v->image_index, v->png});
+        job->preview_list.push_back(
+            JobPreview{++job->preview_seq, v->step, v->image_index, v->png});
         while (job->preview_list.size() > 64) job->preview_list.pop_front();
-        pool_.emit(json{{"type", "job.preview"}, {"job", job->id}, {"step", v->step},
-                        {"image_index", v->image_index}, {"png", v->png}});
+        pool_.emit(json{{"type", "job.preview"},
+                        {"job", job->id},
+                        {"step", v->step},
+                        {"image_index", v->image_index},
+                        {"png", v->png}});
       }
     } else if (const auto* i = std::get_if<protocol::ImageEvent>(&ev)) {
       if (auto job = pool_.jobLocked(i->id)) {
         job->images.push_back(JobImage{i->image_index, i->path, i->seed, i->has_seed, i->params});
-        pool_.emit(json{{"type", "job.image"}, {"job", job->id}, {"image_index", i->image_index},
+        pool_.emit(json{{"type", "job.image"},
+                        {"job", job->id},
+                        {"image_index", i->image_index},
                         {"file", fs::path(i->path).filename().string()},
                         {"seed", i->has_seed ? json(i->seed) : json(nullptr)}});
       }
@@ -262,9 +298,11 @@ class Pool::GroupObserver : public launcher::SessionObserver {
     std::lock_guard lock(pool_.mu_);
     Group& g = pool_.groups_[index_];
     g.failed = true;
-    g.failure = json{{"rank", f.rank}, {"pid", f.pid}, {"message", f.message},
-                     {"detail", f.detail}};
-    pool_.emit(json{{"type", "group.failed"}, {"group", g.spec.name}, {"rank", f.rank},
+    g.failure =
+        json{{"rank", f.rank}, {"pid", f.pid}, {"message", f.message}, {"detail", f.detail}};
+    pool_.emit(json{{"type", "group.failed"},
+                    {"group", g.spec.name},
+                    {"rank", f.rank},
                     {"message", f.message}});
     pool_.cv_.notify_all();
   }
@@ -294,8 +332,8 @@ Pool::Pool(std::vector<GroupSpec> groups, PoolOptions options)
     if (g.spec.name.empty()) g.spec.name = "g" + std::to_string(i);
     g.model_id = modelId(g.spec.model);
     g.observer = std::make_unique<GroupObserver>(*this, static_cast<int>(i));
-    g.session = std::make_unique<launcher::WorkerSession>(g.observer.get(),
-                                                          g.spec.name + "-" + tag_);
+    g.session =
+        std::make_unique<launcher::WorkerSession>(g.observer.get(), g.spec.name + "-" + tag_);
   }
   for (size_t i = 0; i < groups_.size(); ++i)
     for (size_t k = 0; k < i; ++k)
@@ -392,7 +430,8 @@ void Pool::schedule() {
       }
     for (size_t gi = 0; gi < groups_.size(); ++gi) {
       Group& g = groups_[gi];
-      if (g.failed || !g.job.empty() || g.session->state() != launcher::WorkerSession::State::Ready ||
+      if (g.failed || !g.job.empty() ||
+          g.session->state() != launcher::WorkerSession::State::Ready ||
           !g.session->queue().empty())
         continue;
       for (auto it = queue_.begin(); it != queue_.end(); ++it) {
@@ -454,8 +493,7 @@ std::shared_ptr<Job> Pool::submit(Job j) {
       if (list.find("'" + g.model_id + "'") == std::string::npos)
         list += (list.empty() ? "'" : ", '") + g.model_id + "'";
     throw Refusal(404, "invalid_request_error", "model_not_found",
-                  "The model '" + j.model + "' is not served here (models: " + list + ")",
-                  "model");
+                  "The model '" + j.model + "' is not served here (models: " + list + ")", "model");
   }
   if (!alive)
     throw Refusal(503, "server_error", "group_failed",
@@ -477,8 +515,12 @@ std::shared_ptr<Job> Pool::submit(Job j) {
   job->queued_at = std::chrono::steady_clock::now();
   jobs_[job->id] = job;
   queue_.push_back(job->id);
-  emit(json{{"type", "job.queued"}, {"job", job->id}, {"api", job->api}, {"model", job->model},
-            {"prompt", job->request.params.prompt}, {"queue_length", queue_.size()}});
+  emit(json{{"type", "job.queued"},
+            {"job", job->id},
+            {"api", job->api},
+            {"model", job->model},
+            {"prompt", job->request.params.prompt},
+            {"queue_length", queue_.size()}});
   cv_.notify_all();
   return job;
 }
@@ -559,8 +601,7 @@ json Pool::jobsJson() const {
   });
   json queued = json::array();
   for (const std::string& id : queue_) queued.push_back(id);
-  return json{{"object", "list"}, {"data", list}, {"queue", queued},
-              {"max_queue", opt_.max_queue}};
+  return json{{"object", "list"}, {"data", list}, {"queue", queued}, {"max_queue", opt_.max_queue}};
 }
 
 json Pool::groupsJson() const {
@@ -579,8 +620,10 @@ json Pool::groupsJson() const {
            {"device", g.spec.device},
            {"devices", g.spec.devices},
            {"hostfile", g.spec.hostfile},
-           {"strategy", json{{"tp_degree", s.tp_degree}, {"ring_degree", s.ring_degree},
-                             {"ulysses_degree", s.ulysses_degree}, {"cfg_degree", s.cfg_degree},
+           {"strategy", json{{"tp_degree", s.tp_degree},
+                             {"ring_degree", s.ring_degree},
+                             {"ulysses_degree", s.ulysses_degree},
+                             {"cfg_degree", s.cfg_degree},
                              {"dp_degree", s.dp_degree}}},
            {"pids", pids},
            {"ranks", g.ranks},

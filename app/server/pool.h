@@ -27,8 +27,8 @@ namespace dit::server {
 
 /// One group of the pool: what `mpirun -np N ditstudio-worker` gets.
 struct GroupSpec {
-  std::string name;   ///< shown in status and errors; "" = "g<index>"
-  std::string model;  ///< model folder or file; "" = the embedded default model
+  std::string name;                     ///< shown in status and errors; "" = "g<index>"
+  std::string model;                    ///< model folder or file; "" = the embedded default model
   std::vector<std::string> model_args;  ///< --config/--vae/... passed to every rank
   Strategy strategy;                    ///< degrees; world = np (0: product of the degrees)
   int np = 0;
@@ -78,8 +78,8 @@ struct Job {
   int step = 0, steps = 0, image_index = 0;
   double step_ms = -1, eta_s = -1;
   std::vector<JobImage> images;
-  std::string error;    ///< the cause, when Failed (names the rank for a dead group)
-  int error_status = 0; ///< HTTP status for the failure (400 refused by the worker, 500, 503)
+  std::string error;     ///< the cause, when Failed (names the rank for a dead group)
+  int error_status = 0;  ///< HTTP status for the failure (400 refused by the worker, 500, 503)
   bool cancel_requested = false, cancel_sent = false;
   bool previews = false;                ///< preview events kept (stream, page)
   std::deque<JobPreview> preview_list;  ///< the last previews (at most 64)
@@ -97,16 +97,19 @@ struct Job {
 struct Refusal : std::runtime_error {
   Refusal(int status, std::string type, std::string code, const std::string& message,
           std::string param = {})
-      : std::runtime_error(message), status(status), type(std::move(type)), code(std::move(code)),
+      : std::runtime_error(message),
+        status(status),
+        type(std::move(type)),
+        code(std::move(code)),
         param(std::move(param)) {}
   int status;
   std::string type, code, param;
 };
 
 struct PoolOptions {
-  std::string images_dir;  ///< where the workers write (created)
-  std::string exe_dir;     ///< folder of ditstudio-worker / ditstudio-isolate
-  std::size_t max_queue = 16;  ///< jobs queued (not yet running) at most; more: 429
+  std::string images_dir;           ///< where the workers write (created)
+  std::string exe_dir;              ///< folder of ditstudio-worker / ditstudio-isolate
+  std::size_t max_queue = 16;       ///< jobs queued (not yet running) at most; more: 429
   std::size_t keep_finished = 256;  ///< finished jobs kept for /v1/jobs
 };
 

@@ -64,9 +64,10 @@ std::string randomToken() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"DiT Studio server: OpenAI Images API, AUTOMATIC1111 subset and a page over a pool "
-               "of worker groups",
-               "ditstudio-server"};
+  CLI::App app{
+      "DiT Studio server: OpenAI Images API, AUTOMATIC1111 subset and a page over a pool "
+      "of worker groups",
+      "ditstudio-server"};
   server::ServerOptions so;
   server::GroupSpec g;
   std::vector<std::string> poolSpecs;
@@ -178,6 +179,7 @@ int main(int argc, char** argv) {
     server::HttpServer http(pool, so);
     const int port = http.bind();  // before the groups start: a taken port fails fast
 
+    pool.start();  // throws naming the group for a strategy it refuses
     if (::pipe(stopPipe) != 0) throw std::runtime_error("pipe failed");
     struct sigaction sa {};
     sa.sa_handler = onSignal;
@@ -190,12 +192,12 @@ int main(int argc, char** argv) {
       if (c == 's') http.stop();
     });
 
-    pool.start();
     for (const auto& s : specs)
       std::cerr << "group " << (s.name.empty() ? "(auto)" : s.name) << ": " << s.model
                 << (s.np ? ", np " + std::to_string(s.np) : "") << std::endl;
-    std::cout << "listening on http://" << (so.host.find(':') != std::string::npos ? "[" + so.host + "]" : so.host)
-              << ":" << port << " (images in " << pool.imagesDir() << ")" << std::endl;
+    std::cout << "listening on http://"
+              << (so.host.find(':') != std::string::npos ? "[" + so.host + "]" : so.host) << ":"
+              << port << " (images in " << pool.imagesDir() << ")" << std::endl;
     http.listen();
     std::cerr << "stopping the groups" << std::endl;
     pool.stop();

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
 import { readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { assertSamePixels, decodePng, encodePng, runCli, startServer, tempDir, waitReady } from './lib.mjs';
+import { assertSamePixels, decodePng, encodePng, runCli, startServer, tempDir, waitJson, waitReady } from './lib.mjs';
 
 const require = createRequire(join(process.env.OPENAI_CLIENT_DIR, 'package.json'));
 const { OpenAI, toFile } = require('openai');
@@ -159,6 +159,30 @@ try {
   assertSamePixels(Buffer.from(a.images[0], 'base64'), ref7, 'sdapi txt2img vs CLI');
   assert.equal(JSON.parse(a.info).all_seeds[0], 7);
   console.log('ok /sdapi/v1/txt2img = ditstudio-cli');
+
+  // AUTOMATIC1111 img2img (base64 init image and mask, white = repaint) = the CLI's inpainting.
+  const i2i = await (await fetch(`${server.url}/sdapi/v1/img2img`, {
+    method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ prompt: P2, seed: 5, steps: 6, denoising_strength: 0.8, cfg_scale: 1,
+      init_images: [ref7.toString('base64')], mask: encodePng(64, 64, 1, grey).toString('base64') }),
+  })).json();
+  assertSamePixels(Buffer.from(i2i.images[0], 'base64'), refMask, 'sdapi img2img with mask vs CLI');
+  console.log('ok /sdapi/v1/img2img with mask = ditstudio-cli --mask');
+
+  // /sdapi/v1/progress while a txt2img runs, then /sdapi/v1/interrupt cancels it.
+  const slow = fetch(`${server.url}/sdapi/v1/txt2img`, {
+    method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ prompt: P, seed: 9, steps: 1000, width: 64, height: 64 }),
+  });
+  const prog = await waitJson(`${server.url}/sdapi/v1/progress`, (p) => p.state.sampling_step >= 2);
+  assert.equal(prog.state.sampling_steps, 1000);
+  assert.ok(prog.progress > 0 && prog.progress < 1, JSON.stringify(prog));
+  const intr = await (await fetch(`${server.url}/sdapi/v1/interrupt`, { method: 'POST' })).json();
+  assert.equal(intr.interrupted.length, 1);
+  const slowRes = await slow;
+  assert.equal(slowRes.status, 409);
+  assert.equal((await slowRes.json()).error.code, 'cancelled');
+  console.log(`ok /sdapi/v1/progress (step ${prog.state.sampling_step}/1000), /sdapi/v1/interrupt cancelled it (409)`);
 
   // Every image the server wrote is in its images folder.
   const files = readdirSync(images);
