@@ -476,9 +476,25 @@ struct Handlers {
     return imgs;
   }
 
+  // The denoising steps a request runs: its own, else the model's default (from a ready group).
+  int resolvedSteps(const ImagesCall& c) {
+    if (c.job.request.params.steps > 0) return c.job.request.params.steps;
+    const std::vector<std::string> ids = pool.models();
+    const json ready = pool.readyInfo(c.job.model.empty() ? ids.front() : c.job.model);
+    if (ready.is_object() && ready.contains("model"))
+      return std::max(1, ready["model"].value("default_steps", 28));
+    return 28;
+  }
+
+  // Previews cost a VAE decode each: `count` of them spread over the steps (every
+  // steps / (count + 1) steps), not one per step.
+  int previewEvery(const ImagesCall& c, int count) {
+    return std::max(1, resolvedSteps(c) / (count + 1));
+  }
+
   std::shared_ptr<Job> submit(ImagesCall& c) {
     c.job.previews = c.stream && c.partial_images > 0;
-    if (c.job.previews) c.job.request.preview_every = 1;
+    if (c.job.previews) c.job.request.preview_every = previewEvery(c, c.partial_images);
     checkProtocol(c.job.request.params);
     try {
       return pool.submit(c.job);
@@ -853,7 +869,7 @@ struct Handlers {
   void jobCreate(const httplib::Request& req, httplib::Response& res) {
     ImagesCall c = openAiCall(parseBody(req), "page");
     c.job.previews = true;
-    c.job.request.preview_every = 1;
+    c.job.request.preview_every = previewEvery(c, 12);  // about 12 live previews per image
     checkProtocol(c.job.request.params);
     std::shared_ptr<Job> job;
     try {
