@@ -716,8 +716,6 @@ struct Handlers {
     }
     json d = b;
     d.erase("negative_prompt");  // handled above (A1111 clients send "" by default)
-    if (d.contains("seed") && d["seed"].is_number_integer() && d["seed"].get<long long>() == -1)
-      d["seed"] = -1;
     if (auto v = number(b, "cfg_scale")) p.true_cfg_scale = *v, c.echo["cfg_scale"] = *v;
     if (auto v = number(b, "distilled_guidance")) p.guidance = *v;
     if (auto v = number(b, "denoising_strength")) d["strength"] = *v;
