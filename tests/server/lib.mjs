@@ -2,7 +2,7 @@
 // tests import themselves): start ditstudio-server on a free port, decode PNG pixels (zlib +
 // the PNG filters), run ditstudio-cli, compare images, poll JSON endpoints.
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { deflateSync, inflateSync } from 'node:zlib';
@@ -11,8 +11,16 @@ import assert from 'node:assert/strict';
 export const BIN = process.env.DITSTUDIO_BIN;  // build/bin
 assert.ok(BIN, 'DITSTUDIO_BIN must name the folder of ditstudio-server and ditstudio-cli');
 
+const made = [];
+process.on('exit', () => {
+  if (process.env.DITSTUDIO_KEEP_TEST_DIRS) return;
+  for (const d of made) rmSync(d, { recursive: true, force: true });
+});
+/// A temporary folder, removed when the test ends (kept with DITSTUDIO_KEEP_TEST_DIRS=1).
 export function tempDir(tag) {
-  return mkdtempSync(join(tmpdir(), `ditstudio-server-${tag}-`));
+  const d = mkdtempSync(join(tmpdir(), `ditstudio-server-${tag}-`));
+  made.push(d);
+  return d;
 }
 
 /// Starts ditstudio-server with `args` (plus --port 0 unless given) and resolves once it prints

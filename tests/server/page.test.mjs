@@ -2,7 +2,7 @@
 // (--remote-debugging-pipe; no extra npm package): it loads, submits a prompt (a ?submit=1
 // link), shows at least one live preview, then the final image in the gallery, the per-rank
 // table (rank 0 with its pid and stage) and the job done in the queue; a screenshot is written
-// to $SCREENSHOT (default: the test's temporary folder).
+// to $SCREENSHOT (default: ./server-page.png).
 // Env: DITSTUDIO_BIN, CHROMIUM (default: chromium).
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -77,7 +77,7 @@ try {
   assert.match(rank0[7], /MiB$/, 'rank 0 RSS');
   console.log(`ok page: ${state.previews} live previews, ${state.gallery} image(s) in the gallery, rank table ${JSON.stringify(rank0)}, queue ${JSON.stringify(state.queue[0])}`);
   const shot = await send('Page.captureScreenshot', { format: 'png' }, sessionId);
-  const file = process.env.SCREENSHOT || join(dir, 'server-page.png');
+  const file = process.env.SCREENSHOT || join(process.cwd(), 'server-page.png');
   writeFileSync(file, Buffer.from(shot.data, 'base64'));
   console.log(`screenshot: ${file}`);
 } catch (e) {
