@@ -137,3 +137,23 @@ TEST(ServerCodec, OpenAiMaskBecomesInpaintingMask) {
   const Pixels c = inpaintMask(rgb(1, 1, 255));
   EXPECT_EQ(c.data, (std::vector<std::uint8_t>{255}));
 }
+
+TEST(ServerPool, CpuSetReplacesThePlacement) {
+  const std::vector<std::string> single{
+      "mpirun",    "-np",  "1",  "--map-by",          "slot:PE=1",
+      "--bind-to", "core", "-x", "OMP_NUM_THREADS=1", "ditstudio-worker"};
+  EXPECT_EQ(Pool::withCpuSet(single, "2,3"),
+            (std::vector<std::string>{"mpirun", "-np", "1", "--cpu-set", "2,3", "--bind-to", "none",
+                                      "-x", "OMP_NUM_THREADS=1", "ditstudio-worker"}));
+  EXPECT_EQ(Pool::withCpuSet(single, ""),
+            (std::vector<std::string>{"mpirun", "-np", "1", "--bind-to", "none", "-x",
+                                      "OMP_NUM_THREADS=1", "ditstudio-worker"}));
+  const std::vector<std::string> hostfile{"mpirun", "-np",       "2",    "--hostfile",
+                                          "h",      "--bind-to", "none", "w"};
+  EXPECT_EQ(Pool::withCpuSet(hostfile, "1"), hostfile);
+  EXPECT_EQ(parseGroupSpec("cpus=2+3", GroupSpec{}).cpus, "2,3");
+  EXPECT_NE(messageOf([] {
+              parseGroupSpec("cpus=all", GroupSpec{});
+            }).find("cpus must list CPU numbers and ranges"),
+            std::string::npos);
+}

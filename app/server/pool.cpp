@@ -1,5 +1,7 @@
 #include "app/server/pool.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -56,6 +58,12 @@ void setKey(GroupSpec& g, const std::string& key, const std::string& value,
     g.devices = value;
     std::replace(g.devices.begin(), g.devices.end(), ':', ',');
     std::replace(g.devices.begin(), g.devices.end(), '+', ',');
+  } else if (key == "cpus") {
+    g.cpus = value;
+    std::replace(g.cpus.begin(), g.cpus.end(), ':', ',');
+    std::replace(g.cpus.begin(), g.cpus.end(), '+', ',');
+    if (g.cpus.empty() || g.cpus.find_first_not_of("0123456789,-") != std::string::npos)
+      throw std::invalid_argument(what + " must list CPU numbers and ranges, got '" + value + "'");
   } else if (key == "hostfile")
     g.hostfile = value;
   else if (key == "network_interface")
@@ -63,7 +71,7 @@ void setKey(GroupSpec& g, const std::string& key, const std::string& value,
   else
     throw std::invalid_argument(where + ": unknown key '" + key +
                                 "' (name, model, np, tp, ring, ulysses, cfg, dp, threads, device, "
-                                "dtype, devices, hostfile)");
+                                "dtype, devices, cpus, hostfile)");
 }
 
 std::string randomTag() {
@@ -343,8 +351,66 @@ Pool::Pool(std::vector<GroupSpec> groups, PoolOptions options)
 
 Pool::~Pool() { stop(); }
 
+std::vector<std::string> Pool::withCpuSet(std::vector<std::string> argv, const std::string& cpus) {
+  if (std::find(argv.begin(), argv.end(), "--hostfile") != argv.end()) return argv;
+  auto bind = std::find(argv.begin(), argv.end(), "--bind-to");
+  if (bind == argv.end() || bind + 1 == argv.end()) return argv;
+  *(bind + 1) = "none";
+  if (!cpus.empty()) argv.insert(bind, {"--cpu-set", cpus});
+  if (auto map = std::find(argv.begin(), argv.end(), "--map-by");
+      map != argv.end() && map + 1 != argv.end())
+    argv.erase(map, map + 2);
+  return argv;
+}
+
+namespace {
+int groupWorld(const GroupSpec& g) {
+  const Strategy& s = g.strategy;
+  return g.np > 0 ? g.np
+                  : s.tp_degree * s.ring_degree * s.ulysses_degree * s.cfg_degree * s.dp_degree;
+}
+}  // namespace
+
 void Pool::start() {
-  for (Group& g : groups_) {
+  // CPU slices for several single-host groups (each mpirun would place its ranks from core 0).
+  std::vector<int> allowed;
+  {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+      for (int c = 0; c < CPU_SETSIZE; ++c)
+        if (CPU_ISSET(c, &set)) allowed.push_back(c);
+  }
+  std::vector<std::string> slices(groups_.size());
+  std::vector<bool> place(groups_.size(), false);
+  int singleHost = 0;
+  std::size_t need = 0;
+  for (const Group& g : groups_)
+    if (g.spec.hostfile.empty()) {
+      ++singleHost;
+      need += static_cast<std::size_t>(std::max(1, groupWorld(g.spec)) *
+                                       std::max(1, g.spec.omp_threads));
+    }
+  std::size_t next = 0;
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    const GroupSpec& sp = groups_[i].spec;
+    if (!sp.hostfile.empty()) continue;
+    if (!sp.cpus.empty()) {  // given: always used
+      place[i] = true;
+      slices[i] = sp.cpus;
+      continue;
+    }
+    if (singleHost < 2) continue;  // one group: mpirun's own placement
+    place[i] = true;
+    if (need > allowed.size()) continue;  // more ranks than CPUs: no binding, no slice
+    const std::size_t n =
+        static_cast<std::size_t>(std::max(1, groupWorld(sp)) * std::max(1, sp.omp_threads));
+    for (std::size_t k = 0; k < n; ++k)
+      slices[i] += (k ? "," : "") + std::to_string(allowed[next + k]);
+    next += n;
+  }
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    Group& g = groups_[gi];
     launcher::MpirunLaunch l;
     Strategy s = g.spec.strategy;
     const int product = s.tp_degree * s.ring_degree * s.ulysses_degree * s.cfg_degree * s.dp_degree;
@@ -361,7 +427,13 @@ void Pool::start() {
     for (const auto& a : g.spec.model_args) l.extra_worker_args.push_back(a);
     l.network_interface = g.spec.network_interface;
     l.isolate = g.spec.hostfile.empty() ? launcher::isolationProgram(opt_.exe_dir) : "";
-    launcher::SessionLaunch launch{launcher::mpirunArgv(l), {}, s.world};
+    std::vector<std::string> argv = launcher::mpirunArgv(l);
+    if (place[gi]) argv = withCpuSet(std::move(argv), slices[gi]);
+    {
+      std::lock_guard lock(mu_);
+      g.cpus = slices[gi];
+    }
+    launcher::SessionLaunch launch{std::move(argv), {}, s.world};
     if (!g.spec.devices.empty()) launch.env.emplace_back("CUDA_VISIBLE_DEVICES", g.spec.devices);
     {
       std::lock_guard lock(mu_);
@@ -620,6 +692,7 @@ json Pool::groupsJson() const {
            {"device", g.spec.device},
            {"devices", g.spec.devices},
            {"hostfile", g.spec.hostfile},
+           {"cpus", g.cpus},
            {"strategy", json{{"tp_degree", s.tp_degree},
                              {"ring_degree", s.ring_degree},
                              {"ulysses_degree", s.ulysses_degree},
