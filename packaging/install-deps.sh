@@ -60,7 +60,13 @@ PKGS=(
   xvfb xauth fonts-dejavu-core
   zlib1g-dev libssl-dev file dpkg-dev jq
   openssh-client openssh-server  # multi-host groups (ssh) and the `multihost` test (sshd)
+  libcpp-httplib-dev libwebp-dev  # ditstudio-server: HTTP (server-sent events) and WebP output
+  nodejs  # the server tests drive it with the official `openai` npm client (tests/server/client)
+  chromium  # server_page: the server's page in headless Chromium
 )
+# npm: Debian's package, unless an npm is already installed (NodeSource's nodejs bundles one and
+# conflicts with Debian's npm).
+if ! command -v npm > /dev/null 2>&1; then PKGS+=(npm); fi
 # The format test (tests/format.cmake) needs the clang-format the tree is formatted with: 14,
 # Debian 12's. Debian 13 ships newer ones only; there the test is not registered (configure says so).
 if [ "$DEBVER" = 12 ]; then PKGS+=(clang-format-14); fi

@@ -8,7 +8,7 @@ PREFIX=$(mktemp -d)
 trap 'rm -rf "$PREFIX"' EXIT
 cmake --install "$BUILD" --prefix "$PREFIX" > "$PREFIX.log" 2>&1 || { cat "$PREFIX.log"; exit 1; }
 unset DITSTUDIO_MODEL_DIR DITSTUDIO_SPM_MODULE
-for f in bin/ditstudio-cli bin/ditstudio-worker bin/ditstudio-bench bin/ditstudio-make-model \
+for f in bin/ditstudio-cli bin/ditstudio-worker bin/ditstudio-bench bin/ditstudio-make-model bin/ditstudio-server \
          lib/ditstudio/libdit_spm.so share/ditstudio/models/tiny-flux/model_index.json \
          share/ditstudio/models/tiny-flux/transformer/diffusion_pytorch_model.safetensors; do
   [ -e "$PREFIX/$f" ] || { echo "missing in the installed tree: $f"; exit 1; }

@@ -5,7 +5,8 @@
 #  2. parallel/ never includes backend/ or ui/; ui/ never includes Torch, c10 or MPI headers.
 #  3. Nothing in parallel/ or backend/ includes app/ or ui/ (the programs and front ends sit on top),
 #     and parallel/ links no app/ library (its event lines come from the formatter the worker's
-#     main installs); app/launcher/ (dit_launcher) includes no Torch, Qt or MPI header.
+#     main installs); app/launcher/ (dit_launcher) and app/server/ (dit_server) include no Torch,
+#     Qt or MPI header (nor backend/, for the server).
 #  4. backend/io/ never includes backend/models/ or backend/pipelines/ (io reads files; families
 #     live above it).
 #  5. No pipeline or transformer class name as a string literal outside the family folders
@@ -34,6 +35,10 @@ fi
 if [ -d "$SRC/app/launcher" ] &&
    out=$(grep -rnE '#include\s+[<"](ATen|torch|c10|mpi\.h|Q[A-Z]|Qt)' "$SRC/app/launcher"); then
   echo "app/launcher/ includes Torch, MPI or Qt headers:"; echo "$out"; fail=1
+fi
+if [ -d "$SRC/app/server" ] &&
+   out=$(grep -rnE '#include\s+[<"](ATen|torch|c10|mpi\.h|Q[A-Z]|Qt|backend/)' "$SRC/app/server"); then
+  echo "app/server/ (dit_server) includes Torch, MPI, Qt or backend headers:"; echo "$out"; fail=1
 fi
 if out=$(grep -rnE '#include\s+"backend/(models|pipelines)/' "$SRC/backend/io"); then
   echo "backend/io/ includes backend/models/ or backend/pipelines/:"; echo "$out"; fail=1

@@ -13,6 +13,7 @@
 #include <QListView>
 #include <QPushButton>
 #include <QScrollArea>
+#include <QSignalBlocker>
 #include <QSplitter>
 #include <QStatusBar>
 #include <QStyle>
@@ -56,6 +57,29 @@ MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent)
 
 MainWindow::~MainWindow() = default;
 
+void MainWindow::setServing(bool on) {
+  if (!on) {
+    if (serve_) log_->append(-1, "info", tr("stopping the API server at %1").arg(serve_->url()));
+    serve_.reset();
+    return;
+  }
+  if (serve_) return;
+  try {
+    serve_ = std::make_unique<ApiServe>(launchConfig(), defaultServePort(),
+                                        QDir(dataDir_).filePath(QStringLiteral("server-images")));
+    log_->append(
+        -1, "info",
+        tr("serving the OpenAI Images API at %1/v1 and the page at %1/ (its own group: %2)")
+            .arg(serve_->url(), strategyText(launchConfig().strategy)));
+    statusBar()->showMessage(tr("API at %1").arg(serve_->url()), 5000);
+  } catch (const std::exception& e) {
+    serve_.reset();
+    log_->append(-1, "error", tr("Serve API: %1").arg(QString::fromStdString(e.what())));
+    const QSignalBlocker block(serveAct_);
+    serveAct_->setChecked(false);
+  }
+}
+
 void MainWindow::buildUi() {
   // Toolbar.
   auto* tb = addToolBar(tr("Group"));
@@ -71,6 +95,14 @@ void MainWindow::buildUi() {
   cancelAct_->setShortcut(QKeySequence(Qt::Key_Escape));
   cancelAct_->setShortcutContext(Qt::WindowShortcut);
   cancelAct_->setToolTip(tr("Cancel the running request at its next step (Esc)"));
+  tb->addSeparator();
+  serveAct_ = tb->addAction(tr("Serve API"));
+  serveAct_->setObjectName("serveApi");
+  serveAct_->setCheckable(true);
+  serveAct_->setToolTip(
+      tr("Serve the OpenAI Images API, the AUTOMATIC1111 subset and a page on 127.0.0.1 (a group "
+         "of its own with this model and strategy; docs/server.md)"));
+  connect(serveAct_, &QAction::toggled, this, &MainWindow::setServing);
   // Why Generate is disabled, in words, beside the button (also its tooltip).
   generateReason_ = new QLabel(tb);
   generateReason_->setObjectName("generateReason");

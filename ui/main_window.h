@@ -6,7 +6,9 @@
 
 #include <QMainWindow>
 #include <QPointer>
+#include <memory>
 
+#include "ui/api_serve.h"
 #include "ui/capabilities.h"
 #include "ui/gallery.h"
 #include "ui/generation_panel.h"
@@ -64,6 +66,11 @@ class MainWindow : public QMainWindow {
   QAction* restartAction() const { return restartAct_; }
   QAction* generateAction() const { return generateAct_; }
   QAction* cancelAction() const { return cancelAct_; }
+  /// "Serve API": ditstudio-server's code in this process over a group of its own, started from
+  /// launchConfig(), on 127.0.0.1 ($DITSTUDIO_SERVE_PORT, default 8000). Checkable.
+  QAction* serveAction() const { return serveAct_; }
+  /// The running server (null when the switch is off).
+  const ApiServe* apiServe() const { return serve_.get(); }
   /// The queue (a model updated in place: the selection survives progress events).
   QListView* queueView() const { return queueView_; }
   QueueModel* queueModel() const { return queueModel_; }
@@ -131,6 +138,7 @@ class MainWindow : public QMainWindow {
   void saveSession() const;
   void openAdvisor();
   void finishAuto(bool ok, const QString& message);
+  void setServing(bool on);
 
   MainWindowOptions options_;
   QString dataDir_;
@@ -162,6 +170,8 @@ class MainWindow : public QMainWindow {
   QAction* restartAct_ = nullptr;
   QAction* generateAct_ = nullptr;
   QAction* cancelAct_ = nullptr;
+  QAction* serveAct_ = nullptr;
+  std::unique_ptr<ApiServe> serve_;
   QPointer<AdvisorDialog> advisor_;
   QMap<QString, GenerationParams> requestParams_;
   bool closing_ = false;

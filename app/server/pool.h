@@ -1,0 +1,227 @@
+// The server's pool: several worker groups (one launcher::WorkerSession each, started from one
+// configuration) behind ONE bounded queue. Each job goes to the next free group that serves its
+// model; a group that dies is named, its job failed with the cause, the others keep serving.
+// One scheduler thread owns the sessions (WorkerSession is not thread-safe) and runs
+// launcher::pollSessions over all of them; HTTP threads only touch the jobs, under the pool's
+// mutex, and wait on its condition variable. No Torch, no Qt. Part of dit_server.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "app/launcher/worker_session.h"
+#include "app/protocol/protocol.h"
+#include "parallel/strategy.h"
+
+namespace dit::server {
+
+/// One group of the pool: what `mpirun -np N ditstudio-worker` gets.
+struct GroupSpec {
+  std::string name;                     ///< shown in status and errors; "" = "g<index>"
+  std::string model;                    ///< model folder or file; "" = the embedded default model
+  std::vector<std::string> model_args;  ///< --config/--vae/... passed to every rank
+  Strategy strategy;                    ///< degrees; world = np (0: product of the degrees)
+  int np = 0;
+  int omp_threads = 1;
+  std::string device = "cpu", dtype = "float32";
+  std::string devices;   ///< CUDA_VISIBLE_DEVICES for the group's ranks ("" = unchanged)
+  std::string hostfile;  ///< mpirun --hostfile (several machines)
+  /// Single-host groups: the logical CPUs the group's ranks may use (mpirun --cpu-set, e.g.
+  /// "2,3" or "2-3"); "" = a share of this process's CPUs when the pool has several CPU groups
+  /// (see Pool::start), else mpirun's own placement.
+  std::string cpus;
+  std::string network_interface;
+};
+
+/// Parses one `--pool` entry "key=value,key=value" over `defaults`. Keys: name, model, np,
+/// tp (tp_degree), ring (ring_degree), ulysses (ulysses_degree), cfg (cfg_degree), dp (dp_degree),
+/// threads (omp_threads), device, dtype, devices (CUDA_VISIBLE_DEVICES, separated by ':' or
+/// '+'), cpus (mpirun --cpu-set, ':' or '+' separated), hostfile. Throws std::invalid_argument
+/// naming the entry and the key.
+GroupSpec parseGroupSpec(const std::string& spec, const GroupSpec& defaults);
+/// A pool file: JSON {"groups": [{"name", "model", "np", "tp_degree", ..., "omp_threads",
+/// "device", "dtype", "devices", "hostfile"}, ...]} (or the array alone). Throws
+/// std::invalid_argument naming the file, the group and the field.
+std::vector<GroupSpec> parsePoolFile(const std::string& path, const GroupSpec& defaults);
+/// The model id clients use for a model path (its folder or file name, e.g. "tiny-flux").
+std::string modelId(const std::string& modelPath);
+
+enum class JobState { Queued, Running, Done, Failed, Cancelled };
+const char* jobStateName(JobState s);
+
+struct JobImage {
+  int index = 0;
+  std::string path;  ///< the worker's PNG in the images folder
+  std::uint64_t seed = 0;
+  bool has_seed = false;
+  nlohmann::json params;  ///< as made (the image event's params)
+};
+struct JobPreview {
+  std::uint64_t seq = 0;
+  int step = 0, image_index = 0;
+  std::string png_b64;
+};
+
+/// A request in the pool (all fields under Pool::mutex()).
+struct Job {
+  std::string id;     ///< also the worker request id ("img-...")
+  std::string api;    ///< "openai.generations", "openai.edits", "sdapi.txt2img", "page", ...
+  std::string model;  ///< model id
+  protocol::GenerateRequest request;
+  JobState state = JobState::Queued;
+  int group = -1;  ///< index of the group running it
+  int step = 0, steps = 0, image_index = 0;
+  double step_ms = -1, eta_s = -1;
+  std::vector<JobImage> images;
+  std::string error;     ///< the cause, when Failed (names the rank for a dead group)
+  int error_status = 0;  ///< HTTP status for the failure (400 refused by the worker, 500, 503)
+  bool cancel_requested = false, cancel_sent = false;
+  bool previews = false;                ///< preview events kept (stream, page)
+  std::deque<JobPreview> preview_list;  ///< the last previews (at most 64)
+  std::uint64_t preview_seq = 0;
+  std::int64_t created = 0;  ///< unix seconds
+  std::chrono::steady_clock::time_point queued_at, started_at, finished_at;
+  nlohmann::json extra = nlohmann::json::object();  ///< the API's echo / bookkeeping
+  bool finished() const {
+    return state == JobState::Done || state == JobState::Failed || state == JobState::Cancelled;
+  }
+  nlohmann::json toJson() const;  ///< status for /v1/jobs (without previews)
+};
+
+/// A job refused before it was queued: HTTP status, OpenAI error type/code, message.
+struct Refusal : std::runtime_error {
+  Refusal(int status, std::string type, std::string code, const std::string& message,
+          std::string param = {})
+      : std::runtime_error(message),
+        status(status),
+        type(std::move(type)),
+        code(std::move(code)),
+        param(std::move(param)) {}
+  int status;
+  std::string type, code, param;
+};
+
+struct PoolOptions {
+  std::string images_dir;           ///< where the workers write (created)
+  std::string exe_dir;              ///< folder of ditstudio-worker / ditstudio-isolate
+  std::size_t max_queue = 16;       ///< jobs queued (not yet running) at most; more: 429
+  std::size_t keep_finished = 256;  ///< finished jobs kept for /v1/jobs
+};
+
+class Pool {
+ public:
+  Pool(std::vector<GroupSpec> groups, PoolOptions options);
+  ~Pool();
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  /// Starts every group and the scheduler thread. Several single-host groups would each be
+  /// placed from core 0 by their own mpirun (all on the same cores): each gets a disjoint slice
+  /// of this process's CPUs (--cpu-set; world x omp_threads CPUs each, in order) when they fit,
+  /// else no binding (the kernel spreads them). Throws std::invalid_argument naming a group whose
+  /// strategy is refused.
+  void start();
+  /// argv of one group's mpirun with its placement replaced by `--cpu-set CPUS --bind-to none`
+  /// (CPUS empty: `--bind-to none` alone). A hostfile group's argv is returned unchanged.
+  static std::vector<std::string> withCpuSet(std::vector<std::string> argv,
+                                             const std::string& cpus);
+  /// Stops the groups (cancel, shutdown, teardown policy) and the scheduler thread; bounded.
+  void stop();
+
+  /// Queues a job (its request's id is set to the job id, output_dir to the images folder).
+  /// Throws Refusal: 404 for a model no group serves, 429 when the queue is full, 503 when
+  /// every group serving the model has failed.
+  std::shared_ptr<Job> submit(Job job);
+  /// Cancels a queued or running job. False for an unknown or finished one.
+  bool cancel(const std::string& id);
+  std::shared_ptr<Job> find(const std::string& id) const;
+
+  /// The pool's lock and its condition variable, notified at every change of any job or group.
+  std::mutex& mutex() const { return mu_; }
+  std::condition_variable& changed() const { return cv_; }
+  /// Waits (with mutex() held in `lock`) until `pred` or `timeout`.
+  template <class Pred>
+  bool waitFor(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds timeout, Pred pred) {
+    return cv_.wait_for(lock, timeout, pred);
+  }
+
+  // --- status (each takes the lock) ---------------------------------------------------------
+  nlohmann::json jobsJson() const;
+  nlohmann::json groupsJson() const;
+  /// OpenAI's model list: one entry per model id served by a group that has not failed.
+  nlohmann::json modelsJson() const;
+  /// The model ids served (by any group, failed or not).
+  std::vector<std::string> models() const;
+  std::size_t groupCount() const { return specs_.size(); }
+  /// Images folder (absolute).
+  const std::string& imagesDir() const { return opt_.images_dir; }
+  /// Ready info of the first ready group serving `model` (null when none is ready yet).
+  nlohmann::json readyInfo(const std::string& model) const;
+  /// Blocks until every group is ready or failed (or timeout); true when at least one is ready.
+  bool waitReady(std::chrono::milliseconds timeout);
+
+  /// Calls f(const Job&) for every job known (queued, running, the last finished), lock held.
+  template <class F>
+  void forEachJob(F f) const {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, job] : jobs_) f(*job);
+  }
+  /// The path of an image a job of this pool made, by its file name ("" when none has it).
+  std::string imagePath(const std::string& fileName) const;
+
+  /// Server events for /v1/events: each {"seq", "type", ...}; `since` = the last seq seen.
+  std::vector<nlohmann::json> eventsSince(std::uint64_t since) const;  // lock held by caller
+  std::uint64_t lastEventSeq() const { return eventSeq_; }             // lock held by caller
+
+ private:
+  class GroupObserver;
+  struct Group {
+    GroupSpec spec;
+    std::string model_id;
+    std::unique_ptr<GroupObserver> observer;
+    std::unique_ptr<launcher::WorkerSession> session;
+    // Mirrors for other threads (under mu_):
+    std::string state = "stopped", stage = "stopped";
+    std::string job;  ///< running job id
+    nlohmann::json ready = nullptr, ranks = nlohmann::json::array(), failure = nullptr;
+    std::map<int, std::int64_t> pids;
+    std::string cpus;  ///< the --cpu-set it was started with ("" = none)
+    int world = 0;
+    int jobs_done = 0;
+    bool failed = false;
+  };
+
+  void run();  ///< the scheduler thread
+  void schedule();
+  void finish(Job& job, JobState state);
+  void emit(nlohmann::json event);  ///< lock held
+  void trimFinished();              ///< lock held
+  std::shared_ptr<Job> jobLocked(const std::string& id) const;
+
+  std::vector<GroupSpec> specs_;
+  PoolOptions opt_;
+  std::vector<Group> groups_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  std::map<std::string, std::shared_ptr<Job>> jobs_;
+  std::deque<std::string> queue_;     ///< queued job ids, in order
+  std::deque<std::string> finished_;  ///< finished job ids, oldest first
+  std::deque<nlohmann::json> events_;
+  std::uint64_t eventSeq_ = 0;
+  std::uint64_t nextJob_ = 1;
+  std::string tag_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace dit::server
