@@ -92,3 +92,15 @@ target_precompile_headers(test_flux2_cli REUSE_FROM dit_backend)
 add_dependencies(test_flux2_cli ditstudio-cli ditstudio-worker)
 gtest_add_tests(TARGET test_flux2_cli TEST_LIST _flux2_cli_tests)
 set_tests_properties(${_flux2_cli_tests} PROPERTIES LABELS "strategy;mpi;flux2" PROCESSORS 2 TIMEOUT 240)
+
+# Issue 31: Qwen-Image against tests/data/tiny-qwenimage-A (diffusers goldens): tokenizer and
+# template, Qwen2.5-VL text encoder, transformer, AutoencoderKLQwenImage, scheduler, whole runs.
+add_executable(test_qwenimage test_qwenimage.cpp)
+target_link_libraries(test_qwenimage PRIVATE dit_backend GTest::gtest GTest::gtest_main)
+target_compile_definitions(test_qwenimage PRIVATE
+  DITSTUDIO_FIXTURE="${DITSTUDIO_TEST_DATA}/tiny-qwenimage-A")
+target_precompile_headers(test_qwenimage REUSE_FROM dit_backend)
+gtest_add_tests(TARGET test_qwenimage TEST_LIST _qwenimage_tests TEST_PREFIX "qwenimage.")
+set_tests_properties(${_qwenimage_tests} PROPERTIES LABELS "backend;golden;qwenimage" TIMEOUT 300)
+unset(_qwenimage_tests)
+
