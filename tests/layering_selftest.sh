@@ -11,7 +11,7 @@ trap 'rm -rf "$T"' EXIT
 mk() { mkdir -p "$(dirname "$T/$1")"; printf '%s\n' "$2" > "$T/$1"; }
 mk parallel/strategy.cpp '#include "parallel/strategy.h"'
 mk ui/main_window.cpp '#include "ui/main_window.h"'
-mk app/cli_main.cpp '// a comment may name "FluxPipeline"'
+mk app/cli/cli_main.cpp '// a comment may name "FluxPipeline"'
 mk backend/io/model_folder.cpp '#include "backend/io/config_json.h"'
 mk backend/models/flux/flux_family.cpp 'const char* k = "FluxPipeline";'
 mk backend/pipelines/flux/pipeline_flux.cpp 'const char* k = "FluxTransformer2DModel";'
@@ -30,7 +30,7 @@ expect_refusal() {  # FILE LINE WHAT
   fi
   if [ -n "$saved" ]; then printf '%s\n' "$saved" > "$T/$f"; else rm -f "$T/$f"; fi
 }
-expect_refusal app/bench_main.cpp 'if (cls == "Flux2KleinPipeline") {}' "pipeline class literal in app/"
+expect_refusal app/bench/bench_main.cpp 'if (cls == "Flux2KleinPipeline") {}' "pipeline class literal in app/"
 expect_refusal ui/model_info.cpp 'auto c = "QwenImageTransformer2DModel";' "transformer class literal in ui/"
 expect_refusal backend/models/memory_estimate.cpp 'bool f = p == "FluxPipeline";' "class literal in backend/models/ outside a family folder"
 expect_refusal parallel/runtime.cpp '#include "app/protocol/protocol.h"' "parallel/ including app/"

@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "app/blas_kernel.h"
+#include "app/common/blas_kernel.h"
 #include "backend/io/tensor_io.h"
 
 namespace {

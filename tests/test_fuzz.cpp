@@ -24,7 +24,7 @@
 #include <sstream>
 #include <thread>
 
-#include "app/protocol/launch.h"
+#include "app/launcher/launch.h"
 #include "app/protocol/protocol.h"
 #include "backend/io/gguf.h"
 #include "backend/io/model_folder.h"
@@ -69,20 +69,20 @@ bool processAlive(int pid, double graceSeconds = 5) {
 }
 
 // ------------------------------------------------------------------ a live worker group
-// mpirun + ditstudio-worker as the CLI and the GUI start it (protocol::mpirunArgv: loopback
+// mpirun + ditstudio-worker as the CLI and the GUI start it (launcher::mpirunArgv: loopback
 // MCA parameters included), with a pipe to its stdin and its merged stdout/stderr read by line.
 class Group {
  public:
   Group(int np, const std::vector<std::string>& env = {},
         const std::string& model = test::fixtureDir()) {
-    protocol::MpirunLaunch l;
+    launcher::MpirunLaunch l;
     l.mpirun = DITSTUDIO_MPIRUN;
     l.strategy.world = np;
     l.strategy.ring_degree = np;
     l.worker = DITSTUDIO_WORKER;
     l.model = model;
-    l.isolate = protocol::isolationProgram(fs::path(DITSTUDIO_WORKER).parent_path().string());
-    argv_ = protocol::mpirunArgv(l);
+    l.isolate = launcher::isolationProgram(fs::path(DITSTUDIO_WORKER).parent_path().string());
+    argv_ = launcher::mpirunArgv(l);
     int in[2], out[2];
     if (::pipe(in) != 0 || ::pipe(out) != 0) throw std::runtime_error("pipe");
     pid_ = ::fork();
@@ -718,7 +718,7 @@ std::vector<std::string> listening(int pid, bool& loopbackOnly) {
 // (open-mpi/ompi#12668), which before isolation was reachable on every interface.
 TEST(Exposure, SingleHostGroupListensOnLoopbackOnly) {
   ASSERT_FALSE(
-      protocol::isolationProgram(fs::path(DITSTUDIO_WORKER).parent_path().string()).empty())
+      launcher::isolationProgram(fs::path(DITSTUDIO_WORKER).parent_path().string()).empty())
       << "ditstudio-isolate is not built next to the worker";
   Group grp(2);
   ASSERT_TRUE(grp.waitFor("ready", 120)) << grp.log;
@@ -772,7 +772,7 @@ TEST(Exposure, IsolateAsOrdinaryUser) {
   if (::geteuid() != 0 || std::system("command -v runuser > /dev/null 2>&1") != 0)
     GTEST_SKIP() << "needs root and runuser to become an ordinary user";
   const std::string isolate =
-      protocol::isolationProgram(fs::path(DITSTUDIO_WORKER).parent_path().string());
+      launcher::isolationProgram(fs::path(DITSTUDIO_WORKER).parent_path().string());
   ASSERT_FALSE(isolate.empty());
   const fs::path dir = tempDir("isolate_user");
   fs::permissions(dir, fs::perms::all);

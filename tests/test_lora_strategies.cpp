@@ -12,7 +12,7 @@
 #include <sstream>
 #include <vector>
 
-#include "app/lora_cache.h"
+#include "app/common/lora_cache.h"
 #include "app/protocol/protocol.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/png_io.h"

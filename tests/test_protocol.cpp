@@ -13,12 +13,13 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "app/protocol/fingerprint.h"
-#include "app/protocol/launch.h"
+#include "app/launcher/fingerprint.h"
+#include "app/launcher/launch.h"
 #include "app/protocol/protocol.h"
 
 using namespace dit;
 using namespace dit::protocol;
+using namespace dit::launcher;
 using nlohmann::json;
 
 namespace {

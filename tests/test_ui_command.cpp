@@ -1,7 +1,7 @@
 // mpirun command construction and program/model lookup (ui/worker_command.h).
 #include <QtTest>
 
-#include "app/protocol/launch.h"
+#include "app/launcher/launch.h"
 #include "ui/worker_command.h"
 
 using namespace dit::ui;
@@ -34,7 +34,7 @@ class TestCommand : public QObject {
                             "btl",
                             "^tcp,ofi,openib,usnic,uct"};
     // This host's thread placement for 2 ranks x 1 thread (tested in test_protocol).
-    for (const auto& a : dit::protocol::threadPlacementArgs(2, 1, dit::protocol::availableCores()))
+    for (const auto& a : dit::launcher::threadPlacementArgs(2, 1, dit::launcher::availableCores()))
       expected << QString::fromStdString(a);
     expected << QStringList{"-x",
                             "OMP_NUM_THREADS=1",
@@ -103,7 +103,7 @@ class TestCommand : public QObject {
                             "100",
                             "-x",
                             "OMP_NUM_THREADS=1"};
-    for (const std::string& n : dit::protocol::forwardedEnvironment())
+    for (const std::string& n : dit::launcher::forwardedEnvironment())
       expected << "-x" << QString::fromStdString(n);
     expected << "--report-bindings"
              << "--display-map";

@@ -12,7 +12,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
-#include "app/protocol/launch.h"
+#include "app/launcher/launch.h"
 #include "ui/worker_controller.h"
 
 using namespace dit::ui;
@@ -96,8 +96,8 @@ class TestController : public QObject {
         QString(
             "--allow-run-as-root --oversubscribe -np 2 --mca pml ob1 --mca btl "
             "^tcp,ofi,openib,usnic,uct " +
-            QString::fromStdString(dit::protocol::shellQuoted(
-                dit::protocol::threadPlacementArgs(2, 1, dit::protocol::availableCores()))) +
+            QString::fromStdString(dit::launcher::shellQuoted(
+                dit::launcher::threadPlacementArgs(2, 1, dit::launcher::availableCores()))) +
             " -x OMP_NUM_THREADS=1 "
             "/bin/ditstudio-worker "
             "--model /models/tiny --tp-degree 1 --ring-degree 2 --ulysses-degree 1 --cfg-degree 1 "

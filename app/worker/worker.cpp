@@ -28,16 +28,16 @@
 #include <thread>
 #include <variant>
 
-#include "app/blas_kernel.h"
-#include "app/device_stats.h"
-#include "app/generation.h"
+#include "app/common/blas_kernel.h"
+#include "app/common/device_stats.h"
+#include "app/common/generation.h"
 #include "app/launcher/fingerprint.h"
 #include "app/launcher/launch.h"
-#include "app/lora_cache.h"
-#include "app/model_source_options.h"
+#include "app/common/lora_cache.h"
+#include "app/common/model_source_options.h"
 #include "app/protocol/events.h"
 #include "app/protocol/protocol.h"
-#include "app/request_source.h"
+#include "app/worker/request_source.h"
 #include "backend/family_runtime.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/png_io.h"

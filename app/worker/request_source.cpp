@@ -1,4 +1,4 @@
-#include "app/request_source.h"
+#include "app/worker/request_source.h"
 
 #include <iostream>
 #include <thread>

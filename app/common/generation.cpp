@@ -1,4 +1,4 @@
-#include "app/generation.h"
+#include "app/common/generation.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>

@@ -36,10 +36,10 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
-#include "app/blas_kernel.h"
-#include "app/device_stats.h"
-#include "app/generation.h"
-#include "app/protocol/launch.h"
+#include "app/common/blas_kernel.h"
+#include "app/common/device_stats.h"
+#include "app/common/generation.h"
+#include "app/launcher/launch.h"
 #include "app/protocol/protocol.h"
 #include "backend/family_runtime.h"
 #include "backend/io/config_json.h"
@@ -637,7 +637,7 @@ int main(int argc, char** argv) {
   app.add_flag("--profile", a.profile,
                "after the timed steps, one more forward with per-operator timing (rank 0's "
                "ATen operators: calls, self and total ms, top 25 by self time) in \"op_profile\"");
-  protocol::addStrategyOptions(app, a.s);
+  launcher::addStrategyOptions(app, a.s);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

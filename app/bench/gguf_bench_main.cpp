@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "app/blas_kernel.h"
+#include "app/common/blas_kernel.h"
 #include "backend/io/config_json.h"
 #include "backend/io/tensor_io.h"
 #include "backend/io/weight_loader.h"

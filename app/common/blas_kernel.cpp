@@ -1,4 +1,4 @@
-#include "app/blas_kernel.h"
+#include "app/common/blas_kernel.h"
 
 #include <dlfcn.h>
 #include <unistd.h>

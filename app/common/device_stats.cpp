@@ -1,4 +1,4 @@
-#include "app/device_stats.h"
+#include "app/common/device_stats.h"
 
 #if DITSTUDIO_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>

@@ -55,10 +55,10 @@
 #include <tuple>
 #include <vector>
 
-#include "app/blas_kernel.h"
+#include "app/common/blas_kernel.h"
 #include "app/demo/shapes_dataset.h"
 #include "app/demo/shapes_draw.h"
-#include "app/generation.h"
+#include "app/common/generation.h"
 #include "backend/io/config_json.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/png_io.h"

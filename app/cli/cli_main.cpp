@@ -20,16 +20,16 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "app/blas_kernel.h"
+#include "app/common/blas_kernel.h"
 #include "app/demo/shapes_dataset.h"
-#include "app/device_stats.h"
-#include "app/generation.h"
+#include "app/common/device_stats.h"
+#include "app/common/generation.h"
 #include "app/launcher/fingerprint.h"
 #include "app/launcher/launch.h"
 #include "app/launcher/preflight.h"
 #include "app/launcher/worker_session.h"
-#include "app/lora_cache.h"
-#include "app/model_source_options.h"
+#include "app/common/lora_cache.h"
+#include "app/common/model_source_options.h"
 #include "app/protocol/events.h"
 #include "app/protocol/protocol.h"
 #include "backend/family_runtime.h"

@@ -1,4 +1,4 @@
-#include "app/lora_cache.h"
+#include "app/common/lora_cache.h"
 
 #include <cstdlib>
 #include <filesystem>
