@@ -7,6 +7,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -14,6 +16,8 @@
 #include "backend/family_runtime.h"
 #include "backend/io/config_json.h"
 #include "backend/io/model_folder.h"
+#include "backend/io/safetensors.h"
+#include "backend/io/tensor_io.h"
 #include "backend/io/weight_source.h"
 #include "backend/models/autoencoders/autoencoder_kl_qwenimage.h"
 #include "backend/models/family_registry.h"
@@ -66,6 +70,7 @@ void expectClose(const at::Tensor& got, const at::Tensor& want, const std::strin
   ASSERT_EQ(got.sizes(), want.sizes()) << what;
   const at::Tensor g = got.to(at::kFloat).cpu(), w = want.to(at::kFloat).cpu();
   const double err = ((g - w).abs() - rtol * w.abs()).max().item<double>();
+  std::printf("%-40s max |diff| %.3g\n", what.c_str(), test::maxAbsDiff(g, w));
   EXPECT_LE(err, kTol) << what << ": max |diff| " << test::maxAbsDiff(g, w);
 }
 
@@ -105,6 +110,46 @@ TEST(QwenImageTextEncoder, HiddenStatesMatch) {
     expectClose(hs[static_cast<size_t>(i)].squeeze(0),
                 test::golden("enc.hidden_states.0." + std::to_string(ks[i])),
                 "hidden_states[" + std::to_string(ks[i]) + "]", 1e-5);
+}
+
+// The older Qwen2.5-VL save layout (model.* instead of model.language_model.*) and the nested
+// text_config of later transformers read the same model; bad rope settings are named.
+TEST(QwenImageTextEncoder, KeyLayoutsAndConfigForms) {
+  const std::string f = test::fixtureDir() + "/text_encoder/config.json";
+  const nlohmann::json top = readConfigJson(f);
+  std::map<std::string, at::Tensor> old;
+  {
+    SafetensorsCollection c(test::fixtureDir() + "/text_encoder/model.safetensors");
+    for (const auto& n : c.names()) {
+      std::string k = n;
+      const std::string pre = "model.language_model.";
+      if (k.rfind(pre, 0) == 0) k = "model." + k.substr(pre.size());
+      old[k] = loadTensor(c, n, at::kFloat);
+    }
+  }
+  nlohmann::json nested = {{"model_type", "qwen2_5_vl"}, {"text_config", top}};
+  nested["text_config"].erase("rope_scaling");
+  nested["rope_scaling"] = top.at("rope_scaling");
+  const Qwen3Config c = parseQwen2_5_VLTextConfig(nested, f);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_EQ(c.mrope_section, (std::vector<int>{2, 3, 3}));
+  auto w = WeightSource::fromTensors(old, "old layout");
+  const Qwen3Model oldModel(c, *w);
+  const auto [ids, mask] = qwenImageTokenize(tokenizer(), {promptText(0)});
+  expectClose(oldModel.hiddenStates(ids, mask, {3})[0].squeeze(0),
+              test::golden("enc.hidden_states.0.3"), "model.* layout", 1e-5);
+  nlohmann::json bad = top;
+  bad["rope_scaling"]["mrope_section"] = {2, 3, 4};
+  try {
+    (void)parseQwen2_5_VLTextConfig(bad, f);
+    ADD_FAILURE() << "accepted";
+  } catch (const ModelFileError& e) {
+    EXPECT_NE(std::string(e.what()).find("mrope_section"), std::string::npos) << e.what();
+  }
+  // Qwen3's parser still refuses rope_scaling (FLUX.2 [klein]'s encoder has none).
+  EXPECT_THROW((void)parseQwen3Config(top, f), ModelFileError);
 }
 
 TEST(QwenImageTextEncoder, PromptEmbedsMatch) {
@@ -297,4 +342,97 @@ TEST(QwenImageFamily, RecordAndPlans) {
   const auto plan = qwenImageShardingPlan(real);
   EXPECT_TRUE(plan.validate(qwenImageParameterTable(real), 8).empty());
   EXPECT_FALSE(plan.validate(qwenImageParameterTable(real), 5).empty());
+}
+
+// Run 3: a batch of two prompts with two negatives (true CFG 3): zero-padded masked text of two
+// lengths every call. QwenImagePipeline.__call__'s loop written out over the family's pieces
+// (encode_prompt for the batch, the masked transformer, the norm-rescaled CFG, the scheduler,
+// decode): every transformer call, the final latents and both images equal diffusers'.
+TEST(QwenImagePipeline, BatchedRunWithMaskedTextMatchesDiffusers) {
+  const ModelFolder m = ModelFolder::open(test::fixtureDir());
+  QwenImagePipeline pipe(m, PipelineOptions{});
+  const auto& r = test::goldenJson().at("runs").at(3);
+  const auto pi = r.at("prompt_index").get<std::vector<size_t>>();
+  const auto ni = r.at("negative_prompt_index").get<std::vector<size_t>>();
+  const auto [pe, pm] = pipe.encodePrompts({promptText(pi[0]), promptText(pi[1])}, 512);
+  const auto [ne, nm] = pipe.encodePrompts({promptText(ni[0]), promptText(ni[1])}, 512);
+  ASSERT_TRUE(pm.defined() && nm.defined());
+  const int H = r.at("height"), W = r.at("width"), steps = r.at("steps");
+  const int64_t h = H / 8, w = W / 8;
+  at::Tensor lat =
+      packQwenImageLatents(test::golden("run.3.initial_noise").permute({0, 2, 1, 3, 4}));
+  EXPECT_TRUE(lat.equal(test::golden("run.3.initial_latents")));
+  const SchedulerConfig& sc = qwenImageConfig(m).scheduler;
+  FlowMatchEulerDiscreteScheduler sched(sc);
+  sched.setTimesteps(steps, calculateShift(static_cast<int>(h * w), sc.base_image_seq_len,
+                                           sc.max_image_seq_len, sc.base_shift, sc.max_shift));
+  CfgPolicy cfg;
+  cfg.enabled = true;
+  cfg.scale = r.at("true_cfg_scale");
+  const at::Tensor shapes = at::tensor(std::vector<int64_t>{1, h, w}, at::kLong).view({1, 3});
+  for (int k = 0; k < steps; ++k) {
+    const at::Tensor t = at::full({2}, sched.timestep(k), at::kFloat) / 1000;
+    auto call = [&](const at::Tensor& e, const at::Tensor& mask) {
+      return pipe.transformer().forward({{"hidden_states", lat},
+                                         {"encoder_hidden_states", e},
+                                         {"encoder_hidden_states_mask", mask},
+                                         {"timestep", t},
+                                         {"img_shapes", shapes}});
+    };
+    const at::Tensor c = call(pe, pm), u = call(ne, nm);
+    expectClose(c, test::golden("run.3.dit_out." + std::to_string(2 * k)), "cond call");
+    expectClose(u, test::golden("run.3.dit_out." + std::to_string(2 * k + 1)), "uncond call");
+    lat = sched.step(pipe.combineGuidance(c, u, cfg), k, lat);
+  }
+  expectClose(lat, test::golden("run.3.final_latents"), "run 3 final latents");
+  for (int64_t b = 0; b < 2; ++b)
+    expectClose(pipe.decode(lat.narrow(0, b, 1), H, W), test::golden("run.3.image")[b],
+                "run 3 image " + std::to_string(b));
+}
+
+// bfloat16 end to end (text encoder, transformer, VAE): finishes with a finite image close to
+// the float32 one; step caching (First Block Cache through the DiT driver) skips steps.
+TEST(QwenImagePipeline, Bfloat16AndStepCacheRun) {
+  const ModelFolder m = ModelFolder::open(test::fixtureDir());
+  PipelineInputs in;
+  in.prompt = promptText(0);
+  in.seed = 42;
+  in.width = in.height = 32;
+  in.steps = 4;
+  {
+    PipelineOptions opts;
+    opts.dtype = at::kBFloat16;
+    auto pipe = loadPipeline(m, opts);
+    const GenerationResult res = pipe->generate(in);
+    ASSERT_TRUE(res.image.isfinite().all().item<bool>());
+    const double mean =
+        (res.image.unsqueeze(0) - test::golden("run.0.image")).abs().mean().item<double>();
+    std::printf("bfloat16 run 0: mean |image - float32 golden| %.3g\n", mean);
+    EXPECT_LT(mean, 0.05);
+  }
+  auto pipe = loadPipeline(m, PipelineOptions{});
+  in.cache = parseStepCacheConfig("first-block:5.0");
+  const GenerationResult res = pipe->generate(in);
+  ASSERT_EQ(res.cache_computed.size(), 4u);
+  int computed = 0;
+  for (int c : res.cache_computed) computed += c;
+  EXPECT_LT(computed, 4);
+  EXPECT_TRUE(res.image.isfinite().all().item<bool>());
+}
+
+TEST(QwenImageFamily, MemoryAndFacts) {
+  const ModelFolder m = ModelFolder::open(test::fixtureDir());
+  const FamilySpec& f = familyOf(m);
+  const auto mem1 = f.memory(m, 1, 4), mem2 = f.memory(m, 2, 4);
+  // The tiny language model without lm_head: embedding 768 x 32, 3 layers of 9344 parameters
+  // (norms 2 x 32, q 32 x 32 + 32, k and v 16 x 32 + 16, o 32 x 32, MLP 3 x 64 x 32), final norm.
+  EXPECT_EQ(mem1.text_encoder_bytes, (768u * 32u + 3u * 9344u + 32u) * 4u);
+  EXPECT_LT(mem2.text_encoder_bytes, mem1.text_encoder_bytes);  // q/o/MLP sharded under tp 2
+  EXPECT_EQ(mem1.vae_decoder_channels, 8);
+  std::string all;
+  for (const auto& fact : f.facts(m)) all += fact.key + "=" + fact.value + "\n";
+  EXPECT_NE(all.find("blocks=2 double"), std::string::npos) << all;
+  EXPECT_NE(all.find("2 heads x 16 head dim (inner 32)"), std::string::npos) << all;
+  EXPECT_TRUE(f.refusal("img2img").find("Qwen-Image") != std::string::npos);
+  EXPECT_TRUE(f.refusal("step_cache").empty());
 }

@@ -1,0 +1,135 @@
+// Qwen-Image end to end through ditstudio-cli (one rank in-process, several ranks through mpirun +
+// ditstudio-worker) on tests/data/tiny-qwenimage-A: run 0 ("a photo of a cat", seed 42, 32x32,
+// 4 steps, no CFG) and run 1 (true CFG 4 with a negative prompt, 24x40, 3 steps) give diffusers'
+// initial latents, final latents and image (--output-tensors) within 1e-4 on one rank and under
+// every strategy the sizes allow; dp 2 writes two images; impossible strategies are refused
+// naming the rule.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "backend/io/tensor_io.h"
+#include "golden_util.h"
+
+using namespace dit;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string tmp(const std::string& name) {
+  const fs::path d =
+      fs::temp_directory_path() / ("ditstudio_qwenimage_cli_" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  return (d / name).string();
+}
+
+std::string quoted(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string promptText(size_t i) {
+  return test::goldenJson().at("tokenization").at("prompts").at(i).at("prompt");
+}
+
+// Runs golden run `n` with `flags`; returns the exit status and fills `log`.
+int runCli(int n, const std::string& flags, const std::string& out, std::string& log) {
+  const auto& r = test::goldenJson().at("runs").at(static_cast<size_t>(n));
+  std::ostringstream cmd;
+  cmd << DITSTUDIO_CLI << " --model " << quoted(test::fixtureDir()) << " --prompt "
+      << quoted(promptText(r.at("prompt_index").get<size_t>())) << " --seed "
+      << r.at("seed").get<int>() << " --width " << r.at("width").get<int>() << " --height "
+      << r.at("height").get<int>() << " --steps " << r.at("steps").get<int>()
+      << " --true-cfg-scale " << r.at("true_cfg_scale").get<double>();
+  if (!r.at("negative_prompt_index").is_null())
+    cmd << " --negative-prompt " << quoted(promptText(r.at("negative_prompt_index").get<size_t>()));
+  cmd << " " << flags << " --output " << quoted(out + ".png") << " --output-tensors "
+      << quoted(out + ".safetensors") << " > " << quoted(out + ".log") << " 2>&1";
+  const int rc = std::system(cmd.str().c_str());
+  std::ifstream in(out + ".log");
+  log.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+at::Tensor load(const std::string& file, const std::string& name) {
+  SafetensorsCollection c(file);
+  return loadTensor(c, name, at::kFloat);
+}
+
+void expectRunMatches(int n, const std::string& out) {
+  const std::string k = "run." + std::to_string(n) + ".";
+  for (const char* t : {"initial_latents", "final_latents", "image"}) {
+    at::Tensor got = load(out + ".safetensors", t), want = test::golden(k + t);
+    if (got.dim() + 1 == want.dim()) got = got.unsqueeze(0);
+    const double d = test::maxAbsDiff(got, want);
+    std::printf("%s run %d %s: max |diff| %.3g\n", out.c_str(), n, t, d);
+    EXPECT_LE(d, 1e-4) << t;
+  }
+}
+
+}  // namespace
+
+struct CliCase {
+  std::string name;
+  int run;
+  std::string flags;
+};
+
+class QwenImageCli : public ::testing::TestWithParam<CliCase> {};
+
+TEST_P(QwenImageCli, MatchesDiffusers) {
+  const CliCase& c = GetParam();
+  const std::string out = tmp(c.name);
+  std::string log;
+  ASSERT_EQ(runCli(c.run, c.flags, out, log), 0) << log;
+  EXPECT_TRUE(fs::exists(out + ".png")) << log;
+  expectRunMatches(c.run, out);
+}
+
+// Run 0: 16 image and 10 text tokens (both split evenly over 2); run 1: true CFG (two calls per
+// step), 15 image tokens (ulysses / ring need the anything modes there).
+INSTANTIATE_TEST_SUITE_P(Strategies, QwenImageCli,
+                         ::testing::Values(CliCase{"one_rank", 0, ""},
+                                           CliCase{"true_cfg_one_rank", 1, ""},
+                                           CliCase{"tp2", 0, "--tp-degree 2"},
+                                           CliCase{"ulysses2", 0, "--ulysses-degree 2"},
+                                           CliCase{"ring2", 0, "--ring-degree 2"},
+                                           CliCase{"cfg2", 1, "--cfg-degree 2"},
+                                           CliCase{"tp2_true_cfg", 1, "--tp-degree 2"},
+                                           CliCase{"ulysses2_anything_true_cfg", 1,
+                                                   "--ulysses-degree 2 --ulysses-anything"}),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(QwenImageCliDataParallel, TwoReplicasTwoSeeds) {
+  const std::string out = tmp("dp2");
+  std::string log;
+  ASSERT_EQ(runCli(0, "--dp-degree 2 --num-images 2", out, log), 0) << log;
+  EXPECT_LE(test::maxAbsDiff(load(out + "-0.safetensors", "image").unsqueeze(0),
+                             test::golden("run.0.image")),
+            1e-4);
+  EXPECT_TRUE(fs::exists(out + "-1.png")) << log;
+  EXPECT_GT(test::maxAbsDiff(load(out + "-1.safetensors", "image").unsqueeze(0),
+                             test::golden("run.0.image")),
+            1e-3);
+}
+
+TEST(QwenImageCliRefusals, ImpossibleStrategiesNameTheRule) {
+  std::string log;
+  // 2 heads: tp 4 cannot give every rank a whole head.
+  EXPECT_NE(runCli(0, "--tp-degree 4", tmp("tp4"), log), 0);
+  EXPECT_NE(log.find("num_attention_heads"), std::string::npos) << log;
+  // cfg 2 without true CFG (run 0 has no negative prompt).
+  EXPECT_NE(runCli(0, "--cfg-degree 2", tmp("cfg2_off"), log), 0);
+  EXPECT_NE(log.find("true CFG"), std::string::npos) << log;
+  // Run 1's 15 image tokens do not split over ulysses 2 without the anything mode.
+  EXPECT_NE(runCli(1, "--ulysses-degree 2", tmp("uly_strict"), log), 0);
+  EXPECT_NE(log.find("15"), std::string::npos) << log;
+}
