@@ -11,10 +11,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
+#include "backend/io/safetensors.h"
 #include "backend/io/tensor_io.h"
 #include "golden_util.h"
 
@@ -132,4 +134,58 @@ TEST(QwenImageCliRefusals, ImpossibleStrategiesNameTheRule) {
   // Run 1's 15 image tokens do not split over ulysses 2 without the anything mode.
   EXPECT_NE(runCli(1, "--ulysses-degree 2", tmp("uly_strict"), log), 0);
   EXPECT_NE(log.find("15"), std::string::npos) << log;
+}
+
+// A diffusers/PEFT LoRA on Qwen-Image modules (attn.to_q inside the fused q/k/v GEMM, the text
+// stream's add_v_proj, img_mlp.net.0.proj and txt_mlp.net.2, colwise / rowwise under tp) gives the
+// image of the same deltas merged into the checkpoint, on one rank and under tp 2.
+TEST(QwenImageCliLora, EqualsMergedWeightsOnOneRankAndTp2) {
+  namespace t = dit::test;
+  const fs::path merged = t::copyFixture("merged");
+  const std::string wfile = (merged / "transformer/diffusion_pytorch_model.safetensors").string();
+  std::map<std::string, at::Tensor> weights;
+  {
+    SafetensorsCollection c(wfile);
+    for (const auto& n : c.names()) weights[n] = loadTensor(c, n, at::kFloat).clone();
+  }
+  at::manual_seed(7);
+  std::map<std::string, at::Tensor> lora;
+  for (const std::string m :
+       {"transformer_blocks.0.attn.to_q", "transformer_blocks.1.attn.add_v_proj",
+        "transformer_blocks.0.img_mlp.net.0.proj", "transformer_blocks.1.txt_mlp.net.2"}) {
+    at::Tensor& w = weights.at(m + ".weight");
+    const at::Tensor a = (at::rand({2, w.size(1)}) - 0.5) * 0.6;  // lora_A [r, in]
+    const at::Tensor b = (at::rand({w.size(0), 2}) - 0.5) * 0.6;  // lora_B [out, r]
+    lora["transformer." + m + ".lora_A.weight"] = a;
+    lora["transformer." + m + ".lora_B.weight"] = b;
+    w = w + at::matmul(b, a);  // no alpha: scale 1
+  }
+  saveTensors(wfile, weights);
+  const std::string loraFile = tmp("qwenimage_lora.safetensors");
+  saveTensors(loraFile, lora);
+  // Run 0 on the merged copy (same prompt, seed and size).
+  auto runOn = [&](const std::string& model, const std::string& flags, const std::string& out,
+                   std::string& log) {
+    std::ostringstream cmd;
+    cmd << DITSTUDIO_CLI << " --model " << quoted(model) << " --prompt " << quoted(promptText(0))
+        << " --seed 42 --width 32 --height 32 --steps 4 " << flags << " --output-tensors "
+        << quoted(out + ".safetensors") << " --output " << quoted(out + ".png") << " > "
+        << quoted(out + ".log") << " 2>&1";
+    const int rc = std::system(cmd.str().c_str());
+    std::ifstream in(out + ".log");
+    log.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+  };
+  std::string log;
+  const std::string ref = tmp("lora_merged");
+  ASSERT_EQ(runOn(merged.string(), "", ref, log), 0) << log;
+  const at::Tensor want = load(ref + ".safetensors", "image");
+  EXPECT_GT(t::maxAbsDiff(want.unsqueeze(0), t::golden("run.0.image")), 1e-2);
+  for (const std::string flags : {"", "--tp-degree 2"}) {
+    const std::string out = tmp(flags.empty() ? "lora_one_rank" : "lora_tp2");
+    ASSERT_EQ(runOn(test::fixtureDir(), flags + " --lora " + quoted(loraFile), out, log), 0) << log;
+    const double d = t::maxAbsDiff(load(out + ".safetensors", "image"), want);
+    std::printf("LoRA %s: max |image - merged| %.3g\n", flags.c_str(), d);
+    EXPECT_LE(d, 1e-5) << flags;
+  }
 }

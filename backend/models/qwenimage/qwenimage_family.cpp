@@ -19,8 +19,11 @@ FamilySpec qwenImageFamily() {
   f.pipeline_class = "QwenImagePipeline";
   f.transformer_class = "QwenImageTransformer2DModel";
   f.components = {"transformer", "text_encoder", "tokenizer", "vae", "scheduler"};
-  // Text-to-image; step caching through the DiT driver's seam. No img2img / inpaint / LoRA yet.
+  // Text-to-image; step caching through the DiT driver's seam; LoRA in the diffusers/PEFT layout
+  // (transformer.<module>.lora_A/B) on every loaded linear, fused q/k/v parts included. No
+  // img2img / inpaint yet.
   f.caps.step_cache = true;
+  f.caps.lora_formats = {"diffusers"};
   f.parse = [](const ModelFolder& folder) -> std::shared_ptr<const PipelineConfig> {
     return std::make_shared<QwenImagePipelineConfig>(
         parseQwenImagePipelineConfig(folder.path, folder.transformer_class));
