@@ -108,9 +108,10 @@ unset(_qwenimage_tests)
 add_executable(test_qwenimage_cli test_qwenimage_cli.cpp)
 target_link_libraries(test_qwenimage_cli PRIVATE dit_app GTest::gtest GTest::gtest_main)
 target_compile_definitions(test_qwenimage_cli PRIVATE
-  DITSTUDIO_FIXTURE="${DITSTUDIO_TEST_DATA}/tiny-qwenimage-A" DITSTUDIO_CLI="$<TARGET_FILE:ditstudio-cli>")
+  DITSTUDIO_FIXTURE="${DITSTUDIO_TEST_DATA}/tiny-qwenimage-A" DITSTUDIO_CLI="$<TARGET_FILE:ditstudio-cli>"
+  DITSTUDIO_MAKE_MODEL="$<TARGET_FILE:ditstudio-make-model>")
 target_precompile_headers(test_qwenimage_cli REUSE_FROM dit_backend)
-add_dependencies(test_qwenimage_cli ditstudio-cli ditstudio-worker)
+add_dependencies(test_qwenimage_cli ditstudio-cli ditstudio-worker ditstudio-make-model)
 gtest_add_tests(TARGET test_qwenimage_cli TEST_LIST _qwenimage_cli_tests)
 set_tests_properties(${_qwenimage_cli_tests} PROPERTIES LABELS "strategy;mpi;qwenimage" PROCESSORS 2 TIMEOUT 240)
 unset(_qwenimage_cli_tests)
