@@ -92,3 +92,40 @@ target_precompile_headers(test_flux2_cli REUSE_FROM dit_backend)
 add_dependencies(test_flux2_cli ditstudio-cli ditstudio-worker)
 gtest_add_tests(TARGET test_flux2_cli TEST_LIST _flux2_cli_tests)
 set_tests_properties(${_flux2_cli_tests} PROPERTIES LABELS "strategy;mpi;flux2" PROCESSORS 2 TIMEOUT 240)
+
+# Issue 31: Qwen-Image against tests/data/tiny-qwenimage-A (diffusers goldens): tokenizer and
+# template, Qwen2.5-VL text encoder, transformer, AutoencoderKLQwenImage, scheduler, whole runs.
+add_executable(test_qwenimage test_qwenimage.cpp)
+target_link_libraries(test_qwenimage PRIVATE dit_backend GTest::gtest GTest::gtest_main)
+target_compile_definitions(test_qwenimage PRIVATE
+  DITSTUDIO_FIXTURE="${DITSTUDIO_TEST_DATA}/tiny-qwenimage-A")
+target_precompile_headers(test_qwenimage REUSE_FROM dit_backend)
+gtest_add_tests(TARGET test_qwenimage TEST_LIST _qwenimage_tests TEST_PREFIX "qwenimage.")
+set_tests_properties(${_qwenimage_tests} PROPERTIES LABELS "backend;golden;qwenimage" TIMEOUT 300)
+unset(_qwenimage_tests)
+
+# Qwen-Image through ditstudio-cli: one rank and tp / ulysses / ring / cfg / dp over mpirun.
+add_executable(test_qwenimage_cli test_qwenimage_cli.cpp)
+target_link_libraries(test_qwenimage_cli PRIVATE dit_app GTest::gtest GTest::gtest_main)
+target_compile_definitions(test_qwenimage_cli PRIVATE
+  DITSTUDIO_FIXTURE="${DITSTUDIO_TEST_DATA}/tiny-qwenimage-A" DITSTUDIO_CLI="$<TARGET_FILE:ditstudio-cli>"
+  DITSTUDIO_MAKE_MODEL="$<TARGET_FILE:ditstudio-make-model>")
+target_precompile_headers(test_qwenimage_cli REUSE_FROM dit_backend)
+add_dependencies(test_qwenimage_cli ditstudio-cli ditstudio-worker ditstudio-make-model)
+gtest_add_tests(TARGET test_qwenimage_cli TEST_LIST _qwenimage_cli_tests)
+set_tests_properties(${_qwenimage_cli_tests} PROPERTIES LABELS "strategy;mpi;qwenimage" PROCESSORS 2 TIMEOUT 240)
+unset(_qwenimage_cli_tests)
+
+# Qwen-Image's declared tp / cp plans: every case a strategy allows equals one rank.
+add_executable(test_qwenimage_strategies test_qwenimage_strategies.cpp)
+target_link_libraries(test_qwenimage_strategies PRIVATE dit_backend GTest::gtest MPI::MPI_C)
+target_compile_definitions(test_qwenimage_strategies PRIVATE
+  DITSTUDIO_FIXTURE="${DITSTUDIO_TEST_DATA}/tiny-qwenimage-A")
+target_precompile_headers(test_qwenimage_strategies REUSE_FROM dit_backend)
+foreach(_np 1 2 4)
+  add_test(NAME qwenimage_strategies_np${_np}
+           COMMAND ${DITSTUDIO_MPIRUN} -np ${_np} $<TARGET_FILE:test_qwenimage_strategies>)
+  set_tests_properties(qwenimage_strategies_np${_np} PROPERTIES
+    LABELS "backend;parallel;mpi;strategy;qwenimage" PROCESSORS 2 TIMEOUT 300
+    ENVIRONMENT "OMP_NUM_THREADS=1;DITSTUDIO_COLLECTIVE_TIMEOUT_S=120")
+endforeach()

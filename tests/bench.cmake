@@ -147,6 +147,24 @@ foreach(_st tp ulysses)
     -DJSON_FILE=${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_flux2_${_st}2.json
     "-DCMD=${_bench_mpirun}|-np|2|${_bench_flux2}|--${_st}-degree|2|--json-out|${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_flux2_${_st}2.json" -P ${_bench_check})
 endforeach()
+# Qwen-Image likewise (16 image and 8 text tokens: both split over 2).
+set(_bench_qwen $<TARGET_FILE:ditstudio-bench> --model ${DITSTUDIO_TEST_DATA}/tiny-qwenimage-A
+  --width 32 --height 32 --text-len 8 --steps 1 --warmup 0 --dtype float32)
+list(JOIN _bench_qwen "|" _bench_qwen)
+add_test(NAME bench_smoke_qwenimage_np1 COMMAND ${CMAKE_COMMAND} -DNP=1
+  -DJSON_FILE=${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_qwenimage_np1.json
+  "-DCMD=${_bench_qwen}|--json-out|${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_qwenimage_np1.json" -P ${_bench_check})
+foreach(_st tp ulysses)
+  add_test(NAME bench_smoke_qwenimage_${_st}2 COMMAND ${CMAKE_COMMAND} -DNP=2 -DEXPECT_BYTES=1
+    -DJSON_FILE=${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_qwenimage_${_st}2.json
+    "-DCMD=${_bench_mpirun}|-np|2|${_bench_qwen}|--${_st}-degree|2|--json-out|${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_qwenimage_${_st}2.json" -P ${_bench_check})
+endforeach()
+set_tests_properties(bench_smoke_qwenimage_np1 bench_smoke_qwenimage_tp2
+  bench_smoke_qwenimage_ulysses2 PROPERTIES LABELS "bench;qwenimage" TIMEOUT 120
+  ENVIRONMENT "OMP_NUM_THREADS=1")
+set_tests_properties(bench_smoke_qwenimage_tp2 bench_smoke_qwenimage_ulysses2 PROPERTIES
+  PROCESSORS 2)
+unset(_bench_qwen)
 set_tests_properties(bench_smoke_np1 bench_smoke_tp2 bench_smoke_ring2 bench_smoke_load_np2
   bench_smoke_flux2_np1 bench_smoke_flux2_tp2 bench_smoke_flux2_ulysses2 PROPERTIES
   LABELS "bench" TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1")

@@ -216,18 +216,19 @@ TEST(ModelRegistry, FixtureDispatchesToFlux) {
   EXPECT_EQ(m.dims().attention_head_dim, c.transformer.attention_head_dim);
   EXPECT_EQ(m.dims().vae_scale_factor, c.vae.vaeScaleFactor());
   EXPECT_EQ(supportedPipelineClasses(),
-            (std::vector<std::string>{"FluxPipeline", "Flux2KleinPipeline"}));
+            (std::vector<std::string>{"FluxPipeline", "Flux2KleinPipeline", "QwenImagePipeline"}));
   EXPECT_EQ(supportedTransformerClasses(),
-            (std::vector<std::string>{"FluxTransformer2DModel", "Flux2Transformer2DModel"}));
+            (std::vector<std::string>{"FluxTransformer2DModel", "Flux2Transformer2DModel",
+                                      "QwenImageTransformer2DModel"}));
 }
 
 TEST(ModelRegistry, UnknownPipelineClassRefused) {
   auto d = copyFixture("unknownpipe");
-  setClassName(d / "model_index.json", "QwenImagePipeline");
-  expectError(
-      [&] { ModelFolder::open(d.string()); },
-      {(d / "model_index.json").string(), "pipeline class \"QwenImagePipeline\" is not supported",
-       "supported pipeline classes: FluxPipeline, Flux2KleinPipeline"});
+  setClassName(d / "model_index.json", "StableDiffusion3Pipeline");
+  expectError([&] { ModelFolder::open(d.string()); },
+              {(d / "model_index.json").string(),
+               "pipeline class \"StableDiffusion3Pipeline\" is not supported",
+               "supported pipeline classes: FluxPipeline, Flux2KleinPipeline, QwenImagePipeline"});
   try {
     ModelFolder::open(d.string());
   } catch (const UnsupportedModelError&) {
@@ -239,11 +240,12 @@ TEST(ModelRegistry, UnknownPipelineClassRefused) {
 
 TEST(ModelRegistry, UnknownTransformerClassRefused) {
   auto d = copyFixture("unknowntransformer");
-  setClassName(d / "transformer/config.json", "QwenImageTransformer2DModel");
+  setClassName(d / "transformer/config.json", "SD3Transformer2DModel");
   expectError([&] { ModelFolder::open(d.string()); },
               {(d / "transformer/config.json").string(),
-               "transformer class \"QwenImageTransformer2DModel\" is not supported",
-               "supported transformer classes: FluxTransformer2DModel, Flux2Transformer2DModel"});
+               "transformer class \"SD3Transformer2DModel\" is not supported",
+               "supported transformer classes: FluxTransformer2DModel, Flux2Transformer2DModel, "
+               "QwenImageTransformer2DModel"});
 }
 
 TEST(ModelRegistry, MissingPipelineClassRefused) {
@@ -324,10 +326,10 @@ TEST(ModelRegistry, LoadPipelineDispatchesOnClassName) {
 
 TEST(ModelRegistry, LoadPipelineRefusesUnknownClass) {
   ModelFolder m = ModelFolder::open(test::fixtureDir());
-  m.pipeline_class = "QwenImagePipeline";  // as if a folder of another family got this far
+  m.pipeline_class = "StableDiffusion3Pipeline";  // as if a folder of another family got this far
   expectError([&] { (void)loadPipeline(m, {}); },
-              {(fs::path(m.path) / "model_index.json").string(), "\"QwenImagePipeline\"",
-               "supported pipeline classes: FluxPipeline, Flux2KleinPipeline"});
+              {(fs::path(m.path) / "model_index.json").string(), "\"StableDiffusion3Pipeline\"",
+               "supported pipeline classes: FluxPipeline, Flux2KleinPipeline, QwenImagePipeline"});
 }
 
 TEST(ModelRegistry, LoadTransformerByClassName) {
@@ -341,9 +343,10 @@ TEST(ModelRegistry, LoadTransformerByClassName) {
   ASSERT_NE(dynamic_cast<FluxTransformer2DModel*>(t.get()), nullptr);
   EXPECT_EQ(t->parameters().size(), m.dims().parameters->size());
   auto w2 = WeightSource::random(1, at::kFloat, c10::Device(at::kCPU));
-  expectError([&] { (void)loadTransformer("QwenImageTransformer2DModel", cfg, file, *w2); },
-              {file, "transformer class \"QwenImageTransformer2DModel\" is not supported",
-               "supported transformer classes: FluxTransformer2DModel, Flux2Transformer2DModel"});
+  expectError([&] { (void)loadTransformer("SD3Transformer2DModel", cfg, file, *w2); },
+              {file, "transformer class \"SD3Transformer2DModel\" is not supported",
+               "supported transformer classes: FluxTransformer2DModel, Flux2Transformer2DModel, "
+               "QwenImageTransformer2DModel"});
 
   // forward by name is the positional forward, bit for bit; names are checked.
   const auto& fc = fluxConfig(m).transformer;

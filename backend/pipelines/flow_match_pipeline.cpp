@@ -107,8 +107,9 @@ PipelineInputs FlowMatchPipeline::resolve(PipelineInputs p) const {
                                 " pixels; got " + sizeText(p.width, p.height));
   if (p.steps > 1000)
     throw std::invalid_argument("steps are limited to 1000; got " + std::to_string(p.steps));
-  if (p.max_sequence_length > 512)
-    throw std::invalid_argument("max_sequence_length cannot be greater than 512, got " +
+  if (p.max_sequence_length > d.max_sequence_length_limit)
+    throw std::invalid_argument("max_sequence_length cannot be greater than " +
+                                std::to_string(d.max_sequence_length_limit) + ", got " +
                                 std::to_string(p.max_sequence_length));
   if (!p.init_image.empty() && img2imgStartIndex(p.steps, p.strength) >= p.steps)
     throw std::invalid_argument("strength " + std::to_string(p.strength) + " with " +
@@ -146,6 +147,11 @@ GenerationResult FlowMatchPipeline::generate(const PipelineInputs& params0,
   r.timings_ms["encode"] = pos.encode_ms + neg.encode_ms;
   r.timings_ms["encode_total"] = encodeTotal;
   return r;
+}
+
+at::Tensor FlowMatchPipeline::combineGuidance(const at::Tensor& cond, const at::Tensor& uncond,
+                                              const CfgPolicy& cfg) const {
+  return uncond + cfg.scale * (cond - uncond);
 }
 
 at::Tensor FlowMatchPipeline::preprocessInitImage(const Image8& image, int height,
@@ -291,13 +297,13 @@ GenerationResult FlowMatchPipeline::denoise(const PipelineInputs& p, const Promp
       v = run(pos, "cond");
     } else if (!cfgPar) {
       const at::Tensor vc = run(pos, "cond"), vu = run(neg, "uncond");
-      v = vu + cfg.scale * (vc - vu);
+      v = combineGuidance(vc, vu, cfg);
     } else {
       // CFG parallel: rank 0 of the cfg group predicts the conditional, rank 1 the
       // unconditional branch; exchange and combine identically on both.
       const at::Tensor part = run(mine, cfgRank == 0 ? "cond" : "uncond").contiguous();
       const at::Tensor both = opts_.cfg->allgather(part.unsqueeze(0), 0)->result();
-      v = both[1] + cfg.scale * (both[0] - both[1]);
+      v = combineGuidance(both[0], both[1], cfg);
     }
     at::Tensor x0;
     if (cb.onStep) x0 = sched.predOriginalSample(v, k, latents);

@@ -71,6 +71,8 @@ struct FlowMatchDefaults {
   int sample_size = 128;  ///< default width/height = sample_size x vae_scale_factor
   int steps = 28;
   int max_sequence_length = 512;
+  /// The largest max_sequence_length a request may ask (FLUX: 512; QwenImagePipeline: 1024).
+  int max_sequence_length_limit = 512;
   /// true: width/height are floored to multiples of 2 x vae_scale_factor (Flux2KleinPipeline);
   /// false: other sizes are refused naming the nearest valid one (FluxPipeline).
   bool floor_sizes = false;
@@ -105,9 +107,9 @@ class FlowMatchPipeline : public DiffusionPipeline {
   /// true_cfg_scale; no negative sizes; strength in (0, 1]; a mask only with an init image; the
   /// family's capabilities (one generic refusal); the init image's size per the family's policy;
   /// width/height multiples of (or floored to) 2 x vae_scale_factor, at most 16384; steps <= 1000;
-  /// max_sequence_length <= 512; strength x steps >= 1 with an init image. Throws
-  /// std::invalid_argument with the fix to apply; std::runtime_error naming an unreadable init
-  /// image.
+  /// max_sequence_length <= the family's limit (FlowMatchDefaults); strength x steps >= 1 with an
+  /// init image. Throws std::invalid_argument with the fix to apply; std::runtime_error naming an
+  /// unreadable init image.
   PipelineInputs resolve(PipelineInputs p) const override;
 
   /// The whole pipeline for one image: resolve, the prompt encodings this rank needs (under
@@ -119,6 +121,12 @@ class FlowMatchPipeline : public DiffusionPipeline {
 
   /// The family's CFG for these (resolved) inputs.
   virtual CfgPolicy cfgPolicy(const PipelineInputs& p) const = 0;
+  /// The guided prediction from the conditional and unconditional ones (same shape, e.g.
+  /// [B, S_img, C], the compute dtype), run identically on both ranks of a cfg group. Default
+  /// (FluxPipeline's true CFG, classic CFG): uncond + cfg.scale * (cond - uncond). A family
+  /// overrides it for its rule (QwenImagePipeline's norm rescale).
+  virtual at::Tensor combineGuidance(const at::Tensor& cond, const at::Tensor& uncond,
+                                     const CfgPolicy& cfg) const;
 
  protected:
   /// Checks the device (CUDA build for "cuda", no float16 on the CPU) and the tensor-parallel

@@ -18,6 +18,8 @@ SchedulerConfig parseSchedulerConfig(const nlohmann::json& j, const std::string&
   getConfigValue(j, "base_image_seq_len", c.base_image_seq_len, f, {1, 1 << 30});
   getConfigValue(j, "max_image_seq_len", c.max_image_seq_len, f, {1, 1 << 30});
   getConfigValue(j, "time_shift_type", c.time_shift_type, f);
+  if (auto it = j.find("shift_terminal"); it != j.end() && !it->is_null())
+    getConfigValue(j, "shift_terminal", c.shift_terminal, f, {0.0, 0.999999});
   if (c.use_dynamic_shifting && c.max_image_seq_len <= c.base_image_seq_len)
     throw ModelFileError(f, "max_image_seq_len " + std::to_string(c.max_image_seq_len) +
                                 " must exceed base_image_seq_len " +
@@ -78,8 +80,18 @@ SchedulerTables flowMatchSchedule(const SchedulerConfig& cfg, int steps, double 
       shifted = sh * s / (1.0f + (sh - 1.0f) * s);
     }
     t.sigmas.push_back(shifted);
-    t.timesteps.push_back(shifted * static_cast<float>(cfg.num_train_timesteps));
   }
+  if (cfg.shift_terminal > 0) {
+    if (steps == 1)
+      throw std::invalid_argument(
+          "one step is not possible with the scheduler's shift_terminal " +
+          std::to_string(cfg.shift_terminal) +
+          " (its stretch divides 0 by 0: diffusers' schedule is NaN); use 2 or more steps");
+    // stretch_shift_to_terminal on the float32 array (NumPy 2 keeps Python scalars float32).
+    const float scale = (1.0f - t.sigmas.back()) / (1.0f - static_cast<float>(cfg.shift_terminal));
+    for (float& s : t.sigmas) s = 1.0f - (1.0f - s) / scale;
+  }
+  for (float s : t.sigmas) t.timesteps.push_back(s * static_cast<float>(cfg.num_train_timesteps));
   t.sigmas.push_back(0.0f);
   return t;
 }

@@ -26,10 +26,14 @@ struct SchedulerConfig {
   double base_shift = 0.5, max_shift = 1.15;
   int base_image_seq_len = 256, max_image_seq_len = 4096;
   std::string time_shift_type = "exponential";
+  /// diffusers' shift_terminal (Qwen-Image: 0.02): after the shift the schedule is stretched so
+  /// that its last sigma equals this value (stretch_shift_to_terminal); 0 = off (null in the file).
+  double shift_terminal = 0.0;
 };
 
 /// Parses a scheduler config read from `file`. Throws ModelFileError naming the file: a key of
-/// the wrong type, a time_shift_type other than "exponential" or "linear".
+/// the wrong type, a time_shift_type other than "exponential" or "linear", shift_terminal outside
+/// [0, 1).
 SchedulerConfig parseSchedulerConfig(const nlohmann::json& j, const std::string& file);
 
 /// FluxPipeline's calculate_shift: the line through (base_seq_len, base_shift) and
@@ -51,8 +55,11 @@ struct SchedulerTables {
 
 /// Sigmas/timesteps for `steps` denoising steps on an image of `image_seq_len` packed tokens:
 /// sigmas = linspace(1, 1/N, N) (float64 -> float32), then dynamic shift with mu (exponential or
-/// linear time_shift) or the static shift, timesteps = sigma * 1000, terminal 0 appended.
-/// Throws std::invalid_argument when steps < 1.
+/// linear time_shift) or the static shift, then with shift_terminal the stretch
+/// 1 - (1 - sigma) / ((1 - sigma[-1]) / (1 - shift_terminal)) (float32, diffusers'
+/// stretch_shift_to_terminal), timesteps = sigma * 1000, terminal 0 appended.
+/// Throws std::invalid_argument when steps < 1, or steps == 1 with shift_terminal (the stretch
+/// divides 0 by 0 there: diffusers' schedule is NaN).
 SchedulerTables fluxSchedule(const SchedulerConfig& cfg, int steps, int image_seq_len);
 
 /// The same tables for a given mu (what set_timesteps(sigmas=linspace(1, 1/N, N), mu=mu) makes

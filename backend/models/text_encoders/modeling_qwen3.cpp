@@ -61,7 +61,11 @@ Qwen3Model::Qwen3Model(const Qwen3Config& cfg, WeightSource& source,
     throw std::invalid_argument("Qwen3Model: maxLayer " + std::to_string(maxLayer) +
                                 " outside [0, num_hidden_layers " +
                                 std::to_string(cfg.num_hidden_layers) + "]");
-  D.prefix = source.contains("model.embed_tokens.weight") ? "model." : "";
+  // Qwen3ForCausalLM "model.*", Qwen3Model unprefixed; Qwen2_5_VLForConditionalGeneration
+  // "model.language_model.*" (transformers >= 4.52) or "model.*" (earlier saves).
+  D.prefix = source.contains("model.language_model.embed_tokens.weight") ? "model.language_model."
+             : source.contains("model.embed_tokens.weight")              ? "model."
+                                                                         : "";
   D.dtype = source.dtype();
   const int tpSize = tp ? tp->size() : 1;
   const int tpRank = tp ? tp->rank() : 0;
@@ -85,12 +89,14 @@ Qwen3Model::Qwen3Model(const Qwen3Config& cfg, WeightSource& source,
     const std::string l = D.prefix + "layers." + std::to_string(i) + ".";
     Layer L;
     L.input_layernorm = w.param(l + "input_layernorm.weight", {H});
-    L.q_proj = w.linear(l + "self_attn.q_proj", H, nq * Dh, cfg.attention_bias);
-    L.k_proj = w.linear(l + "self_attn.k_proj", H, nkv * Dh, cfg.attention_bias);
-    L.v_proj = w.linear(l + "self_attn.v_proj", H, nkv * Dh, cfg.attention_bias);
+    L.q_proj = w.linear(l + "self_attn.q_proj", H, nq * Dh, cfg.hasQkvBias());
+    L.k_proj = w.linear(l + "self_attn.k_proj", H, nkv * Dh, cfg.hasQkvBias());
+    L.v_proj = w.linear(l + "self_attn.v_proj", H, nkv * Dh, cfg.hasQkvBias());
     L.o_proj = w.linear(l + "self_attn.o_proj", nq * Dh, H, cfg.attention_bias);
-    L.q_norm = w.param(l + "self_attn.q_norm.weight", {Dh});
-    L.k_norm = w.param(l + "self_attn.k_norm.weight", {Dh});
+    if (cfg.qk_norm) {
+      L.q_norm = w.param(l + "self_attn.q_norm.weight", {Dh});
+      L.k_norm = w.param(l + "self_attn.k_norm.weight", {Dh});
+    }
     L.post_attention_layernorm = w.param(l + "post_attention_layernorm.weight", {H});
     L.gate_proj = w.linear(l + "mlp.gate_proj", H, M, false);
     L.up_proj = w.linear(l + "mlp.up_proj", H, M, false);
@@ -170,11 +176,18 @@ std::vector<at::Tensor> Qwen3Model::hiddenStates(const at::Tensor& input_ids,
   const auto invFreq =
       1.0 / at::pow(c.rope_theta, at::arange(0, Dh, 2, fopt.dtype(at::kLong)).to(at::kFloat) /
                                       static_cast<double>(Dh));
-  const auto pos = at::arange(L, fopt);
-  const auto freqs = at::outer(pos, invFreq);  // [L, Dh/2]
+  // Position ids [P, L] (P = 1: the same for every row): Qwen3 0..L-1; Qwen2.5-VL's
+  // get_rope_index on text: cumsum(mask) - 1, padding positions 1 (every mrope section alike).
+  at::Tensor pos = at::arange(L, fopt).unsqueeze(0);
+  if (c.positions_from_mask) {
+    const at::Tensor m = attention_mask.to(dev);
+    pos = (m.cumsum(1) - 1).masked_fill(m.eq(0), 1).to(at::kFloat);
+  }
+  const int64_t P = pos.size(0);
+  const auto freqs = pos.unsqueeze(-1) * invFreq;  // [P, L, Dh/2]
   const auto emb = at::cat({freqs, freqs}, -1);
-  const auto cosT = emb.cos().to(x.scalar_type()).view({1, 1, L, Dh});
-  const auto sinT = emb.sin().to(x.scalar_type()).view({1, 1, L, Dh});
+  const auto cosT = emb.cos().to(x.scalar_type()).view({P, 1, L, Dh});
+  const auto sinT = emb.sin().to(x.scalar_type()).view({P, 1, L, Dh});
   // Causal AND key-padding mask, additive with finfo.min as transformers' eager attention.
   const auto causal = at::ones({L, L}, fopt.dtype(at::kBool)).tril();  // [q, k]
   const auto keyOk = attention_mask.to(dev).ne(0).view({B, 1, 1, L});
@@ -192,8 +205,14 @@ std::vector<at::Tensor> Qwen3Model::hiddenStates(const at::Tensor& input_ids,
     auto q = Ly.q_proj->forward(h);
     auto k = Ly.k_proj->forward(h);
     auto v = Ly.v_proj->forward(h);
-    q = rmsNorm(q.view({B, L, -1, Dh}), Ly.q_norm, c.rms_norm_eps).transpose(1, 2);
-    k = rmsNorm(k.view({B, L, -1, Dh}), Ly.k_norm, c.rms_norm_eps).transpose(1, 2);
+    q = q.view({B, L, -1, Dh});
+    k = k.view({B, L, -1, Dh});
+    if (c.qk_norm) {
+      q = rmsNorm(q, Ly.q_norm, c.rms_norm_eps);
+      k = rmsNorm(k, Ly.k_norm, c.rms_norm_eps);
+    }
+    q = q.transpose(1, 2);
+    k = k.transpose(1, 2);
     v = v.view({B, L, -1, Dh}).transpose(1, 2);
     q = q * cosT + rotateHalf(q) * sinT;
     k = k * cosT + rotateHalf(k) * sinT;

@@ -24,6 +24,13 @@ class Qwen2Tokenizer;
 /// down(silu(gate(x)) * up(x))), final norm. Weights under "model.*" (Qwen3ForCausalLM) or
 /// unprefixed (Qwen3Model); lm_head is never read.
 ///
+/// With the Qwen2 switches of Qwen3Config (parseQwen2_5_VLTextConfig) the same class is the
+/// language model of Qwen2_5_VLForConditionalGeneration on text (transformers
+/// models/qwen2_5_vl/modeling_qwen2_5_vl.py Qwen2_5_VLTextModel): no q/k norm, q/k/v biases,
+/// position ids cumsum(mask) - 1 (padding 1) shared by the three mrope sections (plain RoPE for
+/// text), weights under "model.language_model.*" or the older "model.*"; the vision tower is not
+/// read.
+///
 /// Only the decoder layers needed for the largest hidden-states index ever requested are loaded
 /// and run: `maxLayer` (default: num_hidden_layers) bounds the indices hiddenStates() accepts,
 /// e.g. maxLayer 27 loads 27 of 28 layers for FLUX.2's (9, 18, 27) and skips the final norm.
@@ -48,7 +55,8 @@ class Qwen3Model {
   /// k (1-based), num_hidden_layers = final-norm output), as transformers'
   /// `output_hidden_states=True`. input_ids int64 [B, L] (ids < vocab_size), attention_mask int64
   /// [B, L] (1 = real token, 0 = padding): causal AND key-padding mask, position ids 0..L-1 for
-  /// every row (padding does not shift them). Returns float32 [B, L, hidden_size] per index, in
+  /// every row (padding does not shift them; with positions_from_mask cumsum(mask) - 1, padding
+  /// positions 1). Returns float32 [B, L, hidden_size] per index, in
   /// the order asked, on the weights' device. Collective over the tp group (every rank gets the
   /// same result). Throws std::invalid_argument for bad shapes/dtypes, an id out of range or an
   /// index outside [0, maxLayer] (num_hidden_layers allowed only when maxLayer is it).

@@ -4,7 +4,10 @@
 
 namespace dit {
 
-Qwen3Config parseQwen3Config(const nlohmann::json& j, const std::string& f) {
+namespace {
+
+// The keys Qwen3Config and Qwen2_5_VLConfig's text half share; rope_scaling is the caller's.
+Qwen3Config parseCommon(const nlohmann::json& j, const std::string& f) {
   if (!j.is_object()) throw ModelFileError(f, "config is not a JSON object");
   Qwen3Config c;
   getConfigValue(j, "vocab_size", c.vocab_size, f, {1, 1 << 24});
@@ -42,14 +45,62 @@ Qwen3Config parseQwen3Config(const nlohmann::json& j, const std::string& f) {
                                   "\" is not supported (only \"default\")");
     getConfigValue(*it, "rope_theta", c.rope_theta, f, {1e-3, 1e12});
   }
-  if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null())
-    throw ModelFileError(f, "config key 'rope_scaling' is set; only the default RoPE is supported");
   bool sliding = false;
   getConfigValue(j, "use_sliding_window", sliding, f);
   if (sliding)
     throw ModelFileError(f,
                          "config key 'use_sliding_window' is true; sliding-window attention "
                          "is not supported");
+  return c;
+}
+
+}  // namespace
+
+Qwen3Config parseQwen3Config(const nlohmann::json& j, const std::string& f) {
+  Qwen3Config c = parseCommon(j, f);
+  if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null())
+    throw ModelFileError(f, "config key 'rope_scaling' is set; only the default RoPE is supported");
+  return c;
+}
+
+Qwen3Config parseQwen2_5_VLTextConfig(const nlohmann::json& top, const std::string& f) {
+  if (!top.is_object()) throw ModelFileError(f, "config is not a JSON object");
+  const auto tc = top.find("text_config");
+  const bool nested = tc != top.end() && tc->is_object();
+  const nlohmann::json& j = nested ? *tc : top;
+  Qwen3Config c = parseCommon(j, f);
+  // Qwen2 attention: head_dim is always hidden_size / num_attention_heads.
+  if (c.hidden_size % c.num_attention_heads != 0 ||
+      c.head_dim != c.hidden_size / c.num_attention_heads)
+    throw ModelFileError(f, "config key 'hidden_size' (" + std::to_string(c.hidden_size) +
+                                ") must be num_attention_heads (" +
+                                std::to_string(c.num_attention_heads) + ") x head_dim (" +
+                                std::to_string(c.head_dim) + ")");
+  c.qk_norm = false;
+  c.qkv_bias = true;
+  c.attention_bias = false;
+  c.positions_from_mask = true;
+  const nlohmann::json* rs = nullptr;
+  for (const nlohmann::json* o : {&j, &top})
+    if (auto it = o->find("rope_scaling"); !rs && it != o->end() && !it->is_null()) rs = &*it;
+  if (rs) {
+    if (!rs->is_object()) throw ModelFileError(f, "config key 'rope_scaling' is not an object");
+    std::string type = "default";
+    getConfigValue(*rs, "rope_type", type, f);
+    getConfigValue(*rs, "type", type, f);
+    if (type != "mrope" && type != "default")
+      throw ModelFileError(f, "config key 'rope_scaling.type' \"" + type +
+                                  "\" is not supported (Qwen2.5-VL's \"mrope\" or \"default\")");
+    getConfigValue(*rs, "mrope_section", c.mrope_section, f, {1, 4096});
+    if (type == "mrope") {
+      int sum = 0;
+      for (int s : c.mrope_section) sum += s;
+      if (c.mrope_section.empty() || 2 * sum != c.head_dim)
+        throw ModelFileError(
+            f, "config key 'rope_scaling.mrope_section' must sum to head_dim / 2 (" +
+                   std::to_string(c.head_dim / 2) + "), sums to " + std::to_string(sum));
+    }
+  }
   return c;
 }
 

@@ -1,10 +1,12 @@
 // transformers Qwen3Config (models/qwen3/configuration_qwen3.py), read from
-// text_encoder/config.json (FLUX.2 [klein]'s text encoder, a Qwen3ForCausalLM checkpoint).
-// Torch-free.
+// text_encoder/config.json (FLUX.2 [klein]'s text encoder, a Qwen3ForCausalLM checkpoint), and
+// the text half of Qwen2_5_VLConfig (models/qwen2_5_vl/configuration_qwen2_5_vl.py: Qwen-Image's
+// text encoder, a Qwen2 decoder) as the same struct with its switches set. Torch-free.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <vector>
 
 namespace dit {
 
@@ -21,8 +23,20 @@ struct Qwen3Config {
   int max_position_embeddings = 32768;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;  ///< rope_theta, or rope_parameters.rope_theta (transformers v5)
-  bool attention_bias = false;
+  bool attention_bias = false;  ///< Qwen3: biases on q_proj, k_proj, v_proj AND o_proj
   std::string hidden_act = "silu";
+  // Switches of the Qwen2 decoder (Qwen2.5-VL's language model); Qwen3's values by default.
+  /// RMSNorm of each query / key head (self_attn.q_norm / k_norm): Qwen3 yes, Qwen2 no.
+  bool qk_norm = true;
+  /// Qwen2: q_proj, k_proj, v_proj with biases, o_proj without.
+  bool qkv_bias = false;
+  /// Qwen2.5-VL's get_rope_index on text: position ids = cumsum(attention_mask) - 1 with padding
+  /// positions set to 1 (Qwen3: 0..L-1 whatever the mask).
+  bool positions_from_mask = false;
+  /// Qwen2.5-VL rope_scaling.mrope_section (sums to head_dim / 2). For text all three sections
+  /// get the same position, so the rotation is plain 1-D RoPE; kept for validation and facts.
+  std::vector<int> mrope_section;
+  bool hasQkvBias() const { return attention_bias || qkv_bias; }
 };
 
 /// Parses and validates a Qwen3Config read from `file`: every key's JSON type, ranges
@@ -31,6 +45,15 @@ struct Qwen3Config {
 /// hidden_act "silu", rope type "default" (rope_scaling null), no sliding window. Throws
 /// ModelFileError naming the file and the key.
 Qwen3Config parseQwen3Config(const nlohmann::json& j, const std::string& file);
+
+/// Parses the text half of a Qwen2_5_VLConfig read from `file` (Qwen-Image's text_encoder): the
+/// text keys at the top level (transformers <= 4.5x) or under "text_config" (later versions),
+/// head_dim = hidden_size / num_attention_heads, qk_norm false, qkv_bias true,
+/// positions_from_mask true; rope_scaling must be {type or rope_type "mrope" (or "default"),
+/// mrope_section summing to head_dim / 2}. The vision_config is not read (the text-to-image
+/// pipeline never runs the vision tower). Throws ModelFileError naming the file and the key (the
+/// ranges of parseQwen3Config).
+Qwen3Config parseQwen2_5_VLTextConfig(const nlohmann::json& j, const std::string& file);
 
 /// readConfigJson(file) + parseQwen3Config.
 Qwen3Config loadQwen3Config(const std::string& file);

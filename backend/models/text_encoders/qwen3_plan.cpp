@@ -17,15 +17,17 @@ ParameterTable qwen3ParameterTable(const Qwen3Config& c, int layers, bool withFi
     const std::string l = "layers." + std::to_string(i) + ".";
     add(l + "input_layernorm.weight", {H});
     add(l + "self_attn.q_proj.weight", {q, H});
-    if (c.attention_bias) add(l + "self_attn.q_proj.bias", {q});
+    if (c.hasQkvBias()) add(l + "self_attn.q_proj.bias", {q});
     add(l + "self_attn.k_proj.weight", {kv, H});
-    if (c.attention_bias) add(l + "self_attn.k_proj.bias", {kv});
+    if (c.hasQkvBias()) add(l + "self_attn.k_proj.bias", {kv});
     add(l + "self_attn.v_proj.weight", {kv, H});
-    if (c.attention_bias) add(l + "self_attn.v_proj.bias", {kv});
+    if (c.hasQkvBias()) add(l + "self_attn.v_proj.bias", {kv});
     add(l + "self_attn.o_proj.weight", {H, q});
     if (c.attention_bias) add(l + "self_attn.o_proj.bias", {H});
-    add(l + "self_attn.q_norm.weight", {D});
-    add(l + "self_attn.k_norm.weight", {D});
+    if (c.qk_norm) {
+      add(l + "self_attn.q_norm.weight", {D});
+      add(l + "self_attn.k_norm.weight", {D});
+    }
     add(l + "post_attention_layernorm.weight", {H});
     add(l + "mlp.gate_proj.weight", {M, H});
     add(l + "mlp.up_proj.weight", {M, H});

@@ -12,10 +12,12 @@
 namespace dit {
 
 /// Parameters of the first `layers` decoder layers of Qwen3Model (transformers checkpoint names
-/// under `prefix`, default "model.": embed_tokens.weight [vocab, hidden],
-/// layers.{i}.self_attn.{q,k,v,o}_proj.weight, layers.{i}.self_attn.{q,k}_norm.weight [head_dim],
-/// layers.{i}.mlp.{gate,up,down}_proj.weight, layers.{i}.{input,post_attention}_layernorm.weight
-/// [hidden], norm.weight [hidden] when `withFinalNorm`). layers < 0: all num_hidden_layers.
+/// under `prefix`, default "model."; Qwen2.5-VL's "model.language_model.": embed_tokens.weight
+/// [vocab, hidden], layers.{i}.self_attn.{q,k,v,o}_proj.weight (+ q/k/v biases with qkv_bias or
+/// attention_bias, the o_proj bias with attention_bias), layers.{i}.self_attn.{q,k}_norm.weight
+/// [head_dim] (qk_norm), layers.{i}.mlp.{gate,up,down}_proj.weight,
+/// layers.{i}.{input,post_attention}_layernorm.weight [hidden], norm.weight [hidden] when
+/// `withFinalNorm`). layers < 0: all num_hidden_layers.
 ParameterTable qwen3ParameterTable(const Qwen3Config& c, int layers = -1, bool withFinalNorm = true,
                                    const std::string& dtype = "F32", int64_t elementBytes = 4,
                                    const std::string& prefix = "model.");

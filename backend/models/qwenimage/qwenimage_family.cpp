@@ -1,0 +1,79 @@
+#include "backend/models/qwenimage/qwenimage_family.h"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include "backend/io/model_folder.h"
+#include "backend/models/qwenimage/qwenimage_plan.h"
+#include "backend/models/text_encoders/qwen3_plan.h"
+#include "backend/pipelines/qwenimage/qwenimage_pipeline_config.h"
+#include "parallel/tensor_parallel/sharding_plan.h"
+
+namespace dit {
+
+FamilySpec qwenImageFamily() {
+  FamilySpec f;
+  f.key = "qwenimage";
+  f.display_name = "Qwen-Image";
+  f.pipeline_class = "QwenImagePipeline";
+  f.transformer_class = "QwenImageTransformer2DModel";
+  f.components = {"transformer", "text_encoder", "tokenizer", "vae", "scheduler"};
+  // Text-to-image; step caching through the DiT driver's seam; LoRA in the diffusers/PEFT layout
+  // (transformer.<module>.lora_A/B) on every loaded linear, fused q/k/v parts included. No
+  // img2img / inpaint yet.
+  f.caps.step_cache = true;
+  f.caps.lora_formats = {"diffusers"};
+  f.parse = [](const ModelFolder& folder) -> std::shared_ptr<const PipelineConfig> {
+    return std::make_shared<QwenImagePipelineConfig>(
+        parseQwenImagePipelineConfig(folder.path, folder.transformer_class));
+  };
+  f.dims = [](const nlohmann::json& config, const std::string& file) {
+    return qwenImageModelDims(parseQwenImageTransformerConfig(config, file), 8);
+  };
+  f.memory = [](const ModelFolder& m, int tp, int64_t elementBytes) {
+    // The whole Qwen2.5-VL language model (last hidden state: every layer and the final norm;
+    // lm_head and the vision tower are not loaded) under qwen3ShardingPlan.
+    const QwenImagePipelineConfig& c = qwenImageConfig(m);
+    const int64_t eb = std::max<int64_t>(1, elementBytes);
+    const ParameterTable table = qwen3ParameterTable(c.text_encoder, -1, true, "F32", eb);
+    std::string reason;
+    const ShardingPlan plan = qwen3ShardingPlan(c.text_encoder).resolve(table, tp, &reason);
+    FamilyMemoryFacts r;
+    if (!reason.empty()) r.note = "text encoder replicated on every tp rank: " + reason;
+    r.text_encoder_bytes = plan.bytesPerRank(table, std::max(1, tp), eb);
+    r.vae_decoder_channels = c.vae.base_dim * c.vae.dim_mult.front();
+    return r;
+  };
+  f.facts = [](const ModelFolder& m) {
+    const QwenImagePipelineConfig& c = qwenImageConfig(m);
+    const QwenImageTransformerConfig& t = c.transformer;
+    return std::vector<ModelFact>{
+        {"family", "family", "Qwen-Image"},
+        {"blocks", "blocks", std::to_string(t.num_layers) + " double"},
+        {"heads", "attention",
+         std::to_string(t.num_attention_heads) + " heads x " +
+             std::to_string(t.attention_head_dim) + " head dim (inner " +
+             std::to_string(t.innerDim()) + ")"},
+        {"text_encoders", "text encoder",
+         "Qwen2.5-VL language model (" + std::to_string(c.text_encoder.num_hidden_layers) +
+             " layers, last hidden state), joint_attention_dim " +
+             std::to_string(t.joint_attention_dim)},
+        {"guidance", "guidance",
+         "true CFG when true_cfg_scale > 1 and a negative prompt is given (norm rescale); "
+         "guidance is ignored"},
+        {"latent_channels", "latent channels", std::to_string(c.vae.z_dim)},
+    };
+  };
+  f.known_models = [] {
+    // diffusers' defaults are Qwen-Image's: 60 dual-stream blocks, 24 heads x 128 (inner 3072),
+    // joint_attention_dim 3584, in_channels 64, out_channels 16, axes_dims_rope (16, 56, 56).
+    // Other components: the Qwen2.5-VL-7B language model without lm_head (7.07 B) and the
+    // AutoencoderKLQwenImage (0.127 B).
+    return std::vector<KnownModel>{
+        {"Qwen-Image", qwenImageModelDims(QwenImageTransformerConfig{}, 8), 7.07e9 + 0.127e9, 512}};
+  };
+  return f;
+}
+
+}  // namespace dit
