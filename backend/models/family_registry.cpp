@@ -162,6 +162,8 @@ ModelFolder ModelFolder::open(const std::string& path) {
                                                 : "a string"));
     }
     m.default_settings = it->dump();
+  } else if (family.default_settings) {
+    m.default_settings = family.default_settings(m);  // the family's recommendation
   }
   return m;
 }
