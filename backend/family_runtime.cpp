@@ -6,6 +6,7 @@
 #include "backend/models/family_registry.h"
 #include "backend/models/flux/flux_runtime.h"
 #include "backend/models/flux2/flux2_runtime.h"
+#include "backend/models/zimage/zimage_runtime.h"
 
 namespace dit {
 namespace {
@@ -15,6 +16,7 @@ const std::vector<FamilyRuntime>& runtimes() {
   static const std::vector<FamilyRuntime> r{
       fluxRuntime(),
       flux2KleinRuntime(),
+      zimageRuntime(),
   };
   return r;
 }

@@ -12,6 +12,7 @@
 #include "backend/models/checkpoint_layouts.h"
 #include "backend/models/flux/flux_family.h"
 #include "backend/models/flux2/flux2_family.h"
+#include "backend/models/zimage/zimage_family.h"
 
 namespace dit {
 namespace fs = std::filesystem;
@@ -22,6 +23,7 @@ const std::vector<FamilySpec>& modelFamilies() {
   static const std::vector<FamilySpec> f{
       fluxFamily(),
       flux2KleinFamily(),
+      zimageFamily(),
   };
   return f;
 }
