@@ -20,9 +20,10 @@ FamilySpec zimageFamily() {
   f.pipeline_class = "ZImagePipeline";
   f.transformer_class = "ZImageTransformer2DModel";
   f.components = {"transformer", "text_encoder", "tokenizer", "vae", "scheduler"};
-  // Text-to-image only for now: no image-to-image / inpainting pipeline, no step caching, no
-  // LoRA, diffusers folders only.
+  // Text-to-image (no image-to-image / inpainting pipeline, no step caching yet), LoRA in the
+  // diffusers/PEFT key layout (module paths are the checkpoint's), diffusers folders only.
   f.caps = FamilyCapabilities{};
+  f.caps.lora_formats = {"diffusers"};
   f.parse = [](const ModelFolder& folder) -> std::shared_ptr<const PipelineConfig> {
     return std::make_shared<ZImagePipelineConfig>(
         parseZImagePipelineConfig(folder.path, folder.transformer_class));
