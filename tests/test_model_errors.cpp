@@ -216,9 +216,10 @@ TEST(ModelRegistry, FixtureDispatchesToFlux) {
   EXPECT_EQ(m.dims().attention_head_dim, c.transformer.attention_head_dim);
   EXPECT_EQ(m.dims().vae_scale_factor, c.vae.vaeScaleFactor());
   EXPECT_EQ(supportedPipelineClasses(),
-            (std::vector<std::string>{"FluxPipeline", "Flux2KleinPipeline"}));
+            (std::vector<std::string>{"FluxPipeline", "Flux2KleinPipeline", "ZImagePipeline"}));
   EXPECT_EQ(supportedTransformerClasses(),
-            (std::vector<std::string>{"FluxTransformer2DModel", "Flux2Transformer2DModel"}));
+            (std::vector<std::string>{"FluxTransformer2DModel", "Flux2Transformer2DModel",
+                                      "ZImageTransformer2DModel"}));
 }
 
 TEST(ModelRegistry, UnknownPipelineClassRefused) {
@@ -227,7 +228,7 @@ TEST(ModelRegistry, UnknownPipelineClassRefused) {
   expectError(
       [&] { ModelFolder::open(d.string()); },
       {(d / "model_index.json").string(), "pipeline class \"QwenImagePipeline\" is not supported",
-       "supported pipeline classes: FluxPipeline, Flux2KleinPipeline"});
+       "supported pipeline classes: FluxPipeline, Flux2KleinPipeline, ZImagePipeline"});
   try {
     ModelFolder::open(d.string());
   } catch (const UnsupportedModelError&) {
@@ -243,7 +244,8 @@ TEST(ModelRegistry, UnknownTransformerClassRefused) {
   expectError([&] { ModelFolder::open(d.string()); },
               {(d / "transformer/config.json").string(),
                "transformer class \"QwenImageTransformer2DModel\" is not supported",
-               "supported transformer classes: FluxTransformer2DModel, Flux2Transformer2DModel"});
+               "supported transformer classes: FluxTransformer2DModel, Flux2Transformer2DModel, "
+               "ZImageTransformer2DModel"});
 }
 
 TEST(ModelRegistry, MissingPipelineClassRefused) {
@@ -327,7 +329,7 @@ TEST(ModelRegistry, LoadPipelineRefusesUnknownClass) {
   m.pipeline_class = "QwenImagePipeline";  // as if a folder of another family got this far
   expectError([&] { (void)loadPipeline(m, {}); },
               {(fs::path(m.path) / "model_index.json").string(), "\"QwenImagePipeline\"",
-               "supported pipeline classes: FluxPipeline, Flux2KleinPipeline"});
+               "supported pipeline classes: FluxPipeline, Flux2KleinPipeline, ZImagePipeline"});
 }
 
 TEST(ModelRegistry, LoadTransformerByClassName) {
@@ -343,7 +345,8 @@ TEST(ModelRegistry, LoadTransformerByClassName) {
   auto w2 = WeightSource::random(1, at::kFloat, c10::Device(at::kCPU));
   expectError([&] { (void)loadTransformer("QwenImageTransformer2DModel", cfg, file, *w2); },
               {file, "transformer class \"QwenImageTransformer2DModel\" is not supported",
-               "supported transformer classes: FluxTransformer2DModel, Flux2Transformer2DModel"});
+               "supported transformer classes: FluxTransformer2DModel, Flux2Transformer2DModel, "
+               "ZImageTransformer2DModel"});
 
   // forward by name is the positional forward, bit for bit; names are checked.
   const auto& fc = fluxConfig(m).transformer;

@@ -262,7 +262,7 @@ class TestAdvisor : public QObject {
   // they get: FLUX.2 [dev] does not fit one 80 GiB GPU in bf16 and takes tensor parallel on 4.
   void knowsFlux2Sizes() {
     const auto known = knownModels();
-    QCOMPARE(int(known.size()), 4);
+    QCOMPARE(int(known.size()), 5);
     auto params = [&](int i) {
       AdvisorInput in;
       in.transformer = known[size_t(i)].transformer;
@@ -283,6 +283,10 @@ class TestAdvisor : public QObject {
     const Advice a = adviseStrategy(dev);
     QVERIFY(a.strategy.tp_degree > 1);
     QCOMPARE(48 % a.strategy.tp_degree, 0);
+    // Z-Image-Turbo (6.15 B transformer, 30 heads of 128) from its declared parameter table.
+    QCOMPARE(known[4].name, QStringLiteral("Z-Image-Turbo"));
+    QVERIFY2(params(4) > 6.1 && params(4) < 6.2, qPrintable(QString::number(params(4))));
+    QCOMPARE(known[4].transformer.num_attention_heads, 30);
   }
 
   // One memory model: the advisor's activation figure is the worker's estimate
