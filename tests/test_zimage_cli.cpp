@@ -15,7 +15,9 @@
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "backend/io/png_io.h"
 #include "backend/io/tensor_io.h"
 #include "golden_util.h"
 
@@ -132,4 +134,33 @@ TEST(ZImageCliDataParallel, TwoReplicasTwoSeeds) {
   EXPECT_TRUE(fs::exists(out + "-1.png")) << log;
   EXPECT_GT(test::maxAbsDiff(load(out + "-1.safetensors", "image"), test::golden("run.0.image")),
             1e-3);
+}
+
+// First Block Cache and TaylorSeer through the shared DiT driver (noise_refiner.0 is the head
+// block; TaylorSeer caches every "<stage>.<i>.attn"): run 0 (4 steps) skips steps, and under
+// ulysses 2 and tp 2 every rank takes the same decisions (the PNG's cache_report), so the result
+// equals one rank's within 1e-4.
+TEST(ZImageCliStepCache, StrategiesEqualOneRank) {
+  auto computed = [](const std::string& png) {
+    const auto j = nlohmann::json::parse(readPngText(png).at("parameters"));
+    if (!j.contains("cache_report")) return std::vector<int>{};
+    return j["cache_report"]["computed_steps"].get<std::vector<int>>();
+  };
+  int run = 0;
+  for (const std::string cache : {"taylorseer:1,2,1", "first-block:2.0"}) {
+    std::string log;
+    const std::string one = tmp("cache-" + std::to_string(run++));
+    ASSERT_EQ(runCli(0, "--cache " + cache, one, log), 0) << log;
+    const std::vector<int> steps = computed(one + ".png");
+    ASSERT_FALSE(steps.empty()) << cache << ": no cache_report\n" << log;
+    EXPECT_LT(steps.size(), 4u) << cache << ": the cache skipped no step";
+    const at::Tensor ref = load(one + ".safetensors", "final_latents");
+    for (const std::string strategy : {"--ulysses-degree 2", "--tp-degree 2"}) {
+      const std::string out = tmp("cache-" + std::to_string(run++));
+      ASSERT_EQ(runCli(0, "--cache " + cache + " " + strategy, out, log), 0) << log;
+      EXPECT_EQ(computed(out + ".png"), steps) << cache << " " << strategy;
+      EXPECT_LE(test::maxAbsDiff(load(out + ".safetensors", "final_latents"), ref), 1e-4)
+          << cache << " " << strategy;
+    }
+  }
 }

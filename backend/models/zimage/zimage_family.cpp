@@ -20,9 +20,11 @@ FamilySpec zimageFamily() {
   f.pipeline_class = "ZImagePipeline";
   f.transformer_class = "ZImageTransformer2DModel";
   f.components = {"transformer", "text_encoder", "tokenizer", "vae", "scheduler"};
-  // Text-to-image (no image-to-image / inpainting pipeline, no step caching yet), LoRA in the
-  // diffusers/PEFT key layout (module paths are the checkpoint's), diffusers folders only.
+  // Text-to-image (no image-to-image / inpainting pipeline yet), step caching through the DiT
+  // driver's seam, LoRA in the diffusers/PEFT key layout (module paths are the checkpoint's),
+  // diffusers folders only.
   f.caps = FamilyCapabilities{};
+  f.caps.step_cache = true;
   f.caps.lora_formats = {"diffusers"};
   f.parse = [](const ModelFolder& folder) -> std::shared_ptr<const PipelineConfig> {
     return std::make_shared<ZImagePipelineConfig>(
