@@ -48,8 +48,15 @@ FamilyRuntime zimageRuntime() {
     // A noise_refiner block (image stream) and the context_refiner block of the same index (text
     // stream) send what one dual-stream block does (two rowwise outputs per stream, attention
     // volume over both streams); the main layers are single-stream blocks with two rowwise
-    // outputs. The 32-padding rows are not counted.
+    // outputs. Every sequence is counted padded to 32 rows, as the model sends it.
     const ZImageTransformerConfig c = parseZImageTransformerConfig(config, file);
+    auto padded = [](int64_t n) {
+      return (n + kZImageSeqMultiOf - 1) / kZImageSeqMultiOf * kZImageSeqMultiOf;
+    };
+    BenchShape p = sh;  // the padded image tokens as one row of the grid
+    p.image_h = 1;
+    p.image_w = padded(sh.imageTokens());
+    p.text_tokens = padded(sh.text_tokens);
     DualStreamTrafficShape m;
     m.num_layers = c.n_refiner_layers;
     m.num_single_layers = c.n_layers;
@@ -58,7 +65,7 @@ FamilyRuntime zimageRuntime() {
     m.heads = c.n_heads;
     m.head_dim = c.headDim();
     m.out_channels = c.patchFeatures();
-    return dualStreamTraffic(m, s, rank, sh, es);
+    return dualStreamTraffic(m, s, rank, p, es);
   };
   r.buildComponent = [](const ModelFolder& m, const std::string& component,
                         WeightSource& w) -> std::string {
