@@ -7,6 +7,7 @@
 #include "backend/models/flux/flux_runtime.h"
 #include "backend/models/flux2/flux2_runtime.h"
 #include "backend/models/qwenimage/qwenimage_runtime.h"
+#include "backend/models/zimage/zimage_runtime.h"
 
 namespace dit {
 namespace {
@@ -17,6 +18,7 @@ const std::vector<FamilyRuntime>& runtimes() {
       fluxRuntime(),
       flux2KleinRuntime(),
       qwenImageRuntime(),
+      zimageRuntime(),
   };
   return r;
 }

@@ -178,8 +178,10 @@ std::vector<StrategyIssue> validateForRequest(const Strategy& s, const ModelDims
   const bool anything = (s.ulysses_anything && s.ring_degree == 1 && s.ulysses_degree > 1) ||
                         (s.ring_anything && s.ulysses_degree == 1 && s.ring_degree > 1);
   if (cp > 1 && !anything && sizeOk && r.text_len > 0) {
-    const int image = r.imageTokens(vsf);
-    const bool textOk = r.text_len % cp == 0;
+    // The lengths the split sees: padded to the model's sequence multiple (1 = as given).
+    const int image = m.paddedTokens(r.imageTokens(vsf));
+    const int textLen = m.paddedTokens(r.text_len);
+    const bool textOk = textLen % cp == 0;
     const bool imageOk = image % cp == 0;
     if (!textOk || !imageOk) {
       const int gw = r.width / mult, gh = r.height / mult;
@@ -190,7 +192,7 @@ std::vector<StrategyIssue> validateForRequest(const Strategy& s, const ModelDims
           s.ring_degree > 1 && s.ulysses_degree > 1
               ? "cp_tokens"
               : (s.ring_degree > 1 ? "ring_tokens" : "ulysses_tokens"),
-          cpWords(s) + " needs text_len " + str(r.text_len) + " and image tokens " + str(image) +
+          cpWords(s) + " needs text_len " + str(textLen) + " and image tokens " + str(image) +
               " (" + str(r.width) + "x" + str(r.height) + " px = " + str(gw) + "x" + str(gh) +
               " tokens) both divisible by " + str(cp) + "; " + which + " divisible by " + str(cp) +
               "; use --ulysses-anything / --ring-anything" +

@@ -53,6 +53,15 @@ struct ModelDims {
   std::shared_ptr<const ContextParallelPlan> context_parallel_plan;
   /// Hidden width of the blocks' feed-forward (FLUX.1: 4 x inner; FLUX.2: 3 x inner); 0 = unknown.
   int mlp_hidden_dim = 0;
+  /// The model pads its text and image sequences to a multiple of this many tokens before the
+  /// context-parallel split (diffusers ZImageTransformer2DModel's SEQ_MULTI_OF 32, with learned
+  /// pad tokens); 1 = no padding. The token rules check the padded lengths.
+  int sequence_multiple = 1;
+  /// `tokens` rounded up to sequence_multiple.
+  int paddedTokens(int tokens) const {
+    const int m = sequence_multiple > 1 ? sequence_multiple : 1;
+    return (tokens + m - 1) / m * m;
+  }
   int innerDim() const { return num_attention_heads * attention_head_dim; }
 };
 

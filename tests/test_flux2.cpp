@@ -31,6 +31,7 @@
 #include "parallel/context_parallel.h"
 #include "parallel/device_mesh.h"
 #include "parallel/strategy.h"
+#include "strategy_test_util.h"
 #include "tp_test_util.h"
 
 using namespace dit;
@@ -80,38 +81,18 @@ const std::vector<at::Tensor>& oneRankOutputs() {
 }
 
 Strategy strategy(int tp, int ring, int uly, bool ulyAny = false, bool ringAny = false) {
-  Strategy s;
-  s.tp_degree = tp;
-  s.ring_degree = ring;
-  s.ulysses_degree = uly;
-  s.ulysses_anything = ulyAny;
-  s.ring_anything = ringAny;
-  s.world = tp * ring * uly;
-  return s;
-}
-
-std::string label(const Strategy& s) {
-  std::ostringstream o;
-  o << "tp " << s.tp_degree << " ring " << s.ring_degree << (s.ring_anything ? " (anything)" : "")
-    << " ulysses " << s.ulysses_degree << (s.ulysses_anything ? " (anything)" : "");
-  return o.str();
+  return test::makeStrategy(tp, ring, uly, ulyAny, ringAny);
 }
 
 // Every case under `s` (world = MPI_COMM_WORLD): equal to the golden within 1e-4 and to one rank
 // within 1e-5. `cases` = the case numbers whose token counts the strategy accepts.
 void expectStrategyMatches(const Strategy& s, const std::vector<int>& cases) {
-  SCOPED_TRACE(label(s));
+  SCOPED_TRACE(test::strategyLabel(s));
   ASSERT_EQ(worldSize(), s.world);
   DeviceMeshOptions o;
   o.timeout_s = 120;
   DeviceMesh mesh(s, MPI_COMM_WORLD, o);
-  TransformerParallelism par;
-  if (s.tp_degree > 1) par.tp = mesh.group("tp");
-  if (s.cpDegree() > 1) {
-    ContextParallelOptions co{s.ring_degree, s.ulysses_degree, s.ulysses_anything, s.ring_anything};
-    par.cp = std::make_shared<ContextParallel>(mesh.group("ring"), mesh.group("ulysses"),
-                                               mesh.group("cp"), co);
-  }
+  const TransformerParallelism par = test::transformerParallelism(s, mesh);
   auto w = weights();
   Flux2Transformer2DModel model(config(), *w, par);
   if (s.tp_degree > 1) {

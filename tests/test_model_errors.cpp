@@ -216,10 +216,11 @@ TEST(ModelRegistry, FixtureDispatchesToFlux) {
   EXPECT_EQ(m.dims().attention_head_dim, c.transformer.attention_head_dim);
   EXPECT_EQ(m.dims().vae_scale_factor, c.vae.vaeScaleFactor());
   EXPECT_EQ(supportedPipelineClasses(),
-            (std::vector<std::string>{"FluxPipeline", "Flux2KleinPipeline", "QwenImagePipeline"}));
+            (std::vector<std::string>{"FluxPipeline", "Flux2KleinPipeline", "QwenImagePipeline",
+                                      "ZImagePipeline"}));
   EXPECT_EQ(supportedTransformerClasses(),
             (std::vector<std::string>{"FluxTransformer2DModel", "Flux2Transformer2DModel",
-                                      "QwenImageTransformer2DModel"}));
+                                      "QwenImageTransformer2DModel", "ZImageTransformer2DModel"}));
 }
 
 TEST(ModelRegistry, UnknownPipelineClassRefused) {
@@ -228,7 +229,7 @@ TEST(ModelRegistry, UnknownPipelineClassRefused) {
   expectError([&] { ModelFolder::open(d.string()); },
               {(d / "model_index.json").string(),
                "pipeline class \"StableDiffusion3Pipeline\" is not supported",
-               "supported pipeline classes: FluxPipeline, Flux2KleinPipeline, QwenImagePipeline"});
+               "supported pipeline classes: FluxPipeline, Flux2KleinPipeline, QwenImagePipeline, ZImagePipeline"});
   try {
     ModelFolder::open(d.string());
   } catch (const UnsupportedModelError&) {
@@ -245,7 +246,7 @@ TEST(ModelRegistry, UnknownTransformerClassRefused) {
               {(d / "transformer/config.json").string(),
                "transformer class \"SD3Transformer2DModel\" is not supported",
                "supported transformer classes: FluxTransformer2DModel, Flux2Transformer2DModel, "
-               "QwenImageTransformer2DModel"});
+               "QwenImageTransformer2DModel, ZImageTransformer2DModel"});
 }
 
 TEST(ModelRegistry, MissingPipelineClassRefused) {
@@ -329,7 +330,7 @@ TEST(ModelRegistry, LoadPipelineRefusesUnknownClass) {
   m.pipeline_class = "StableDiffusion3Pipeline";  // as if a folder of another family got this far
   expectError([&] { (void)loadPipeline(m, {}); },
               {(fs::path(m.path) / "model_index.json").string(), "\"StableDiffusion3Pipeline\"",
-               "supported pipeline classes: FluxPipeline, Flux2KleinPipeline, QwenImagePipeline"});
+               "supported pipeline classes: FluxPipeline, Flux2KleinPipeline, QwenImagePipeline, ZImagePipeline"});
 }
 
 TEST(ModelRegistry, LoadTransformerByClassName) {
@@ -346,7 +347,7 @@ TEST(ModelRegistry, LoadTransformerByClassName) {
   expectError([&] { (void)loadTransformer("SD3Transformer2DModel", cfg, file, *w2); },
               {file, "transformer class \"SD3Transformer2DModel\" is not supported",
                "supported transformer classes: FluxTransformer2DModel, Flux2Transformer2DModel, "
-               "QwenImageTransformer2DModel"});
+               "QwenImageTransformer2DModel, ZImageTransformer2DModel"});
 
   // forward by name is the positional forward, bit for bit; names are checked.
   const auto& fc = fluxConfig(m).transformer;

@@ -262,7 +262,7 @@ class TestAdvisor : public QObject {
   // they get: FLUX.2 [dev] does not fit one 80 GiB GPU in bf16 and takes tensor parallel on 4.
   void knowsFlux2Sizes() {
     const auto known = knownModels();
-    QCOMPARE(int(known.size()), 5);  // FLUX.1 [dev], FLUX.2 x 3, Qwen-Image
+    QCOMPARE(int(known.size()), 6);  // FLUX.1 [dev], FLUX.2 x 3, Qwen-Image, Z-Image-Turbo
     auto params = [&](int i) {
       AdvisorInput in;
       in.transformer = known[size_t(i)].transformer;
@@ -283,16 +283,20 @@ class TestAdvisor : public QObject {
     const Advice a = adviseStrategy(dev);
     QVERIFY(a.strategy.tp_degree > 1);
     QCOMPARE(48 % a.strategy.tp_degree, 0);
+    // Z-Image-Turbo (6.15 B transformer, 30 heads of 128) from its declared parameter table.
+    QCOMPARE(known[5].name, QStringLiteral("Z-Image-Turbo"));
+    QVERIFY2(params(5) > 6.1 && params(5) < 6.2, qPrintable(QString::number(params(5))));
+    QCOMPARE(known[5].transformer.num_attention_heads, 30);
   }
 
   // Qwen-Image 20 B from its declared table (60 blocks, 24 heads x 128, joint_attention_dim
   // 3584): the advice on 4 GPUs keeps whole heads per tensor-parallel rank.
   void knowsQwenImageSizes() {
     const auto known = knownModels();
-    QCOMPARE(known.back().name, QStringLiteral("Qwen-Image"));
+    QCOMPARE(known[4].name, QStringLiteral("Qwen-Image"));
     AdvisorInput in;
-    in.transformer = known.back().transformer;
-    in.other_params = known.back().other_params;
+    in.transformer = known[4].transformer;
+    in.other_params = known[4].other_params;
     const double p = transformerParameters(in) / 1e9;
     QVERIFY2(p > 20.0 && p < 20.6, qPrintable(QString::number(p)));
     QCOMPARE(in.transformer.num_attention_heads, 24);

@@ -319,7 +319,14 @@ int main(int argc, char** argv) {
     a->add_option("--height", o.gen.height, "height in pixels");
     a->add_option("--steps", o.gen.steps, "denoising steps (default 28)");
     a->add_option("--guidance", o.gen.guidance,
-                  "distilled guidance scale, 0 .. 100 (guidance_embeds models)");
+                  "the pipeline's guidance_scale, 0 .. 100: FLUX.1 the distilled guidance "
+                  "embedding; FLUX.2 [klein] CFG when > 1; Z-Image real CFG when > 0");
+    a->add_option("--cfg-truncation", o.gen.cfg_truncation,
+                  "Z-Image cfg_truncation, 0 .. 100: steps whose normalised time (1000 - t) / "
+                  "1000 exceeds it run without CFG (default 1: every step)");
+    a->add_option("--cfg-normalization", o.gen.cfg_normalization,
+                  "Z-Image cfg_normalization, 0 .. 100: clip the guided prediction's norm to "
+                  "this x the conditional one's (default 0: off)");
     a->add_option("--seed", o.seed,
                   "seed of the CPU noise generator, 0 .. 2^64-1 (default 42; -1: random)");
     a->add_option("--max-sequence-length", o.gen.max_sequence_length,

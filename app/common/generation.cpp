@@ -32,6 +32,8 @@ PipelineInputs pipelineParams(const protocol::GenerationParams& p) {
   g.height = p.height;
   g.steps = p.steps;
   g.guidance = p.guidance;
+  g.cfg_truncation = p.cfg_truncation;
+  g.cfg_normalization = p.cfg_normalization;
   g.seed = p.seed;  // unsigned 64-bit end to end (torch.Generator.manual_seed's range)
   g.max_sequence_length = p.max_sequence_length;
   g.init_image = p.init_image;

@@ -115,6 +115,8 @@ GenerationParams readParams(const json& j, const GenerationParams& defaults,
   r.limited("height", p.height);
   r.limited("steps", p.steps);
   r.limited("guidance", p.guidance);
+  r.limited("cfg_truncation", p.cfg_truncation);
+  r.limited("cfg_normalization", p.cfg_normalization);
   r.limited("num_images", p.num_images);
   r.limited("max_sequence_length", p.max_sequence_length);
   r.str("init_image", p.init_image);
@@ -315,6 +317,7 @@ bool GenerationParams::operator==(const GenerationParams& o) const {
   return prompt == o.prompt && negative_prompt == o.negative_prompt &&
          hasNegativePrompt() == o.hasNegativePrompt() && true_cfg_scale == o.true_cfg_scale &&
          width == o.width && height == o.height && steps == o.steps && guidance == o.guidance &&
+         cfg_truncation == o.cfg_truncation && cfg_normalization == o.cfg_normalization &&
          seed == o.seed && random_seed == o.random_seed && num_images == o.num_images &&
          max_sequence_length == o.max_sequence_length && init_image == o.init_image &&
          init_image_sha256 == o.init_image_sha256 && mask_image == o.mask_image &&
@@ -350,6 +353,8 @@ void checkParams(const GenerationParams& p, const std::optional<std::string>& id
   checkUtf8("negative_prompt", p.negative_prompt, id);
   checkLimit("true_cfg_scale", p.true_cfg_scale, id);
   checkLimit("guidance", p.guidance, id);
+  checkLimit("cfg_truncation", p.cfg_truncation, id);
+  checkLimit("cfg_normalization", p.cfg_normalization, id);
   checkLimit("width", p.width, id);
   checkLimit("height", p.height, id);
   checkLimit("steps", p.steps, id);
@@ -425,6 +430,9 @@ json toJson(const GenerationParams& p) {
          {"steps", p.steps},           {"guidance", p.guidance},
          {"num_images", p.num_images}, {"max_sequence_length", p.max_sequence_length}};
   if (p.hasNegativePrompt()) j["negative_prompt"] = p.negative_prompt;  // given, even ""
+  // Z-Image's CFG options, only when set (other families' requests keep their keys).
+  if (p.cfg_truncation != 1.0) j["cfg_truncation"] = p.cfg_truncation;
+  if (p.cfg_normalization != 0.0) j["cfg_normalization"] = p.cfg_normalization;
   if (!p.init_image.empty()) {
     j["init_image"] = p.init_image;
     j["strength"] = p.strength;

@@ -79,6 +79,12 @@ struct GenerationParams {
   int height = 0;               ///< pixels; 0 = model default
   int steps = 0;                ///< denoising steps; 0 = model default (28)
   double guidance = 3.5;        ///< distilled guidance scale (guidance_embeds models); 0 .. 100
+  /// ZImagePipeline's cfg_truncation: steps whose normalised time (1000 - t) / 1000 exceeds it run
+  /// without CFG; > 1 (and the default 1) = every step; 0 .. 100. Other families ignore it.
+  double cfg_truncation = 1.0;
+  /// ZImagePipeline's cfg_normalization: > 0 clips the guided prediction's L2 norm to this x the
+  /// conditional one's; 0 = off (default); 0 .. 100. Other families ignore it.
+  double cfg_normalization = 0.0;
   /// Seed of the CPU noise generator: the full 64-bit range, carried as a JSON integer (never a
   /// double). Image i of a request uses seed + i (mod 2^64).
   std::uint64_t seed = 42;

@@ -37,10 +37,13 @@ struct PipelineConfig {
   /// classic CFG driven by guidance (Flux2KleinPipeline.do_classifier_free_guidance: guidance
   /// > 1 on a model that is not distilled; the negative is "" or the negative prompt).
   bool cfg_from_guidance = false;
-  /// Whether a request runs the CFG branch: `guidance` > 1 when cfg_from_guidance, else
-  /// `true_cfg` (the request's negative prompt and true_cfg_scale > 1).
+  /// With cfg_from_guidance: CFG runs when guidance is above this (Flux2KleinPipeline: 1;
+  /// ZImagePipeline: 0, its do_classifier_free_guidance is guidance_scale > 0).
+  double cfg_guidance_above = 1.0;
+  /// Whether a request runs the CFG branch: `guidance` > cfg_guidance_above when
+  /// cfg_from_guidance, else `true_cfg` (the request's negative prompt and true_cfg_scale > 1).
   bool runsCfg(bool true_cfg, double guidance) const {
-    return cfg_from_guidance ? guidance > 1.0 : true_cfg;
+    return cfg_from_guidance ? guidance > cfg_guidance_above : true_cfg;
   }
 };
 
@@ -108,7 +111,8 @@ struct ModelFolder {
   /// that start with "_"): a JSON object text with any of steps, width, height (integers),
   /// guidance, true_cfg_scale (numbers) and negative_prompt (a string; "" with true_cfg_scale > 1
   /// is true CFG against the empty prompt). The GUI applies them when the model is chosen; the
-  /// CLI does not (its flags are explicit). Empty when not declared.
+  /// CLI does not (its flags are explicit). When the folder declares none, the family's
+  /// recommendation (FamilySpec::default_settings); empty when neither has any.
   std::string default_settings;
   /// The key layout of single-file component `name` (its diffusers parameter names -> stored
   /// pieces), set by open(ModelSources) from the detected layouts (models/checkpoint_layouts.h),

@@ -97,6 +97,11 @@ struct FamilySpec {
       single_file_transformer_config;
   /// Real-size models of the family for the advisor.
   std::function<std::vector<KnownModel>()> known_models;
+  /// The family's recommended request settings for an opened folder that declares none of its
+  /// own (model_index.json "_dit_studio_default_settings"), in the same form: a JSON object text
+  /// with any of steps, width, height, guidance, true_cfg_scale, negative_prompt (e.g.
+  /// Z-Image-Turbo's few steps and no CFG). Null or "" = none.
+  std::function<std::string(const ModelFolder& folder)> default_settings;
 
   /// "" when the family can do `feature` ("img2img", "inpaint", "step_cache", "single_file"),
   /// else the one refusal every front end shows: "FLUX.2 [klein] (Flux2KleinPipeline) cannot do

@@ -13,6 +13,7 @@
 #include "backend/models/flux/flux_family.h"
 #include "backend/models/flux2/flux2_family.h"
 #include "backend/models/qwenimage/qwenimage_family.h"
+#include "backend/models/zimage/zimage_family.h"
 
 namespace dit {
 namespace fs = std::filesystem;
@@ -24,6 +25,7 @@ const std::vector<FamilySpec>& modelFamilies() {
       fluxFamily(),
       flux2KleinFamily(),
       qwenImageFamily(),
+      zimageFamily(),
   };
   return f;
 }
@@ -164,6 +166,8 @@ ModelFolder ModelFolder::open(const std::string& path) {
                                                 : "a string"));
     }
     m.default_settings = it->dump();
+  } else if (family.default_settings) {
+    m.default_settings = family.default_settings(m);  // the family's recommendation
   }
   return m;
 }

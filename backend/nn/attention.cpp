@@ -26,21 +26,21 @@ void cacheRecord(const AttentionCacheSeam* seam, const std::vector<at::Tensor>& 
   if (seam && seam->cache) seam->cache->update(seam->module, outputs);
 }
 
-// diffusers RMSNorm (eps 1e-6, affine): variance in float32; half/bfloat16 weights multiply in
+// diffusers RMSNorm (eps, affine): variance in float32; half/bfloat16 weights multiply in
 // their dtype, float32 weights in float32 then cast back.
-at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w) {
+at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
   const auto dt = x.scalar_type();
   at::Tensor xf = x.to(at::kFloat);
   // square / in-place add_ and mul_: the same arithmetic as pow(2) + eps and out-of-place
   // products, with fewer temporaries (one thread, [1, 320, 8, 64] bfloat16: 0.17 -> 0.14 ms on
   // LibTorch 1.13, 0.21 -> 0.15 ms on 2.6). Training (autograd) keeps the out-of-place form.
   if (x.requires_grad() && at::GradMode::is_enabled()) {
-    at::Tensor h = xf * at::rsqrt(xf.square().mean(-1, true) + 1e-6);
+    at::Tensor h = xf * at::rsqrt(xf.square().mean(-1, true) + eps);
     if (w.scalar_type() == at::kHalf || w.scalar_type() == at::kBFloat16)
       return h.to(w.scalar_type()) * w;
     return (h * w).to(dt);
   }
-  at::Tensor h = xf * at::rsqrt(xf.square().mean(-1, true).add_(1e-6));
+  at::Tensor h = xf * at::rsqrt(xf.square().mean(-1, true).add_(eps));
   if (w.scalar_type() == at::kHalf || w.scalar_type() == at::kBFloat16)
     return h.to(w.scalar_type()).mul_(w);
   return h.mul_(w).to(dt);

@@ -56,10 +56,10 @@ struct AttentionBackend {
   at::Tensor operator()(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const;
 };
 
-/// diffusers RMSNorm over the last dim (eps 1e-6, affine weight w [D]): variance in float32;
-/// half/bfloat16 weights multiply in their dtype, float32 weights in float32 then cast back to
-/// x's dtype. x [..., D] -> [..., D].
-at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w);
+/// diffusers RMSNorm over the last dim (eps, default 1e-6; affine weight w [D]): variance in
+/// float32; half/bfloat16 weights multiply in their dtype, float32 weights in float32 then cast
+/// back to x's dtype. x [..., D] -> [..., D].
+at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w, double eps = 1e-6);
 
 /// The joint attention of the MMDiT families (diffusers FluxAttention + FluxAttnProcessor,
 /// Flux2Attention + Flux2AttnProcessor, and the attention half of Flux2ParallelSelfAttention):

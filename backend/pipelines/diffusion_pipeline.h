@@ -54,6 +54,14 @@ struct PipelineInputs {
   bool hasNegativePrompt() const { return negative_prompt_given || !negative_prompt.empty(); }
   /// FluxPipeline.__call__: do_true_cfg = true_cfg_scale > 1 and has_neg_prompt.
   bool trueCfg() const { return hasNegativePrompt() && true_cfg_scale > 1.0; }
+  /// ZImagePipeline's cfg_truncation: a step whose normalised time (1000 - timestep) / 1000 is
+  /// above it runs without CFG (ignored when > 1; default 1.0 = every step). Families without it
+  /// ignore it.
+  double cfg_truncation = 1.0;
+  /// ZImagePipeline's cfg_normalization: when > 0, a guided prediction whose L2 norm exceeds
+  /// cfg_normalization x the conditional one's is scaled down to it (0 = off, the default).
+  /// Families without it ignore it.
+  double cfg_normalization = 0.0;
   /// Image-to-image (FluxImg2ImgPipeline; FLUX.2 [klein]: Flux2KleinInpaintPipeline without a
   /// mask): path of the init image, read by every rank; empty = text-to-image. FLUX.1:
   /// width/height 0 = the image's size rounded down to a multiple of 2 * vae_scale_factor;

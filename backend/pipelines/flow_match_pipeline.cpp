@@ -55,6 +55,10 @@ PipelineInputs FlowMatchPipeline::resolve(PipelineInputs p) const {
   const int vsf = d.vae_scale_factor, mult = 2 * vsf;
   if (!std::isfinite(p.guidance) || !std::isfinite(p.true_cfg_scale))
     throw std::invalid_argument("guidance and true_cfg_scale must be finite numbers");
+  if (!std::isfinite(p.cfg_truncation) || !std::isfinite(p.cfg_normalization) ||
+      p.cfg_normalization < 0)
+    throw std::invalid_argument(
+        "cfg_truncation must be a finite number and cfg_normalization a finite number >= 0");
   if (p.width < 0 || p.height < 0 || p.steps < 0 || p.max_sequence_length < 0)
     throw std::invalid_argument(
         "width, height, steps and max_sequence_length cannot be negative (0 = the model's "
@@ -151,7 +155,7 @@ GenerationResult FlowMatchPipeline::generate(const PipelineInputs& params0,
 
 at::Tensor FlowMatchPipeline::combineGuidance(const at::Tensor& cond, const at::Tensor& uncond,
                                               const CfgPolicy& cfg) const {
-  return uncond + cfg.scale * (cond - uncond);
+  return cfg.combine ? cfg.combine(cond, uncond) : uncond + cfg.scale * (cond - uncond);
 }
 
 at::Tensor FlowMatchPipeline::preprocessInitImage(const Image8& image, int height,
@@ -203,6 +207,12 @@ FlowMatchLatents FlowMatchPipeline::prepareLatents(const PipelineInputs& p,
   }
   res.timings_ms["encode_image"] = msSince(t0);
   return s;
+}
+
+at::Tensor FlowMatchPipeline::modelTimestep(float timestep, at::ScalarType dt) const {
+  // timestep.expand(B).to(latents.dtype) / 1000, as the pipelines pass it.
+  return at::full({1}, timestep, at::TensorOptions().dtype(at::kFloat).device(device_)).to(dt) /
+         1000;
 }
 
 TransformerInputs FlowMatchPipeline::transformerInputs(const at::Tensor& latents,
@@ -280,11 +290,9 @@ GenerationResult FlowMatchPipeline::denoise(const PipelineInputs& p, const Promp
   for (int k = tStart; k < p.steps; ++k) {
     const int i = k - tStart;  // executed step, 0-based
     const auto ts = Clock::now();
-    // timestep.expand(B).to(latents.dtype) / 1000, as the pipelines pass it.
-    const at::Tensor tt =
-        at::full({1}, sched.timestep(k), at::TensorOptions().dtype(at::kFloat).device(device_))
-            .to(dt) /
-        1000;
+    const at::Tensor tt = modelTimestep(sched.timestep(k), dt);
+    // CFG at this step (a family may run some steps on the conditional branch only).
+    const bool guided = cfg.enabled && (!cfg.active_at || cfg.active_at(sched.timestep(k)));
     auto run = [&](const PromptConditioning& c, const char* context) {
       if (cache) cache->setContext(context);
       at::Tensor out = model.forward(transformerInputs(latents, tt, c, state));
@@ -296,15 +304,26 @@ GenerationResult FlowMatchPipeline::denoise(const PipelineInputs& p, const Promp
     if (!cfg.enabled) {
       v = run(pos, "cond");
     } else if (!cfgPar) {
-      const at::Tensor vc = run(pos, "cond"), vu = run(neg, "uncond");
-      v = combineGuidance(vc, vu, cfg);
-    } else {
+      if (guided) {
+        const at::Tensor vc = run(pos, "cond"), vu = run(neg, "uncond");
+        v = combineGuidance(vc, vu, cfg);
+      } else {
+        v = run(pos, "cond");
+      }
+    } else if (guided) {
       // CFG parallel: rank 0 of the cfg group predicts the conditional, rank 1 the
       // unconditional branch; exchange and combine identically on both.
       const at::Tensor part = run(mine, cfgRank == 0 ? "cond" : "uncond").contiguous();
       const at::Tensor both = opts_.cfg->allgather(part.unsqueeze(0), 0)->result();
       v = combineGuidance(both[0], both[1], cfg);
+    } else {
+      // A step without CFG under CFG parallel: rank 0 predicts the conditional branch and the
+      // same exchange hands it to rank 1 (which sends zeros of the same shape).
+      const at::Tensor part =
+          cfgRank == 0 ? run(pos, "cond").contiguous() : at::zeros_like(latents).contiguous();
+      v = opts_.cfg->allgather(part.unsqueeze(0), 0)->result()[0];
     }
+    v = schedulerModelOutput(v);
     at::Tensor x0;
     if (cb.onStep) x0 = sched.predOriginalSample(v, k, latents);
     latents = sched.step(v, k, latents);

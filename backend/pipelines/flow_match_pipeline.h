@@ -24,6 +24,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -53,6 +54,14 @@ struct CfgPolicy {
   /// When CFG runs, for the cfg_degree 2 refusal, e.g. "true CFG (a negative prompt and
   /// true_cfg_scale > 1)".
   std::string requirement;
+  /// Optional (with enabled): whether the step at scheduler timestep `timestep` (0..1000) runs
+  /// CFG; a step without it predicts the conditional branch only (ZImagePipeline's
+  /// cfg_truncation). Empty = every step.
+  std::function<bool(double timestep)> active_at;
+  /// Optional: the guided prediction from the conditional and unconditional ones (same shape and
+  /// dtype; e.g. ZImagePipeline's pos + g (pos - neg) with its cfg_normalization, in float32).
+  /// Empty = uncond + scale * (cond - uncond).
+  std::function<at::Tensor(const at::Tensor& cond, const at::Tensor& uncond)> combine;
 };
 
 /// How an init image sets the output size.
@@ -122,9 +131,10 @@ class FlowMatchPipeline : public DiffusionPipeline {
   /// The family's CFG for these (resolved) inputs.
   virtual CfgPolicy cfgPolicy(const PipelineInputs& p) const = 0;
   /// The guided prediction from the conditional and unconditional ones (same shape, e.g.
-  /// [B, S_img, C], the compute dtype), run identically on both ranks of a cfg group. Default
-  /// (FluxPipeline's true CFG, classic CFG): uncond + cfg.scale * (cond - uncond). A family
-  /// overrides it for its rule (QwenImagePipeline's norm rescale).
+  /// [B, S_img, C], the compute dtype), run identically on both ranks of a cfg group. Default:
+  /// the policy's `combine` when set (ZImagePipeline), else (FluxPipeline's true CFG, classic
+  /// CFG) uncond + cfg.scale * (cond - uncond). A family may override it for its rule
+  /// (QwenImagePipeline's norm rescale).
   virtual at::Tensor combineGuidance(const at::Tensor& cond, const at::Tensor& uncond,
                                      const CfgPolicy& cfg) const;
 
@@ -184,6 +194,12 @@ class FlowMatchPipeline : public DiffusionPipeline {
                                           const PipelineCallbacks& cb, GenerationResult& res);
   /// Sets latents.fixed_inputs (position ids, guidance, ...) and reference_tokens for the loop.
   virtual void prepareTransformerInputs(const PipelineInputs& p, FlowMatchLatents& latents) = 0;
+  /// The transformer's time input [1] for scheduler timestep `timestep` (0..1000), on the device
+  /// in `dtype`. Default: timestep / 1000 (FluxPipeline, Flux2KleinPipeline: sigma).
+  virtual at::Tensor modelTimestep(float timestep, at::ScalarType dtype) const;
+  /// The (guided) transformer prediction as the scheduler's model_output (same shape). Default:
+  /// unchanged (ZImagePipeline negates it).
+  virtual at::Tensor schedulerModelOutput(const at::Tensor& prediction) const { return prediction; }
   /// One transformer call's inputs: the prompt's, the fixed ones, "timestep" and
   /// "hidden_states" (the latents, followed by the reference tokens when there are some).
   virtual TransformerInputs transformerInputs(const at::Tensor& latents, const at::Tensor& timestep,

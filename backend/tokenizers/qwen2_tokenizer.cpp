@@ -352,7 +352,8 @@ Qwen2Tokenizer Qwen2Tokenizer::fromFolder(const std::string& folder) {
   return tok;
 }
 
-std::string Qwen2Tokenizer::applyChatTemplate(const std::string& prompt) const {
+std::string Qwen2Tokenizer::applyChatTemplate(const std::string& prompt,
+                                              bool enable_thinking) const {
   const Impl& m = *impl_;
   if (m.chatTemplate.empty())
     throw ModelFileError(m.configFile, "no \"chat_template\": cannot build the Qwen3 prompt");
@@ -361,8 +362,9 @@ std::string Qwen2Tokenizer::applyChatTemplate(const std::string& prompt) const {
         m.configFile, "unrecognised \"chat_template\" (" + std::to_string(m.chatTemplate.size()) +
                           " characters, starting \"" + m.chatTemplate.substr(0, 60) +
                           "\"): only the Qwen3 chat template is supported");
-  return "<|im_start|>user\n" + prompt +
-         "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
+  // The Qwen3 template adds the empty think block only when enable_thinking is false.
+  return "<|im_start|>user\n" + prompt + "<|im_end|>\n<|im_start|>assistant\n" +
+         (enable_thinking ? "" : "<think>\n\n</think>\n\n");
 }
 
 Qwen2Tokenizer::Encoding Qwen2Tokenizer::encode(const std::string& text, int max_length) const {

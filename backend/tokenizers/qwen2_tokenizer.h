@@ -55,14 +55,15 @@ class Qwen2Tokenizer {
   Qwen2Tokenizer& operator=(const Qwen2Tokenizer&) = delete;
 
   /// The checkpoint's chat template rendered for one user message `prompt` with
-  /// add_generation_prompt=True and enable_thinking=False, as diffusers'
-  /// Flux2KleinPipeline._get_qwen3_prompt_embeds calls `apply_chat_template`. For the Qwen3
-  /// template this is exactly
+  /// add_generation_prompt=True and `enable_thinking` (default false, as diffusers'
+  /// Flux2KleinPipeline._get_qwen3_prompt_embeds calls `apply_chat_template`; ZImagePipeline
+  /// passes true). For the Qwen3 template this is exactly
   /// "<|im_start|>user\n" + prompt + "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+  /// with enable_thinking false, and without the empty think block with enable_thinking true
   /// (the prompt is pasted verbatim). Only the Qwen3 template family is recognised (no general
   /// Jinja engine): throws ModelFileError naming tokenizer_config.json when the folder has no
   /// chat_template or an unrecognised one.
-  std::string applyChatTemplate(const std::string& prompt) const;
+  std::string applyChatTemplate(const std::string& prompt, bool enable_thinking = false) const;
 
   /// Token ids of `text` (no special tokens added). When max_length > 0: truncated to the first
   /// max_length ids and right-padded with padId() to exactly max_length, attention_mask 1/0

@@ -38,6 +38,24 @@ at::Tensor DiTState::textStream() const {
   return hidden_states.narrow(1, 0, text_tokens);
 }
 
+nn::AttentionBackend DiTState::attentionOver(const std::vector<std::string>& inputs) const {
+  if (!attention.cp) return attention;
+  nn::AttentionBackend b = attention;
+  b.localLens.clear();
+  for (const auto& name : inputs) {
+    const auto it = cp_sizes.find(name);
+    if (it == cp_sizes.end())
+      throw std::invalid_argument(
+          "DiTState::attentionOver: the context-parallel plan does not "
+          "split '" +
+          name + "'");
+    if (b.localLens.empty()) b.localLens.assign(it->second.size(), 0);
+    for (size_t r = 0; r < it->second.size() && r < b.localLens.size(); ++r)
+      b.localLens[r] += it->second[r];
+  }
+  return b;
+}
+
 struct DiTModel::Impl {
   TransformerParallelism par;
   std::shared_ptr<const ShardingPlan> plan;
@@ -148,19 +166,29 @@ at::Tensor DiTModel::forward(const TransformerInputs& in) const {
     }
   }
 
-  // Context parallel: the declared plan splits the sequence inputs; this rank keeps its slices.
+  // The family's own preparation of the whole inputs (padding, patchify), then context
+  // parallel: the declared plan splits the sequence inputs; this rank keeps its slices.
+  TransformerInputs prepared = moved;
+  if (spec.prepare) spec.prepare(prepared);
   ContextParallelRunner cp(D.par.cp, spec.cp_plan);
-  const TransformerInputs local = cp.split(moved);
+  const TransformerInputs local = cp.split(prepared);
   DiTState s;
   s.attention.cp = D.par.cp;
-  if (D.par.cp) s.attention.localLens = cp.localLens();
+  if (D.par.cp) {
+    s.attention.localLens = cp.localLens();
+    for (const auto& in : spec.cp_plan.inputs)
+      if (local.count(in.name)) s.cp_sizes[in.name] = cp.sizes(in.name);
+  }
+  auto result = [&](const at::Tensor& gathered) {
+    return spec.output ? spec.output(gathered, moved) : gathered;
+  };
 
   StepCache* const sc = D.cache;
   if (sc) sc->beginForward();
   // TaylorSeer lite, predicted step: every block returns zeros without running and proj_out is
   // the Taylor extrapolation (norm_out's result would be discarded), so only that remains.
   if (sc && sc->lite() && !sc->taylorComputes())
-    return cp.gather(sc->predict("proj_out").at(0).to(dt));
+    return result(cp.gather(sc->predict("proj_out").at(0).to(dt)));
 
   spec.embed(local, s);
 
@@ -208,7 +236,7 @@ at::Tensor DiTModel::forward(const TransformerInputs& in) const {
     sc->storeTailResiduals(s.imageStream() - headImage, s.textStream() - headText);
   at::Tensor out = spec.finalize(s);
   if (sc && sc->lite()) sc->update("proj_out", {out});
-  return cp.gather(out);
+  return result(cp.gather(out));
 }
 
 }  // namespace dit

@@ -49,8 +49,10 @@ class DiTModel : public DiffusionTransformer {
   /// (std::invalid_argument "<class>::forward: unknown input 'x'; accepted inputs: ..." or
   /// "... input 'x' is missing"; PositionIds of another rank than [S, n] / [1, S, n] likewise),
   /// splits the planned inputs over the cp group, runs embed, every stage's blocks (hooks and step
-  /// cache around them) and finalize, and gathers the output over the cp group. Returns the
-  /// family's prediction (same on every rank). Collective over the tp and cp groups.
+  /// cache around them) and finalize, and gathers the output over the cp group. The spec's
+  /// optional prepare runs on the whole inputs before the split and its optional output on the
+  /// gathered prediction. Returns the family's prediction (same on every rank). Collective over
+  /// the tp and cp groups.
   at::Tensor forward(const TransformerInputs& inputs) const override;
   /// Installs the per-block seam (not owned; null = none). Must outlive forward() calls.
   void setHooks(TransformerHooks* hooks) override;

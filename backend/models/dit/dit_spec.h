@@ -49,8 +49,12 @@ struct DiTState {
   std::map<std::string, std::vector<nn::Modulation::Params>> modulation;
   /// Rotary tables float32 [S_txt + S_img, head_dim] over cat(text, image).
   at::Tensor rope_cos, rope_sin;
-  /// Local or context-parallel attention (set by the driver before embed).
+  /// Local or context-parallel attention (set by the driver before embed) over the joint
+  /// sequence (the cp plan's joint_sequence).
   nn::AttentionBackend attention;
+  /// Under context parallelism: every cp rank's length of each split input along its split dim
+  /// (ContextParallelRunner::sizes); empty without cp.
+  std::map<std::string, std::vector<int64_t>> cp_sizes;
   /// TaylorSeer's seam around the running block's "<stage>.<i>.attn" module (set by the driver
   /// before each block; null = no caching this block). Blocks pass it to nn::cachePredicts /
   /// cachePrediction / cacheRecord around their attention module.
@@ -64,6 +68,11 @@ struct DiTState {
   at::Tensor imageStream() const;
   /// The text stream [B, S_txt, C] in either layout (a view in the joint one).
   at::Tensor textStream() const;
+  /// `attention` restricted to the sequence made of the split inputs `inputs` (in that order),
+  /// for a stage that attends over one stream only (e.g. ZImageTransformer2DModel's noise and
+  /// context refiners): localLens = their summed cp_sizes. Without cp: `attention` itself. Throws
+  /// std::invalid_argument naming an input the cp plan did not split.
+  nn::AttentionBackend attentionOver(const std::vector<std::string>& inputs) const;
 };
 
 /// One list of blocks ("transformer_blocks", "single_transformer_blocks"): its module name, its
@@ -82,6 +91,13 @@ struct DiTSpec {
   std::vector<DiTInput> inputs;
   /// diffusers' _cp_plan: which inputs are split over the cp group and how the output gathers.
   ContextParallelPlan cp_plan;
+  /// Optional: rewrites the inputs (validated, on the device; the same on every rank) before the
+  /// context-parallel split, e.g. patchify and pad sequences to a multiple with the rows a learned
+  /// pad token fills, adding the inputs the cp plan splits with them (pad masks, position ids).
+  std::function<void(TransformerInputs& inputs)> prepare;
+  /// Optional: the gathered prediction -> forward()'s result, given the inputs as they were before
+  /// prepare (e.g. the padding rows cut and the tokens unpatchified). Empty = the gathered one.
+  std::function<at::Tensor(const at::Tensor& gathered, const TransformerInputs& inputs)> output;
   /// local = the inputs after the device/dtype moves and the cp split (optional inputs present
   /// only when given). Fills state's streams, conditioning and rotary tables (attention is set).
   std::function<void(const TransformerInputs& local, DiTState& state)> embed;

@@ -1,0 +1,90 @@
+#include "backend/models/zimage/zimage_family.h"
+
+#include <algorithm>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "backend/io/model_folder.h"
+#include "backend/models/text_encoders/qwen3_plan.h"
+#include "backend/models/zimage/zimage_plan.h"
+#include "backend/pipelines/zimage/zimage_pipeline_config.h"
+#include "parallel/tensor_parallel/sharding_plan.h"
+
+namespace dit {
+
+FamilySpec zimageFamily() {
+  FamilySpec f;
+  f.key = "zimage";
+  f.display_name = "Z-Image";
+  f.pipeline_class = "ZImagePipeline";
+  f.transformer_class = "ZImageTransformer2DModel";
+  f.components = {"transformer", "text_encoder", "tokenizer", "vae", "scheduler"};
+  // Text-to-image (no image-to-image / inpainting pipeline yet), step caching through the DiT
+  // driver's seam, LoRA in the diffusers/PEFT key layout (module paths are the checkpoint's),
+  // diffusers folders only.
+  f.caps = FamilyCapabilities{};
+  f.caps.step_cache = true;
+  f.caps.lora_formats = {"diffusers"};
+  f.parse = [](const ModelFolder& folder) -> std::shared_ptr<const PipelineConfig> {
+    return std::make_shared<ZImagePipelineConfig>(
+        parseZImagePipelineConfig(folder.path, folder.transformer_class));
+  };
+  f.dims = [](const nlohmann::json& config, const std::string& file) {
+    return zimageModelDims(parseZImageTransformerConfig(config, file), 8);
+  };
+  f.memory = [](const ModelFolder& m, int tp, int64_t elementBytes) {
+    // The Qwen3 layers the pipeline runs (up to hidden_states[-2], no final norm) from
+    // qwen3ShardingPlan: the figure Qwen3Model::weightBytes reports after a sharded load; the
+    // whole encoder when tp does not divide its heads or intermediate_size.
+    const ZImagePipelineConfig& c = zimageConfig(m);
+    const int64_t eb = std::max<int64_t>(1, elementBytes);
+    const ParameterTable table =
+        qwen3ParameterTable(c.text_encoder, c.textEncoderLayer(), false, "F32", eb);
+    std::string reason;
+    const ShardingPlan plan = qwen3ShardingPlan(c.text_encoder).resolve(table, tp, &reason);
+    FamilyMemoryFacts r;
+    if (!reason.empty()) r.note = "text encoder replicated on every tp rank: " + reason;
+    r.text_encoder_bytes = plan.bytesPerRank(table, std::max(1, tp), eb);
+    if (!c.vae.block_out_channels.empty())
+      r.vae_decoder_channels = c.vae.block_out_channels.front();
+    return r;
+  };
+  f.facts = [](const ModelFolder& m) {
+    const ZImagePipelineConfig& c = zimageConfig(m);
+    const ZImageTransformerConfig& t = c.transformer;
+    return std::vector<ModelFact>{
+        {"family", "family", "Z-Image"},
+        {"blocks", "blocks",
+         std::to_string(t.n_refiner_layers) + " noise-refiner + " +
+             std::to_string(t.n_refiner_layers) + " context-refiner + " +
+             std::to_string(t.n_layers) + " single-stream"},
+        {"heads", "attention",
+         std::to_string(t.n_heads) + " heads x " + std::to_string(t.headDim()) +
+             " head dim (inner " + std::to_string(t.dim) + ")"},
+        {"text_encoders", "text encoder",
+         "Qwen3 (" + std::to_string(c.text_encoder.num_hidden_layers) +
+             " layers; hidden_states[-2] of the real tokens), cap_feat_dim " +
+             std::to_string(t.cap_feat_dim)},
+        {"guidance", "guidance",
+         "real CFG when guidance > 0 (pos + g (pos - neg), negative prompt \"\" unless given; "
+         "cfg_truncation, cfg_normalization); 0 = off (Turbo)"},
+        {"latent_channels", "latent channels", std::to_string(t.in_channels)},
+    };
+  };
+  f.known_models = [] {
+    // diffusers ZImageTransformer2DModel's defaults are Z-Image-Turbo's transformer (6.15 B):
+    // dim 3840, 30 heads x 128, 30 layers + 2 + 2 refiners, cap_feat_dim 2560, 16 latent
+    // channels. Text encoder Qwen3-4B (4.02 B) + the FLUX.1 AutoencoderKL (84 M).
+    return std::vector<KnownModel>{
+        {"Z-Image-Turbo", zimageModelDims(ZImageTransformerConfig{}, 8), 4.02e9 + 0.084e9, 512}};
+  };
+  f.default_settings = [](const ModelFolder&) {
+    // Z-Image-Turbo's published use: 9 steps (8 transformer forwards of the distilled schedule
+    // plus one), guidance_scale 0.0 (no CFG), 1024 x 1024.
+    return std::string(R"({"steps":9,"guidance":0.0,"width":1024,"height":1024})");
+  };
+  return f;
+}
+
+}  // namespace dit
