@@ -21,15 +21,15 @@
 #include <sstream>
 
 #include "app/common/blas_kernel.h"
-#include "app/demo/shapes_dataset.h"
 #include "app/common/device_stats.h"
 #include "app/common/generation.h"
+#include "app/common/lora_cache.h"
+#include "app/common/model_source_options.h"
+#include "app/demo/shapes_dataset.h"
 #include "app/launcher/fingerprint.h"
 #include "app/launcher/launch.h"
 #include "app/launcher/preflight.h"
 #include "app/launcher/worker_session.h"
-#include "app/common/lora_cache.h"
-#include "app/common/model_source_options.h"
 #include "app/protocol/events.h"
 #include "app/protocol/protocol.h"
 #include "backend/family_runtime.h"
@@ -37,6 +37,7 @@
 #include "backend/io/lora_file.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/png_io.h"
+#include "backend/io/safe_write.h"
 #include "backend/io/tensor_io.h"
 #include "backend/io/weight_source.h"
 #include "backend/models/memory_estimate.h"
@@ -137,6 +138,20 @@ void checkOptions(const protocol::GenerateRequest& r) {
   }
 }
 
+// The output paths themselves: not empty, not a folder, and the PNG and the tensors file distinct
+// (the second write would replace the first).
+void checkOutputPaths(const CliOptions& o) {
+  if (o.output.empty())
+    throw std::invalid_argument("--output is empty: give the file name of the PNG to write");
+  if (o.output.back() == '/' || fs::is_directory(o.output))
+    throw std::invalid_argument("--output " + o.output +
+                                " is a folder: give the file name of the PNG to write");
+  if (!o.outputTensors.empty() &&
+      fs::absolute(o.output).lexically_normal() == fs::absolute(o.outputTensors).lexically_normal())
+    throw std::invalid_argument("--output and --output-tensors name the same file (" + o.output +
+                                "): the tensors would replace the PNG; give two file names");
+}
+
 // Every file the request would write, refused when one exists (unless --overwrite).
 void refuseOverwrite(const CliOptions& o, int count) {
   if (o.overwrite) return;
@@ -230,6 +245,15 @@ int runLocal(const CliOptions& o) {
   }
   const int n = req.imageCount();
   const uint64_t seed0 = req.params.random_seed ? randomSeed() : req.params.seed;
+  // Only the outputs there now may be replaced (with --overwrite); a file appearing while the
+  // image computes is never replaced (OutputReplacePolicy).
+  std::vector<std::string> replaceable;
+  if (o.overwrite)
+    for (int i = 0; i < n; ++i)
+      for (const std::string* f : {&o.output, &o.outputTensors})
+        if (!f->empty() && fs::exists(indexedPath(*f, i, n)))
+          replaceable.push_back(indexedPath(*f, i, n));
+  const OutputReplacePolicy policy(replaceable);
   for (int i = 0; i < n; ++i) {
     PipelineInputs q = pipelineParams(req.params);
     if (!req.prompts.empty()) q.prompt = req.prompts[i];
@@ -268,12 +292,9 @@ int runLocal(const CliOptions& o) {
 // host are shown; every other host is checked over ssh (non-interactive, bounded) for the worker
 // and the same model fingerprint before mpirun starts. Throws naming the host and the fix.
 void preflight(const CliOptions& o, const launcher::MpirunLaunch& launch) {
-  std::ifstream in(o.hostfile);
-  if (!in) throw std::invalid_argument("hostfile " + o.hostfile + " cannot be read");
-  std::stringstream text;
-  text << in.rdbuf();
-  const auto plan = launcher::planHostfile(launcher::parseHostfile(text.str()), o.np,
-                                           o.oversubscribe, o.hostfile);
+  const std::string text = launcher::readHostfile(o.hostfile);  // regular file, bounded
+  const auto plan =
+      launcher::planHostfile(launcher::parseHostfile(text), o.np, o.oversubscribe, o.hostfile);
   std::string shown;
   for (const auto& [host, ranks] : plan) {
     if (ranks.empty()) continue;
@@ -684,6 +705,7 @@ int main(int argc, char** argv) {
     if (!o.prompts.empty())
       o.gen.num_images =
           static_cast<int>(std::min<size_t>(o.prompts.size(), protocol::kMaxImages + 1));
+    if (!*bench) checkOutputPaths(o);  // before request(o) makes the paths absolute
     checkOptions(request(o));
     checkInputImages(request(o).params);
     if (*bench) return runBench(o, warmup);

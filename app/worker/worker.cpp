@@ -31,16 +31,17 @@
 #include "app/common/blas_kernel.h"
 #include "app/common/device_stats.h"
 #include "app/common/generation.h"
-#include "app/launcher/fingerprint.h"
-#include "app/launcher/launch.h"
 #include "app/common/lora_cache.h"
 #include "app/common/model_source_options.h"
+#include "app/launcher/fingerprint.h"
+#include "app/launcher/launch.h"
 #include "app/protocol/events.h"
 #include "app/protocol/protocol.h"
 #include "app/worker/request_source.h"
 #include "backend/family_runtime.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/png_io.h"
+#include "backend/io/safe_write.h"
 #include "backend/io/tensor_io.h"
 #include "backend/io/weight_loader.h"
 #include "backend/io/weight_source.h"
@@ -215,6 +216,9 @@ class Worker {
       const int n = worldSize();
       std::vector<int> pids(static_cast<size_t>(n));
       int mine = static_cast<int>(::getpid());
+      // A rank stopped here is named (the exchange itself cannot tell who is missing).
+      checkStartupArrival(MPI_COMM_WORLD, "the exchange of pids",
+                          defaultCollectiveTimeoutSeconds());
       startupCollective("the exchange of pids", [&](MPI_Request* r) {
         MPI_Iallgather(&mine, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD, r);
       });
@@ -802,6 +806,11 @@ class Worker {
             path =
                 uniqueImagePath(outputDir.empty() ? fs::temp_directory_path().string() : outputDir,
                                 id, index, made.seed);
+          // Files that existed when the request was accepted (with "overwrite") and the name
+          // reserved just now may be replaced; nothing else (a file appearing meanwhile stays).
+          std::vector<std::string> allowed = replaceable_;
+          if (output.empty()) allowed.push_back(path);
+          const OutputReplacePolicy policy(allowed);
           writeImagePng(path, res, made, extra);
           if (!outputTensors.empty())
             writeResultTensors(indexedPath(outputTensors, index, numImages), res, made);
@@ -898,6 +907,7 @@ class Worker {
   bool refuseRequest(const protocol::GenerateRequest& req, const PipelineInputs& base,
                      int numImages) {
     std::string refusal;
+    replaceable_.clear();
     try {
       // Every rank reads the init image and mask itself (a file only some ranks can read is
       // refused by all of them together).
@@ -910,6 +920,13 @@ class Worker {
                         " (send \"overwrite\": true to replace it)";
               break;
             }
+      // Only the files there now may be replaced when the image is written (a file that
+      // appears meanwhile is never replaced: OutputReplacePolicy).
+      if (rank_ == 0 && req.overwrite)
+        for (int i = 0; i < numImages; ++i)
+          for (const std::string* f : {&req.output, &req.output_tensors})
+            if (!f->empty() && fs::exists(indexedPath(*f, i, numImages)))
+              replaceable_.push_back(indexedPath(*f, i, numImages));
       if (refusal.empty()) {
         RequestDims rd;
         rd.width = base.width;
@@ -956,6 +973,9 @@ class Worker {
   std::shared_ptr<ProcessGroup> world_;
   std::unique_ptr<DiffusionPipeline> pipe_;
   LoraCache loraCache_{loraCacheBudgetFromEnv()};
+  /// Rank 0: the output files of the request being served that existed when it was accepted
+  /// and may be replaced ("overwrite": true); refuseRequest sets it.
+  std::vector<std::string> replaceable_;
   // Process-lifetime: its detached stdin thread may outlive this Worker.
   RequestQueue& reader_ = *new RequestQueue;
   Fault fault_;
