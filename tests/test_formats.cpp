@@ -430,7 +430,7 @@ RawTensor rawOf(const SafetensorsReader& r, const std::string& k) {
 }
 RawTensor f32Scalar(float v) {
   RawTensor t{DType::F32, {}, std::vector<uint8_t>(4)};
-  std::memcpy(t.data.data(), &v, 4);
+  std::memcpy(t.bytes.data(), &v, 4);
   return t;
 }
 // The scaled-fp8 fixture rewritten by `edit(stored key, raw) -> {new key, raw}` ("" drops it),
@@ -504,10 +504,10 @@ TEST(Formats, ComfyScaledFp8SpellingsReproduceTheScaledGolden) {
   // BF16 scales: the value BF16 holds, applied in float32.
   auto toBf16 = [](const RawTensor& t) {
     float v;
-    std::memcpy(&v, t.data.data(), 4);
+    std::memcpy(&v, t.bytes.data(), 4);
     const uint16_t h = at::BFloat16(v).x;
     RawTensor o{DType::BF16, t.shape, std::vector<uint8_t>(2)};
-    std::memcpy(o.data.data(), &h, 2);
+    std::memcpy(o.bytes.data(), &h, 2);
     float back = static_cast<float>(at::BFloat16(v));
     return std::make_pair(o, f32Scalar(back));
   };
