@@ -84,6 +84,9 @@ DeviceMesh::DeviceMesh(const Strategy& s, MPI_Comm world, const DeviceMeshOption
     if (useNccl) setCurrentCudaDevice(deviceIndex_);
   }
 
+  // Communicator creation (MPI_Comm_split / MPI_Comm_dup) blocks with no deadline: every rank
+  // first shows up within the collective timeout, or the missing ranks are named.
+  if (worldSize > 1) checkStartupArrival(world, "creating the process groups", timeout_);
   // Groups, created in the same order on every rank.
   world_ = worldSize == 1 ? makeLocalProcessGroup() : makeGroup(world, "world");
   const auto deg = degreesOf(s);

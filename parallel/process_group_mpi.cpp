@@ -207,6 +207,78 @@ bool pollRequests(std::vector<MPI_Request>& reqs, double timeoutSeconds) {
   }
 }
 
+void checkStartupArrival(MPI_Comm comm, const std::string& what, double timeoutSeconds) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  if (size == 1) return;
+  constexpr int kArriveTag = 31001, kVerdictTag = 31002;  // below MPI's minimum MPI_TAG_UB
+  const std::vector<int> world = worldRanksOf(comm);
+  auto fail = [&](const std::string& who) {
+    throw std::runtime_error("collective timeout: " + what + " did not complete within " +
+                             secondsStr(timeoutSeconds) + " s on rank " +
+                             std::to_string(world[static_cast<size_t>(rank)]) + ": " + who +
+                             " (stopped, crashed, or MPI traffic between the hosts does not get "
+                             "through)");
+  };
+  if (rank == 0) {
+    std::vector<char> got(static_cast<size_t>(size), 0);
+    std::vector<MPI_Request> reqs(static_cast<size_t>(size - 1), MPI_REQUEST_NULL);
+    for (int r = 1; r < size; ++r)
+      MPI_Irecv(&got[static_cast<size_t>(r)], 1, MPI_CHAR, r, kArriveTag, comm,
+                &reqs[static_cast<size_t>(r - 1)]);
+    const bool all = pollRequests(reqs, timeoutSeconds);
+    // Verdict to every rank that arrived: the missing world ranks (none = go on).
+    std::vector<int> missing;
+    for (int r = 1; r < size; ++r)
+      if (reqs[static_cast<size_t>(r - 1)] != MPI_REQUEST_NULL) {
+        missing.push_back(world[static_cast<size_t>(r)]);
+        MPI_Cancel(&reqs[static_cast<size_t>(r - 1)]);
+        MPI_Request_free(&reqs[static_cast<size_t>(r - 1)]);
+      }
+    // The verdict: [number of missing ranks, their world ranks...] ([0]: go on).
+    std::vector<int> message{static_cast<int>(missing.size())};
+    message.insert(message.end(), missing.begin(), missing.end());
+    std::vector<MPI_Request> sends;
+    sends.reserve(static_cast<size_t>(size));
+    for (int r = 1; r < size; ++r)
+      if (got[static_cast<size_t>(r)]) {
+        sends.emplace_back(MPI_REQUEST_NULL);
+        MPI_Isend(message.data(), static_cast<int>(message.size()), MPI_INT, r, kVerdictTag, comm,
+                  &sends.back());
+      }
+    if (all) {
+      pollRequests(sends, timeoutSeconds);
+      return;
+    }
+    // The ranks that arrived get the verdict within a short bound; then the error.
+    if (!pollRequests(sends, std::min(5.0, timeoutSeconds)))
+      for (auto& s : sends)
+        if (s != MPI_REQUEST_NULL) MPI_Request_free(&s);
+    fail(std::string(missing.size() == 1 ? "rank " : "ranks ") + rankList(missing) +
+         " never arrived");
+  }
+  static const char kOne = 1;
+  std::vector<int> verdict(static_cast<size_t>(size), 0);
+  std::vector<MPI_Request> reqs(2, MPI_REQUEST_NULL);
+  MPI_Isend(&kOne, 1, MPI_CHAR, 0, kArriveTag, comm, &reqs[0]);
+  MPI_Irecv(verdict.data(), size, MPI_INT, 0, kVerdictTag, comm, &reqs[1]);
+  const double wait = timeoutSeconds > 0 ? timeoutSeconds + std::min(timeoutSeconds, 5.0) : 0;
+  if (!pollRequests(reqs, wait)) {
+    for (auto& r : reqs)
+      if (r != MPI_REQUEST_NULL) {
+        MPI_Cancel(&r);
+        MPI_Request_free(&r);
+      }
+    fail("rank " + std::to_string(world[0]) + " never answered");
+  }
+  if (verdict[0] <= 0) return;
+  const std::vector<int> missing(verdict.begin() + 1,
+                                 verdict.begin() + 1 + std::min(verdict[0], size - 1));
+  fail(std::string(missing.size() == 1 ? "rank " : "ranks ") + rankList(missing) +
+       " never arrived");
+}
+
 std::vector<int> worldRanksOf(MPI_Comm comm) {
   int n = 1;
   MPI_Comm_size(comm, &n);

@@ -47,6 +47,17 @@ double defaultCollectiveTimeoutSeconds();
 /// yields, then sleeps up to 1 ms between tests. Throws std::runtime_error if MPI_Test fails.
 /// Local (progresses only this rank's requests).
 bool pollRequests(std::vector<MPI_Request>& reqs, double timeoutSeconds);
+/// A start-up step's arrival check, before a blocking collective that has no deadline of its own
+/// (MPI_Comm_split / MPI_Comm_dup while the process groups are created, the start-up exchanges):
+/// every rank of `comm` tells rank 0 it arrived and waits for rank 0's verdict. Rank 0 waits up to
+/// `timeoutSeconds` for all; the others up to timeoutSeconds + a grace of min(timeoutSeconds, 5)
+/// s for the verdict. Collective over `comm`, O(size) messages. Throws std::runtime_error
+/// "collective timeout: <what> did not complete within T s on rank R (world): rank(s) 2, 3 never
+/// arrived (stopped, crashed, or MPI traffic between the hosts does not get through)" on rank 0
+/// and on every rank that arrived, or "...: rank 0 never answered (...)" on the others when rank
+/// 0 is the one missing. timeoutSeconds <= 0: no deadline (returns once all arrived).
+void checkStartupArrival(MPI_Comm comm, const std::string& what,
+                         double timeoutSeconds = defaultCollectiveTimeoutSeconds());
 /// World ranks (in MPI_COMM_WORLD) of the ranks of `comm`, in `comm` rank order. Local.
 std::vector<int> worldRanksOf(MPI_Comm comm);
 /// "group 'tp' (2 ranks: world 0,1)". Local.

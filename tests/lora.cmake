@@ -23,6 +23,10 @@ foreach(_c tp2 tp4 ulysses2 ring2 cfg2 dp2)
 endforeach()
 dit_gtest_filter_test(lora_worker_switching test_lora_strategies "LoraWorker.*"
                       "parallel;mpi;lora;errors" 600)
+# Issue 35: non-finite LoRA factors / overflowing scales through the CLI (1 rank) and a tp 2
+# worker, directory and FIFO LoRA paths named.
+dit_gtest_filter_test(lora_nonfinite test_lora_strategies "LoraNonFinite.*"
+                      "parallel;mpi;lora;errors;security" 300)
 dit_gtest_filter_test(lora_cache_budget test_lora_strategies "LoraCache.*" "backend;lora" 120)
 
 # Tensor parallel at the transformer level: tp 2 / tp 4 with LoRAs equal tp 1, each rank holding

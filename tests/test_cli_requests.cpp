@@ -271,6 +271,29 @@ TEST(CliRequests, RefusesToOverwriteWithoutFlag) {
             bytes);
 }
 
+// Issue 35: output paths are checked in words before anything starts: an empty --output, a
+// folder, and --output equal to --output-tensors (the tensors would replace the PNG).
+TEST(CliRequests, OutputPathsRefusedInWords) {
+  const std::string same = (dir() / "same.out").string();
+  const std::pair<std::string, std::string> cases[] = {
+      {"--output ''", "error: --output is empty: give the file name of the PNG to write"},
+      {"--output " + quote(dir().string()), "is a folder: give the file name of the PNG to write"},
+      {"--output " + quote(same) + " --output-tensors " + quote(same),
+       "error: --output and --output-tensors name the same file (" + same + ")"},
+      {"--output " + quote(same) + " --output-tensors " +
+           quote((dir() / "." / "same.out").string()),
+       "name the same file"},
+  };
+  for (const auto& [args, message] : cases) {
+    const CliRun r = cli(kSmall + args);
+    EXPECT_EQ(r.rc, 2) << args << "\n" << r.log;
+    EXPECT_NE(r.log.find(message), std::string::npos) << args << "\n" << r.log;
+    EXPECT_EQ(r.log.find("filesystem error"), std::string::npos) << r.log;
+    EXPECT_EQ(r.log.find("loading"), std::string::npos) << "refused only after loading: " << args;
+    EXPECT_FALSE(fs::exists(same)) << args;
+  }
+}
+
 // An impossible size is refused up front by the memory estimate, with the per-rank figures,
 // instead of an allocator failure.
 TEST(CliRequests, ImpossibleSizeRefusedWithEstimate) {

@@ -7,12 +7,16 @@
 // Expected values are closed forms of the rank and the group size n.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -759,6 +763,51 @@ TEST(Cuda, StagedThroughHost) {
   at::Tensor g = W().allgather(t, 0)->result();
   EXPECT_TRUE(g.is_cuda());
   EXPECT_EQ(g.numel(), 4 * N());
+}
+
+// Issue 35: a rank stopped (SIGSTOP) at a start-up step is named within the collective timeout
+// by every rank that arrived, instead of the group hanging in a blocking MPI_Comm_split/dup: once
+// for a stopped non-root rank (rank 0 and the others name it), once for a stopped rank 0 (the
+// others name it after the timeout plus the grace). Each case on a fresh communicator.
+TEST(StartupArrival, StoppedRankNamedWithinTheTimeout) {
+  const int rank = dit::worldRank(), n = dit::worldSize();
+  int mine = static_cast<int>(::getpid());
+  std::vector<int> pids(static_cast<size_t>(n));
+  MPI_Allgather(&mine, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  const double T = 1.5;
+  for (const int stopped : {1, 0}) {
+    MPI_Comm comm;
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    MPI_Barrier(MPI_COMM_WORLD);
+    std::string error;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (rank == stopped) ::raise(SIGSTOP);  // continued by another rank below
+    try {
+      dit::checkStartupArrival(comm, "creating the process groups", T);
+    } catch (const std::runtime_error& e) {
+      error = e.what();
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (rank != stopped) {
+      const std::string who = stopped == 0 ? "rank 0 never answered" : "rank 1 never arrived";
+      EXPECT_NE(error.find("collective timeout: creating the process groups did not complete "
+                           "within 1.5 s on rank " +
+                           std::to_string(rank) + ": " + who),
+                std::string::npos)
+          << "stopped " << stopped << ": " << error;
+      EXPECT_LT(s, T + std::min(T, 5.0) + 3.0) << error;
+      EXPECT_GE(s, T * 0.9) << error;
+      // The stopped rank goes on (the lowest other rank wakes it).
+      if (rank == (stopped == 0 ? 1 : 0)) ::kill(pids[static_cast<size_t>(stopped)], SIGCONT);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Comm_free(&comm);
+  }
+  // Everyone present: no error, on a fresh communicator.
+  MPI_Comm comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  EXPECT_NO_THROW(dit::checkStartupArrival(comm, "creating the process groups", 30.0));
+  MPI_Comm_free(&comm);
 }
 
 int main(int argc, char** argv) {

@@ -383,6 +383,39 @@ TEST(Flux2Pipeline, RunsFromEmbeddingsMatchDiffusers) {
   }
 }
 
+// Issue 35: Flux2KleinPipeline has no 512-token cap (that is FluxPipeline's T5 rule): a 1024-token
+// run goes through the chat template, the tokenizer (padded to 1024) and the Qwen3 encoder and
+// gives finite latents; the limit is the text encoder's max_position_embeddings.
+TEST(Flux2Pipeline, MaxSequenceLength1024IsKleinsOwnLimit) {
+  if (worldSize() != 1) GTEST_SKIP() << "one-rank test";
+  const ModelFolder m = ModelFolder::open(test::fixtureDir());
+  auto pipe = loadPipeline(m, PipelineOptions{});
+  PipelineInputs in;
+  in.prompt = "a photo of a cat";
+  in.width = 32;
+  in.height = 32;
+  in.steps = 1;
+  in.guidance = 1.0;  // no CFG: one 1024-token prompt (kept short: the suite runs it on CPUs)
+  in.seed = 42;
+  in.max_sequence_length = 1024;
+  EXPECT_EQ(pipe->resolve(in).max_sequence_length, 1024);
+  const GenerationResult r = pipe->generate(in);
+  EXPECT_EQ(r.steps_done, 1);
+  ASSERT_TRUE(r.final_latents.defined());
+  EXPECT_TRUE(at::isfinite(r.final_latents).all().item<bool>());
+  EXPECT_TRUE(at::isfinite(r.image).all().item<bool>());
+  // Its own limit: the Qwen3 positions (40960 in the fixture's config).
+  in.max_sequence_length = 40961;
+  try {
+    pipe->resolve(in);
+    ADD_FAILURE() << "40961 tokens accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot be greater than 40960 for Flux2KleinPipeline"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // From the prompt string: chat template, Qwen2 tokenizer, Qwen3 encoder, then the same run
 // (loaded through the registry by model_index.json's class name).
 TEST(Flux2Pipeline, RunFromPromptMatchesDiffusers) {

@@ -6,10 +6,13 @@
 #include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 
 #include "backend/io/weight_loader.h"
@@ -413,6 +416,214 @@ TEST(FormatsBadInput, ScaledFp8MissingAScale) {
   expectRefused([&] { bflFluxTransformerLayout(r, ""); }, f,
                 "weight 'double_blocks.1.txt_attn.qkv.weight' is stored as F8_E4M3 but its scale "
                 "'double_blocks.1.txt_attn.qkv.scale_weight' is missing");
+}
+
+// Issue 35: ComfyUI's other scaled-fp8 spellings, as ComfyUI / InvokeAI read them, against the
+// fixture's scaled golden: `.weight_scale` for `.scale_weight`; activation scales (`.scale_input`,
+// `.input_scale`) that weight-only dequantization does not use; the per-layer `comfy_quant`
+// config with `.weight_scale` + `.input_scale` and no `scaled_fp8` marker; BF16 scale tensors
+// (equal to the same file with F32 scales holding the BF16 values, and near the golden).
+namespace {
+RawTensor rawOf(const SafetensorsReader& r, const std::string& k) {
+  const TensorInfo& i = r.info(k);
+  return RawTensor{i.dtype, i.shape, std::vector<uint8_t>(r.data(i), r.data(i) + i.nbytes())};
+}
+RawTensor f32Scalar(float v) {
+  RawTensor t{DType::F32, {}, std::vector<uint8_t>(4)};
+  std::memcpy(t.bytes.data(), &v, 4);
+  return t;
+}
+// The scaled-fp8 fixture rewritten by `edit(stored key, raw) -> {new key, raw}` ("" drops it),
+// plus `extra`.
+std::string respelled(
+    const std::string& name,
+    const std::function<std::pair<std::string, RawTensor>(const std::string&, RawTensor)>& edit,
+    std::map<std::string, RawTensor> extra = {}) {
+  SafetensorsReader r(formats("transformer-fp8-scaled.safetensors"));
+  for (const auto& k : r.names()) {
+    auto [nk, t] = edit(k, rawOf(r, k));
+    if (!nk.empty()) extra.emplace(nk, std::move(t));
+  }
+  const std::string f = scratch(name);
+  writeSafetensors(f, extra);
+  return f;
+}
+bool endsWithS(const std::string& s, const std::string& e) {
+  return s.size() >= e.size() && s.compare(s.size() - e.size(), e.size(), e) == 0;
+}
+std::string layerOf(const std::string& scaleKey) {
+  return scaleKey.substr(0, scaleKey.size() - std::string(".scale_weight").size());
+}
+}  // namespace
+
+TEST(Formats, ComfyScaledFp8SpellingsReproduceTheScaledGolden) {
+  // .weight_scale (current ComfyUI's own name).
+  const std::string ws =
+      respelled("weight-scale.safetensors", [](const std::string& k, RawTensor t) {
+        if (endsWithS(k, ".scale_weight")) return std::make_pair(layerOf(k) + ".weight_scale", t);
+        return std::make_pair(k, t);
+      });
+  // .scale_input on every layer (ignored by weight-only dequantization).
+  std::map<std::string, RawTensor> inputs;
+  {
+    SafetensorsReader r(formats("transformer-fp8-scaled.safetensors"));
+    for (const auto& k : r.names())
+      if (endsWithS(k, ".scale_weight")) inputs[layerOf(k) + ".scale_input"] = f32Scalar(0.0123f);
+  }
+  const std::string si = respelled(
+      "scale-input.safetensors",
+      [](const std::string& k, RawTensor t) { return std::make_pair(k, t); }, inputs);
+  // comfy_quant + .weight_scale + .input_scale, no scaled_fp8 marker.
+  std::map<std::string, RawTensor> quant;
+  {
+    const std::string conf = R"({"format": "float8_e4m3fn"})";
+    SafetensorsReader r(formats("transformer-fp8-scaled.safetensors"));
+    for (const auto& k : r.names())
+      if (endsWithS(k, ".scale_weight")) {
+        quant[layerOf(k) + ".comfy_quant"] =
+            RawTensor{DType::U8,
+                      {static_cast<int64_t>(conf.size())},
+                      std::vector<uint8_t>(conf.begin(), conf.end())};
+        quant[layerOf(k) + ".input_scale"] = f32Scalar(1.0f);
+      }
+  }
+  const std::string cq = respelled(
+      "comfy-quant.safetensors",
+      [](const std::string& k, RawTensor t) {
+        if (k == "scaled_fp8") return std::make_pair(std::string(), t);
+        if (endsWithS(k, ".scale_weight")) return std::make_pair(layerOf(k) + ".weight_scale", t);
+        return std::make_pair(k, t);
+      },
+      quant);
+  for (const auto& f : {ws, si, cq}) {
+    SCOPED_TRACE(f);
+    EXPECT_TRUE(inspectCheckpoint(f).scaled_fp8);
+    auto l = loadTransformer(f);
+    expectDitGoldens(*l.model, "fp8scaled.");
+  }
+  // BF16 scales: the value BF16 holds, applied in float32.
+  auto toBf16 = [](const RawTensor& t) {
+    float v;
+    std::memcpy(&v, t.bytes.data(), 4);
+    const uint16_t h = at::BFloat16(v).x;
+    RawTensor o{DType::BF16, t.shape, std::vector<uint8_t>(2)};
+    std::memcpy(o.bytes.data(), &h, 2);
+    float back = static_cast<float>(at::BFloat16(v));
+    return std::make_pair(o, f32Scalar(back));
+  };
+  const std::string bf =
+      respelled("bf16-scale.safetensors", [&](const std::string& k, RawTensor t) {
+        if (endsWithS(k, ".scale_weight")) return std::make_pair(k, toBf16(t).first);
+        return std::make_pair(k, t);
+      });
+  const std::string rounded =
+      respelled("f32-rounded-scale.safetensors", [&](const std::string& k, RawTensor t) {
+        if (endsWithS(k, ".scale_weight")) return std::make_pair(k, toBf16(t).second);
+        return std::make_pair(k, t);
+      });
+  auto a = loadTransformer(bf);
+  auto b = loadTransformer(rounded);
+  at::NoGradGuard ng;
+  for (int k = 0; k < 3; ++k) {
+    const std::string p = "dit." + std::to_string(k) + ".in.";
+    auto run = [&](FluxTransformer2DModel& m) {
+      return m.forward(fgolden(p + "hidden_states"), fgolden(p + "encoder_hidden_states"),
+                       fgolden(p + "pooled_projections"), fgolden(p + "timestep"),
+                       fgolden(p + "img_ids"), fgolden(p + "txt_ids"), fgolden(p + "guidance"));
+    };
+    const at::Tensor oa = run(*a.model);
+    EXPECT_EQ(diff("bf16 scales vs f32 holding the bf16 values", oa, run(*b.model)), 0.0);
+    // BF16 keeps 8 bits of the scale: within 1 % of the output's range of the golden.
+    EXPECT_LT(diff("bf16 scales vs fp8scaled golden", oa,
+                   fgolden("fp8scaled.dit." + std::to_string(k) + ".out")),
+              2e-2);
+  }
+  // A comfy_quant asking for a format the weight is not in, and one not supported, are named.
+  for (const auto& [conf, cause] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"format": "float8_e5m2"})",
+            "says 'float8_e5m2' but the weight is stored as F8_E4M3"},
+           {R"({"format": "nvfp4"})", "asks for format 'nvfp4'"}}) {
+    std::map<std::string, RawTensor> q;
+    q["double_blocks.0.img_attn.proj.comfy_quant"] =
+        RawTensor{DType::U8,
+                  {static_cast<int64_t>(conf.size())},
+                  std::vector<uint8_t>(conf.begin(), conf.end())};
+    const std::string f = respelled(
+        "bad-quant.safetensors",
+        [](const std::string& k, RawTensor t) { return std::make_pair(k, t); }, q);
+    SafetensorsReader r(f);
+    expectRefused([&] { bflFluxTransformerLayout(r, ""); }, f,
+                  "'double_blocks.0.img_attn.proj.comfy_quant' " + cause);
+  }
+}
+
+// Issue 35: block counts come from key names; a lone huge index (or a gap) is refused at once,
+// naming the key, before any config or block is built from it.
+TEST(FormatsBadInput, BlockIndexOutOfOrderRefusedBeforeBuilding) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"double_blocks.999999.img_attn.qkv.weight",
+       "has block index 999999 but no "
+       "'double_blocks.2.*' tensor exists"},
+      {"single_blocks.5.linear1.weight", "has block index 5 but no 'single_blocks.2.*'"},
+      {"double_blocks.99999999999999999999.img_mod.lin.weight",
+       "has block index '99999999999999999999'"},
+      {"single_blocks.01.linear2.weight", "has block index '01'"}};
+  int n = 0;
+  for (const auto& [key, cause] : cases) {
+    const std::string f = scratch("block-index-" + std::to_string(n++) + ".safetensors");
+    std::map<std::string, RawTensor> extra;
+    extra[key] = RawTensor{DType::F32, {2, 2}, std::vector<uint8_t>(16, 0)};
+    copyWithout(
+        formats("transformer-bfl.safetensors"), f, [](const std::string&) { return false; }, extra);
+    const auto t0 = std::chrono::steady_clock::now();
+    SafetensorsReader r(f);
+    expectRefused([&] { fluxConfigFromBfl(r, "", &folderConfig().transformer); }, f,
+                  "tensor '" + key + "' " + cause);
+    expectRefused([&] { bflFluxTransformerLayout(r, ""); }, f, "tensor '" + key + "'");
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(s, 2.0) << key;
+  }
+}
+
+// Issue 35: FP8 weights kept as 8-bit codes get the finiteness check of every other weight: a NaN
+// code, a NaN scale and a scale that overflows float32 are refused naming the file and tensor.
+TEST(FormatsBadInput, Fp8NanCodeAndBadScaleRefused) {
+  auto patch = [](const std::string& src, const std::string& name, const std::string& key,
+                  const void* bytes, size_t n, int64_t offset) {
+    const std::string f = scratch(name);
+    fs::copy_file(formats(src), f, fs::copy_options::overwrite_existing);
+    uint64_t at = 0;
+    {
+      SafetensorsReader r(f);
+      at = r.info(key).begin + static_cast<uint64_t>(offset);
+    }
+    std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(static_cast<std::streamoff>(at));
+    io.write(static_cast<const char*>(bytes), static_cast<std::streamsize>(n));
+    return f;
+  };
+  setAllowNonFiniteWeights(false);
+  const uint8_t nanCode = 0x7f;
+  const std::string code = patch("transformer-fp8-e4m3fn.safetensors", "fp8-nan-code.safetensors",
+                                 "double_blocks.1.img_attn.proj.weight", &nanCode, 1, 70);
+  expectRefused([&] { loadTransformer(code); }, code,
+                "tensor 'transformer_blocks.1.attn.to_out.0.weight' (F8_E4M3) holds 1 code 0x7f, "
+                "which is NaN (first at flat index 70");
+  const float nan = std::numeric_limits<float>::quiet_NaN(), huge = 1e37f;
+  const std::string nanScale =
+      patch("transformer-fp8-scaled.safetensors", "fp8-nan-scale.safetensors",
+            "double_blocks.0.img_attn.proj.scale_weight", &nan, 4, 0);
+  expectRefused([&] { loadTransformer(nanScale); }, nanScale,
+                "the scale of tensor 'transformer_blocks.0.attn.to_out.0.weight' (F8_E4M3) is ");
+  const std::string hugeScale =
+      patch("transformer-fp8-scaled.safetensors", "fp8-huge-scale.safetensors",
+            "single_blocks.1.linear2.scale_weight", &huge, 4, 0);
+  expectRefused([&] { loadTransformer(hugeScale); }, hugeScale,
+                "which times the largest F8_E4M3 value (448.000000) overflows float32");
+  // The opt-in loads them (the check is the same switch as for float weights).
+  setAllowNonFiniteWeights(true);
+  EXPECT_NO_THROW(loadTransformer(code));
+  setAllowNonFiniteWeights(false);
 }
 
 int main(int argc, char** argv) {

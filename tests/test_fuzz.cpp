@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -27,11 +28,16 @@
 #include "app/launcher/launch.h"
 #include "app/protocol/protocol.h"
 #include "backend/io/gguf.h"
+#include "backend/io/image_io.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/png_io.h"
 #include "backend/io/safetensors.h"
 #include "gguf_test_util.h"
 #include "golden_util.h"
+
+#define STB_IMAGE_WRITE_IMPLEMENTATION
+#define STB_IMAGE_WRITE_STATIC
+#include <stb/stb_image_write.h>
 
 using namespace dit;
 using nlohmann::json;
@@ -446,6 +452,155 @@ TEST(Fuzz, CorruptGgufHeadersRefusedNamingTheFile) {
     fs::remove(p);
   }
   EXPECT_GT(refused, 250);
+}
+
+// ------------------------------------------------------------------ fuzz: images
+// Issue 35: init images and masks of every format the decoder reads (stb_image: PNG, JPEG, BMP,
+// TGA, GIF, PSD, PNM, HDR), each from a small valid seed file mutated 60 ways (seeded): flipped
+// bytes, bytes set to 0 / 0xff, 16- and 32-bit fields set to extreme values, truncation,
+// appended bytes. Each is refused with a std::runtime_error naming the file, or decoded to an
+// image whose size and channel count are consistent (1 .. 16384 a side, 1 .. 4 channels).
+namespace {
+void appendTo(void* ctx, void* data, int size) {
+  static_cast<std::string*>(ctx)->append(static_cast<const char*>(data), static_cast<size_t>(size));
+}
+
+std::vector<std::pair<std::string, std::string>> imageSeeds() {
+  constexpr int W = 6, H = 5;
+  std::vector<unsigned char> rgb(W * H * 3);
+  for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<unsigned char>(i * 37 % 251);
+  std::vector<float> hdr(W * H * 3);
+  for (size_t i = 0; i < hdr.size(); ++i) hdr[i] = 0.01f * static_cast<float>(i);
+  std::vector<std::pair<std::string, std::string>> seeds;
+  auto add = [&](const std::string& ext, const std::function<void(std::string&)>& write) {
+    std::string bytes;
+    write(bytes);
+    seeds.emplace_back(ext, bytes);
+  };
+  add("png", [&](std::string& b) { stbi_write_png_to_func(appendTo, &b, W, H, 3, rgb.data(), 0); });
+  add("png", [&](std::string& b) {  // grey
+    stbi_write_png_to_func(appendTo, &b, W * 3, H, 1, rgb.data(), 0);
+  });
+  add("jpg",
+      [&](std::string& b) { stbi_write_jpg_to_func(appendTo, &b, W, H, 3, rgb.data(), 90); });
+  add("bmp", [&](std::string& b) { stbi_write_bmp_to_func(appendTo, &b, W, H, 3, rgb.data()); });
+  add("tga", [&](std::string& b) { stbi_write_tga_to_func(appendTo, &b, W, H, 3, rgb.data()); });
+  add("hdr", [&](std::string& b) { stbi_write_hdr_to_func(appendTo, &b, W, H, 3, hdr.data()); });
+  add("ppm", [&](std::string& b) {
+    b = "P6\n" + std::to_string(W) + " " + std::to_string(H) + "\n255\n";
+    b.append(reinterpret_cast<const char*>(rgb.data()), rgb.size());
+  });
+  add("pgm", [&](std::string& b) {
+    b = "P5\n" + std::to_string(W) + " " + std::to_string(H) + "\n255\n";
+    b.append(reinterpret_cast<const char*>(rgb.data()), static_cast<size_t>(W * H));
+  });
+  add("gif", [&](std::string& b) {  // 1x1, one colour (the classic 43-byte GIF89a)
+    const unsigned char gif[] = {0x47, 0x49, 0x46, 0x38, 0x39, 0x61, 0x01, 0x00, 0x01, 0x00, 0x80,
+                                 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0x21, 0xf9, 0x04,
+                                 0x01, 0x00, 0x00, 0x00, 0x00, 0x2c, 0x00, 0x00, 0x00, 0x00, 0x01,
+                                 0x00, 0x01, 0x00, 0x00, 0x02, 0x02, 0x44, 0x01, 0x00, 0x3b};
+    b.assign(reinterpret_cast<const char*>(gif), sizeof gif);
+  });
+  add("psd", [&](std::string& b) {  // RGB, 8 bits, raw (compression 0), planar
+    auto be16 = [&](int v) {
+      b.push_back(static_cast<char>((v >> 8) & 0xff));
+      b.push_back(static_cast<char>(v & 0xff));
+    };
+    auto be32 = [&](int v) {
+      be16(v >> 16);
+      be16(v & 0xffff);
+    };
+    b = "8BPS";
+    be16(1);
+    b.append(6, '\0');
+    be16(3);
+    be32(H);
+    be32(W);
+    be16(8);
+    be16(3);
+    be32(0);
+    be32(0);
+    be32(0);
+    be16(0);
+    for (int c = 0; c < 3; ++c)
+      for (int i = 0; i < W * H; ++i)
+        b.push_back(static_cast<char>(rgb[static_cast<size_t>(i * 3 + c)]));
+  });
+  return seeds;
+}
+}  // namespace
+
+TEST(Fuzz, ImagesOfEveryDecoderFormatDecodeOrRefuseCleanly) {
+  const fs::path d = tempDir("images");
+  std::mt19937_64 g(35);
+  int refused = 0, decoded = 0, n = 0;
+  const uint32_t extremes[] = {0, 1, 0x7fff, 0x8000, 0xffff, 16385, 0x7fffffff, 0xffffffff};
+  for (const auto& [ext, seed] : imageSeeds()) {
+    // The seed itself decodes (the generator and the decoder agree on the format).
+    const fs::path s = d / ("seed." + ext);
+    writeAll(s, seed);
+    EXPECT_NO_THROW(readImage(s.string())) << ext;
+    for (int i = 0; i < 60; ++i, ++n) {
+      std::string f = seed;
+      switch (g() % 6) {
+        case 0:  // flipped bytes
+          for (int k = 0; k < 1 + static_cast<int>(g() % 4); ++k)
+            f[g() % f.size()] = static_cast<char>(g() & 0xff);
+          break;
+        case 1:  // bytes of the first 64 (headers) set to 0 or 0xff
+          for (int k = 0; k < 1 + static_cast<int>(g() % 3); ++k)
+            f[g() % std::min<size_t>(64, f.size())] = (g() & 1) ? '\xff' : '\0';
+          break;
+        case 2: {  // a 16-bit field of the header set to an extreme value (both byte orders)
+          const uint32_t v = extremes[g() % 8];
+          const size_t at = g() % (std::min<size_t>(64, f.size()) - 1);
+          f[at] = static_cast<char>((g() & 1) ? v & 0xff : (v >> 8) & 0xff);
+          f[at + 1] = static_cast<char>((g() & 1) ? (v >> 8) & 0xff : v & 0xff);
+          break;
+        }
+        case 3: {  // a 32-bit field of the header set to an extreme value
+          const uint32_t v = extremes[g() % 8];
+          const size_t at = g() % (std::min<size_t>(64, f.size()) - 3);
+          std::memcpy(&f[at], &v, 4);
+          break;
+        }
+        case 4:  // truncated
+          f.resize(g() % f.size());
+          break;
+        default:  // bytes appended
+          f += randomBytes(g, 1 + g() % 64);
+      }
+      const fs::path p = d / ("case" + std::to_string(n) + "." + ext);
+      writeAll(p, f);
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        const Image8 img = readImage(p.string());
+        EXPECT_GE(img.width, 1) << p;
+        EXPECT_GE(img.height, 1) << p;
+        EXPECT_LE(img.width, 16384) << p;
+        EXPECT_LE(img.height, 16384) << p;
+        EXPECT_GE(img.channels, 1) << p;
+        EXPECT_LE(img.channels, 4) << p;
+        EXPECT_EQ(img.pixels.size(), static_cast<size_t>(img.width) * img.height * img.channels)
+            << p;
+        const auto [w, h] = imageSize(p.string());
+        EXPECT_EQ(w, img.width) << p;
+        EXPECT_EQ(h, img.height) << p;
+        ++decoded;
+      } catch (const std::runtime_error& e) {
+        EXPECT_NE(std::string(e.what()).find(p.string()), std::string::npos) << e.what();
+        ++refused;
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << p << ": not a runtime_error: " << e.what();
+      }
+      EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0)
+          << p;
+      fs::remove(p);
+    }
+  }
+  std::printf("  images: %d cases, %d decoded, %d refused\n", n, decoded, refused);
+  EXPECT_EQ(n, 600);
+  EXPECT_GT(refused, 100);
 }
 
 // ------------------------------------------------------------------ fuzz: configs

@@ -383,6 +383,41 @@ TEST(GgufBadInput, MissingOrMisShapedTensorInTheTransformer) {
   }
 }
 
+// Issue 35: weights kept quantized get the finiteness check of every other weight: a Q8_0 block
+// whose f16 scale is NaN is refused at load naming the file and the tensor (it used to load and
+// make NaN outputs), and the opt-in loads it.
+TEST(GgufBadInput, NonFiniteBlockScaleRefusedAtLoad) {
+  const std::string key = "double_blocks.0.img_attn.proj.weight";
+  std::ifstream in(test::ggufFile("Q8_0"), std::ios::binary);
+  std::string f((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  uint64_t at = 0;
+  {
+    SafetensorsReader r(test::ggufFile("Q8_0"));
+    const TensorInfo& i = r.info(key);
+    ASSERT_EQ(std::string(dtypeName(i.dtype)), "Q8_0");
+    at = i.begin;
+    ASSERT_EQ(std::memcmp(f.data() + at, r.data(i), 34), 0);  // begin is the file offset
+  }
+  const uint16_t nanHalf = 0x7E00;
+  std::memcpy(&f[at + 34 * 11], &nanHalf, 2);  // block 11: row 1 (256 columns = 8 blocks a row)
+  const std::string p = writeTemp("nan-scale.gguf", f);
+  setAllowNonFiniteWeights(false);
+  try {
+    loadGguf(p);
+    ADD_FAILURE() << "accepted";
+  } catch (const ModelFileError& e) {
+    EXPECT_EQ(e.file(), p);
+    EXPECT_NE(std::string(e.what()).find("tensor 'transformer_blocks.0.attn.to_out.0.weight' "
+                                         "(Q8_0, kept quantized) decodes to non-finite values "
+                                         "(first in row 1"),
+              std::string::npos)
+        << e.what();
+  }
+  setAllowNonFiniteWeights(true);
+  EXPECT_NO_THROW(loadGguf(p));
+  setAllowNonFiniteWeights(false);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Memory estimate with quantized sizes (no weights needed): a FLUX.1-dev-size transformer as
 // city96's Q4_K_S file stores it (every 2-D block weight Q4_K; the embedders' second linears,

@@ -5,17 +5,22 @@
 // "mpirun ... ditstudio-worker" that speaks app/PROTOCOL.md.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "app/launcher/group_process.h"
+#include "app/launcher/launch.h"
+#include "app/launcher/preflight.h"
 #include "app/launcher/worker_session.h"
 
 namespace fs = std::filesystem;
@@ -427,4 +432,75 @@ TEST_F(SessionTest, PollSessionsDrivesSeveralGroupsFromOneThread) {
   EXPECT_EQ(b.state(), State::Stopped);
   EXPECT_EQ(r1.done, std::vector<std::string>{"r1-a"});
   EXPECT_EQ(r2.done, std::vector<std::string>{"r1-b"});
+}
+
+// Issue 35: the hostfile is read as every file the program reads: a FIFO, /dev/zero or a
+// directory is refused at once by its kind (nothing blocks, nothing grows), an oversized file by
+// its size; a host name starting with '-' is refused, and ssh gets "--" before the host.
+TEST(Hostfile, ReadAsABoundedRegularFile) {
+  TempDir d;
+  auto errorOf = [](const std::string& path) -> std::string {
+    try {
+      readHostfile(path);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string fifo = (d.path / "hosts.fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(errorOf(fifo), "hostfile " + fifo + " is a FIFO (named pipe), not a regular file");
+  EXPECT_EQ(errorOf("/dev/zero"), "hostfile /dev/zero is a character device, not a regular file");
+  EXPECT_EQ(errorOf(d.path.string()),
+            "hostfile " + d.path.string() + " is a directory, not a regular file");
+  EXPECT_LT(secondsSince(t0), 2.0);
+  const std::string big = (d.path / "big").string();
+  {
+    std::ofstream o(big);
+    o << std::string(kMaxHostfileBytes + 1, '#');
+  }
+  EXPECT_EQ(errorOf(big), "hostfile " + big + " is " + std::to_string(kMaxHostfileBytes + 1) +
+                              " bytes; hostfiles are limited to 1048576");
+  EXPECT_NE(errorOf((d.path / "none").string()).find("cannot be read: No such file"),
+            std::string::npos);
+  const std::string ok = (d.path / "hosts").string();
+  std::ofstream(ok) << "a slots=1\nb slots=2\n";
+  EXPECT_EQ(readHostfile(ok), "a slots=1\nb slots=2\n");
+  EXPECT_EQ(parseHostfile(readHostfile(ok)).size(), 2u);
+  try {
+    parseHostfile("a slots=1\n-oProxyCommand=touch_x slots=1\n");
+    ADD_FAILURE() << "a host starting with '-' was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "hostfile line 2: host '-oProxyCommand=touch_x' starts with '-'; ssh and mpirun "
+              "would read it as an option");
+  }
+}
+
+TEST(Hostfile, SshGetsTheHostAfterDoubleDash) {
+  TempDir d;
+  const fs::path args = d.path / "args";
+  const fs::path ssh = d.path / "ssh";
+  {
+    std::ofstream o(ssh);
+    o << "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done > " << args.string()
+      << "\nexit 255\n";
+  }
+  fs::permissions(ssh, fs::perms::owner_all);
+  const char* oldPath = std::getenv("PATH");
+  const std::string saved = oldPath ? oldPath : "";
+  ::setenv("PATH", (d.path.string() + ":" + saved).c_str(), 1);
+  MpirunLaunch launch;
+  launch.worker = "/opt/ditstudio-worker";
+  (void)preflightHost("hostb", launch, {}, "", 5.0);
+  ::setenv("PATH", saved.c_str(), 1);
+  std::ifstream in(args);
+  std::vector<std::string> argv;
+  for (std::string l; std::getline(in, l);) argv.push_back(l);
+  const auto dd = std::find(argv.begin(), argv.end(), "--");
+  ASSERT_NE(dd, argv.end());
+  ASSERT_NE(dd + 1, argv.end());
+  EXPECT_EQ(*(dd + 1), "hostb");
+  EXPECT_EQ(std::find(argv.begin(), dd, "hostb"), dd) << "the host came before --";
 }

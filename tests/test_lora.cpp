@@ -9,8 +9,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -283,4 +285,163 @@ TEST(LoraErrors, RefusedNamingFileAndModule) {
   // After all refusals the model still computes the base output.
   m.loraTargets().clear();
   EXPECT_LT(maxAbsDiff(runCase(0), lg("dit.0.out")), 1e-4);
+}
+
+// Issue 35: a LoRA whose factors hold NaN / Inf, or whose alpha makes a scale outside float32, is
+// refused where it enters, naming the file and the tensor (it used to give a black image).
+TEST(LoraErrors, NonFiniteFactorsAndScalesRefusedNamingFileAndTensor) {
+  const auto k = model().kohyaLoraMapping();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  SafetensorsReader meta(loraFile("lora-diffusers"));
+  // NaN in a diffusers lora_A (metadata kept: the alpha is fine).
+  auto t = tensorsOf(loraFile("lora-diffusers"));
+  const std::string keyA = "transformer.transformer_blocks.1.attn.to_q.lora_A.weight";
+  ASSERT_TRUE(t.count(keyA));
+  t[keyA] = t[keyA].clone();
+  t[keyA].view({-1})[7] = nan;
+  const std::string nanFile = tmpFile("nan-factor.safetensors");
+  saveTensors(nanFile, t, meta.metadata());
+  std::string e = errorOf([&] { loadLoraAdapter(nanFile, k); });
+  EXPECT_NE(e.find(nanFile), std::string::npos) << e;
+  EXPECT_NE(e.find("tensor '" + keyA + "' holds 1 non-finite value (first: nan at flat index 7"),
+            std::string::npos)
+      << e;
+  // -Inf in a kohya lora_up.
+  t = tensorsOf(loraFile("lora-kohya"));
+  const std::string keyB = "lora_unet_single_blocks_1_linear1.lora_up.weight";
+  ASSERT_TRUE(t.count(keyB));
+  t[keyB] = t[keyB].clone();
+  t[keyB].view({-1})[0] = -inf;
+  t[keyB].view({-1})[3] = inf;
+  const std::string infFile = tmpFile("inf-factor.safetensors");
+  saveTensors(infFile, t);
+  e = errorOf([&] { loadLoraAdapter(infFile, k); });
+  EXPECT_NE(e.find(infFile), std::string::npos) << e;
+  EXPECT_NE(e.find("tensor '" + keyB + "' holds 2 non-finite values (first: -inf"),
+            std::string::npos)
+      << e;
+  // An F64 alpha tensor whose alpha / rank is no float32: the scale would be Inf in the delta.
+  t = tensorsOf(loraFile("lora-diffusers-alphas"));
+  const std::string keyAlpha = "transformer.transformer_blocks.0.attn.to_k.alpha";
+  ASSERT_TRUE(t.count(keyAlpha));
+  t[keyAlpha] = at::full({}, 1e300, at::kDouble);
+  const std::string bigAlpha = tmpFile("big-alpha.safetensors");
+  saveTensors(bigAlpha, t);
+  e = errorOf([&] { inspectLoraFile(bigAlpha); });
+  EXPECT_NE(e.find(bigAlpha), std::string::npos) << e;
+  EXPECT_NE(e.find("module 'transformer_blocks.0.attn.to_k'"), std::string::npos) << e;
+  EXPECT_NE(e.find("outside the float32 range"), std::string::npos) << e;
+  // Metadata lora_alpha beyond float32 (the scale would overflow to Inf).
+  auto m = meta.metadata();
+  auto j = nlohmann::json::parse(m.at("lora_adapter_metadata"));
+  j["transformer.lora_alpha"] = 1e39;
+  m["lora_adapter_metadata"] = j.dump();
+  t = tensorsOf(loraFile("lora-diffusers"));
+  const std::string bigMeta = tmpFile("big-meta-alpha.safetensors");
+  saveTensors(bigMeta, t, m);
+  e = errorOf([&] { inspectLoraFile(bigMeta); });
+  EXPECT_NE(e.find(bigMeta), std::string::npos) << e;
+  EXPECT_NE(e.find("field 'lora_alpha'"), std::string::npos) << e;
+  EXPECT_NE(e.find("outside the float32 range"), std::string::npos) << e;
+}
+
+// Issue 35: every lora_adapter_metadata field is read with the type PEFT's LoraConfig gives it;
+// a wrong type is named (file, key, type) instead of surfacing JSON-library text.
+TEST(LoraErrors, MetadataFieldsOfTheWrongTypeNamed) {
+  SafetensorsReader meta(loraFile("lora-diffusers"));
+  const auto t = tensorsOf(loraFile("lora-diffusers"));
+  struct Case {
+    std::string key;
+    nlohmann::json value;
+    std::string message;
+  };
+  const Case cases[] = {
+      {"transformer.use_rslora", "yes",
+       "field 'use_rslora' is a string (\"yes\"), expected true or false"},
+      {"transformer.use_dora", 1, "field 'use_dora' is an integer (1), expected true or false"},
+      {"transformer.r", "4", "field 'r' is a string (\"4\"), expected a positive integer"},
+      {"transformer.r", 0, "field 'r' is an integer (0), expected a positive integer"},
+      {"transformer.lora_alpha", nlohmann::json::array({4}),
+       "field 'lora_alpha' is an array ([4]), expected a number"},
+      {"transformer.rank_pattern", nlohmann::json::array({"to_q"}),
+       "field 'rank_pattern' is an array ([\"to_q\"]), expected an object"},
+      {"transformer.rank_pattern",
+       {{"to_q", 2.5}},
+       "field 'rank_pattern.to_q' is a number (2.5), expected a positive integer"},
+      {"transformer.alpha_pattern",
+       {{"to_q", "8"}},
+       "field 'alpha_pattern.to_q' is a string (\"8\"), expected a number"},
+      {"transformer.alpha_pattern", {{"to_q(", 8}}, "has key 'to_q(', which is not a regular"},
+  };
+  int i = 0;
+  for (const auto& c : cases) {
+    auto m = meta.metadata();
+    auto j = nlohmann::json::parse(m.at("lora_adapter_metadata"));
+    j[c.key] = c.value;
+    m["lora_adapter_metadata"] = j.dump();
+    const std::string f = tmpFile("typed-" + std::to_string(i++) + ".safetensors");
+    saveTensors(f, t, m);
+    const std::string e = errorOf([&] { inspectLoraFile(f); });
+    EXPECT_NE(e.find(f), std::string::npos) << c.key << ": " << e;
+    EXPECT_NE(e.find(c.message), std::string::npos) << c.key << ": " << e;
+  }
+  // Not an object at all.
+  auto m = meta.metadata();
+  m["lora_adapter_metadata"] = "[1, 2]";
+  const std::string f = tmpFile("typed-array.safetensors");
+  saveTensors(f, t, m);
+  const std::string e = errorOf([&] { inspectLoraFile(f); });
+  EXPECT_NE(e.find("lora_adapter_metadata is an array, expected a PEFT LoraConfig JSON object"),
+            std::string::npos)
+      << e;
+}
+
+// Issue 35: rank_pattern / alpha_pattern as PEFT matches them (peft.utils.other.get_pattern_key:
+// the first key, in the file's order, with re.match(rf"(.*\.)?({key})$", module)).
+TEST(LoraFile, PeftRankAndAlphaPatterns) {
+  SafetensorsReader meta(loraFile("lora-diffusers"));
+  auto t = tensorsOf(loraFile("lora-diffusers"));
+  // transformer_blocks.0.attn.to_q gets rank 2; every attn.to_k alpha 8 (regex key), the more
+  // specific transformer_blocks.1.attn.to_k listed first gets 2.
+  const std::string q = "transformer.transformer_blocks.0.attn.to_q";
+  t[q + ".lora_A.weight"] = t[q + ".lora_A.weight"].narrow(0, 0, 2).contiguous();
+  t[q + ".lora_B.weight"] = t[q + ".lora_B.weight"].narrow(1, 0, 2).contiguous();
+  auto m = meta.metadata();
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(m.at("lora_adapter_metadata"));
+  j["transformer.rank_pattern"] = nlohmann::ordered_json::object();
+  j["transformer.rank_pattern"]["transformer_blocks.0.attn.to_q"] = 2;
+  j["transformer.alpha_pattern"] = nlohmann::ordered_json::object();
+  j["transformer.alpha_pattern"]["transformer_blocks.1.attn.to_k"] = 2;
+  j["transformer.alpha_pattern"]["attn.to_[k]"] = 8;
+  j["transformer.alpha_pattern"]["to_q"] = 6;
+  m["lora_adapter_metadata"] = j.dump();
+  const std::string f = tmpFile("patterns.safetensors");
+  saveTensors(f, t, m);
+  const LoraFileInfo info = inspectLoraFile(f);
+  std::map<std::string, const LoraFileModule*> by;
+  for (const auto& mod : info.modules) by[mod.name] = &mod;
+  EXPECT_EQ(by.at("transformer_blocks.0.attn.to_q")->rank, 2);
+  // alpha 6 (to_q pattern) / rank 2.
+  EXPECT_DOUBLE_EQ(by.at("transformer_blocks.0.attn.to_q")->scale, 3.0);
+  EXPECT_DOUBLE_EQ(by.at("transformer_blocks.1.attn.to_q")->scale, 1.5);  // 6 / 4
+  EXPECT_DOUBLE_EQ(by.at("transformer_blocks.1.attn.to_k")->scale, 0.5);  // first key: 2 / 4
+  EXPECT_DOUBLE_EQ(by.at("transformer_blocks.0.attn.to_k")->scale, 2.0);  // 8 / 4
+  EXPECT_DOUBLE_EQ(by.at("single_transformer_blocks.0.attn.to_k")->scale, 2.0);
+  EXPECT_DOUBLE_EQ(by.at("transformer_blocks.0.attn.to_v")->scale, 1.0);  // lora_alpha 4 / 4
+  // A suffix must start at a dot: "o_q" does not match "...to_q"; the lookup still checks rank.
+  j["transformer.rank_pattern"] = nlohmann::ordered_json::object();
+  j["transformer.rank_pattern"]["o_q"] = 2;
+  m["lora_adapter_metadata"] = j.dump();
+  const std::string g = tmpFile("patterns-suffix.safetensors");
+  saveTensors(g, t, m);
+  const std::string e = errorOf([&] { inspectLoraFile(g); });
+  EXPECT_NE(e.find("module 'transformer_blocks.0.attn.to_q': lora_adapter_metadata gives r 4 but "
+                   "its factors have rank 2"),
+            std::string::npos)
+      << e;
+  // The adapter loads and applies with its per-module rank.
+  auto& targets = model().loraTargets();
+  EXPECT_NO_THROW(targets.apply({{targets.prepare(loadLoraAdapter(f, fluxKohyaTargets)), 1.0}}));
+  targets.clear();
 }

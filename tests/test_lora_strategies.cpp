@@ -5,10 +5,13 @@
 // model's weights are read once (the worker's weight_reads counter does not move), bad LoRA files
 // are refused naming the file and module while the group keeps serving.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <sstream>
 #include <vector>
 
@@ -245,6 +248,90 @@ TEST(LoraWorker, SwitchesWithoutReloadingAndRefusesBadFiles) {
   EXPECT_EQ(params["loras"][0]["strength"].get<double>(), 0.5);
   EXPECT_EQ(params["loras"][0]["sha256"], loraEvents[0]["loras"][0]["sha256"]);
   EXPECT_EQ(params["loras"][0]["sha256"], sha256File(kKohya));
+}
+
+// Issue 35: a LoRA whose factors hold NaN / Inf, or whose alpha makes the scale overflow, is an
+// error naming the file and the tensor, with a non-zero exit and no PNG (it used to give "wrote
+// ..." and a black image whose metadata claimed the LoRA): through ditstudio-cli on one rank, and
+// in a tp 2 worker group that keeps serving; a LoRA path that is a directory or a FIFO is named as
+// such (not "not found").
+TEST(LoraNonFinite, RefusedAtOneRankAndTp2NamingFileAndTensor) {
+  SafetensorsCollection src(kDiffusers);
+  std::map<std::string, at::Tensor> t;
+  for (const auto& n : src.names()) t[n] = loadTensor(src, n, at::kFloat);
+  const std::string key = "transformer.transformer_blocks.0.ff.net.2.lora_B.weight";
+  ASSERT_TRUE(t.count(key));
+  auto nanT = t;
+  nanT[key] = t[key].clone();
+  nanT[key].view({-1})[5] = std::numeric_limits<float>::quiet_NaN();
+  const std::string nanFile = tmp("nan-lora.safetensors");
+  saveTensors(nanFile, nanT);
+  auto infT = t;
+  infT[key] = t[key].clone();
+  infT[key].view({-1})[0] = std::numeric_limits<float>::infinity();
+  const std::string infFile = tmp("inf-lora.safetensors");
+  saveTensors(infFile, infT);
+  // Alpha tensors whose alpha / rank is no float32.
+  auto alphaT = t;
+  const std::string suffix = ".lora_A.weight";
+  for (const auto& [n, v] : t)
+    if (n.size() > suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
+      alphaT[n.substr(0, n.size() - suffix.size()) + ".alpha"] = at::full({}, 1e300, at::kDouble);
+  const std::string alphaFile = tmp("alpha-lora.safetensors");
+  saveTensors(alphaFile, alphaT);
+
+  // One rank, through the CLI: exit non-zero, no PNG, the file and tensor named.
+  for (const auto& [file, words] : std::vector<std::pair<std::string, std::string>>{
+           {nanFile, "tensor '" + key + "' holds 1 non-finite value (first: nan"},
+           {alphaFile, "gives a scale outside the float32 range"}}) {
+    const std::string out = tmp("cli-" + fs::path(file).stem().string());
+    std::string log;
+    const int rc = runCli(0, "--lora " + quote(file), out, &log);
+    EXPECT_NE(rc, 0) << log;
+    EXPECT_FALSE(fs::exists(out + ".png")) << log;
+    EXPECT_FALSE(fs::exists(out + ".safetensors")) << log;
+    EXPECT_NE(log.find(file), std::string::npos) << log;
+    EXPECT_NE(log.find(words), std::string::npos) << log;
+  }
+
+  // tp 2 worker group: each refused with its own words, then a good request is served.
+  const std::string dir = tmp("a-directory.safetensors");
+  fs::create_directories(dir);
+  const std::string fifo = tmp("a-fifo.safetensors");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string ok = tmp("nonfinite-ok");
+  const std::string log =
+      runWorker(2, "--tp-degree 2",
+                {request("nan", tmp("nan"), json::array({{{"file", nanFile}}})),
+                 request("inf", tmp("inf"), json::array({{{"file", infFile}}})),
+                 request("alpha", tmp("alpha"), json::array({{{"file", alphaFile}}})),
+                 request("dir", tmp("dir"), json::array({{{"file", dir}}})),
+                 request("fifo", tmp("fifo"), json::array({{{"file", fifo}}})),
+                 request("ok", ok, json::array({{{"file", kKohya}, {"strength", 0.5}}}))},
+                "nonfinite");
+  std::map<std::string, std::string> errors;
+  for (const auto& e : events(log))
+    if (e["event"] == "error") errors[e.value("id", "")] = e.value("message", "");
+  EXPECT_NE(errors["nan"].find(nanFile), std::string::npos) << errors["nan"];
+  EXPECT_NE(errors["nan"].find("tensor '" + key + "' holds 1 non-finite value (first: nan"),
+            std::string::npos)
+      << errors["nan"];
+  EXPECT_NE(errors["inf"].find("tensor '" + key + "' holds 1 non-finite value (first: inf"),
+            std::string::npos)
+      << errors["inf"];
+  EXPECT_NE(errors["alpha"].find("outside the float32 range"), std::string::npos)
+      << errors["alpha"];
+  EXPECT_NE(errors["dir"].find("is a directory, not a regular file"), std::string::npos)
+      << errors["dir"];
+  EXPECT_NE(errors["fifo"].find("is a FIFO (named pipe), not a regular file"), std::string::npos)
+      << errors["fifo"];
+  for (const char* id : {"nan", "inf", "alpha", "dir", "fifo"}) {
+    EXPECT_FALSE(fs::exists(tmp(id) + ".png")) << id;
+    EXPECT_EQ(log.find(std::string(R"("event":"done","id":")") + id + "\""), std::string::npos)
+        << id;
+  }
+  EXPECT_NE(log.find(R"("event":"done","id":"ok")"), std::string::npos) << log;
+  EXPECT_TRUE(fs::exists(ok + ".png"));
 }
 
 TEST(LoraCache, BudgetBoundsWhatIsKept) {

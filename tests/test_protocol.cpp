@@ -943,3 +943,25 @@ TEST(ProtocolLimits, IdsUseASafeCharacterSet) {
   for (const char* id : {"r1", "cli", "job-7.a_b:c", "..", "X"})
     EXPECT_NO_THROW(parseRequest(json{{"type", "generate"}, {"id", id}})) << id;
 }
+
+// Issue 35: one request cannot write its image and its tensors to the same file (the second
+// write would replace the first).
+TEST(ProtocolLimits, OutputAndOutputTensorsMustDiffer) {
+  for (const char* tensors : {"/tmp/x/a.png", "/tmp/x/./a.png"}) {
+    const std::string line =
+        std::string(R"({"type":"generate","id":"n","output":"/tmp/x/a.png","output_tensors":")") +
+        tensors + "\"}";
+    try {
+      parseRequestLine(line);
+      ADD_FAILURE() << "accepted " << line;
+    } catch (const ProtocolError& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "request fields 'output' and 'output_tensors' name the same file (/tmp/x/a.png): "
+                "the tensors would replace the image");
+      ASSERT_TRUE(e.requestId());
+      EXPECT_EQ(*e.requestId(), "n");
+    }
+  }
+  EXPECT_NO_THROW(parseRequestLine(
+      R"({"type":"generate","id":"n","output":"/tmp/x/a.png","output_tensors":"/tmp/x/a.safetensors"})"));
+}

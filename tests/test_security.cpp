@@ -179,6 +179,26 @@ TEST(SecurityFiles, SafetensorsHeaderLimitsAsTheReference) {
   EXPECT_EQ(m.find("SECRET"), std::string::npos) << m;
 }
 
+// Issue 35: a tensor named twice in a header is reported as such (the JSON parser kept the last
+// entry, and the first one's bytes then read as a gap in the data section).
+TEST(SecurityFiles, DuplicatedTensorNameInAHeaderNamed) {
+  const fs::path d = tempDir("duplicate");
+  const std::string f = writeRaw(
+      d / "dup.safetensors",
+      R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+      8);
+  std::string m = errorOf([&] { SafetensorsReader r(f); });
+  EXPECT_HAS(m, f);
+  EXPECT_HAS(m, "header lists the key 'w' twice");
+  EXPECT_EQ(m.find("gap"), std::string::npos) << m;
+  // In a nested object (an entry's own fields) too.
+  const std::string g =
+      writeRaw(d / "dup-field.safetensors",
+               R"({"w":{"dtype":"F32","shape":[1],"dtype":"F16","data_offsets":[0,4]}})", 4);
+  m = errorOf([&] { SafetensorsReader r(g); });
+  EXPECT_HAS(m, "header lists the key 'dtype' twice in one nested object");
+}
+
 // ------------------------------------------------------------------ weights
 namespace {
 // Writes `value` over element `index` of float32 tensor `name` in the transformer checkpoint.
@@ -218,6 +238,30 @@ TEST(SecurityWeights, NonFiniteRefusedNamingTheTensor) {
   setAllowNonFiniteWeights(true);
   EXPECT_NO_THROW(FluxPipeline p(m, {}));
   setAllowNonFiniteWeights(false);
+}
+
+// Issue 35: weights loaded anyway (--allow-nonfinite-weights) make NaN latents; the pipeline
+// refuses the result instead of handing a black image on as a success.
+TEST(SecurityWeights, NonFiniteLatentsAreAnErrorNotAnImage) {
+  const fs::path model = copyFixture("nan-latents");
+  poison(model, "proj_out.weight", std::numeric_limits<float>::quiet_NaN(), 3);
+  const ModelFolder m = ModelFolder::open(model.string());
+  setAllowNonFiniteWeights(true);
+  FluxPipeline p(m, {});
+  setAllowNonFiniteWeights(false);
+  PipelineInputs in;
+  in.prompt = "a lighthouse";
+  in.width = 32;
+  in.height = 32;
+  in.steps = 2;
+  in.max_sequence_length = 16;
+  in.seed = 3;
+  const std::string msg = errorOf([&] { p.generate(in, {}); });
+  EXPECT_HAS(msg, "the denoised latents hold");
+  EXPECT_HAS(msg, "non-finite value");
+  EXPECT_HAS(msg, "after 2 steps");
+  EXPECT_HAS(msg, "likely cause: the weights");
+  EXPECT_HAS(msg, "No image was written");
 }
 
 // ------------------------------------------------------------------ configs
@@ -314,6 +358,49 @@ TEST(SecurityOutputs, NeverReplacesAFifoOrDevice) {
   fs::remove(out);
   fs::remove(d / "null.png");
   EXPECT_FALSE(leftovers(d, "ok.png"));
+}
+
+// Issue 35: a file that appears at the output path while the image is computed (after the
+// request was accepted) is never replaced: the commit fails naming it and leaves it as it is,
+// with nothing else left in the folder; a file that existed at acceptance (and the request
+// allowed overwriting) is replaced.
+TEST(SecurityOutputs, NeverReplacesAFileThatAppearedDuringTheRun) {
+  const fs::path d = tempDir("out-appeared");
+  const std::string out = (d / "image.png").string();
+  const std::vector<uint8_t> rgb(8 * 8 * 3, 100);
+  {
+    const OutputReplacePolicy policy({});  // accepted: nothing existed, nothing may be replaced
+    AtomicFile f(out);                     // the destination is absent now
+    const char bytes[] = "new image";
+    f.write(bytes, sizeof bytes);
+    std::ofstream(out) << "someone else's file";  // appears meanwhile
+    const std::string msg = errorOf([&] { f.commit(); });
+    EXPECT_HAS(msg, "cannot write " + out + ": a file appeared there while the image was computed");
+  }
+  std::ifstream in(out);
+  const std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(kept, "someone else's file");
+  EXPECT_FALSE(leftovers(d, "image.png"));
+  // Through writePng / writeSafetensors under the same policy.
+  {
+    const OutputReplacePolicy policy({});
+    std::string msg = errorOf([&] { writePng(out, rgb.data(), 8, 8); });
+    EXPECT_HAS(msg, "a file appeared there");
+    msg = errorOf([&] { writeSafetensors(out, {{"t", RawTensor{DType::U8, {1}, {7}}}}); });
+    EXPECT_HAS(msg, "a file appeared there");
+    // An absent destination is written.
+    writePng((d / "fresh.png").string(), rgb.data(), 8, 8);
+    EXPECT_GT(fs::file_size(d / "fresh.png"), 8u);
+  }
+  EXPECT_EQ(fs::file_size(out), kept.size());
+  // Existing when accepted, overwriting allowed: replaced (the same path spelled differently).
+  {
+    const OutputReplacePolicy policy({(d / "." / "image.png").string()});
+    writePng(out, rgb.data(), 8, 8);
+  }
+  EXPECT_GT(fs::file_size(out), kept.size());
+  fs::remove(d / "fresh.png");
+  EXPECT_FALSE(leftovers(d, "image.png"));
 }
 
 TEST(SecurityOutputs, FailedWriteCarriesTheCauseAndLeavesNothing) {

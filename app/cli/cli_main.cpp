@@ -32,6 +32,7 @@
 #include "backend/io/image_io.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/png_io.h"
+#include "backend/io/safe_write.h"
 #include "backend/io/tensor_io.h"
 #include "backend/io/weight_source.h"
 #include "backend/models/memory_estimate.h"
@@ -104,6 +105,15 @@ int runLocal(const CliOptions& o) {
   }
   const int n = req.imageCount();
   const uint64_t seed0 = req.params.random_seed ? randomSeed() : req.params.seed;
+  // Only the outputs there now may be replaced (with --overwrite); a file appearing while the
+  // image computes is never replaced (OutputReplacePolicy).
+  std::vector<std::string> replaceable;
+  if (o.overwrite)
+    for (int i = 0; i < n; ++i)
+      for (const std::string* f : {&o.output, &o.outputTensors})
+        if (!f->empty() && fs::exists(indexedPath(*f, i, n)))
+          replaceable.push_back(indexedPath(*f, i, n));
+  const OutputReplacePolicy policy(replaceable);
   for (int i = 0; i < n; ++i) {
     PipelineInputs q = pipelineParams(req.params);
     if (!req.prompts.empty()) q.prompt = req.prompts[i];
@@ -416,6 +426,7 @@ int main(int argc, char** argv) {
     if (!o.prompts.empty())
       o.gen.num_images =
           static_cast<int>(std::min<size_t>(o.prompts.size(), protocol::kMaxImages + 1));
+    if (!*bench) checkOutputPaths(o);  // before request(o) makes the paths absolute
     checkOptions(request(o));
     checkInputImages(request(o).params);
     if (*bench) return runBench(o, warmup);

@@ -33,12 +33,9 @@ namespace {
 // host are shown; every other host is checked over ssh (non-interactive, bounded) for the worker
 // and the same model fingerprint before mpirun starts. Throws naming the host and the fix.
 void preflight(const CliOptions& o, const launcher::MpirunLaunch& launch) {
-  std::ifstream in(o.hostfile);
-  if (!in) throw std::invalid_argument("hostfile " + o.hostfile + " cannot be read");
-  std::stringstream text;
-  text << in.rdbuf();
-  const auto plan = launcher::planHostfile(launcher::parseHostfile(text.str()), o.np,
-                                           o.oversubscribe, o.hostfile);
+  const std::string text = launcher::readHostfile(o.hostfile);  // regular file, bounded
+  const auto plan =
+      launcher::planHostfile(launcher::parseHostfile(text), o.np, o.oversubscribe, o.hostfile);
   std::string shown;
   for (const auto& [host, ranks] : plan) {
     if (ranks.empty()) continue;

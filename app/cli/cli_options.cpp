@@ -85,6 +85,18 @@ void checkOptions(const protocol::GenerateRequest& r) {
 }
 
 // Every file the request would write, refused when one exists (unless --overwrite).
+void checkOutputPaths(const CliOptions& o) {
+  if (o.output.empty())
+    throw std::invalid_argument("--output is empty: give the file name of the PNG to write");
+  if (o.output.back() == '/' || fs::is_directory(o.output))
+    throw std::invalid_argument("--output " + o.output +
+                                " is a folder: give the file name of the PNG to write");
+  if (!o.outputTensors.empty() &&
+      fs::absolute(o.output).lexically_normal() == fs::absolute(o.outputTensors).lexically_normal())
+    throw std::invalid_argument("--output and --output-tensors name the same file (" + o.output +
+                                "): the tensors would replace the PNG; give two file names");
+}
+
 void refuseOverwrite(const CliOptions& o, int count) {
   if (o.overwrite) return;
   for (int i = 0; i < count; ++i)

@@ -43,6 +43,9 @@ void applySeed(CliOptions& o);
 /// protocol::checkRequest, its messages naming the CLI's options. Throws std::invalid_argument.
 void checkOptions(const protocol::GenerateRequest& r);
 /// Throws std::invalid_argument when a file the request would write exists (unless --overwrite).
+/// The output paths themselves: not empty, not a folder, and the PNG and the tensors file
+/// distinct (the second write would replace the first). Throws std::invalid_argument in words.
+void checkOutputPaths(const CliOptions& o);
 void refuseOverwrite(const CliOptions& o, int count);
 /// The folder of this executable (ditstudio-worker and ditstudio-isolate sit beside it).
 std::string exeDir();

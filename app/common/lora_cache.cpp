@@ -1,9 +1,12 @@
 #include "app/common/lora_cache.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
 
+#include "backend/io/file_guard.h"
 #include "backend/io/sha256.h"
 #include "backend/nn/lora_loader.h"
 
@@ -15,8 +18,12 @@ std::shared_ptr<const LoraCache::Entry> LoraCache::get(const std::string& file,
                                                        DiffusionTransformer& model) {
   std::error_code ec;
   const fs::path abs = fs::absolute(file, ec);
-  if (ec || !fs::is_regular_file(abs, ec))
-    throw std::invalid_argument(file + ": LoRA file not found");
+  if (ec || !fs::exists(abs, ec)) throw std::invalid_argument(file + ": LoRA file not found");
+  if (!fs::is_regular_file(abs, ec)) {
+    // A directory, FIFO, device or socket is named as what it is (openRegularFile's words);
+    // nothing is opened that could block.
+    ::close(openRegularFile(abs.string()));
+  }
   const auto size = fs::file_size(abs, ec);
   const auto mtime = fs::last_write_time(abs, ec).time_since_epoch().count();
   const std::string key = abs.string() + "|" + std::to_string(size) + "|" +

@@ -1,11 +1,16 @@
 #include "app/launcher/launch.h"
 
+#include <fcntl.h>
 #include <sched.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -79,6 +84,54 @@ std::vector<std::pair<std::string, std::string>> networkMcaParams(const MpirunLa
   return p;
 }
 
+std::string readHostfile(const std::string& path) {
+  auto kind = [](mode_t m) -> std::string {
+    if (S_ISFIFO(m)) return "a FIFO (named pipe)";
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISSOCK(m)) return "a socket";
+    return "not a regular file";
+  };
+  auto refuse = [&](const std::string& why) -> std::invalid_argument {
+    return std::invalid_argument("hostfile " + path + " " + why);
+  };
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw refuse(std::string("cannot be read: ") + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw refuse("is " + kind(st.st_mode) + ", not a regular file");
+  if (static_cast<std::uint64_t>(st.st_size) > kMaxHostfileBytes)
+    throw refuse("is " + std::to_string(st.st_size) + " bytes; hostfiles are limited to " +
+                 std::to_string(kMaxHostfileBytes));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) throw refuse(std::string("cannot be read: ") + std::strerror(errno));
+  struct stat st2 {};
+  if (::fstat(fd, &st2) != 0 || !S_ISREG(st2.st_mode)) {
+    ::close(fd);
+    throw refuse("is " + kind(st2.st_mode) + ", not a regular file");
+  }
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int e = errno;
+      ::close(fd);
+      throw refuse(std::string("cannot be read: ") + std::strerror(e));
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+    if (text.size() > kMaxHostfileBytes) {  // grew after the stat
+      ::close(fd);
+      throw refuse("is more than " + std::to_string(kMaxHostfileBytes) +
+                   " bytes; hostfiles are limited to " + std::to_string(kMaxHostfileBytes));
+    }
+  }
+  ::close(fd);
+  return text;
+}
+
 std::vector<HostfileEntry> parseHostfile(const std::string& text) {
   std::vector<HostfileEntry> out;
   std::istringstream in(text);
@@ -89,6 +142,9 @@ std::vector<HostfileEntry> parseHostfile(const std::string& text) {
     HostfileEntry e;
     e.line = n;
     if (!(words >> e.host)) continue;
+    if (e.host[0] == '-')
+      throw std::invalid_argument("hostfile line " + std::to_string(n) + ": host '" + e.host +
+                                  "' starts with '-'; ssh and mpirun would read it as an option");
     for (std::string w; words >> w;) {
       if (w.rfind("slots=", 0) != 0) continue;  // max_slots= and others: mpirun's business
       const std::string v = w.substr(6);

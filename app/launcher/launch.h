@@ -5,6 +5,7 @@
 // no Qt.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -72,8 +73,20 @@ struct HostfileEntry {
   int line = 0;      ///< 1-based line number
 };
 
+/// Hostfiles larger than this are refused (1 MiB: far beyond any cluster's host list).
+inline constexpr std::size_t kMaxHostfileBytes = std::size_t(1) << 20;
+
+/// The text of hostfile `path`, read as every file the program reads: it must be a regular file
+/// (a FIFO, device such as /dev/zero, directory or socket is refused before it is opened, and it
+/// is opened with O_NONBLOCK so nothing swapped in can block) of at most kMaxHostfileBytes.
+/// Throws std::invalid_argument "hostfile <path> is a FIFO (named pipe), not a regular file",
+/// "hostfile <path> is N bytes; hostfiles are limited to 1048576", "hostfile <path> cannot be
+/// read: <strerror>".
+std::string readHostfile(const std::string& path);
+
 /// Parses OpenMPI hostfile text: `host [slots=N] [max_slots=M]`, `#` comments, blank lines.
-/// Throws std::invalid_argument naming the line for a malformed `slots=` value.
+/// Throws std::invalid_argument naming the line for a malformed `slots=` value, and for a host
+/// name starting with '-' (ssh and mpirun would read it as an option).
 std::vector<HostfileEntry> parseHostfile(const std::string& text);
 
 /// Ranks per host as mpirun places them (--map-by slot: each host's slots in hostfile order).

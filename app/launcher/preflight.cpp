@@ -76,7 +76,9 @@ PreflightResult preflightHost(const std::string& host, const MpirunLaunch& launc
     remote += ' ';
     remote += quoted(p);
   }
-  argv.insert(argv.end(), {host, "--", remote});
+  // "--" before the host: a host name is never read as an ssh option (the hostfile refuses a
+  // leading '-' as well).
+  argv.insert(argv.end(), {"--", host, remote});
 
   int out[2];
   if (::pipe(out) != 0) {

@@ -24,7 +24,7 @@ struct PreflightResult {
 };
 
 /// Checks `host` for the group described by `launch`: runs `ssh -o BatchMode=yes -o
-/// ConnectTimeout=C [launch.ssh_options] HOST WORKER --model-fingerprint PATHS...` (C =
+/// ConnectTimeout=C [launch.ssh_options] -- HOST WORKER --model-fingerprint PATHS...` (C =
 /// min(10, timeout_s)) and kills it after `timeout_s` seconds. Fails, naming the host and the fix,
 /// when ssh cannot log in without a prompt (exit 255: key, host key, sshd down, unreachable), the
 /// worker is missing at launch.worker (126/127), a model path is missing (3), nothing answers

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <istream>
 #include <limits>
 
@@ -421,6 +422,13 @@ void checkRequest(const GenerateRequest& r) {
   checkUtf8("output", r.output, id);
   checkUtf8("output_dir", r.output_dir, id);
   checkUtf8("output_tensors", r.output_tensors, id);
+  // Both written to one path, the tensors would replace the PNG (lexically: "a/./x" is "a/x").
+  if (!r.output.empty() && !r.output_tensors.empty() &&
+      std::filesystem::path(r.output).lexically_normal() ==
+          std::filesystem::path(r.output_tensors).lexically_normal())
+    throw ProtocolError("request fields 'output' and 'output_tensors' name the same file (" +
+                            r.output + "): the tensors would replace the image",
+                        "output_tensors", id);
   checkLimit("preview_every", r.preview_every, id);
 }
 

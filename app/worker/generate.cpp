@@ -87,6 +87,7 @@ bool Worker::resolveRequest(const protocol::GenerateRequest& req,
 bool Worker::refuseRequest(const protocol::GenerateRequest& req, const PipelineInputs& base,
                            int numImages) {
   std::string refusal;
+  replaceable_.clear();
   try {
     // Every rank reads the init image and mask itself (a file only some ranks can read is
     // refused by all of them together).
@@ -99,6 +100,13 @@ bool Worker::refuseRequest(const protocol::GenerateRequest& req, const PipelineI
                       " (send \"overwrite\": true to replace it)";
             break;
           }
+    // Only the files there now may be replaced when the image is written (a file that appears
+    // meanwhile is never replaced: OutputReplacePolicy).
+    if (rank_ == 0 && req.overwrite)
+      for (int i = 0; i < numImages; ++i)
+        for (const std::string* f : {&req.output, &req.output_tensors})
+          if (!f->empty() && fs::exists(indexedPath(*f, i, numImages)))
+            replaceable_.push_back(indexedPath(*f, i, numImages));
     if (refusal.empty()) {
       RequestDims rd;
       rd.width = base.width;

@@ -19,6 +19,7 @@
 #include "app/protocol/protocol.h"
 #include "app/worker/liveness.h"
 #include "app/worker/worker.h"
+#include "backend/io/safe_write.h"
 #include "parallel/process_group.h"
 #include "parallel/runtime.h"
 
@@ -63,6 +64,11 @@ void Worker::commitImage(const protocol::GenerateRequest& req,
   const protocol::GenerationParams made = imageParams(request, res.params);
   try {
     path = imagePath(req, index, numImages, made.seed);
+    // Files that existed when the request was accepted (with "overwrite") and the name reserved
+    // just now may be replaced; nothing else (a file appearing meanwhile stays).
+    std::vector<std::string> allowed = replaceable_;
+    if (req.output.empty()) allowed.push_back(path);
+    const OutputReplacePolicy policy(allowed);
     writeImagePng(path, res, made, imageMetadata());
     if (!req.output_tensors.empty())
       writeResultTensors(indexedPath(req.output_tensors, index, numImages), res, made);

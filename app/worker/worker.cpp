@@ -232,6 +232,8 @@ void Worker::exchangePeers() {
   const int n = worldSize();
   std::vector<int> pids(static_cast<size_t>(n));
   int mine = static_cast<int>(::getpid());
+  // A rank stopped here is named (the exchange itself cannot tell who is missing).
+  checkStartupArrival(MPI_COMM_WORLD, "the exchange of pids", defaultCollectiveTimeoutSeconds());
   startupCollective("the exchange of pids", [&](MPI_Request* r) {
     MPI_Iallgather(&mine, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD, r);
   });

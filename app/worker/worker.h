@@ -130,6 +130,9 @@ class Worker {
   std::shared_ptr<ProcessGroup> world_;
   std::unique_ptr<DiffusionPipeline> pipe_;
   LoraCache loraCache_{loraCacheBudgetFromEnv()};
+  /// Rank 0: the output files of the request being served that existed when it was accepted
+  /// and may be replaced ("overwrite": true); refuseRequest sets it.
+  std::vector<std::string> replaceable_;
   // Process-lifetime: its detached stdin thread may outlive this Worker.
   RequestQueue& reader_ = *new RequestQueue;
   Fault fault_;

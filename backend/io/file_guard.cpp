@@ -7,6 +7,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
 
 namespace dit {
 
@@ -110,14 +113,43 @@ nlohmann::json parseModelJson(std::string_view text, const std::string& file,
   if (jsonDepthExceeds(text, kMaxModelJsonDepth))
     throw ModelFileError(file, what + " nests JSON more than " +
                                    std::to_string(kMaxModelJsonDepth) + " levels deep");
+  // A key listed twice in one object is refused (the parser would keep the last silently: a
+  // safetensors header naming a tensor twice would then read as a gap in the data section).
+  std::vector<std::set<std::string>> keys;  // the keys of each open object
+  std::string duplicate;
+  bool nestedDuplicate = false;
+  const nlohmann::json::parser_callback_t check = [&](int, nlohmann::json::parse_event_t event,
+                                                      nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if (event == E::object_start) {
+      keys.emplace_back();
+    } else if (event == E::object_end) {
+      if (!keys.empty()) keys.pop_back();
+    } else if (event == E::key && !keys.empty() && duplicate.empty()) {
+      const std::string k = parsed.get<std::string>();
+      if (!keys.back().insert(k).second) {
+        duplicate = k;
+        nestedDuplicate = keys.size() > 1;
+      }
+    }
+    return true;
+  };
+  nlohmann::json j;
   try {
-    return nlohmann::json::parse(text.begin(), text.end());
+    j = nlohmann::json::parse(text.begin(), text.end(), check);
   } catch (const nlohmann::json::parse_error& e) {
     throw ModelFileError(
         file, what + " is not valid JSON: syntax error at byte " + std::to_string(e.byte));
   } catch (const nlohmann::json::exception&) {
     throw ModelFileError(file, what + " is not valid JSON");
   }
+  if (!duplicate.empty())
+    throw ModelFileError(
+        file, what + " lists the key '" +
+                  (duplicate.size() > 200 ? duplicate.substr(0, 200) + "..." : duplicate) +
+                  "' twice" + (nestedDuplicate ? " in one nested object" : "") +
+                  " (a JSON object's keys must be distinct)");
+  return j;
 }
 
 nlohmann::json readModelJson(const std::string& file, const std::string& what) {

@@ -20,13 +20,35 @@ struct TensorSegment {
 };
 
 /// One diffusers parameter as stored: the concatenation along dim 0 of `segments`, reshaped to
-/// `shape` (drops the trailing 1x1 of LDM attention convolutions), times the F32 scalar
-/// `scaleKey` when set (ComfyUI scaled fp8: weight = fp8.to(float32) * scale_weight).
+/// `shape` (drops the trailing 1x1 of LDM attention convolutions), times the scalar `scaleKey`
+/// (F32, BF16 or F16, applied in float32) when set (ComfyUI scaled fp8: weight =
+/// fp8.to(float32) * scale_weight).
 struct MappedTensor {
   std::vector<TensorSegment> segments;
   std::vector<int64_t> shape;
   std::string scaleKey;
 };
+
+/// The spellings ComfyUI (and InvokeAI, reading ComfyUI's files) use for the per-layer tensors of
+/// scaled fp8 weights besides the weight itself: the weight scale (`<layer>.scale_weight`, newer
+/// `<layer>.weight_scale`), the activation scale (`.scale_input`, newer `.input_scale`: used only
+/// to quantize activations for fp8 matrix products, it does not change the weight) and the
+/// per-layer quantization config (`.comfy_quant`: JSON bytes such as {"format": "float8_e4m3fn"}).
+inline constexpr const char* kWeightScaleSuffixes[] = {".scale_weight", ".weight_scale"};
+inline constexpr const char* kFp8AuxiliarySuffixes[] = {
+    ".scale_weight", ".weight_scale", ".scale_input", ".input_scale", ".comfy_quant"};
+
+/// True when `key` is one of the scaled-fp8 auxiliary tensors above or the file's `scaled_fp8`
+/// marker (not a parameter of the model).
+inline bool isFp8AuxiliaryKey(const std::string& key) {
+  auto ends = [&](const std::string& s) {
+    return key.size() >= s.size() && key.compare(key.size() - s.size(), s.size(), s) == 0;
+  };
+  if (key == "scaled_fp8" || ends(".scaled_fp8")) return true;
+  for (const char* s : kFp8AuxiliarySuffixes)
+    if (ends(s)) return true;
+  return false;
+}
 
 /// A component of a single file, addressed by diffusers parameter names.
 struct KeyLayout {

@@ -2,7 +2,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <regex>
+#include <utility>
 
 #include "backend/io/safetensors.h"
 
@@ -101,12 +104,74 @@ bool kohyaKey(const std::string& key, std::string& module, std::string& role) {
   return false;
 }
 
-// PEFT pattern match (rank_pattern / alpha_pattern keys): the module path ends in the key.
-const nlohmann::json* patternFor(const nlohmann::json& pattern, const std::string& module) {
-  if (!pattern.is_object()) return nullptr;
-  for (const auto& [k, v] : pattern.items())
-    if (module == k || endsWith(module, "." + k)) return &v;
-  return nullptr;
+// PEFT's get_pattern_key (peft/utils/other.py): the first key of rank_pattern / alpha_pattern,
+// in the file's order, that matches the whole module path as re.match(rf"(.*\.)?({key})$") does,
+// i.e. the key is a regular expression matched against the full path or a dot-separated suffix.
+// Returns the index of the matching entry or -1. Keys that are not valid regular expressions are
+// refused by the caller (checkPattern).
+int patternIndex(const std::vector<std::pair<std::string, std::regex>>& pattern,
+                 const std::string& module) {
+  for (size_t i = 0; i < pattern.size(); ++i)
+    if (std::regex_match(module, pattern[i].second)) return static_cast<int>(i);
+  return -1;
+}
+
+// "an integer", "a string", "an array", ... for messages.
+std::string jsonTypeName(const nlohmann::ordered_json& v) {
+  if (v.is_number_integer()) return "an integer";
+  if (v.is_number()) return "a number";
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  if (v.is_null()) return "null";
+  return std::string("a ") + v.type_name();
+}
+
+// A ModelFileError naming the file, the metadata field and the type it has against `want` (the
+// type PEFT's LoraConfig declares for it).
+[[noreturn]] void badField(const std::string& path, const std::string& key, const std::string& want,
+                           const nlohmann::ordered_json& v) {
+  throw ModelFileError(path, "lora_adapter_metadata field '" + key + "' is " + jsonTypeName(v) +
+                                 " (" + v.dump().substr(0, 60) + "), expected " + want);
+}
+
+double finiteNumber(const std::string& path, const std::string& key,
+                    const nlohmann::ordered_json& v) {
+  if (!v.is_number()) badField(path, key, "a number", v);
+  const double d = v.get<double>();
+  if (!std::isfinite(d) || std::fabs(d) > std::numeric_limits<float>::max())
+    throw ModelFileError(path, "lora_adapter_metadata field '" + key + "' is " + v.dump() +
+                                   ", outside the float32 range LoRA scales are computed in");
+  return d;
+}
+
+int64_t positiveRank(const std::string& path, const std::string& key,
+                     const nlohmann::ordered_json& v) {
+  if (!v.is_number_integer()) badField(path, key, "a positive integer", v);
+  const int64_t r = v.get<int64_t>();
+  if (r <= 0) badField(path, key, "a positive integer", v);
+  return r;
+}
+
+// rank_pattern / alpha_pattern: an object of regular expression -> value (checked by `check`).
+template <typename T, typename Check>
+std::vector<std::pair<std::string, std::regex>> readPattern(const std::string& path,
+                                                            const nlohmann::ordered_json& config,
+                                                            const std::string& field,
+                                                            std::vector<T>& values, Check check) {
+  std::vector<std::pair<std::string, std::regex>> out;
+  auto it = config.find(field);
+  if (it == config.end() || it->is_null()) return out;
+  if (!it->is_object()) badField(path, field, "an object of module pattern -> value", *it);
+  for (const auto& [k, v] : it->items()) {
+    try {
+      out.emplace_back(k, std::regex("(.*\\.)?(" + k + ")", std::regex::ECMAScript));
+    } catch (const std::regex_error& e) {
+      throw ModelFileError(path, "lora_adapter_metadata field '" + field + "' has key '" + k +
+                                     "', which is not a regular expression (" + e.what() + ")");
+    }
+    values.push_back(check(path, field + "." + k, v));
+  }
+  return out;
 }
 
 }  // namespace
@@ -151,34 +216,52 @@ LoraFileInfo inspectLoraFile(const std::string& path) {
     throw ModelFileError(path, "unknown LoRA format: it mixes diffusers/PEFT and kohya keys");
   info.format = anyKohya ? LoraFormat::Kohya : LoraFormat::Diffusers;
 
-  // diffusers: the adapter config in the header, if any.
-  nlohmann::json config;
-  bool hasConfig = false, anyAlphaTensor = false;
+  // diffusers: the adapter config in the header, if any. Read in the file's key order (PEFT
+  // matches rank_pattern / alpha_pattern keys in dict order), every field with the type PEFT's
+  // LoraConfig gives it.
+  nlohmann::ordered_json config;
+  bool hasConfig = false, anyAlphaTensor = false, rslora = false;
+  int64_t configRank = 0;
+  double configAlpha = 0;
+  std::vector<int64_t> rankValues;
+  std::vector<double> alphaValues;
+  std::vector<std::pair<std::string, std::regex>> rankPattern, alphaPattern;
   if (info.format == LoraFormat::Diffusers) {
     auto it = info.metadata.find("lora_adapter_metadata");
     if (it != info.metadata.end()) {
+      nlohmann::ordered_json j;
       try {
-        nlohmann::json j = nlohmann::json::parse(it->second);
-        if (!j.is_object()) throw std::runtime_error("not a JSON object");
-        // Keys are "transformer.<field>" (diffusers prefixes them); plain "<field>" is accepted.
-        for (const auto& [k, v] : j.items())
-          config[startsWith(k, "transformer.") ? k.substr(12) : k] = v;
+        j = nlohmann::ordered_json::parse(it->second);
       } catch (const std::exception& e) {
         throw ModelFileError(path, std::string("lora_adapter_metadata is not a PEFT LoraConfig "
                                                "JSON object: ") +
                                        e.what());
       }
-      if (!config.contains("lora_alpha") || !config["lora_alpha"].is_number() ||
-          !config.contains("r") || !config["r"].is_number_integer())
+      if (!j.is_object())
+        throw ModelFileError(path, "lora_adapter_metadata is " + jsonTypeName(j) +
+                                       ", expected a PEFT LoraConfig JSON object");
+      // Keys are "transformer.<field>" (diffusers prefixes them); plain "<field>" is accepted.
+      for (const auto& [k, v] : j.items())
+        config[startsWith(k, "transformer.") ? k.substr(12) : k] = v;
+      if (!config.contains("lora_alpha") || !config.contains("r"))
         throw ModelFileError(path,
                              "lora_adapter_metadata lacks a numeric 'lora_alpha' and an "
                              "integer 'r'");
+      configRank = positiveRank(path, "r", config["r"]);
+      configAlpha = finiteNumber(path, "lora_alpha", config["lora_alpha"]);
+      for (const char* flag : {"use_rslora", "use_dora"}) {
+        auto f = config.find(flag);
+        if (f != config.end() && !f->is_null() && !f->is_boolean())
+          badField(path, flag, "true or false", *f);
+      }
+      rslora = config.value("use_rslora", false);
+      if (config.value("use_dora", false))
+        throw ModelFileError(path, "DoRA adapters (use_dora) are not supported");
+      rankPattern = readPattern(path, config, "rank_pattern", rankValues, positiveRank);
+      alphaPattern = readPattern(path, config, "alpha_pattern", alphaValues, finiteNumber);
       hasConfig = true;
     }
   }
-  const bool rslora = hasConfig && config.value("use_rslora", false);
-  if (hasConfig && config.value("use_dora", false))
-    throw ModelFileError(path, "DoRA adapters (use_dora) are not supported");
 
   for (const auto& [name, p] : parts) {
     if (p.a.empty() || p.b.empty()) {
@@ -268,14 +351,19 @@ LoraFileInfo inspectLoraFile(const std::string& path) {
     if (info.format == LoraFormat::Kohya) {
       if (m.keyAlpha.empty()) m.alpha = static_cast<double>(m.rank);
     } else if (hasConfig) {
-      int64_t r0 = config["r"].get<int64_t>();
-      double alpha = config["lora_alpha"].get<double>();
-      if (const auto* rp = patternFor(config.value("rank_pattern", nlohmann::json()), m.name))
-        if (rp->is_number_integer()) r0 = rp->get<int64_t>();
-      if (const auto* ap = patternFor(config.value("alpha_pattern", nlohmann::json()), m.name))
-        if (ap->is_number()) alpha = ap->get<double>();
+      // PEFT LoraModel._create_and_replace: r = rank_pattern.get(key, r), alpha likewise.
+      int64_t r0 = configRank;
+      double alpha = configAlpha;
+      std::string rankFrom = "r";
+      if (const int i = patternIndex(rankPattern, m.name); i >= 0) {
+        r0 = rankValues[static_cast<size_t>(i)];
+        rankFrom = "rank_pattern '" + rankPattern[static_cast<size_t>(i)].first + "'";
+      }
+      if (const int i = patternIndex(alphaPattern, m.name); i >= 0)
+        alpha = alphaValues[static_cast<size_t>(i)];
       if (r0 != m.rank)
-        throw ModelFileError(path, "module '" + m.name + "': lora_adapter_metadata gives r " +
+        throw ModelFileError(path, "module '" + m.name + "': lora_adapter_metadata gives " +
+                                       (rankFrom == "r" ? "r " : rankFrom + " rank ") +
                                        std::to_string(r0) + " but its factors have rank " +
                                        std::to_string(m.rank));
       m.alpha = alpha;
@@ -284,6 +372,12 @@ LoraFileInfo inspectLoraFile(const std::string& path) {
     }
     m.scale = rslora ? m.alpha / std::sqrt(static_cast<double>(m.rank))
                      : m.alpha / static_cast<double>(m.rank);
+    // The deltas are computed in float32 (at most in the model's dtype): a scale outside its
+    // range would turn every output of the module into Inf / NaN.
+    if (!std::isfinite(m.scale) || std::fabs(m.scale) > std::numeric_limits<float>::max())
+      throw ModelFileError(path, "module '" + m.name + "': alpha " + std::to_string(m.alpha) +
+                                     " / rank " + std::to_string(m.rank) +
+                                     " gives a scale outside the float32 range");
     if (m.rank > info.rank) info.rank = m.rank;
   }
   info.alphaSource = info.format == LoraFormat::Kohya

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/io/config_json.h"
+#include "backend/io/key_layout.h"
 
 namespace dit {
 namespace fs = std::filesystem;
@@ -22,8 +23,7 @@ uint64_t ModelFolder::componentParameterCount(const std::string& name,
   if (it != components.end() && it->second.single_file) {
     SafetensorsReader r(it->second.path);
     for (const auto& k : r.names())
-      if (k.rfind(it->second.prefix, 0) == 0 && k.find("scale_weight") == std::string::npos &&
-          k != it->second.prefix + "scaled_fp8")
+      if (k.rfind(it->second.prefix, 0) == 0 && !isFp8AuxiliaryKey(k))
         n += static_cast<uint64_t>(r.info(k).numel());
     return n;
   }

@@ -1,6 +1,7 @@
 #include "backend/io/safe_write.h"
 
 #include <fcntl.h>
+#include <stdio.h>  // renameat2, RENAME_NOREPLACE (glibc 2.28)
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace dit {
@@ -103,8 +105,30 @@ void AtomicFile::commit() {
     tmp_.clear();
     throw;
   }
-  if (::rename(tmp_.c_str(), path_.c_str()) != 0)
+  const OutputReplacePolicy* policy = OutputReplacePolicy::current();
+  if (policy && !policy->mayReplace(path_)) {
+    // No replacing: renameat2(RENAME_NOREPLACE) fails with EEXIST when a file appeared at the
+    // destination after the request was accepted; where the file system lacks it, link() (which
+    // never replaces either) and unlink the temporary name.
+    if (::renameat2(AT_FDCWD, tmp_.c_str(), AT_FDCWD, path_.c_str(), RENAME_NOREPLACE) != 0) {
+      int e = errno;
+      if (e == EINVAL || e == ENOSYS || e == ENOTSUP) {
+        if (::link(tmp_.c_str(), path_.c_str()) == 0) {
+          ::unlink(tmp_.c_str());
+          e = 0;
+        } else {
+          e = errno;
+        }
+      }
+      if (e == EEXIST)
+        fail(
+            "a file appeared there while the image was computed (it did not exist when the "
+            "request was accepted); it is left alone. Remove it, or allow overwriting");
+      if (e != 0) fail(std::string("rename: ") + std::strerror(e));
+    }
+  } else if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
     fail(std::string("rename: ") + std::strerror(errno));
+  }
   committed_ = true;
   const fs::path p(path_);
   const std::string dir = p.has_parent_path() ? p.parent_path().string() : std::string(".");
@@ -113,6 +137,30 @@ void AtomicFile::commit() {
     (void)::fsync(dfd);  // the rename itself on the disk; best effort
     ::close(dfd);
   }
+}
+
+namespace {
+thread_local const OutputReplacePolicy* g_policy = nullptr;
+
+std::string canonicalOutput(const std::string& path) {
+  std::error_code ec;
+  const fs::path a = fs::absolute(path, ec);
+  return (ec ? fs::path(path) : a).lexically_normal().string();
+}
+}  // namespace
+
+OutputReplacePolicy::OutputReplacePolicy(const std::vector<std::string>& replaceable)
+    : previous_(g_policy) {
+  for (const auto& p : replaceable) replaceable_.insert(canonicalOutput(p));
+  g_policy = this;
+}
+
+OutputReplacePolicy::~OutputReplacePolicy() { g_policy = previous_; }
+
+const OutputReplacePolicy* OutputReplacePolicy::current() { return g_policy; }
+
+bool OutputReplacePolicy::mayReplace(const std::string& path) const {
+  return replaceable_.count(canonicalOutput(path)) != 0;
 }
 
 void writeFileAtomically(const std::string& path, const void* data, std::size_t n) {

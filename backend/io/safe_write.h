@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cstddef>
+#include <set>
 #include <string>
+#include <vector>
 
 namespace dit {
 
@@ -37,6 +39,29 @@ class AtomicFile {
   std::string path_, tmp_;
   int fd_ = -1;
   bool committed_ = false;
+};
+
+/// Which existing files the AtomicFile commits of this thread may replace while this object
+/// lives (innermost wins): `replaceable` are the output paths that existed when the request was
+/// accepted and that the request allowed to overwrite. Any other destination is committed with
+/// renameat2(RENAME_NOREPLACE) (link + unlink where the file system lacks it), so a file that
+/// appeared there during the computation is never replaced: the commit fails with "cannot write
+/// <path>: a file appeared there while the image was computed ...". Without a policy in force,
+/// commit() renames onto a regular file as before (tools that always replace).
+class OutputReplacePolicy {
+ public:
+  explicit OutputReplacePolicy(const std::vector<std::string>& replaceable);
+  ~OutputReplacePolicy();
+  OutputReplacePolicy(const OutputReplacePolicy&) = delete;
+  OutputReplacePolicy& operator=(const OutputReplacePolicy&) = delete;
+  /// The policy in force on this thread, or null.
+  static const OutputReplacePolicy* current();
+  /// True when `path` (compared as an absolute, lexically normal path) may be replaced.
+  bool mayReplace(const std::string& path) const;
+
+ private:
+  std::set<std::string> replaceable_;
+  const OutputReplacePolicy* previous_ = nullptr;
 };
 
 /// AtomicFile for a whole buffer.

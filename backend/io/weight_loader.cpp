@@ -1,9 +1,15 @@
 #include "backend/io/weight_loader.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
 #include <iostream>
 #include <stdexcept>
+#include <vector>
 
 #include "backend/io/gguf_types.h"
 #include "backend/io/tensor_io.h"
@@ -65,12 +71,86 @@ std::shared_ptr<const tensor_parallel::WeightStorage> WeightLoader::readFloat8(
     throw;
   }
   src_.setKeepFloat8(false);
+  const at::Tensor table = float8Table(parseDType(format));
+  const float scale = src_.float8Scale(name);
+  if (!allowNonFiniteWeights()) checkFloat8(name, format, codes, table, scale);
   auto s = std::make_shared<tensor_parallel::WeightStorage>();
   s->format = format;
-  s->table = float8Table(parseDType(format)).to(codes.device());
-  s->rowScale = at::full({codes.size(0)}, src_.float8Scale(name),
+  s->table = table.to(codes.device());
+  s->rowScale = at::full({codes.size(0)}, scale,
                          at::TensorOptions().dtype(at::kFloat).device(codes.device()));
   return s;
+}
+
+void WeightLoader::checkFloat8(const std::string& name, const std::string& format,
+                               const at::Tensor& codes, const at::Tensor& table,
+                               float scale) const {
+  // The codes stay 8-bit (the decoded weights are never materialised at load): the codes whose
+  // value is NaN or Inf (F8_E4M3: 0x7f, 0xff; F8_E5M2: exponent all ones) are looked for one by
+  // one, and the scale is checked so that the largest code times it stays a float32.
+  const float* tv = table.data_ptr<float>();
+  float largest = 0;
+  for (int c = 0; c < 256; ++c) {
+    if (std::isfinite(tv[c])) {
+      largest = std::max(largest, std::fabs(tv[c]));
+      continue;
+    }
+    const at::Tensor hit = codes.reshape({-1}).eq(c);
+    const int64_t n = hit.sum().item<int64_t>();
+    if (n == 0) continue;
+    const int64_t first = hit.nonzero()[0][0].item<int64_t>();
+    char code[8];
+    std::snprintf(code, sizeof code, "0x%02x", c);
+    throw ModelFileError(src_.where(),
+                         "tensor '" + name + "' (" + format + ") holds " + std::to_string(n) +
+                             " code" + (n == 1 ? "" : "s") + " " + code + ", which is " +
+                             (std::isnan(tv[c]) ? "NaN" : "Inf") + " (first at flat index " +
+                             std::to_string(first) +
+                             " of this rank's part); refusing weights that would make NaN "
+                             "images. Pass --allow-nonfinite-weights (or set "
+                             "DITSTUDIO_ALLOW_NONFINITE_WEIGHTS=1) to load them anyway");
+  }
+  if (!std::isfinite(scale) || !std::isfinite(largest * scale))
+    throw ModelFileError(
+        src_.where(),
+        "the scale of tensor '" + name + "' (" + format + ") is " + std::to_string(scale) +
+            (std::isfinite(scale) ? ", which times the largest " + format + " value (" +
+                                        std::to_string(largest) + ") overflows float32"
+                                  : std::string()) +
+            "; refusing weights that would make NaN images. Pass "
+            "--allow-nonfinite-weights (or set "
+            "DITSTUDIO_ALLOW_NONFINITE_WEIGHTS=1) to load them anyway");
+}
+
+void WeightLoader::checkBlocks(const std::string& name, const std::string& format,
+                               const at::Tensor& codes,
+                               const tensor_parallel::WeightStorage& storage) const {
+  // Weights kept in ggml blocks are decoded at use only: each row is decoded once here (float32
+  // values, as at use) and checked, so a block whose scale is NaN/Inf (or whose values overflow)
+  // is refused at load like any other weight.
+  const int64_t rows = codes.size(0), rowBytes = codes.size(1);
+  const uint8_t* base = codes.data_ptr<uint8_t>();
+  std::atomic<int64_t> firstBad{-1};
+  at::parallel_for(0, rows, 16, [&](int64_t b, int64_t e) {
+    std::vector<float> row(static_cast<size_t>(storage.inFeatures));
+    for (int64_t r = b; r < e && firstBad.load() < 0; ++r) {
+      storage.decodeRow(base + r * rowBytes, row.data());
+      for (float v : row)
+        if (!std::isfinite(v)) {
+          int64_t expected = -1;
+          firstBad.compare_exchange_strong(expected, r);
+          break;
+        }
+    }
+  });
+  if (firstBad.load() < 0) return;
+  throw ModelFileError(src_.where(),
+                       "tensor '" + name + "' (" + format + ", kept quantized) decodes to " +
+                           "non-finite values (first in row " + std::to_string(firstBad.load()) +
+                           " of this rank's part: a block scale is NaN/Inf or overflows); "
+                           "refusing weights that would make NaN images. Pass "
+                           "--allow-nonfinite-weights (or set "
+                           "DITSTUDIO_ALLOW_NONFINITE_WEIGHTS=1) to load them anyway");
 }
 
 std::shared_ptr<const tensor_parallel::WeightStorage> WeightLoader::readBlocks(
@@ -150,6 +230,7 @@ std::shared_ptr<const tensor_parallel::WeightStorage> WeightLoader::readBlocks(
       }
     };
   }
+  if (!allowNonFiniteWeights()) checkBlocks(name, format, codes, *s);
   return s;
 }
 

@@ -120,6 +120,15 @@ class WeightLoader {
   std::shared_ptr<const tensor_parallel::WeightStorage> readFloat8(
       const std::string& name, const std::vector<int64_t>& shape, const ShardSpec& spec,
       at::Tensor& codes);
+  /// Throws ModelFileError naming the file and tensor when an 8-bit float weight kept as codes
+  /// holds a NaN / Inf code (F8_E4M3 0x7f / 0xff, F8_E5M2 exponent 31) or its scale is not finite
+  /// or makes the largest code overflow float32 (the float32 copies are checked by WeightSource).
+  void checkFloat8(const std::string& name, const std::string& format, const at::Tensor& codes,
+                   const at::Tensor& table, float scale) const;
+  /// Throws ModelFileError naming the file and tensor when a weight kept in ggml blocks decodes
+  /// (through `storage.decodeRow`, float32) to NaN or Inf.
+  void checkBlocks(const std::string& name, const std::string& format, const at::Tensor& codes,
+                   const tensor_parallel::WeightStorage& storage) const;
   void record(const std::string& name, const std::vector<int64_t>& shape, const ShardSpec& spec);
   /// A weight stored in ggml blocks kept quantized (see above): reads this rank's blocks into
   /// `codes` (kByte [out_local, bytes]) and returns the block-row storage. Null (and `codes`

@@ -1,8 +1,17 @@
 #include "backend/models/checkpoint_layouts.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/io/file_guard.h"
 
 namespace dit {
 
@@ -19,19 +28,42 @@ std::string shapeStr(const std::vector<int64_t>& s) {
   return r + "]";
 }
 
-// Highest index + 1 of `<prefix><group>.<N>.` keys.
-int countBlocks(const SafetensorsReader& r, const std::string& prefix, const std::string& group) {
-  int n = 0;
-  const std::string p = prefix + group + ".";
-  for (const auto& k : r.names()) {
+// The number of blocks N of keys `<p><N>...` (N a decimal index): the indices must run 0..N-1
+// without a gap, so the count is bounded by the number of keys and nothing is built from a lone
+// huge index ('double_blocks.999999.x' would otherwise make a million blocks). Keys whose
+// segment after `p` is not a decimal number are left to the caller. Throws ModelFileError naming
+// `file` and the first key out of order.
+int contiguousCount(const std::string& file, const std::string& p,
+                    const std::vector<std::string>& keys) {
+  std::map<int64_t, std::string> seen;  // index -> one key with it
+  for (const auto& k : keys) {
     if (!startsWith(k, p)) continue;
-    const size_t e = k.find('.', p.size());
-    try {
-      n = std::max(n, std::stoi(k.substr(p.size(), e - p.size())) + 1);
-    } catch (const std::exception&) {
-    }
+    const size_t e = std::min(k.find('.', p.size()), k.size());
+    const std::string digits = k.substr(p.size(), e - p.size());
+    if (digits.empty() ||
+        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    if (digits.size() > 6 || (digits.size() > 1 && digits[0] == '0'))
+      throw ModelFileError(file, "tensor '" + k + "' has block index '" + digits +
+                                     "' (block indices are 0, 1, 2, ... without leading zeros, "
+                                     "at most 999999)");
+    seen.emplace(std::stoll(digits), k);
   }
-  return n;
+  int64_t expect = 0;
+  for (const auto& [i, k] : seen) {
+    if (i != expect)
+      throw ModelFileError(file, "tensor '" + k + "' has block index " + std::to_string(i) +
+                                     " but no '" + p + std::to_string(expect) +
+                                     ".*' tensor exists (block indices must run 0.." +
+                                     std::to_string(seen.size() - 1) + " without gaps)");
+    ++expect;
+  }
+  return static_cast<int>(seen.size());
+}
+
+// Number of `<prefix><group>.<N>.` blocks (indices contiguous from 0, see contiguousCount).
+int countBlocks(const SafetensorsReader& r, const std::string& prefix, const std::string& group) {
+  return contiguousCount(r.path(), prefix + group + ".", r.names());
 }
 
 const TensorInfo& need(const SafetensorsReader& r, const std::string& key, size_t dims) {
@@ -57,24 +89,96 @@ struct Builder {
     if (scaled) used.insert(prefix + "scaled_fp8");
   }
   bool has(const std::string& k) const { return r.contains(prefix + k); }
-  // The scale of stored weight `key` (ComfyUI `<module>.scale_weight`), "" when none.
+  // The scale of stored weight `key` (ComfyUI `<module>.scale_weight` or `.weight_scale`, one
+  // F32 / BF16 / F16 number), "" when none. The layer's other scaled-fp8 tensors are checked and
+  // consumed here too: the activation scale (`.scale_input` / `.input_scale`: one finite number;
+  // weight-only dequantization does not use it, as ComfyUI without fp8 matrix products) and
+  // `.comfy_quant` (the layer's quantization config: its format must be the weight's fp8 type).
   std::string scaleFor(const std::string& key) {
     if (!endsWith(key, ".weight")) return {};
-    const std::string s = key.substr(0, key.size() - 7) + ".scale_weight";
-    if (r.contains(s)) {
-      const TensorInfo& i = r.info(s);
-      if (i.numel() != 1 || i.dtype != DType::F32)
-        throw ModelFileError(r.path(), "scale '" + s + "' must be one F32 number, found " +
-                                           dtypeName(i.dtype) + " " + shapeStr(i.shape));
-      used.insert(s);
-      return s;
-    }
+    const std::string base = key.substr(0, key.size() - 7);
     const TensorInfo& w = r.info(key);
-    if (scaled && w.dtype == DType::F8_E4M3 && w.shape.size() == 2)
+    bool quantConfig = false;
+    if (r.contains(base + ".comfy_quant")) {
+      checkComfyQuant(base + ".comfy_quant", w);
+      quantConfig = true;
+    }
+    for (const char* suffix : {".scale_input", ".input_scale"}) {
+      const std::string s = base + suffix;
+      if (!r.contains(s)) continue;
+      const double v = scalar(s, "activation scale");
+      if (!std::isfinite(v))
+        throw ModelFileError(r.path(), "activation scale '" + s + "' is not a finite number");
+      used.insert(s);
+    }
+    std::string found;
+    for (const char* suffix : kWeightScaleSuffixes) {
+      const std::string s = base + suffix;
+      if (!r.contains(s)) continue;
+      if (!found.empty())
+        throw ModelFileError(
+            r.path(), "weight '" + key + "' has two scales, '" + found + "' and '" + s + "'");
+      (void)scalar(s, "scale");
+      used.insert(s);
+      found = s;
+    }
+    if (!found.empty()) return found;
+    if ((scaled || quantConfig) && w.dtype == DType::F8_E4M3 && w.shape.size() == 2)
       throw ModelFileError(r.path(), "scaled fp8 checkpoint: weight '" + key +
-                                         "' is stored as F8_E4M3 but its scale '" + s +
-                                         "' is missing");
+                                         "' is stored as F8_E4M3 but its scale '" + base +
+                                         ".scale_weight' is missing");
     return {};
+  }
+  // The value of one-element floating tensor `s` (F32, BF16, F16), or a ModelFileError naming it.
+  double scalar(const std::string& s, const char* what) const {
+    const TensorInfo& i = r.info(s);
+    if (i.numel() != 1 ||
+        (i.dtype != DType::F32 && i.dtype != DType::BF16 && i.dtype != DType::F16))
+      throw ModelFileError(r.path(), std::string(what) + " '" + s +
+                                         "' must be one F32, BF16 or F16 number, found " +
+                                         dtypeName(i.dtype) + " " + shapeStr(i.shape));
+    const uint8_t* p = r.data(i);
+    if (i.dtype == DType::F32) {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    if (i.dtype == DType::BF16) {
+      const uint32_t bits = static_cast<uint32_t>(h) << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return f;
+    }
+    const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    const double sign = (h & 0x8000) ? -1.0 : 1.0;
+    if (e == 31) return m ? std::nan("") : sign * HUGE_VAL;
+    return sign * (e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25));
+  }
+  // `<layer>.comfy_quant`: U8 bytes of a JSON object whose "format" names the weight's type.
+  void checkComfyQuant(const std::string& k, const TensorInfo& weight) {
+    const TensorInfo& i = r.info(k);
+    if (i.dtype != DType::U8 || i.shape.size() != 1 || i.numel() > 4096)
+      throw ModelFileError(r.path(), "'" + k + "' must be the U8 bytes of a JSON object, found " +
+                                         dtypeName(i.dtype) + " " + shapeStr(i.shape));
+    const std::string text(reinterpret_cast<const char*>(r.data(i)),
+                           static_cast<size_t>(i.numel()));
+    const nlohmann::json j = parseModelJson(text, r.path(), "'" + k + "'");
+    if (!j.is_object() || !j.contains("format") || !j["format"].is_string())
+      throw ModelFileError(r.path(), "'" + k + "' has no \"format\" string");
+    const std::string f = j["format"].get<std::string>();
+    const std::string want = weight.dtype == DType::F8_E4M3   ? "float8_e4m3fn"
+                             : weight.dtype == DType::F8_E5M2 ? "float8_e5m2"
+                                                              : "";
+    if (f != "float8_e4m3fn" && f != "float8_e5m2")
+      throw ModelFileError(r.path(), "'" + k + "' asks for format '" + f.substr(0, 40) +
+                                         "'; only the fp8 formats float8_e4m3fn and float8_e5m2 "
+                                         "are supported");
+    if (f != want)
+      throw ModelFileError(r.path(), "'" + k + "' says '" + f + "' but the weight is stored as " +
+                                         dtypeName(weight.dtype));
+    used.insert(k);
   }
   // diffusers `name` = stored `key` whole (reshaped to `shape` when given).
   void whole(const std::string& name, const std::string& k, std::vector<int64_t> shape = {}) {
@@ -247,7 +351,9 @@ CheckpointInfo inspectCheckpoint(const std::string& file) {
     info.variant = r.contains(p + "guidance_in.in_layer.bias") ? "flux-dev" : "flux-schnell";
     info.scaled_fp8 = r.contains(p + "scaled_fp8");
     for (const auto& k : names)
-      if (startsWith(k, p) && endsWith(k, ".scale_weight")) info.scaled_fp8 = true;
+      if (startsWith(k, p) && (endsWith(k, ".scale_weight") || endsWith(k, ".weight_scale") ||
+                               endsWith(k, ".comfy_quant")))
+        info.scaled_fp8 = true;
     add("transformer", p, "bfl");
     break;
   }
@@ -438,11 +544,12 @@ KeyLayout prefixLayout(const SafetensorsReader& r, const std::string& prefix,
     m.segments.push_back({k, 0, i.shape.empty() ? 1 : i.shape[0]});
     m.shape = i.shape;
     const std::string name = k.substr(prefix.size());
-    if (endsWith(name, ".scale_weight") || name == "scaled_fp8") continue;
-    if (endsWith(k, ".weight")) {
-      const std::string s = k.substr(0, k.size() - 7) + ".scale_weight";
-      if (r.contains(s)) m.scaleKey = s;
-    }
+    if (isFp8AuxiliaryKey(name)) continue;
+    if (endsWith(k, ".weight"))
+      for (const char* suffix : kWeightScaleSuffixes) {
+        const std::string s = k.substr(0, k.size() - 7) + suffix;
+        if (r.contains(s)) m.scaleKey = s;
+      }
     l.tensors[name] = std::move(m);
   }
   return l;
@@ -539,15 +646,10 @@ const std::vector<int64_t>& shapeOf(const KeyLayout& l, const std::string& name)
   return it->second.shape;
 }
 int countIn(const KeyLayout& l, const std::string& p) {
-  int n = 0;
-  for (const auto& [k, v] : l.tensors) {
-    if (!startsWith(k, p)) continue;
-    try {
-      n = std::max(n, std::stoi(k.substr(p.size())) + 1);
-    } catch (const std::exception&) {
-    }
-  }
-  return n;
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : l.tensors)
+    if (startsWith(k, p)) keys.push_back(k);
+  return contiguousCount(l.file, p, keys);
 }
 }  // namespace
 

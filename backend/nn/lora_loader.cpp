@@ -2,10 +2,36 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
+#include <cstdint>
+#include <string>
+
 #include "backend/io/safetensors.h"
 #include "backend/io/tensor_io.h"
 
 namespace dit {
+
+namespace {
+
+// Refuses a factor holding NaN or Inf (as stored, or after the conversion to float32), naming
+// the file and the tensor: it would make every output of its module NaN (PEFT applies it as is).
+void checkFactorFinite(const std::string& path, const std::string& key, const at::Tensor& t) {
+  // One reduction in float64 (NaN and Inf propagate; finite float32 values cannot overflow it).
+  if (std::isfinite(t.sum(at::kDouble).item<double>())) return;
+  const at::Tensor bad = at::logical_not(at::isfinite(t)).reshape({-1});
+  const int64_t n = bad.sum().item<int64_t>();
+  const int64_t first = bad.nonzero()[0][0].item<int64_t>();
+  const double v = t.reshape({-1})[first].item<double>();
+  throw ModelFileError(path, "tensor '" + key + "' holds " + std::to_string(n) +
+                                 " non-finite value" + (n == 1 ? "" : "s") + " (first: " +
+                                 (std::isnan(v) ? "nan"
+                                  : v > 0       ? "inf"
+                                                : "-inf") +
+                                 " at flat index " + std::to_string(first) +
+                                 "); refusing a LoRA that would make NaN images");
+}
+
+}  // namespace
 
 tensor_parallel::LoraAdapter loadLoraAdapter(const std::string& path,
                                              const KohyaLoraMapping& kohya) {
@@ -19,6 +45,8 @@ tensor_parallel::LoraAdapter loadLoraAdapter(const std::string& path,
   for (const auto& m : info.modules) {
     at::Tensor A = loadTensor(st, m.keyA, at::kFloat);
     at::Tensor B = loadTensor(st, m.keyB, at::kFloat);
+    checkFactorFinite(path, m.keyA, A);
+    checkFactorFinite(path, m.keyB, B);
     if (info.format == LoraFormat::Diffusers) {
       a.modules.push_back({m.name, A, B, m.alpha, m.rank, m.scale});
       continue;

@@ -113,7 +113,8 @@ PipelineInputs FlowMatchPipeline::resolve(PipelineInputs p) const {
     throw std::invalid_argument("steps are limited to 1000; got " + std::to_string(p.steps));
   if (p.max_sequence_length > d.max_sequence_length_limit)
     throw std::invalid_argument("max_sequence_length cannot be greater than " +
-                                std::to_string(d.max_sequence_length_limit) + ", got " +
+                                std::to_string(d.max_sequence_length_limit) + " for " +
+                                d.max_sequence_length_rule + ", got " +
                                 std::to_string(p.max_sequence_length));
   if (!p.init_image.empty() && img2imgStartIndex(p.steps, p.strength) >= p.steps)
     throw std::invalid_argument("strength " + std::to_string(p.strength) + " with " +
@@ -128,6 +129,29 @@ void FlowMatchPipeline::checkCfg(const CfgPolicy& cfg) const {
     throw std::invalid_argument("cfg_degree 2 needs " + cfg.requirement +
                                 "; with CFG off one half of the group would idle — use "
                                 "cfg_degree 1");
+}
+
+void FlowMatchPipeline::checkFiniteResult(const at::Tensor& t, const char* what, int steps,
+                                          const PipelineInputs& p) {
+  // One float64 reduction: NaN / Inf propagate into it (the tensor is float32 and small).
+  if (std::isfinite(t.sum(at::kDouble).item<double>())) return;
+  const int64_t n = at::logical_not(at::isfinite(t)).sum().item<int64_t>();
+  const bool anyNan = at::isnan(t).any().item<bool>();
+  std::string cause;
+  if (transformer().loraTargets().appliedBytes() > 0)
+    cause = "the LoRA(s) applied to this request (their factors, alpha or strength) or the weights";
+  else
+    cause = "the weights";
+  if (opts_.dtype == at::kHalf)
+    cause += ", or float16 overflowing (try --dtype bfloat16 or float32)";
+  if (std::fabs(p.guidance) > 100 || std::fabs(p.true_cfg_scale) > 100)
+    cause += ", or the guidance scale (" + std::to_string(p.guidance) + ", true_cfg_scale " +
+             std::to_string(p.true_cfg_scale) + ")";
+  throw std::runtime_error(std::string(what) + " hold " + std::to_string(n) + " non-finite value" +
+                           (n == 1 ? "" : "s") + (anyNan ? " (NaN)" : " (Inf)") + " after " +
+                           std::to_string(steps) + " step" + (steps == 1 ? "" : "s") +
+                           "; likely cause: " + cause +
+                           ". No image was written (a NaN image is black, not a result)");
 }
 
 GenerationResult FlowMatchPipeline::generate(const PipelineInputs& params0,
@@ -353,10 +377,12 @@ GenerationResult FlowMatchPipeline::denoise(const PipelineInputs& p, const Promp
   res.timings_ms["denoise"] = msSince(tDen);
   res.final_latents = latents.to(at::kFloat).to(at::kCPU).contiguous();
   if (res.cancelled) return res;
+  checkFiniteResult(res.final_latents, "the denoised latents", res.steps_done, p);
   stage("decode");
   const auto tDec = Clock::now();
   res.image = decode(latents, p.height, p.width);
   res.timings_ms["decode"] = msSince(tDec);
+  checkFiniteResult(res.image, "the decoded image", res.steps_done, p);
   return res;
 }
 

@@ -80,8 +80,11 @@ struct FlowMatchDefaults {
   int sample_size = 128;  ///< default width/height = sample_size x vae_scale_factor
   int steps = 28;
   int max_sequence_length = 512;
-  /// The largest max_sequence_length a request may ask (FLUX: 512; QwenImagePipeline: 1024).
+  /// The largest max_sequence_length the family's pipeline takes: FluxPipeline.check_inputs
+  /// refuses more than 512 (T5); Flux2KleinPipeline has no such check (its limit is its text
+  /// encoder's max_position_embeddings; QwenImagePipeline: 1024). `max_sequence_length_rule` says where it comes from.
   int max_sequence_length_limit = 512;
+  std::string max_sequence_length_rule = "FluxPipeline (T5)";
   /// true: width/height are floored to multiples of 2 x vae_scale_factor (Flux2KleinPipeline);
   /// false: other sizes are refused naming the nearest valid one (FluxPipeline).
   bool floor_sizes = false;
@@ -208,6 +211,10 @@ class FlowMatchPipeline : public DiffusionPipeline {
 
  private:
   void checkCfg(const CfgPolicy& cfg) const;
+  /// Throws std::runtime_error when `t` (float32 CPU: the final latents, then the decoded image)
+  /// holds NaN or Inf, naming `what`, the steps run and the likely cause (an applied LoRA, the
+  /// weights, float16 overflow, an extreme guidance scale): nothing is written for such a result.
+  void checkFiniteResult(const at::Tensor& t, const char* what, int steps, const PipelineInputs& p);
 
   ModelFolder model_;
   PipelineOptions opts_;

@@ -178,6 +178,7 @@ FlowMatchDefaults QwenImagePipeline::defaults() const {
   d.steps = 50;
   d.max_sequence_length = d_->cfg.max_sequence_length;
   d.max_sequence_length_limit = d_->cfg.tokenizer_max_length;
+  d.max_sequence_length_rule = "QwenImagePipeline (its tokenizer_max_length)";
   d.floor_sizes = true;  // 2 * (size // (vae_scale_factor * 2)) latent pixels
   return d;
 }

@@ -135,6 +135,7 @@ FlowMatchDefaults ZImagePipeline::defaults() const {
   d.sample_size = 1024 / d_->vsf();  // height = height or 1024
   d.steps = 50;
   d.max_sequence_length = d_->cfg.max_sequence_length;
+  d.max_sequence_length_rule = "ZImagePipeline";
   d.floor_sizes = false;  // "Height must be divisible by ..." (ValueError)
   return d;
 }
