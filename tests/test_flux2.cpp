@@ -27,6 +27,7 @@
 #include "backend/models/flux2/transformer_flux2.h"
 #include "backend/pipelines/flux2/pipeline_flux2.h"
 #include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
+#include "flux2_test_util.h"
 #include "golden_util.h"
 #include "parallel/context_parallel.h"
 #include "parallel/device_mesh.h"
@@ -44,18 +45,9 @@ int worldSize() {
   return n;
 }
 
-std::string transformerDir() { return test::fixtureDir() + "/transformer"; }
-
-const Flux2TransformerConfig& config() {
-  static const Flux2TransformerConfig c = parseFlux2TransformerConfig(
-      readConfigJson(transformerDir() + "/config.json"), transformerDir() + "/config.json");
-  return c;
-}
-
-std::shared_ptr<WeightSource> weights() {
-  return WeightSource::fromFolder(transformerDir(), "diffusion_pytorch_model", at::kFloat,
-                                  c10::Device(at::kCPU));
-}
+std::string transformerDir() { return test::flux2TransformerDir(); }
+const Flux2TransformerConfig& config() { return test::flux2TransformerConfig(); }
+std::shared_ptr<WeightSource> weights() { return test::flux2TransformerWeights(); }
 
 TransformerInputs caseInputs(int n) {
   const std::string p = "dit." + std::to_string(n) + ".in.";

@@ -21,6 +21,7 @@
 #include "backend/io/weight_source.h"
 #include "backend/models/cache/step_cache.h"
 #include "backend/models/flux2/transformer_flux2.h"
+#include "flux2_test_util.h"
 #include "golden_util.h"
 #include "parallel/context_parallel.h"
 #include "parallel/device_mesh.h"
@@ -33,18 +34,8 @@ namespace {
 
 constexpr int kSteps = 8;
 
-std::string transformerDir() { return test::fixtureDir() + "/transformer"; }
-
-const Flux2TransformerConfig& config() {
-  static const Flux2TransformerConfig c = parseFlux2TransformerConfig(
-      readConfigJson(transformerDir() + "/config.json"), transformerDir() + "/config.json");
-  return c;
-}
-
-std::shared_ptr<WeightSource> weights() {
-  return WeightSource::fromFolder(transformerDir(), "diffusion_pytorch_model", at::kFloat,
-                                  c10::Device(at::kCPU));
-}
+const Flux2TransformerConfig& config() { return test::flux2TransformerConfig(); }
+std::shared_ptr<WeightSource> weights() { return test::flux2TransformerWeights(); }
 
 struct CachedRun {
   at::Tensor latents;         ///< after kSteps Euler steps

@@ -25,6 +25,7 @@
 #include "parallel/device_mesh.h"
 #include "parallel/runtime.h"
 #include "parallel/strategy.h"
+#include "single_file_test_util.h"
 #include "tp_test_util.h"
 
 using namespace dit;
@@ -43,28 +44,14 @@ const SafetensorsCollection& fgoldens() {
 }
 at::Tensor fgolden(const std::string& name) { return loadTensor(fgoldens(), name, at::kFloat); }
 
-struct FileModel {
-  std::shared_ptr<WeightSource> w;
-  std::unique_ptr<FluxTransformer2DModel> model;
-};
+using FileModel = test::SingleFileTransformer;
 
 FileModel load(const std::string& file, FluxParallelism par) {
-  const CheckpointInfo info = inspectCheckpoint(file);
-  const CheckpointComponent& c = info.require("transformer", "--model");
-  SafetensorsReader r(file);
-  FileModel m;
-  m.w = WeightSource::fromLayout(componentLayout(r, c), at::kFloat, at::kCPU);
-  m.model = std::make_unique<FluxTransformer2DModel>(
-      fluxConfigFromBfl(r, c.prefix, &test::fixtureTransformerConfig()), *m.w, par);
-  return m;
+  return test::loadSingleFileTransformer(file, &test::fixtureTransformerConfig(), std::move(par));
 }
 
 at::Tensor run(const FluxTransformer2DModel& m, int k) {
-  at::NoGradGuard ng;
-  const std::string p = "dit." + std::to_string(k) + ".in.";
-  return m.forward(fgolden(p + "hidden_states"), fgolden(p + "encoder_hidden_states"),
-                   fgolden(p + "pooled_projections"), fgolden(p + "timestep"),
-                   fgolden(p + "img_ids"), fgolden(p + "txt_ids"), fgolden(p + "guidance"));
+  return test::runGoldenCase(m, k, fgolden);
 }
 
 double report(const std::string& what, const at::Tensor& a, const at::Tensor& b) {

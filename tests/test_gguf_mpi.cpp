@@ -26,6 +26,7 @@
 #include "parallel/context_parallel.h"
 #include "parallel/device_mesh.h"
 #include "parallel/strategy.h"
+#include "single_file_test_util.h"
 #include "tp_test_util.h"
 
 using namespace dit;
@@ -47,30 +48,14 @@ const FluxTransformerConfig& ggufConfig() {
   return c;
 }
 
-struct FileModel {
-  std::shared_ptr<const KeyLayout> layout;
-  std::shared_ptr<WeightSource> w;
-  std::unique_ptr<FluxTransformer2DModel> model;
-};
+using FileModel = test::SingleFileTransformer;
 
 FileModel load(const std::string& file, FluxParallelism par) {
-  const CheckpointInfo info = inspectCheckpoint(file);
-  const CheckpointComponent& c = info.require("transformer", "--model");
-  SafetensorsReader r(file);
-  FileModel m;
-  m.layout = componentLayout(r, c);
-  m.w = WeightSource::fromLayout(m.layout, at::kFloat, at::kCPU);
-  m.model = std::make_unique<FluxTransformer2DModel>(fluxConfigFromBfl(r, c.prefix, &ggufConfig()),
-                                                     *m.w, std::move(par));
-  return m;
+  return test::loadSingleFileTransformer(file, &ggufConfig(), std::move(par));
 }
 
 at::Tensor run(const FluxTransformer2DModel& m, int k) {
-  at::NoGradGuard ng;
-  const std::string p = "dit." + std::to_string(k) + ".in.";
-  return m.forward(ggolden(p + "hidden_states"), ggolden(p + "encoder_hidden_states"),
-                   ggolden(p + "pooled_projections"), ggolden(p + "timestep"),
-                   ggolden(p + "img_ids"), ggolden(p + "txt_ids"), ggolden(p + "guidance"));
+  return test::runGoldenCase(m, k, ggolden);
 }
 
 double report(const std::string& what, const at::Tensor& a, const at::Tensor& b) {

@@ -1,6 +1,10 @@
 #include "app/protocol/events.h"
 
+#include <optional>
+#include <string>
 #include <type_traits>
+#include <variant>
+#include <vector>
 
 namespace dit::protocol {
 
@@ -47,32 +51,193 @@ struct Fields {
   }
 };
 
-json withId(json j, const std::optional<std::string>& id) {
-  if (id) j["id"] = *id;
+// ---- one field table per event drives both directions
+// How a JSON member is read back: an object only, an array only, or any value (null included).
+enum class JsonAs { Object, Array, Any };
+
+// One field of event E: its key and member. Encoding writes every member (an optional string
+// only when set); decoding reads each leniently by the member's type (Fields above).
+template <class E>
+struct Field {
+  const char* key;
+  std::variant<std::string E::*, std::optional<std::string> E::*, int E::*, std::int64_t E::*,
+               double E::*, bool E::*, json E::*>
+      member;
+  JsonAs as = JsonAs::Object;
+};
+
+// Each event's name and fields (app/PROTOCOL.md "Events"). The image event's seed, the ranks
+// list and the error event's null id are written and read by hand below.
+template <class E>
+struct Schema;
+template <>
+struct Schema<HelloEvent> {
+  static constexpr const char* name = "hello";
+  inline static const std::vector<Field<HelloEvent>> fields{
+      {"rank", &HelloEvent::rank},
+      {"world", &HelloEvent::world},
+      {"pid", &HelloEvent::pid},
+      {"host", &HelloEvent::host},
+      {"blas", &HelloEvent::blas, JsonAs::Any}};
+};
+template <>
+struct Schema<ReadyEvent> {
+  static constexpr const char* name = "ready";
+  inline static const std::vector<Field<ReadyEvent>> fields{
+      {"world", &ReadyEvent::world},
+      {"strategy", &ReadyEvent::strategy},
+      {"load_seconds", &ReadyEvent::load_seconds},
+      {"weight_reads", &ReadyEvent::weight_reads},
+      {"weight_bytes_rank0", &ReadyEvent::weight_bytes_rank0},
+      {"transformer_storage_rank0", &ReadyEvent::transformer_storage_rank0},
+      {"model", &ReadyEvent::model}};
+};
+template <>
+struct Schema<StatusEvent> {
+  static constexpr const char* name = "status";
+  inline static const std::vector<Field<StatusEvent>> fields{
+      {"stage", &StatusEvent::stage}, {"message", &StatusEvent::message}, {"id", &StatusEvent::id}};
+};
+template <>
+struct Schema<AcceptedEvent> {
+  static constexpr const char* name = "accepted";
+  inline static const std::vector<Field<AcceptedEvent>> fields{
+      {"id", &AcceptedEvent::id}, {"queue_position", &AcceptedEvent::queue_position}};
+};
+template <>
+struct Schema<ProgressEvent> {
+  static constexpr const char* name = "progress";
+  inline static const std::vector<Field<ProgressEvent>> fields{
+      {"id", &ProgressEvent::id},
+      {"step", &ProgressEvent::step},
+      {"steps", &ProgressEvent::steps},
+      {"step_ms", &ProgressEvent::step_ms},
+      {"image_index", &ProgressEvent::image_index},
+      {"eta_s", &ProgressEvent::eta_s}};
+};
+template <>
+struct Schema<PreviewEvent> {
+  static constexpr const char* name = "preview";
+  inline static const std::vector<Field<PreviewEvent>> fields{
+      {"id", &PreviewEvent::id},
+      {"step", &PreviewEvent::step},
+      {"image_index", &PreviewEvent::image_index},
+      {"png", &PreviewEvent::png}};
+};
+template <>
+struct Schema<ImageEvent> {  // + "seed" (has_seed)
+  static constexpr const char* name = "image";
+  inline static const std::vector<Field<ImageEvent>> fields{
+      {"id", &ImageEvent::id},           {"image_index", &ImageEvent::image_index},
+      {"path", &ImageEvent::path},       {"params", &ImageEvent::params},
+      {"seconds", &ImageEvent::seconds}, {"cache", &ImageEvent::cache, JsonAs::Any},
+      {"rank", &ImageEvent::rank},       {"host", &ImageEvent::host}};
+};
+template <>
+struct Schema<LoraEvent> {
+  static constexpr const char* name = "lora";
+  inline static const std::vector<Field<LoraEvent>> fields{
+      {"id", &LoraEvent::id},
+      {"loras", &LoraEvent::loras, JsonAs::Array},
+      {"lora_bytes_rank0", &LoraEvent::lora_bytes_rank0},
+      {"lora_files_parsed", &LoraEvent::lora_files_parsed},
+      {"weight_reads", &LoraEvent::weight_reads}};
+};
+template <>
+struct Schema<DoneEvent> {
+  static constexpr const char* name = "done";
+  inline static const std::vector<Field<DoneEvent>> fields{{"id", &DoneEvent::id},
+                                                           {"seconds", &DoneEvent::seconds}};
+};
+template <>
+struct Schema<CancelledEvent> {
+  static constexpr const char* name = "cancelled";
+  inline static const std::vector<Field<CancelledEvent>> fields{{"id", &CancelledEvent::id},
+                                                                {"step", &CancelledEvent::step}};
+};
+template <>
+struct Schema<ErrorEvent> {  // written by errorEvent() (its id is null when absent)
+  static constexpr const char* name = "error";
+  inline static const std::vector<Field<ErrorEvent>> fields{{"id", &ErrorEvent::id},
+                                                            {"rank", &ErrorEvent::rank},
+                                                            {"message", &ErrorEvent::message},
+                                                            {"fatal", &ErrorEvent::fatal}};
+};
+template <>
+struct Schema<LogEvent> {
+  static constexpr const char* name = "log";
+  inline static const std::vector<Field<LogEvent>> fields{{"id", &LogEvent::id},
+                                                          {"rank", &LogEvent::rank},
+                                                          {"level", &LogEvent::level},
+                                                          {"message", &LogEvent::message}};
+};
+template <>
+struct Schema<ByeEvent> {
+  static constexpr const char* name = "bye";
+  inline static const std::vector<Field<ByeEvent>> fields{};
+};
+
+template <class E>
+json encode(const E& e) {
+  json j{{"event", Schema<E>::name}};
+  for (const Field<E>& f : Schema<E>::fields)
+    std::visit(
+        [&](auto member) {
+          const auto& v = e.*member;
+          if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::optional<std::string>>) {
+            if (v) j[f.key] = *v;
+          } else {
+            j[f.key] = v;
+          }
+        },
+        f.member);
   return j;
+}
+
+template <class E>
+E decode(const Fields& in) {
+  E e;
+  for (const Field<E>& f : Schema<E>::fields)
+    std::visit(
+        [&](auto member) {
+          auto& out = e.*member;
+          using T = std::decay_t<decltype(out)>;
+          if constexpr (std::is_same_v<T, std::string>)
+            in.str(f.key, out);
+          else if constexpr (std::is_same_v<T, std::optional<std::string>>)
+            in.optStr(f.key, out);
+          else if constexpr (std::is_same_v<T, double>)
+            in.number(f.key, out);
+          else if constexpr (std::is_same_v<T, bool>)
+            in.boolean(f.key, out);
+          else if constexpr (std::is_same_v<T, json>) {
+            if (f.as == JsonAs::Any)
+              in.any(f.key, out);
+            else if (f.as == JsonAs::Object)
+              in.object(f.key, out);
+            else if (const json* v = in.find(f.key); v && v->is_array())
+              out = *v;
+          } else {
+            in.integer(f.key, out);
+          }
+        },
+        f.member);
+  return e;
+}
+
+// The first of the events E... named `type`, decoded; nullopt when none is.
+template <class... E>
+std::optional<WorkerEvent> decodeNamed(const std::string& type, const Fields& in) {
+  std::optional<WorkerEvent> out;
+  ((!out && type == Schema<E>::name ? (void)(out = decode<E>(in)) : (void)0), ...);
+  return out;
 }
 
 }  // namespace
 
-json toJson(const HelloEvent& e) {
-  return json{{"event", "hello"}, {"rank", e.rank}, {"world", e.world},
-              {"pid", e.pid},     {"host", e.host}, {"blas", e.blas}};
-}
-
-json toJson(const ReadyEvent& e) {
-  return json{{"event", "ready"},
-              {"world", e.world},
-              {"strategy", e.strategy},
-              {"load_seconds", e.load_seconds},
-              {"weight_reads", e.weight_reads},
-              {"weight_bytes_rank0", e.weight_bytes_rank0},
-              {"transformer_storage_rank0", e.transformer_storage_rank0},
-              {"model", e.model}};
-}
-
-json toJson(const StatusEvent& e) {
-  return withId(json{{"event", "status"}, {"stage", e.stage}, {"message", e.message}}, e.id);
-}
+json toJson(const HelloEvent& e) { return encode(e); }
+json toJson(const ReadyEvent& e) { return encode(e); }
+json toJson(const StatusEvent& e) { return encode(e); }
 
 json toJson(const RanksEvent& e) {
   json ranks = json::array();
@@ -90,58 +255,22 @@ json toJson(const RanksEvent& e) {
   return json{{"event", "ranks"}, {"ranks", std::move(ranks)}};
 }
 
-json toJson(const AcceptedEvent& e) {
-  return json{{"event", "accepted"}, {"id", e.id}, {"queue_position", e.queue_position}};
-}
-
-json toJson(const ProgressEvent& e) {
-  return json{{"event", "progress"}, {"id", e.id},           {"step", e.step},
-              {"steps", e.steps},    {"step_ms", e.step_ms}, {"image_index", e.image_index},
-              {"eta_s", e.eta_s}};
-}
-
-json toJson(const PreviewEvent& e) {
-  return json{{"event", "preview"},
-              {"id", e.id},
-              {"step", e.step},
-              {"image_index", e.image_index},
-              {"png", e.png}};
-}
+json toJson(const AcceptedEvent& e) { return encode(e); }
+json toJson(const ProgressEvent& e) { return encode(e); }
+json toJson(const PreviewEvent& e) { return encode(e); }
 
 json toJson(const ImageEvent& e) {
-  json j{
-      {"event", "image"}, {"id", e.id},         {"cache", e.cache}, {"image_index", e.image_index},
-      {"path", e.path},   {"params", e.params}, {"rank", e.rank},   {"seconds", e.seconds}};
+  json j = encode(e);
   if (e.has_seed) j["seed"] = e.seed;  // number_unsigned: exact for every 64-bit value
-  if (e.host) j["host"] = *e.host;
   return j;
 }
 
-json toJson(const LoraEvent& e) {
-  return json{{"event", "lora"},
-              {"id", e.id},
-              {"loras", e.loras},
-              {"lora_bytes_rank0", e.lora_bytes_rank0},
-              {"lora_files_parsed", e.lora_files_parsed},
-              {"weight_reads", e.weight_reads}};
-}
-
-json toJson(const DoneEvent& e) {
-  return json{{"event", "done"}, {"id", e.id}, {"seconds", e.seconds}};
-}
-
-json toJson(const CancelledEvent& e) {
-  return json{{"event", "cancelled"}, {"id", e.id}, {"step", e.step}};
-}
-
+json toJson(const LoraEvent& e) { return encode(e); }
+json toJson(const DoneEvent& e) { return encode(e); }
+json toJson(const CancelledEvent& e) { return encode(e); }
 json toJson(const ErrorEvent& e) { return errorEvent(e.id, e.rank, e.message, e.fatal); }
-
-json toJson(const LogEvent& e) {
-  return withId(
-      json{{"event", "log"}, {"rank", e.rank}, {"level", e.level}, {"message", e.message}}, e.id);
-}
-
-json toJson(const ByeEvent&) { return json{{"event", "bye"}}; }
+json toJson(const LogEvent& e) { return encode(e); }
+json toJson(const ByeEvent& e) { return encode(e); }
 
 json toJson(const WorkerEvent& e) {
   return std::visit(
@@ -172,113 +301,22 @@ std::string eventName(const WorkerEvent& e) {
 WorkerEvent decodeEvent(const Event& ev) {
   const Fields f{ev.data};
   const std::string& t = ev.type;
-  if (t == "hello") {
-    HelloEvent e;
-    f.integer("rank", e.rank);
-    f.integer("world", e.world);
-    f.integer("pid", e.pid);
-    f.str("host", e.host);
-    f.any("blas", e.blas);
-    return e;
-  }
-  if (t == "ready") {
-    ReadyEvent e;
-    f.integer("world", e.world);
-    f.object("strategy", e.strategy);
-    f.number("load_seconds", e.load_seconds);
-    f.integer("weight_reads", e.weight_reads);
-    f.object("weight_bytes_rank0", e.weight_bytes_rank0);
-    f.object("transformer_storage_rank0", e.transformer_storage_rank0);
-    f.object("model", e.model);
-    return e;
-  }
-  if (t == "status") {
-    StatusEvent e;
-    f.str("stage", e.stage);
-    f.str("message", e.message);
-    f.optStr("id", e.id);
-    return e;
-  }
   if (t == "ranks") return RanksEvent{parseRanks(ev.data)};
-  if (t == "accepted") {
-    AcceptedEvent e;
-    f.str("id", e.id);
-    f.integer("queue_position", e.queue_position);
-    return e;
-  }
-  if (t == "progress") {
-    ProgressEvent e;
-    f.str("id", e.id);
-    f.integer("step", e.step);
-    f.integer("steps", e.steps);
-    f.number("step_ms", e.step_ms);
-    f.integer("image_index", e.image_index);
-    f.number("eta_s", e.eta_s);
-    return e;
-  }
-  if (t == "preview") {
-    PreviewEvent e;
-    f.str("id", e.id);
-    f.integer("step", e.step);
-    f.integer("image_index", e.image_index);
-    f.str("png", e.png);
-    return e;
-  }
-  if (t == "image") {
-    ImageEvent e;
-    f.str("id", e.id);
-    f.integer("image_index", e.image_index);
-    f.str("path", e.path);
+  if (t == Schema<ImageEvent>::name) {
+    ImageEvent e = decode<ImageEvent>(f);
     if (const json* s = f.find("seed");
         s && (s->is_number_unsigned() || (s->is_number_integer() && s->get<std::int64_t>() >= 0))) {
       e.seed = s->get<std::uint64_t>();
       e.has_seed = true;
     }
-    f.object("params", e.params);
-    f.number("seconds", e.seconds);
-    f.any("cache", e.cache);
-    f.integer("rank", e.rank);
-    f.optStr("host", e.host);
     return e;
   }
-  if (t == "lora") {
-    LoraEvent e;
-    f.str("id", e.id);
-    if (const json* v = f.find("loras"); v && v->is_array()) e.loras = *v;
-    f.integer("lora_bytes_rank0", e.lora_bytes_rank0);
-    f.integer("lora_files_parsed", e.lora_files_parsed);
-    f.integer("weight_reads", e.weight_reads);
-    return e;
-  }
-  if (t == "done") {
-    DoneEvent e;
-    f.str("id", e.id);
-    f.number("seconds", e.seconds);
-    return e;
-  }
-  if (t == "cancelled") {
-    CancelledEvent e;
-    f.str("id", e.id);
-    f.integer("step", e.step);
-    return e;
-  }
-  if (t == "error") {
-    ErrorEvent e;
-    f.optStr("id", e.id);
-    f.integer("rank", e.rank);
-    f.str("message", e.message);
-    f.boolean("fatal", e.fatal);
-    return e;
-  }
-  if (t == "log") {
-    LogEvent e;
-    f.optStr("id", e.id);
-    f.integer("rank", e.rank);
-    f.str("level", e.level);
-    f.str("message", e.message);
-    return e;
-  }
-  if (t == "bye") return ByeEvent{};
+  if (t == Schema<ByeEvent>::name) return ByeEvent{};
+  if (auto e =
+          decodeNamed<HelloEvent, ReadyEvent, StatusEvent, AcceptedEvent, ProgressEvent,
+                      PreviewEvent, LoraEvent, DoneEvent, CancelledEvent, ErrorEvent, LogEvent>(t,
+                                                                                                f))
+    return *e;
   return UnknownEvent{t};
 }
 

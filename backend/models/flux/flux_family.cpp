@@ -8,6 +8,7 @@
 #include "backend/io/model_folder.h"
 #include "backend/io/safetensors.h"
 #include "backend/models/checkpoint_layouts.h"
+#include "backend/models/family_facts.h"
 #include "backend/models/flux/flux_plan.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
 
@@ -53,13 +54,8 @@ FamilySpec fluxFamily() {
     const FluxTransformerConfig& t = c.transformer;
     return std::vector<ModelFact>{
         {"family", "family", "FLUX.1"},
-        {"blocks", "blocks",
-         std::to_string(t.num_layers) + " double + " + std::to_string(t.num_single_layers) +
-             " single"},
-        {"heads", "attention",
-         std::to_string(t.num_attention_heads) + " heads x " +
-             std::to_string(t.attention_head_dim) + " head dim (inner " +
-             std::to_string(t.innerDim()) + ")"},
+        dualStreamBlocksFact(t),
+        attentionHeadsFact(t),
         {"text_encoders", "text encoders",
          "CLIP (" + std::to_string(c.text_encoder.num_hidden_layers) + " layers) + T5 (" +
              std::to_string(c.text_encoder_2.num_layers) + " layers), joint_attention_dim " +
@@ -69,7 +65,7 @@ FamilySpec fluxFamily() {
                              "prompt (--true-cfg-scale)"
                            : "no guidance embedding (schnell-style); true CFG with a negative "
                              "prompt (--true-cfg-scale)"},
-        {"latent_channels", "latent channels", std::to_string(t.in_channels)},
+        latentChannelsFact(t.in_channels),
     };
   };
   f.single_file_transformer_config = [](const std::string& file, const std::string& reference) {

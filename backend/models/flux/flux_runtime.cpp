@@ -8,6 +8,7 @@
 
 #include "backend/io/weight_source.h"
 #include "backend/models/autoencoders/autoencoder_kl.h"
+#include "backend/models/dual_stream_runtime.h"
 #include "backend/models/flux/transformer_flux.h"
 #include "backend/models/text_encoders/modeling_clip.h"
 #include "backend/models/text_encoders/modeling_t5.h"
@@ -32,23 +33,16 @@ FamilyRuntime fluxRuntime() {
                        uint64_t seed, bool negative) {
     const FluxTransformerConfig c = parseFluxTransformerConfig(config, file);
     auto gen = at::detail::createCPUGenerator(seed);
+    TransformerInputs in = dualStreamExampleInputs(gen, sh, c.in_channels, c.joint_attention_dim,
+                                                   c.guidance_embeds, negative);
     const auto f32 = at::TensorOptions().dtype(at::kFloat);
     const int64_t B = sh.batch, H = sh.image_h, W = sh.image_w, L = sh.text_tokens;
-    at::Tensor hs = at::randn({B, H * W, c.in_channels}, gen, f32);
-    at::Tensor encPos = at::randn({B, L, c.joint_attention_dim}, gen, f32);
-    at::Tensor encNeg = at::randn({B, L, c.joint_attention_dim}, gen, f32);
-    at::Tensor pooled = at::randn({B, c.pooled_projection_dim}, gen, f32);
+    in["pooled_projections"] = at::randn({B, c.pooled_projection_dim}, gen, f32);
     // FluxPipeline._prepare_latent_image_ids: (0, row, col); text ids are zeros.
     at::Tensor rows = at::arange(H, f32).unsqueeze(1).expand({H, W});
     at::Tensor cols = at::arange(W, f32).unsqueeze(0).expand({H, W});
-    TransformerInputs in{
-        {"hidden_states", hs},
-        {"encoder_hidden_states", negative ? encNeg : encPos},
-        {"pooled_projections", pooled},
-        {"timestep", at::full({B}, 0.75, f32)},
-        {"img_ids", at::stack({at::zeros({H, W}, f32), rows, cols}, -1).reshape({H * W, 3})},
-        {"txt_ids", at::zeros({L, 3}, f32)}};
-    if (c.guidance_embeds) in["guidance"] = at::full({B}, 3.5, f32);
+    in["img_ids"] = at::stack({at::zeros({H, W}, f32), rows, cols}, -1).reshape({H * W, 3});
+    in["txt_ids"] = at::zeros({L, 3}, f32);
     return in;
   };
   r.traffic = [](const nlohmann::json& config, const std::string& file, const Strategy& s, int rank,
@@ -56,15 +50,7 @@ FamilyRuntime fluxRuntime() {
     // fluxShardingPlan: attn.to_out.0 + ff.net.2 (image stream), attn.to_add_out +
     // ff_context.net.2 (text stream) per double block; proj_out per single block.
     const FluxTransformerConfig c = parseFluxTransformerConfig(config, file);
-    DualStreamTrafficShape m;
-    m.num_layers = c.num_layers;
-    m.num_single_layers = c.num_single_layers;
-    m.rowwise_per_stream = 2;
-    m.rowwise_per_single = 1;
-    m.heads = c.num_attention_heads;
-    m.head_dim = c.attention_head_dim;
-    m.out_channels = c.out_channels;
-    return dualStreamTraffic(m, s, rank, sh, es);
+    return dualStreamTraffic(dualStreamTrafficShape(c, 2, 1), s, rank, sh, es);
   };
   r.buildComponent = [](const ModelFolder& m, const std::string& component,
                         WeightSource& w) -> std::string {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backend/io/model_folder.h"
+#include "backend/models/family_facts.h"
 #include "backend/models/flux2/flux2_plan.h"
 #include "backend/models/text_encoders/qwen3_plan.h"
 #include "backend/pipelines/flux2/flux2_pipeline_config.h"
@@ -62,20 +63,15 @@ FamilySpec flux2KleinFamily() {
       outLayers += (outLayers.empty() ? "" : ", ") + std::to_string(l);
     return std::vector<ModelFact>{
         {"family", "family", c.is_distilled ? "FLUX.2 [klein], distilled" : "FLUX.2 [klein]"},
-        {"blocks", "blocks",
-         std::to_string(t.num_layers) + " double + " + std::to_string(t.num_single_layers) +
-             " single"},
-        {"heads", "attention",
-         std::to_string(t.num_attention_heads) + " heads x " +
-             std::to_string(t.attention_head_dim) + " head dim (inner " +
-             std::to_string(t.innerDim()) + ")"},
+        dualStreamBlocksFact(t),
+        attentionHeadsFact(t),
         {"text_encoders", "text encoder",
          "Qwen3 (" + std::to_string(c.text_encoder.num_hidden_layers) + " layers; hidden states " +
              outLayers + "), joint_attention_dim " + std::to_string(t.joint_attention_dim)},
         {"guidance", "guidance",
          c.is_distilled ? "distilled: guidance is ignored, no CFG"
                         : "classic CFG when guidance > 1 (negative prompt \"\" unless given)"},
-        {"latent_channels", "latent channels", std::to_string(t.in_channels)},
+        latentChannelsFact(t.in_channels),
     };
   };
   f.known_models = [] {

@@ -8,6 +8,7 @@
 
 #include "backend/io/weight_source.h"
 #include "backend/models/autoencoders/autoencoder_kl_flux2.h"
+#include "backend/models/dual_stream_runtime.h"
 #include "backend/models/flux2/transformer_flux2.h"
 #include "backend/models/text_encoders/modeling_qwen3.h"
 #include "backend/pipelines/flux2/pipeline_flux2.h"
@@ -31,18 +32,11 @@ FamilyRuntime flux2KleinRuntime() {
                        uint64_t seed, bool negative) {
     const Flux2TransformerConfig c = parseFlux2TransformerConfig(config, file);
     auto gen = at::detail::createCPUGenerator(seed);
-    const auto f32 = at::TensorOptions().dtype(at::kFloat);
-    const int64_t B = sh.batch, H = sh.image_h, W = sh.image_w, L = sh.text_tokens;
-    at::Tensor hs = at::randn({B, H * W, c.in_channels}, gen, f32);
-    at::Tensor encPos = at::randn({B, L, c.joint_attention_dim}, gen, f32);
-    at::Tensor encNeg = at::randn({B, L, c.joint_attention_dim}, gen, f32);
+    TransformerInputs in = dualStreamExampleInputs(gen, sh, c.in_channels, c.joint_attention_dim,
+                                                   c.guidance_embeds, negative);
     // Flux2KleinPipeline: 4-axis ids (T, H, W, L); image (0, row, col, 0), text (0, 0, 0, l).
-    TransformerInputs in{{"hidden_states", hs},
-                         {"encoder_hidden_states", negative ? encNeg : encPos},
-                         {"timestep", at::full({B}, 0.75, f32)},
-                         {"img_ids", Flux2KleinPipeline::latentIds(H, W)},
-                         {"txt_ids", Flux2KleinPipeline::textIds(L)}};
-    if (c.guidance_embeds) in["guidance"] = at::full({B}, 3.5, f32);
+    in["img_ids"] = Flux2KleinPipeline::latentIds(sh.image_h, sh.image_w);
+    in["txt_ids"] = Flux2KleinPipeline::textIds(sh.text_tokens);
     return in;
   };
   r.traffic = [](const nlohmann::json& config, const std::string& file, const Strategy& s, int rank,
@@ -51,15 +45,7 @@ FamilyRuntime flux2KleinRuntime() {
     // ff_context.linear_out (text stream) per double block; the fused attn.to_out per single
     // block.
     const Flux2TransformerConfig c = parseFlux2TransformerConfig(config, file);
-    DualStreamTrafficShape m;
-    m.num_layers = c.num_layers;
-    m.num_single_layers = c.num_single_layers;
-    m.rowwise_per_stream = 2;
-    m.rowwise_per_single = 1;
-    m.heads = c.num_attention_heads;
-    m.head_dim = c.attention_head_dim;
-    m.out_channels = c.out_channels;
-    return dualStreamTraffic(m, s, rank, sh, es);
+    return dualStreamTraffic(dualStreamTrafficShape(c, 2, 1), s, rank, sh, es);
   };
   r.buildComponent = [](const ModelFolder& m, const std::string& component,
                         WeightSource& w) -> std::string {
