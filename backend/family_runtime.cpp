@@ -95,6 +95,10 @@ CollectiveTraffic dualStreamTraffic(const DualStreamTrafficShape& m, const Strat
     t.tp_allreduce =
         static_cast<uint64_t>(m.num_layers * m.rowwise_per_stream) * (ar(img[cpr]) + ar(txt[cpr])) +
         static_cast<uint64_t>(m.num_single_layers * m.rowwise_per_single) * ar(sl[cpr]);
+    const int64_t gathered =
+        m.num_layers * m.gathered_per_double + m.num_single_layers * m.gathered_per_single;
+    t.tp_allgather =
+        static_cast<uint64_t>(B * (gathered / tp)) * es * static_cast<uint64_t>(tp - 1);
   }
   std::vector<int64_t> heads{Hl};
   if (U > 1) {

@@ -29,12 +29,13 @@ class WeightSource;
 /// process groups count them: allreduce = 2 (n-1)/n x size), by kind.
 struct CollectiveTraffic {
   uint64_t tp_allreduce = 0;        ///< RowwiseParallel outputs, all-reduced over tp
+  uint64_t tp_allgather = 0;        ///< ColwiseParallel outputs gathered over tp (gatherOutput)
   uint64_t ulysses_all_to_all = 0;  ///< q, k, v and the output, per attention
   uint64_t ring_kv = 0;             ///< K/V blocks rotated around the ring, per attention
   uint64_t cp_gather = 0;           ///< the output gathered over the context-parallel group
   uint64_t cfg_gather = 0;          ///< the prediction exchanged between the CFG halves
   uint64_t total() const {
-    return tp_allreduce + ulysses_all_to_all + ring_kv + cp_gather + cfg_gather;
+    return tp_allreduce + tp_allgather + ulysses_all_to_all + ring_kv + cp_gather + cfg_gather;
   }
 };
 
@@ -115,12 +116,17 @@ struct DualStreamTrafficShape {
   int64_t rowwise_per_single = 1;  ///< RowwiseParallel outputs per single block
   int64_t heads = 0, head_dim = 0;
   int64_t out_channels = 0;  ///< the transformer's output channels (gathered over cp)
+  /// Output features of the gathered ColwiseParallel layers (ShardRule::gatherOutput) applied to
+  /// one [B, features] vector per block, e.g. FLUX.1's AdaLN modulations: 12 C per double block
+  /// (6 C per stream), 3 C per single block. 0: none.
+  int64_t gathered_per_double = 0, gathered_per_single = 0;
 };
 
 /// Closed form of what rank `rank` sends per forward under `s` (payload, as the process groups
 /// count it):
 ///  - tp: every RowwiseParallel output all-reduced over tp ([B, tokens of its stream, C];
-///    ring-allreduce volume 2 (tp-1)/tp x size);
+///    ring-allreduce volume 2 (tp-1)/tp x size); every gathered ColwiseParallel output
+///    all-gathered (this rank's [B, features / tp] sent to tp - 1 peers);
 ///  - Ulysses (u ranks): per attention (one per block) an all-to-all of q, k, v (the parts for the
 ///    other ranks' heads) and the reverse all-to-all of the output;
 ///  - ring (r ranks): per attention r-1 rotations of the packed K/V block [2, B, H, S_blk, D];

@@ -2,7 +2,10 @@
 # Debian 13 (trixie) check: builds and tests DiT Studio against Debian 13's LibTorch 2.6, from
 # any Debian (or other Linux) host, inside debootstrap chroots. Run as root from the checkout:
 #
-#   bash packaging/debian13-check.sh [cpu] [gpu]        (default: both legs)
+#   bash packaging/debian13-check.sh [--setup-only] [cpu] [gpu]    (default: both legs)
+#
+# --setup-only: create the chroots and install their packages (the long first-run part), build
+#   nothing; a later run of the legs reuses them.
 #
 # Leg cpu: the checkout's files (tracked and untracked, not ignored) are copied into a trixie
 #   chroot; there the README commands run unchanged: packaging/install-deps.sh (LibTorch 2.6 CPU,
@@ -36,9 +39,11 @@ set -euo pipefail
 
 usage() { sed -n '2,/^[^#]/{/^#/p}' "$0"; }
 LEGS=()
+SETUP_ONLY=0
 for a in "$@"; do
   case "$a" in
     cpu|gpu) LEGS+=("$a") ;;
+    --setup-only) SETUP_ONLY=1 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "debian13-check: unknown leg '$a' (expected cpu and/or gpu)" >&2; exit 2 ;;
   esac
@@ -67,6 +72,7 @@ MOUNTED=()
 cleanup() {
   local r
   for r in "${MOUNTED[@]}"; do
+    umount -l "$r/work/shared" 2> /dev/null || true
     umount -R -l "$r/dev" 2> /dev/null || true
     umount -R -l "$r/sys" 2> /dev/null || true
     umount -l "$r/proc" 2> /dev/null || true
@@ -91,6 +97,12 @@ make_chroot() {
   if ! mountpoint -q "$r/dev"; then mount --rbind /dev "$r/dev"; mount --make-rslave "$r/dev"; fi
   if ! mountpoint -q "$r/sys"; then mount --rbind /sys "$r/sys"; mount --make-rslave "$r/sys"; fi
   MOUNTED+=("$r")
+  # ../shared beside the checkout (fixtures and notes some tests read), read-only, as in CI.
+  mkdir -p "$r/work/shared"
+  if [ -d "$SRC/../shared" ] && ! mountpoint -q "$r/work/shared"; then
+    mount --bind "$SRC/../shared" "$r/work/shared"
+    mount -o remount,bind,ro "$r/work/shared" 2> /dev/null || true
+  fi
   # The checkout as it is (tracked and untracked files, not ignored ones), fresh every run.
   rm -rf "$r/work/ditstudio"
   mkdir -p "$r/work/ditstudio"
@@ -131,6 +143,7 @@ leg_cpu() {
   local r="$ROOT/cpu"
   in_chroot "$r" 'cd /work/ditstudio && bash packaging/install-deps.sh'
   add_ccache "$r"
+  [ "$SETUP_ONLY" = 1 ] && return 0
   in_chroot "$r" 'cd /work/ditstudio
     echo "LibTorch: $(dpkg-query -W -f="\${Version}" libtorch-dev), Qt: $(dpkg-query -W -f="\${Version}" qt6-base-dev), OpenMPI: $(dpkg-query -W -f="\${Version}" openmpi-bin)"
     cmake --preset default
@@ -155,6 +168,7 @@ leg_gpu() {
       bash packaging/install-deps.sh --cuda
     }'
   add_ccache "$r"
+  [ "$SETUP_ONLY" = 1 ] && return 0
   in_chroot "$r" 'cd /work/ditstudio
     echo "LibTorch: $(dpkg-query -W -f="\${Version}" libtorch-cuda-dev), NCCL: $(dpkg-query -W -f="\${Version}" libnccl-dev), CUDA: $(dpkg-query -W -f="\${Version}" nvidia-cuda-toolkit)"
     L=-Wl,--allow-shlib-undefined
@@ -183,6 +197,7 @@ for leg in "${LEGS[@]}"; do
   rc=$?
   set -e
   if [ $rc = 0 ]; then res=PASS; else res=FAIL; status=1; fi
+  [ "$SETUP_ONLY" = 1 ] && res="setup $res"
   t1=$(date +%s)
   mins=$(awk -v s=$((t1 - t0)) 'BEGIN { printf "%.1f", s / 60 }')
   case "$leg" in
@@ -190,6 +205,6 @@ for leg in "${LEGS[@]}"; do
     gpu) what="gpu preset, libtorch-cuda 2.6 + NCCL 2.22 + CUDA 12.4: compile and link" ;;
   esac
   echo "debian13-check: leg $leg ($what): $res in $mins min (log: $log)"
-  if [ "$res" = FAIL ]; then tail -n 30 "$log" | sed 's/^/    /'; fi
+  if [ "${res% *}" != "$res" ] || [ "$res" = FAIL ]; then [ "${res##* }" = FAIL ] && tail -n 30 "$log" | sed 's/^/    /'; fi
 done
 exit $status

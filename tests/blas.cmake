@@ -1,4 +1,4 @@
-# BLAS kernel selection (app/blas_kernel.h): pure policy + self-check (unit), and the start-up
+# BLAS kernel selection (app/common/blas_kernel.h): pure policy + self-check (unit), and the start-up
 # re-execution under three environments (the selection each must produce: see the test's header).
 add_executable(test_blas_kernel test_blas_kernel.cpp)
 target_link_libraries(test_blas_kernel PRIVATE dit_app GTest::gtest)

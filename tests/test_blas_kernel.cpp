@@ -1,4 +1,4 @@
-// BLAS kernel selection (app/blas_kernel.h): the pure policy, the SGEMM self-check, and the
+// BLAS kernel selection (app/common/blas_kernel.h): the pure policy, the SGEMM self-check, and the
 // re-execution path end to end. The program calls ensureBlasKernel() first thing, as the rank
 // programs do; ctest runs it under different environments and DITSTUDIO_TEST_EXPECT says which
 // selection must result:

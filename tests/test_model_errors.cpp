@@ -229,7 +229,8 @@ TEST(ModelRegistry, UnknownPipelineClassRefused) {
   expectError([&] { ModelFolder::open(d.string()); },
               {(d / "model_index.json").string(),
                "pipeline class \"StableDiffusion3Pipeline\" is not supported",
-               "supported pipeline classes: FluxPipeline, Flux2KleinPipeline, QwenImagePipeline, ZImagePipeline"});
+               "supported pipeline classes: FluxPipeline, Flux2KleinPipeline, QwenImagePipeline, "
+               "ZImagePipeline"});
   try {
     ModelFolder::open(d.string());
   } catch (const UnsupportedModelError&) {
@@ -330,7 +331,8 @@ TEST(ModelRegistry, LoadPipelineRefusesUnknownClass) {
   m.pipeline_class = "StableDiffusion3Pipeline";  // as if a folder of another family got this far
   expectError([&] { (void)loadPipeline(m, {}); },
               {(fs::path(m.path) / "model_index.json").string(), "\"StableDiffusion3Pipeline\"",
-               "supported pipeline classes: FluxPipeline, Flux2KleinPipeline, QwenImagePipeline, ZImagePipeline"});
+               "supported pipeline classes: FluxPipeline, Flux2KleinPipeline, QwenImagePipeline, "
+               "ZImagePipeline"});
 }
 
 TEST(ModelRegistry, LoadTransformerByClassName) {

@@ -88,6 +88,16 @@ TEST(ShardingPlan, RulesAreCheckedWhenAdded) {
   EXPECT_THROW(p.add({"a", ParallelStyle::PackedRowwise, {}}), std::invalid_argument);
   EXPECT_THROW(p.add({"a", ParallelStyle::PackedRowwise, {4, 0}}), std::invalid_argument);
   EXPECT_THROW(p.add({"a", ParallelStyle::Colwise, {4}}), std::invalid_argument);
+  // Only colwise styles split outputs, so only they can gather them.
+  EXPECT_THROW(p.add({"a", ParallelStyle::Rowwise, {}, 0, true}), std::invalid_argument);
+  EXPECT_THROW(p.add({"a", ParallelStyle::PackedRowwise, {4, 4}, 0, true}), std::invalid_argument);
+  EXPECT_NO_THROW(p.add({"a", ParallelStyle::Colwise, {}, 0, true}));
+  EXPECT_NO_THROW(p.add({"b", ParallelStyle::PackedColwise, {4, 4}, 0, true}));
+  EXPECT_THAT(p.describe(), HasSubstr("a: ColwiseParallel (output gathered)"));
+  // A gathered rule shards its weight like any colwise rule.
+  const ShardSpec s = p.shardSpec("a.weight", {8, 3}, 1, 2);
+  EXPECT_EQ(s.dim, 0);
+  EXPECT_EQ(s.localShape({8, 3}), (std::vector<int64_t>{4, 3}));
 }
 
 TEST(ShardingPlan, ShardSpecPerStyle) {

@@ -1,7 +1,7 @@
 // End-to-end failure handling of the real process group (ditstudio-cli -> mpirun ->
 // ditstudio-worker): a rank that throws, exits or sees a corrupt model ends every rank within
 // 60 seconds, and the user is told which rank failed and why. Faults are injected with
-// DITSTUDIO_FAULT_RANK / DITSTUDIO_FAULT (see app/worker.cpp).
+// DITSTUDIO_FAULT_RANK / DITSTUDIO_FAULT (see app/worker/fault_injection.h).
 #include <gtest/gtest.h>
 
 #include <chrono>

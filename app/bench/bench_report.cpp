@@ -49,6 +49,7 @@ ordered_json trafficJson(const CollectiveTraffic& t) {
   ordered_json j;
   j["total_bytes"] = t.total();
   j["tp_allreduce_bytes"] = t.tp_allreduce;
+  j["tp_allgather_bytes"] = t.tp_allgather;
   j["ulysses_all_to_all_bytes"] = t.ulysses_all_to_all;
   j["ring_kv_bytes"] = t.ring_kv;
   j["cp_output_gather_bytes"] = t.cp_gather;

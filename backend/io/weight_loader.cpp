@@ -247,9 +247,11 @@ std::shared_ptr<tensor_parallel::Linear> WeightLoader::linear(const std::string&
   std::shared_ptr<tensor_parallel::Linear> layer;
   if (ws.replicated())
     layer = std::make_shared<ReplicatedLinear>(path, w, b);
-  else if (ws.dim == 0)
-    layer = std::make_shared<ColumnParallelLinear>(path, w, b, ws, tp_);
-  else
+  else if (ws.dim == 0) {
+    const ShardRule* rule = plan_ ? plan_->match(path) : nullptr;
+    layer = std::make_shared<ColumnParallelLinear>(path, w, b, ws, tp_,
+                                                   /*gatherOutput=*/rule && rule->gatherOutput);
+  } else
     layer = std::make_shared<RowParallelLinear>(path, w, b, ws, tp_);
   if (storage) layer->setWeightStorage(storage);
   layers_.push_back(layer);

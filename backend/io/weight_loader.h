@@ -6,7 +6,8 @@
 //
 //   plan rule for the module path   layer                        weight read (shard-on-load)
 //   none                            ReplicatedLinear             whole
-//   ColwiseParallel                 ColumnParallelLinear         rows   [out/tp] (bias too)
+//   ColwiseParallel                 ColumnParallelLinear         rows   [out/tp] (bias too);
+//     with gatherOutput             (output all-gathered: the caller sees the whole output)
 //   PackedColwiseParallel           ColumnParallelLinear         rows of each block
 //   RowwiseParallel                 RowParallelLinear            columns [in/tp] (bias whole)
 //   PackedRowwiseParallel           RowParallelLinear            columns of each block

@@ -36,7 +36,7 @@ struct PipelineOptions {
 /// The pipeline's resolved input for one image (what diffusers' pipeline __call__ takes). Zero or
 /// negative values mean "the model's default", filled in by DiffusionPipeline::resolve (FLUX:
 /// 128 * vae_scale_factor pixels, 28 steps, max_sequence_length from tokenizer_2). Not the
-/// request type of the protocol (protocol::GenerationParams): app/generation.h converts.
+/// request type of the protocol (protocol::GenerationParams): app/common/generation.h converts.
 struct PipelineInputs {
   std::string prompt;
   std::string negative_prompt;

@@ -82,7 +82,8 @@ struct FlowMatchDefaults {
   int max_sequence_length = 512;
   /// The largest max_sequence_length the family's pipeline takes: FluxPipeline.check_inputs
   /// refuses more than 512 (T5); Flux2KleinPipeline has no such check (its limit is its text
-  /// encoder's max_position_embeddings; QwenImagePipeline: 1024). `max_sequence_length_rule` says where it comes from.
+  /// encoder's max_position_embeddings; QwenImagePipeline: 1024). `max_sequence_length_rule` says
+  /// where it comes from.
   int max_sequence_length_limit = 512;
   std::string max_sequence_length_rule = "FluxPipeline (T5)";
   /// true: width/height are floored to multiples of 2 x vae_scale_factor (Flux2KleinPipeline);

@@ -157,6 +157,10 @@ ShardingPlan& ShardingPlan::add(ShardRule rule) {
                                 parallelStyleName(rule.style) +
                                 ") is not packed and takes no blocks");
   }
+  if (rule.gatherOutput && !isColwise(rule.style))
+    throw std::invalid_argument("ShardingPlan: rule '" + rule.pattern + "' (" +
+                                parallelStyleName(rule.style) +
+                                ") cannot gather its output (only colwise styles split outputs)");
   rules_.push_back(std::move(rule));
   return *this;
 }
@@ -374,6 +378,7 @@ std::string ShardingPlan::describe() const {
   for (const auto& r : rules_) {
     o << "\n  " << r.pattern << ": " << parallelStyleName(r.style);
     if (!r.blocks.empty()) o << " blocks " << shapeStr(r.blocks);
+    if (r.gatherOutput) o << " (output gathered)";
     if (r.shardWhenDivides > 0)
       o << " (when tp_degree divides " << r.shardWhenDivides << ", else replicated)";
   }

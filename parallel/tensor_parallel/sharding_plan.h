@@ -84,6 +84,12 @@ struct ShardRule {
   /// grouped-query attention); at any other tp_degree the matching modules are replicated on
   /// every rank (not an error). 0: always shards.
   int64_t shardWhenDivides = 0;
+  /// Colwise styles only: the output slices are all-gathered on the last dimension, so the
+  /// caller receives the whole output (PyTorch's `ColwiseParallel(output_layouts=Replicate())`,
+  /// Megatron's `gather_output=True`). For a linear whose output feeds replicated code, such as
+  /// an AdaLN modulation: its weight is split (memory / tp) at the cost of one all-gather of
+  /// [..., out] per call.
+  bool gatherOutput = false;
   /// True when the rule shards at tp_degree `tp` (see shardWhenDivides).
   bool activeAt(int tp) const { return shardWhenDivides <= 0 || shardWhenDivides % tp == 0; }
 };
@@ -123,7 +129,8 @@ class ShardingPlan {
   explicit ShardingPlan(std::vector<ShardRule> rules);
 
   /// Appends a rule. Throws std::invalid_argument for an empty pattern or an empty segment, packed
-  /// styles without blocks (or with a block < 1), or blocks given to a non-packed style.
+  /// styles without blocks (or with a block < 1), blocks given to a non-packed style, or
+  /// gatherOutput on a rowwise style.
   ShardingPlan& add(ShardRule rule);
   /// Declares that tp_degree must divide `value` (checked by validate).
   ShardingPlan& requireDivisible(std::string name, int64_t value, std::string why,

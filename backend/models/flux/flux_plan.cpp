@@ -62,6 +62,10 @@ ShardingPlan fluxShardingPlan(const FluxTransformerConfig& c) {
       plan.add({std::string("transformer_blocks.*.") + n, S::Colwise, {}});
     for (const char* n : {"attn.to_out.0", "attn.to_add_out", "ff.net.2", "ff_context.net.2"})
       plan.add({std::string("transformer_blocks.*.") + n, S::Rowwise, {}});
+    // AdaLayerNormZero's modulation (C -> 6C; about a fifth of FLUX.1-dev's weights): split by
+    // output rows, the [B, 6C] result all-gathered, so each rank holds 1/tp of it.
+    for (const char* n : {"norm1.linear", "norm1_context.linear"})
+      plan.add({std::string("transformer_blocks.*.") + n, S::Colwise, {}, 0, true});
   }
   if (c.num_single_layers > 0) {
     for (const char* n : {"attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp"})
@@ -70,6 +74,8 @@ ShardingPlan fluxShardingPlan(const FluxTransformerConfig& c) {
     // independently sharded streams, so each block is split separately.
     plan.add(
         {"single_transformer_blocks.*.proj_out", S::PackedRowwise, {c.innerDim(), c.mlpHidden()}});
+    // AdaLayerNormZeroSingle's modulation (C -> 3C), gathered as in the double-stream blocks.
+    plan.add({"single_transformer_blocks.*.norm.linear", S::Colwise, {}, 0, true});
   }
   plan.requireDivisible("num_attention_heads", c.num_attention_heads,
                         "each tensor-parallel rank owns a whole number of heads", "tp_heads");

@@ -48,9 +48,13 @@ FamilyRuntime fluxRuntime() {
   r.traffic = [](const nlohmann::json& config, const std::string& file, const Strategy& s, int rank,
                  const BenchShape& sh, uint64_t es) {
     // fluxShardingPlan: attn.to_out.0 + ff.net.2 (image stream), attn.to_add_out +
-    // ff_context.net.2 (text stream) per double block; proj_out per single block.
+    // ff_context.net.2 (text stream) per double block; proj_out per single block; the gathered
+    // AdaLN modulations norm1.linear + norm1_context.linear (6 C each) and norm.linear (3 C).
     const FluxTransformerConfig c = parseFluxTransformerConfig(config, file);
-    return dualStreamTraffic(dualStreamTrafficShape(c, 2, 1), s, rank, sh, es);
+    DualStreamTrafficShape m = dualStreamTrafficShape(c, 2, 1);
+    m.gathered_per_double = 12 * c.innerDim();
+    m.gathered_per_single = 3 * c.innerDim();
+    return dualStreamTraffic(m, s, rank, sh, es);
   };
   r.buildComponent = [](const ModelFolder& m, const std::string& component,
                         WeightSource& w) -> std::string {
