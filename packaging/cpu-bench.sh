@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduces the README's CPU performance figures: per-rank weight memory under tp 1/2/4, step
+# The CPU figures of docs/performance.md: per-rank weight memory under tp 1/2/4, step
 # time per strategy, and bytes communicated per step against the closed-form volume each strategy
 # must move. Usage (from the repository root, after building): bash packaging/cpu-bench.sh [build]
 # Needs jq (installed by packaging/install-deps.sh). Times are wall-clock on this machine's cores;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's first picture: held-out prompts of the synthetic shapes data set (never drawn in
+# The grid of docs/embedded-model.md: held-out prompts of the synthetic shapes data set (never drawn in
 # training) and the embedded default model's images for them, on one rank and under tp 2,
 # ulysses 2 and ring 2 (real mpirun groups), each column scored by `ditstudio-cli eval-demo`.
 #

@@ -141,8 +141,11 @@ TEST(CliRequests, RefusedAtTheDoor) {
       {"--height 0 --width 99999",
        "--width must be 0 (the model's default) or 1 .. 16384 pixels, got 99999"},
       {"--steps 1001", "--steps must be 0 (the model's default) or 1 .. 1000, got 1001"},
+      {"--max-sequence-length 70000",
+       "--max-sequence-length must be 0 (the model's default) or 1 .. 65536 tokens, got 70000"},
+      // FluxPipeline's own limit (T5's 512), from the model's configs before anything loads.
       {"--max-sequence-length 600",
-       "--max-sequence-length must be 0 (the model's default) or 1 .. 512 tokens, got 600"},
+       "max_sequence_length cannot be greater than 512 for FluxPipeline (T5), got 600"},
       {"--num-images 0", "--num-images must be in 1 .. 10000, got 0"},
       {"--seed 18446744073709551616",
        "--seed '18446744073709551616' is not an integer in 0 .. 18446744073709551615"},

@@ -114,6 +114,28 @@ TEST(Flux2CliStepCache, StrategiesEqualOneRank) {
   }
 }
 
+// Flux2KleinPipeline has no 512-token cap (FluxPipeline's is T5's): max_sequence_length 1024
+// passes the request door and the family's own limit (the Qwen3 encoder's 40960 positions), the
+// 1024 padded text tokens reach the transformer (the image differs from run 0's 512-token one),
+// and Ulysses 2 over those tokens equals one rank. FLUX.1's 512 rule still holds for FLUX.1
+// (test_cli_requests), and klein's own limit is named when passed.
+TEST(Flux2CliSequenceLength, Runs1024TextTokens) {
+  std::string log;
+  const std::string one = tmp("seq1024");
+  ASSERT_EQ(runCli("--max-sequence-length 1024", one, log), 0) << log;
+  const at::Tensor image = load(one + ".safetensors", "image");
+  EXPECT_TRUE(image.isfinite().all().item<bool>());
+  EXPECT_GT(test::maxAbsDiff(image, test::golden("run.0.image")), 1e-6);
+  const std::string uly = tmp("seq1024_ulysses2");
+  ASSERT_EQ(runCli("--max-sequence-length 1024 --ulysses-degree 2", uly, log), 0) << log;
+  EXPECT_LE(test::maxAbsDiff(load(uly + ".safetensors", "image"), image), 1e-4);
+  EXPECT_NE(runCli("--max-sequence-length 40961", tmp("seq40961"), log), 0);
+  EXPECT_NE(log.find("max_sequence_length cannot be greater than 40960 for Flux2KleinPipeline"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("loading"), std::string::npos) << "refused only after loading\n" << log;
+}
+
 TEST(Flux2CliDataParallel, TwoReplicasTwoSeeds) {
   const std::string out = tmp("dp2");
   std::string log;

@@ -719,9 +719,9 @@ TEST(Protocol, NumbersAndTextCheckedAtTheDoor) {
        "request field 'height' must be 0 (the model's default) or 1 .. 16384 pixels, got 20000"},
       {R"("steps":-1)",
        "request field 'steps' must be 0 (the model's default) or 1 .. 1000, got -1"},
-      {R"("max_sequence_length":513)",
-       "request field 'max_sequence_length' must be 0 (the model's default) or 1 .. 512 tokens, "
-       "got 513"},
+      {R"("max_sequence_length":65537)",
+       "request field 'max_sequence_length' must be 0 (the model's default) or 1 .. 65536 "
+       "tokens, got 65537"},
       {R"("num_images":10001)", "request field 'num_images' must be in 1 .. 10000, got 10001"},
       {R"("preview_every":-2)",
        "request field 'preview_every' must be in 0 .. 1000000 (0: no previews), got -2"},

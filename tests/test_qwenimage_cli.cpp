@@ -136,6 +136,20 @@ TEST(QwenImageCliRefusals, ImpossibleStrategiesNameTheRule) {
   EXPECT_NE(log.find("15"), std::string::npos) << log;
 }
 
+// Options QwenImagePipeline does not read are named when given, with what it reads instead
+// (diffusers warns for an ignored guidance_scale); the strategy then refuses the run, so nothing
+// is computed. runCli always gives --true-cfg-scale, which the family reads: no warning for it.
+TEST(QwenImageCliRefusals, IgnoredOptionsAreNamed) {
+  std::string log;
+  EXPECT_NE(runCli(0, "--tp-degree 4 --guidance 4 --cfg-truncation 0.5", tmp("ignored"), log), 0);
+  EXPECT_NE(log.find("--guidance is ignored: this Qwen-Image pipeline reads --true-cfg-scale"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("--cfg-truncation is ignored"), std::string::npos) << log;
+  EXPECT_EQ(log.find("--true-cfg-scale is ignored"), std::string::npos) << log;
+  EXPECT_NE(log.find("num_attention_heads"), std::string::npos) << log;
+}
+
 // A diffusers/PEFT LoRA on Qwen-Image modules (attn.to_q inside the fused q/k/v GEMM, the text
 // stream's add_v_proj, img_mlp.net.0.proj and txt_mlp.net.2, colwise / rowwise under tp) gives the
 // image of the same deltas merged into the checkpoint, on one rank and under tp 2.

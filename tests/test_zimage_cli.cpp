@@ -115,7 +115,9 @@ INSTANTIATE_TEST_SUITE_P(
                                                           "--ulysses-degree 3 --ulysses-anything"},
                       std::pair<std::string, std::string>{
                           "tp2_ulysses2_anything",
-                          "--tp-degree 2 --ulysses-degree 2 --ulysses-anything"}),
+                          "--tp-degree 2 --ulysses-degree 2 --ulysses-anything"},
+                      std::pair<std::string, std::string>{"ulysses2_ring2",
+                                                          "--ulysses-degree 2 --ring-degree 2"}),
     [](const auto& info) { return info.param.first; });
 
 TEST(ZImageCli, ImpossibleStrategyRefusedNamingTheRule) {

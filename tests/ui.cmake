@@ -47,6 +47,8 @@ ditstudio_ui_test(test_ui_events)
 ditstudio_ui_test(test_ui_command)
 ditstudio_ui_test(test_ui_mesh)
 ditstudio_ui_test(test_ui_model ENV "DITSTUDIO_TEST_FORMATS=${DITSTUDIO_FORMATS_FIXTURE}")
+# Issue 31: each family's guidance options labelled as its pipeline reads them (four fixtures).
+ditstudio_ui_test(test_ui_family_options ENV "DITSTUDIO_TEST_DATA=${DITSTUDIO_TEST_DATA}")
 # QProcess plumbing and the window, against the scripted stand-in.
 ditstudio_ui_test(test_ui_controller LIBS test_ui_fake_worker TIMEOUT 180)
 ditstudio_ui_test(test_ui_widgets LIBS test_ui_fake_worker TIMEOUT 300)

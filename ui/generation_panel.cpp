@@ -54,6 +54,7 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
 
   auto* genBox = new QGroupBox(tr("Generation"), this);
   auto* form = new QFormLayout(genBox);
+  form_ = form;
   prompt_ = new QPlainTextEdit(genBox);
   prompt_->setPlaceholderText(tr("Prompt"));
   prompt_->setMinimumHeight(70);
@@ -97,6 +98,21 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   guidance_->setRange(requestLimit("guidance").lo, requestLimit("guidance").hi);
   guidance_->setSingleStep(0.5);
   form->addRow(tr("Guidance"), guidance_);
+  cfgTruncation_ = new QDoubleSpinBox(genBox);
+  cfgTruncation_->setRange(requestLimit("cfg_truncation").lo, requestLimit("cfg_truncation").hi);
+  cfgTruncation_->setSingleStep(0.05);
+  cfgTruncation_->setToolTip(
+      tr("cfg_truncation: steps whose normalised time (1000 - t) / 1000 exceeds it run without "
+         "CFG (1: every step runs CFG)"));
+  form->addRow(tr("CFG truncation"), cfgTruncation_);
+  cfgNormalization_ = new QDoubleSpinBox(genBox);
+  cfgNormalization_->setRange(requestLimit("cfg_normalization").lo,
+                              requestLimit("cfg_normalization").hi);
+  cfgNormalization_->setSingleStep(0.1);
+  cfgNormalization_->setToolTip(
+      tr("cfg_normalization: > 0 clips the guided prediction's norm to this × the conditional "
+         "one's (0: off)"));
+  form->addRow(tr("CFG normalization"), cfgNormalization_);
 
   auto* seedRow = new QHBoxLayout;
   seed_ = new QLineEdit(genBox);
@@ -139,6 +155,8 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   connect(cfgScale_, &QDoubleSpinBox::valueChanged, this, emitChanged);
   connect(steps_, &QSpinBox::valueChanged, this, emitChanged);
   connect(guidance_, &QDoubleSpinBox::valueChanged, this, emitChanged);
+  connect(cfgTruncation_, &QDoubleSpinBox::valueChanged, this, emitChanged);
+  connect(cfgNormalization_, &QDoubleSpinBox::valueChanged, this, emitChanged);
   connect(seed_, &QLineEdit::textChanged, this, [this, emitChanged] {
     const QString err = seedError();
     seed_->setProperty("invalid", !err.isEmpty());
@@ -197,6 +215,8 @@ GenerationParams GenerationPanel::params() const {
   p.height = height_->value();
   p.steps = steps_->value();
   p.guidance = guidance_->value();
+  p.cfg_truncation = cfgTruncation_->value();
+  p.cfg_normalization = cfgNormalization_->value();
   // Exact (never through a double); a malformed field keeps the default and seedError() says why.
   if (const auto seed = parseSeedText(seed_->text())) p.seed = *seed;
   p.random_seed = randomSeed_->isChecked();
@@ -215,6 +235,8 @@ void GenerationPanel::setParams(const GenerationParams& p) {
   height_->setValue(p.height);
   steps_->setValue(p.steps);
   guidance_->setValue(p.guidance);
+  cfgTruncation_->setValue(p.cfg_truncation);
+  cfgNormalization_->setValue(p.cfg_normalization);
   seed_->setText(seedText(p.seed));
   randomSeed_->setChecked(p.random_seed);
   seed_->setEnabled(!p.random_seed);
@@ -238,6 +260,7 @@ void GenerationPanel::applyModel() {
   const QString previous = model_.path;
   model_ = readModelInfo(modelDir());
   imagePanel_->setCapabilities(model_.family, model_.capabilities);
+  applyOptionMeanings();
   // A newly chosen model's recommended settings (e.g. the embedded model's true CFG 5 against
   // the empty prompt) over the current ones; the prompt, seed and the rest are kept.
   if (model_.ok && !model_.default_settings.isEmpty() && model_.path != previous) {
@@ -265,6 +288,42 @@ void GenerationPanel::applyModel() {
   Q_EMIT modelChanged(model_.path);
   Q_EMIT changed();
 }
+
+void GenerationPanel::applyOptionMeanings() {
+  auto label = [this](QWidget* field) {
+    return qobject_cast<QLabel*>(form_->labelForField(field));
+  };
+  const QString family = model_.family.isEmpty() ? tr("this model") : model_.family;
+  // guidance_scale: FLUX.1's distilled guidance embedding, FLUX.2 [klein]'s and Z-Image's CFG
+  // scale; not read by Qwen-Image or distilled FLUX.2 [klein] (the field stays, disabled).
+  const bool guidance = !model_.guidance_meaning.isEmpty();
+  guidance_->setEnabled(guidance);
+  if (QLabel* l = label(guidance_))
+    l->setText(guidance ? (model_.cfg_from_guidance ? tr("CFG scale") : tr("Guidance"))
+                        : tr("Guidance"));
+  guidance_->setToolTip(guidance
+                            ? tr("guidance_scale for %1: %2").arg(family, model_.guidance_meaning)
+                            : tr("guidance_scale is not read by %1").arg(family));
+  const bool trueCfg = !model_.true_cfg_meaning.isEmpty();
+  cfgScale_->setEnabled(trueCfg);
+  cfgScale_->setToolTip(
+      trueCfg ? tr("true_cfg_scale for %1: %2").arg(family, model_.true_cfg_meaning)
+              : tr("true_cfg_scale is not read by %1: its CFG is the %2 field")
+                    .arg(family, label(guidance_) ? label(guidance_)->text() : tr("Guidance")));
+  negative_->setPlaceholderText(
+      trueCfg ? tr("Negative prompt (used with true CFG scale > 1)")
+              : (model_.cfg_from_guidance ? tr("Negative prompt (used when CFG runs; empty: \"\")")
+                                          : tr("Negative prompt (not used by %1)").arg(family)));
+  form_->setRowVisible(cfgTruncation_, model_.cfg_truncation);
+  form_->setRowVisible(cfgNormalization_, model_.cfg_truncation);
+}
+
+QString GenerationPanel::fieldLabel(QWidget* field) const {
+  const auto* l = qobject_cast<QLabel*>(form_->labelForField(field));
+  return l ? l->text() : QString();
+}
+
+bool GenerationPanel::fieldShown(QWidget* field) const { return form_->isRowVisible(field); }
 
 void GenerationPanel::snapSize(QSpinBox* box) {
   const int step = box->singleStep();

@@ -13,6 +13,7 @@
 
 class QCheckBox;
 class QDoubleSpinBox;
+class QFormLayout;
 class QLabel;
 class QLineEdit;
 class QPlainTextEdit;
@@ -50,6 +51,13 @@ class GenerationPanel : public QWidget {
   QSpinBox* stepsSpin() const { return steps_; }
   QDoubleSpinBox* guidanceSpin() const { return guidance_; }
   QDoubleSpinBox* cfgScaleSpin() const { return cfgScale_; }
+  /// Z-Image's cfg_truncation and cfg_normalization (rows shown for families that read them).
+  QDoubleSpinBox* cfgTruncationSpin() const { return cfgTruncation_; }
+  QDoubleSpinBox* cfgNormalizationSpin() const { return cfgNormalization_; }
+  /// The form's label for one of the fields above ("Guidance", "True CFG scale", ...).
+  QString fieldLabel(QWidget* field) const;
+  /// Whether the form row of `field` is shown.
+  bool fieldShown(QWidget* field) const;
   QSpinBox* imagesSpin() const { return images_; }
   QLineEdit* modelEdit() const { return modelEdit_; }
   LoraList* loraList() const { return loras_; }
@@ -65,6 +73,8 @@ class GenerationPanel : public QWidget {
  private:
   void applyModel();
   void snapSize(QSpinBox* box);
+  /// Labels, tooltips and rows of the guidance options as the loaded family reads them.
+  void applyOptionMeanings();
 
   ModelInfo model_;
   std::uint64_t lastSeed_ = 0;
@@ -79,6 +89,9 @@ class GenerationPanel : public QWidget {
   QLabel* sizeHint_;
   QSpinBox* steps_;
   QDoubleSpinBox* guidance_;
+  QDoubleSpinBox* cfgTruncation_;
+  QDoubleSpinBox* cfgNormalization_;
+  QFormLayout* form_;
   QLineEdit* seed_;
   QCheckBox* randomSeed_;
   QLabel* lastSeedLabel_;

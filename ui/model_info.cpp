@@ -152,6 +152,10 @@ ModelInfo readModelInfo(const QString& dirIn, const QString& configDir) {
     info.vae_scale_factor = info.model_dims.vae_scale_factor;
     info.max_sequence_length = m.config->max_sequence_length;
     info.cfg_from_guidance = m.config->cfg_from_guidance;
+    info.cfg_guidance_above = m.config->cfg_guidance_above;
+    info.guidance_meaning = QString::fromStdString(m.config->options.guidance);
+    info.true_cfg_meaning = QString::fromStdString(m.config->options.true_cfg_scale);
+    info.cfg_truncation = m.config->options.cfg_truncation;
     if (!m.default_settings.empty()) {
       info.default_settings =
           QJsonDocument::fromJson(QByteArray::fromStdString(m.default_settings)).object();

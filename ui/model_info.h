@@ -55,6 +55,14 @@ struct ModelInfo {
   /// CFG runs whenever guidance > 1 (FLUX.2 [klein] base) instead of FLUX.1's true CFG (a
   /// negative prompt and true_cfg_scale > 1); dit::PipelineConfig::cfg_from_guidance.
   bool cfg_from_guidance = false;
+  /// With cfg_from_guidance: CFG runs when guidance is above this (FLUX.2 [klein]: 1, Z-Image:
+  /// 0); dit::PipelineConfig::cfg_guidance_above.
+  double cfg_guidance_above = 1.0;
+  /// What the guidance options mean for the loaded family (dit::PipelineConfig::options); an
+  /// empty text: the pipeline does not read it. Everything read until a model is read.
+  QString guidance_meaning = QStringLiteral("guidance_scale");
+  QString true_cfg_meaning = QStringLiteral("true_cfg_scale with the negative prompt");
+  bool cfg_truncation = true;  ///< ZImagePipeline's cfg_truncation and cfg_normalization
   QList<ComponentSize> components;
   /// The transformer family's declared ModelDims (sizes, tensor- and context-parallel plans,
   /// parameter table), as dit::ModelFolder::dims() gives them; empty when !ok.
@@ -82,7 +90,7 @@ struct ModelInfo {
   /// Whether a request with these parameters runs the CFG branch cfg_degree 2 splits off.
   /// `true_cfg`: a negative prompt and true_cfg_scale > 1; `guidance`: the request's guidance.
   bool runsCfg(bool true_cfg, double guidance) const {
-    return cfg_from_guidance ? guidance > 1.0 : true_cfg;
+    return cfg_from_guidance ? guidance > cfg_guidance_above : true_cfg;
   }
   /// Multi-line human summary (layers, heads, head dim, parameters).
   QString summary() const;

@@ -130,7 +130,7 @@ StrategyEditor::StrategyEditor(QWidget* parent) : QWidget(parent) {
   hr->addWidget(hostfile_, 1);
   hr->addWidget(hb);
   form->addRow(tr("Hostfile"), hr);
-  // Hostfile groups only (README "Several machines"); a single-host group stays on loopback.
+  // Hostfile groups only (docs/multi-host.md); a single-host group stays on loopback.
   auto hostField = [box](const QString& placeholder, const QString& tip) {
     auto* e = new QLineEdit(box);
     e->setPlaceholderText(placeholder);

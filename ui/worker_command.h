@@ -10,7 +10,7 @@
 
 namespace dit::ui {
 
-/// Network and ssh settings of a hostfile group (README "Several machines"); ignored without a
+/// Network and ssh settings of a hostfile group (docs/multi-host.md); ignored without a
 /// hostfile (a single-host group stays on loopback). Saved in presets.
 struct HostSettings {
   QString networkInterface;  ///< interfaces or CIDR subnets for MPI traffic, e.g. 10.0.0.0/24

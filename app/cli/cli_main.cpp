@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -35,6 +36,7 @@
 #include "backend/io/safe_write.h"
 #include "backend/io/tensor_io.h"
 #include "backend/io/weight_source.h"
+#include "backend/models/family_registry.h"
 #include "backend/models/memory_estimate.h"
 #include "parallel/runtime.h"
 #include "parallel/strategy.h"
@@ -75,6 +77,30 @@ void refuseMemory(const CliOptions& o, const ModelFolder& model,
   }
   if (!refusal.empty()) throw std::invalid_argument(refusal);
   spdlog::debug("memory estimate per rank: {}", est.describe());
+}
+
+// Guidance options given on the command line that the loaded pipeline does not read
+// (PipelineConfig::options): a warning naming what the family reads instead, as diffusers'
+// QwenImagePipeline warns for a guidance_scale it ignores. `given(option)`: the option was on the
+// command line.
+void warnIgnoredOptions(const ModelFolder& model, const std::function<bool(const char*)>& given) {
+  const PipelineConfig::OptionMeanings& m = model.config->options;
+  const std::string family = familyOf(model).display_name;
+  auto reads = [&] {
+    std::string s;
+    if (!m.guidance.empty()) s += "--guidance (" + m.guidance + ")";
+    if (!m.true_cfg_scale.empty())
+      s += std::string(s.empty() ? "" : ", ") + "--true-cfg-scale (" + m.true_cfg_scale + ")";
+    if (m.cfg_truncation) s += ", --cfg-truncation, --cfg-normalization";
+    return s.empty() ? std::string("no guidance option") : s;
+  };
+  auto warn = [&](const char* opt) {
+    spdlog::warn("{} is ignored: this {} pipeline reads {}", opt, family, reads());
+  };
+  if (given("--guidance") && m.guidance.empty()) warn("--guidance");
+  if (given("--true-cfg-scale") && m.true_cfg_scale.empty()) warn("--true-cfg-scale");
+  for (const char* opt : {"--cfg-truncation", "--cfg-normalization"})
+    if (given(opt) && !m.cfg_truncation) warn(opt);
 }
 
 // The compute dtype of an in-process run (resolveComputeDType: bfloat16 on a CPU without bf16
@@ -340,7 +366,8 @@ int main(int argc, char** argv) {
     a->add_option("--seed", o.seed,
                   "seed of the CPU noise generator, 0 .. 2^64-1 (default 42; -1: random)");
     a->add_option("--max-sequence-length", o.gen.max_sequence_length,
-                  "T5 tokens (default from tokenizer_2, at most 512)");
+                  "text tokens (default: the pipeline's; FLUX.1 at most 512 T5 tokens, "
+                  "Qwen-Image 1024, FLUX.2 [klein] its text encoder's positions)");
     a->add_option("--dtype", o.dtype, "float32 | bfloat16 | float16");
     a->add_option("--device", o.device, "cpu | cuda");
     a->add_option("--output", o.output,
@@ -448,6 +475,8 @@ int main(int argc, char** argv) {
     // Refuse an impossible strategy or size before anything starts (configs and safetensors
     // headers only, no weights read).
     const auto model = ModelFolder::open(o.sources());
+    warnIgnoredOptions(model, [&](const char* opt) { return app.count(opt) > 0; });
+    model.config->checkMaxSequenceLength(o.gen.max_sequence_length);
     if (!model.components.empty() && model.components.at("transformer").single_file)
       spdlog::info("model sources:\n{}", model.describeSources());
     if (o.np > 1 || !o.hostfile.empty())

@@ -50,7 +50,7 @@ struct MpirunLaunch {
   /// mpirun in a network namespace of its own with only loopback up; "" = none (mpirun runs in
   /// the caller's namespace). See isolationProgram().
   std::string isolate;
-  // Hostfile groups only (issue 18; README "Several machines"):
+  // Hostfile groups only (docs/multi-host.md):
   /// ssh options for mpirun's launch agent, appended after `-o BatchMode=yes -o
   /// ConnectTimeout=10` (never a password or host-key prompt); passed as `plm_rsh_args`.
   std::string ssh_options;
@@ -107,14 +107,15 @@ std::vector<std::string> forwardedEnvironment();
 /// the number of CPUs in the mask when the topology cannot be read; at least 1.
 int availableCores();
 
-/// mpirun options and OpenMP environment that place a single-host group's threads (README
-/// "Thread placement"). When world x threads <= cores: each rank gets `threads` cores of its
-/// own (`--map-by slot:PE=<threads> --bind-to core`) and its OpenMP threads stay one per core
-/// (`-x OMP_PROC_BIND=close -x OMP_PLACES=cores`). Otherwise the group oversubscribes the cores
-/// and `--bind-to none` lets the kernel spread the threads (binding would stack several ranks'
-/// threads on the cores OpenMPI assigns; its default binds each rank of a 2-rank group to one
-/// core, whatever its thread count). DITSTUDIO_THREAD_PLACEMENT=0 in the environment: none of
-/// these options (OpenMPI's defaults). Throws std::invalid_argument when an argument is < 1.
+/// mpirun options and OpenMP environment that place a single-host group's threads
+/// (docs/strategies.md, "Thread placement"). When world x threads <= cores: each rank gets
+/// `threads` cores of its own (`--map-by slot:PE=<threads> --bind-to core`) and its OpenMP threads
+/// stay one per core (`-x OMP_PROC_BIND=close -x OMP_PLACES=cores`). Otherwise the group
+/// oversubscribes the cores and `--bind-to none` lets the kernel spread the threads (binding
+/// would stack several ranks' threads on the cores OpenMPI assigns; its default binds each rank
+/// of a 2-rank group to one core, whatever its thread count). DITSTUDIO_THREAD_PLACEMENT=0 in the
+/// environment: none of these options (OpenMPI's defaults). Throws std::invalid_argument when an
+/// argument is < 1.
 std::vector<std::string> threadPlacementArgs(int world, int threads, int cores);
 
 /// The ditstudio-isolate executable in `dir` (the directory of the programs), or "" when

@@ -25,7 +25,7 @@ struct HelloEvent {
   int world = 0;
   std::int64_t pid = -1;
   std::string host;
-  nlohmann::json blas;  ///< the BLAS library the rank runs (app/common/blas_kernel.h); null when absent
+  nlohmann::json blas;  ///< the rank's BLAS library (app/common/blas_kernel.h); null if absent
 };
 /// `ready`: rank 0, the model loaded on every rank.
 struct ReadyEvent {

@@ -31,11 +31,14 @@ inline constexpr std::size_t kMaxIdLength = 128;
 /// Allowed ranges of the numeric request fields (inclusive). 0 for width, height, steps and
 /// max_sequence_length means "the model's default"; the pipeline further requires width and
 /// height to be multiples of 2 x vae_scale_factor.
-inline constexpr int kMaxSide = 16384;          ///< width, height: 0 or 1 .. kMaxSide pixels
-inline constexpr int kMaxSteps = 1000;          ///< steps: 0 or 1 .. kMaxSteps
-inline constexpr int kMaxSequenceLength = 512;  ///< max_sequence_length: 0 or 1 .. 512 (T5)
-inline constexpr int kMaxImages = 10000;        ///< num_images: 1 .. kMaxImages
-inline constexpr double kMaxGuidance = 100.0;   ///< guidance, true_cfg_scale: finite, 0 .. 100
+inline constexpr int kMaxSide = 16384;  ///< width, height: 0 or 1 .. kMaxSide pixels
+inline constexpr int kMaxSteps = 1000;  ///< steps: 0 or 1 .. kMaxSteps
+/// max_sequence_length: 0 or 1 .. kMaxSequenceLength at the door; each family's own limit
+/// (PipelineConfig::max_sequence_length_limit: FLUX.1 512, Qwen-Image 1024, FLUX.2 [klein] its
+/// text encoder's positions, 40960 for Qwen3) is checked once the model is known.
+inline constexpr int kMaxSequenceLength = 65536;
+inline constexpr int kMaxImages = 10000;       ///< num_images: 1 .. kMaxImages
+inline constexpr double kMaxGuidance = 100.0;  ///< guidance, true_cfg_scale: finite, 0 .. 100
 
 /// One numeric request field: its kind and inclusive range (`zero_is_default`: 0 is accepted too
 /// and means "the model's default").

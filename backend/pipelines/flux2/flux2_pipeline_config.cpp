@@ -59,6 +59,13 @@ Flux2PipelineConfig parseFlux2PipelineConfig(const std::string& path,
   }
   m.dims.vae_scale_factor = m.vae.vaeScaleFactor();
   m.max_sequence_length = 512;
+  // Flux2KleinPipeline.check_inputs has no max_sequence_length cap (FluxPipeline's 512 is T5's):
+  // the Qwen3 text encoder's positions bound it.
+  m.max_sequence_length_limit = m.text_encoder.max_position_embeddings;
+  m.max_sequence_length_rule = "Flux2KleinPipeline (the text encoder's max_position_embeddings)";
+  // Flux2KleinPipeline: guidance_scale is classic CFG (guidance > 1, the negative prompt or "")
+  // on the base model and ignored (with a warning) on the step-distilled one; no true_cfg_scale.
+  if (!m.is_distilled) m.options.guidance = "CFG scale, on when > 1 (a second pass per step)";
   return m;
 }
 

@@ -83,10 +83,8 @@ FlowMatchDefaults Flux2KleinPipeline::defaults() const {
   d.sample_size = 128;  // Flux2KleinPipeline.default_sample_size
   d.steps = 50;
   d.max_sequence_length = d_->cfg.max_sequence_length;
-  // Flux2KleinPipeline.check_inputs has no max_sequence_length cap (FluxPipeline's 512 is T5's):
-  // the Qwen3 text encoder's positions bound it.
-  d.max_sequence_length_limit = d_->cfg.text_encoder.max_position_embeddings;
-  d.max_sequence_length_rule = "Flux2KleinPipeline (the text encoder's max_position_embeddings)";
+  d.max_sequence_length_limit = d_->cfg.max_sequence_length_limit;  // PipelineConfig's rule
+  d.max_sequence_length_rule = d_->cfg.max_sequence_length_rule;
   d.floor_sizes = true;
   d.init_image_size = InitImageSize::FromImage;
   return d;

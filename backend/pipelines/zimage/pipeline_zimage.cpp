@@ -135,7 +135,8 @@ FlowMatchDefaults ZImagePipeline::defaults() const {
   d.sample_size = 1024 / d_->vsf();  // height = height or 1024
   d.steps = 50;
   d.max_sequence_length = d_->cfg.max_sequence_length;
-  d.max_sequence_length_rule = "ZImagePipeline";
+  d.max_sequence_length_limit = d_->cfg.max_sequence_length_limit;  // PipelineConfig's rule
+  d.max_sequence_length_rule = d_->cfg.max_sequence_length_rule;
   d.floor_sizes = false;  // "Height must be divisible by ..." (ValueError)
   return d;
 }

@@ -1,0 +1,117 @@
+// Issue 31: the generation panel spells each family's guidance options as its diffusers pipeline
+// reads them (PipelineConfig::options), on the four fixtures in tests/data: FLUX.1's guidance is
+// the distilled guidance embedding and true_cfg_scale its true CFG; FLUX.2 [klein] (base) and
+// Z-Image run CFG from guidance (above 1 and above 0) and read no true_cfg_scale; Qwen-Image reads
+// true_cfg_scale and no guidance; only Z-Image shows cfg_truncation and cfg_normalization, and
+// they reach the request. No worker runs.
+#include <QDoubleSpinBox>
+#include <QtTest>
+
+#include "ui/generation_panel.h"
+#include "ui/model_info.h"
+
+using namespace dit::ui;
+
+namespace {
+QString data(const char* fixture) {
+  return qEnvironmentVariable("DITSTUDIO_TEST_DATA") + QLatin1Char('/') +
+         QLatin1String(fixture);
+}
+}  // namespace
+
+class TestUiFamilyOptions : public QObject {
+  Q_OBJECT
+ private Q_SLOTS:
+  void initTestCase() {
+    if (!QFileInfo::exists(data("tiny-zimage-A") + "/model_index.json"))
+      QFAIL("DITSTUDIO_TEST_DATA does not hold tiny-zimage-A");
+  }
+
+  void flux1() {
+    GenerationPanel p;
+    p.setModelDir(data("tiny-flux-A"));
+    QVERIFY2(p.modelInfo().ok, qPrintable(p.modelInfo().error));
+    QCOMPARE(p.modelInfo().family, QStringLiteral("FLUX.1"));
+    QVERIFY(p.guidanceSpin()->isEnabled());
+    QCOMPARE(p.fieldLabel(p.guidanceSpin()), QStringLiteral("Guidance"));
+    QVERIFY2(p.guidanceSpin()->toolTip().contains("distilled guidance embedding"),
+             qPrintable(p.guidanceSpin()->toolTip()));
+    QVERIFY(p.cfgScaleSpin()->isEnabled());
+    QVERIFY(p.cfgScaleSpin()->toolTip().contains("true CFG with the negative prompt"));
+    QVERIFY(!p.fieldShown(p.cfgTruncationSpin()));
+    QVERIFY(!p.fieldShown(p.cfgNormalizationSpin()));
+    QVERIFY(!p.modelInfo().runsCfg(false, 4.0));  // guidance is an embedding, not CFG
+    QVERIFY(p.modelInfo().runsCfg(true, 3.5));
+  }
+
+  void flux2Base() {
+    GenerationPanel p;
+    p.setModelDir(data("tiny-flux2-A"));
+    QVERIFY2(p.modelInfo().ok, qPrintable(p.modelInfo().error));
+    QVERIFY(p.guidanceSpin()->isEnabled());
+    QCOMPARE(p.fieldLabel(p.guidanceSpin()), QStringLiteral("CFG scale"));
+    QVERIFY(p.guidanceSpin()->toolTip().contains("on when > 1"));
+    QVERIFY(!p.cfgScaleSpin()->isEnabled());
+    QVERIFY2(p.cfgScaleSpin()->toolTip().contains("not read by FLUX.2 [klein]"),
+             qPrintable(p.cfgScaleSpin()->toolTip()));
+    QVERIFY(!p.fieldShown(p.cfgTruncationSpin()));
+    QVERIFY(!p.modelInfo().runsCfg(true, 1.0));
+    QVERIFY(p.modelInfo().runsCfg(false, 1.5));
+  }
+
+  void zimage() {
+    GenerationPanel p;
+    p.setModelDir(data("tiny-zimage-A"));
+    QVERIFY2(p.modelInfo().ok, qPrintable(p.modelInfo().error));
+    QCOMPARE(p.modelInfo().family, QStringLiteral("Z-Image"));
+    QCOMPARE(p.fieldLabel(p.guidanceSpin()), QStringLiteral("CFG scale"));
+    QVERIFY(p.guidanceSpin()->toolTip().contains("on when > 0"));
+    QVERIFY(!p.cfgScaleSpin()->isEnabled());
+    QVERIFY(p.fieldShown(p.cfgTruncationSpin()));
+    QVERIFY(p.fieldShown(p.cfgNormalizationSpin()));
+    // ZImagePipeline's do_classifier_free_guidance: guidance_scale > 0.
+    QVERIFY(p.modelInfo().runsCfg(false, 0.5));
+    QVERIFY(!p.modelInfo().runsCfg(true, 0.0));
+    // The two fields reach the request and come back from it.
+    p.cfgTruncationSpin()->setValue(0.25);
+    p.cfgNormalizationSpin()->setValue(1.5);
+    GenerationParams g = p.params();
+    QCOMPARE(g.cfg_truncation, 0.25);
+    QCOMPARE(g.cfg_normalization, 1.5);
+    g.cfg_truncation = 0.75;
+    g.cfg_normalization = 0.0;
+    p.setParams(g);
+    QCOMPARE(p.cfgTruncationSpin()->value(), 0.75);
+    QCOMPARE(p.params().cfg_normalization, 0.0);
+  }
+
+  void qwenImage() {
+    GenerationPanel p;
+    p.setModelDir(data("tiny-qwenimage-A"));
+    QVERIFY2(p.modelInfo().ok, qPrintable(p.modelInfo().error));
+    QCOMPARE(p.modelInfo().family, QStringLiteral("Qwen-Image"));
+    QVERIFY(!p.guidanceSpin()->isEnabled());
+    QVERIFY2(p.guidanceSpin()->toolTip().contains("not read by Qwen-Image"),
+             qPrintable(p.guidanceSpin()->toolTip()));
+    QVERIFY(p.cfgScaleSpin()->isEnabled());
+    QVERIFY(p.cfgScaleSpin()->toolTip().contains("true CFG"));
+    QVERIFY(!p.fieldShown(p.cfgTruncationSpin()));
+    QVERIFY(p.modelInfo().runsCfg(true, 0.0));
+    QVERIFY(!p.modelInfo().runsCfg(false, 7.0));
+  }
+
+  void switchingBackShowsEverythingTheFamilyReads() {
+    GenerationPanel p;
+    p.setModelDir(data("tiny-qwenimage-A"));
+    p.setModelDir(data("tiny-zimage-A"));
+    QVERIFY(p.guidanceSpin()->isEnabled());
+    QVERIFY(p.fieldShown(p.cfgTruncationSpin()));
+    p.setModelDir(data("tiny-flux-A"));
+    QVERIFY(p.cfgScaleSpin()->isEnabled());
+    QVERIFY(!p.fieldShown(p.cfgTruncationSpin()));
+    QCOMPARE(p.fieldLabel(p.guidanceSpin()), QStringLiteral("Guidance"));
+  }
+};
+
+QTEST_MAIN(TestUiFamilyOptions)
+#include "test_ui_family_options.moc"
