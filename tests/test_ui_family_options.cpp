@@ -14,8 +14,7 @@ using namespace dit::ui;
 
 namespace {
 QString data(const char* fixture) {
-  return qEnvironmentVariable("DITSTUDIO_TEST_DATA") + QLatin1Char('/') +
-         QLatin1String(fixture);
+  return qEnvironmentVariable("DITSTUDIO_TEST_DATA") + QLatin1Char('/') + QLatin1String(fixture);
 }
 }  // namespace
 
