@@ -318,7 +318,8 @@ TEST(QwenImagePipeline, RunsFromPromptsMatchDiffusers) {
 }
 
 TEST(QwenImageFamily, RecordAndPlans) {
-  const FamilySpec& f = familyOf(ModelFolder::open(test::fixtureDir()));
+  const ModelFolder folder = ModelFolder::open(test::fixtureDir());
+  const FamilySpec& f = familyOf(folder);
   EXPECT_EQ(f.transformer_class, "QwenImageTransformer2DModel");
   const auto known = f.known_models();
   ASSERT_EQ(known.size(), 1u);

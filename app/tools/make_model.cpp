@@ -101,7 +101,8 @@ int main(int argc, char** argv) {
     const fs::path tmp = o.string() + ".partial";
     fs::remove_all(tmp);
     fs::create_directories(tmp);
-    const FamilySpec& family = familyOf(ModelFolder::open(t.string()));
+    const ModelFolder templateFolder = ModelFolder::open(t.string());
+    const FamilySpec& family = familyOf(templateFolder);
     // Model components (a config.json) get their config; the rest (tokenizers, the scheduler)
     // are copied whole.
     for (const std::string& d : family.components) {
@@ -135,7 +136,8 @@ int main(int argc, char** argv) {
       w->setRecording(true);
       return w;
     };
-    const FamilyRuntime& runtime = familyRuntime(m.pipeline_class, m.path + "/model_index.json");
+    const std::string modelIndex = m.path + "/model_index.json";
+    const FamilyRuntime& runtime = familyRuntime(m.pipeline_class, modelIndex);
     uint64_t k =
         0;  // seed offset: 1 for the transformer, then each component in the family's order
     for (const std::string& c : family.components) {
