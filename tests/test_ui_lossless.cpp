@@ -297,7 +297,7 @@ class TestLossless : public QObject {
     qputenv("FAKE_STEP_SLEEP", "0.05");
     QTemporaryDir data;
     auto w = makeWindow(data);
-    QApplication::setActiveWindow(w.get());
+    w->activateWindow();
     QVERIFY(QTest::qWaitForWindowActive(w.get()));
     GenerationParams p = w->generationPanel()->params();
     p.steps = 200;
