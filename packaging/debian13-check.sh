@@ -93,6 +93,16 @@ make_chroot() {
     cp -a "$ROOT/base" "$r"
   fi
   cp /etc/resolv.conf "$r/etc/resolv.conf"
+  # Certificate authorities the host trusts beyond Debian's (a site proxy's, for example), so the
+  # chroot's downloads work where the host's do (the server tests' npm client fetch included;
+  # in_chroot points Node at the system bundle).
+  if compgen -G "/usr/local/share/ca-certificates/*.crt" > /dev/null; then
+    mkdir -p "$r/usr/local/share/ca-certificates"
+    cp /usr/local/share/ca-certificates/*.crt "$r/usr/local/share/ca-certificates/"
+    if [ -x "$r/usr/sbin/update-ca-certificates" ]; then
+      chroot "$r" /usr/sbin/update-ca-certificates > /dev/null 2>&1 || true
+    fi
+  fi
   mountpoint -q "$r/proc" || mount -t proc proc "$r/proc"
   if ! mountpoint -q "$r/dev"; then mount --rbind /dev "$r/dev"; mount --make-rslave "$r/dev"; fi
   if ! mountpoint -q "$r/sys"; then mount --rbind /sys "$r/sys"; mount --make-rslave "$r/sys"; fi
@@ -127,6 +137,9 @@ in_chroot() {
       CMAKE_CUDA_COMPILER_LAUNCHER=ccache CCACHE_DIR=/var/cache/ditstudio-ccache
       CCACHE_MAXSIZE=5G)
   fi
+  # Node (npm) trusts only its own CA list unless told: give it the system bundle as well.
+  [ -f "$r/etc/ssl/certs/ca-certificates.crt" ] &&
+    launch+=(NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt)
   chroot "$r" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "${launch[@]}" \
     nice -n 10 bash -euo pipefail -c "$*"
