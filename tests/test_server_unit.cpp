@@ -142,9 +142,10 @@ TEST(ServerPool, CpuSetReplacesThePlacement) {
   const std::vector<std::string> single{
       "mpirun",    "-np",  "1",  "--map-by",          "slot:PE=1",
       "--bind-to", "core", "-x", "OMP_NUM_THREADS=1", "ditstudio-worker"};
-  EXPECT_EQ(Pool::withCpuSet(single, "2,3"),
-            (std::vector<std::string>{"mpirun", "-np", "1", "--cpu-set", "2,3", "--bind-to", "none",
-                                      "-x", "OMP_NUM_THREADS=1", "ditstudio-worker"}));
+  EXPECT_EQ(
+      Pool::withCpuSet(single, "2,3"),
+      (std::vector<std::string>{"taskset", "--cpu-list", "2,3", "mpirun", "-np", "1", "--bind-to",
+                                "none", "-x", "OMP_NUM_THREADS=1", "ditstudio-worker"}));
   EXPECT_EQ(Pool::withCpuSet(single, ""),
             (std::vector<std::string>{"mpirun", "-np", "1", "--bind-to", "none", "-x",
                                       "OMP_NUM_THREADS=1", "ditstudio-worker"}));

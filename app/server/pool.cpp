@@ -356,10 +356,13 @@ std::vector<std::string> Pool::withCpuSet(std::vector<std::string> argv, const s
   auto bind = std::find(argv.begin(), argv.end(), "--bind-to");
   if (bind == argv.end() || bind + 1 == argv.end()) return argv;
   *(bind + 1) = "none";
-  if (!cpus.empty()) argv.insert(bind, {"--cpu-set", cpus});
   if (auto map = std::find(argv.begin(), argv.end(), "--map-by");
       map != argv.end() && map + 1 != argv.end())
     argv.erase(map, map + 2);
+  // The CPU slice as the affinity mpirun starts with (util-linux's taskset), which its daemon
+  // and the unbound ranks inherit: OpenMPI 4 and 5 alike (OpenMPI 5's --cpu-set becomes a PE
+  // list that refuses --bind-to none).
+  if (!cpus.empty()) argv.insert(argv.begin(), {"taskset", "--cpu-list", cpus});
   return argv;
 }
 

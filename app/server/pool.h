@@ -36,8 +36,8 @@ struct GroupSpec {
   std::string device = "cpu", dtype = "float32";
   std::string devices;   ///< CUDA_VISIBLE_DEVICES for the group's ranks ("" = unchanged)
   std::string hostfile;  ///< mpirun --hostfile (several machines)
-  /// Single-host groups: the logical CPUs the group's ranks may use (mpirun --cpu-set, e.g.
-  /// "2,3" or "2-3"); "" = a share of this process's CPUs when the pool has several CPU groups
+  /// Single-host groups: the logical CPUs the group's ranks may use (mpirun started under taskset,
+  /// e.g. "2,3" or "2-3"); "" = a share of this process's CPUs when the pool has several CPU groups
   /// (see Pool::start), else mpirun's own placement.
   std::string cpus;
   std::string network_interface;
@@ -46,7 +46,7 @@ struct GroupSpec {
 /// Parses one `--pool` entry "key=value,key=value" over `defaults`. Keys: name, model, np,
 /// tp (tp_degree), ring (ring_degree), ulysses (ulysses_degree), cfg (cfg_degree), dp (dp_degree),
 /// threads (omp_threads), device, dtype, devices (CUDA_VISIBLE_DEVICES, separated by ':' or
-/// '+'), cpus (mpirun --cpu-set, ':' or '+' separated), hostfile. Throws std::invalid_argument
+/// '+'), cpus (taskset for mpirun, ':' or '+' separated), hostfile. Throws std::invalid_argument
 /// naming the entry and the key.
 GroupSpec parseGroupSpec(const std::string& spec, const GroupSpec& defaults);
 /// A pool file: JSON {"groups": [{"name", "model", "np", "tp_degree", ..., "omp_threads",
@@ -127,12 +127,13 @@ class Pool {
 
   /// Starts every group and the scheduler thread. Several single-host groups would each be
   /// placed from core 0 by their own mpirun (all on the same cores): each gets a disjoint slice
-  /// of this process's CPUs (--cpu-set; world x omp_threads CPUs each, in order) when they fit,
+  /// of this process's CPUs (taskset; world x omp_threads CPUs each, in order) when they fit,
   /// else no binding (the kernel spreads them). Throws std::invalid_argument naming a group whose
   /// strategy is refused.
   void start();
-  /// argv of one group's mpirun with its placement replaced by `--cpu-set CPUS --bind-to none`
-  /// (CPUS empty: `--bind-to none` alone). A hostfile group's argv is returned unchanged.
+  /// argv of one group's mpirun with its placement replaced by `--bind-to none`, started under
+  /// `taskset --cpu-list CPUS` (the affinity its daemon and ranks inherit, on OpenMPI 4 and 5;
+  /// CPUS empty: no taskset). A hostfile group's argv is returned unchanged.
   static std::vector<std::string> withCpuSet(std::vector<std::string> argv,
                                              const std::string& cpus);
   /// Stops the groups (cancel, shutdown, teardown policy) and the scheduler thread; bounded.

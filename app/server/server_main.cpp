@@ -119,12 +119,13 @@ int main(int argc, char** argv) {
   app.add_option("--groups", groups,
                  "start this many identical groups of the options above (one queue)")
       ->capture_default_str();
-  app.add_option("--pool", poolSpecs,
-                 "one group per use, key=value,... over the options above: name, model, np, tp, "
-                 "ring, ulysses, cfg, dp, threads, device, dtype, devices (CUDA_VISIBLE_DEVICES, "
-                 "'+'-separated), cpus (mpirun --cpu-set, '+'-separated), hostfile; e.g. --pool "
-                 "np=2,tp=2,devices=0+1 --pool "
-                 "np=2,tp=2,devices=2+3");
+  app.add_option(
+      "--pool", poolSpecs,
+      "one group per use, key=value,... over the options above: name, model, np, tp, "
+      "ring, ulysses, cfg, dp, threads, device, dtype, devices (CUDA_VISIBLE_DEVICES, "
+      "'+'-separated), cpus (the CPUs mpirun starts on, '+'-separated), hostfile; e.g. --pool "
+      "np=2,tp=2,devices=0+1 --pool "
+      "np=2,tp=2,devices=2+3");
   app.add_option("--pool-file", poolFile,
                  "JSON {\"groups\": [{\"name\", \"model\", \"np\", \"tp_degree\", ...}]}");
   CLI11_PARSE(app, argc, argv);
