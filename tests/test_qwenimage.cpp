@@ -393,6 +393,16 @@ TEST(QwenImagePipeline, BatchedRunWithMaskedTextMatchesDiffusers) {
 
 // bfloat16 end to end (text encoder, transformer, VAE): finishes with a finite image close to
 // the float32 one; step caching (First Block Cache through the DiT driver) skips steps.
+// Bounds from measured figures (mean |bf16 - float32 golden| over the image, one thread):
+//  - whole run 0: ours 0.0055 (LibTorch 1.13) and 0.0056 (2.6); diffusers' own bf16 run on torch
+//    2.6 (QwenImagePipeline, torch_dtype bfloat16, the float32 noise and enc.prompt_embeds.0 cast,
+//    oneDNN off for the convolutions, see backend/nn/conv2d.h) 0.0057. Bound 0.02.
+//  - the VAE alone on run 0's float32 final latents: ours 0.0016 (1.13) and 0.0015 (2.6),
+//    diffusers 0.0013. Bound 0.005.
+// A CPU bfloat16 convolution computed wrongly (LibTorch 2.6's oneDNN kernel for out-channel counts
+// that are not multiples of 16, before nn::conv2d worked around it) gave 0.063 and 0.062
+// (diffusers' own bf16 run with that kernel: 0.039 and 0.038); a run that stays in float32 gives
+// about 1e-7 (diffusers' float32 run: 7e-8), hence the lower bounds: bfloat16 really ran.
 TEST(QwenImagePipeline, Bfloat16AndStepCacheRun) {
   const ModelFolder m = ModelFolder::open(test::fixtureDir());
   PipelineInputs in;
@@ -408,8 +418,16 @@ TEST(QwenImagePipeline, Bfloat16AndStepCacheRun) {
     ASSERT_TRUE(res.image.isfinite().all().item<bool>());
     const double mean =
         (res.image.unsqueeze(0) - test::golden("run.0.image")).abs().mean().item<double>();
-    std::printf("bfloat16 run 0: mean |image - float32 golden| %.3g\n", mean);
-    EXPECT_LT(mean, 0.05);
+    const double vae = (pipe->decode(test::golden("run.0.final_latents"), 32, 32).unsqueeze(0) -
+                        test::golden("run.0.image"))
+                           .abs()
+                           .mean()
+                           .item<double>();
+    std::printf("bfloat16 run 0: mean |image - float32 golden| %.3g (VAE alone %.3g)\n", mean, vae);
+    EXPECT_LT(mean, 0.02);
+    EXPECT_GT(mean, 1e-4);
+    EXPECT_LT(vae, 0.005);
+    EXPECT_GT(vae, 1e-5);
   }
   auto pipe = loadPipeline(m, PipelineOptions{});
   in.cache = parseStepCacheConfig("first-block:5.0");

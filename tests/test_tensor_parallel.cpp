@@ -170,6 +170,35 @@ TEST(TensorParallelLayers, PackedColwiseShardsEachBlock) {
   EXPECT_LT(maxOverRanks(maxAbsDiff(gathered.forward(x), ref)), kTol);
 }
 
+TEST(TensorParallelLayers, ForwardCoalescedEqualsEachLayersForward) {
+  // FLUX.1's AdaLN modulations under tp: several gathered colwise layers (plain and packed) and a
+  // layer that does not gather, on one input, with one all-gather: each output equals the layer's
+  // own forward and the dense product.
+  auto mesh = tpMesh();
+  auto tp = mesh->group("tp");
+  const int64_t C = 16, M = 24;
+  at::manual_seed(17);
+  const Dense fc1 = randomLinear(C, M), gu = randomLinear(C, 2 * M), fc1b = randomLinear(C, M);
+  const at::Tensor x = at::randn({2, C});
+  const ShardingPlan plan = testPlan(C, M);
+  const Shard s1 = shard(plan, "mlp.fc1", fc1, tp->rank(), tp->size());
+  const Shard sp = shard(plan, "packed.gate_up", gu, tp->rank(), tp->size());
+  const Shard s3 = shard(plan, "mlp.fc1", fc1b, tp->rank(), tp->size());
+  ColumnParallelLinear a("mlp.fc1", s1.w, s1.b, s1.spec, tp, /*gatherOutput=*/true);
+  ColumnParallelLinear packed("packed.gate_up", sp.w, sp.b, sp.spec, tp, true);
+  ColumnParallelLinear local("mlp.fc1", s3.w, s3.b, s3.spec, tp);  // stays sharded
+  ColumnParallelLinear a2("mlp.fc1", s3.w, s3.b, s3.spec, tp, true);
+  EXPECT_EQ(a.gathers(), tp->size() > 1);
+  EXPECT_FALSE(local.gathers());
+  const auto out = ColumnParallelLinear::forwardCoalesced({&a, &packed, &local, &a2}, x);
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_LT(maxOverRanks(maxAbsDiff(out[0], at::linear(x, fc1.w, fc1.b))), kTol);
+  EXPECT_LT(maxOverRanks(maxAbsDiff(out[1], at::linear(x, gu.w, gu.b))), kTol);
+  EXPECT_LT(maxOverRanks(maxAbsDiff(out[2], local.forward(x))), kTol);
+  EXPECT_LT(maxOverRanks(maxAbsDiff(out[3], at::linear(x, fc1b.w, fc1b.b))), kTol);
+  EXPECT_THROW(ColumnParallelLinear::forwardCoalesced({&a, nullptr}, x), std::invalid_argument);
+}
+
 TEST(TensorParallelLayers, FusedQkvMlpAndPackedRowwiseEqualDense) {
   // A FLUX.1-like single block: to_q/to_k/to_v and proj_mlp fused into one GEMM, attention by
   // heads, proj_out over cat(attn [C], mlp [M]) packed rowwise.

@@ -490,8 +490,25 @@ TEST(ZImagePipeline, Bfloat16RunFinishesFinite) {
   ASSERT_TRUE(r.image.defined());
   EXPECT_TRUE(at::isfinite(r.image).all().item<bool>());
   EXPECT_TRUE(at::isfinite(r.final_latents).all().item<bool>());
-  // Close to float32 in the large (bf16 rounding only).
-  EXPECT_LE(test::maxAbsDiff(r.image, test::golden("run.2.image")), 0.1);
+  // Close to float32 (bf16 rounding only). Measured max |bf16 - float32 golden| (one thread):
+  //  - the image of run 2: ours 0.014 (LibTorch 1.13) and 0.011 (2.6); diffusers' own bf16 run on
+  //    torch 2.6 (ZImagePipeline, torch_dtype bfloat16, the float32 noise, enc.prompt_embeds.5
+  //    and .2 cast, oneDNN off for the convolutions, see backend/nn/conv2d.h) 0.010. Bound 0.03.
+  //  - the VAE alone on run 2's float32 final latents: ours 0.012 (1.13) and 0.0085 (2.6),
+  //    diffusers 0.0080. Bound 0.03.
+  // The defects these bounds catch: the timestep rounded to bfloat16 before t_embedder (diffusers
+  // keeps it float32) gave 0.082 (1.13) and 0.084 (2.6) (final latents 0.55 against diffusers'
+  // 0.03); LibTorch 2.6's wrong oneDNN bfloat16 convolution (out channels not a multiple of 16)
+  // 0.40 (VAE alone 0.41). A run that stays in float32 is within 1e-4 (diffusers' float32 run:
+  // 7e-7), hence the lower bound: bfloat16 really ran.
+  const double image = test::maxAbsDiff(r.image, test::golden("run.2.image"));
+  const double vae = test::maxAbsDiff(pipe->decode(test::golden("run.2.final_latents"), 64, 32),
+                                      test::golden("run.2.image"));
+  std::printf("[zimage] bfloat16 run 2: max |image - float32 golden| %.3g (VAE alone %.3g)\n",
+              image, vae);
+  EXPECT_LE(image, 0.03);
+  EXPECT_GT(image, 1e-3);
+  EXPECT_LE(vae, 0.03);
 }
 
 TEST(ZImageStrategies, ImpossibleStrategiesAreRefusedNamingTheRule) {

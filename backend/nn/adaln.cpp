@@ -41,8 +41,9 @@ AdaLayerNormZero::AdaLayerNormZero(WeightLoader& w, const std::string& prefix, i
     : linear_(w.linear(prefix + ".linear", C, 6 * C)) {}
 
 AdaLayerNormZero::Output AdaLayerNormZero::operator()(const at::Tensor& x,
-                                                      const at::Tensor& silu_temb) const {
-  auto e = linear_->forward(silu_temb).chunk(6, 1);
+                                                      const at::Tensor& silu_temb,
+                                                      const at::Tensor& emb) const {
+  auto e = (emb.defined() ? emb : linear_->forward(silu_temb)).chunk(6, 1);
   Output o;
   o.shift_msa = e[0];
   o.scale_msa = e[1];
@@ -58,9 +59,10 @@ AdaLayerNormZeroSingle::AdaLayerNormZeroSingle(WeightLoader& w, const std::strin
                                                int64_t C)
     : linear_(w.linear(prefix + ".linear", C, 3 * C)) {}
 
-AdaLayerNormZeroSingle::Output AdaLayerNormZeroSingle::operator()(
-    const at::Tensor& x, const at::Tensor& silu_temb) const {
-  auto e = linear_->forward(silu_temb).chunk(3, 1);
+AdaLayerNormZeroSingle::Output AdaLayerNormZeroSingle::operator()(const at::Tensor& x,
+                                                                  const at::Tensor& silu_temb,
+                                                                  const at::Tensor& emb) const {
+  auto e = (emb.defined() ? emb : linear_->forward(silu_temb)).chunk(3, 1);
   Output o;
   o.shift_msa = e[0];
   o.scale_msa = e[1];

@@ -36,8 +36,13 @@ class AdaLayerNormZero {
   AdaLayerNormZero() = default;
   /// Loads `<prefix>.linear` [6C, C] (+ bias). Throws ModelFileError (WeightLoader).
   AdaLayerNormZero(WeightLoader& w, const std::string& prefix, int64_t C);
-  /// x [B, S, C]; silu_temb [B, C].
-  Output operator()(const at::Tensor& x, const at::Tensor& silu_temb) const;
+  /// x [B, S, C]; silu_temb [B, C]. `emb`: linear(silu_temb) [B, 6C] when the caller computed it
+  /// already (e.g. every block's at once, ColumnParallelLinear::forwardCoalesced); undefined =
+  /// computed here.
+  Output operator()(const at::Tensor& x, const at::Tensor& silu_temb,
+                    const at::Tensor& emb = at::Tensor()) const;
+  /// The modulation linear (C -> 6C).
+  const LinearPtr& linear() const { return linear_; }
 
  private:
   LinearPtr linear_;
@@ -53,7 +58,11 @@ class AdaLayerNormZeroSingle {
   AdaLayerNormZeroSingle() = default;
   /// Loads `<prefix>.linear` [3C, C] (+ bias).
   AdaLayerNormZeroSingle(WeightLoader& w, const std::string& prefix, int64_t C);
-  Output operator()(const at::Tensor& x, const at::Tensor& silu_temb) const;
+  /// `emb`: linear(silu_temb) [B, 3C] when computed already (as AdaLayerNormZero's).
+  Output operator()(const at::Tensor& x, const at::Tensor& silu_temb,
+                    const at::Tensor& emb = at::Tensor()) const;
+  /// The modulation linear (C -> 3C).
+  const LinearPtr& linear() const { return linear_; }
 
  private:
   LinearPtr linear_;

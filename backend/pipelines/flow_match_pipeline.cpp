@@ -111,11 +111,7 @@ PipelineInputs FlowMatchPipeline::resolve(PipelineInputs p) const {
                                 " pixels; got " + sizeText(p.width, p.height));
   if (p.steps > 1000)
     throw std::invalid_argument("steps are limited to 1000; got " + std::to_string(p.steps));
-  if (p.max_sequence_length > d.max_sequence_length_limit)
-    throw std::invalid_argument("max_sequence_length cannot be greater than " +
-                                std::to_string(d.max_sequence_length_limit) + " for " +
-                                d.max_sequence_length_rule + ", got " +
-                                std::to_string(p.max_sequence_length));
+  model().config->checkMaxSequenceLength(p.max_sequence_length);  // the family's limit and rule
   if (!p.init_image.empty() && img2imgStartIndex(p.steps, p.strength) >= p.steps)
     throw std::invalid_argument("strength " + std::to_string(p.strength) + " with " +
                                 std::to_string(p.steps) +

@@ -80,12 +80,6 @@ struct FlowMatchDefaults {
   int sample_size = 128;  ///< default width/height = sample_size x vae_scale_factor
   int steps = 28;
   int max_sequence_length = 512;
-  /// The largest max_sequence_length the family's pipeline takes: FluxPipeline.check_inputs
-  /// refuses more than 512 (T5); Flux2KleinPipeline has no such check (its limit is its text
-  /// encoder's max_position_embeddings; QwenImagePipeline: 1024). `max_sequence_length_rule` says
-  /// where it comes from.
-  int max_sequence_length_limit = 512;
-  std::string max_sequence_length_rule = "FluxPipeline (T5)";
   /// true: width/height are floored to multiples of 2 x vae_scale_factor (Flux2KleinPipeline);
   /// false: other sizes are refused naming the nearest valid one (FluxPipeline).
   bool floor_sizes = false;
@@ -120,9 +114,9 @@ class FlowMatchPipeline : public DiffusionPipeline {
   /// true_cfg_scale; no negative sizes; strength in (0, 1]; a mask only with an init image; the
   /// family's capabilities (one generic refusal); the init image's size per the family's policy;
   /// width/height multiples of (or floored to) 2 x vae_scale_factor, at most 16384; steps <= 1000;
-  /// max_sequence_length <= the family's limit (FlowMatchDefaults); strength x steps >= 1 with an
-  /// init image. Throws std::invalid_argument with the fix to apply; std::runtime_error naming an
-  /// unreadable init image.
+  /// max_sequence_length <= the family's limit (PipelineConfig::checkMaxSequenceLength); strength x
+  /// steps >= 1 with an init image. Throws std::invalid_argument with the fix to apply;
+  /// std::runtime_error naming an unreadable init image.
   PipelineInputs resolve(PipelineInputs p) const override;
 
   /// The whole pipeline for one image: resolve, the prompt encodings this rank needs (under

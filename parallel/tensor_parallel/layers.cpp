@@ -202,21 +202,65 @@ ColumnParallelLinear::ColumnParallelLinear(std::string name, at::Tensor weightSh
                                 " does not match weight shard " + shapeStr(weight_.sizes()));
 }
 
+bool ColumnParallelLinear::gathers() const { return gatherOutput_ && groupSize(group_) > 1; }
+
 at::Tensor ColumnParallelLinear::forward(const at::Tensor& x) const {
   at::Tensor y = Linear::forward(x);  // [..., out_local]
-  if (!gatherOutput_ || groupSize(group_) == 1) return y;
-  at::Tensor g = allGatherLastDim(*group_, y);  // [..., parts * out_local], rank-major
-  if (spec_.blocks.size() <= 1) return g;
-  // Packed: every rank's chunk is [block0 slice, block1 slice, ...]; put blocks back in order.
-  const int64_t parts = spec_.parts, local = y.size(-1);
+  if (!gathers()) return y;
+  const int64_t local = y.size(-1);
+  return fromGathered(allGatherLastDim(*group_, y), 0, local);
+}
+
+at::Tensor ColumnParallelLinear::fromGathered(const at::Tensor& g, int64_t offset,
+                                              int64_t width) const {
+  const int64_t parts = spec_.parts, local = outFeaturesLocal();
+  if (spec_.blocks.size() <= 1 && offset == 0 && width == local) return g;
+  // Every rank's chunk holds this layer's [block0 slice, block1 slice, ...] (one block when not
+  // packed) at `offset`; the whole output is each block's slices in rank order, block by block.
+  const std::vector<int64_t> blocks =
+      spec_.blocks.size() <= 1 ? std::vector<int64_t>{local * parts} : spec_.blocks;
   std::vector<at::Tensor> pieces;
-  int64_t offset = 0;
-  for (int64_t block : spec_.blocks) {
+  int64_t o = 0;
+  for (int64_t block : blocks) {
     const int64_t len = block / parts;
-    for (int64_t r = 0; r < parts; ++r) pieces.push_back(g.narrow(-1, r * local + offset, len));
-    offset += len;
+    for (int64_t r = 0; r < parts; ++r) pieces.push_back(g.narrow(-1, r * width + offset + o, len));
+    o += len;
   }
   return at::cat(pieces, -1);
+}
+
+std::vector<at::Tensor> ColumnParallelLinear::forwardCoalesced(
+    const std::vector<const Linear*>& layers, const at::Tensor& x) {
+  std::vector<at::Tensor> out(layers.size());
+  std::vector<size_t> gathered;  // indexes of the layers that gather
+  std::vector<at::Tensor> locals;
+  ProcessGroup* group = nullptr;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (!layers[i]) throw std::invalid_argument("forwardCoalesced: layer " + str(i) + " is null");
+    const auto* c = dynamic_cast<const ColumnParallelLinear*>(layers[i]);
+    if (!c || !c->gathers()) {
+      out[i] = layers[i]->forward(x);
+      continue;
+    }
+    if (group && group != c->group_.get())
+      throw std::invalid_argument("forwardCoalesced: " + c->name() +
+                                  " gathers over another process group than " +
+                                  layers[gathered.front()]->name());
+    group = c->group_.get();
+    gathered.push_back(i);
+    locals.push_back(c->Linear::forward(x));  // [..., out_local] (LoRA deltas included)
+  }
+  if (gathered.empty()) return out;
+  at::Tensor g = allGatherLastDim(*group, at::cat(locals, -1));  // [..., parts * width]
+  int64_t width = 0;
+  for (const auto& l : locals) width += l.size(-1);
+  int64_t offset = 0;
+  for (size_t k = 0; k < gathered.size(); ++k) {
+    const auto* c = static_cast<const ColumnParallelLinear*>(layers[gathered[k]]);
+    out[gathered[k]] = c->fromGathered(g, offset, width);
+    offset += locals[k].size(-1);
+  }
+  return out;
 }
 
 RowParallelLinear::RowParallelLinear(std::string name, at::Tensor weightShard, at::Tensor bias,

@@ -157,8 +157,24 @@ class ColumnParallelLinear : public Linear {
   /// x [..., in] replicated. Collective over the group when gather_output and size > 1.
   at::Tensor forward(const at::Tensor& x) const override;
   bool gatherOutput() const { return gatherOutput_; }
+  /// True when forward() runs a collective (gather_output over a group of more than one rank).
+  bool gathers() const;
+
+  /// Several layers applied to the same replicated input x [..., in], with ONE all-gather over
+  /// the concatenation of the gathering layers' local outputs instead of one per layer (as
+  /// PyTorch's coalesced collectives, e.g. all_gather_into_tensor_coalesced): FLUX.1's per-block
+  /// AdaLN modulations, all linear(silu(temb)), once per forward. Returns one tensor per layer,
+  /// in order, equal to layers[i]->forward(x) (layers that do not gather are computed by their
+  /// own forward; none may be null). Collective over the gathering layers' group. Throws
+  /// std::invalid_argument when the gathering layers do not share one process group.
+  static std::vector<at::Tensor> forwardCoalesced(const std::vector<const Linear*>& layers,
+                                                  const at::Tensor& x);
 
  private:
+  /// This layer's whole output from an all-gather `g` [..., parts * width] (rank-major chunks of
+  /// `width`) in which each rank's local output [..., out_local] sits at `offset` of its chunk.
+  at::Tensor fromGathered(const at::Tensor& g, int64_t offset, int64_t width) const;
+
   std::shared_ptr<ProcessGroup> group_;
   bool gatherOutput_;
 };

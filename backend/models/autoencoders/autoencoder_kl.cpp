@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "backend/io/weight_source.h"
+#include "backend/nn/conv2d.h"
 #include "parallel/attention.h"
 
 namespace dit {
@@ -15,7 +16,7 @@ struct Conv {
   int64_t pad = 1;
   at::Tensor operator()(const at::Tensor& x) const {
     const int64_t stride[2] = {1, 1}, padding[2] = {pad, pad};
-    return at::conv2d(x, w, b, at::IntArrayRef(stride), at::IntArrayRef(padding));
+    return nn::conv2d(x, w, b, at::IntArrayRef(stride), at::IntArrayRef(padding));
   }
 };
 struct GroupNorm {
@@ -212,7 +213,7 @@ DiagonalGaussianDistribution AutoencoderKL::encode(const at::Tensor& x0) const {
       const int64_t pad[4] = {0, 1, 0, 1};
       x = at::constant_pad_nd(x, at::IntArrayRef(pad), 0);
       const int64_t stride[2] = {2, 2}, padding[2] = {0, 0};
-      x = at::conv2d(x, db.down.w, db.down.b, at::IntArrayRef(stride), at::IntArrayRef(padding));
+      x = nn::conv2d(x, db.down.w, db.down.b, at::IntArrayRef(stride), at::IntArrayRef(padding));
     }
   }
   x = D.resnet(D.encMid0, x);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/io/weight_source.h"
+#include "backend/nn/conv2d.h"
 #include "parallel/attention.h"
 
 namespace dit {
@@ -19,7 +20,7 @@ struct Conv {
   int64_t pad = 1, stride = 1;
   at::Tensor operator()(const at::Tensor& x) const {
     const int64_t s[2] = {stride, stride}, p[2] = {pad, pad};
-    return at::conv2d(x, w, b, at::IntArrayRef(s), at::IntArrayRef(p));
+    return nn::conv2d(x, w, b, at::IntArrayRef(s), at::IntArrayRef(p));
   }
 };
 

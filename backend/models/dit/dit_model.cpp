@@ -161,6 +161,8 @@ at::Tensor DiTModel::forward(const TransformerInputs& in) const {
     const at::Tensor& t = it->second;
     if (i.kind == DiTInput::Kind::PositionIds) {
       moved[i.name] = positionIds2d(t, who(), i.name).to(dev);
+    } else if (i.kind == DiTInput::Kind::Float32) {
+      moved[i.name] = t.to(dev, at::kFloat);
     } else {
       moved[i.name] = t.to(dev, dt);
     }

@@ -27,6 +27,9 @@ struct DiTInput {
     Activation,   ///< moved to the weights' device and cast to the compute dtype
     PositionIds,  ///< [S, n_axes] or [1, S, n_axes] (the batch dim of 1 is dropped, as diffusers
                   ///< does); moved to the device, dtype kept
+    Float32,      ///< moved to the device as float32 whatever the compute dtype: an input the
+                  ///< diffusers pipeline passes in float32 to a reduced-precision model (Z-Image's
+                  ///< timestep)
   };
   std::string name;
   bool required = true;  ///< false: optional (absent or undefined = not given)
@@ -47,6 +50,10 @@ struct DiTState {
   at::Tensor silu_temb;
   /// Shared modulation by module name (e.g. FLUX.2's "double_stream_modulation_img").
   std::map<std::string, std::vector<nn::Modulation::Params>> modulation;
+  /// Per-block AdaLN modulation linear(silu(temb)) computed before the blocks, in the family's
+  /// order (FLUX.1 under tensor parallelism: every block's at once with one all-gather,
+  /// ColumnParallelLinear::forwardCoalesced); empty = each block computes its own.
+  std::vector<at::Tensor> adaln_emb;
   /// Rotary tables float32 [S_txt + S_img, head_dim] over cat(text, image).
   at::Tensor rope_cos, rope_sin;
   /// Local or context-parallel attention (set by the driver before embed) over the joint

@@ -23,9 +23,10 @@ FluxTransformerBlock::FluxTransformerBlock(WeightLoader& w, const std::string& p
 std::pair<at::Tensor, at::Tensor> FluxTransformerBlock::operator()(
     const at::Tensor& hidden_in, const at::Tensor& encoder_in, const at::Tensor& silu_temb,
     const at::Tensor& cos, const at::Tensor& sin, const nn::AttentionBackend& attention,
-    const nn::AttentionCacheSeam* seam) const {
-  const auto n = norm1(hidden_in, silu_temb);
-  const auto nc = norm1_context(encoder_in, silu_temb);
+    const nn::AttentionCacheSeam* seam, const at::Tensor& emb,
+    const at::Tensor& emb_context) const {
+  const auto n = norm1(hidden_in, silu_temb, emb);
+  const auto nc = norm1_context(encoder_in, silu_temb, emb_context);
   at::Tensor attn_output, context_attn_output;
   if (nn::cachePredicts(seam)) {
     auto p = nn::cachePrediction(*seam);
@@ -69,8 +70,9 @@ FluxSingleTransformerBlock::FluxSingleTransformerBlock(WeightLoader& w, const st
 at::Tensor FluxSingleTransformerBlock::operator()(const at::Tensor& x, const at::Tensor& silu_temb,
                                                   const at::Tensor& cos, const at::Tensor& sin,
                                                   const nn::AttentionBackend& attention,
-                                                  const nn::AttentionCacheSeam* seam) const {
-  const auto n = norm(x, silu_temb);
+                                                  const nn::AttentionCacheSeam* seam,
+                                                  const at::Tensor& emb) const {
+  const auto n = norm(x, silu_temb, emb);
   auto parts = qkv_mlp->forwardParts(n.norm_hidden_states);
   // proj_out's input cat(attn, mlp) [B, S, C_local + M_local]: on the CPU kernel's path the GELU
   // is written straight into its right-hand part and only the attention output is copied in.

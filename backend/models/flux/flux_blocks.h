@@ -38,12 +38,15 @@ class FluxTransformerBlock {
                        int64_t headDim);
   /// hidden [B, S_img, C], encoder [B, S_txt, C], silu_temb [B, C], rotary cos/sin
   /// [S_txt + S_img, D] -> {encoder, hidden} (diffusers returns encoder_hidden_states first).
-  /// `seam`: TaylorSeer around attn (null = none).
+  /// `seam`: TaylorSeer around attn (null = none). `emb`, `emb_context`: norm1's / norm1_context's
+  /// modulation [B, 6C] when computed before the blocks (undefined = computed here).
   std::pair<at::Tensor, at::Tensor> operator()(const at::Tensor& hidden, const at::Tensor& encoder,
                                                const at::Tensor& silu_temb, const at::Tensor& cos,
                                                const at::Tensor& sin,
                                                const nn::AttentionBackend& attention,
-                                               const nn::AttentionCacheSeam* seam = nullptr) const;
+                                               const nn::AttentionCacheSeam* seam = nullptr,
+                                               const at::Tensor& emb = at::Tensor(),
+                                               const at::Tensor& emb_context = at::Tensor()) const;
 
   nn::AdaLayerNormZero norm1, norm1_context;
   FluxAttention attn;
@@ -62,10 +65,12 @@ class FluxSingleTransformerBlock {
   FluxSingleTransformerBlock(WeightLoader& w, const std::string& prefix, int64_t C, int64_t M,
                              int64_t headDim);
   /// x = cat(text, image) [B, S, C] -> [B, S, C]. Throws std::invalid_argument when a cache
-  /// seam's prediction has another shape than the attention output.
+  /// seam's prediction has another shape than the attention output. `emb`: norm's modulation
+  /// [B, 3C] when computed before the blocks (undefined = computed here).
   at::Tensor operator()(const at::Tensor& x, const at::Tensor& silu_temb, const at::Tensor& cos,
                         const at::Tensor& sin, const nn::AttentionBackend& attention,
-                        const nn::AttentionCacheSeam* seam = nullptr) const;
+                        const nn::AttentionCacheSeam* seam = nullptr,
+                        const at::Tensor& emb = at::Tensor()) const;
 
   nn::AdaLayerNormZeroSingle norm;
   nn::FusedLinearPtr qkv_mlp;  ///< attn.to_q, attn.to_k, attn.to_v, proj_mlp as one GEMM

@@ -12,6 +12,7 @@
 #include "backend/models/flux/flux_plan.h"
 #include "backend/nn/adaln.h"
 #include "backend/nn/embeddings.h"
+#include "parallel/tensor_parallel/layers.h"
 
 namespace dit {
 
@@ -24,6 +25,12 @@ struct FluxTransformer2DModel::Impl {
   std::vector<flux::FluxTransformerBlock> transformer_blocks;
   std::vector<flux::FluxSingleTransformerBlock> single_transformer_blocks;
   nn::AdaLayerNormContinuous norm_out;
+  // Under tensor parallelism with the modulation linears split and gathered (fluxShardingPlan):
+  // every block's AdaLN linear in DiTState::adaln_emb order (block i's norm1 at 2i, norm1_context
+  // at 2i + 1, single block j's norm at 2 num_layers + j), computed before the blocks with one
+  // all-gather per forward instead of one per linear. Empty otherwise (each block computes its
+  // own; nothing is computed for blocks that First Block Cache skips).
+  std::vector<const tensor_parallel::Linear*> coalesced_modulation;
 };
 
 namespace {
@@ -59,6 +66,21 @@ FluxTransformer2DModel::FluxTransformer2DModel(const FluxTransformerConfig& cfg,
                                              M, hd);
   D.norm_out = nn::AdaLayerNormContinuous(w, "norm_out", C);
   D.proj_out = w.linear("proj_out", C, cfg.out_channels);
+  {
+    std::vector<const tensor_parallel::Linear*> mods;
+    bool gathers = false;
+    auto add = [&](const nn::LinearPtr& l) {
+      mods.push_back(l.get());
+      const auto* c = dynamic_cast<const tensor_parallel::ColumnParallelLinear*>(l.get());
+      gathers = gathers || (c && c->gathers());
+    };
+    for (const auto& b : D.transformer_blocks) {
+      add(b.norm1.linear());
+      add(b.norm1_context.linear());
+    }
+    for (const auto& b : D.single_transformer_blocks) add(b.norm.linear());
+    if (gathers) D.coalesced_modulation = std::move(mods);
+  }
 
   DiTSpec spec;
   spec.class_name = "FluxTransformer2DModel";
@@ -81,23 +103,33 @@ FluxTransformer2DModel::FluxTransformer2DModel(const FluxTransformerConfig& cfg,
     }
     temb = temb + m->text_embedder(in.at("pooled_projections"));
     s.silu_temb = at::silu(temb);
+    if (!m->coalesced_modulation.empty())
+      s.adaln_emb = tensor_parallel::ColumnParallelLinear::forwardCoalesced(m->coalesced_modulation,
+                                                                            s.silu_temb);
     s.hidden_states = m->x_embedder->forward(in.at("hidden_states"));
     s.encoder_hidden_states = m->context_embedder->forward(in.at("encoder_hidden_states"));
     std::tie(s.rope_cos, s.rope_sin) =
         m->pos_embed(at::cat({in.at("txt_ids"), in.at("img_ids")}, 0));
   };
-  spec.stages.push_back({"transformer_blocks", cfg.num_layers, nullptr, [m](int i, DiTState& s) {
-                           std::tie(s.encoder_hidden_states, s.hidden_states) =
-                               m->transformer_blocks[static_cast<size_t>(i)](
-                                   s.hidden_states, s.encoder_hidden_states, s.silu_temb,
-                                   s.rope_cos, s.rope_sin, s.attention, s.attention_cache);
-                         }});
+  // The precomputed modulation of entry k, or undefined (the block computes its own).
+  auto emb = [](const DiTState& s, size_t k) {
+    return k < s.adaln_emb.size() ? s.adaln_emb[k] : at::Tensor();
+  };
   spec.stages.push_back(
-      {"single_transformer_blocks", cfg.num_single_layers, [](DiTState& s) { s.joinStreams(); },
-       [m](int i, DiTState& s) {
-         s.hidden_states = m->single_transformer_blocks[static_cast<size_t>(i)](
-             s.hidden_states, s.silu_temb, s.rope_cos, s.rope_sin, s.attention, s.attention_cache);
+      {"transformer_blocks", cfg.num_layers, nullptr, [m, emb](int i, DiTState& s) {
+         const auto k = 2 * static_cast<size_t>(i);
+         std::tie(s.encoder_hidden_states, s.hidden_states) =
+             m->transformer_blocks[static_cast<size_t>(i)](
+                 s.hidden_states, s.encoder_hidden_states, s.silu_temb, s.rope_cos, s.rope_sin,
+                 s.attention, s.attention_cache, emb(s, k), emb(s, k + 1));
        }});
+  spec.stages.push_back({"single_transformer_blocks", cfg.num_single_layers,
+                         [](DiTState& s) { s.joinStreams(); },
+                         [m, emb, n = static_cast<size_t>(cfg.num_layers)](int i, DiTState& s) {
+                           s.hidden_states = m->single_transformer_blocks[static_cast<size_t>(i)](
+                               s.hidden_states, s.silu_temb, s.rope_cos, s.rope_sin, s.attention,
+                               s.attention_cache, emb(s, 2 * n + static_cast<size_t>(i)));
+                         }});
   spec.finalize = [m](const DiTState& s) {
     return m->proj_out->forward(m->norm_out(s.imageStream(), s.silu_temb));
   };

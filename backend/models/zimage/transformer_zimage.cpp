@@ -164,7 +164,11 @@ ZImageTransformer2DModel::ZImageTransformer2DModel(const ZImageTransformerConfig
 
   DiTSpec spec;
   spec.class_name = "ZImageTransformer2DModel";
-  spec.inputs = {{"hidden_states"}, {"encoder_hidden_states"}, {"timestep"}};
+  // The timestep stays float32 (ZImagePipeline passes it so; t_embedder takes t * t_scale in
+  // float32): rounded to bfloat16, t * 1000 moves by up to 2, radians in the sinusoid's fast
+  // channels.
+  spec.inputs = {
+      {"hidden_states"}, {"encoder_hidden_states"}, {"timestep", true, DiTInput::Kind::Float32}};
   spec.cp_plan = zimageContextParallelPlan();
   const Impl* m = d_.get();
   // Before the split: patchify (channel last), pad both sequences to 32 with zero rows (the

@@ -131,8 +131,6 @@ FlowMatchDefaults FluxPipeline::defaults() const {
   d.sample_size = d_->cfg.transformer.sample_size;
   d.steps = 28;
   d.max_sequence_length = d_->cfg.max_sequence_length;
-  d.max_sequence_length_limit = d_->cfg.max_sequence_length_limit;  // PipelineConfig's rule
-  d.max_sequence_length_rule = d_->cfg.max_sequence_length_rule;
   d.floor_sizes = false;
   d.init_image_size = InitImageSize::DefaultsToImage;
   return d;

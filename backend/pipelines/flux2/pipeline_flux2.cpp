@@ -83,8 +83,6 @@ FlowMatchDefaults Flux2KleinPipeline::defaults() const {
   d.sample_size = 128;  // Flux2KleinPipeline.default_sample_size
   d.steps = 50;
   d.max_sequence_length = d_->cfg.max_sequence_length;
-  d.max_sequence_length_limit = d_->cfg.max_sequence_length_limit;  // PipelineConfig's rule
-  d.max_sequence_length_rule = d_->cfg.max_sequence_length_rule;
   d.floor_sizes = true;
   d.init_image_size = InitImageSize::FromImage;
   return d;

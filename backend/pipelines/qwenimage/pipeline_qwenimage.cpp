@@ -177,8 +177,6 @@ FlowMatchDefaults QwenImagePipeline::defaults() const {
   d.sample_size = 128;  // QwenImagePipeline.default_sample_size
   d.steps = 50;
   d.max_sequence_length = d_->cfg.max_sequence_length;
-  d.max_sequence_length_limit = d_->cfg.max_sequence_length_limit;  // PipelineConfig's rule
-  d.max_sequence_length_rule = d_->cfg.max_sequence_length_rule;
   d.floor_sizes = true;  // 2 * (size // (vae_scale_factor * 2)) latent pixels
   return d;
 }

@@ -135,8 +135,6 @@ FlowMatchDefaults ZImagePipeline::defaults() const {
   d.sample_size = 1024 / d_->vsf();  // height = height or 1024
   d.steps = 50;
   d.max_sequence_length = d_->cfg.max_sequence_length;
-  d.max_sequence_length_limit = d_->cfg.max_sequence_length_limit;  // PipelineConfig's rule
-  d.max_sequence_length_rule = d_->cfg.max_sequence_length_rule;
   d.floor_sizes = false;  // "Height must be divisible by ..." (ValueError)
   return d;
 }
@@ -179,10 +177,16 @@ double ZImagePipeline::scheduleMu(int image_seq_len, int) const {
                         c.max_shift);
 }
 
-at::Tensor ZImagePipeline::modelTimestep(float timestep, at::ScalarType dt) const {
+at::Tensor ZImagePipeline::modelTimestep(float timestep, at::ScalarType) const {
+  // (1000 - timestep) / 1000 in float32, and float32 it stays whatever the compute dtype:
+  // ZImagePipeline passes it so (no .to(transformer.dtype), unlike Flux / Qwen-Image) and
+  // t_embedder takes t * t_scale in float32 (the transformer declares the input Float32, see
+  // dit_spec.h). Rounded to bfloat16, t * 1000 moves by up to 2 (0.0769 -> 0.0767: 0.26), radians
+  // in the sinusoid's fast channels: so rounded, bfloat16 run 2 of the Z-Image fixture ended 0.55
+  // (max) from the float32 latents, against 0.03 for diffusers' bfloat16 run.
   const at::Tensor t =
       at::full({1}, timestep, at::TensorOptions().dtype(at::kFloat).device(device()));
-  return ((1000 - t) / 1000).to(dt);
+  return (1000 - t) / 1000;
 }
 
 at::Tensor ZImagePipeline::schedulerModelOutput(const at::Tensor& prediction) const {

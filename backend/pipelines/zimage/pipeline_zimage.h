@@ -102,7 +102,8 @@ class ZImagePipeline : public FlowMatchPipeline {
   at::Tensor encodeImage(const at::Tensor& image, at::Generator& gen,
                          GenerationResult& res) override;
   void prepareTransformerInputs(const PipelineInputs& p, FlowMatchLatents& latents) override;
-  /// (1000 - timestep) / 1000 in float32, then the compute dtype.
+  /// (1000 - timestep) / 1000 in float32, kept float32 whatever the compute dtype (as
+  /// ZImagePipeline passes it to the transformer).
   at::Tensor modelTimestep(float timestep, at::ScalarType dtype) const override;
   /// -prediction (ZImagePipeline: noise_pred = -noise_pred).
   at::Tensor schedulerModelOutput(const at::Tensor& prediction) const override;
