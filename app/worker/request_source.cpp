@@ -1,6 +1,8 @@
 #include "app/worker/request_source.h"
 
-#include <iostream>
+#include <unistd.h>
+
+#include <cerrno>
 #include <thread>
 #include <variant>
 
@@ -15,8 +17,21 @@ void emitError(std::optional<std::string> id, const std::string& message) {
 }
 }  // namespace
 
+StdinRequestSource::StdinRequestSource() : in_(&buf_) {}
+
+StdinRequestSource::FdBuf::int_type StdinRequestSource::FdBuf::underflow() {
+  if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
+  ssize_t n;
+  do {
+    n = ::read(fd_, buf_, sizeof buf_);
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0) return traits_type::eof();
+  setg(buf_, buf_, buf_ + n);
+  return traits_type::to_int_type(*gptr());
+}
+
 protocol::LineRead StdinRequestSource::readLine(std::string& line) {
-  return protocol::readRequestLine(std::cin, line);
+  return protocol::readRequestLine(in_, line);
 }
 
 void RequestQueue::start(std::unique_ptr<RequestSource> source) {

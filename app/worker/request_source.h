@@ -7,10 +7,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <istream>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <streambuf>
 #include <string>
 
 #include "app/protocol/protocol.h"
@@ -28,11 +30,34 @@ class RequestSource {
   virtual std::string endReason() const = 0;
 };
 
-/// The worker's stdin, as mpirun forwards it to rank 0.
+/// The worker's stdin, as mpirun forwards it to rank 0, read with read(2) on descriptor 0 and
+/// never through std::cin: std::cin (synchronised with C stdio) blocks in getc(stdin) holding
+/// stdin's FILE lock, and exit() takes every stream's lock since glibc 2.38 (BZ #15142; Debian 13
+/// has 2.41, Debian 12 2.36). After `shutdown` from a launcher that keeps stdin open (allowed:
+/// mpirun closes the rank's stdin only at its own end of input), rank 0 then hung in exit() after
+/// `bye`, and with it mpirun. Blocked in read(2), the reader thread holds no lock and ends with
+/// the process. A read error other than EINTR counts as the end of input.
 class StdinRequestSource : public RequestSource {
  public:
+  StdinRequestSource();
   protocol::LineRead readLine(std::string& line) override;
   std::string endReason() const override { return "stdin closed"; }
+
+ private:
+  /// Unbuffered by stdio: fills its own buffer from descriptor `fd` with read(2).
+  class FdBuf : public std::streambuf {
+   public:
+    explicit FdBuf(int fd) : fd_(fd) {}
+
+   protected:
+    int_type underflow() override;
+
+   private:
+    int fd_;
+    char buf_[65536];
+  };
+  FdBuf buf_{0};
+  std::istream in_;
 };
 
 /// Rank 0's request queue, filled by a reader thread from a RequestSource.
