@@ -58,6 +58,7 @@ PKGS=(
   libsentencepiece-dev libpcre2-dev libicu-dev libcli11-dev
   libgtest-dev libgmock-dev
   xvfb xauth fonts-dejavu-core
+  dbus-daemon  # test_ui_desktop: the taskbar progress signal on a private D-Bus session bus
   zlib1g-dev libssl-dev file dpkg-dev jq
   openssh-client openssh-server  # multi-host groups (ssh) and the `multihost` test (sshd)
   libcpp-httplib-dev libwebp-dev  # ditstudio-server: HTTP (server-sent events) and WebP output

@@ -504,3 +504,30 @@ TEST(Hostfile, SshGetsTheHostAfterDoubleDash) {
   EXPECT_EQ(*(dd + 1), "hostb");
   EXPECT_EQ(std::find(argv.begin(), dd, "hostb"), dd) << "the host came before --";
 }
+
+// ssh's report of a hostfile host it could not reach, as mpirun forwards it on stderr: the host
+// and the cause (the GUI's banner and the session's failure name them).
+TEST(HostFailure, SshReportsAsMpirunForwardsThem) {
+  auto f = dit::launcher::parseHostFailure(
+      "ssh: Could not resolve hostname node-b.invalid: Name or service not known\r\n"
+      "------------------------------------------------------------\n"
+      "ORTE was unable to reliably start one or more daemons.\n");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->host, "node-b.invalid");
+  EXPECT_EQ(f->cause, "ssh could not resolve the host name (Name or service not known)");
+  f = dit::launcher::parseHostFailure(
+      "ssh: connect to host 10.0.0.7 port 22: Connection refused\n");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->host, "10.0.0.7");
+  EXPECT_EQ(f->cause, "ssh could not connect to port 22 (Connection refused)");
+  f = dit::launcher::parseHostFailure("alice@gpu2: Permission denied (publickey,password).\n");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->host, "gpu2");
+  EXPECT_EQ(f->cause,
+            "ssh could not log in without a prompt (Permission denied (publickey,password))");
+  f = dit::launcher::parseHostFailure("Host key verification failed.\n");
+  ASSERT_TRUE(f);
+  EXPECT_TRUE(f->host.empty());
+  EXPECT_FALSE(dit::launcher::parseHostFailure(
+      "mpirun noticed that process rank 1 with PID 5001 on node h exited on signal 9 (Killed)."));
+}

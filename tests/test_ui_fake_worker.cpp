@@ -1,9 +1,15 @@
 // Test helper (not a test): a scripted stand-in for "mpirun ... ditstudio-worker" that speaks
 // app/PROTOCOL.md, for the controller and window tests that must not depend on the real worker.
 // FAKE_MODE selects the behaviour: ok (default), crash (mpirun reports rank 1 killed by signal 9),
+// crash_mid (the same after two denoising steps, the ranks' stages reported first),
 // error (fatal error event from rank 1 + MPI_Abort), error_both (the same event on stdout and
 // stderr, as abortGroup writes it), error_stderr_only (only the stderr copy: mpirun lost the
-// stdout line), badrequest (non-fatal error event), hang (ignores shutdown; only SIGTERM ends it).
+// stdout line), badrequest (non-fatal error event), hang (ignores shutdown; only SIGTERM ends it),
+// unknown_host (mpirun cannot start its daemon on the first non-local host of --hostfile: ssh
+// cannot resolve the name; OpenMPI 4's stderr, no rank starts, exit 1).
+// FAKE_DEV (bytes): the ranks report that much device memory (plus 1 MiB a step), as ranks on a
+// GPU do; unset they report 0, as CPU ranks do. FAKE_TRUNCATE: before the first step each request
+// gets the worker's `log` warning that the prompt was truncated.
 // Like the worker it reports the `loading` status and per-rank stages in `ranks` events (with
 // FAKE_STATUS set also `status` events encoding, denoising, decoding, idle), keeps its own queue
 // and reads `cancel` and `shutdown` between steps (FAKE_STEP_SLEEP seconds per step, default 0),
@@ -23,11 +29,31 @@ const char kFake[] = R"SH(#!/bin/bash
 # Stand-in for "mpirun ... ditstudio-worker ..." (test only).
 np=1
 args="$*"
+hostfile=
 while [ $# -gt 0 ]; do
-  case "$1" in -np) np=$2; shift 2 ;; *) shift ;; esac
+  case "$1" in -np) np=$2; shift 2 ;; --hostfile) hostfile=$2; shift 2 ;; *) shift ;; esac
 done
 mode=${FAKE_MODE:-ok}
 echo "$args" > "$FAKE_DIR/args.txt"
+if [ "$mode" = unknown_host ]; then
+  # What OpenMPI 4 prints when ssh cannot reach a host of the hostfile (no daemon, no rank).
+  bad=$(sed -n 's/^[[:space:]]*\([^#[:space:]][^[:space:]]*\).*/\1/p' "$hostfile" 2>/dev/null \
+        | grep -v -x -e localhost -e '127\..*' | head -n 1)
+  echo "ssh: Could not resolve hostname ${bad:-nosuchhost}: Name or service not known" >&2
+  echo "--------------------------------------------------------------------------" >&2
+  echo "ORTE was unable to reliably start one or more daemons." >&2
+  echo "This usually is caused by:" >&2
+  echo "" >&2
+  echo "* not finding the required libraries and/or binaries on" >&2
+  echo "  one or more nodes. Please check your PATH and LD_LIBRARY_PATH" >&2
+  echo "  settings, or configure OMPI with --enable-orterun-prefix-by-default" >&2
+  echo "" >&2
+  echo "* lack of authority to execute on one or more specified nodes." >&2
+  echo "  Please verify your allocation and authorities." >&2
+  echo "--------------------------------------------------------------------------" >&2
+  exit 1
+fi
+dev0=${FAKE_DEV:-0}
 echo "library noise: loading kernels"
 r=0
 while [ $r -lt $np ]; do
@@ -115,6 +141,7 @@ while :; do
       fi
       [ -n "$FAKE_STATUS" ] && echo "@@DIT {\"event\":\"status\",\"stage\":\"encoding\",\"message\":\"encoding $id\"}"
       [ -n "$FAKE_STATUS" ] && echo "@@DIT {\"event\":\"status\",\"stage\":\"denoising\",\"message\":\"denoising $id\"}"
+      [ -n "$FAKE_TRUNCATE" ] && echo "@@DIT {\"event\":\"log\",\"rank\":0,\"level\":\"warning\",\"id\":\"$id\",\"message\":\"the prompt was truncated: CLIP can only handle sequences up to 77 tokens; 25 of its 100 tokens were dropped\"}"
       cancelled=0
       s=1
       while [ $s -le $steps ]; do
@@ -132,8 +159,15 @@ while :; do
         fi
         echo "noise between steps"
         echo "@@DIT {\"event\":\"progress\",\"id\":\"$id\",\"step\":$s,\"steps\":$steps,\"step_ms\":5,\"eta_s\":0.1,\"image_index\":0}"
-        echo "@@DIT {\"event\":\"ranks\",\"ranks\":[{\"rank\":0,\"stage\":\"denoising\",\"step\":$s,\"steps\":$steps,\"rss\":$((100000000 + s)),\"rss_peak\":200000000,\"dev\":0,\"dev_peak\":0,\"bytes_sent\":$((s * 1000)),\"step_ms\":5},{\"rank\":1,\"stage\":\"denoising\",\"step\":$s,\"steps\":$steps,\"rss\":90000000,\"rss_peak\":90000000,\"dev\":0,\"dev_peak\":0,\"bytes_sent\":$((s * 1000)),\"step_ms\":5}]}"
+        dev=0
+        [ "$dev0" -gt 0 ] && dev=$((dev0 + s * 1048576))
+        echo "@@DIT {\"event\":\"ranks\",\"ranks\":[{\"rank\":0,\"stage\":\"denoising\",\"step\":$s,\"steps\":$steps,\"rss\":$((100000000 + s)),\"rss_peak\":200000000,\"dev\":$dev,\"dev_peak\":$dev,\"bytes_sent\":$((s * 1000)),\"step_ms\":5},{\"rank\":1,\"stage\":\"denoising\",\"step\":$s,\"steps\":$steps,\"rss\":90000000,\"rss_peak\":90000000,\"dev\":$dev,\"dev_peak\":$dev,\"bytes_sent\":$((s * 1000)),\"step_ms\":5}]}"
         echo "@@DIT {\"event\":\"preview\",\"id\":\"$id\",\"step\":$s,\"image_index\":0,\"png\":\"$FAKE_PREVIEW\"}"
+        if [ "$mode" = crash_mid ] && [ $s -ge 2 ]; then
+          sleep 0.3
+          echo "mpirun noticed that process rank 1 with PID 5001 on node fakehost exited on signal 9 (Killed)." >&2
+          exit 137
+        fi
         s=$((s + 1))
       done
       if [ $cancelled = 0 ]; then
@@ -147,6 +181,8 @@ while :; do
         echo "@@DIT {\"event\":\"image\",\"id\":\"$id\",\"image_index\":0,\"path\":\"$path\",\"seed\":$seed,\"params\":{\"prompt\":\"fake\",\"seed\":$seed},\"seconds\":0.2}"
         echo "@@DIT {\"event\":\"done\",\"id\":\"$id\",\"seconds\":0.2}"
       fi
+      # Every rank back to idle, as the worker reports it after each request (no step time).
+      echo "@@DIT {\"event\":\"ranks\",\"ranks\":[{\"rank\":0,\"stage\":\"idle\",\"step\":0,\"steps\":0,\"rss\":100000000,\"rss_peak\":200000000,\"dev\":$dev0,\"dev_peak\":$dev0,\"bytes_sent\":0,\"step_ms\":0},{\"rank\":1,\"stage\":\"idle\",\"step\":0,\"steps\":0,\"rss\":90000000,\"rss_peak\":90000000,\"dev\":$dev0,\"dev_peak\":$dev0,\"bytes_sent\":0,\"step_ms\":0}]}"
       [ -n "$FAKE_STATUS" ] && echo "@@DIT {\"event\":\"status\",\"stage\":\"idle\",\"message\":\"idle\"}"
       if [ -n "$pending_shutdown" ]; then
         echo '@@DIT {"event":"bye"}'

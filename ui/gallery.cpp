@@ -2,6 +2,7 @@
 
 #include <QAction>
 #include <QClipboard>
+#include <QComboBox>
 #include <QDesktopServices>
 #include <QDragEnterEvent>
 #include <QDropEvent>
@@ -13,6 +14,7 @@
 #include <QJsonDocument>
 #include <QKeyEvent>
 #include <QLabel>
+#include <QLineEdit>
 #include <QListWidget>
 #include <QMenu>
 #include <QMessageBox>
@@ -21,10 +23,17 @@
 #include <QPainter>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QScrollBar>
+#include <QSignalBlocker>
+#include <QStackedWidget>
+#include <QStyle>
+#include <QToolButton>
 #include <QUrl>
 #include <QVBoxLayout>
 #include <QWheelEvent>
+#include <algorithm>
 
+#include "ui/compare_view.h"
 #include "ui/seed_text.h"
 
 namespace dit::ui {
@@ -171,11 +180,44 @@ Gallery::Gallery(HistoryStore* history, QWidget* parent) : QWidget(parent), hist
   setAcceptDrops(true);  // a PNG dropped here recalls its parameters
   auto* lay = new QVBoxLayout(this);
   lay->setContentsMargins(0, 0, 0, 0);
-  view_ = new ImageView(this);
-  lay->addWidget(view_, 1);
+  stack_ = new QStackedWidget(this);
+  view_ = new ImageView(stack_);
+  stack_->addWidget(view_);
+  // The compare page: mode, title and Close over the compare view.
+  auto* cmpPage = new QWidget(stack_);
+  auto* cl = new QVBoxLayout(cmpPage);
+  cl->setContentsMargins(0, 0, 0, 0);
+  cl->setSpacing(2);
+  auto* cbar = new QHBoxLayout;
+  compareMode_ = new QComboBox(cmpPage);
+  compareMode_->setObjectName("compareMode");
+  compareMode_->addItem(tr("Swipe"), int(CompareView::Mode::Swipe));
+  compareMode_->addItem(tr("Blink"), int(CompareView::Mode::Blink));
+  compareMode_->addItem(tr("Side by side"), int(CompareView::Mode::SideBySide));
+  compareMode_->addItem(tr("Grid"), int(CompareView::Mode::Grid));
+  compareMode_->setToolTip(
+      tr("Swipe: drag the divider (or Left / Right); Blink: the two "
+         "alternate (click or Space); Grid: every image"));
+  compareTitle_ = new QLabel(cmpPage);
+  compareTitle_->setObjectName("hint");
+  compareTitle_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  auto* closeCmp = new QToolButton(cmpPage);
+  closeCmp->setText(tr("Close"));
+  closeCmp->setObjectName("closeCompare");
+  closeCmp->setToolTip(tr("Back to the single image (Esc)"));
+  cbar->addWidget(compareMode_);
+  cbar->addWidget(compareTitle_, 1);
+  cbar->addWidget(closeCmp);
+  cl->addLayout(cbar);
+  compareView_ = new CompareView(cmpPage);
+  cl->addWidget(compareView_, 1);
+  stack_->addWidget(cmpPage);
+  lay->addWidget(stack_, 1);
   caption_ = new QLabel(this);
   caption_->setWordWrap(true);
   caption_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  caption_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  caption_->setMaximumHeight(caption_->fontMetrics().lineSpacing() * 3 + 4);
   lay->addWidget(caption_);
   auto* prow = new QHBoxLayout;
   progress_ = new QProgressBar(this);
@@ -184,10 +226,29 @@ Gallery::Gallery(HistoryStore* history, QWidget* parent) : QWidget(parent), hist
   progress_->setMaximumHeight(10);
   progressText_ = new QLabel(this);
   progressText_->setObjectName("hint");
+  progressText_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   prow->addWidget(progress_, 1);
-  prow->addWidget(progressText_);
+  prow->addWidget(progressText_, 2);
   lay->addLayout(prow);
   setProgress(-1, {});
+
+  // Search, compare and grid above the thumbnails.
+  auto* frow = new QHBoxLayout;
+  filter_ = new QLineEdit(this);
+  filter_->setObjectName("galleryFilter");
+  filter_->setClearButtonEnabled(true);
+  filter_->setPlaceholderText(tr("Search: prompt, model, strategy, seed, date"));
+  filter_->setToolTip(
+      tr("Words that must all match (prompt, model, strategy, seed, date, id); field:value looks "
+         "in one field, e.g. seed:42 date:2025-01 strategy:ring \"red fox\""));
+  compareBtn_ = new QPushButton(tr("Compare"), this);
+  compareBtn_->setToolTip(tr("Compare the two selected images (Ctrl+click selects a second)"));
+  gridBtn_ = new QPushButton(tr("Grid"), this);
+  gridBtn_->setToolTip(tr("The selected images, or the batch of the current one, as a grid"));
+  frow->addWidget(filter_, 1);
+  frow->addWidget(compareBtn_);
+  frow->addWidget(gridBtn_);
+  lay->addLayout(frow);
 
   list_ = new QListWidget(this);
   list_->setObjectName("gallery");
@@ -195,18 +256,28 @@ Gallery::Gallery(HistoryStore* history, QWidget* parent) : QWidget(parent), hist
   list_->setFlow(QListView::LeftToRight);
   list_->setWrapping(false);
   list_->setIconSize(QSize(72, 72));
-  list_->setFixedHeight(104);
   list_->setMovement(QListView::Static);
   list_->setSpacing(4);
+  list_->setSelectionMode(QAbstractItemView::ExtendedSelection);
+  list_->setTextElideMode(Qt::ElideMiddle);
+  list_->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOn);
+  // Room for the icon, its label and the scroll bar: no label is cut off at the bottom.
+  const int textH = list_->fontMetrics().height();
+  const int scroll = list_->style()->pixelMetric(QStyle::PM_ScrollBarExtent, nullptr, list_);
+  list_->setFixedHeight(72 + textH + 4 * list_->spacing() + 2 * list_->frameWidth() + scroll + 6);
   lay->addWidget(list_);
 
   auto* brow = new QHBoxLayout;
   use_ = new QPushButton(tr("Use parameters"), this);
-  use_->setToolTip(tr("Load this image's prompt, size, steps, guidance and seed into the panel"));
+  use_->setToolTip(
+      tr("Load the shown image's prompt, size, steps, guidance, seed and strategy into the panel"));
   auto* open = new QPushButton(tr("Open PNG…"), this);
-  open->setToolTip(tr("Read the parameters stored in any DiT Studio PNG"));
+  open->setObjectName("openPng");
+  open->setToolTip(tr("Read the parameters stored in any DiT Studio PNG (Ctrl+O)"));
   save_ = new QPushButton(tr("Save as…"), this);
+  save_->setToolTip(tr("Save a copy of the shown image (its parameters included)"));
   remove_ = new QPushButton(tr("Remove"), this);
+  remove_->setToolTip(tr("Forget the selected thumbnail (the PNG stays on disk)"));
   auto* clear = new QPushButton(tr("Clear history"), this);
   // Two rows, so that the buttons fit a narrow gallery (1024 px wide window) unclipped.
   brow->addWidget(use_);
@@ -223,22 +294,43 @@ Gallery::Gallery(HistoryStore* history, QWidget* parent) : QWidget(parent), hist
   list_->setContextMenuPolicy(Qt::CustomContextMenu);
   connect(list_, &QListWidget::customContextMenuRequested, this, [this](const QPoint& pos) {
     const QModelIndex i = list_->indexAt(pos);
-    if (i.isValid()) showContextMenu(i.row(), list_->viewport()->mapToGlobal(pos));
+    if (i.isValid()) showMenu(imageActions(i.row()), list_->viewport()->mapToGlobal(pos));
   });
   view_->setContextMenuPolicy(Qt::CustomContextMenu);
-  connect(view_, &QWidget::customContextMenuRequested, this, [this](const QPoint& pos) {
-    if (!currentPath_.isEmpty() && list_->currentRow() >= 0)
-      showContextMenu(list_->currentRow(), view_->mapToGlobal(pos));
-  });
+  connect(view_, &QWidget::customContextMenuRequested, this,
+          [this](const QPoint& pos) { showMenu(viewActions(), view_->mapToGlobal(pos)); });
   connect(list_, &QListWidget::currentRowChanged, this, [this] {
     if (const HistoryEntry* e = selected()) showEntry(*e);
-    const bool has = selected() != nullptr;
-    use_->setEnabled(has);
-    save_->setEnabled(has);
-    remove_->setEnabled(has);
+    updateButtons();
+  });
+  connect(list_, &QListWidget::itemSelectionChanged, this, &Gallery::updateButtons);
+  connect(filter_, &QLineEdit::textChanged, this, &Gallery::setFilter);
+  connect(compareBtn_, &QPushButton::clicked, this, [this] {
+    const QList<int> rows = selectedRows();
+    if (rows.size() >= 2) compare(rows[0], rows[1]);
+  });
+  connect(gridBtn_, &QPushButton::clicked, this, [this] {
+    const QList<int> rows = selectedRows();
+    if (rows.size() >= 2)
+      showGrid(rows);
+    else if (const HistoryEntry* e = selected())
+      showBatch(e->requestId);
+  });
+  connect(closeCmp, &QToolButton::clicked, this, &Gallery::closeCompare);
+  connect(compareMode_, &QComboBox::currentIndexChanged, this, [this] {
+    compareView_->setMode(static_cast<CompareView::Mode>(compareMode_->currentData().toInt()));
+  });
+  connect(compareView_, &CompareView::imageActivated, this, [this](int i) {
+    // A grid cell double-clicked: that image, large.
+    const QStringList paths = compareView_->property("paths").toStringList();
+    closeCompare();
+    if (i < 0 || i >= paths.size()) return;
+    const auto& es = history_->entries();
+    for (int r = 0; r < es.size(); ++r)
+      if (es[r].path == paths[i]) list_->setCurrentRow(r);
   });
   connect(use_, &QPushButton::clicked, this, [this] {
-    if (const HistoryEntry* e = selected()) Q_EMIT useParameters(*e);
+    if (const HistoryEntry* e = target()) Q_EMIT useParameters(*e);
   });
   connect(open, &QPushButton::clicked, this, [this] {
     const QString f = QFileDialog::getOpenFileName(this, tr("Open a generated PNG"), QString(),
@@ -247,14 +339,12 @@ Gallery::Gallery(HistoryStore* history, QWidget* parent) : QWidget(parent), hist
     if (!f.isEmpty() && !openPng(f, &err)) Q_EMIT errorMessage(err);
   });
   connect(save_, &QPushButton::clicked, this, [this] {
-    const HistoryEntry* e = selected();
+    const HistoryEntry* e = target();
     if (!e) return;
+    const QString src = e->path;
     const QString dest = QFileDialog::getSaveFileName(
-        this, tr("Save image"), QFileInfo(e->path).fileName(), tr("PNG images (*.png)"));
-    if (dest.isEmpty()) return;
-    if (QFile::exists(dest)) QFile::remove(dest);
-    // A byte copy keeps the parameters text chunk.
-    if (!QFile::copy(e->path, dest)) Q_EMIT errorMessage(tr("cannot save %1").arg(dest));
+        this, tr("Save image"), QFileInfo(src).fileName(), tr("PNG images (*.png)"));
+    if (!dest.isEmpty()) saveImageAs(src, dest);
   });
   connect(remove_, &QPushButton::clicked, this, [this] {
     const HistoryEntry* e = selected();
@@ -276,6 +366,7 @@ Gallery::Gallery(HistoryStore* history, QWidget* parent) : QWidget(parent), hist
 }
 
 void Gallery::reload() {
+  const QSignalBlocker block(list_);
   list_->clear();
   for (const HistoryEntry& e : history_->entries()) {
     auto* item = new QListWidgetItem(list_);
@@ -287,16 +378,31 @@ void Gallery::reload() {
     item->setToolTip(describe(e.params, e, e.seconds) + "\n" + e.path);
     item->setData(Qt::UserRole, e.path);
   }
-  if (list_->count() > 0)
+  setFilter(filter_->text());
+  if (list_->count() > 0) {
     list_->setCurrentRow(0);
-  else {
+    if (const HistoryEntry* e = selected()) showEntry(*e);
+  } else {
     view_->setImage({});
     caption_->clear();
     currentPath_.clear();
+    shown_ = HistoryEntry{};
+    preview_ = false;
   }
-  use_->setEnabled(list_->count() > 0);
-  save_->setEnabled(list_->count() > 0);
-  remove_->setEnabled(list_->count() > 0);
+  updateButtons();
+}
+
+void Gallery::updateButtons() {
+  const bool has = target() != nullptr;
+  use_->setEnabled(has);
+  save_->setEnabled(has);
+  remove_->setEnabled(selected() != nullptr);
+  const QList<int> rows = selectedRows();
+  compareBtn_->setEnabled(rows.size() >= 2);
+  int batch = 0;
+  if (const HistoryEntry* e = selected(); e && !e->requestId.isEmpty())
+    for (const HistoryEntry& o : history_->entries()) batch += o.requestId == e->requestId;
+  gridBtn_->setEnabled(rows.size() >= 2 || batch >= 2);
 }
 
 void Gallery::addImage(const HistoryEntry&) { reload(); }
@@ -307,17 +413,51 @@ const HistoryEntry* Gallery::selected() const {
   return row >= 0 && row < es.size() ? &es[row] : nullptr;
 }
 
+const HistoryEntry* Gallery::target() const {
+  if (!shown_.path.isEmpty()) return &shown_;
+  return selected();
+}
+
+QList<int> Gallery::selectedRows() const {
+  QList<int> rows;
+  for (const QModelIndex& i : list_->selectionModel()->selectedIndexes())
+    if (!list_->isRowHidden(i.row())) rows << i.row();
+  std::sort(rows.begin(), rows.end());
+  return rows;
+}
+
 void Gallery::showEntry(const HistoryEntry& e) {
+  closeCompare();
   currentPath_ = e.path;
+  shown_ = e;
+  preview_ = false;
   QImage img(e.path);
   if (img.isNull()) view_->setPlaceholder(tr("%1 is missing").arg(e.path));
   view_->setImage(img);
   caption_->setText(describe(e.params, e, e.seconds));
+  updateButtons();
 }
 
 void Gallery::showPreview(const QImage& image, const QString& caption) {
+  closeCompare();
+  preview_ = true;
+  shown_ = HistoryEntry{};
+  currentPath_.clear();
   view_->setImage(image);
   caption_->setText(caption);
+  updateButtons();
+}
+
+void Gallery::clearPreview() {
+  if (!preview_) return;
+  preview_ = false;
+  if (const HistoryEntry* e = selected()) {
+    showEntry(*e);
+  } else {
+    view_->setImage({});
+    caption_->clear();
+    updateButtons();
+  }
 }
 
 void Gallery::setProgress(int perMille, const QString& text) {
@@ -325,6 +465,7 @@ void Gallery::setProgress(int perMille, const QString& text) {
   progressText_->setVisible(perMille >= 0);
   if (perMille >= 0) progress_->setValue(std::min(1000, perMille));
   progressText_->setText(text);
+  progressText_->setToolTip(text);
 }
 
 int Gallery::count() const { return list_->count(); }
@@ -347,8 +488,14 @@ bool Gallery::openPng(const QString& path, QString* error) {
     e.seed = *seed;
     e.hasSeed = true;
   }
+  closeCompare();
+  // The viewer now shows this file: its menu and the buttons act on it.
+  shown_ = e;
+  preview_ = false;
+  currentPath_ = path;
   view_->setImage(QImage(path));
   caption_->setText(describe(params, e, 0));
+  updateButtons();
   Q_EMIT useParameters(e);
   return true;
 }
@@ -356,7 +503,15 @@ bool Gallery::openPng(const QString& path, QString* error) {
 QList<QAction*> Gallery::imageActions(int row) {
   const auto& es = history_->entries();
   if (row < 0 || row >= es.size()) return {};
-  const HistoryEntry e = es[row];
+  return entryActions(es[row]);
+}
+
+QList<QAction*> Gallery::viewActions() {
+  if (preview_ || shown_.path.isEmpty()) return {};
+  return entryActions(shown_);
+}
+
+QList<QAction*> Gallery::entryActions(const HistoryEntry& e) {
   QList<QAction*> out;
   auto* copy = new QAction(tr("Copy image"), this);
   connect(copy, &QAction::triggered, this, [this, e] {
@@ -378,16 +533,22 @@ QList<QAction*> Gallery::imageActions(int row) {
   });
   auto* use = new QAction(tr("Use parameters"), this);
   connect(use, &QAction::triggered, this, [this, e] { Q_EMIT useParameters(e); });
+  auto* save = new QAction(tr("Save as…"), this);
+  connect(save, &QAction::triggered, this, [this, path = e.path] {
+    const QString dest = QFileDialog::getSaveFileName(
+        this, tr("Save image"), QFileInfo(path).fileName(), tr("PNG images (*.png)"));
+    if (!dest.isEmpty()) saveImageAs(path, dest);
+  });
   auto* del = new QAction(tr("Delete file…"), this);
-  connect(del, &QAction::triggered, this, [this, row] { deleteFile(row, true); });
-  out << copy << folder << seed << use << del;
+  connect(del, &QAction::triggered, this, [this, path = e.path] { deletePath(path, true); });
+  out << copy << folder << seed << use << save << del;
   for (QAction* a : out) a->setObjectName(a->text());
   return out;
 }
 
-void Gallery::showContextMenu(int row, const QPoint& globalPos) {
+void Gallery::showMenu(const QList<QAction*>& actions, const QPoint& globalPos) {
+  if (actions.isEmpty()) return;
   QMenu menu(this);
-  const QList<QAction*> actions = imageActions(row);
   for (QAction* a : actions) {
     if (a->text().startsWith(tr("Delete"))) menu.addSeparator();
     menu.addAction(a);
@@ -396,10 +557,25 @@ void Gallery::showContextMenu(int row, const QPoint& globalPos) {
   qDeleteAll(actions);
 }
 
+bool Gallery::saveImageAs(const QString& source, const QString& dest) {
+  if (QFileInfo(source).absoluteFilePath() == QFileInfo(dest).absoluteFilePath()) return true;
+  if (QFile::exists(dest)) QFile::remove(dest);
+  // A byte copy keeps the parameters text chunk.
+  if (!QFile::copy(source, dest)) {
+    Q_EMIT errorMessage(tr("cannot save %1 as %2").arg(source, dest));
+    return false;
+  }
+  return true;
+}
+
 bool Gallery::deleteFile(int row, bool confirm) {
   const auto& es = history_->entries();
   if (row < 0 || row >= es.size()) return false;
-  const QString path = es[row].path;
+  return deletePath(es[row].path, confirm);
+}
+
+bool Gallery::deletePath(const QString& path, bool confirm) {
+  if (path.isEmpty()) return false;
   if (confirm &&
       QMessageBox::question(this, tr("Delete file"), tr("Delete %1 from the disk?").arg(path)) !=
           QMessageBox::Yes)
@@ -408,11 +584,88 @@ bool Gallery::deleteFile(int row, bool confirm) {
     Q_EMIT errorMessage(tr("cannot delete %1").arg(path));
     return false;
   }
-  QString err;
-  if (!history_->remove(path, &err)) Q_EMIT errorMessage(err);
+  bool inHistory = false;
+  for (const HistoryEntry& e : history_->entries()) inHistory |= e.path == path;
+  if (inHistory) {
+    QString err;
+    if (!history_->remove(path, &err)) Q_EMIT errorMessage(err);
+  }
+  if (shown_.path == path) shown_ = HistoryEntry{};
   reload();
   return true;
 }
+
+void Gallery::setFilter(const QString& query) {
+  if (filter_->text() != query) {
+    filter_->setText(query);  // textChanged comes back here
+    return;
+  }
+  const auto& es = history_->entries();
+  for (int i = 0; i < list_->count() && i < es.size(); ++i)
+    list_->setRowHidden(i, !historyMatches(es[i], query));
+  updateButtons();
+}
+
+int Gallery::visibleCount() const {
+  int n = 0;
+  for (int i = 0; i < list_->count(); ++i) n += !list_->isRowHidden(i);
+  return n;
+}
+
+bool Gallery::compare(int a, int b) {
+  const auto& es = history_->entries();
+  if (a < 0 || b < 0 || a >= es.size() || b >= es.size() || a == b) return false;
+  const HistoryEntry ea = es[a], eb = es[b];
+  auto label = [](const HistoryEntry& e) {
+    return e.hasSeed ? QStringLiteral("seed %1").arg(seedText(e.seed))
+                     : QFileInfo(e.path).fileName();
+  };
+  compareView_->setImages({QImage(ea.path), QImage(eb.path)}, {label(ea), label(eb)});
+  compareView_->setProperty("paths", QStringList{ea.path, eb.path});
+  if (compareMode_->currentData().toInt() == int(CompareView::Mode::Grid))
+    compareMode_->setCurrentIndex(0);
+  compareView_->setMode(static_cast<CompareView::Mode>(compareMode_->currentData().toInt()));
+  compareTitle_->setText(tr("%1  |  %2").arg(label(ea), label(eb)));
+  stack_->setCurrentIndex(1);
+  return true;
+}
+
+bool Gallery::showGrid(const QList<int>& rows) {
+  const auto& es = history_->entries();
+  QList<QImage> images;
+  QStringList captions, paths;
+  for (int r : rows) {
+    if (r < 0 || r >= es.size()) continue;
+    images << QImage(es[r].path);
+    captions << (es[r].hasSeed ? seedText(es[r].seed) : QFileInfo(es[r].path).fileName());
+    paths << es[r].path;
+  }
+  if (images.size() < 2) return false;
+  compareView_->setImages(images, captions);
+  compareView_->setProperty("paths", paths);
+  compareMode_->setCurrentIndex(compareMode_->findData(int(CompareView::Mode::Grid)));
+  compareView_->setMode(CompareView::Mode::Grid);
+  compareTitle_->setText(tr("%n image(s)", nullptr, static_cast<int>(images.size())));
+  stack_->setCurrentIndex(1);
+  return true;
+}
+
+bool Gallery::showBatch(const QString& requestId) {
+  if (requestId.isEmpty()) return false;
+  QList<int> rows;
+  const auto& es = history_->entries();
+  // The batch in image order (the history is newest first).
+  for (int r = static_cast<int>(es.size()) - 1; r >= 0; --r)
+    if (es[r].requestId == requestId) rows << r;
+  if (!showGrid(rows)) return false;
+  compareTitle_->setText(
+      tr("batch %1: %n image(s)", nullptr, static_cast<int>(rows.size())).arg(requestId));
+  return true;
+}
+
+void Gallery::closeCompare() { stack_->setCurrentIndex(0); }
+
+bool Gallery::comparing() const { return stack_->currentIndex() == 1; }
 
 void Gallery::dragEnterEvent(QDragEnterEvent* e) {
   for (const QUrl& u : e->mimeData()->urls()) {

@@ -1,6 +1,9 @@
 // Gallery: the large current image (or the live preview while denoising) with its parameters,
-// the progress bar with ETA, and thumbnails of the history (newest first) with "use parameters",
-// "open PNG" (reads the PNG's parameters text chunk), "save as", remove and clear.
+// the progress bar with ETA, and thumbnails of the history (newest first) with a search over
+// prompt, model, strategy, seed and date, "use parameters", "open PNG" (reads the PNG's
+// parameters text chunk), "save as", remove and clear; two selected images compared (swipe,
+// blink, side by side) and a batch shown as a grid. The viewer's menu and buttons act on the image
+// it shows (an opened PNG included), the thumbnails' menu on the thumbnail.
 #pragma once
 
 #include <QImage>
@@ -9,14 +12,19 @@
 #include "ui/history_store.h"
 
 class QAction;
+class QComboBox;
 class QDragEnterEvent;
 class QDropEvent;
 class QLabel;
+class QLineEdit;
 class QListWidget;
 class QProgressBar;
 class QPushButton;
+class QStackedWidget;
 
 namespace dit::ui {
+
+class CompareView;
 
 /// Paints an image scaled to fit (keeping its aspect ratio), or at a zoom factor (1 = 1:1, one
 /// image pixel per screen pixel) panned by dragging. Wheel: zoom in/out; double-click or "1":
@@ -68,6 +76,13 @@ class Gallery : public QWidget {
   void addImage(const HistoryEntry& e);
   /// Shows a live preview (not stored).
   void showPreview(const QImage& image, const QString& caption);
+  /// Whether the viewer shows a live preview.
+  bool showsPreview() const { return preview_; }
+  /// Drops the preview (a cancelled or failed request): the selected image shows again.
+  void clearPreview();
+  /// The image the viewer shows (a history entry, or a PNG opened with "Open PNG..."); empty
+  /// path while it shows a preview or nothing.
+  const HistoryEntry& shownEntry() const { return shown_; }
   /// Progress 0..1000 per mille with text ("step 3/8, image 1/1, ETA 2 s"); < 0 hides the bar.
   void setProgress(int perMille, const QString& text);
   int count() const;
@@ -81,11 +96,46 @@ class Gallery : public QWidget {
   bool openPng(const QString& path, QString* error = nullptr);
   ImageView* view() const { return view_; }
   /// The context menu's actions for history entry `row` (Copy image, Open folder, Use seed,
-  /// Delete file…); the menu shows them on a right click on a thumbnail or the large image.
+  /// Use parameters, Save as…, Delete file…); the menu shows them on a right click on a
+  /// thumbnail.
   QList<QAction*> imageActions(int row);
+  /// The same actions for the image the viewer shows (what a right click on it offers): after
+  /// "Open PNG..." they act on that file, not on the selected thumbnail. Empty while a preview
+  /// or nothing is shown.
+  QList<QAction*> viewActions();
   /// Deletes the entry's PNG from disk and the history (asking first when `confirm`). Returns
   /// false and emits errorMessage when the file cannot be removed.
   bool deleteFile(int row, bool confirm = true);
+  /// Deletes `path` from disk (asking first, naming it, when `confirm`) and from the history
+  /// when it is there.
+  bool deletePath(const QString& path, bool confirm = true);
+  /// Copies `source` byte for byte to `dest` (keeping its parameters chunk); "Save as…".
+  bool saveImageAs(const QString& source, const QString& dest);
+
+  // Search.
+  QLineEdit* filterEdit() const { return filter_; }
+  /// Shows only the thumbnails whose entries match `query` (historyMatches).
+  void setFilter(const QString& query);
+  /// Thumbnails shown by the search.
+  int visibleCount() const;
+
+  // Compare and grid.
+  /// Shows history rows `a` and `b` in the compare view (current mode, Swipe at first).
+  bool compare(int a, int b);
+  /// Shows the images of the batch of request `id` (every history entry with that request id)
+  /// as a grid; false when it has fewer than two.
+  bool showBatch(const QString& requestId);
+  /// Shows `rows` as a grid.
+  bool showGrid(const QList<int>& rows);
+  /// Back to the single image.
+  void closeCompare();
+  bool comparing() const;
+  CompareView* compareView() const { return compareView_; }
+  QComboBox* compareModeBox() const { return compareMode_; }
+  QPushButton* compareButton() const { return compareBtn_; }
+  QPushButton* gridButton() const { return gridBtn_; }
+  /// Rows selected in the thumbnails, in order.
+  QList<int> selectedRows() const;
 
  Q_SIGNALS:
   /// Load these parameters into the generation panel.
@@ -100,10 +150,21 @@ class Gallery : public QWidget {
 
  private:
   void showEntry(const HistoryEntry& e);
-  void showContextMenu(int row, const QPoint& globalPos);
+  void showMenu(const QList<QAction*>& actions, const QPoint& globalPos);
+  QList<QAction*> entryActions(const HistoryEntry& e);
   const HistoryEntry* selected() const;
+  /// What the buttons act on: the shown image, else the selected thumbnail.
+  const HistoryEntry* target() const;
+  void updateButtons();
   HistoryStore* history_;
+  QStackedWidget* stack_;
   ImageView* view_;
+  CompareView* compareView_;
+  QComboBox* compareMode_;
+  QLabel* compareTitle_;
+  QLineEdit* filter_;
+  QPushButton* compareBtn_;
+  QPushButton* gridBtn_;
   QLabel* caption_;
   QProgressBar* progress_;
   QLabel* progressText_;
@@ -112,6 +173,8 @@ class Gallery : public QWidget {
   QPushButton* save_;
   QPushButton* remove_;
   QString currentPath_;
+  HistoryEntry shown_;
+  bool preview_ = false;
 };
 
 }  // namespace dit::ui

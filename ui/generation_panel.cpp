@@ -9,11 +9,13 @@
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QLineEdit>
+#include <QMenu>
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QRegularExpressionValidator>
 #include <QSpinBox>
 #include <QStyle>
+#include <QToolButton>
 #include <QVBoxLayout>
 
 #include "app/protocol/limits.h"
@@ -25,9 +27,13 @@ namespace dit::ui {
 
 GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   auto* outer = new QVBoxLayout(this);
+  // Slim margins: the panel fits the left column of a 1024 px wide window without scrolling
+  // sideways.
+  outer->setContentsMargins(4, 4, 4, 4);
 
   auto* modelBox = new QGroupBox(tr("Model"), this);
   auto* ml = new QVBoxLayout(modelBox);
+  ml->setContentsMargins(6, 6, 6, 6);
   auto* row = new QHBoxLayout;
   modelEdit_ = new QLineEdit(modelBox);
   modelEdit_->setPlaceholderText(
@@ -54,11 +60,39 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
 
   auto* genBox = new QGroupBox(tr("Generation"), this);
   auto* form = new QFormLayout(genBox);
+  form->setContentsMargins(6, 6, 6, 6);
   form_ = form;
   prompt_ = new QPlainTextEdit(genBox);
   prompt_->setPlaceholderText(tr("Prompt"));
   prompt_->setMinimumHeight(70);
-  form->addRow(tr("Prompt"), prompt_);
+  // The prompt with its history (the prompts generated with, newest first) under it.
+  auto* promptBox = new QWidget(genBox);
+  auto* pl = new QVBoxLayout(promptBox);
+  pl->setContentsMargins(0, 0, 0, 0);
+  pl->setSpacing(2);
+  pl->addWidget(prompt_);
+  promptHistory_ = new QToolButton(promptBox);
+  promptHistory_->setObjectName("promptHistory");
+  promptHistory_->setText(tr("History"));
+  promptHistory_->setToolTip(tr("Prompts you generated with, newest first"));
+  promptHistory_->setPopupMode(QToolButton::InstantPopup);
+  promptMenu_ = new QMenu(promptHistory_);
+  promptHistory_->setMenu(promptMenu_);
+  // The worker's truncation warning for this prompt, at the prompt (until it is edited), beside
+  // the History button.
+  auto* underPrompt = new QHBoxLayout;
+  underPrompt->setContentsMargins(0, 0, 0, 0);
+  promptWarning_ = new QLabel(promptBox);
+  promptWarning_->setObjectName("promptWarning");
+  promptWarning_->setWordWrap(true);
+  promptWarning_->setStyleSheet(QStringLiteral("color: #f0ad4e"));
+  promptWarning_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);  // wraps
+  promptWarning_->hide();
+  underPrompt->addWidget(promptWarning_, 1);
+  underPrompt->addWidget(promptHistory_, 0, Qt::AlignRight | Qt::AlignTop);
+  pl->addLayout(underPrompt);
+  prompt_->setParent(promptBox);
+  form->addRow(tr("Prompt"), promptBox);
   negative_ = new QPlainTextEdit(genBox);
   negative_->setPlaceholderText(tr("Negative prompt (used with true CFG scale > 1)"));
   negative_->setMaximumHeight(48);
@@ -139,6 +173,14 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
                     static_cast<int>(requestLimit("num_images").hi));
   images_->setToolTip(tr("Images per request (split across data-parallel replicas)"));
   form->addRow(tr("Images"), images_);
+  repeat_ = new QSpinBox(genBox);
+  repeat_->setObjectName("repeat");
+  repeat_->setRange(1, 100);
+  repeat_->setPrefix(QStringLiteral("× "));
+  repeat_->setToolTip(
+      tr("Queue this many requests with one Generate (a fixed seed advances by the images per "
+         "request each time)"));
+  form->addRow(tr("Repeat"), repeat_);
   loras_ = new LoraList(genBox);
   form->addRow(tr("LoRAs"), loras_);
   outer->addWidget(genBox);
@@ -146,12 +188,18 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   outer->addWidget(imagePanel_, 1);
 
   setParams(startingParams());
+  setPromptHistory({});
 
   auto emitChanged = [this] {
     if (!loading_) Q_EMIT changed();
   };
   connect(prompt_, &QPlainTextEdit::textChanged, this, emitChanged);
   connect(negative_, &QPlainTextEdit::textChanged, this, emitChanged);
+  // A warning about the prompt as it was sent goes once the prompt is edited.
+  for (QPlainTextEdit* e : {prompt_, negative_})
+    connect(e, &QPlainTextEdit::textChanged, this, [this] {
+      if (!promptWarnings_.isEmpty()) showPromptWarnings({});
+    });
   connect(cfgScale_, &QDoubleSpinBox::valueChanged, this, emitChanged);
   connect(steps_, &QSpinBox::valueChanged, this, emitChanged);
   connect(guidance_, &QDoubleSpinBox::valueChanged, this, emitChanged);
@@ -260,6 +308,8 @@ void GenerationPanel::applyModel() {
   const QString previous = model_.path;
   model_ = readModelInfo(modelDir());
   imagePanel_->setCapabilities(model_.family, model_.capabilities);
+  if (model_.ok)
+    loras_->setModel(model_.family, model_.capabilities.lora_formats, model_.dims().parameters);
   applyOptionMeanings();
   // A newly chosen model's recommended settings (e.g. the embedded model's true CFG 5 against
   // the empty prompt) over the current ones; the prompt, seed and the rest are kept.
@@ -345,10 +395,41 @@ void GenerationPanel::setLastSeed(std::uint64_t seed) {
   reuseSeed_->setEnabled(true);
 }
 
+QStringList GenerationPanel::requestIssues() const {
+  QStringList out = loras_->problems();
+  for (const QString& i : imagePanel_->issues())
+    if (!out.contains(i)) out << i;
+  return out;
+}
+
+void GenerationPanel::setPromptHistory(const QStringList& prompts) {
+  promptMenu_->clear();
+  for (const QString& p : prompts) {
+    QString shown = p.simplified();
+    if (shown.size() > 70) shown = shown.left(69) + QStringLiteral("…");
+    QAction* a = promptMenu_->addAction(shown);
+    a->setToolTip(p);
+    a->setData(p);
+    connect(a, &QAction::triggered, this, [this, p] { prompt_->setPlainText(p); });
+  }
+  promptHistory_->setEnabled(!prompts.isEmpty());
+}
+
+int GenerationPanel::repeatCount() const { return repeat_->value(); }
+
 QString GenerationPanel::seedError() const {
   if (randomSeed_->isChecked()) return {};
   QString err;
   return parseSeedText(seed_->text(), &err) ? QString() : err;
+}
+
+void GenerationPanel::showPromptWarnings(const QStringList& warnings) {
+  promptWarnings_ = warnings;
+  QStringList lines;
+  for (const QString& w : warnings) lines << QStringLiteral("⚠ ") + w;
+  promptWarning_->setText(lines.join(QLatin1Char('\n')));
+  promptWarning_->setToolTip(warnings.join(QLatin1Char('\n')));
+  promptWarning_->setVisible(!warnings.isEmpty());
 }
 
 }  // namespace dit::ui

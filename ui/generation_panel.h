@@ -4,6 +4,7 @@
 // strength and step cache (ImageInputPanel).
 #pragma once
 
+#include <QStringList>
 #include <QWidget>
 #include <cstdint>
 
@@ -16,7 +17,9 @@ class QDoubleSpinBox;
 class QFormLayout;
 class QLabel;
 class QLineEdit;
+class QMenu;
 class QPlainTextEdit;
+class QToolButton;
 class QPushButton;
 class QSpinBox;
 
@@ -43,6 +46,19 @@ class GenerationPanel : public QWidget {
   /// Why the seed field cannot be used (malformed or out of 0 .. 2^64-1, naming the range);
   /// empty when it holds a seed or "Random" is checked. params() is not sent while it is set.
   QString seedError() const;
+  /// What the worker would refuse in the panel as it stands, in its words: LoRA files it cannot
+  /// apply to this model (LoraList::problems) and the init image / mask / cache controls
+  /// (ImageInputPanel::issues). Each is also shown at its field.
+  QStringList requestIssues() const;
+  /// The prompts offered by the "History" button's menu (newest first).
+  void setPromptHistory(const QStringList& prompts);
+  /// How many requests Generate queues ("Repeat", 1 .. 100).
+  int repeatCount() const;
+  /// The worker's warnings about the prompt as sent (truncated by an encoder), shown under the
+  /// prompt until the prompt or the negative prompt is edited; empty hides them.
+  void showPromptWarnings(const QStringList& warnings);
+  QStringList promptWarnings() const { return promptWarnings_; }
+  QLabel* promptWarningLabel() const { return promptWarning_; }
 
   // Widgets exposed for tests.
   QPlainTextEdit* promptEdit() const { return prompt_; }
@@ -59,6 +75,9 @@ class GenerationPanel : public QWidget {
   /// Whether the form row of `field` is shown.
   bool fieldShown(QWidget* field) const;
   QSpinBox* imagesSpin() const { return images_; }
+  QSpinBox* repeatSpin() const { return repeat_; }
+  QToolButton* promptHistoryButton() const { return promptHistory_; }
+  QMenu* promptHistoryMenu() const { return promptMenu_; }
   QLineEdit* modelEdit() const { return modelEdit_; }
   LoraList* loraList() const { return loras_; }
   QLineEdit* seedEdit() const { return seed_; }
@@ -97,6 +116,11 @@ class GenerationPanel : public QWidget {
   QLabel* lastSeedLabel_;
   QPushButton* reuseSeed_;
   QSpinBox* images_;
+  QSpinBox* repeat_;
+  QToolButton* promptHistory_;
+  QMenu* promptMenu_;
+  QLabel* promptWarning_;
+  QStringList promptWarnings_;
   ImageInputPanel* imagePanel_;
   LoraList* loras_;
   bool loading_ = false;

@@ -5,9 +5,11 @@
 #include <QImageReader>
 #include <QJsonArray>
 #include <QJsonDocument>
+#include <QProcess>
 
 #include "ui/json_io.h"
 #include "ui/seed_text.h"
+#include "ui/strategy_json.h"
 
 namespace dit::ui {
 
@@ -100,6 +102,47 @@ bool HistoryStore::remove(const QString& path, QString* error) {
 bool HistoryStore::clear(QString* error) {
   entries_.clear();
   return persist(error);
+}
+
+QString historyField(const HistoryEntry& e, const QString& field) {
+  if (field == QLatin1String("prompt"))
+    return e.params.value("prompt").toString() + "\n" +
+           e.params.value("negative_prompt").toString();
+  if (field == QLatin1String("model")) return e.params.value("model").toString();
+  if (field == QLatin1String("strategy")) {
+    const QJsonValue v = e.params.value("strategy");
+    if (const auto s = strategyFromParams(v)) return strategyText(*s) + "\n" + v.toString();
+    return v.toString();
+  }
+  if (field == QLatin1String("seed")) return e.hasSeed ? seedText(e.seed) : QString();
+  if (field == QLatin1String("date"))
+    return e.created.isValid() ? e.created.toString(QStringLiteral("yyyy-MM-dd HH:mm")) : QString();
+  if (field == QLatin1String("id")) return e.requestId;
+  if (field == QLatin1String("file")) return QFileInfo(e.path).fileName();
+  return {};
+}
+
+bool historyMatches(const HistoryEntry& e, const QString& query) {
+  static const QStringList fields{"prompt", "model", "strategy", "seed", "date", "id", "file"};
+  for (const QString& term : QProcess::splitCommand(query)) {
+    if (term.isEmpty()) continue;
+    const qsizetype colon = term.indexOf(QLatin1Char(':'));
+    const QString key = colon > 0 ? term.left(colon).toLower() : QString();
+    if (fields.contains(key)) {
+      const QString value = term.mid(colon + 1);
+      if (!historyField(e, key).contains(value, Qt::CaseInsensitive)) return false;
+      continue;
+    }
+    bool any = false;
+    for (const QString& f : fields) {
+      if (historyField(e, f).contains(term, Qt::CaseInsensitive)) {
+        any = true;
+        break;
+      }
+    }
+    if (!any) return false;
+  }
+  return true;
 }
 
 QJsonObject readPngParameters(const QString& path, QString* error) {

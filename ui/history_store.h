@@ -49,6 +49,16 @@ class HistoryStore {
   QList<HistoryEntry> entries_;
 };
 
+/// The text of one searchable field of `e`: "prompt" (and the negative prompt), "model" (the
+/// model folder), "strategy" (e.g. "2 ranks (cpu): ring 2"), "seed", "date" (created, as
+/// "yyyy-MM-dd HH:mm"), "id" (request id) or "file" (the PNG's name).
+QString historyField(const HistoryEntry& e, const QString& field);
+/// The gallery's search: whitespace-separated terms (double quotes keep spaces), each of which
+/// must match, case-insensitively, as a substring. "field:value" looks in one field of
+/// historyField() (prompt:, model:, strategy:, seed:, date:, id:, file:), a bare term in any of
+/// them. An empty query matches everything.
+bool historyMatches(const HistoryEntry& e, const QString& query);
+
 /// The "parameters" text chunk of a PNG, parsed as a JSON object (a seed above 2^63-1 as its
 /// decimal text, exact; see toQJsonObject). Returns an empty object and sets `error` when the
 /// file is unreadable or has no such chunk.

@@ -8,7 +8,9 @@
 #include <QGroupBox>
 #include <QImage>
 #include <QJsonObject>
+#include <QList>
 #include <QString>
+#include <algorithm>
 
 #include "backend/models/family.h"
 #include "ui/generation_params.h"
@@ -23,32 +25,46 @@ class QToolButton;
 
 namespace dit::ui {
 
-/// The init image with the mask drawn over it (repaint area tinted red); the left mouse button
-/// paints (or erases) a disk of brushRadius() image pixels.
+/// The init image with the mask drawn over it: the repaint area striped black and white and
+/// outlined (visible over any colour, red included; soft values fainter). The left mouse button
+/// paints (or erases) a disk of brushRadius() image pixels, hard or soft-edged (softness()); each
+/// stroke, Clear and Invert can be undone and redone (the panel's buttons, Ctrl+Z and
+/// Ctrl+Shift+Z).
 class MaskCanvas : public QWidget {
   Q_OBJECT
  public:
   explicit MaskCanvas(QWidget* parent = nullptr);
-  /// Shows `image` and resets the mask to its size (all keep).
+  /// Shows `image` and resets the mask to its size (all keep) and the undo history.
   void setImage(const QImage& image);
   const QImage& image() const { return image_; }
-  /// Grayscale8, the image's size: 255 = repaint, 0 = keep.
+  /// Grayscale8, the image's size: 255 = repaint, 0 = keep (soft edges in between; the worker
+  /// binarises at 50% as diffusers' mask processor does).
   const QImage& mask() const { return mask_; }
   /// Replaces the mask (scaled to the image's size when it differs).
   void setMask(const QImage& mask);
   void clearMask();
   void invertMask();
-  /// Pixels marked for repainting.
+  /// Pixels marked for repainting (at least 50%).
   qint64 maskedPixels() const;
   void setErasing(bool erase) { erasing_ = erase; }
   bool erasing() const { return erasing_; }
   void setBrushRadius(int r) { radius_ = r; }
   int brushRadius() const { return radius_; }
+  /// 0 = a hard disk; 100 = full value only at the centre, fading linearly to the rim.
+  void setSoftness(int percent) { softness_ = std::clamp(percent, 0, 100); }
+  int softness() const { return softness_; }
+  /// Undo / redo of strokes, Clear and Invert (up to 50 steps).
+  bool canUndo() const { return !undo_.isEmpty(); }
+  bool canRedo() const { return !redo_.isEmpty(); }
+  void undo();
+  void redo();
   /// Where image pixel (x, y) is drawn in widget coordinates (for tests and the brush).
   QPointF toWidget(QPointF imagePoint) const;
 
  Q_SIGNALS:
   void maskEdited();
+  /// canUndo() or canRedo() may have changed.
+  void historyChanged();
 
  protected:
   void paintEvent(QPaintEvent*) override;
@@ -60,9 +76,13 @@ class MaskCanvas : public QWidget {
  private:
   QRectF target() const;
   void dab(QPointF widgetPoint);
+  /// Saves the mask before an edit (clears the redo steps).
+  void remember();
   QImage image_, mask_;
+  QList<QImage> undo_, redo_;
   bool erasing_ = false, drawing_ = false;
   int radius_ = 4;
+  int softness_ = 0;
 };
 
 class ImageInputPanel : public QGroupBox {
@@ -93,6 +113,11 @@ class ImageInputPanel : public QGroupBox {
   const dit::FamilyCapabilities& capabilities() const { return caps_; }
   /// The family named in the refusal tooltips (FamilySpec::display_name).
   const QString& family() const { return family_; }
+  /// What the worker would refuse in these controls, in its words, as they stand (a recalled
+  /// init image, mask or cache mode the family cannot run: dit::checkRequestSupported; cache
+  /// settings it cannot read: the protocol's "request field 'cache': ..."). Shown under the
+  /// controls and at the cache field; the window disables Generate while it is not empty.
+  QStringList issues() const;
 
   // Widgets exposed for tests.
   MaskCanvas* canvas() const { return canvas_; }
@@ -103,6 +128,10 @@ class ImageInputPanel : public QGroupBox {
   QLabel* speedupLabel() const { return speedup_; }
   QLabel* statusLabel() const { return status_; }
   QToolButton* eraseButton() const { return erase_; }
+  QSpinBox* brushSpin() const { return brush_; }
+  QSpinBox* softnessSpin() const { return softness_; }
+  QPushButton* undoButton() const { return undo_; }
+  QPushButton* redoButton() const { return redo_; }
   QPushButton* clearMaskButton() const { return clearMask_; }
   QPushButton* invertMaskButton() const { return invertMask_; }
 
@@ -116,17 +145,24 @@ class ImageInputPanel : public QGroupBox {
  private:
   QString saveMask() const;
   void updateState();
+  /// The cache field as the request spells it ("" when off).
+  QString cacheText() const;
+  void showIssues();
 
   QString path_, sha256_, maskDir_;
   dit::FamilyCapabilities caps_{true, true, true, true, {}};
   QString family_;  ///< the family named in the tooltips
   MaskCanvas* canvas_;
   QLabel* pathLabel_;
+  QString notice_;  ///< what restore() could not do (missing init image, changed file)
   QLabel* status_;
   QPushButton* open_;
   QPushButton* remove_;
   QToolButton* erase_;
   QSpinBox* brush_;
+  QSpinBox* softness_;
+  QPushButton* undo_;
+  QPushButton* redo_;
   QPushButton* clearMask_;
   QPushButton* invertMask_;
   QSlider* strength_;

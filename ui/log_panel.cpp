@@ -4,6 +4,7 @@
 #include <QHBoxLayout>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QScrollBar>
 #include <QTime>
 #include <QVBoxLayout>
 
@@ -46,7 +47,11 @@ void LogPanel::append(int rank, const QString& level, const QString& message) {
   lines_.append(l);
   if (lines_.size() > 20000) lines_.removeFirst();
   if (rank >= 0) setWorld(rank + 1);
-  if (passes(l)) view_->appendPlainText(format(l));
+  if (!passes(l)) return;
+  view_->appendPlainText(format(l));
+  // An error is scrolled into view even when the reader had scrolled up.
+  if (level == QLatin1String("error") || level == QLatin1String("fatal"))
+    view_->verticalScrollBar()->setValue(view_->verticalScrollBar()->maximum());
 }
 
 void LogPanel::setWorld(int world) {

@@ -23,6 +23,8 @@ class LogPanel : public QWidget {
   /// All stored lines as shown under "all ranks".
   QString text() const;
   int lineCount() const { return static_cast<int>(lines_.size()); }
+  /// The text view (errors are scrolled into view in it).
+  QPlainTextEdit* view() const { return view_; }
 
  private:
   struct Line {

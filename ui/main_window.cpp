@@ -2,27 +2,38 @@
 
 #include <QAction>
 #include <QApplication>
+#include <QByteArray>
 #include <QChartView>
 #include <QCloseEvent>
 #include <QDir>
+#include <QFileDialog>
 #include <QFileInfo>
 #include <QFrame>
 #include <QHBoxLayout>
 #include <QJsonDocument>
 #include <QLabel>
+#include <QLineEdit>
 #include <QListView>
+#include <QMenuBar>
+#include <QMessageBox>
 #include <QPushButton>
+#include <QScreen>
 #include <QScrollArea>
+#include <QScrollBar>
 #include <QSignalBlocker>
+#include <QSpinBox>
 #include <QSplitter>
 #include <QStatusBar>
 #include <QStyle>
 #include <QTabWidget>
 #include <QTimer>
 #include <QToolBar>
+#include <QToolButton>
 #include <QVBoxLayout>
+#include <algorithm>
 
 #include "ui/advisor_dialog.h"
+#include "ui/elided_label.h"
 #include "ui/image_input_panel.h"
 #include "ui/json_io.h"
 #include "ui/seed_text.h"
@@ -36,23 +47,46 @@ MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent)
       dataDir_(options.dataDir.isEmpty() ? appDataDir() : options.dataDir),
       presets_(dataDir_, options.builtinPresets),
       history_(dataDir_),
-      caps_(currentCapabilities()) {
+      caps_(currentCapabilities()),
+      prompts_(dataDir_) {
   setWindowTitle(tr("DiT Studio"));
   setWindowIcon(QIcon(QStringLiteral(":/ditstudio/icons/ditstudio.svg")));
   controller_ = new WorkerController(this);
   controller_->setOutputDir(QDir(dataDir_).filePath(QStringLiteral("images")));
   rankModel_ = new RankMonitorModel(this);
+  taskbar_ = new TaskbarProgress(this);
   QString err;
   presets_.load(&err);
   QString herr;
   history_.load(&herr);
+  QString perr;
+  prompts_.load(&perr);
   buildUi();
+  buildMenus();
   connectController();
-  loadSession();
+  fitToScreen();
+  loadSession();  // the last geometry, splitters and settings over the defaults
+  genPanel_->setPromptHistory(prompts_.prompts());
   if (!err.isEmpty()) log_->append(-1, "error", tr("presets: %1").arg(err));
   if (!herr.isEmpty()) log_->append(-1, "error", tr("history: %1").arg(herr));
+  if (!perr.isEmpty()) log_->append(-1, "error", tr("prompt history: %1").arg(perr));
   revalidate();
-  resize(1500, 900);
+}
+
+void MainWindow::fitToScreen() {
+  QScreen* scr = screen();
+  if (!scr) scr = QGuiApplication::primaryScreen();
+  if (!scr) {
+    resize(1500, 900);
+    return;
+  }
+  const QRect avail = scr->availableGeometry();
+  // At most 1500 x 900, never more than the screen minus room for the window frame.
+  const QSize room = avail.size() - QSize(24, 48);
+  const QSize size = QSize(1500, 900).boundedTo(room).expandedTo(minimumSizeHint().boundedTo(room));
+  resize(size);
+  move(avail.topLeft() + QPoint(std::max(0, (avail.width() - size.width()) / 2),
+                                std::max(0, (avail.height() - size.height()) / 2)));
 }
 
 MainWindow::~MainWindow() = default;
@@ -103,17 +137,14 @@ void MainWindow::buildUi() {
       tr("Serve the OpenAI Images API, the AUTOMATIC1111 subset and a page on 127.0.0.1 (a group "
          "of its own with this model and strategy; docs/server.md)"));
   connect(serveAct_, &QAction::toggled, this, &MainWindow::setServing);
-  // Why Generate is disabled, in words, beside the button (also its tooltip).
-  generateReason_ = new QLabel(tb);
-  generateReason_->setObjectName("generateReason");
-  generateReason_->setProperty("class", "issues");
-  generateReason_->setMaximumWidth(360);
-  tb->addWidget(generateReason_);
   startAct_->setToolTip(tr("Start the worker process group (mpirun) with this strategy"));
   generateAct_->setToolTip(
       tr("Queue a request (Ctrl+Enter); starts or restarts the group if needed"));
 
   auto* split = new QSplitter(Qt::Horizontal, this);
+  split->setObjectName("mainSplitter");
+  split->setChildrenCollapsible(false);
+  mainSplit_ = split;
   setCentralWidget(split);
 
   // Left: tabs.
@@ -121,12 +152,17 @@ void MainWindow::buildUi() {
   genPanel_ = new GenerationPanel;
   genPanel_->imagePanel()->setMaskDir(QDir(dataDir_).filePath(QStringLiteral("masks")));
   auto* genScroll = new QScrollArea;
+  genScroll->setObjectName("generateScroll");
   genScroll->setWidget(genPanel_);
   genScroll->setWidgetResizable(true);
   genScroll->setFrameShape(QFrame::NoFrame);
+  // The panel follows the column's width (its texts elide or wrap): never a sideways scroll.
+  genScroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  genScroll_ = genScroll;
   leftTabs_->addTab(genScroll, tr("Generate"));
   editor_ = new StrategyEditor;
   auto* edScroll = new QScrollArea;
+  edScroll->setObjectName("strategyScroll");
   edScroll->setWidget(editor_);
   edScroll->setWidgetResizable(true);
   edScroll->setFrameShape(QFrame::NoFrame);
@@ -138,11 +174,22 @@ void MainWindow::buildUi() {
   // Right of the tabs: gallery beside the memory chart / queue / log tabs, and the per-rank table
   // across the whole width below them (every column fits at 1024 x 700).
   auto* work = new QSplitter(Qt::Vertical, split);
+  work->setObjectName("workSplitter");
+  work->setChildrenCollapsible(false);
+  workSplit_ = work;
   auto* top = new QSplitter(Qt::Horizontal, work);
-  // Center: banner + gallery.
+  top->setObjectName("topSplitter");
+  top->setChildrenCollapsible(false);
+  topSplit_ = top;
+  // Center: why Generate is disabled, banner, gallery.
   auto* center = new QWidget(top);
   auto* cl = new QVBoxLayout(center);
   cl->setContentsMargins(4, 0, 4, 0);
+  // One line, elided to the column's width ("…"), the whole reason in its tooltip.
+  generateReason_ = new ElidedLabel(QString(), center);
+  generateReason_->setObjectName("issues");
+  generateReason_->setAccessibleName(tr("Why Generate is disabled"));
+  cl->addWidget(generateReason_);
   banner_ = new QFrame(center);
   banner_->setObjectName("banner");
   auto* bl = new QHBoxLayout(banner_);
@@ -173,6 +220,7 @@ void MainWindow::buildUi() {
   // Monitor table below; its memory chart, the queue and the log in tabs beside the gallery.
   rankMonitor_ = new RankMonitor(rankModel_, work);
   auto* rtabs = new QTabWidget(top);
+  rightTabs_ = rtabs;
   rtabs->addTab(rankMonitor_->chartView(), tr("Memory"));
   log_ = new LogPanel;
   rtabs->addTab(log_, tr("Log"));
@@ -184,6 +232,16 @@ void MainWindow::buildUi() {
   queueView_->setModel(queueModel_);
   queueView_->setSelectionMode(QAbstractItemView::SingleSelection);
   ql->addWidget(queueView_, 1);
+  auto* mb = new QHBoxLayout;
+  moveUp_ = new QPushButton(tr("Move up"), qw);
+  moveUp_->setObjectName("moveUp");
+  moveUp_->setToolTip(tr("Run the selected waiting request earlier (Ctrl+Up)"));
+  moveDown_ = new QPushButton(tr("Move down"), qw);
+  moveDown_->setObjectName("moveDown");
+  moveDown_->setToolTip(tr("Run the selected waiting request later (Ctrl+Down)"));
+  mb->addWidget(moveUp_);
+  mb->addWidget(moveDown_);
+  ql->addLayout(mb);
   auto* qb = new QHBoxLayout;
   auto* cancelSel = new QPushButton(tr("Cancel selected"), qw);
   cancelSel->setObjectName("cancelSelected");
@@ -192,6 +250,23 @@ void MainWindow::buildUi() {
   qb->addWidget(cancelAllBtn);
   ql->addLayout(qb);
   rtabs->addTab(qw, tr("Queue"));
+  auto moveSelected = [this](int delta) {
+    const QModelIndex cur = queueView_->currentIndex();
+    if (!cur.isValid()) return;
+    moveQueued(queueModel_->idAt(cur.row()), delta);
+  };
+  connect(moveUp_, &QPushButton::clicked, this, [moveSelected] { moveSelected(-1); });
+  connect(moveDown_, &QPushButton::clicked, this, [moveSelected] { moveSelected(1); });
+  auto* upKey = new QAction(queueView_);
+  upKey->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Up));
+  upKey->setShortcutContext(Qt::WidgetShortcut);
+  connect(upKey, &QAction::triggered, this, [moveSelected] { moveSelected(-1); });
+  auto* downKey = new QAction(queueView_);
+  downKey->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Down));
+  downKey->setShortcutContext(Qt::WidgetShortcut);
+  connect(downKey, &QAction::triggered, this, [moveSelected] { moveSelected(1); });
+  queueView_->addAction(upKey);
+  queueView_->addAction(downKey);
   connect(cancelSel, &QPushButton::clicked, this, [this] { cancelSelected(); });
   connect(cancelAllBtn, &QPushButton::clicked, this, &MainWindow::cancelAll);
   top->setStretchFactor(0, 3);
@@ -227,21 +302,29 @@ void MainWindow::buildUi() {
     return issues + capabilityIssuesOf(p.strategy, p.hostfile);
   });
   connect(gallery_, &Gallery::useParameters, this, [this](const HistoryEntry& e) {
+    // The strategy the image was made with (the history's object or the PNG's text) first, so
+    // that the recalled request is validated against it.
+    const QJsonValue sv = e.params.value("strategy");
+    if (const auto s = strategyFromParams(sv)) {
+      {
+        const QSignalBlocker block(editor_);
+        editor_->setStrategy(*s);
+      }
+      log_->append(-1, "info", tr("image strategy: %1").arg(strategyText(*s)));
+    } else if (!sv.isUndefined() && !sv.isNull()) {
+      log_->append(
+          -1, "warning",
+          tr("image strategy unreadable: %1")
+              .arg(sv.isString()
+                       ? sv.toString()
+                       : QString::fromUtf8(
+                             QJsonDocument(sv.toObject()).toJson(QJsonDocument::Compact))));
+    }
     genPanel_->setParams(e.generation(genPanel_->params()));
     // Recalled LoRAs that cannot be found (moved, deleted) are named, and stay listed.
     for (const QString& problem : genPanel_->loraList()->problems())
       log_->append(-1, "warning", problem);
-    if (e.params.value("strategy").isObject()) {
-      try {
-        log_->append(
-            -1, "info",
-            tr("image strategy: %1")
-                .arg(strategyText(strategyFromJson(e.params.value("strategy").toObject()))));
-      } catch (const dit::protocol::ProtocolError& err) {
-        log_->append(-1, "warning",
-                     tr("image strategy unreadable: %1").arg(QString::fromStdString(err.what())));
-      }
-    }
+    revalidate();
     leftTabs_->setCurrentIndex(0);
   });
   connect(gallery_, &Gallery::useSeed, this, [this](std::uint64_t seed) {
@@ -253,6 +336,112 @@ void MainWindow::buildUi() {
   });
   connect(gallery_, &Gallery::errorMessage, this,
           [this](const QString& m) { showBanner(m, {}, false, false); });
+  connect(queueView_->selectionModel(), &QItemSelectionModel::currentChanged, this,
+          [this] { updateActions(); });
+}
+
+void MainWindow::buildMenus() {
+  QMenuBar* bar = menuBar();
+  QMenu* file = bar->addMenu(tr("&File"));
+  QAction* open = file->addAction(tr("&Open PNG…"), this, [this] {
+    if (auto* b = gallery_->findChild<QPushButton*>("openPng")) b->click();
+  });
+  open->setShortcut(QKeySequence::Open);
+  QAction* saveAs = file->addAction(tr("&Save image as…"), this, [this] {
+    const HistoryEntry& e = gallery_->shownEntry();
+    if (e.path.isEmpty()) return;
+    const QString dest = QFileDialog::getSaveFileName(
+        this, tr("Save image"), QFileInfo(e.path).fileName(), tr("PNG images (*.png)"));
+    if (!dest.isEmpty()) gallery_->saveImageAs(e.path, dest);
+  });
+  saveAs->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_S));
+  file->addSeparator();
+  quitAct_ = file->addAction(tr("&Quit"), this, [this] {
+    if (!confirmQuit()) return;
+    quitConfirmed_ = true;
+    close();
+  });
+  quitAct_->setObjectName("quit");
+  quitAct_->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Q));
+  quitAct_->setMenuRole(QAction::QuitRole);
+
+  QMenu* group = bar->addMenu(tr("&Group"));
+  startAct_->setShortcut(QKeySequence(Qt::Key_F5));
+  stopAct_->setShortcut(QKeySequence(Qt::SHIFT | Qt::Key_F5));
+  restartAct_->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_F5));
+  group->addAction(startAct_);
+  group->addAction(stopAct_);
+  group->addAction(restartAct_);
+  group->addSeparator();
+  group->addAction(serveAct_);
+
+  QMenu* gen = bar->addMenu(tr("G&enerate"));
+  gen->addAction(generateAct_);
+  gen->addAction(cancelAct_);
+  QAction* cancelAllAct = gen->addAction(tr("Cancel &all"), this, &MainWindow::cancelAll);
+  cancelAllAct->setShortcut(QKeySequence(Qt::SHIFT | Qt::Key_Escape));
+  QAction* history = gen->addAction(tr("Prompt &history…"), this, [this] {
+    leftTabs_->setCurrentIndex(0);
+    genPanel_->promptHistoryButton()->showMenu();
+  });
+  history->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_H));
+
+  QMenu* view = bar->addMenu(tr("&View"));
+  const QStringList tabs{tr("&Generate tab"), tr("&Strategy tab"), tr("&Presets tab")};
+  for (int i = 0; i < tabs.size(); ++i) {
+    QAction* a = view->addAction(tabs[i], this, [this, i] { leftTabs_->setCurrentIndex(i); });
+    a->setShortcut(QKeySequence(Qt::ALT | static_cast<Qt::Key>(Qt::Key_1 + i)));
+  }
+  view->addSeparator();
+  QAction* search = view->addAction(tr("Search the &gallery"), this, [this] {
+    gallery_->filterEdit()->setFocus();
+    gallery_->filterEdit()->selectAll();
+  });
+  search->setShortcut(QKeySequence::Find);
+  QAction* cmp = view->addAction(tr("&Compare selected images"), this,
+                                 [this] { gallery_->compareButton()->click(); });
+  cmp->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_K));
+  QAction* grid =
+      view->addAction(tr("Batch g&rid"), this, [this] { gallery_->gridButton()->click(); });
+  grid->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_G));
+  QAction* back =
+      view->addAction(tr("Back to the &single image"), this, [this] { gallery_->closeCompare(); });
+  back->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Backspace));
+  view->addSeparator();
+  for (const auto& [label, tab] :
+       {std::pair{tr("&Memory chart"), 0}, std::pair{tr("&Log"), 1}, std::pair{tr("&Queue"), 2}}) {
+    QAction* a =
+        view->addAction(label, this, [this, tab = tab] { rightTabs_->setCurrentIndex(tab); });
+    a->setShortcut(QKeySequence(Qt::ALT | static_cast<Qt::Key>(Qt::Key_4 + tab)));
+  }
+
+  QMenu* help = bar->addMenu(tr("&Help"));
+  QAction* keys = help->addAction(tr("&Keyboard shortcuts"), this, [this] {
+    QMessageBox box(QMessageBox::Information, tr("Keyboard shortcuts"), shortcutList().join('\n'),
+                    QMessageBox::Close, this);
+    box.setObjectName("shortcuts");
+    box.exec();
+  });
+  keys->setShortcut(QKeySequence::HelpContents);
+  help->addAction(tr("Image viewer: wheel zoom, double-click or 1: 1:1 / fit, 0: fit, drag: pan"))
+      ->setEnabled(false);
+  help->addAction(tr("Compare: drag or Left / Right moves the swipe, Space blinks"))
+      ->setEnabled(false);
+}
+
+QStringList MainWindow::shortcutList() const {
+  QStringList out;
+  for (QAction* m : menuBar()->actions()) {
+    if (!m->menu()) continue;
+    const QString menu = m->text().remove(QLatin1Char('&'));
+    for (QAction* a : m->menu()->actions()) {
+      if (a->isSeparator() || a->shortcut().isEmpty()) continue;
+      out << QStringLiteral("%1 > %2: %3")
+                 .arg(menu, a->text().remove(QLatin1Char('&')).remove(QStringLiteral("…")),
+                      a->shortcut().toString(QKeySequence::NativeText));
+    }
+  }
+  return out;
 }
 
 void MainWindow::connectController() {
@@ -262,8 +451,11 @@ void MainWindow::connectController() {
       rankModel_->reset(controller_->config().strategy.world);
       log_->setWorld(controller_->config().strategy.world);
     }
+    // Between requests: idle, the last step's time and step count stay.
+    if (s == WorkerController::State::Ready) rankModel_->setStageAll(QStringLiteral("idle"), false);
     updateActions();
     updateStatus();
+    updateTitle();
     if (s == WorkerController::State::Stopped && closing_) close();
   });
   connect(c, &WorkerController::logLine, log_, &LogPanel::append);
@@ -283,6 +475,25 @@ void MainWindow::connectController() {
           [this](const QString&, const QString& msg) { stateLabel_->setToolTip(msg); });
   connect(c, &WorkerController::stageChanged, this, [this] { updateStatus(); });
   connect(c, &WorkerController::eventReceived, this, [this](const WorkerEvent& ev) {
+    if (ev.type == QLatin1String("log")) {
+      // An encoder truncated the prompt: said at the prompt (still the one sent), not only in
+      // the log; the warnings of one request together.
+      const QString msg = ev.data.value("message").toString();
+      const QString id = ev.data.value("id").toString();
+      if (ev.data.value("level").toString() != QLatin1String("warning") ||
+          !msg.contains(QLatin1String(" was truncated")))
+        return;
+      const auto sent = requestParams_.constFind(id);
+      const GenerationParams now = genPanel_->params();
+      if (sent != requestParams_.constEnd() &&
+          (sent->prompt != now.prompt || sent->negative_prompt != now.negative_prompt))
+        return;
+      QStringList warnings = id == promptWarningId_ ? genPanel_->promptWarnings() : QStringList();
+      if (!warnings.contains(msg)) warnings << msg;
+      promptWarningId_ = id;
+      genPanel_->showPromptWarnings(warnings);
+      return;
+    }
     if (ev.type != QLatin1String("hello")) return;
     // Host and device of each rank (the device from the event when the worker names it, else
     // the strategy's).
@@ -297,11 +508,13 @@ void MainWindow::connectController() {
   connect(c, &WorkerController::queueChanged, this, [this] {
     refreshQueue();
     updateActions();
+    updateTitle();
   });
   connect(c, &WorkerController::progressReceived, this, &MainWindow::onProgress);
   connect(c, &WorkerController::previewReceived, this,
           [this](const QString& id, int step, int imageIndex, const QImage& img) {
             const int steps = requestParams_.value(id).steps;
+            previewId_ = id;
             gallery_->showPreview(img, tr("preview of %1 · image %2 · step %3/%4")
                                            .arg(id)
                                            .arg(imageIndex + 1)
@@ -315,20 +528,34 @@ void MainWindow::connectController() {
     if (controller_->queue().isEmpty()) gallery_->setProgress(-1, {});
   });
   connect(c, &WorkerController::requestCancelled, this, [this](const QString& id, int step) {
-    log_->append(-1, "info", tr("%1 cancelled at step %2").arg(id).arg(step));
     requestParams_.remove(id);
+    if (requeued_.remove(id)) return;  // moved in the queue: it runs again under a new id
+    log_->append(-1, "info", tr("%1 cancelled at step %2").arg(id).arg(step));
     if (controller_->queue().isEmpty()) gallery_->setProgress(-1, {});
+    // Its half-denoised preview is not an image: the viewer goes back to the history.
+    if (previewId_ == id) {
+      previewId_.clear();
+      gallery_->clearPreview();
+    }
     statusBar()->showMessage(tr("%1 cancelled").arg(id), 3000);
   });
   connect(c, &WorkerController::requestFailed, this, [this](const QString& id, const QString& msg) {
     requestParams_.remove(id);
     gallery_->setProgress(-1, {});
+    if (previewId_ == id) {
+      previewId_.clear();
+      gallery_->clearPreview();
+    }
     if (controller_->state() != WorkerController::State::Failed)
       showBanner(tr("Request %1 failed").arg(id), msg, true, false);
     if (autoActive_) finishAuto(false, msg);
   });
   connect(c, &WorkerController::errorReported, this, [this](const WorkerFailure& f) {
-    if (f.rank >= 0 && f.fatal) rankModel_->markFailed(f.rank, f.message);
+    if (f.rank >= 0 && f.fatal) {
+      rankModel_->markFailed(f.rank, f.message);
+      // Another rank died: what the others do now is not known (they are being torn down).
+      rankModel_->setStageAll(QStringLiteral("unknown"));
+    }
     // Request errors arrive through requestFailed, fatal ones through groupFailed.
     if (!f.fatal && f.id.isEmpty())
       showBanner(tr("The worker reported an error"), f.message, false, false);
@@ -336,7 +563,10 @@ void MainWindow::connectController() {
   connect(c, &WorkerController::groupFailed, this, &MainWindow::onGroupFailed);
   connect(c, &WorkerController::groupStopped, this, [this](int) {
     gallery_->setProgress(-1, {});
+    gallery_->clearPreview();
+    previewId_.clear();
     rankModel_->setStageAll(QStringLiteral("stopped"));
+    updateTitle();
     if (closing_) close();
   });
 }
@@ -375,6 +605,10 @@ void MainWindow::revalidate() {
     if (!validation_.startIssues.contains(i)) validation_.startIssues << i;
   if (const QString seedErr = genPanel_->seedError(); !seedErr.isEmpty())
     validation_.requestIssues << seedErr;
+  // What the worker would refuse in the panel (LoRAs for another model, img2img the family
+  // cannot run, unreadable cache settings), refused here as typed, in its words.
+  for (const QString& i : genPanel_->requestIssues())
+    if (!validation_.requestIssues.contains(i)) validation_.requestIssues << i;
   editor_->setIssues(validation_.startIssues, validation_.requestIssues);
   rankMonitor_->setDevice(QString::fromStdString(editor_->strategy().device));
   updateActions();
@@ -401,8 +635,14 @@ void MainWindow::updateActions() {
                        : tr("Generate is disabled: %1").arg(reason));
   generateReason_->setText(
       reason.isEmpty() ? QString() : tr("Cannot generate: %1").arg(reason.section('\n', 0, 0)));
-  generateReason_->setToolTip(reason);
+  generateReason_->setBaseToolTip(reason);
   generateReason_->setVisible(!reason.isEmpty());
+  // Move up / down: a waiting request is selected (not the running one).
+  const QModelIndex cur = queueView_->currentIndex();
+  const QString sel = cur.isValid() ? queueModel_->idAt(cur.row()) : QString();
+  const bool movable = !sel.isEmpty() && sel != controller_->activeId();
+  moveUp_->setEnabled(movable);
+  moveDown_->setEnabled(movable);
 }
 
 QString MainWindow::generateBlockedReason() const {
@@ -429,7 +669,18 @@ void MainWindow::updateStatus() {
       text += QStringLiteral(" (%1)").arg(detail);
     }
     text += QStringLiteral(" · %1").arg(strategyText(controller_->config().strategy));
-    if (configDiffers()) text += tr(" · strategy changed: Restart (or Generate) applies it");
+    if (configDiffers()) {
+      // Only offer what can be done: Restart needs a valid strategy, Generate a valid request.
+      const bool canRestart = restartAct_->isEnabled();
+      const bool canGenerate = generateAct_->isEnabled();
+      if (canRestart && canGenerate)
+        text += tr(" · strategy changed: Restart (or Generate) applies it");
+      else if (canRestart)
+        text += tr(" · strategy changed: Restart applies it (Generate is disabled: %1)")
+                    .arg(generateBlockedReason().section('\n', 0, 0));
+      else
+        text += tr(" · strategy changed, not applicable: %1").arg(validation_.all().value(0));
+    }
   } else if (!validation_.canStart()) {
     text += tr(" · %1 problem(s) in the strategy/model").arg(validation_.startIssues.size());
   }
@@ -441,7 +692,105 @@ void MainWindow::updateStatus() {
            : tr("no model"));
 }
 
-void MainWindow::refreshQueue() { queueModel_->sync(controller_->queue()); }
+void MainWindow::refreshQueue() {
+  QList<WorkerController::Request> q = controller_->queue();
+  // Requests being moved are shown once, under their new ids.
+  if (!requeued_.isEmpty())
+    q.erase(std::remove_if(
+                q.begin(), q.end(),
+                [this](const WorkerController::Request& r) { return requeued_.contains(r.id); }),
+            q.end());
+  queueModel_->sync(q);
+}
+
+QString MainWindow::moveQueued(const QString& id, int delta) {
+  const QString active = controller_->activeId();
+  QList<WorkerController::Request> waiting;
+  for (const auto& r : controller_->queue())
+    if (r.id != active && !requeued_.contains(r.id)) waiting << r;
+  int from = -1;
+  for (int i = 0; i < waiting.size(); ++i)
+    if (waiting[i].id == id) from = i;
+  if (from < 0) return {};
+  const int to = std::clamp(from + delta, 0, static_cast<int>(waiting.size()) - 1);
+  if (to == from) return id;
+  QList<WorkerController::Request> order = waiting;
+  order.move(from, to);
+  // The worker runs its queue in arrival order and none of these has started: from the first
+  // changed place on, they are withdrawn and sent again in the new order.
+  const int first = std::min(from, to);
+  for (int i = first; i < waiting.size(); ++i) {
+    requeued_.insert(waiting[i].id);
+    controller_->cancel(waiting[i].id);
+  }
+  QString moved;
+  for (int i = first; i < order.size(); ++i) {
+    const GenerationParams p = order[i].params;
+    const QString nid = controller_->submit(p);
+    requestParams_[nid] = p;
+    if (order[i].id == id) moved = nid;
+    log_->append(-1, "info", tr("%1 moved in the queue: now %2").arg(order[i].id, nid));
+  }
+  refreshQueue();
+  const int row = queueModel_->rowOf(moved);
+  if (row >= 0) queueView_->setCurrentIndex(queueModel_->index(row, 0));
+  updateActions();
+  return moved;
+}
+
+void MainWindow::updateTitle() {
+  const auto q = controller_->queue();
+  QString title = tr("DiT Studio");
+  if (!q.isEmpty() && progressPercent_ >= 0) {
+    const int waiting = static_cast<int>(q.size()) - 1;
+    title = waiting > 0 ? tr("%1% (+%2 queued) · DiT Studio").arg(progressPercent_).arg(waiting)
+                        : tr("%1% · DiT Studio").arg(progressPercent_);
+  } else if (!q.isEmpty()) {
+    title = tr("%n queued · DiT Studio", nullptr, static_cast<int>(q.size()));
+  } else {
+    progressPercent_ = -1;
+  }
+  if (windowTitle() != title) setWindowTitle(title);
+  // The same on the taskbar / dock where the platform offers it: the bar and the waiting count.
+  const int total = static_cast<int>(q.size());
+  if (!q.isEmpty() && progressPercent_ >= 0)
+    taskbar_->setProgress(progressPercent_ / 100.0, total - 1);
+  else
+    taskbar_->setProgress(-1, total);
+}
+
+void MainWindow::revealIssue() {
+  // The field behind the first issue, in its tab and scrolled into view.
+  if (!validation_.startIssues.isEmpty()) {
+    const bool model = !genPanel_->modelInfo().ok;
+    leftTabs_->setCurrentIndex(model ? 0 : 1);
+    if (model) genScroll_->ensureWidgetVisible(genPanel_->modelEdit());
+    return;
+  }
+  leftTabs_->setCurrentIndex(0);
+  const QStringList lora = genPanel_->loraList()->problems();
+  const QStringList image = genPanel_->imagePanel()->issues();
+  QWidget* field = nullptr;
+  for (const QString& i : validation_.requestIssues) {
+    if (lora.contains(i)) {
+      field = genPanel_->loraList();
+      break;
+    }
+    if (image.contains(i)) {
+      field = genPanel_->imagePanel();
+      break;
+    }
+    if (i == genPanel_->seedError()) {
+      field = genPanel_->seedEdit();
+      break;
+    }
+  }
+  if (field) {
+    genScroll_->ensureWidgetVisible(field, 8, 40);
+  } else if (!validation_.requestIssues.isEmpty()) {
+    leftTabs_->setCurrentIndex(1);  // a request issue of the strategy (cfg_degree, sizes)
+  }
+}
 
 QString MainWindow::cancelSelected() {
   const QModelIndexList sel = queueView_->selectionModel()->selectedIndexes();
@@ -515,6 +864,7 @@ QString MainWindow::generate() {
   revalidate();
   if (!validation_.canGenerate()) {
     showBanner(tr("Cannot generate"), validation_.all().join('\n'), true, false);
+    revealIssue();
     return {};
   }
   using S = WorkerController::State;
@@ -526,12 +876,27 @@ QString MainWindow::generate() {
     return {};
   }
   hideBanner();
-  const GenerationParams p = genPanel_->params();
+  GenerationParams p = genPanel_->params();
   controller_->setMaxSequenceLength(0);
   controller_->setPreviewEvery(std::max(1, p.steps / 25));  // about 25 previews per image at most
-  const QString id = controller_->submit(p);
-  requestParams_[id] = p;
-  gallery_->setProgress(0, tr("%1 queued").arg(id));
+  // "Repeat": several requests; a fixed seed advances by the images of each (image i of a request
+  // uses seed + i), so no two images repeat one.
+  lastGenerated_.clear();
+  const int repeat = std::max(1, genPanel_->repeatCount());
+  for (int i = 0; i < repeat; ++i) {
+    const QString id = controller_->submit(p);
+    requestParams_[id] = p;
+    lastGenerated_ << id;
+    if (!p.random_seed) p.seed += static_cast<std::uint64_t>(std::max(1, p.num_images));
+  }
+  const QString id = lastGenerated_.first();
+  gallery_->setProgress(0, repeat > 1 ? tr("%1 and %2 more queued").arg(id).arg(repeat - 1)
+                                      : tr("%1 queued").arg(id));
+  QString perr;
+  if (!prompts_.add(QString::fromStdString(p.prompt), &perr))
+    log_->append(-1, "error", tr("prompt history: %1").arg(perr));
+  genPanel_->setPromptHistory(prompts_.prompts());
+  updateTitle();
   saveSession();
   return id;
 }
@@ -561,6 +926,8 @@ void MainWindow::onProgress(const QString& id, int step, int steps, double stepM
   if (stepMs >= 0) text += tr(" · %1 ms/step").arg(stepMs, 0, 'f', 0);
   if (eta >= 0) text += tr(" · ETA %1 s").arg(eta, 0, 'f', eta < 10 ? 1 : 0);
   gallery_->setProgress(static_cast<int>(1000.0 * done / total), text);
+  progressPercent_ = static_cast<int>(100.0 * done / total);
+  updateTitle();
   refreshQueue();  // in place: the queue's selection stays
   updateStatus();
 }
@@ -583,6 +950,12 @@ void MainWindow::onImage(const ImageResult& r) {
   }
   // The params' own "seed" is what was requested (-1 when random): the used one, exactly.
   if (e.hasSeed) e.params.insert("seed", seedToQJson(e.seed));
+  // What the image was made with, for "Use parameters" and the gallery's search: the group's
+  // strategy and model (the worker's PNG says them as text).
+  if (!e.params.value("strategy").isObject())
+    e.params.insert("strategy", strategyToJson(controller_->config().strategy));
+  if (!e.params.contains("model")) e.params.insert("model", controller_->config().modelDir);
+  previewId_.clear();
   QString err;
   if (!history_.add(e, &err)) log_->append(-1, "error", err);
   gallery_->addImage(e);
@@ -611,11 +984,40 @@ void MainWindow::onImage(const ImageResult& r) {
 
 void MainWindow::onGroupFailed(const WorkerFailure& f) {
   if (f.rank >= 0) rankModel_->markFailed(f.rank, f.message);
+  // The group is down: the surviving ranks exited with it (their last stage is stale).
+  rankModel_->setStageAll(QStringLiteral("exited"));
   gallery_->setProgress(-1, {});
-  requestParams_.clear();
-  const QString head = f.rank >= 0 ? tr("Rank %1 failed: the process group went down").arg(f.rank)
-                                   : tr("The process group went down");
-  showBanner(head, f.message + (f.detail.isEmpty() ? QString() : "\n" + f.detail), true, true);
+  gallery_->clearPreview();
+  previewId_.clear();
+  progressPercent_ = -1;
+  updateTitle();
+  // Requests the failed group never received stay queued (their parameters with them).
+  QMap<QString, GenerationParams> kept;
+  for (const auto& r : controller_->queue())
+    if (requestParams_.contains(r.id)) kept[r.id] = requestParams_.value(r.id);
+  requestParams_ = kept;
+  const int queued = static_cast<int>(controller_->queue().size());
+  const QString stays =
+      queued > 0 ? "\n" + tr("%n request(s) stay queued: Start (or Restart) runs them once the "
+                             "group starts.",
+                             nullptr, queued)
+                 : QString();
+  if (f.rank < 0 && !f.host.isEmpty()) {
+    // ssh could not reach a host of the hostfile: the host and ssh's cause in the banner.
+    const QString cause =
+        f.message.section(QStringLiteral(": "), 1).section(QLatin1Char(';'), 0, 0);
+    showBanner(tr("Host %1 could not be reached: %2").arg(f.host, cause),
+               f.message + "\n" +
+                   tr("Check the host name and ssh access in the hostfile %1 (Strategy tab).")
+                       .arg(editor_->hostfile()) +
+                   stays,
+               true, true);
+  } else {
+    const QString head = f.rank >= 0 ? tr("Rank %1 failed: the process group went down").arg(f.rank)
+                                     : tr("The process group went down");
+    showBanner(head, f.message + (f.detail.isEmpty() ? QString() : "\n" + f.detail) + stays, true,
+               true);
+  }
   updateActions();
   updateStatus();
   if (autoActive_) finishAuto(false, f.message);
@@ -710,13 +1112,31 @@ void MainWindow::loadSession() {
   bool have = false;
   if (options_.restoreSession && readJsonFile(QDir(dataDir_).filePath("session.json"), &doc)) {
     const QJsonObject s = doc.object();
+    // The model first: choosing it applies its declared default settings, which the session's
+    // own settings (steps included) then replace.
+    if (!options_.modelDir.isEmpty())
+      genPanel_->setModelDir(options_.modelDir);
+    else if (!s.value("model").toString().isEmpty() &&
+             QFileInfo::exists(s.value("model").toString()))
+      genPanel_->setModelDir(s.value("model").toString());
     if (auto p = Preset::fromJson(s.value("preset").toObject())) {
       applyPreset(*p, true);  // the last session, prompt and settings included
       have = true;
     }
-    if (options_.modelDir.isEmpty() && !s.value("model").toString().isEmpty() &&
-        QFileInfo::exists(s.value("model").toString()))
-      genPanel_->setModelDir(s.value("model").toString());
+    genPanel_->repeatSpin()->setValue(std::max(1, s.value("repeat").toInt(1)));
+    genPanel_->loraList()->setBrowseFolder(s.value("lora_folder").toString());
+    // The window: geometry (Qt keeps it on a screen that exists), splitters, tabs.
+    const QJsonObject win = s.value("window").toObject();
+    if (!win.isEmpty()) {
+      restoreGeometry(QByteArray::fromBase64(win.value("geometry").toString().toLatin1()));
+      const QJsonObject sp = win.value("splitters").toObject();
+      for (QSplitter* sp2 : {mainSplit_, workSplit_, topSplit_})
+        if (sp.contains(sp2->objectName()))
+          sp2->restoreState(
+              QByteArray::fromBase64(sp.value(sp2->objectName()).toString().toLatin1()));
+      leftTabs_->setCurrentIndex(win.value("left_tab").toInt(0));
+      rightTabs_->setCurrentIndex(win.value("right_tab").toInt(0));
+    }
   }
   if (!have) {
     // First run: the CPU demo preset if it exists.
@@ -728,22 +1148,61 @@ void MainWindow::loadSession() {
       }
     }
   }
-  if (!options_.modelDir.isEmpty())
-    genPanel_->setModelDir(options_.modelDir);
-  else if (genPanel_->modelDir().isEmpty())
+  if (!options_.modelDir.isEmpty()) {
+    if (QDir::cleanPath(genPanel_->modelDir()) != QDir::cleanPath(options_.modelDir))
+      genPanel_->setModelDir(options_.modelDir);
+  } else if (genPanel_->modelDir().isEmpty()) {
     genPanel_->setModelDir(defaultModelDir());
+  }
 }
 
 void MainWindow::saveSession() const {
   if (!options_.restoreSession) return;
   Preset p = currentPreset();
   p.name = QStringLiteral("session");
-  writeJsonAtomic(
-      QDir(dataDir_).filePath("session.json"),
-      QJsonDocument(QJsonObject{{"preset", p.toJson()}, {"model", genPanel_->modelDir()}}));
+  QJsonObject splitters;
+  for (QSplitter* sp : {mainSplit_, workSplit_, topSplit_})
+    splitters.insert(sp->objectName(), QString::fromLatin1(sp->saveState().toBase64()));
+  const QJsonObject window{{"geometry", QString::fromLatin1(saveGeometry().toBase64())},
+                           {"splitters", splitters},
+                           {"left_tab", leftTabs_->currentIndex()},
+                           {"right_tab", rightTabs_->currentIndex()}};
+  writeJsonAtomic(QDir(dataDir_).filePath("session.json"),
+                  QJsonDocument(QJsonObject{{"preset", p.toJson()},
+                                            {"model", genPanel_->modelDir()},
+                                            {"repeat", genPanel_->repeatCount()},
+                                            {"lora_folder", genPanel_->loraList()->browseFolder()},
+                                            {"window", window}}));
+}
+
+bool MainWindow::confirmQuit() {
+  const auto q = controller_->queue();
+  if (q.isEmpty()) return true;
+  const int waiting = static_cast<int>(q.size()) - (controller_->activeId().isEmpty() ? 0 : 1);
+  QString text = controller_->activeId().isEmpty()
+                     ? tr("%n request(s) are waiting in the queue.", nullptr, waiting)
+                     : (waiting > 0 ? tr("A generation is running and %n more wait(s) in the "
+                                         "queue.",
+                                         nullptr, waiting)
+                                    : tr("A generation is running."));
+  QMessageBox box(QMessageBox::Question, tr("Quit DiT Studio"),
+                  text + "\n" + tr("Quit anyway? They are cancelled and the group is stopped."),
+                  QMessageBox::Yes | QMessageBox::No, this);
+  box.setObjectName("quitConfirm");
+  box.setDefaultButton(QMessageBox::No);
+  box.button(QMessageBox::Yes)->setText(tr("Quit"));
+  box.button(QMessageBox::No)->setText(tr("Keep running"));
+  return box.exec() == QMessageBox::Yes;
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {
+  // The user closing the window (its close button, Alt+F4) while requests run or wait is asked
+  // first; File > Quit asked already, and a close from the program itself does not ask.
+  if (!closing_ && !quitConfirmed_ && event->spontaneous() && !confirmQuit()) {
+    event->ignore();
+    return;
+  }
+  quitConfirmed_ = false;
   saveSession();
   if (controller_->isRunning()) {
     closing_ = true;

@@ -1,11 +1,15 @@
-// The main window: left = generation panel / strategy editor / presets (tabs), center = error
-// banner + gallery (current image or live preview, progress, history), right = per-rank monitor
-// and queue/log tabs; toolbar with Start/Stop/Restart/Generate/Cancel; status bar with the group
-// state. All work runs in the worker process group; the window never blocks.
+// The main window: left = generation panel / strategy editor / presets (tabs), center = why
+// Generate is disabled + error banner + gallery (current image or live preview, progress,
+// history, compare), right = memory chart / log / queue tabs, the per-rank monitor below; a menu
+// bar listing every action with its shortcut, the toolbar with Start/Stop/Restart/Generate/
+// Cancel; status bar with the group state; progress in the window title. It opens sized to the
+// screen it is on and restores its geometry, splitters and last settings. All work runs in the
+// worker process group; the window never blocks.
 #pragma once
 
 #include <QMainWindow>
 #include <QPointer>
+#include <QSet>
 #include <memory>
 
 #include "ui/api_serve.h"
@@ -16,10 +20,12 @@
 #include "ui/log_panel.h"
 #include "ui/preset_panel.h"
 #include "ui/preset_store.h"
+#include "ui/prompt_history.h"
 #include "ui/queue_model.h"
 #include "ui/rank_monitor.h"
 #include "ui/rank_monitor_model.h"
 #include "ui/strategy_editor.h"
+#include "ui/taskbar_progress.h"
 #include "ui/validation.h"
 #include "ui/worker_controller.h"
 
@@ -27,12 +33,16 @@ class QAction;
 class QFrame;
 class QLabel;
 class QListView;
+class QMenu;
 class QPushButton;
+class QScrollArea;
+class QSplitter;
 class QTabWidget;
 
 namespace dit::ui {
 
 class AdvisorDialog;
+class ElidedLabel;
 
 /// Construction options (tests point them at temporary folders and the built worker).
 struct MainWindowOptions {
@@ -66,6 +76,30 @@ class MainWindow : public QMainWindow {
   QAction* restartAction() const { return restartAct_; }
   QAction* generateAction() const { return generateAct_; }
   QAction* cancelAction() const { return cancelAct_; }
+  /// File > Quit (Ctrl+Q): asks first while requests run or wait.
+  QAction* quitAction() const { return quitAct_; }
+  /// Every menu action with a shortcut, one "Menu > Action: Shortcut" line each (Help >
+  /// Keyboard shortcuts shows them).
+  QStringList shortcutList() const;
+  /// The label beside the work area saying why Generate is disabled (elided to its width, the
+  /// whole reason in its tooltip).
+  ElidedLabel* generateReasonLabel() const { return generateReason_; }
+  /// The main splitters: left tabs | work, gallery row | monitor, gallery | chart/log/queue tabs.
+  QSplitter* mainSplitter() const { return mainSplit_; }
+  QSplitter* workSplitter() const { return workSplit_; }
+  QSplitter* topSplitter() const { return topSplit_; }
+  QTabWidget* leftTabs() const { return leftTabs_; }
+  QScrollArea* generateScroll() const { return genScroll_; }
+  PromptHistory* promptHistory() { return &prompts_; }
+  /// The progress on the taskbar / dock (Unity LauncherEntry over D-Bus where offered).
+  TaskbarProgress* taskbar() const { return taskbar_; }
+  /// Moves a waiting request `delta` places in the queue (negative: earlier). The requests it
+  /// passes are re-sent in the new order (the worker runs its queue in arrival order), so they
+  /// get new ids; returns the moved request's id now, empty when it cannot move (running, not
+  /// queued).
+  QString moveQueued(const QString& id, int delta);
+  /// The ids Generate queued last ("Repeat" > 1 queues several).
+  QStringList lastGenerated() const { return lastGenerated_; }
   /// "Serve API": ditstudio-server's code in this process over a group of its own, started from
   /// launchConfig(), on 127.0.0.1 ($DITSTUDIO_SERVE_PORT, default 8000). Checkable.
   QAction* serveAction() const { return serveAct_; }
@@ -120,6 +154,14 @@ class MainWindow : public QMainWindow {
   void closeEvent(QCloseEvent* event) override;
 
  private:
+  /// Asks whether to quit while requests run or wait; true when nothing runs or the user agrees.
+  bool confirmQuit();
+  /// Sizes the window to the screen it opens on (at most 1500 x 900) and centres it there.
+  void fitToScreen();
+  void buildMenus();
+  void updateTitle();
+  /// Shows the field behind the first issue (its tab, scrolled into view).
+  void revealIssue();
   void buildUi();
   void connectController();
   void revalidate();
@@ -147,6 +189,7 @@ class MainWindow : public QMainWindow {
   Capabilities caps_;
   WorkerController* controller_;
   RankMonitorModel* rankModel_;
+  TaskbarProgress* taskbar_ = nullptr;
   Validation validation_;
 
   GenerationPanel* genPanel_ = nullptr;
@@ -157,8 +200,15 @@ class MainWindow : public QMainWindow {
   LogPanel* log_ = nullptr;
   QListView* queueView_ = nullptr;
   QueueModel* queueModel_ = nullptr;
-  QLabel* generateReason_ = nullptr;
+  ElidedLabel* generateReason_ = nullptr;
   QTabWidget* leftTabs_ = nullptr;
+  QTabWidget* rightTabs_ = nullptr;
+  QScrollArea* genScroll_ = nullptr;
+  QSplitter* mainSplit_ = nullptr;
+  QSplitter* workSplit_ = nullptr;
+  QSplitter* topSplit_ = nullptr;
+  QPushButton* moveUp_ = nullptr;
+  QPushButton* moveDown_ = nullptr;
   QFrame* banner_ = nullptr;
   QLabel* bannerLabel_ = nullptr;
   QLabel* bannerDetail_ = nullptr;
@@ -171,6 +221,14 @@ class MainWindow : public QMainWindow {
   QAction* generateAct_ = nullptr;
   QAction* cancelAct_ = nullptr;
   QAction* serveAct_ = nullptr;
+  QAction* quitAct_ = nullptr;
+  PromptHistory prompts_;
+  QStringList lastGenerated_;
+  QSet<QString> requeued_;   ///< ids cancelled by moveQueued (re-sent under new ids)
+  QString previewId_;        ///< the request whose preview the gallery shows
+  QString promptWarningId_;  ///< the request whose truncation warnings the prompt shows
+  int progressPercent_ = -1;
+  bool quitConfirmed_ = false;
   std::unique_ptr<ApiServe> serve_;
   QPointer<AdvisorDialog> advisor_;
   QMap<QString, GenerationParams> requestParams_;

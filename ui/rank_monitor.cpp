@@ -36,7 +36,7 @@ RankMonitor::RankMonitor(RankMonitorModel* model, QWidget* parent)
   chart_ = new QChart;
   chart_->setTheme(QChart::ChartThemeDark);
   chart_->setBackgroundBrush(QColor(0x16, 0x18, 0x1b));
-  chart_->setTitle(tr("Host memory (RSS) per rank; dashed: device memory"));
+  chart_->setTitle(tr("Host memory (RSS) per rank"));
   chart_->legend()->setAlignment(Qt::AlignBottom);
   chart_->setMargins(QMargins(4, 4, 4, 4));
   axisX_ = new QValueAxis(chart_);
@@ -75,6 +75,7 @@ RankMonitor::RankMonitor(RankMonitorModel* model, QWidget* parent)
   connect(model_, &QAbstractItemModel::modelReset, this, [this] { rebuildSeries(); });
   connect(model_, &QAbstractItemModel::rowsInserted, this, [this] { rebuildSeries(); });
   connect(model_, &RankMonitorModel::samplesAdded, this, &RankMonitor::appendSamples);
+  connect(model_, &RankMonitorModel::deviceFound, this, [this] { rebuildSeries(); });
 }
 
 void RankMonitor::setDevice(const QString& device) {
@@ -85,44 +86,61 @@ void RankMonitor::setDevice(const QString& device) {
 
 int RankMonitor::seriesCount() const { return static_cast<int>(chart_->series().size()); }
 
+bool RankMonitor::plotsDevice(int rank) const {
+  return model_->hasDevice(rank) || device_.startsWith(QLatin1String("cuda"));
+}
+
+QString RankMonitor::seriesName(int rank) const {
+  return rank >= 0 && rank < series_.size() ? series_[rank]->name() : QString();
+}
+
+QList<QPointF> RankMonitor::seriesPoints(int rank) const {
+  return rank >= 0 && rank < series_.size() ? series_[rank]->points() : QList<QPointF>();
+}
+
+QString RankMonitor::chartTitle() const { return chart_->title(); }
+
+namespace {
+double sampleMiB(const RankMonitorModel::Sample& s, bool device) {
+  return static_cast<double>(device ? s.dev : s.rss) / 1048576.0;
+}
+}  // namespace
+
 void RankMonitor::rebuildSeries() {
   chart_->removeAllSeries();
-  rss_.clear();
-  dev_.clear();
+  series_.clear();
+  device_of_.clear();
   maxY_ = 1;
   const int n = model_->world();
+  int devices = 0;
   for (int r = 0; r < n; ++r) {
+    // One line per rank: what bounds it, device memory where there is a device, else host RSS.
+    const bool dev = plotsDevice(r);
+    devices += dev;
     auto* s = new QLineSeries(chart_);
-    s->setName(n > 8 ? QString() : tr("rank %1 RSS").arg(r));
+    s->setName(dev ? tr("rank %1 device").arg(r) : tr("rank %1 RSS").arg(r));
     chart_->addSeries(s);
     s->attachAxis(axisX_);
     s->attachAxis(axisY_);
-    rss_ << s;
-    if (device_ == "cuda") {
-      auto* d = new QLineSeries(chart_);
-      d->setName(n > 8 ? QString() : tr("rank %1 device").arg(r));
-      QPen pen = d->pen();
-      pen.setStyle(Qt::DashLine);
-      d->setPen(pen);
-      chart_->addSeries(d);
-      d->attachAxis(axisX_);
-      d->attachAxis(axisY_);
-      dev_ << d;
-    }
+    series_ << s;
+    device_of_ << dev;
   }
+  chart_->setTitle(devices == 0 ? tr("Host memory (RSS) per rank")
+                   : devices == n
+                       ? tr("Device memory per rank")
+                       : tr("Memory per rank: device where there is one, else host RSS"));
   chart_->legend()->setVisible(n <= 8);
   // Replay what the model already holds.
   double tmax = 10;
   for (int r = 0; r < n; ++r) {
+    QList<QPointF> pts;
     for (const auto& smp : model_->samples(r)) {
-      rss_[r]->append(smp.t, smp.rss / 1048576.0);
-      maxY_ = std::max(maxY_, smp.rss / 1048576.0);
-      if (r < dev_.size()) {
-        dev_[r]->append(smp.t, smp.dev / 1048576.0);
-        maxY_ = std::max(maxY_, smp.dev / 1048576.0);
-      }
+      const double v = sampleMiB(smp, device_of_[r]);
+      pts.append(QPointF(smp.t, v));
+      maxY_ = std::max(maxY_, v);
       tmax = std::max(tmax, smp.t);
     }
+    series_[r]->replace(pts);
   }
   axisX_->setRange(0, tmax);
   axisX_->applyNiceNumbers();
@@ -133,18 +151,15 @@ void RankMonitor::rebuildSeries() {
 }
 
 void RankMonitor::appendSamples(double t) {
-  if (rss_.size() != model_->world()) rebuildSeries();
-  for (int r = 0; r < rss_.size(); ++r) {
+  if (series_.size() != model_->world()) rebuildSeries();
+  for (int r = 0; r < series_.size(); ++r) {
     const auto& s = model_->samples(r);
     if (s.isEmpty() || s.last().t != t) continue;
-    const double rss = s.last().rss / 1048576.0;
-    rss_[r]->append(t, rss);
-    maxY_ = std::max(maxY_, rss);
-    if (r < dev_.size()) {
-      const double dev = s.last().dev / 1048576.0;
-      dev_[r]->append(t, dev);
-      maxY_ = std::max(maxY_, dev);
-    }
+    // Already there when a rank's device was found in this event (the rebuild replayed it).
+    if (series_[r]->count() > 0 && series_[r]->at(series_[r]->count() - 1).x() == t) continue;
+    const double v = sampleMiB(s.last(), device_of_[r]);
+    series_[r]->append(t, v);
+    maxY_ = std::max(maxY_, v);
   }
   axisX_->setRange(0, std::max(10.0, t));
   axisX_->applyNiceNumbers();

@@ -41,9 +41,11 @@ void RankMonitorModel::setPid(int rank, qint64 pid) {
 void RankMonitorModel::setPlace(int rank, const QString& host, const QString& device) {
   if (rank < 0 || rank > 4096) return;
   ensure(rank);
+  const bool had = hasDevice(rank);
   rows_[rank].host = host;
   rows_[rank].device = device;
   Q_EMIT dataChanged(index(rank, Place), index(rank, Place));
+  if (!had && hasDevice(rank)) Q_EMIT deviceFound(rank);
 }
 
 QString RankMonitorModel::place(int rank) const {
@@ -56,14 +58,16 @@ QString RankMonitorModel::place(int rank) const {
   return r.device.isEmpty() ? host : host + QStringLiteral(" · ") + r.device;
 }
 
-void RankMonitorModel::setStageAll(const QString& stage) {
+void RankMonitorModel::setStageAll(const QString& stage, bool clearSteps) {
   for (Row& r : rows_) {
     if (r.failed) continue;
-    r.stats.stage = stage;
-    r.stats.step = 0;
-    r.stats.steps = 0;
+    r.stats.stage = stage;  // ms/step: the last measured step's time stays
+    if (clearSteps) {
+      r.stats.step = 0;
+      r.stats.steps = 0;
+    }
   }
-  if (!rows_.isEmpty()) Q_EMIT dataChanged(index(0, Stage), index(rows_.size() - 1, Step));
+  if (!rows_.isEmpty()) Q_EMIT dataChanged(index(0, Stage), index(rows_.size() - 1, StepMs));
 }
 
 void RankMonitorModel::update(const QList<RankStats>& ranks, double t) {
@@ -71,7 +75,14 @@ void RankMonitorModel::update(const QList<RankStats>& ranks, double t) {
     if (s.rank < 0 || s.rank > 4096) continue;
     ensure(s.rank);
     Row& row = rows_[s.rank];
+    const double lastStepMs = row.stats.step_ms;
     row.stats = s;
+    // The events after loading and after each request carry no step time (0): the last measured
+    // step's stays, so an idle group still says how fast it ran.
+    if (!(s.step_ms > 0) && lastStepMs > 0) row.stats.step_ms = lastStepMs;
+    const bool had = hasDevice(s.rank);
+    if (s.dev > 0 || s.dev_peak > 0) row.sawDevice = true;
+    if (!had && hasDevice(s.rank)) Q_EMIT deviceFound(s.rank);
     row.samples.append({t, std::max<qint64>(0, s.rss), std::max<qint64>(0, s.dev)});
     if (row.samples.size() > 2000) row.samples.removeFirst();
     Q_EMIT dataChanged(index(s.rank, 0), index(s.rank, ColumnCount - 1));
@@ -93,6 +104,12 @@ RankStats RankMonitorModel::stats(int rank) const {
 
 qint64 RankMonitorModel::pid(int rank) const {
   return rank >= 0 && rank < rows_.size() ? rows_[rank].pid : -1;
+}
+
+bool RankMonitorModel::hasDevice(int rank) const {
+  if (rank < 0 || rank >= rows_.size()) return false;
+  const Row& r = rows_[rank];
+  return r.sawDevice || (!r.device.isEmpty() && !r.device.startsWith(QLatin1String("cpu")));
 }
 
 bool RankMonitorModel::failed(int rank) const {
@@ -153,6 +170,9 @@ QVariant RankMonitorModel::data(const QModelIndex& index, int role) const {
     }
   } else if (role == Qt::ToolTipRole && row.failed) {
     return row.failure;
+  } else if (role == Qt::ToolTipRole && index.column() == StepMs && s.step_ms > 0 &&
+             s.stage != QLatin1String("denoising")) {
+    return tr("the last measured denoising step (nothing runs now)");
   } else if (role == Qt::ToolTipRole && index.column() == Place && !row.host.isEmpty()) {
     return QStringLiteral("%1 · %2").arg(row.host, row.device);
   } else if (role == Qt::ForegroundRole && row.failed) {

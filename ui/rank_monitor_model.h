@@ -44,10 +44,17 @@ class RankMonitorModel : public QAbstractTableModel {
   /// Host name and device ("cpu", "cuda:1") of a rank, shown as "host · device".
   void setPlace(int rank, const QString& host, const QString& device);
   QString place(int rank) const;
-  /// Sets every rank's stage (not the failed ones), e.g. "stopped" once the group has exited.
-  void setStageAll(const QString& stage);
-  /// Applies a `ranks` event taken at `t` seconds.
+  /// Sets every rank's stage (not the failed ones), e.g. "stopped" once the group has exited,
+  /// "exited" or "unknown" once another rank died, "idle" between requests. ms/step keeps the
+  /// last measured step's time (its tooltip says so). `clearSteps`: the step column is cleared.
+  void setStageAll(const QString& stage, bool clearSteps = true);
+  /// Applies a `ranks` event taken at `t` seconds. A rank's ms/step keeps the last measured
+  /// step's time while the event reports none (the worker's events after loading and after each
+  /// request say 0).
   void update(const QList<RankStats>& ranks, double t);
+  /// Whether a rank has a device to report: its place names one ("cuda:0"), or its events carry
+  /// device memory (dev or dev_peak above 0). CPU ranks report 0.
+  bool hasDevice(int rank) const;
   /// Marks a rank as failed (red row, stage "failed: why").
   void markFailed(int rank, const QString& why);
   int world() const { return static_cast<int>(rows_.size()); }
@@ -66,6 +73,8 @@ class RankMonitorModel : public QAbstractTableModel {
  Q_SIGNALS:
   /// New samples were appended (t of the newest one).
   void samplesAdded(double t);
+  /// A rank was found to have a device (its first device memory figure, or its place).
+  void deviceFound(int rank);
 
  private:
   struct Row {
@@ -73,6 +82,7 @@ class RankMonitorModel : public QAbstractTableModel {
     qint64 pid = -1;
     QString host, device;
     bool failed = false;
+    bool sawDevice = false;  ///< an event carried device memory
     QString failure;
     QList<Sample> samples;
   };

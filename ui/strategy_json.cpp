@@ -1,5 +1,6 @@
 #include "ui/strategy_json.h"
 
+#include <QRegularExpression>
 #include <QStringList>
 
 #include "app/protocol/protocol.h"
@@ -39,6 +40,53 @@ QString strategyText(const dit::Strategy& s) {
                            .arg(s.world == 1 ? "" : "s")
                            .arg(QString::fromStdString(s.device));
   return parts.isEmpty() ? head + QStringLiteral(": replicated") : head + ": " + parts.join(" x ");
+}
+
+std::optional<dit::Strategy> strategyFromParams(const QJsonValue& v) {
+  if (v.isObject()) {
+    try {
+      return strategyFromJson(v.toObject());
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  }
+  if (!v.isString()) return std::nullopt;
+  // dit::Strategy::describe(): "<world> rank[s]: <part> x <part> ...[ on <device>]".
+  QString text = v.toString().trimmed();
+  static const QRegularExpression head(QStringLiteral("^(\\d+) ranks?: (.*)$"));
+  const QRegularExpressionMatch m = head.match(text);
+  if (!m.hasMatch()) return std::nullopt;
+  dit::Strategy s;
+  s.world = m.captured(1).toInt();
+  QString rest = m.captured(2);
+  const qsizetype on = rest.lastIndexOf(QStringLiteral(" on "));
+  if (on >= 0) {
+    s.device = rest.mid(on + 4).trimmed().toStdString();
+    rest = rest.left(on);
+  }
+  if (rest.trimmed() == QLatin1String("no parallelism")) return s;
+  static const QRegularExpression part(
+      QStringLiteral("^(tp|ring|ulysses|cfg|dp) (\\d+)( \\(anything\\))?$"));
+  for (const QString& p : rest.split(QStringLiteral(" x "))) {
+    const QRegularExpressionMatch pm = part.match(p.trimmed());
+    if (!pm.hasMatch()) return std::nullopt;
+    const int d = pm.captured(2).toInt();
+    const QString name = pm.captured(1);
+    const bool anything = !pm.captured(3).isEmpty();
+    if (name == QLatin1String("tp"))
+      s.tp_degree = d;
+    else if (name == QLatin1String("ring")) {
+      s.ring_degree = d;
+      s.ring_anything = anything;
+    } else if (name == QLatin1String("ulysses")) {
+      s.ulysses_degree = d;
+      s.ulysses_anything = anything;
+    } else if (name == QLatin1String("cfg"))
+      s.cfg_degree = d;
+    else
+      s.dp_degree = d;
+  }
+  return s;
 }
 
 }  // namespace dit::ui

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <QJsonObject>
+#include <QJsonValue>
 #include <QString>
+#include <optional>
 
 #include "parallel/strategy.h"
 
@@ -20,5 +22,9 @@ dit::Strategy strategyFromJson(const QJsonObject& j);
 bool sameStrategy(const dit::Strategy& a, const dit::Strategy& b);
 /// Short text, e.g. "2 ranks (cpu): ring 2" or "8 ranks (cuda): cfg 2 x ulysses 4".
 QString strategyText(const dit::Strategy& s);
+/// The strategy an image was made with, from its parameters' "strategy": the JSON object (the
+/// GUI's history) or the worker's PNG text, dit::Strategy::describe() ("4 ranks: tp 2 x ulysses
+/// 2 on cuda", "1 rank: no parallelism"). nullopt when absent or unreadable.
+std::optional<dit::Strategy> strategyFromParams(const QJsonValue& v);
 
 }  // namespace dit::ui

@@ -116,6 +116,8 @@ class WorkerController::View : public dit::launcher::SessionObserver {
 WorkerController::WorkerController(QObject* parent)
     : QObject(parent), view_(std::make_unique<View>(this)), session_(view_.get()) {
   timer_.setSingleShot(true);
+  // A request that never reached a worker is not lost with a group that failed to start.
+  session_.keepUnsentOnFailedStart = true;
   connect(&timer_, &QTimer::timeout, this, [this] {
     session_.onTimeout();
     armTimer();
@@ -183,6 +185,7 @@ WorkerFailure WorkerController::toQt(const dit::launcher::GroupFailure& f) const
   w.message = qs(f.message);
   w.detail = qs(f.detail);
   w.fatal = f.fatal;
+  w.host = qs(f.host);
   return w;
 }
 

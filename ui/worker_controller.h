@@ -45,11 +45,13 @@ struct WorkerFailure {
   QString message;     ///< one sentence naming the rank and what it said
   QString detail;      ///< extra lines (mpirun's report, last stderr lines)
   bool fatal = false;  ///< the process group is (going) down
+  QString host;        ///< a hostfile host mpirun could not reach (ssh's report), else empty
 };
 
 /// Controls one worker process group. States: Stopped -> Starting (mpirun running, model loading)
 /// -> Ready (idle) <-> Busy (requests in flight) -> Stopping -> Stopped; an unexpected exit ->
-/// Failed (start() again recovers).
+/// Failed (start() again recovers). Requests queued while a group fails to start (an unreachable
+/// host, a model that does not load) were never sent: they stay queued for the next start.
 class WorkerController : public QObject {
   Q_OBJECT
  public:

@@ -358,4 +358,32 @@ std::optional<RankFailure> parseMpirunFailure(std::string_view textIn) {
   return std::nullopt;
 }
 
+std::optional<HostFailure> parseHostFailure(std::string_view textIn) {
+  const std::string text(textIn);
+  using std::regex;
+  static const regex resolveRe(
+      R"(ssh:\s+Could\s+not\s+resolve\s+hostname\s+([^\s:]+):\s*([^\r\n]*))");
+  static const regex connectRe(
+      R"(ssh:\s+connect\s+to\s+host\s+(\S+)\s+port\s+(\d+):\s*([^\r\n]*))");
+  static const regex deniedRe(
+      R"((?:^|\n)\s*(?:[^@\s]+@)?([^\s:@]+):\s+Permission\s+denied\s*([^\r\n]*))");
+  static const regex hostKeyRe(R"(Host\s+key\s+verification\s+failed)");
+  auto trimDot = [](std::string s) {
+    while (!s.empty() && (s.back() == '.' || s.back() == ' ')) s.pop_back();
+    return s;
+  };
+  std::smatch m;
+  if (std::regex_search(text, m, resolveRe))
+    return HostFailure{m[1], "ssh could not resolve the host name (" + trimDot(m[2]) + ")"};
+  if (std::regex_search(text, m, connectRe))
+    return HostFailure{m[1],
+                       "ssh could not connect to port " + m[2].str() + " (" + trimDot(m[3]) + ")"};
+  if (std::regex_search(text, m, deniedRe))
+    return HostFailure{m[1], "ssh could not log in without a prompt (Permission denied" +
+                                 (m[2].length() > 0 ? " " + trimDot(m[2]) : std::string()) + ")"};
+  if (std::regex_search(text, m, hostKeyRe))
+    return HostFailure{{}, "ssh refused the host's key (Host key verification failed)"};
+  return std::nullopt;
+}
+
 }  // namespace dit::launcher

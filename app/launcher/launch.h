@@ -172,4 +172,17 @@ struct RankFailure {
 /// job terminated normally, but 1 process returned"). nullopt when none is present.
 std::optional<RankFailure> parseMpirunFailure(std::string_view text);
 
+/// A host of the hostfile where mpirun could not start its daemon, in ssh's own words as mpirun
+/// forwards them on stderr.
+struct HostFailure {
+  std::string host;   ///< the host ssh names; empty when it names none
+  std::string cause;  ///< e.g. "ssh could not resolve the host name (Name or service not known)"
+};
+
+/// Finds ssh's report of a host it could not reach in `text` (mpirun's stderr): "ssh: Could not
+/// resolve hostname H: ...", "ssh: connect to host H port P: ...", "ssh: connect to host H port
+/// P: Connection timed out", "USER@H: Permission denied (...)", "Host key verification failed.".
+/// nullopt when there is none.
+std::optional<HostFailure> parseHostFailure(std::string_view text);
+
 }  // namespace dit::launcher

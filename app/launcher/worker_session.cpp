@@ -499,6 +499,11 @@ GroupFailure WorkerSession::crashFailure(const ExitStatus& status) const {
                                        std::to_string(r.steps) + ")"
                                  : " while " + r.stage;
     }
+  } else if (const auto hf = parseHostFailure(process_.stderrTail())) {
+    // ssh could not reach a host of the hostfile: no daemon there, no rank started.
+    f.host = hf->host;
+    f.message = (hf->host.empty() ? std::string("a host of the hostfile") : "host " + hf->host) +
+                ": " + hf->cause + "; mpirun could not start the group there";
   } else if (!status.exited) {
     f.message = "mpirun was ended by " + status.describe();
   } else {
@@ -537,6 +542,7 @@ void WorkerSession::handleExit() {
   observer_->fdsChanged();
   const ExitStatus status = process_.exitStatus().value_or(ExitStatus{});
   const int code = status.shellCode();
+  const bool wasReady = sawReady_;
   sawReady_ = false;
   if (stopRequested_) {
     observer_->logLine(-1, "info", "worker group stopped (mpirun " + status.describe() + ")");
@@ -548,7 +554,14 @@ void WorkerSession::handleExit() {
     const GroupFailure f = crashFailure(status);
     lastFailure_ = f;
     observer_->logLine(f.rank, "error", f.message);
-    failAll(f.message);
+    if (wasReady || !keepUnsentOnFailedStart) {
+      failAll(f.message);
+    } else if (!queue_.empty()) {
+      // No request reached a worker (they are sent after `ready`): they wait for the next start.
+      observer_->logLine(-1, "info",
+                         std::to_string(queue_.size()) +
+                             " request(s) stay queued: they run when the group starts");
+    }
     setStage("failed");
     setState(State::Failed);
     observer_->groupFailed(f);

@@ -31,6 +31,7 @@ struct GroupFailure {
   std::string message;  ///< one sentence naming the rank and what it said
   std::string detail;   ///< extra lines (mpirun's report, last stderr lines)
   bool fatal = false;   ///< the process group is (going) down
+  std::string host;     ///< a hostfile host mpirun could not reach (ssh's report), else empty
 };
 
 /// A queued generate request; `sent` once written to the worker (only after `ready`).
@@ -103,6 +104,10 @@ class WorkerSession {
   /// Called on each generate request just before it is written (output folder, preview
   /// cadence, ...); may be empty.
   std::function<void(protocol::GenerateRequest&)> prepareRequest;
+  /// When the group fails before `ready` (a host that cannot be reached, a model that does not
+  /// load), the requests it never received stay queued for the next start instead of failing
+  /// (the GUI's choice; off: every queued request fails with the group).
+  bool keepUnsentOnFailedStart = false;
 
   /// Starts the group. False (nothing emitted) when one is running or `launch.argv` is empty. A
   /// program that cannot be executed returns true and reports groupFailed ("cannot start ...").
