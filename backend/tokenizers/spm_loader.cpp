@@ -40,7 +40,13 @@ const Api& api() {
     void* h = nullptr;
     for (const auto& c : candidates) {
       if (!fs::exists(c, ec)) continue;
+#if defined(__SANITIZE_ADDRESS__)
+      // AddressSanitizer aborts on RTLD_DEEPBIND (google/sanitizers#611): the same isolation
+      // from LibTorch's libprotobuf comes from a link-map namespace of the module's own.
+      h = dlmopen(LM_ID_NEWLM, c.c_str(), RTLD_NOW | RTLD_LOCAL);
+#else
       h = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+#endif
       if (h) break;
       error += std::string(" ") + dlerror() + ";";
     }
