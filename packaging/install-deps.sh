@@ -56,11 +56,13 @@ PKGS=(
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev libgl-dev libxkbcommon-dev
   libspdlog-dev libfmt-dev libstb-dev nlohmann-json3-dev
   libsentencepiece-dev libpcre2-dev libicu-dev libcli11-dev
+  libxxhash-dev  # content hashes that the ranks of a multi-host group compare
   libgtest-dev libgmock-dev
   xvfb xauth fonts-dejavu-core
   dbus-daemon  # test_ui_desktop: the taskbar progress signal on a private D-Bus session bus
   zlib1g-dev libssl-dev file dpkg-dev jq
   openssh-client openssh-server  # multi-host groups (ssh) and the `multihost` test (sshd)
+  iproute2  # the `multihost` test: network namespaces and a veth pair (ip netns, ip link)
   libcpp-httplib-dev libwebp-dev  # ditstudio-server: HTTP (server-sent events) and WebP output
   nodejs  # the server tests drive it with the official `openai` npm client (tests/server/client)
   chromium  # server_page: the server's page in headless Chromium

@@ -377,3 +377,113 @@ TEST_F(MultiHost, LinkDropMidRunEndsEveryProcess) {
       if (!l.empty()) ::kill(std::stoi(l), SIGKILL);
   }
 }
+
+// Issue 36: sameness of every input, not sampling. Each case puts different bytes at the same
+// path on the two hosts and expects the request refused, naming the file, both hosts' ranks and
+// both hashes (before: exit 0 with an image 4.9e-3, 0.299 or 2.6e-2 off).
+
+namespace {
+// Prints the first line of `log` that contains `what` (the message a user sees), with the run's
+// time.
+void showLine(const CliRun& r, const std::string& what) {
+  const auto at = r.log.find(what);
+  if (at == std::string::npos) return;
+  const auto start = r.log.rfind('\n', at), end = r.log.find('\n', at);
+  std::printf("  %.1f s: %s\n", r.seconds,
+              r.log
+                  .substr(start == std::string::npos ? 0 : start + 1,
+                          end == std::string::npos ? std::string::npos : end - start - 1)
+                  .c_str());
+}
+
+// Copies fixture file `from_a` to MH_OUT/name (host a) and `from_b` to the same path as host b
+// sees it (MH_OUT_B/name); returns the path.
+std::string placeOnHosts(const std::string& name, const std::string& from_a,
+                         const std::string& from_b) {
+  const std::string a = env("MH_OUT") + "/" + name, b = env("MH_OUT_B") + "/" + name;
+  fs::remove(a);
+  fs::remove(b);
+  if (!from_a.empty()) fs::copy_file(fixtureDir() + "/" + from_a, a);
+  if (!from_b.empty()) fs::copy_file(fixtureDir() + "/" + from_b, b);
+  return a;
+}
+}  // namespace
+
+TEST_F(MultiHost, CheckpointChangedBetweenSampledBlocksRefused) {
+  // A byte of host b's transformer weights between the fingerprint's sampled blocks (past the
+  // first 1 MiB + 4 KiB block): the ssh pre-flight's sampled fingerprint cannot see it, the ranks'
+  // full content hashes do.
+  const fs::path f =
+      fs::path(env("MH_MODEL_B")) / "transformer/diffusion_pytorch_model.safetensors";
+  const std::uintmax_t size = fs::file_size(f);
+  ASSERT_GT(size, (1u << 20) + (64u << 10) + 64u * (4u << 10)) << "fixture too small to test";
+  const std::streamoff at = (1 << 20) + (4 << 10) + 1000;
+  {
+    std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(io) << f;
+    char b = 0;
+    io.seekg(at);
+    io.read(&b, 1);
+    b = static_cast<char>(b ^ 0x01);
+    io.seekp(at);
+    io.write(&b, 1);
+  }
+  const CliRun r = runCli("--tp-degree 2", "changed");
+  restoreModelB();
+  showLine(r, "differs between hosts");
+  EXPECT_NE(r.rc, 0) << r.log;
+  EXPECT_NE(r.log.find("pre-flight 10.77.0.2: ok"), std::string::npos)
+      << "the sampled fingerprint was expected to miss this byte\n"
+      << r.log;
+  EXPECT_NE(r.log.find("model differs between hosts: " + env("MH_MODEL") +
+                       "/transformer/diffusion_pytorch_model.safetensors: content hash "),
+            std::string::npos)
+      << r.log;
+  EXPECT_NE(r.log.find(" on rank 1 (host mh-host-b)"), std::string::npos) << r.log;
+  EXPECT_FALSE(fs::exists(env("MH_OUT") + "/changed.png"));
+}
+
+TEST_F(MultiHost, LoraDifferentOnTheOtherHostRefused) {
+  const std::string lora = placeOnHosts("style.safetensors", "lora/lora-diffusers.safetensors",
+                                        "lora/lora-kohya.safetensors");
+  const CliRun r = runCli("--tp-degree 2 --lora " + quote(lora + ":0.8"), "lora-differs");
+  showLine(r, "differs between hosts");
+  EXPECT_NE(r.rc, 0) << r.log;
+  EXPECT_NE(r.log.find("input differs between hosts: LoRA " + lora + ": content hash sha256:"),
+            std::string::npos)
+      << r.log;
+  EXPECT_NE(r.log.find(" on rank 0 (host "), std::string::npos) << r.log;
+  EXPECT_NE(r.log.find(" on rank 1 (host mh-host-b)"), std::string::npos) << r.log;
+  EXPECT_FALSE(fs::exists(env("MH_OUT") + "/lora-differs.png"));
+  // The same bytes on both hosts: it runs.
+  placeOnHosts("style.safetensors", "lora/lora-diffusers.safetensors",
+               "lora/lora-diffusers.safetensors");
+  const CliRun ok = runCli("--tp-degree 2 --lora " + quote(lora + ":0.8"), "lora-same");
+  EXPECT_EQ(ok.rc, 0) << ok.log;
+}
+
+TEST_F(MultiHost, LoraOnOneHostOnlyNamedWithTheHost) {
+  const std::string lora =
+      placeOnHosts("only-a.safetensors", "lora/lora-diffusers.safetensors", "");
+  const CliRun r = runCli("--tp-degree 2 --lora " + quote(lora), "lora-one-host");
+  showLine(r, "LoRA refused");
+  EXPECT_NE(r.rc, 0) << r.log;
+  EXPECT_NE(r.log.find("LoRA refused on host mh-host-b"), std::string::npos) << r.log;
+  EXPECT_NE(r.log.find("only-a.safetensors"), std::string::npos) << r.log;
+  EXPECT_FALSE(fs::exists(env("MH_OUT") + "/lora-one-host.png"));
+}
+
+TEST_F(MultiHost, InitImageDifferentOnTheOtherHostRefused) {
+  const std::string init =
+      placeOnHosts("init.png", "pipelines/input_32x24.png", "pipelines/mask_32x24.png");
+  const CliRun r =
+      runCli("--tp-degree 2 --init-image " + quote(init) + " --strength 0.6", "init-differs");
+  showLine(r, "differs between hosts");
+  EXPECT_NE(r.rc, 0) << r.log;
+  EXPECT_NE(
+      r.log.find("input differs between hosts: init image " + init + ": content hash sha256:"),
+      std::string::npos)
+      << r.log;
+  EXPECT_NE(r.log.find(" on rank 1 (host mh-host-b)"), std::string::npos) << r.log;
+  EXPECT_FALSE(fs::exists(env("MH_OUT") + "/init-differs.png"));
+}

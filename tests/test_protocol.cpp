@@ -1,7 +1,9 @@
 // dit_protocol (app/protocol/): request and event round trips, exact 64-bit seeds, field errors,
 // Strategy JSON, worker argv from a Strategy, the mpirun command line and mpirun failure parsing.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -16,6 +18,7 @@
 #include "app/launcher/fingerprint.h"
 #include "app/launcher/launch.h"
 #include "app/protocol/protocol.h"
+#include "strategy_util.h"
 
 using namespace dit;
 using namespace dit::protocol;
@@ -37,16 +40,7 @@ std::string errorOf(F&& fn, const std::string& field) {
   return {};
 }
 
-Strategy strat(int world, int tp, int ring, int uly, int cfg = 1, int dp = 1) {
-  Strategy s;
-  s.world = world;
-  s.tp_degree = tp;
-  s.ring_degree = ring;
-  s.ulysses_degree = uly;
-  s.cfg_degree = cfg;
-  s.dp_degree = dp;
-  return s;
-}
+using dit::test::strat;
 
 }  // namespace
 
@@ -653,6 +647,90 @@ TEST(Protocol, ModelFingerprint) {
   EXPECT_THROW(modelFingerprint({(d / "absent").string()}), std::runtime_error);
   fs::create_directories(d / "empty");
   EXPECT_THROW(modelFingerprint({(d / "empty").string()}), std::runtime_error);
+  fs::remove_all(d);
+}
+
+// Issue 36: the full content hash the ranks of a multi-host group compare. It sees a byte the
+// sampled fingerprint skips, equals xxh128sum's digits, and its cache (keyed by device, inode and
+// path, validated by size and mtime) answers without reading the file until the file changes.
+TEST(Protocol, ContentHashAndItsCache) {
+  namespace fs = std::filesystem;
+  const fs::path d = fs::temp_directory_path() / ("ditstudio-ch-" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d / "m");
+  const std::string cache = (d / "cache" / "hashes.tsv").string();
+  ::setenv("DITSTUDIO_HASH_CACHE", cache.c_str(), 1);
+  auto put = [&](const fs::path& f, const std::string& bytes) {
+    std::ofstream(f, std::ios::binary | std::ios::trunc) << bytes;
+  };
+  put(d / "empty", "");
+  // XXH3-128 of no bytes, as `printf '' | xxh128sum` prints it.
+  EXPECT_EQ(contentHash((d / "empty").string()), "99aa06d3014798d86001c324468d497f");
+  std::string big(4 << 20, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 2654435761u >> 13);
+  const fs::path f = d / "m" / "w.safetensors";
+  put(f, big);
+  bool cached = true;
+  const std::string h = contentHash(f.string(), &cached);
+  EXPECT_FALSE(cached);
+  EXPECT_EQ(h.size(), 32u);
+  EXPECT_EQ(contentHash(f.string(), &cached), h);
+  EXPECT_TRUE(cached) << "the second call must come from " << cache;
+  EXPECT_TRUE(fs::exists(cache));
+  // A byte between the fingerprint's sampled blocks (right after the first 1 MiB + 4 KiB).
+  const std::string fp = modelFingerprint({(d / "m").string()});
+  std::string changed = big;
+  changed[(1 << 20) + (4 << 10) + 100] ^= 1;
+  struct stat before {};
+  ASSERT_EQ(::stat(f.c_str(), &before), 0);
+  put(f, changed);
+  EXPECT_EQ(modelFingerprint({(d / "m").string()}), fp) << "sampled: cannot see that byte";
+  // Same size and, restored by hand, the same mtime: the cache answers (the file is not read).
+  const timespec times[2] = {before.st_atim, before.st_mtim};
+  ASSERT_EQ(::utimensat(AT_FDCWD, f.c_str(), times, 0), 0);
+  EXPECT_EQ(contentHash(f.string(), &cached), h);
+  EXPECT_TRUE(cached);
+  // A new mtime: hashed again, and every byte counts.
+  const timespec later[2] = {{before.st_mtim.tv_sec + 5, 0}, {before.st_mtim.tv_sec + 5, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, f.c_str(), later, 0), 0);
+  const std::string h2 = contentHash(f.string(), &cached);
+  EXPECT_FALSE(cached);
+  EXPECT_NE(h2, h);
+  const auto listed = modelContentHashes({(d / "m").string()});
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].path, f.string());
+  EXPECT_EQ(listed[0].size, big.size());
+  EXPECT_EQ(listed[0].digest, h2);
+  // A corrupt cache is ignored and rewritten; "off" disables it.
+  put(cache, "garbage\n1 2 3\n");
+  EXPECT_EQ(contentHash(f.string(), &cached), h2);
+  EXPECT_FALSE(cached);
+  EXPECT_EQ(contentHash(f.string(), &cached), h2);
+  EXPECT_TRUE(cached);
+  ::setenv("DITSTUDIO_HASH_CACHE", "off", 1);
+  EXPECT_EQ(contentHash(f.string(), &cached), h2);
+  EXPECT_FALSE(cached);
+  EXPECT_THROW(contentHash((d / "absent").string()), std::runtime_error);
+  ::unsetenv("DITSTUDIO_HASH_CACHE");
+  // The exchange between ranks: lists as text, and what differs named by file, rank and host.
+  const std::vector<FileFingerprint> mine{{"/m/a b.json", 3, "aa"}, {"/m/w", 9, "bb"}};
+  const auto round = decodeFileList(encodeFileList(mine));
+  ASSERT_EQ(round.size(), 2u);
+  EXPECT_EQ(round[0].path, "/m/a b.json");
+  EXPECT_EQ(round[1].size, 9u);
+  EXPECT_EQ(fileListDigest(round), fileListDigest(mine));
+  std::vector<FileFingerprint> theirs{{"/m/w", 9, "cc"}, {"/m/x", 1, "dd"}};
+  EXPECT_NE(fileListDigest(theirs), fileListDigest(mine));
+  EXPECT_EQ(describeRankDifferences({{0, "a", mine}, {1, "b", mine}}), "");
+  EXPECT_EQ(describeRankDifferences({{0, "a", mine}, {2, "b", theirs}}),
+            "/m/a b.json: missing on rank 2 (host b); /m/w: content hash bb on rank 0 (host a), cc "
+            "on rank 2 (host b); /m/x: only on rank 2 (host b)");
+  theirs[0].size = 10;
+  EXPECT_EQ(describeRankDifferences({{0, "a", mine}, {1, "b", theirs}}, 1),
+            "/m/a b.json: missing on rank 1 (host b); and 2 more");
+  EXPECT_NE(
+      describeRankDifferences({{0, "a", mine}, {1, "b", theirs}}).find("(size 9 vs 10 bytes)"),
+      std::string::npos);
   fs::remove_all(d);
 }
 

@@ -21,6 +21,7 @@
 #include "backend/family_runtime.h"
 #include "backend/io/lora_file.h"
 #include "backend/io/png_io.h"
+#include "backend/io/sha256.h"
 #include "backend/io/weight_source.h"
 #include "backend/models/memory_estimate.h"
 #include "parallel/device_mesh.h"
@@ -49,6 +50,8 @@ void Worker::handleGenerate(const protocol::GenerateRequest& req) {
   if (refuseRequest(req, base, numImages)) return;
   // The request's LoRAs (none = the base weights exactly), from the cache or read once.
   if (!applyLoras(req.id, request.loras)) return;
+  // Across hosts: the LoRAs, init image and mask every host read must be the same bytes.
+  if (multiHost_ && refuseDifferentInputs(req, request)) return;
   // What diffusers would warn about (truncated prompts, settings without effect), once.
   if (rank_ == 0) emitRequestWarnings(req, base);
   if (request.random_seed) base.seed = sharedRandomSeed();
@@ -148,7 +151,9 @@ bool Worker::applyLoras(const std::string& id, std::vector<protocol::LoraRequest
   try {
     entries = loraCache_.apply(loras, dit);
   } catch (const std::exception& e) {
-    refusal = std::string("LoRA refused: ") + e.what();
+    // Across hosts the host is named: a file present on one host only is refused there.
+    refusal = std::string("LoRA refused") + (multiHost_ ? " on host " + hostname() : "") + ": " +
+              e.what();
   }
   const int first = firstRefusingRank(!refusal.empty());
   if (first >= 0) {
@@ -171,6 +176,46 @@ bool Worker::applyLoras(const std::string& id, std::vector<protocol::LoraRequest
                                   static_cast<std::int64_t>(loraCache_.loads()),
                                   static_cast<std::int64_t>(WeightSource::processReads())});
   }
+  return true;
+}
+
+// Issue 36: on a multi-host group, the request's input files as each host read them (the LoRAs'
+// SHA-256 from the LoRA cache, the init image's and mask's computed here) are compared with rank
+// 0's (Worker::differencesAcrossHosts): a host holding another file at the same path is refused,
+// naming the file, the hosts and both hashes, instead of computing a wrong image. Every rank
+// calls it; returns true (the request refused, the LoRAs removed) when a file differs.
+bool Worker::refuseDifferentInputs(const protocol::GenerateRequest& req,
+                                   const protocol::GenerationParams& request) {
+  std::vector<launcher::FileFingerprint> files;
+  auto sizeOf = [](const std::string& f) {
+    std::error_code ec;
+    const auto n = fs::file_size(f, ec);
+    return ec ? std::uint64_t(0) : static_cast<std::uint64_t>(n);
+  };
+  for (const protocol::LoraRequest& l : request.loras)
+    files.push_back({"LoRA " + l.file, sizeOf(l.file), "sha256:" + l.sha256});
+  auto image = [&](const std::string& what, const std::string& path) {
+    if (path.empty()) return;
+    std::string digest;
+    try {
+      digest = "sha256:" + sha256File(path);
+    } catch (const std::exception&) {
+      digest = "unreadable";
+    }
+    files.push_back({what + path, sizeOf(path), digest});
+  };
+  image("init image ", request.init_image);
+  image("mask ", request.mask_image);
+  if (files.empty()) return false;
+  const std::string diff = differencesAcrossHosts(files, firstRankOnHost(), worldGather());
+  if (diff.empty()) return false;
+  pipe_->transformer().loraTargets().clear();
+  if (rank_ == 0)
+    emitTyped(protocol::ErrorEvent{
+        req.id, 0,
+        "input differs between hosts: " + diff +
+            ". Copy the same file to the same path on every host (sha256sum FILE prints its hash)",
+        false});
   return true;
 }
 

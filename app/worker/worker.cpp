@@ -14,11 +14,13 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <variant>
@@ -191,15 +193,115 @@ bool Worker::refuseDifferentModels() {
   }
   // One host: every rank opened the same files (only fault injection gives one rank another
   // folder, and loading then names the file that fails); nothing to compare.
-  if (differ.empty() || !multiHost_) return false;
+  if (!multiHost_) return false;
+  if (!differ.empty()) {
+    if (rank_ == 0)
+      emitTyped(protocol::ErrorEvent{
+          std::nullopt, 0,
+          "model differs between hosts: " + modelDir_ + " on rank 0 (host " + host0 +
+              ") has fingerprint " + fp0 + ", but " + differ +
+              ". Copy the same checkpoint to the same path on every host (ditstudio-worker "
+              "--model-fingerprint PATH prints a host's fingerprint)",
+          true});
+    return true;
+  }
+  // Issue 36: the fingerprint samples blocks of each file; a checkpoint changed between them
+  // passes it. Across hosts, every byte each host reads is compared: the first rank of each host
+  // hashes the files (XXH3-128, cached by path, size and mtime, so a host hashes a checkpoint once)
+  // and rank 0 names what differs.
+  bool first = true;
+  for (int r = 0; r < rank_; ++r)
+    if (entry(r).second == entry(rank_).second) first = false;
+  std::vector<launcher::FileFingerprint> files;
+  if (first) {
+    try {
+      files = launcher::modelContentHashes({modelDir_, src_.config, src_.vae, src_.text_encoder,
+                                            src_.text_encoder_2, src_.tokenizer, src_.tokenizer_2});
+    } catch (const std::exception&) {
+      files.clear();  // every file is then named as missing on this rank
+    }
+  }
+  const std::string diff =
+      differencesAcrossHosts(files, first, startupGather("the exchange of model content hashes"));
+  if (diff.empty()) return false;
   if (rank_ == 0)
     emitTyped(protocol::ErrorEvent{
         std::nullopt, 0,
-        "model differs between hosts: " + modelDir_ + " on rank 0 (host " + host0 +
-            ") has fingerprint " + fp0 + ", but " + differ +
-            ". Copy the same checkpoint to the same path on every host (ditstudio-worker "
-            "--model-fingerprint PATH prints a host's fingerprint)",
+        "model differs between hosts: " + diff +
+            ". Copy the same checkpoint to the same path on every host (`xxh128sum FILE` prints a "
+            "file's content hash)",
         true});
+  return true;
+}
+
+Worker::GatherBytes Worker::startupGather(const std::string& what) {
+  return [this, what](const std::string& mine, size_t len) {
+    std::vector<char> buf(len, 0), all(len * static_cast<size_t>(worldSize()), 0);
+    std::memcpy(buf.data(), mine.data(), std::min(len, mine.size()));
+    startupCollective(what, [&](MPI_Request* r) {
+      MPI_Iallgather(buf.data(), static_cast<int>(len), MPI_CHAR, all.data(), static_cast<int>(len),
+                     MPI_CHAR, MPI_COMM_WORLD, r);
+    });
+    std::vector<std::string> out;
+    for (int r = 0; r < worldSize(); ++r) {
+      const char* p = all.data() + len * static_cast<size_t>(r);
+      out.emplace_back(p, strnlen(p, len));
+    }
+    return out;
+  };
+}
+
+Worker::GatherBytes Worker::worldGather() {
+  return [this](const std::string& mine, size_t len) {
+    at::Tensor t = at::zeros({1, static_cast<int64_t>(len)}, at::kByte);
+    std::memcpy(t.data_ptr(), mine.data(), std::min(len, mine.size()));
+    const at::Tensor all = world_->allgather(t, 0)->result().contiguous();
+    std::vector<std::string> out;
+    for (int64_t r = 0; r < all.size(0); ++r) {
+      const char* p = reinterpret_cast<const char*>(all[r].data_ptr());
+      out.emplace_back(p, strnlen(p, len));
+    }
+    return out;
+  };
+}
+
+std::string Worker::differencesAcrossHosts(const std::vector<launcher::FileFingerprint>& mine,
+                                           bool compare, const GatherBytes& gather) {
+  const std::string list = compare ? launcher::encodeFileList(mine) : "";
+  const std::string head = (compare ? launcher::fileListDigest(mine) : std::string("-")) + ' ' +
+                           std::to_string(list.size()) + ' ' + hostname();
+  const std::vector<std::string> heads = gather(head, 128);
+  struct Head {
+    std::string digest, host;
+    size_t bytes = 0;
+  };
+  std::vector<Head> h(heads.size());
+  for (size_t r = 0; r < heads.size(); ++r) {
+    std::istringstream w(heads[r]);
+    w >> h[r].digest >> h[r].bytes;
+    std::getline(w >> std::ws, h[r].host);
+  }
+  bool differ = false;
+  size_t longest = 0;
+  for (size_t r = 0; r < h.size(); ++r) {
+    if (h[r].digest == "-") continue;
+    differ = differ || h[r].digest != h[0].digest;
+    longest = std::max(longest, h[r].bytes);
+  }
+  if (!differ) return "";
+  // The lists themselves (only when a digest differs): at most 1 MiB a rank.
+  const std::vector<std::string> lists = gather(list, std::min<size_t>(longest + 1, 1 << 20));
+  std::vector<launcher::RankFiles> ranks;
+  for (size_t r = 0; r < lists.size(); ++r)
+    if (h[r].digest != "-" && (r == 0 || h[r].digest != h[0].digest))
+      ranks.push_back({static_cast<int>(r), h[r].host, launcher::decodeFileList(lists[r])});
+  return launcher::describeRankDifferences(ranks, 6);
+}
+
+bool Worker::firstRankOnHost() const {
+  for (int r = 0; r < rank_ && r < static_cast<int>(peers_.size()); ++r)
+    if (peers_[static_cast<size_t>(r)].host == peers_[static_cast<size_t>(rank_)].host)
+      return false;
   return true;
 }
 

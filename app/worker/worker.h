@@ -22,6 +22,7 @@
 
 #include "app/common/blas_kernel.h"
 #include "app/common/lora_cache.h"
+#include "app/launcher/fingerprint.h"
 #include "app/protocol/events.h"
 #include "app/protocol/protocol.h"
 #include "app/worker/fault_injection.h"
@@ -65,6 +66,20 @@ class Worker {
   void startupCollective(const std::string& what, const std::function<void(MPI_Request*)>& post);
   bool refuseTogether(const std::string& refusal);
   bool refuseDifferentModels();
+  /// One allgather of `len` bytes per rank (`mine` zero-padded or cut to `len`); returns every
+  /// rank's bytes up to the first zero, in rank order.
+  using GatherBytes = std::function<std::vector<std::string>(const std::string& mine, size_t len)>;
+  GatherBytes startupGather(const std::string& what);
+  GatherBytes worldGather();
+  /// Issue 36: the files this rank read (`mine`, with content hashes) against rank 0's, over the
+  /// group (two gathers at most: list digests, then the lists when a digest differs). Ranks with
+  /// `compare` false (not the first rank of their host: they read the same files as that one) take
+  /// part without being compared. Returns describeRankDifferences() of the differing ranks, the
+  /// same text on every rank; "" when every compared rank read the same bytes.
+  std::string differencesAcrossHosts(const std::vector<launcher::FileFingerprint>& mine,
+                                     bool compare, const GatherBytes& gather);
+  /// True when no lower rank runs on this rank's host (peers_ must be set).
+  bool firstRankOnHost() const;
   PipelineOptions buildMesh();
   void exchangePeers();
   void countRanksOnHost();
@@ -92,6 +107,8 @@ class Worker {
   bool refuseRequest(const protocol::GenerateRequest& req, const PipelineInputs& base,
                      int numImages);
   bool applyLoras(const std::string& id, std::vector<protocol::LoraRequest>& loras);
+  bool refuseDifferentInputs(const protocol::GenerateRequest& req,
+                             const protocol::GenerationParams& request);
   void emitRequestWarnings(const protocol::GenerateRequest& req, const PipelineInputs& base);
   uint64_t sharedRandomSeed();
   bool isReplicaLeader() const;
