@@ -27,6 +27,7 @@
 #include "parallel/process_group_checked.h"
 #include "parallel/process_group_mpi.h"
 #include "parallel/runtime.h"
+#include "strategy_util.h"
 
 using dit::CollectiveMismatchError;
 using dit::CollectiveTimeoutError;
@@ -623,15 +624,9 @@ TEST(Device, LocalDeviceIndexRule) {
 // ---------------------------------------------------------------- device mesh
 
 namespace {
+// The strategy whose world is the product of its degrees.
 dit::Strategy strat(int tp, int ring, int uly, int cfg, int dp) {
-  dit::Strategy s;
-  s.world = tp * ring * uly * cfg * dp;
-  s.tp_degree = tp;
-  s.ring_degree = ring;
-  s.ulysses_degree = uly;
-  s.cfg_degree = cfg;
-  s.dp_degree = dp;
-  return s;
+  return dit::test::strat(tp * ring * uly * cfg * dp, tp, ring, uly, cfg, dp);
 }
 // Sum over the group of the world ranks.
 int64_t groupSumOfWorldRanks(dit::ProcessGroup& g) {

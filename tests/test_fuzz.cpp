@@ -30,6 +30,7 @@
 
 #include "app/launcher/launch.h"
 #include "app/protocol/protocol.h"
+#include "app/tools/child_probe.h"
 #include "backend/io/gguf.h"
 #include "backend/io/image_io.h"
 #include "backend/io/model_folder.h"
@@ -879,41 +880,15 @@ std::string userNamespaceRefusal(const char* name) {
   if (!pw) return std::string("no user '") + name + "'";
   const uid_t uid = pw->pw_uid;
   const gid_t gid = pw->pw_gid;
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return std::string("pipe: ") + std::strerror(errno);
-  const pid_t pid = ::fork();
-  if (pid < 0) return std::string("fork: ") + std::strerror(errno);
-  if (pid == 0) {  // only system calls from here on (a copy of a threaded process)
-    ::close(fds[0]);
-    const char* step = nullptr;
-    if (::setgroups(0, nullptr) != 0)
-      step = "setgroups";
-    else if (::setgid(gid) != 0)
-      step = "setgid";
-    else if (::setuid(uid) != 0)
-      step = "setuid";
-    else if (::unshare(CLONE_NEWUSER) != 0)
-      step = "unshare(CLONE_NEWUSER)";
-    else if (::unshare(CLONE_NEWNET) != 0)
-      step = "unshare(CLONE_NEWNET) in the new user namespace";
-    if (!step) _exit(0);
-    const char* why = std::strerror(errno);
-    if (::write(fds[1], step, std::strlen(step)) < 0 || ::write(fds[1], ": ", 2) < 0 ||
-        ::write(fds[1], why, std::strlen(why)) < 0)
-      _exit(2);
-    _exit(1);
-  }
-  ::close(fds[1]);
-  std::string msg;
-  char buf[256];
-  ssize_t n;
-  while ((n = ::read(fds[0], buf, sizeof buf)) > 0) msg.append(buf, static_cast<size_t>(n));
-  ::close(fds[0]);
-  int st = 0;
-  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return {};
-  return msg.empty() ? std::string("the probe process failed") : msg;
+  // Only system calls in the child (a copy of a threaded process).
+  return tools::probeInChild([uid, gid]() -> const char* {
+    if (::setgroups(0, nullptr) != 0) return "setgroups";
+    if (::setgid(gid) != 0) return "setgid";
+    if (::setuid(uid) != 0) return "setuid";
+    if (::unshare(CLONE_NEWUSER) != 0) return "unshare(CLONE_NEWUSER)";
+    if (::unshare(CLONE_NEWNET) != 0) return "unshare(CLONE_NEWNET) in the new user namespace";
+    return nullptr;
+  });
 }
 }  // namespace
 

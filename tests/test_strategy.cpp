@@ -7,6 +7,7 @@
 #include "app/protocol/protocol.h"
 #include "parallel/strategy.h"
 #include "parallel/tensor_parallel/sharding_plan.h"
+#include "strategy_util.h"
 
 using dit::ModelDims;
 using dit::RequestDims;
@@ -65,16 +66,7 @@ RequestDims request(int w, int h, int textLen = 512, bool trueCfg = false) {
   return r;
 }
 
-Strategy strat(int world, int tp = 1, int ring = 1, int uly = 1, int cfg = 1, int dp = 1) {
-  Strategy s;
-  s.world = world;
-  s.tp_degree = tp;
-  s.ring_degree = ring;
-  s.ulysses_degree = uly;
-  s.cfg_degree = cfg;
-  s.dp_degree = dp;
-  return s;
-}
+using dit::test::strat;
 
 bool hasRule(const std::vector<StrategyIssue>& v, const std::string& rule) {
   for (const auto& i : v)

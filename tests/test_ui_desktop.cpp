@@ -57,6 +57,7 @@
 #include <functional>
 
 #include "app/protocol/protocol.h"
+#include "strategy_util.h"
 #include "ui/compare_view.h"
 #include "ui/elided_label.h"
 #include "ui/image_input_panel.h"
@@ -83,16 +84,7 @@ QByteArray fileBytes(const QString& path) {
   return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
 }
 
-dit::Strategy strat(int world, int tp = 1, int ring = 1, int uly = 1, int cfg = 1, int dp = 1) {
-  dit::Strategy s;
-  s.world = world;
-  s.tp_degree = tp;
-  s.ring_degree = ring;
-  s.ulysses_degree = uly;
-  s.cfg_degree = cfg;
-  s.dp_degree = dp;
-  return s;
-}
+using dit::test::strat;
 
 // A PNG of one colour (or a picture) with a parameters chunk, as the worker writes them.
 QString writePng(const QString& path, const QColor& color, const QString& params, int side = 64) {

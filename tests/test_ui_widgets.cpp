@@ -19,6 +19,7 @@
 #include <filesystem>
 
 #include "app/protocol/limits.h"
+#include "strategy_util.h"
 #include "ui/advisor_dialog.h"
 #include "ui/generation_panel.h"
 #include "ui/image_input_panel.h"
@@ -43,16 +44,7 @@ void snapshot(QWidget* w, const QString& name) {
   if (!dir.isEmpty()) w->grab().save(QDir(dir).filePath(name + ".png"));
 }
 
-dit::Strategy strat(int world, int tp = 1, int ring = 1, int uly = 1, int cfg = 1, int dp = 1) {
-  dit::Strategy s;
-  s.world = world;
-  s.tp_degree = tp;
-  s.ring_degree = ring;
-  s.ulysses_degree = uly;
-  s.cfg_degree = cfg;
-  s.dp_degree = dp;
-  return s;
-}
+using dit::test::strat;
 }  // namespace
 
 class TestWidgets : public QObject {

@@ -32,6 +32,8 @@
 #include <cstring>
 #include <string>
 
+#include "app/tools/child_probe.h"
+
 namespace {
 
 const char* kName = "ditstudio-isolate";
@@ -48,8 +50,9 @@ bool writeFile(const char* path, const std::string& text) {
 }
 
 // Enters a new network namespace (and, when not root, a user namespace mapping the caller's ids
-// onto themselves) and brings its loopback interface up. On failure returns the failed step.
-std::string isolate() {
+// onto themselves) and brings its loopback interface up. On failure returns the failed step
+// (errno set by it); nullptr when isolated.
+const char* isolate() {
   const uid_t uid = ::getuid();
   const gid_t gid = ::getgid();
   if (::geteuid() == 0) {
@@ -76,36 +79,13 @@ std::string isolate() {
   ::close(s);
   errno = err;
   if (!ok) return "bringing up the namespace's loopback interface (SIOCSIFFLAGS lo)";
-  return {};
+  return nullptr;
 }
 
 // Tries isolate() in a child process first: a namespace half entered (unshare succeeded, the
 // uid map or the loopback refused) cannot be left, so the real process enters only when the
 // whole sequence is known to work. Returns "" or "STEP: CAUSE".
-std::string probe() {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return std::string("pipe: ") + std::strerror(errno);
-  const pid_t pid = ::fork();
-  if (pid < 0) return std::string("fork: ") + std::strerror(errno);
-  if (pid == 0) {
-    ::close(fds[0]);
-    std::string failed = isolate();
-    if (!failed.empty()) failed += std::string(": ") + std::strerror(errno);
-    if (!failed.empty() && ::write(fds[1], failed.data(), failed.size()) < 0) _exit(2);
-    _exit(failed.empty() ? 0 : 1);
-  }
-  ::close(fds[1]);
-  std::string msg;
-  char buf[256];
-  ssize_t n;
-  while ((n = ::read(fds[0], buf, sizeof buf)) > 0) msg.append(buf, static_cast<size_t>(n));
-  ::close(fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return {};
-  return msg.empty() ? std::string("probe process failed") : msg;
-}
+std::string probe() { return dit::tools::probeInChild(isolate, "probe process failed"); }
 
 }  // namespace
 
@@ -130,10 +110,10 @@ int main(int argc, char** argv) {
                  "%s: network isolation unavailable (%s); running without it: the "
                  "group's launcher may listen on every interface\n",
                  kName, failed.c_str());
-  } else if (const std::string failed2 = isolate(); !failed2.empty()) {
+  } else if (const char* failed2 = isolate()) {
     // The probe succeeded, so this is not expected; half-entered namespaces cannot be left.
     const int err = errno;
-    std::fprintf(stderr, "%s: network isolation failed (%s: %s)\n", kName, failed2.c_str(),
+    std::fprintf(stderr, "%s: network isolation failed (%s: %s)\n", kName, failed2,
                  std::strerror(err));
     return 127;
   }
