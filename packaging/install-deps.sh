@@ -61,6 +61,7 @@ PKGS=(
   dbus-daemon  # test_ui_desktop: the taskbar progress signal on a private D-Bus session bus
   zlib1g-dev libssl-dev file dpkg-dev jq
   openssh-client openssh-server  # multi-host groups (ssh) and the `multihost` test (sshd)
+  nftables  # the `multihost` test's firewall on its second host (--port-range)
   libcpp-httplib-dev libwebp-dev  # ditstudio-server: HTTP (server-sent events) and WebP output
   nodejs  # the server tests drive it with the official `openai` npm client (tests/server/client)
   chromium  # server_page: the server's page in headless Chromium

@@ -501,6 +501,16 @@ void MainWindow::connectController() {
     QString device = ev.data.value("device").toString();
     if (device.isEmpty()) device = QString::fromStdString(controller_->config().strategy.device);
     rankModel_->setPlace(rank, ev.data.value("host").toString(), device);
+    // The BLAS kernel the rank runs (issue 36), e.g. "OpenBLAS 0.3.21, core SkylakeX (auto)".
+    const QJsonObject blas = ev.data.value("blas").toObject();
+    if (!blas.isEmpty()) {
+      QString summary = QStringLiteral("%1, core %2 (%3)")
+                            .arg(blas.value("library").toString(), blas.value("core").toString(),
+                                 blas.value("selection").toString());
+      if (const QString tp = blas.value("thread_policy").toString(); !tp.isEmpty())
+        summary += QStringLiteral(", ") + tp;
+      rankModel_->setBlas(rank, blas.value("core").toString(), summary);
+    }
   });
   connect(c, &WorkerController::ranksUpdated, this, [this](const QList<RankStats>& ranks) {
     rankModel_->update(ranks, controller_->elapsedSeconds());

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -47,6 +48,18 @@ void preflight(const CliOptions& o, const launcher::MpirunLaunch& launch) {
     }
   }
   std::cerr << "hostfile " << o.hostfile << ": " << shown << std::endl;
+  if (!launch.port_range.empty()) {
+    // Each rank listens on a port of the ranks' part of the range.
+    const launcher::PortPlan pp = launcher::planPortRange(launch.port_range);
+    std::size_t most = 0;
+    for (const auto& hr : plan) most = std::max(most, hr.second.size());
+    if (static_cast<int>(most) > pp.btl_max - pp.btl_min + 1)
+      throw std::invalid_argument("--port-range " + launch.port_range + " leaves " +
+                                  std::to_string(pp.btl_max - pp.btl_min + 1) + " ports (" +
+                                  std::to_string(pp.btl_min) + "-" + std::to_string(pp.btl_max) +
+                                  ") for the ranks, but " + std::to_string(most) +
+                                  " ranks run on one host: give a wider range");
+  }
   if (o.noPreflight) return;
   const ModelSources s = o.sources();
   const std::vector<std::string> paths{s.model,          s.config,    s.vae,        s.text_encoder,
@@ -75,7 +88,18 @@ class CliSessionView : public launcher::SessionObserver {
 
   void event(const protocol::Event& raw, const protocol::WorkerEvent& ev) override {
     if (o_.jsonEvents) std::cout << raw.data.dump() << std::endl;
-    if (const auto* r = std::get_if<protocol::ReadyEvent>(&ev)) {
+    if (const auto* h = std::get_if<protocol::HelloEvent>(&ev)) {
+      // Each rank's BLAS kernel (issue 36: a remote rank on a slower kernel than rank 0).
+      const auto& b = h->blas;
+      auto field = [&](const char* k) {
+        return b.is_object() && b.contains(k) && b[k].is_string() ? b[k].get<std::string>()
+                                                                  : std::string();
+      };
+      if (b.is_object())
+        spdlog::info("rank {} (pid {} on {}): BLAS {} core {} ({}){}", h->rank, h->pid, h->host,
+                     field("library"), field("core"), field("selection"),
+                     field("thread_policy").empty() ? "" : ", " + field("thread_policy"));
+    } else if (const auto* r = std::get_if<protocol::ReadyEvent>(&ev)) {
       spdlog::info("process group ready: {} ranks, {} (loaded in {:.2f} s)", r->world,
                    r->strategy.dump(), r->load_seconds);
     } else if (const auto* p = std::get_if<protocol::ProgressEvent>(&ev)) {
@@ -100,6 +124,8 @@ class CliSessionView : public launcher::SessionObserver {
     if (rank >= 0) return;  // the rank's own events are shown above
     if (level == "error")
       std::cerr << "error: " << text << std::endl;
+    else if (level == "debug")  // e.g. OpenMPI's reports of the teardown after a named error
+      spdlog::debug("{}", text);
     else if (text.find("SIGTERM") != std::string::npos || text.find("killing") != std::string::npos)
       spdlog::warn("{}", text);  // the teardown policy had to end the group
     else
@@ -148,20 +174,25 @@ void forwardSignalsTo(pid_t child) {
 }
 
 // The session's outcome as the CLI's exit code: the group's own code, with the reason on stderr
-// when no rank reported an error; 1 when fewer images came than asked for.
+// when no rank reported an error; 1 when fewer images came than asked for, and 1 when a rank
+// named a fatal error and mpirun then had to be killed (its signal is the teardown's, not a
+// cause: issue 36).
 int exitCode(const CliOptions& o, const launcher::WorkerSession& session,
              const CliSessionView& view) {
   const std::optional<launcher::ExitStatus> exit = session.exitStatus();
   if (!exit) return 127;  // could not start mpirun (reported)
   const int rc = exit->shellCode();
-  if (!view.firstError.empty()) return rc ? rc : 1;
+  if (!view.firstError.empty()) return rc && exit->exited ? rc : 1;
   if (rc != 0) {
     if (auto f = session.process().rankFailure(); f && f->rank >= 0) {
       std::cerr << "error: " << f->reason
                 << " without reporting an error; mpirun ended the process group" << std::endl;
       return rc;
     }
-    std::cerr << "error: the process group exited with " << exit->describe() << std::endl;
+    // A host mpirun could not reach was named by the session (ssh's words and the fix).
+    if (session.lastFailure().message.find("mpirun could not start the group there") ==
+        std::string::npos)
+      std::cerr << "error: the process group exited with " << exit->describe() << std::endl;
     return rc;
   }
   const int expected = request(o).imageCount();
@@ -176,7 +207,14 @@ int exitCode(const CliOptions& o, const launcher::WorkerSession& session,
 
 // Several ranks: the request, then shutdown once it is done; a fatal error ends the group within
 // the teardown policy's bounds.
-int runMpi(const CliOptions& o) {
+int runMpi(const CliOptions& given) {
+  // The model sources as absolute paths of this host (issue 36): a rank on another host starts
+  // in another folder, and the pre-flight checks each host for these very paths. (LoRAs, init
+  // images, masks and outputs are made absolute by request().)
+  CliOptions o = given;
+  for (std::string* p : {&o.model, &o.src.config, &o.src.vae, &o.src.text_encoder,
+                         &o.src.text_encoder_2, &o.src.tokenizer, &o.src.tokenizer_2})
+    *p = launcher::absoluteOnThisHost(*p);
   const launcher::MpirunLaunch launch = mpirunLaunch(o);
   const std::vector<std::string> args = launcher::mpirunArgv(launch);
   if (!o.hostfile.empty()) preflight(o, launch);
