@@ -93,6 +93,6 @@ target_precompile_headers(test_multihost REUSE_FROM dit_backend)
 add_dependencies(test_multihost ditstudio-cli ditstudio-worker)
 add_test(NAME multihost COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/multihost_env.sh
          ${DITSTUDIO_FIXTURE} $<TARGET_FILE:test_multihost>)
-set_tests_properties(multihost PROPERTIES LABELS "multihost;mpi" TIMEOUT 290 PROCESSORS 2
+set_tests_properties(multihost PROPERTIES LABELS "multihost;mpi" TIMEOUT 600 PROCESSORS 2
                      SKIP_REGULAR_EXPRESSION "multihost: skipped: "
                      FAIL_REGULAR_EXPRESSION "Running 0 tests")

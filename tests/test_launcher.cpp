@@ -645,7 +645,7 @@ TEST(HostFailure, AdviceFitsTheCause) {
   EXPECT_NE(f->fix.find("ssh-copy-id 10.0.0.2"), std::string::npos) << f->fix;
   f = parseHostFailure("Host key verification failed.\n");
   ASSERT_TRUE(f);
-  EXPECT_NE(f->fix.find("`ssh the host true`"), std::string::npos) << f->fix;
+  EXPECT_NE(f->fix.find("`ssh HOST true`"), std::string::npos) << f->fix;
   f = parseHostFailure("ssh: Could not resolve hostname nodeb: Name or service not known\n");
   ASSERT_TRUE(f);
   EXPECT_NE(f->fix.find("host name nodeb"), std::string::npos) << f->fix;

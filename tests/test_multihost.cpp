@@ -485,6 +485,67 @@ TEST_F(MultiHost, SshAdviceFitsTheFailure) {
   std::printf("  key rejected: named in %.1f s\n", r.seconds);
 }
 
+TEST_F(MultiHost, StoppedRemoteRankNamedAsStopped) {
+  // Rank 1 on host b is stopped (SIGSTOP) mid-run: rank 0's collective timeout finds it silent
+  // on another host, and the launcher asks host b over ssh: named as stopped, not blamed on the
+  // link (issue 36).
+  const auto& c = goldenJson()["cases"]["runs"][0];
+  const std::string stem = env("MH_OUT") + "/stopped";
+  std::ostringstream cmd;
+  cmd << "DITSTUDIO_COLLECTIVE_TIMEOUT_S=8 timeout 120 " << DITSTUDIO_CLI << " --model "
+      << quote(env("MH_MODEL")) << " --prompt " << quote(c["prompt"]) << " --seed "
+      << c["seed"].get<int64_t>() << " --width " << c["width"].get<int>() << " --height "
+      << c["height"].get<int>() << " --steps 400 --guidance " << c["guidance"].get<double>()
+      << " --max-sequence-length 48 --hostfile " << quote(env("MH_HOSTFILE")) << " --ssh-options "
+      << quote(env("MH_SSH_OPTIONS")) << " --network-interface 10.77.0.0/24 --tp-degree 2"
+      << " --output " << quote(stem + ".png") << " > " << quote(stem + ".log") << " 2>&1";
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", cmd.str().c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  auto readLog = [&] {
+    std::ifstream in(stem + ".log");
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  auto since = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  while (since() < 60 && readLog().find(" step 1/400") == std::string::npos &&
+         ::waitpid(pid, nullptr, WNOHANG) == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::string log = readLog();
+  // Rank 1's pid from its hello ("rank 1 (pid P on mh-host-b): BLAS ..."); host b shares this
+  // pid namespace.
+  const auto at = log.find("rank 1 (pid ");
+  ASSERT_NE(at, std::string::npos) << log;
+  const pid_t rank1 = static_cast<pid_t>(std::stol(log.substr(at + 12)));
+  ASSERT_GT(rank1, 0) << log;
+  ASSERT_EQ(::kill(rank1, SIGSTOP), 0);
+  const double stopAt = since();
+  int status = 0;
+  pid_t done = 0;
+  while (since() - stopAt < 50 && (done = ::waitpid(pid, &status, WNOHANG)) == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  if (done != pid) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+  }
+  ::kill(rank1, SIGKILL);
+  log = readLog();
+  EXPECT_EQ(done, pid) << "the CLI did not exit within 50 s of the stop\n" << log;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << log;
+  EXPECT_NE(log.find("rank 1 (pid " + std::to_string(rank1) +
+                     " on mh-host-b) is stopped (state T: SIGSTOP or a debugger)"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("is the link to it up?"), std::string::npos) << log;
+  std::printf("  remote rank stopped at %.1f s: named as stopped, CLI ended %.1f s later\n", stopAt,
+              since() - stopAt);
+}
+
 namespace {
 
 // Pids of the processes of network namespace `ns` ("" = the one this test runs in, host a)

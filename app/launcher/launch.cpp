@@ -435,7 +435,9 @@ std::optional<HostFailure> parseHostFailure(std::string_view textIn) {
 
 std::string sshAdvice(std::string_view textIn, const std::string& hostIn) {
   const std::string text(textIn);
+  // In prose "the host" when ssh named none; in a command line the placeholder HOST.
   const std::string host = hostIn.empty() ? std::string("the host") : hostIn;
+  const std::string cmdHost = hostIn.empty() ? std::string("HOST") : hostIn;
   auto says = [&](const char* words) { return text.find(words) != std::string::npos; };
   if (says("Could not resolve hostname"))
     return "Fix: check the host name " + host +
@@ -450,12 +452,12 @@ std::string sshAdvice(std::string_view textIn, const std::string& hostIn) {
            "up, and that no firewall drops ssh (TCP port 22, or the port in --ssh-options) "
            "between this machine and it";
   if (says("Permission denied"))
-    return "Fix: the host refused this user's key: install it there (ssh-copy-id " + host +
+    return "Fix: the host refused this user's key: install it there (ssh-copy-id " + cmdHost +
            "), or pass the right key with --ssh-options '-i KEY'";
   if (says("Host key verification failed"))
     return "Fix: this machine does not know (or no longer trusts) the host's key: accept it once "
            "with `ssh " +
-           host + " true`, or pass a UserKnownHostsFile in --ssh-options";
+           cmdHost + " true`, or pass a UserKnownHostsFile in --ssh-options";
   return {};
 }
 

@@ -210,7 +210,8 @@ struct HostFailure {
   std::string fix;    ///< sshAdvice() for ssh's words, e.g. "Fix: start sshd on H ..."
 };
 
-/// The fix for ssh's report `text` of a failed login to `host` ("" = "the host"), one sentence
+/// The fix for ssh's report `text` of a failed login to `host` ("" when ssh named none: "the
+/// host" in prose, HOST in the commands it suggests), one sentence
 /// starting with "Fix: ", fitted to the cause: "Connection refused" (sshd not running there, or
 /// listening on another port: --ssh-options '-p PORT'), "Connection timed out" / "No route to
 /// host" / "Network is unreachable" (wrong address, host down, or a firewall dropping port 22),

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <sstream>
 
 #include "app/launcher/fingerprint.h"
@@ -51,6 +52,82 @@ std::string quoted(const std::string& s) {
   q.push_back('\'');
   return q;
 }
+// What runBounded() saw.
+struct Bounded {
+  std::string text;  // stdout and stderr together
+  int code = -1;     // exit code, -1 when killed or not started
+  bool timedOut = false;
+  bool stopped = false;  // onText asked to stop
+};
+
+// Runs `argv` (ssh) without a terminal (setsid; stdin /dev/null), its stdout and stderr into one
+// pipe; `onText` sees the text so far after each chunk and returns false to stop (the child is
+// killed); the child is killed after `timeout_s` seconds. execvp failing gives exit 127 and
+// "exec ssh: ..." in the text.
+Bounded runBounded(const std::vector<std::string>& argv, double timeout_s,
+                   const std::function<bool(const std::string&)>& onText = nullptr) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  Bounded b;
+  int out[2];
+  if (::pipe(out) != 0) {
+    b.text = "pipe failed";
+    return b;
+  }
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setsid();  // no controlling terminal: ssh can never prompt
+    const int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) ::dup2(devnull, 0);
+    ::dup2(out[1], 1);
+    ::dup2(out[1], 2);
+    ::close(out[0]);
+    std::vector<char*> a;
+    for (auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+    a.push_back(nullptr);
+    ::execvp(a[0], a.data());
+    std::perror("exec ssh");
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  for (;;) {
+    const double left = timeout_s - std::chrono::duration<double>(Clock::now() - t0).count();
+    if (left <= 0) {
+      b.timedOut = true;
+      break;
+    }
+    pollfd p{out[0], POLLIN, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(left * 1000) + 1);
+    if (n <= 0) continue;
+    char buf[4096];
+    const ssize_t got = ::read(out[0], buf, sizeof buf);
+    if (got <= 0) break;
+    if (b.text.size() < (4u << 20)) b.text.append(buf, static_cast<size_t>(got));
+    if (onText && !onText(b.text)) {
+      b.stopped = true;
+      break;
+    }
+  }
+  ::close(out[0]);
+  if (b.timedOut || b.stopped) ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  b.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return b;
+}
+
+// `ssh -o BatchMode=yes -o ConnectTimeout=C [options] -- HOST REMOTE` ("--": a host name is
+// never read as an ssh option; the hostfile refuses a leading '-' as well).
+std::vector<std::string> sshArgv(const std::string& options, int connectTimeout,
+                                 const std::string& host, const std::string& remote) {
+  std::vector<std::string> argv{"ssh", "-o", "BatchMode=yes", "-o",
+                                "ConnectTimeout=" + std::to_string(connectTimeout)};
+  std::istringstream opts(options);
+  for (std::string w; opts >> w;) argv.push_back(w);
+  argv.insert(argv.end(), {"--", host, remote});
+  return argv;
+}
+
 std::string lastLine(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
   const auto nl = s.rfind('\n');
@@ -66,11 +143,6 @@ PreflightResult preflightHost(const std::string& host, const MpirunLaunch& launc
   PreflightResult r;
   r.host = host;
   const int connect = std::max(1, std::min(10, static_cast<int>(timeout_s)));
-  std::string connectOpt = "ConnectTimeout=";
-  connectOpt += std::to_string(connect);
-  std::vector<std::string> argv{"ssh", "-o", "BatchMode=yes", "-o", connectOpt};
-  std::istringstream opts(launch.ssh_options);
-  for (std::string w; opts >> w;) argv.push_back(w);
   std::string fingerprint = quoted(launch.worker) + " --model-fingerprint";
   for (const std::string& p : paths) {
     if (p.empty()) continue;
@@ -94,83 +166,40 @@ PreflightResult preflightHost(const std::string& host, const MpirunLaunch& launc
   const std::string remote = quoted(launch.worker) + " --probe-listen " + probeSpec(ranges) + " " +
                              listenSecs + " & " + fingerprint +
                              "; f=$?; wait $!; p=$?; [ $f -ne 0 ] && exit $f; exit $p";
-  // "--" before the host: a host name is never read as an ssh option (the hostfile refuses a
-  // leading '-' as well).
-  argv.insert(argv.end(), {"--", host, remote});
-
-  int out[2];
-  if (::pipe(out) != 0) {
-    r.message = "host " + host + ": pre-flight could not start ssh (pipe failed)";
-    return r;
-  }
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setsid();  // no controlling terminal: ssh can never prompt
-    const int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) ::dup2(devnull, 0);
-    ::dup2(out[1], 1);
-    ::dup2(out[1], 2);
-    ::close(out[0]);
-    std::vector<char*> a;
-    for (auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
-    a.push_back(nullptr);
-    ::execvp(a[0], a.data());
-    std::perror("exec ssh");
-    ::_exit(127);
-  }
-  ::close(out[1]);
-  std::string text;
-  bool timedOut = false, probed = false;
   std::string probeFailure;  // "port P (which) ...: cause" when this machine could not connect
-  for (;;) {
-    const double left = timeout_s - std::chrono::duration<double>(Clock::now() - t0).count();
-    if (left <= 0) {
-      timedOut = true;
-      break;
-    }
-    pollfd p{out[0], POLLIN, 0};
-    const int n = ::poll(&p, 1, static_cast<int>(left * 1000) + 1);
-    if (n < 0) continue;
-    if (n == 0) continue;
-    char buf[4096];
-    const ssize_t got = ::read(out[0], buf, sizeof buf);
-    if (got <= 0) break;
-    if (text.size() < (4u << 20)) text.append(buf, static_cast<size_t>(got));
-    // The worker listens there: connect to each port now (it waits probeListen seconds).
-    const auto at = text.find("probe listening");
-    if (probed || at == std::string::npos || text.find('\n', at) == std::string::npos) continue;
-    probed = true;
-    std::istringstream ports(text.substr(at + 15, text.find('\n', at) - at - 15));
-    int port = 0;
-    for (std::size_t i = 0; ports >> port && probeFailure.empty(); ++i) {
-      const double connectFor = std::max(1.0, std::min(5.0, probeListen - 1));
-      if (const std::string why = probeConnect(host, port, connectFor); !why.empty()) {
-        const std::string range =
-            i < ranges.size() && ranges[i].second > 0
-                ? std::to_string(ranges[i].first) + "-" + std::to_string(ranges[i].second)
-                : std::string();
-        const std::string which = range.empty()
-                                      ? std::string(
-                                            "an ephemeral port: without --port-range the group "
-                                            "listens on any")
-                                      : std::string(i == 0 ? "mpirun's channel, ports "
-                                                           : "the ranks' channel, "
-                                                             "ports ") +
-                                            range + " of --port-range " + launch.port_range;
-        probeFailure = std::to_string(port) + " (" + which + "): " + why;
-      }
-    }
-    if (!probeFailure.empty()) {
-      ::kill(pid, SIGKILL);
-      break;
-    }
-  }
-  ::close(out[0]);
-  if (timedOut) ::kill(pid, SIGKILL);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
+  bool probed = false;
+  const Bounded run = runBounded(
+      sshArgv(launch.ssh_options, connect, host, remote), timeout_s, [&](const std::string& text) {
+        // The worker listens there: connect to each port now (it waits probeListen seconds).
+        const auto at = text.find("probe listening");
+        if (probed || at == std::string::npos || text.find('\n', at) == std::string::npos)
+          return true;
+        probed = true;
+        std::istringstream ports(text.substr(at + 15, text.find('\n', at) - at - 15));
+        int port = 0;
+        for (std::size_t i = 0; ports >> port && probeFailure.empty(); ++i) {
+          const double connectFor = std::max(1.0, std::min(5.0, probeListen - 1));
+          if (const std::string why = probeConnect(host, port, connectFor); !why.empty()) {
+            const std::string range =
+                i < ranges.size() && ranges[i].second > 0
+                    ? std::to_string(ranges[i].first) + "-" + std::to_string(ranges[i].second)
+                    : std::string();
+            const std::string which = range.empty()
+                                          ? std::string(
+                                                "an ephemeral port: without --port-range the group "
+                                                "listens on any")
+                                          : std::string(i == 0 ? "mpirun's channel, ports "
+                                                               : "the ranks' channel, ports ") +
+                                                range + " of --port-range " + launch.port_range;
+            probeFailure = std::to_string(port) + " (" + which + "): " + why;
+          }
+        }
+        return probeFailure.empty();
+      });
+  const std::string& text = run.text;
+  const bool timedOut = run.timedOut;
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const int code = run.code;
   const std::string why = lastLine(text);
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.0f", timeout_s);
@@ -246,6 +275,22 @@ PreflightResult preflightHost(const std::string& host, const MpirunLaunch& launc
     }
   }
   return r;
+}
+
+std::string remoteProcessState(const std::string& host, std::int64_t pid,
+                               const std::string& ssh_options, double timeout_s) {
+  if (pid <= 0) return {};
+  const int connect = std::max(1, std::min(10, static_cast<int>(timeout_s)));
+  // The state letter of /proc/PID/stat (after the command name in parentheses), or "gone".
+  const std::string remote = "s=$(cat /proc/" + std::to_string(pid) +
+                             "/stat 2>/dev/null) && echo \"state ${s##*) }\" || echo state gone";
+  const Bounded b = runBounded(sshArgv(ssh_options, connect, host, remote), timeout_s);
+  const auto at = b.text.find("state ");
+  if (b.timedOut || b.code != 0 || at == std::string::npos) return {};
+  const std::string word = b.text.substr(at + 6, b.text.find_first_of(" \r\n", at + 6) - at - 6);
+  if (word == "gone" || word == "Z" || word == "X") return "exited";
+  if (word == "T" || word == "t") return "stopped (state " + word + ": SIGSTOP or a debugger)";
+  return "running (state " + word + ")";
 }
 
 }  // namespace dit::launcher

@@ -3,6 +3,7 @@
 // Part of dit_launcher (app/launcher/): no Torch, no Qt.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -39,5 +40,13 @@ struct PreflightResult {
 PreflightResult preflightHost(const std::string& host, const MpirunLaunch& launch,
                               const std::vector<std::string>& paths,
                               const std::string& expected_fingerprint, double timeout_s = 20);
+
+/// The state of process `pid` on `host`, asked over ssh (`ssh -o BatchMode=yes -o
+/// ConnectTimeout=C [ssh_options] -- HOST` reading /proc/PID/stat; killed after `timeout_s`
+/// seconds): "stopped (state T: SIGSTOP or a debugger)", "running (state S)" or "exited"; ""
+/// when the host does not answer within the time (a link that is down) or pid <= 0. For naming
+/// a rank that stopped answering (issue 36): stopped, not cut off. Never throws.
+std::string remoteProcessState(const std::string& host, std::int64_t pid,
+                               const std::string& ssh_options, double timeout_s = 5);
 
 }  // namespace dit::launcher
