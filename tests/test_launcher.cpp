@@ -735,6 +735,7 @@ TEST_F(SessionTest, OpenMpiBlocksShownOnlyWhenTheCauseIsUnknown) {
               std::string::npos)
         << m;
     EXPECT_NE(m.find("start sshd on 10.0.0.7"), std::string::npos) << m;
+    EXPECT_EQ(r.groupFailures[0].detail, "");  // no OpenMPI text beside the named cause
   }
   Recorder r;
   WorkerSession s(&r);

@@ -1016,11 +1016,13 @@ void MainWindow::onGroupFailed(const WorkerFailure& f) {
     // ssh could not reach a host of the hostfile: the host and ssh's cause in the banner.
     const QString cause =
         f.message.section(QStringLiteral(": "), 1).section(QLatin1Char(';'), 0, 0);
-    showBanner(tr("Host %1 could not be reached: %2").arg(f.host, cause),
-               f.message + "\n" +
-                   tr("Check the host name and ssh access in the hostfile %1 (Strategy tab).")
-                       .arg(editor_->hostfile()) +
-                   stays,
+    // The launcher's fix for ssh's words when it has one (refused, timed out, key, host key).
+    const QString fix =
+        f.message.contains(QLatin1String("Fix: "))
+            ? QString()
+            : "\n" + tr("Check the host name and ssh access in the hostfile %1 (Strategy tab).")
+                         .arg(editor_->hostfile());
+    showBanner(tr("Host %1 could not be reached: %2").arg(f.host, cause), f.message + fix + stays,
                true, true);
   } else {
     const QString head = f.rank >= 0 ? tr("Rank %1 failed: the process group went down").arg(f.rank)

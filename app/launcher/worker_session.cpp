@@ -555,6 +555,10 @@ GroupFailure WorkerSession::crashFailure(const ExitStatus& status) const {
                                       : "the worker group failed to start") +
                 " (mpirun exit code " + std::to_string(status.code) + ")";
   }
+  // ssh's cause and its fix are the message: OpenMPI's text around them adds nothing (issue 36).
+  if (!f.host.empty() ||
+      (f.rank < 0 && f.message.find("mpirun could not start the group there") != std::string::npos))
+    return f;
   // The last meaningful stderr lines, for context (fatal events copied there are the message).
   std::vector<std::string> tail;
   const std::string& err = process_.stderrTail();
