@@ -63,6 +63,7 @@ PKGS=(
   zlib1g-dev libssl-dev file dpkg-dev jq
   openssh-client openssh-server  # multi-host groups (ssh) and the `multihost` test (sshd)
   iproute2  # the `multihost` test: network namespaces and a veth pair (ip netns, ip link)
+  nftables  # the `multihost` test's firewall on its second host (--port-range)
   libcpp-httplib-dev libwebp-dev  # ditstudio-server: HTTP (server-sent events) and WebP output
   nodejs  # the server tests drive it with the official `openai` npm client (tests/server/client)
   chromium  # server_page: the server's page in headless Chromium

@@ -13,6 +13,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -20,6 +22,7 @@
 
 #include "app/launcher/group_process.h"
 #include "app/launcher/launch.h"
+#include "app/launcher/port_probe.h"
 #include "app/launcher/preflight.h"
 #include "app/launcher/worker_session.h"
 
@@ -189,6 +192,12 @@ namespace {
 // A stand-in for "mpirun -np N ditstudio-worker" (FAKE_MODE: ok, fatal, fatal_hang, crash).
 const char kFakeWorker[] = R"SH(
 mode=${FAKE_MODE:-ok}
+rule=--------------------------------------------------------------------------
+if [ "$mode" = ssh_refused ] || [ "$mode" = unknown_block ]; then
+  [ "$mode" = ssh_refused ] && echo "ssh: connect to host 10.0.0.7 port 22: Connection refused" >&2
+  printf '%s\nORTE was unable to reliably start one or more daemons.\n%s\n' "$rule" "$rule" >&2
+  exit 1
+fi
 echo "library noise"
 echo '@@DIT {"event":"hello","rank":0,"world":2,"pid":5000,"host":"h"}'
 echo '@@DIT {"event":"hello","rank":1,"world":2,"pid":5001,"host":"h"}'
@@ -226,7 +235,7 @@ done
 
 struct Recorder : SessionObserver {
   std::vector<State> states;
-  std::vector<std::string> done, cancelled, failedRequests, events, output;
+  std::vector<std::string> done, cancelled, failedRequests, events, output, debug;
   std::vector<GroupFailure> errors, groupFailures;
   std::vector<int> stopped;
   void stateChanged(State s) override { states.push_back(s); }
@@ -242,6 +251,9 @@ struct Recorder : SessionObserver {
   void groupFailed(const GroupFailure& f) override { groupFailures.push_back(f); }
   void groupStopped(int code) override { stopped.push_back(code); }
   void outputLine(GroupProcess::Stream, const std::string& l) override { output.push_back(l); }
+  void logLine(int, const std::string& level, const std::string& text) override {
+    if (level == "debug") debug.push_back(text);
+  }
 };
 
 class SessionTest : public ::testing::Test {
@@ -530,4 +542,220 @@ TEST(HostFailure, SshReportsAsMpirunForwardsThem) {
   EXPECT_TRUE(f->host.empty());
   EXPECT_FALSE(dit::launcher::parseHostFailure(
       "mpirun noticed that process rank 1 with PID 5001 on node h exited on signal 9 (Killed)."));
+}
+
+// ------------------------------------------------------------------------------ issue 36
+
+// One port range for every listener of a hostfile group: mpirun's channel gets the first quarter
+// (2..64 ports), the ranks the rest; too small a range is refused with the fix.
+TEST(PortRange, SplitBetweenMpirunAndTheRanks) {
+  PortPlan p = planPortRange(" 50000-50099 ");
+  EXPECT_EQ(p.min, 50000);
+  EXPECT_EQ(p.max, 50099);
+  EXPECT_EQ(p.oob_min, 50000);
+  EXPECT_EQ(p.oob_max, 50024);
+  EXPECT_EQ(p.btl_min, 50025);
+  EXPECT_EQ(p.btl_max, 50099);
+  p = planPortRange("40000-40003");  // the smallest: 2 + 2
+  EXPECT_EQ(p.oob_max, 40001);
+  EXPECT_EQ(p.btl_min, 40002);
+  p = planPortRange("20000-29999");  // mpirun's share is capped at 64 ports
+  EXPECT_EQ(p.oob_max, 20063);
+  EXPECT_EQ(p.btl_min, 20064);
+  try {
+    planPortRange("50000-50002");
+    FAIL() << "a 3-port range was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("holds 3 ports; a group needs at least 4"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(planPortRange("1000-2000"), std::invalid_argument);
+  EXPECT_THROW(planPortRange("2000-1000"), std::invalid_argument);
+  MpirunLaunch l;
+  l.hostfile = "hosts";
+  l.port_range = "50000-50099";
+  const auto mca = networkMcaParams(l);
+  using P = std::pair<std::string, std::string>;
+  EXPECT_EQ(mca, (std::vector<P>{{"oob_tcp_dynamic_ipv4_ports", "50000-50024"},
+                                 {"btl_tcp_port_min_v4", "50025"},
+                                 {"btl_tcp_port_range_v4", "75"}}));
+  l.hostfile.clear();  // one host: no TCP listener at all, the range does not apply
+  EXPECT_EQ(networkMcaParams(l).size(), 2u);
+}
+
+// The BLAS kernel and thread policy reach every rank of a hostfile group (-x NAME).
+TEST(ForwardedEnvironment, CarriesTheBlasKernelAndThreadPolicy) {
+  ::setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+  ::setenv("GOMP_SPINCOUNT", "10000", 1);
+  ::setenv("DITSTUDIO_BLAS_AUTO", "SkylakeX", 1);
+  ::setenv("NOT_FORWARDED_X", "1", 1);
+  const auto names = forwardedEnvironment();
+  ::unsetenv("DITSTUDIO_BLAS_AUTO");
+  ::unsetenv("NOT_FORWARDED_X");
+  for (const char* n : {"OPENBLAS_CORETYPE", "GOMP_SPINCOUNT", "DITSTUDIO_BLAS_AUTO"})
+    EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
+  EXPECT_EQ(std::find(names.begin(), names.end(), "NOT_FORWARDED_X"), names.end());
+  EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
+  MpirunLaunch l;
+  l.hostfile = "hosts";
+  l.worker = "/w";
+  const auto argv = mpirunArgv(l);
+  const auto x = std::find(argv.begin(), argv.end(), "OPENBLAS_CORETYPE");
+  ASSERT_NE(x, argv.end());
+  EXPECT_EQ(*(x - 1), "-x");
+}
+
+// Paths the ranks of other hosts read are absolute on the launching host.
+TEST(Paths, MadeAbsoluteOnTheLaunchingHost) {
+  const std::string cwd = fs::current_path().string();
+  EXPECT_EQ(absoluteOnThisHost("models/tiny"), cwd + "/models/tiny");
+  EXPECT_EQ(absoluteOnThisHost("./a/../b"), cwd + "/b");
+  EXPECT_EQ(absoluteOnThisHost("/m/x"), "/m/x");
+  EXPECT_EQ(absoluteOnThisHost(""), "");
+  MpirunLaunch l;
+  l.worker = "/w";
+  l.model = "tiny";
+  l.hostfile = "hosts";
+  auto argv = mpirunArgv(l);
+  auto m = std::find(argv.begin(), argv.end(), "--model");
+  ASSERT_NE(m, argv.end());
+  EXPECT_EQ(*(m + 1), cwd + "/tiny");
+  l.hostfile.clear();  // one host: as given
+  argv = mpirunArgv(l);
+  m = std::find(argv.begin(), argv.end(), "--model");
+  EXPECT_EQ(*(m + 1), "tiny");
+}
+
+// The pre-flight's and mpirun's ssh failures get the fix that fits ssh's words.
+TEST(HostFailure, AdviceFitsTheCause) {
+  auto f = parseHostFailure("ssh: connect to host 10.0.0.7 port 22: Connection refused\n");
+  ASSERT_TRUE(f);
+  EXPECT_NE(f->fix.find("start sshd on 10.0.0.7"), std::string::npos) << f->fix;
+  EXPECT_NE(f->fix.find("-p PORT"), std::string::npos) << f->fix;
+  EXPECT_EQ(f->fix.find("ssh-copy-id"), std::string::npos) << f->fix;
+  f = parseHostFailure("ssh: connect to host 10.0.0.9 port 22: Connection timed out\n");
+  ASSERT_TRUE(f);
+  EXPECT_NE(f->fix.find("firewall"), std::string::npos) << f->fix;
+  f = parseHostFailure("ssh: connect to host 10.0.0.9 port 22: No route to host\n");
+  ASSERT_TRUE(f);
+  EXPECT_NE(f->fix.find("does not answer"), std::string::npos) << f->fix;
+  f = parseHostFailure("root@10.0.0.2: Permission denied (publickey).\n");
+  ASSERT_TRUE(f);
+  EXPECT_NE(f->fix.find("ssh-copy-id 10.0.0.2"), std::string::npos) << f->fix;
+  f = parseHostFailure("Host key verification failed.\n");
+  ASSERT_TRUE(f);
+  EXPECT_NE(f->fix.find("`ssh HOST true`"), std::string::npos) << f->fix;
+  f = parseHostFailure("ssh: Could not resolve hostname nodeb: Name or service not known\n");
+  ASSERT_TRUE(f);
+  EXPECT_NE(f->fix.find("host name nodeb"), std::string::npos) << f->fix;
+  EXPECT_EQ(sshAdvice("something else", "h"), "");
+}
+
+// The pre-flight's port probe: a listener on a port of each range, and this machine's connect.
+TEST(PortProbe, ListenerAndConnect) {
+  EXPECT_EQ(probeRanges(""), (std::vector<std::pair<int, int>>{{0, 0}}));
+  EXPECT_EQ(probeRanges("50000-50099"),
+            (std::vector<std::pair<int, int>>{{50000, 50024}, {50025, 50099}}));
+  EXPECT_EQ(probeSpec({{50000, 50024}, {50025, 50099}}), "50000-50024,50025-50099");
+  EXPECT_EQ(parseProbeSpec("0-0,7-9"), (std::vector<std::pair<int, int>>{{0, 0}, {7, 9}}));
+  EXPECT_THROW(parseProbeSpec("9-7"), std::invalid_argument);
+  EXPECT_THROW(parseProbeSpec(""), std::invalid_argument);
+  // The listener in a child (it writes its ports on stdout), this process connects.
+  GroupProcess g;
+  g.start({"/proc/self/exe", "--gtest_filter=PortProbe.DISABLED_ListenerChild",
+           "--gtest_also_run_disabled_tests"},
+          {{"DIT_PROBE_CHILD", "0-0,0-0"}});
+  std::vector<int> ports;
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (ports.empty() && std::chrono::steady_clock::now() < until) {
+    for (const std::string& l : g.read(Stream::Stdout))
+      if (l.rfind("probe listening", 0) == 0) {
+        std::istringstream w(l.substr(15));
+        for (int p; w >> p;) ports.push_back(p);
+      }
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_EQ(ports.size(), 2u);
+  for (int p : ports) EXPECT_EQ(probeConnect("127.0.0.1", p, 2.0), "") << p;
+  const auto st = g.wait(10s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_TRUE(st->exited);
+  EXPECT_EQ(st->code, 0);
+  // Nothing listens there any more: refused at once.
+  EXPECT_EQ(probeConnect("127.0.0.1", ports[0], 2.0), "connection refused");
+  EXPECT_NE(probeConnect("no-such-host.invalid", 1, 2.0).find("cannot resolve"), std::string::npos);
+}
+
+// The child of PortProbe.ListenerAndConnect (disabled: runs only there).
+TEST(PortProbe, DISABLED_ListenerChild) {
+  const char* spec = std::getenv("DIT_PROBE_CHILD");
+  if (!spec) GTEST_SKIP() << "started by PortProbe.ListenerAndConnect";
+  std::cout.flush();
+  std::_Exit(runProbeListener(spec, 8));
+}
+
+// After a fatal error the teardown may skip SIGTERM (an mpirun in its own abort crashes on it).
+TEST(GroupProcess, TeardownWithoutSigterm) {
+  GroupProcess g;
+  g.start({"bash", "-c",
+           "trap 'echo got TERM; exit 3' TERM; echo ready; while :; do sleep 0.05; done"});
+  bool ready = false;
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (!ready && std::chrono::steady_clock::now() < until) {
+    for (const std::string& l : g.read(Stream::Stdout)) ready |= l == "ready";
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(ready);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::string> lines;
+  g.beginTeardown("", GroupProcess::Teardown{200ms, 5s, /*sigterm=*/false});
+  const auto st = g.wait(5s, [&](Stream, const std::string& l) { lines.push_back(l); });
+  ASSERT_TRUE(st.has_value());
+  EXPECT_FALSE(st->exited);
+  EXPECT_EQ(st->signal, SIGKILL);  // at the end of the grace, not 5 s later
+  EXPECT_LT(secondsSince(t0), 2.0);
+  EXPECT_EQ(std::find(lines.begin(), lines.end(), "got TERM"), lines.end());
+}
+
+// OpenMPI's report of a failure whose cause the session names (ssh's words) is not shown raw;
+// a report it cannot name is (issue 36, `--no-preflight`).
+TEST_F(SessionTest, OpenMpiBlocksShownOnlyWhenTheCauseIsUnknown) {
+  const std::string orte = "ORTE was unable to reliably start one or more daemons.";
+  {
+    Recorder r;
+    WorkerSession s(&r);
+    ASSERT_TRUE(s.start(launch("ssh_refused")));
+    ASSERT_TRUE(pollUntil(s, [&] { return s.state() == State::Failed; }));
+    EXPECT_EQ(std::find(r.output.begin(), r.output.end(), orte), r.output.end());
+    EXPECT_NE(std::find(r.debug.begin(), r.debug.end(), orte), r.debug.end());
+    ASSERT_EQ(r.groupFailures.size(), 1u);
+    const std::string& m = r.groupFailures[0].message;
+    EXPECT_NE(m.find("host 10.0.0.7: ssh could not connect to port 22 (Connection refused)"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("start sshd on 10.0.0.7"), std::string::npos) << m;
+    EXPECT_EQ(r.groupFailures[0].detail, "");  // no OpenMPI text beside the named cause
+  }
+  Recorder r;
+  WorkerSession s(&r);
+  ASSERT_TRUE(s.start(launch("unknown_block")));
+  ASSERT_TRUE(pollUntil(s, [&] { return s.state() == State::Failed; }));
+  EXPECT_NE(std::find(r.output.begin(), r.output.end(), orte), r.output.end());
+}
+
+// After a rank named a fatal error, the group's further stderr is the teardown's noise: logged
+// at debug level, not shown as output; the text a rank wrote before the event on its line is.
+TEST_F(SessionTest, StderrAfterAFatalErrorGoesToTheDebugLog) {
+  Recorder r;
+  WorkerSession s(&r);
+  s.setFatalTeardown(GroupProcess::Teardown{300ms, 300ms, /*sigterm=*/false});
+  ASSERT_TRUE(s.start(launch("fatal_hang")));
+  s.submit({});
+  ASSERT_TRUE(pollUntil(s, [&] { return s.state() == State::Failed; }));
+  EXPECT_EQ(std::find(r.output.begin(), r.output.end(), "[rank 1] fatal: boom"), r.output.end());
+  EXPECT_NE(std::find(r.debug.begin(), r.debug.end(), "[rank 1] fatal: boom"), r.debug.end());
+  EXPECT_NE(std::find(r.output.begin(), r.output.end(), "[rank 0/2] da"), r.output.end());
+  ASSERT_TRUE(s.exitStatus().has_value());
+  EXPECT_EQ(s.exitStatus()->signal, SIGKILL);
 }

@@ -534,14 +534,16 @@ TEST(Protocol, MpirunCommandLine) {
   auto set = mpirunArgv(l);
   EXPECT_EQ(set[2], "--oversubscribe");
   EXPECT_EQ(set[11], "-o BatchMode=yes -o ConnectTimeout=10 -i /k/id -p 2222");
-  EXPECT_EQ(std::vector<std::string>(set.begin() + 12, set.begin() + 18),
-            (std::vector<std::string>{"--mca", "btl_tcp_port_min_v4", "50000", "--mca",
-                                      "btl_tcp_port_range_v4", "100"}));
+  // Issue 36: one range for every listener: mpirun's channel gets its first quarter.
+  EXPECT_EQ(std::vector<std::string>(set.begin() + 12, set.begin() + 21),
+            (std::vector<std::string>{"--mca", "oob_tcp_dynamic_ipv4_ports", "50000-50024", "--mca",
+                                      "btl_tcp_port_min_v4", "50025", "--mca",
+                                      "btl_tcp_port_range_v4", "75"}));
   auto w = std::find(set.begin(), set.end(), "/opt/ditstudio/bin/ditstudio-worker");
   ASSERT_NE(w, set.end());
   EXPECT_EQ(*(w - 2), "--report-bindings");
   EXPECT_EQ(*(w - 1), "--tag-output");
-  for (const char* bad : {"80-90", "50000", "60000-50000", "5000-70000", "a-b"}) {
+  for (const char* bad : {"80-90", "50000", "60000-50000", "5000-70000", "a-b", "50000-50002"}) {
     l.port_range = bad;
     EXPECT_THROW(mpirunArgv(l), std::invalid_argument) << bad;
   }

@@ -96,11 +96,14 @@ class TestCommand : public QObject {
                             "oob_tcp_if_include",
                             "10.0.0.0/24",
                             "--mca",
+                            "oob_tcp_dynamic_ipv4_ports",
+                            "50000-50024",
+                            "--mca",
                             "btl_tcp_port_min_v4",
-                            "50000",
+                            "50025",
                             "--mca",
                             "btl_tcp_port_range_v4",
-                            "100",
+                            "75",
                             "-x",
                             "OMP_NUM_THREADS=1"};
     for (const std::string& n : dit::launcher::forwardedEnvironment())

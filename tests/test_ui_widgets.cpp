@@ -25,6 +25,7 @@
 #include "ui/image_input_panel.h"
 #include "ui/main_window.h"
 #include "ui/preset_store.h"
+#include "ui/rank_monitor_model.h"
 #include "ui/strategy_editor.h"
 #include "ui/theme.h"
 #include "ui/worker_command.h"
@@ -277,7 +278,8 @@ class TestWidgets : public QObject {
     e->mpirunArgsEdit()->setText("--display-map");
     const QString args = buildLaunchCommand(w->launchConfig()).arguments.join(' ');
     QVERIFY2(args.contains("--mca btl_tcp_if_include 10.77.0.0/24"), qPrintable(args));
-    QVERIFY2(args.contains("--mca btl_tcp_port_min_v4 50000 --mca btl_tcp_port_range_v4 100"),
+    QVERIFY2(args.contains("--mca oob_tcp_dynamic_ipv4_ports 50000-50024 --mca "
+                           "btl_tcp_port_min_v4 50025 --mca btl_tcp_port_range_v4 75"),
              qPrintable(args));
     QVERIFY2(args.contains("-o BatchMode=yes -o ConnectTimeout=10 -i /k -p 2222"),
              qPrintable(args));
@@ -361,6 +363,24 @@ class TestWidgets : public QObject {
     QCOMPARE(w->rankModel()->world(), 4);
     w->stopGroup();
     QTRY_COMPARE_WITH_TIMEOUT(w->controller()->state(), WorkerController::State::Stopped, 10000);
+  }
+
+  // Issue 36: each rank's BLAS core (from its hello event) in the monitor: in the Place tooltip,
+  // and in the Place column itself where it differs from rank 0's.
+  void rankMonitorShowsBlasCore() {
+    RankMonitorModel m;
+    m.reset(2);
+    m.setPlace(0, "host-a", "cpu");
+    m.setPlace(1, "host-b", "cpu");
+    m.setBlas(0, "SkylakeX", "OpenBLAS 0.3.21, core SkylakeX (auto)");
+    m.setBlas(1, "SkylakeX", "OpenBLAS 0.3.21, core SkylakeX (auto)");
+    QCOMPARE(m.blasCore(1), QString("SkylakeX"));
+    QCOMPARE(m.place(1), QString("host-b · cpu"));
+    const QString tip = m.data(m.index(1, RankMonitorModel::Place), Qt::ToolTipRole).toString();
+    QVERIFY2(tip.contains("BLAS: OpenBLAS 0.3.21, core SkylakeX (auto)"), qPrintable(tip));
+    m.setBlas(1, "Prescott", "OpenBLAS 0.3.21, core Prescott (fallback)");
+    QCOMPARE(m.place(1), QString("host-b · cpu · BLAS Prescott"));
+    QCOMPARE(m.place(0), QString("host-a · cpu"));
   }
 
   void crashShowsRankAndRecovers() {

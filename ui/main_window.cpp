@@ -501,6 +501,16 @@ void MainWindow::connectController() {
     QString device = ev.data.value("device").toString();
     if (device.isEmpty()) device = QString::fromStdString(controller_->config().strategy.device);
     rankModel_->setPlace(rank, ev.data.value("host").toString(), device);
+    // The BLAS kernel the rank runs (issue 36), e.g. "OpenBLAS 0.3.21, core SkylakeX (auto)".
+    const QJsonObject blas = ev.data.value("blas").toObject();
+    if (!blas.isEmpty()) {
+      QString summary = QStringLiteral("%1, core %2 (%3)")
+                            .arg(blas.value("library").toString(), blas.value("core").toString(),
+                                 blas.value("selection").toString());
+      if (const QString tp = blas.value("thread_policy").toString(); !tp.isEmpty())
+        summary += QStringLiteral(", ") + tp;
+      rankModel_->setBlas(rank, blas.value("core").toString(), summary);
+    }
   });
   connect(c, &WorkerController::ranksUpdated, this, [this](const QList<RankStats>& ranks) {
     rankModel_->update(ranks, controller_->elapsedSeconds());
@@ -1006,11 +1016,13 @@ void MainWindow::onGroupFailed(const WorkerFailure& f) {
     // ssh could not reach a host of the hostfile: the host and ssh's cause in the banner.
     const QString cause =
         f.message.section(QStringLiteral(": "), 1).section(QLatin1Char(';'), 0, 0);
-    showBanner(tr("Host %1 could not be reached: %2").arg(f.host, cause),
-               f.message + "\n" +
-                   tr("Check the host name and ssh access in the hostfile %1 (Strategy tab).")
-                       .arg(editor_->hostfile()) +
-                   stays,
+    // The launcher's fix for ssh's words when it has one (refused, timed out, key, host key).
+    const QString fix =
+        f.message.contains(QLatin1String("Fix: "))
+            ? QString()
+            : "\n" + tr("Check the host name and ssh access in the hostfile %1 (Strategy tab).")
+                         .arg(editor_->hostfile());
+    showBanner(tr("Host %1 could not be reached: %2").arg(f.host, cause), f.message + fix + stays,
                true, true);
   } else {
     const QString head = f.rank >= 0 ? tr("Rank %1 failed: the process group went down").arg(f.rank)

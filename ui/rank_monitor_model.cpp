@@ -48,14 +48,36 @@ void RankMonitorModel::setPlace(int rank, const QString& host, const QString& de
   if (!had && hasDevice(rank)) Q_EMIT deviceFound(rank);
 }
 
+void RankMonitorModel::setBlas(int rank, const QString& core, const QString& summary) {
+  if (rank < 0 || rank > 4096) return;
+  ensure(rank);
+  rows_[rank].blasCore = core;
+  rows_[rank].blasSummary = summary;
+  // Rank 0's core is the reference of every other row's.
+  if (rank == 0)
+    Q_EMIT dataChanged(index(0, Place), index(static_cast<int>(rows_.size()) - 1, Place));
+  else
+    Q_EMIT dataChanged(index(rank, Place), index(rank, Place));
+}
+
+QString RankMonitorModel::blasCore(int rank) const {
+  return rank >= 0 && rank < rows_.size() ? rows_[rank].blasCore : QString();
+}
+
 QString RankMonitorModel::place(int rank) const {
   if (rank < 0 || rank >= rows_.size()) return {};
   const Row& r = rows_[rank];
   // The short host name (the full one is in the tooltip).
   QString host = r.host.section(QLatin1Char('.'), 0, 0);
   if (host.size() > 18) host = host.left(17) + QStringLiteral("…");
-  if (host.isEmpty()) return r.device;
-  return r.device.isEmpty() ? host : host + QStringLiteral(" · ") + r.device;
+  QString p = host.isEmpty()
+                  ? r.device
+                  : (r.device.isEmpty() ? host : host + QStringLiteral(" · ") + r.device);
+  const QString& ref = rows_[0].blasCore;
+  if (rank > 0 && !r.blasCore.isEmpty() && !ref.isEmpty() &&
+      r.blasCore.compare(ref, Qt::CaseInsensitive) != 0)
+    p += (p.isEmpty() ? QString() : QStringLiteral(" · ")) + QStringLiteral("BLAS ") + r.blasCore;
+  return p;
 }
 
 void RankMonitorModel::setStageAll(const QString& stage, bool clearSteps) {
@@ -173,8 +195,13 @@ QVariant RankMonitorModel::data(const QModelIndex& index, int role) const {
   } else if (role == Qt::ToolTipRole && index.column() == StepMs && s.step_ms > 0 &&
              s.stage != QLatin1String("denoising")) {
     return tr("the last measured denoising step (nothing runs now)");
-  } else if (role == Qt::ToolTipRole && index.column() == Place && !row.host.isEmpty()) {
-    return QStringLiteral("%1 · %2").arg(row.host, row.device);
+  } else if (role == Qt::ToolTipRole && index.column() == Place &&
+             (!row.host.isEmpty() || !row.blasSummary.isEmpty())) {
+    QString tip =
+        row.host.isEmpty() ? QString() : QStringLiteral("%1 · %2").arg(row.host, row.device);
+    if (!row.blasSummary.isEmpty())
+      tip += (tip.isEmpty() ? QString() : QStringLiteral("\n")) + tr("BLAS: ") + row.blasSummary;
+    return tip;
   } else if (role == Qt::ForegroundRole && row.failed) {
     return QBrush(QColor(0xff, 0x6b, 0x6b));
   } else if (role == Qt::TextAlignmentRole && index.column() != Stage && index.column() != Place) {

@@ -43,7 +43,13 @@ class RankMonitorModel : public QAbstractTableModel {
   void setPid(int rank, qint64 pid);
   /// Host name and device ("cpu", "cuda:1") of a rank, shown as "host · device".
   void setPlace(int rank, const QString& host, const QString& device);
+  /// The place shown: "host · device", plus " · BLAS CORE" where the rank's BLAS core differs
+  /// from rank 0's (issue 36: a remote rank on a slower kernel).
   QString place(int rank) const;
+  /// The BLAS kernel a rank runs, from its `hello` event: `core` (e.g. "SkylakeX") and `summary`
+  /// (library, core, selection, thread policy), shown in the Place column's tooltip.
+  void setBlas(int rank, const QString& core, const QString& summary);
+  QString blasCore(int rank) const;
   /// Sets every rank's stage (not the failed ones), e.g. "stopped" once the group has exited,
   /// "exited" or "unknown" once another rank died, "idle" between requests. ms/step keeps the
   /// last measured step's time (its tooltip says so). `clearSteps`: the step column is cleared.
@@ -81,6 +87,7 @@ class RankMonitorModel : public QAbstractTableModel {
     RankStats stats;
     qint64 pid = -1;
     QString host, device;
+    QString blasCore, blasSummary;
     bool failed = false;
     bool sawDevice = false;  ///< an event carried device memory
     QString failure;

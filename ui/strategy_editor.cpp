@@ -142,7 +142,8 @@ StrategyEditor::StrategyEditor(QWidget* parent) : QWidget(parent) {
                           "group's MPI traffic may use (--network-interface)"));
   form->addRow(tr("Network"), network_);
   portRange_ = hostField(tr("e.g. 50000-50100"),
-                         tr("With a hostfile: TCP ports MIN-MAX for the ranks' MPI traffic, for "
+                         tr("With a hostfile: TCP ports MIN-MAX for everything the group "
+                            "listens on (mpirun's channel and the ranks'; at least 4), for "
                             "firewalls (--port-range)"));
   form->addRow(tr("Port range"), portRange_);
   sshOptions_ = hostField(tr("e.g. -i ~/.ssh/cluster -p 2222"),

@@ -410,7 +410,9 @@ int main(int argc, char** argv) {
                  "with --hostfile: options for ssh, after -o BatchMode=yes -o ConnectTimeout=10, "
                  "e.g. '-i ~/.ssh/cluster -p 2222'");
   app.add_option("--port-range", o.portRange,
-                 "with --hostfile: TCP ports MIN-MAX for the ranks' MPI traffic (firewalls)");
+                 "with --hostfile: TCP ports MIN-MAX for everything the group listens on "
+                 "(mpirun's channel: the first quarter; the ranks: the rest; at least 4 ports), "
+                 "for firewalls");
   app.add_option("--mpirun-args", o.mpirunArgs,
                  "with --hostfile: extra mpirun arguments (whitespace-separated)");
   app.add_flag("--oversubscribe", o.oversubscribe,

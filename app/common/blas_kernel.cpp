@@ -179,8 +179,17 @@ BlasInfo selectCore(BlasInfo b, char** argv, bool allowReexec) {
     return b;
   }
   if (autoCore) {  // this process was re-executed with our choice: verify it before any work
+    // The choice may come from another host (a hostfile group forwards it to every rank): a
+    // core whose instructions this CPU lacks would fault in the self-check.
+    const std::vector<std::string> flags = cpuFlags();
+    int runnable = has(flags, "avx") ? 2 : 1;
+    for (const std::string& c : blasCoreCandidates(flags))
+      runnable = std::max(runnable, blasCoreTier(c));
     std::string problem;
-    if (lower(b.core) != lower(autoCore))
+    if (blasCoreTier(autoCore) > runnable)
+      problem = "this CPU lacks the instructions of core " + std::string(autoCore) +
+                " (chosen on another host)";
+    else if (lower(b.core) != lower(autoCore))
       problem = "OpenBLAS did not take core " + std::string(autoCore) + " (it runs " + b.core + ")";
     else
       problem = blasSelfCheck();

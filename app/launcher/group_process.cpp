@@ -136,7 +136,7 @@ void GroupProcess::start(const std::vector<std::string>& argv,
   exit_.reset();
   termAt_.reset();
   killAt_.reset();
-  termSent_ = killSent_ = false;
+  termSent_ = killSent_ = skipTerm_ = false;
   tree_.clear();
   errTail_.clear();
   outLines_ = LineBuffer();
@@ -302,6 +302,7 @@ void GroupProcess::beginTeardown(const std::string& shutdown_line, Teardown poli
   if (!running()) return;
   if (!shutdown_line.empty() && in_ >= 0) writeLine(shutdown_line);
   closeStdin();
+  if (!policy.sigterm) skipTerm_ = true;
   const auto now = SteadyClock::now();
   const auto term = now + policy.grace;
   if (!termAt_ || term < *termAt_) termAt_ = term;
@@ -325,9 +326,10 @@ int GroupProcess::advance(SteadyClock::time_point now) {
   int sent = 0;
   if (!termSent_ && now >= *termAt_) {
     termSent_ = true;
+    if (skipTerm_) killSent_ = true;  // SIGKILL now, instead of SIGTERM
     if (running() || !tree_.empty()) {
-      signalAll(SIGTERM);
-      sent = SIGTERM;
+      sent = skipTerm_ ? SIGKILL : SIGTERM;
+      signalAll(sent);
     }
   }
   if (!killSent_ && killAt_ && now >= *killAt_) {

@@ -65,6 +65,11 @@ class GroupProcess {
   struct Teardown {
     std::chrono::milliseconds grace{5000};       ///< after the shutdown line, before SIGTERM
     std::chrono::milliseconds kill_after{3000};  ///< after SIGTERM, before SIGKILL
+    /// false: SIGKILL at the end of the grace, no SIGTERM first. For a group already ending on
+    /// a fatal error: an mpirun caught in its own abort with a host it cannot reach (a dropped
+    /// link) crashes on SIGTERM and prints a backtrace (OpenMPI 4.1), and it has nothing left
+    /// to clean up that SIGTERM would let it do. Sticky: once armed, later calls keep it.
+    bool sigterm = true;
   };
   enum class Stream { Stdout, Stderr };
 
@@ -126,8 +131,8 @@ class GroupProcess {
   /// call never delays an armed deadline (it may bring it forward). No-op when not running.
   void beginTeardown(const std::string& shutdown_line, Teardown policy);
   /// Sends what the armed deadlines call for at `now` (SIGTERM, then SIGKILL, to the process
-  /// group and every descendant seen since the teardown began) and reaps the child. Returns the
-  /// signal sent now (0 when none).
+  /// group and every descendant seen since the teardown began; SIGKILL at once where the policy
+  /// said sigterm = false) and reaps the child. Returns the signal sent now (0 when none).
   int advance(SteadyClock::time_point now = SteadyClock::now());
   /// The next time advance() or reap() has something to do; nullopt when nothing is armed and
   /// exitFd() reports the exit.
@@ -159,7 +164,7 @@ class GroupProcess {
   std::string errTail_;
   std::optional<ExitStatus> exit_;
   std::optional<SteadyClock::time_point> termAt_, killAt_;
-  bool termSent_ = false, killSent_ = false;
+  bool termSent_ = false, killSent_ = false, skipTerm_ = false;
   std::vector<pid_t> tree_;
 };
 

@@ -11,7 +11,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -71,17 +73,43 @@ std::vector<std::pair<std::string, std::string>> networkMcaParams(const MpirunLa
   std::vector<std::pair<std::string, std::string>> p;
   if (!iface.empty()) p = {{"btl_tcp_if_include", iface}, {"oob_tcp_if_include", iface}};
   if (const std::string pr = trim(l.port_range); !pr.empty()) {
-    static const std::regex range("^([0-9]{1,5})-([0-9]{1,5})$");
-    std::smatch m;
-    const long lo = std::regex_match(pr, m, range) ? std::stol(m[1]) : -1;
-    const long hi = lo >= 0 ? std::stol(m[2]) : -1;
-    if (lo < 1024 || hi > 65535 || hi < lo)
-      throw std::invalid_argument("port range '" + pr +
-                                  "': expected MIN-MAX with 1024 <= MIN <= MAX <= 65535");
-    p.push_back({"btl_tcp_port_min_v4", std::to_string(lo)});
-    p.push_back({"btl_tcp_port_range_v4", std::to_string(hi - lo + 1)});
+    const PortPlan pp = planPortRange(pr);
+    // One range for every listener of the group: mpirun's and its daemons' channel (ORTE and
+    // PRRTE both read this name; OpenMPI 5's mpirun passes oob_* parameters on to PRRTE) ...
+    p.push_back({"oob_tcp_dynamic_ipv4_ports",
+                 std::to_string(pp.oob_min) + "-" + std::to_string(pp.oob_max)});
+    // ... and the ranks' TCP transport.
+    p.push_back({"btl_tcp_port_min_v4", std::to_string(pp.btl_min)});
+    p.push_back({"btl_tcp_port_range_v4", std::to_string(pp.btl_max - pp.btl_min + 1)});
   }
   return p;
+}
+
+PortPlan planPortRange(const std::string& range) {
+  const std::string pr = trim(range);
+  static const std::regex re("^([0-9]{1,5})-([0-9]{1,5})$");
+  std::smatch m;
+  const long lo = std::regex_match(pr, m, re) ? std::stol(m[1]) : -1;
+  const long hi = lo >= 0 ? std::stol(m[2]) : -1;
+  if (lo < 1024 || hi > 65535 || hi < lo)
+    throw std::invalid_argument("port range '" + pr +
+                                "': expected MIN-MAX with 1024 <= MIN <= MAX <= 65535");
+  const int n = static_cast<int>(hi - lo + 1);
+  if (n < kMinPortRange)
+    throw std::invalid_argument(
+        "port range '" + pr + "' holds " + std::to_string(n) + " port" + (n == 1 ? "" : "s") +
+        "; a group needs at least " + std::to_string(kMinPortRange) +
+        " (2 for mpirun's channel, 2 for the ranks): give a wider range, e.g. " +
+        std::to_string(lo) + "-" + std::to_string(std::min<long>(lo + 99, 65535)));
+  PortPlan pp;
+  pp.min = static_cast<int>(lo);
+  pp.max = static_cast<int>(hi);
+  const int oob = std::clamp(n / 4, 2, 64);
+  pp.oob_min = pp.min;
+  pp.oob_max = pp.min + oob - 1;
+  pp.btl_min = pp.oob_max + 1;
+  pp.btl_max = pp.max;
+  return pp;
 }
 
 std::string readHostfile(const std::string& path) {
@@ -188,15 +216,30 @@ std::vector<std::pair<std::string, std::vector<int>>> planHostfile(
 }
 
 std::vector<std::string> forwardedEnvironment() {
+  // The BLAS kernel and thread policy (app/common/blas_kernel.h): without them a remote rank
+  // sees DITSTUDIO_BLAS_AUTO (the launcher's choice) but not the kernel it names, and falls back
+  // to its library's own pick (issue 36: Prescott instead of SkylakeX).
+  static const char* const kThreads[] = {"GOMP_SPINCOUNT", "OMP_WAIT_POLICY"};
   std::vector<std::string> names;
   for (char** e = environ; e && *e; ++e) {
     const std::string kv(*e);
     const auto eq = kv.find('=');
-    if (kv.rfind("DITSTUDIO_", 0) == 0 && eq != std::string::npos)
-      names.push_back(kv.substr(0, eq));
+    if (eq == std::string::npos) continue;
+    const std::string name = kv.substr(0, eq);
+    const bool threads =
+        std::find(std::begin(kThreads), std::end(kThreads), name) != std::end(kThreads);
+    if (name.rfind("DITSTUDIO_", 0) == 0 || name.rfind("OPENBLAS_", 0) == 0 || threads)
+      names.push_back(name);
   }
   std::sort(names.begin(), names.end());
   return names;
+}
+
+std::string absoluteOnThisHost(const std::string& path) {
+  if (path.empty()) return path;
+  std::error_code ec;
+  const std::filesystem::path abs = std::filesystem::absolute(path, ec);
+  return ec ? path : abs.lexically_normal().string();
 }
 
 std::string isolationProgram(const std::string& dir) {
@@ -276,7 +319,7 @@ std::vector<std::string> mpirunArgv(const MpirunLaunch& l) {
     std::istringstream extra(l.extra_mpirun_args);
     for (std::string w; extra >> w;) a.push_back(w);
   }
-  a.insert(a.end(), {l.worker, "--model", l.model});
+  a.insert(a.end(), {l.worker, "--model", hf.empty() ? l.model : absoluteOnThisHost(l.model)});
   const auto s = strategyArgs(l.strategy);
   a.insert(a.end(), s.begin(), s.end());
   a.insert(a.end(), l.extra_worker_args.begin(), l.extra_worker_args.end());
@@ -373,17 +416,49 @@ std::optional<HostFailure> parseHostFailure(std::string_view textIn) {
     return s;
   };
   std::smatch m;
+  std::optional<HostFailure> f;
   if (std::regex_search(text, m, resolveRe))
-    return HostFailure{m[1], "ssh could not resolve the host name (" + trimDot(m[2]) + ")"};
-  if (std::regex_search(text, m, connectRe))
-    return HostFailure{m[1],
-                       "ssh could not connect to port " + m[2].str() + " (" + trimDot(m[3]) + ")"};
-  if (std::regex_search(text, m, deniedRe))
-    return HostFailure{m[1], "ssh could not log in without a prompt (Permission denied" +
-                                 (m[2].length() > 0 ? " " + trimDot(m[2]) : std::string()) + ")"};
-  if (std::regex_search(text, m, hostKeyRe))
-    return HostFailure{{}, "ssh refused the host's key (Host key verification failed)"};
-  return std::nullopt;
+    f = HostFailure{m[1], "ssh could not resolve the host name (" + trimDot(m[2]) + ")", {}};
+  else if (std::regex_search(text, m, connectRe))
+    f = HostFailure{
+        m[1], "ssh could not connect to port " + m[2].str() + " (" + trimDot(m[3]) + ")", {}};
+  else if (std::regex_search(text, m, deniedRe))
+    f = HostFailure{m[1],
+                    "ssh could not log in without a prompt (Permission denied" +
+                        (m[2].length() > 0 ? " " + trimDot(m[2]) : std::string()) + ")",
+                    {}};
+  else if (std::regex_search(text, m, hostKeyRe))
+    f = HostFailure{{}, "ssh refused the host's key (Host key verification failed)", {}};
+  if (f) f->fix = sshAdvice(text, f->host);
+  return f;
+}
+
+std::string sshAdvice(std::string_view textIn, const std::string& hostIn) {
+  const std::string text(textIn);
+  // In prose "the host" when ssh named none; in a command line the placeholder HOST.
+  const std::string host = hostIn.empty() ? std::string("the host") : hostIn;
+  const std::string cmdHost = hostIn.empty() ? std::string("HOST") : hostIn;
+  auto says = [&](const char* words) { return text.find(words) != std::string::npos; };
+  if (says("Could not resolve hostname"))
+    return "Fix: check the host name " + host +
+           " in the hostfile (or give its address); this machine cannot resolve it";
+  if (says("Connection refused"))
+    return "Fix: nothing accepts ssh connections there: start sshd on " + host +
+           ", or, if it listens on another port, pass it with --ssh-options '-p PORT'";
+  if (says("Connection timed out") || says("No route to host") || says("Network is unreachable") ||
+      says("Operation timed out"))
+    return "Fix: " + host +
+           " does not answer on the ssh port: check that the address is right and the host is "
+           "up, and that no firewall drops ssh (TCP port 22, or the port in --ssh-options) "
+           "between this machine and it";
+  if (says("Permission denied"))
+    return "Fix: the host refused this user's key: install it there (ssh-copy-id " + cmdHost +
+           "), or pass the right key with --ssh-options '-i KEY'";
+  if (says("Host key verification failed"))
+    return "Fix: this machine does not know (or no longer trusts) the host's key: accept it once "
+           "with `ssh " +
+           cmdHost + " true`, or pass a UserKnownHostsFile in --ssh-options";
+  return {};
 }
 
 }  // namespace dit::launcher

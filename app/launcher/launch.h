@@ -54,8 +54,9 @@ struct MpirunLaunch {
   /// ssh options for mpirun's launch agent, appended after `-o BatchMode=yes -o
   /// ConnectTimeout=10` (never a password or host-key prompt); passed as `plm_rsh_args`.
   std::string ssh_options;
-  /// TCP ports for the ranks' MPI channel: "MIN-MAX" (btl_tcp_port_min_v4 / _range_v4); "" =
-  /// any ephemeral port.
+  /// TCP ports for everything the group listens on: "MIN-MAX", split by planPortRange()
+  /// between the runtime's out-of-band channel (mpirun and its daemons) and the ranks' MPI
+  /// channel; "" = any ephemeral port.
   std::string port_range;
   /// Extra mpirun arguments (whitespace-separated), inserted before the worker.
   std::string extra_mpirun_args;
@@ -97,9 +98,37 @@ std::vector<std::pair<std::string, std::vector<int>>> planHostfile(
     const std::vector<HostfileEntry>& hosts, int world, bool oversubscribe,
     const std::string& file);
 
-/// The names of the product's environment variables set in this process (DITSTUDIO_*), each
-/// forwarded to every rank of a hostfile group with `-x NAME`.
+/// How a `--port-range MIN-MAX` is shared by the listeners of a hostfile group (inclusive port
+/// numbers). The runtime's out-of-band channel (mpirun on the launching host and one daemon,
+/// orted or prted, on every other host: `oob_tcp_dynamic_ipv4_ports`, the same name for OpenMPI
+/// 4.1's ORTE and OpenMPI 5's PRRTE) gets the first quarter of the range, at least 2 and at most
+/// 64 ports; the ranks' MPI channel (`btl_tcp_port_min_v4` / `btl_tcp_port_range_v4`, one
+/// listening port per rank) gets the rest.
+struct PortPlan {
+  int min = 0, max = 0;          ///< the whole range
+  int oob_min = 0, oob_max = 0;  ///< the runtime's channel
+  int btl_min = 0, btl_max = 0;  ///< the ranks' channel
+};
+
+/// The fewest ports a `--port-range` may hold: 2 for the runtime's channel, 2 for the ranks.
+inline constexpr int kMinPortRange = 4;
+
+/// Splits `range` ("MIN-MAX", surrounding blanks ignored) as PortPlan describes. Throws
+/// std::invalid_argument "port range 'R': expected MIN-MAX with 1024 <= MIN <= MAX <= 65535" for
+/// a malformed range and "port range 'R' holds N ports; a group needs at least 4 (2 for mpirun's
+/// channel, 2 for the ranks) ..." for one too small.
+PortPlan planPortRange(const std::string& range);
+
+/// The names of the environment variables forwarded to every rank of a hostfile group with `-x
+/// NAME` (set in this process, sorted): the product's own (DITSTUDIO_*) and the BLAS kernel and
+/// thread policy that ensureBlasKernel() chose or the user set (OPENBLAS_*: OPENBLAS_CORETYPE,
+/// OPENBLAS_NUM_THREADS, ...; GOMP_SPINCOUNT, OMP_WAIT_POLICY), so that a remote rank runs the
+/// kernel the launching host chose instead of its own library's fallback.
 std::vector<std::string> forwardedEnvironment();
+
+/// `path` as an absolute, lexically normal path on this host (std::filesystem::absolute against
+/// the current folder), so that every host of a group reads the same path; "" stays "".
+std::string absoluteOnThisHost(const std::string& path);
 
 /// Physical cores this process may run on: the distinct (package, core) pairs of the CPUs in
 /// its affinity mask (sched_getaffinity; topology from /sys/devices/system/cpu/cpuN/topology),
@@ -142,8 +171,9 @@ std::vector<std::pair<std::string, std::string>> networkMcaParams(const MpirunLa
 /// OMP_NUM_THREADS=T -x NAME for each forwardedEnvironment() [extra mpirun args] <worker> ...`;
 /// argv[0] is the program to start: `isolate` for a single-host group when set (it executes
 /// mpirun in place: same pid), else the launcher. Throws std::invalid_argument when
-/// strategy.world < 1, omp_threads < 1, worker is empty, or (with a hostfile) port_range is not
-/// MIN-MAX within 1024..65535.
+/// strategy.world < 1, omp_threads < 1, worker is empty, or (with a hostfile) port_range is
+/// refused by planPortRange(). With a hostfile, `--model` is made absolute on this host
+/// (absoluteOnThisHost): the ranks on other hosts start in their user's home folder.
 std::vector<std::string> mpirunArgv(const MpirunLaunch& launch);
 
 /// $DITSTUDIO_MPIRUN when set and non-empty, else "mpirun".
@@ -177,7 +207,19 @@ std::optional<RankFailure> parseMpirunFailure(std::string_view text);
 struct HostFailure {
   std::string host;   ///< the host ssh names; empty when it names none
   std::string cause;  ///< e.g. "ssh could not resolve the host name (Name or service not known)"
+  std::string fix;    ///< sshAdvice() for ssh's words, e.g. "Fix: start sshd on H ..."
 };
+
+/// The fix for ssh's report `text` of a failed login to `host` ("" when ssh named none: "the
+/// host" in prose, HOST in the commands it suggests), one sentence
+/// starting with "Fix: ", fitted to the cause: "Connection refused" (sshd not running there, or
+/// listening on another port: --ssh-options '-p PORT'), "Connection timed out" / "No route to
+/// host" / "Network is unreachable" (wrong address, host down, or a firewall dropping port 22),
+/// "Could not resolve hostname" (the name in the hostfile), "Permission denied" (this user's key
+/// not installed there: ssh-copy-id, or --ssh-options '-i KEY'), "Host key verification failed"
+/// (unknown or changed host key: `ssh HOST true` once, or a UserKnownHostsFile). "" when `text`
+/// names none of these.
+std::string sshAdvice(std::string_view text, const std::string& host);
 
 /// Finds ssh's report of a host it could not reach in `text` (mpirun's stderr): "ssh: Could not
 /// resolve hostname H: ...", "ssh: connect to host H port P: ...", "ssh: connect to host H port

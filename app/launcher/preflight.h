@@ -3,6 +3,7 @@
 // Part of dit_launcher (app/launcher/): no Torch, no Qt.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -24,14 +25,28 @@ struct PreflightResult {
 };
 
 /// Checks `host` for the group described by `launch`: runs `ssh -o BatchMode=yes -o
-/// ConnectTimeout=C [launch.ssh_options] -- HOST WORKER --model-fingerprint PATHS...` (C =
-/// min(10, timeout_s)) and kills it after `timeout_s` seconds. Fails, naming the host and the fix,
-/// when ssh cannot log in without a prompt (exit 255: key, host key, sshd down, unreachable), the
-/// worker is missing at launch.worker (126/127), a model path is missing (3), nothing answers
-/// within the time, or the fingerprint differs from `expected_fingerprint`. `paths` are the model
-/// sources fingerprinted (modelFingerprint). Never throws for a host's failure.
+/// ConnectTimeout=C [launch.ssh_options] -- HOST 'WORKER --probe-listen SPEC S & WORKER
+/// --model-fingerprint PATHS...; ...'` (the two side by side, the fingerprint's exit code first;
+/// C = min(10, timeout_s), S = min(10, timeout_s / 2) seconds; SPEC =
+/// probeSpec(probeRanges(launch.port_range))) and kills it after `timeout_s` seconds. When the
+/// worker there says which ports it listens on, this machine connects to each (port_probe.h,
+/// at most 5 s each). Fails, naming the host and the fix, when ssh cannot log in without a
+/// prompt (exit 255; the fix follows ssh's words, sshAdvice: refused, timed out, key, host key,
+/// name), the worker is missing at launch.worker (126/127), a model path is missing (3), nothing
+/// answers within the time, the fingerprint differs from `expected_fingerprint`, or a probed
+/// port cannot be reached from here (naming the port, its part of the range and the cause).
+/// `paths` are the model sources fingerprinted (modelFingerprint). Never throws for a host's
+/// failure; a malformed launch.port_range is returned as the failure's message.
 PreflightResult preflightHost(const std::string& host, const MpirunLaunch& launch,
                               const std::vector<std::string>& paths,
                               const std::string& expected_fingerprint, double timeout_s = 20);
+
+/// The state of process `pid` on `host`, asked over ssh (`ssh -o BatchMode=yes -o
+/// ConnectTimeout=C [ssh_options] -- HOST` reading /proc/PID/stat; killed after `timeout_s`
+/// seconds): "stopped (state T: SIGSTOP or a debugger)", "running (state S)" or "exited"; ""
+/// when the host does not answer within the time (a link that is down) or pid <= 0. For naming
+/// a rank that stopped answering (issue 36): stopped, not cut off. Never throws.
+std::string remoteProcessState(const std::string& host, std::int64_t pid,
+                               const std::string& ssh_options, double timeout_s = 5);
 
 }  // namespace dit::launcher

@@ -122,6 +122,8 @@ bool WorkerSession::start(const SessionLaunch& launch) {
   readyInfo_ = nullptr;
   fatalEvent_.reset();
   lastFailure_ = {};
+  help_.clear();
+  inHelp_ = false;
   dropSent();  // interrupted requests are not re-run by themselves
   setStage({});
   started_ = SteadyClock::now();
@@ -310,6 +312,10 @@ void WorkerSession::advanceTeardown() {
     observer_->logLine(-1, "info",
                        "the group did not exit after shutdown; ending mpirun's process group and "
                        "its descendants (SIGTERM)");
+  else if (sent == SIGKILL && fatalEvent_)
+    observer_->logLine(-1, "info",
+                       "mpirun did not end the group after the error; killing its process group "
+                       "and its descendants");
   else if (sent == SIGKILL)
     observer_->logLine(-1, "info", "killing mpirun's process group and its descendants");
   if (!process_.running() && !exitHandled_) handleExit();
@@ -367,11 +373,48 @@ void WorkerSession::handleStderrLine(const std::string& line) {
   // another rank's stderr: that event is handled (a repeat of the stdout copy is dropped), the
   // text before it is output.
   std::string text = line;
+  const bool afterFatal = fatalEvent_.has_value();
   if (auto found = protocol::findEventInLine(line); found && isFatalError(found->event)) {
     handleEvent(found->event);
     text = line.substr(0, found->offset);
+    // A rank's own output cut by the event: shown as it is.
+    if (!trimmed(text).empty()) observer_->outputLine(GroupProcess::Stream::Stderr, text);
+    return;
   }
-  if (!trimmed(text).empty()) observer_->outputLine(GroupProcess::Stream::Stderr, text);
+  // OpenMPI's reports come as blocks between rules of dashes (show_help): held until the block
+  // is complete, then shown only when no cause is known (issue 36: no raw OpenMPI text where the
+  // launcher names the cause).
+  const bool rule = text.size() >= 20 && text.find_first_not_of('-') == std::string::npos;
+  if (rule || inHelp_) {
+    help_.push_back(text);
+    if (rule && help_.size() > 1)
+      flushHelp();
+    else
+      inHelp_ = true;
+    if (help_.size() > 400) flushHelp();  // not a block after all: no unbounded hold
+    return;
+  }
+  if (trimmed(text).empty()) return;
+  if (afterFatal)  // the named cause came first: what follows is the teardown's noise
+    observer_->logLine(-1, "debug", text);
+  else
+    observer_->outputLine(GroupProcess::Stream::Stderr, text);
+}
+
+void WorkerSession::flushHelp() {
+  inHelp_ = false;
+  std::string block;
+  for (const std::string& l : help_) block += l + "\n";
+  const bool known = fatalEvent_ || parseHostFailure(block) || parseMpirunFailure(block) ||
+                     parseHostFailure(process_.stderrTail());
+  for (const std::string& l : help_) {
+    if (trimmed(l).empty()) continue;
+    if (known)
+      observer_->logLine(-1, "debug", l);
+    else
+      observer_->outputLine(GroupProcess::Stream::Stderr, l);
+  }
+  help_.clear();
 }
 
 // ------------------------------------------------------------------------------ events
@@ -503,7 +546,8 @@ GroupFailure WorkerSession::crashFailure(const ExitStatus& status) const {
     // ssh could not reach a host of the hostfile: no daemon there, no rank started.
     f.host = hf->host;
     f.message = (hf->host.empty() ? std::string("a host of the hostfile") : "host " + hf->host) +
-                ": " + hf->cause + "; mpirun could not start the group there";
+                ": " + hf->cause + "; mpirun could not start the group there" +
+                (hf->fix.empty() ? std::string() : ". " + hf->fix);
   } else if (!status.exited) {
     f.message = "mpirun was ended by " + status.describe();
   } else {
@@ -511,6 +555,10 @@ GroupFailure WorkerSession::crashFailure(const ExitStatus& status) const {
                                       : "the worker group failed to start") +
                 " (mpirun exit code " + std::to_string(status.code) + ")";
   }
+  // ssh's cause and its fix are the message: OpenMPI's text around them adds nothing (issue 36).
+  if (!f.host.empty() ||
+      (f.rank < 0 && f.message.find("mpirun could not start the group there") != std::string::npos))
+    return f;
   // The last meaningful stderr lines, for context (fatal events copied there are the message).
   std::vector<std::string> tail;
   const std::string& err = process_.stderrTail();
@@ -538,6 +586,7 @@ void WorkerSession::handleExit() {
     handleStdoutLine(rest);
   if (std::string rest = process_.flushPartial(GroupProcess::Stream::Stderr); !rest.empty())
     handleStderrLine(rest);
+  if (!help_.empty()) flushHelp();
   process_.closeOutput();
   observer_->fdsChanged();
   const ExitStatus status = process_.exitStatus().value_or(ExitStatus{});

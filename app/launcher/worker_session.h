@@ -77,7 +77,11 @@ class SessionObserver {
   /// A message of the launcher (rank -1) or of a rank's `log`/`error` event, with its level.
   virtual void logLine(int /*rank*/, const std::string& /*level*/, const std::string& /*text*/) {}
   /// A line of the group's output that is not an event (library noise, the ranks' stderr, text
-  /// before an event on a merged line).
+  /// before an event on a merged line). Once a rank has reported a fatal error, the group's
+  /// stderr (mpirun's and OpenMPI's reports of the teardown it causes) goes to logLine(-1,
+  /// "debug", ...) instead: the error event is the cause, named once. So do OpenMPI's reports
+  /// between rules of dashes whose cause the session names itself (parseHostFailure,
+  /// parseMpirunFailure).
   virtual void outputLine(GroupProcess::Stream, const std::string&) {}
   /// pollFds() changed (a group started, a stream ended, the group exited).
   virtual void fdsChanged() {}
@@ -97,9 +101,9 @@ class WorkerSession {
   WorkerSession& operator=(const WorkerSession&) = delete;
 
   void setObserver(SessionObserver* o) { observer_ = o ? o : &none_; }
-  /// Delays of the teardown policy after a fatal error event (default 10 s, then SIGKILL 5 s
-  /// after SIGTERM): mpirun normally exits within seconds, but it can wait forever on a host it
-  /// cannot reach.
+  /// Delays of the teardown policy after a fatal error event (default: 10 s, then SIGKILL, no
+  /// SIGTERM first): mpirun normally exits within seconds, but it can wait forever on a host it
+  /// cannot reach, and a SIGTERM then crashes it (a backtrace instead of the named cause).
   void setFatalTeardown(GroupProcess::Teardown t) { fatalTeardown_ = t; }
   /// Called on each generate request just before it is written (output folder, preview
   /// cadence, ...); may be empty.
@@ -182,6 +186,7 @@ class WorkerSession {
   void failAll(const std::string& message);
   void handleStdoutLine(const std::string& line);
   void handleStderrLine(const std::string& line);
+  void flushHelp();
   void handleEvent(const protocol::Event& ev);
   void handleError(const protocol::ErrorEvent& e);
   bool isRepeatedFatal(const protocol::Event& ev) const;
@@ -207,8 +212,11 @@ class WorkerSession {
   std::vector<QueuedRequest> queue_;
   int nextId_ = 1;
   std::optional<SteadyClock::time_point> started_;
-  GroupProcess::Teardown fatalTeardown_{std::chrono::seconds(10), std::chrono::seconds(5)};
-  LineBuffer fed_;  ///< feedStdout()'s partial line
+  GroupProcess::Teardown fatalTeardown_{std::chrono::seconds(10), std::chrono::seconds(5),
+                                        /*sigterm=*/false};
+  LineBuffer fed_;                 ///< feedStdout()'s partial line
+  bool inHelp_ = false;            ///< inside one of OpenMPI's blocks between rules of dashes
+  std::vector<std::string> help_;  ///< that block's lines so far
 };
 
 /// One poll() over several sessions' fds (a server's groups), then each session's handlers;

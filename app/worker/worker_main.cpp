@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -16,6 +17,7 @@
 #include "app/common/model_source_options.h"
 #include "app/launcher/fingerprint.h"
 #include "app/launcher/launch.h"
+#include "app/launcher/port_probe.h"
 #include "app/protocol/events.h"
 #include "app/protocol/protocol.h"
 #include "app/worker/worker.h"
@@ -29,6 +31,10 @@ using namespace dit;
 using nlohmann::json;
 
 int main(int argc, char** argv) {
+  // `ditstudio-worker --probe-listen MIN-MAX[,MIN-MAX] SECONDS`: the pre-flight's port probe
+  // (app/launcher/port_probe.h), no MPI.
+  if (argc == 4 && std::string(argv[1]) == "--probe-listen")
+    return launcher::runProbeListener(argv[2], std::atof(argv[3]));
   // `ditstudio-worker --model-fingerprint PATH...`: prints one `file SIZE DIGEST PATH` line per
   // file, then `fingerprint HEX`, and exits without MPI (the launcher's pre-flight runs it on
   // every host over ssh and names the files that differ, issue 18). Exit 3 when a path is
