@@ -52,6 +52,10 @@ ip netns add "$NB" 2>"$WORK/netns.err" ||
   skip "cannot create a second network namespace ($(head -c 200 "$WORK/netns.err"))"
 ip link add "v$ID-a" netns "$NA" type veth peer name "v$ID-b" netns "$NB" 2>"$WORK/netns.err" ||
   skip "cannot create a veth pair ($(head -c 200 "$WORK/netns.err"))"
+# `ip netns exec` remounts / and /sys for the namespace; inside a chroot (/ not a mount point) the
+# kernel refuses, and no host can be simulated there.
+ip netns exec "$NA" true 2>"$WORK/netns.err" ||
+  skip "ip netns exec is refused here ($(head -c 200 "$WORK/netns.err" | tr '\n' ' ')); inside a chroot / is not a mount point"
 ip -n "$NA" addr add 10.77.0.1/24 dev "v$ID-a"
 ip -n "$NB" addr add 10.77.0.2/24 dev "v$ID-b"
 for n in "$NA" "$NB"; do ip -n "$n" link set lo up; done
