@@ -136,7 +136,16 @@ class ModalAnswer : public QObject {
     timer_.start();
   }
   void poll() {
+    // The dialog may be shown without being the active modal widget yet (the offscreen platform
+    // activates windows late: the case then waited in the dialog's loop until ctest's timeout),
+    // so a visible modal message box or file dialog among the top-level widgets counts too.
     QWidget* w = QApplication::activeModalWidget();
+    for (QWidget* t : QApplication::topLevelWidgets()) {
+      if (w) break;
+      if (t->isVisible() && t->isModal() &&
+          (qobject_cast<QMessageBox*>(t) || qobject_cast<QFileDialog*>(t)))
+        w = t;
+    }
     if (!w) return;
     if (auto* box = qobject_cast<QMessageBox*>(w); box && file_.isEmpty()) {
       if (text_) *text_ = box->text();
