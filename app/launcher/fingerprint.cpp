@@ -43,6 +43,16 @@ std::string hex16(std::uint64_t h) {
   return hex;
 }
 
+// At most `max` of `found` joined by "; ", then "and N more".
+std::string joinAtMost(const std::vector<std::string>& found, int max) {
+  std::string out;
+  for (size_t i = 0; i < found.size() && static_cast<int>(i) < max; ++i)
+    out += (out.empty() ? "" : "; ") + found[i];
+  if (static_cast<int>(found.size()) > max)
+    out += "; and " + std::to_string(found.size() - static_cast<size_t>(max)) + " more";
+  return out;
+}
+
 FileFingerprint hashFile(const fs::path& file, const std::string& shown, const std::string& rel) {
   std::error_code ec;
   const std::uint64_t size = fs::file_size(file, ec);
@@ -293,12 +303,7 @@ std::string describeDifferences(const std::vector<FileFingerprint>& mine,
   }
   for (const FileFingerprint& t : theirs)
     if (find(mine, t.path) == mine.end()) found.push_back(t.path + " only there");
-  std::string out;
-  for (size_t i = 0; i < found.size() && static_cast<int>(i) < max; ++i)
-    out += (out.empty() ? "" : "; ") + found[i];
-  if (static_cast<int>(found.size()) > max)
-    out += "; and " + std::to_string(found.size() - static_cast<size_t>(max)) + " more";
-  return out;
+  return joinAtMost(found, max);
 }
 
 std::string encodeFileList(const std::vector<FileFingerprint>& files) {
@@ -354,12 +359,7 @@ std::string describeRankDifferences(const std::vector<RankFiles>& ranks, int max
       if (find(ref.files, t.path) == ref.files.end())
         found.push_back(t.path + ": only on " + who(o));
   }
-  std::string out;
-  for (size_t i = 0; i < found.size() && static_cast<int>(i) < max; ++i)
-    out += (out.empty() ? "" : "; ") + found[i];
-  if (static_cast<int>(found.size()) > max)
-    out += "; and " + std::to_string(found.size() - static_cast<size_t>(max)) + " more";
-  return out;
+  return joinAtMost(found, max);
 }
 
 }  // namespace dit::launcher
