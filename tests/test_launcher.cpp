@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "app/launcher/group_process.h"
+#include "app/launcher/host_group.h"
 #include "app/launcher/launch.h"
 #include "app/launcher/port_probe.h"
 #include "app/launcher/preflight.h"
@@ -515,6 +517,163 @@ TEST(Hostfile, SshGetsTheHostAfterDoubleDash) {
   ASSERT_NE(dd + 1, argv.end());
   EXPECT_EQ(*(dd + 1), "hostb");
   EXPECT_EQ(std::find(argv.begin(), dd, "hostb"), dd) << "the host came before --";
+}
+
+// Issue 36: a rank that a collective timeout finds silent on another host is named by what its
+// host says (asked through an injected query here: no network): stopped, exited, or the host not
+// answering over ssh either; a rank of this host, a running one and the rest of the text stay.
+TEST(RemoteRankWatch, NamesASilentRankByItsHostsAnswer) {
+  const HostPlan plan{{"localhost", {0}}, {"hb", {1}}, {"hc", {2}}, {"hd", {3}}, {"he", {4}}};
+  std::vector<std::string> asked;
+  RemoteRankWatch watch(plan, "", [&](const std::string& host, std::int64_t pid) -> std::string {
+    asked.push_back(host + ":" + std::to_string(pid));
+    if (host == "hb") return "stopped (state T: SIGSTOP or a debugger)";
+    if (host == "hc") return "exited";
+    if (host == "he") return "running (state S)";
+    return "";
+  });
+  auto silent = [](int rank, int pid, const std::string& host) {
+    return "rank " + std::to_string(rank) + " (pid " + std::to_string(pid) + " on " + host +
+           ") is on another host that did not answer (is the link to it up?)";
+  };
+  const std::string msg = "collective timeout after 8 s in allreduce: " + silent(1, 101, "mh-b") +
+                          "; " + silent(2, 102, "mh-c") + "; " + silent(3, 103, "mh-d") + "; " +
+                          silent(4, 104, "mh-e") + "; " + silent(0, 100, "mh-a") + ".";
+  EXPECT_TRUE(RemoteRankWatch::hasSilentRank(msg));
+  EXPECT_FALSE(RemoteRankWatch::hasSilentRank("rank 1 failed"));
+  EXPECT_EQ(watch.rewrite(msg),
+            "collective timeout after 8 s in allreduce: rank 1 (pid 101 on mh-b) is stopped "
+            "(state T: SIGSTOP or a debugger) (asked over ssh): it is not cut off, it does not "
+            "run; rank 2 (pid 102 on mh-c) has exited (asked over ssh); rank 3 (pid 103 on mh-d) "
+            "is on another host that did not answer, nor does hd over ssh: the link to it is down "
+            "(or the host is); " +
+                silent(4, 104, "mh-e") + "; " + silent(0, 100, "mh-a") + ".");
+  // Each remote rank's host asked once, with the pid of the clause; this host never.
+  EXPECT_EQ(asked, (std::vector<std::string>{"hb:101", "hc:102", "hd:103", "he:104"}));
+  // Without a plan (a single-host group) nothing is asked and nothing changes.
+  RemoteRankWatch none({}, "", [&](const std::string&, std::int64_t) -> std::string {
+    ADD_FAILURE() << "asked without a plan";
+    return "";
+  });
+  EXPECT_FALSE(none.active());
+  EXPECT_EQ(none.rewrite(msg), msg);
+}
+
+// The stall check asks once per stall, keeps what it learnt for the error that follows (the
+// group's abort ends a stopped process before it could be asked then), and asks again only
+// after an event.
+TEST(RemoteRankWatch, StallCheckKeepsTheStateForTheError) {
+  using namespace std::chrono_literals;
+  const HostPlan plan{{"127.0.0.1", {0}}, {"hb", {1}}};
+  int queries = 0;
+  std::string answer = "stopped (state T: SIGSTOP or a debugger)";
+  RemoteRankWatch watch(plan, "", [&](const std::string& host, std::int64_t pid) {
+    ++queries;
+    EXPECT_EQ(host, "hb");
+    EXPECT_EQ(pid, 4242);
+    return answer;
+  });
+  const auto t0 = SteadyClock::now();
+  watch.noteEvent(t0);
+  EXPECT_FALSE(watch.stallDue(4s, t0 + 3s));
+  EXPECT_TRUE(watch.stallDue(4s, t0 + 4s));
+  const std::map<int, std::int64_t> pids{{0, 4241}, {1, 4242}};
+  const auto named = watch.checkStall(pids);
+  ASSERT_EQ(named.size(), 1u);
+  EXPECT_EQ(named[0].rank, 1);
+  EXPECT_EQ(named[0].host, "hb");
+  EXPECT_EQ(named[0].state, "stopped (state T: SIGSTOP or a debugger)");
+  EXPECT_EQ(queries, 1);
+  // Once per stall.
+  EXPECT_FALSE(watch.stallDue(4s, t0 + 10s));
+  EXPECT_TRUE(watch.checkStall(pids).empty());
+  EXPECT_FALSE(watch.claimStall());
+  EXPECT_EQ(queries, 1);
+  // The error after the abort: the kept state, not a new question (it would say "exited").
+  answer = "exited";
+  EXPECT_EQ(watch.rewrite("x: rank 1 (pid 4242 on mh-host-b) is on another host that did not "
+                          "answer (is the link to it up?)"),
+            "x: rank 1 (pid 4242 on mh-host-b) is stopped (state T: SIGSTOP or a debugger) "
+            "(asked over ssh): it is not cut off, it does not run");
+  EXPECT_EQ(queries, 1);
+  // An event: a later stall is asked about again; a running rank is not kept.
+  watch.noteEvent(t0 + 20s);
+  EXPECT_TRUE(watch.stallDue(4s, t0 + 24s));
+  answer = "running (state R)";
+  EXPECT_TRUE(watch.checkStall(pids).empty());
+  EXPECT_EQ(queries, 2);
+  EXPECT_EQ(watch.known().at(1), "stopped (state T: SIGSTOP or a debugger)");
+  // Half the collective timeout, 2..60 s.
+  EXPECT_EQ(RemoteRankWatch::stallAfter(8), 4s);
+  EXPECT_EQ(RemoteRankWatch::stallAfter(1), 2s);
+  EXPECT_EQ(RemoteRankWatch::stallAfter(300), 60s);
+}
+
+// The hostfile plan and pre-flight the CLI and the GUI share: the plan is reported before any
+// host is asked, a port range too narrow for the busiest host is refused, a host whose ssh login
+// fails is named with the cause and the fix (a stand-in ssh: no network), and cancelling stops
+// before the next host.
+TEST(HostGroup, PlanAndPreflightNameTheHost) {
+  TempDir d;
+  const std::string hostfile = (d.path / "hosts").string();
+  std::ofstream(hostfile) << "localhost slots=2\nhostb slots=1\n";
+  const std::string model = (d.path / "model.bin").string();
+  std::ofstream(model) << "weights";
+  MpirunLaunch launch;
+  launch.hostfile = hostfile;
+  launch.strategy.world = 3;
+  launch.worker = "/opt/ditstudio-worker";
+  HostGroupProgress progress;
+  std::string planned;
+  std::vector<std::string> checked;
+  progress.planned = [&](const HostPlan& p) { planned = describeHostPlan(p); };
+  progress.checked = [&](const PreflightResult& r) { checked.push_back(r.host); };
+  // Without the pre-flight: the plan only.
+  HostGroupCheck c = checkHostGroup(launch, {model}, false, progress);
+  EXPECT_EQ(planned, "localhost: rank 0 1; hostb: rank 2");
+  EXPECT_EQ(hostOfRank(c.plan, 2), "hostb");
+  EXPECT_EQ(hostOfRank(c.plan, 7), "");
+  EXPECT_TRUE(c.ok());
+  EXPECT_TRUE(c.hosts.empty());
+  EXPECT_EQ(c.failure(), "");
+  // 4 ports: 2 for mpirun's channel, 2 for the ranks: enough for 2 ranks a host, not for 3.
+  launch.port_range = "50000-50003";
+  EXPECT_NO_THROW(checkHostGroup(launch, {model}, false));
+  launch.strategy.world = 4;
+  std::ofstream(hostfile) << "localhost slots=3\nhostb slots=1\n";
+  try {
+    checkHostGroup(launch, {model}, false);
+    ADD_FAILURE() << "a port range too narrow was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--port-range 50000-50003 leaves 2 ports (50002-50003) for the ranks, but 3 ranks "
+              "run on one host: give a wider range");
+  }
+  launch.port_range.clear();
+  launch.strategy.world = 3;
+  std::ofstream(hostfile) << "localhost slots=2\nhostb slots=1\n";
+  // hostb's ssh login is refused: named with ssh's cause and the fix.
+  const fs::path ssh = d.path / "ssh";
+  std::ofstream(ssh) << "#!/bin/sh\necho 'ssh: connect to host hostb port 22: Connection "
+                        "refused' >&2\nexit 255\n";
+  fs::permissions(ssh, fs::perms::owner_all);
+  const char* oldPath = std::getenv("PATH");
+  const std::string saved = oldPath ? oldPath : "";
+  ::setenv("PATH", (d.path.string() + ":" + saved).c_str(), 1);
+  c = checkHostGroup(launch, {model}, true, progress);
+  EXPECT_EQ(checked, std::vector<std::string>{"hostb"});
+  EXPECT_FALSE(c.ok());
+  EXPECT_EQ(c.failedHost(), "hostb");
+  EXPECT_EQ(c.failure().rfind("pre-flight failed:\n", 0), 0u) << c.failure();
+  EXPECT_NE(c.failure().find("hostb"), std::string::npos) << c.failure();
+  EXPECT_NE(c.failure().find("Fix: "), std::string::npos) << c.failure();
+  // Cancelled before the first remote host: nothing asked.
+  checked.clear();
+  progress.cancelled = [] { return true; };
+  c = checkHostGroup(launch, {model}, true, progress);
+  ::setenv("PATH", saved.c_str(), 1);
+  EXPECT_TRUE(checked.empty());
+  EXPECT_TRUE(c.hosts.empty());
 }
 
 // ssh's report of a hostfile host it could not reach, as mpirun forwards it on stderr: the host

@@ -11,9 +11,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
-#include <map>
 #include <optional>
-#include <regex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -22,7 +20,7 @@
 
 #include "app/cli/cli_options.h"
 #include "app/common/model_source_options.h"
-#include "app/launcher/fingerprint.h"
+#include "app/launcher/host_group.h"
 #include "app/launcher/launch.h"
 #include "app/launcher/preflight.h"
 #include "app/launcher/worker_session.h"
@@ -33,140 +31,53 @@ namespace dit::cli {
 
 namespace {
 
-using HostPlan = std::vector<std::pair<std::string, std::vector<int>>>;
-
 // Hostfile groups (issue 18): the hostfile is checked (slots= on every host) and the ranks per
 // host are shown; every other host is checked over ssh (non-interactive, bounded) for the worker
-// and the same model fingerprint before mpirun starts. Throws naming the host and the fix.
-// Returns the ranks of each host.
-HostPlan preflight(const CliOptions& o, const launcher::MpirunLaunch& launch) {
-  const std::string text = launcher::readHostfile(o.hostfile);  // regular file, bounded
-  const auto plan =
-      launcher::planHostfile(launcher::parseHostfile(text), o.np, o.oversubscribe, o.hostfile);
-  std::string shown;
-  for (const auto& [host, ranks] : plan) {
-    if (ranks.empty()) continue;
-    if (!shown.empty()) shown += "; ";
-    shown += host + ": rank";
-    for (int r : ranks) {
-      shown += ' ';
-      shown += std::to_string(r);
-    }
-  }
-  std::cerr << "hostfile " << o.hostfile << ": " << shown << std::endl;
-  if (!launch.port_range.empty()) {
-    // Each rank listens on a port of the ranks' part of the range.
-    const launcher::PortPlan pp = launcher::planPortRange(launch.port_range);
-    std::size_t most = 0;
-    for (const auto& hr : plan) most = std::max(most, hr.second.size());
-    if (static_cast<int>(most) > pp.btl_max - pp.btl_min + 1)
-      throw std::invalid_argument("--port-range " + launch.port_range + " leaves " +
-                                  std::to_string(pp.btl_max - pp.btl_min + 1) + " ports (" +
-                                  std::to_string(pp.btl_min) + "-" + std::to_string(pp.btl_max) +
-                                  ") for the ranks, but " + std::to_string(most) +
-                                  " ranks run on one host: give a wider range");
-  }
-  if (o.noPreflight) return plan;
+// and the same model fingerprint before mpirun starts (launcher::checkHostGroup, the GUI's
+// pre-flight too). Throws naming the host and the fix. Returns the ranks of each host.
+launcher::HostPlan preflight(const CliOptions& o, const launcher::MpirunLaunch& launch) {
   const ModelSources s = o.sources();
   const std::vector<std::string> paths{s.model,          s.config,    s.vae,        s.text_encoder,
                                        s.text_encoder_2, s.tokenizer, s.tokenizer_2};
-  const std::string mine = launcher::modelFingerprint(paths);
-  std::string failures;
-  for (const auto& [host, ranks] : plan) {
-    if (ranks.empty() || launcher::isLocalHost(host)) continue;
-    const auto r = launcher::preflightHost(host, launch, paths, mine);
+  launcher::HostGroupProgress progress;
+  progress.planned = [&](const launcher::HostPlan& plan) {
+    std::cerr << "hostfile " << o.hostfile << ": " << launcher::describeHostPlan(plan) << std::endl;
+  };
+  progress.checked = [](const launcher::PreflightResult& r) {
     if (r.ok)
-      std::cerr << "pre-flight " << host << ": ok (worker, model fingerprint " << r.fingerprint
+      std::cerr << "pre-flight " << r.host << ": ok (worker, model fingerprint " << r.fingerprint
                 << ", " << std::lround(r.seconds * 1000) << " ms)" << std::endl;
-    else
-      failures += (failures.empty() ? "" : "\n") + r.message;
-  }
-  if (!failures.empty()) throw std::invalid_argument("pre-flight failed:\n" + failures);
-  return plan;
-}
-
-// The hostfile host a rank runs on ("" when the plan does not name it).
-std::string hostOfRank(const HostPlan& plan, int rank) {
-  for (const auto& [h, ranks] : plan)
-    if (std::find(ranks.begin(), ranks.end(), rank) != ranks.end()) return h;
-  return {};
-}
-
-// A rank another rank's collective timeout names as silent on another host ("rank R (pid P on
-// H) is on another host that did not answer (is the link to it up?)") is named by what its host
-// said over ssh: `known` (rank -> state, asked while the group stalled, before the abort ended
-// the process), else asked now (bounded): a stopped process is named as stopped instead of the
-// link being blamed; a host that does not answer over ssh either is said to be cut off.
-// `message` with those clauses replaced.
-std::string checkSilentRanks(std::string message, const HostPlan& plan,
-                             const std::map<int, std::string>& known,
-                             const std::string& sshOptions) {
-  static const std::regex silent(
-      R"(rank (\d+) \(pid (\d+) on ([^)]*)\) is on another host that did not answer \(is the link to it up\?\))");
-  std::string out;
-  std::smatch m;
-  while (std::regex_search(message, m, silent)) {
-    const int rank = std::stoi(m[1]);
-    const std::string host = hostOfRank(plan, rank);
-    std::string clause = m[0];
-    if (!host.empty() && !launcher::isLocalHost(host)) {
-      const auto k = known.find(rank);
-      const std::string state =
-          k != known.end() ? k->second
-                           : launcher::remoteProcessState(host, std::stoll(m[2]), sshOptions);
-      const std::string who = "rank " + m[1].str() + " (pid " + m[2].str() + " on " + m[3].str();
-      if (state.rfind("stopped", 0) == 0)
-        clause = who + ") is " + state + " (asked over ssh): it is not cut off, it does not run";
-      else if (state == "exited")
-        clause = who + ") has exited (asked over ssh)";
-      else if (state.empty())
-        clause = who + ") is on another host that did not answer, nor does " + host +
-                 " over ssh: the link to it is down (or the host is)";
-    }
-    out += m.prefix().str() + clause;
-    message = m.suffix().str();
-  }
-  return out + message;
+  };
+  const launcher::HostGroupCheck check =
+      launcher::checkHostGroup(launch, paths, !o.noPreflight, progress);
+  if (!check.ok()) throw std::invalid_argument(check.failure());
+  return check.plan;
 }
 
 // What the CLI shows of a group's session: progress and results on stdout / the log, the worker's
 // events as JSON lines with --json, the group's own output on stderr.
 class CliSessionView : public launcher::SessionObserver {
  public:
-  explicit CliSessionView(const CliOptions& o) : o_(o) {}
+  CliSessionView(const CliOptions& o, launcher::HostPlan plan)
+      : watch(std::move(plan), o.sshOptions), o_(o) {}
   int images = 0;
   std::string firstError;
-  HostPlan plan;  ///< hostfile groups: the ranks of each host (to ask a host about its rank)
-  /// When the last event came (a stall is asked about: checkStall()).
-  std::chrono::steady_clock::time_point lastEvent = std::chrono::steady_clock::now();
-  bool stallChecked = false;
-  /// rank -> state its host gave during a stall ("" = its host did not answer over ssh)
-  std::map<int, std::string> remoteStates;
+  /// Hostfile groups: the ranks of each host, the stall check and the naming of a silent rank
+  /// (launcher::RemoteRankWatch, the GUI's too); inactive without a hostfile.
+  launcher::RemoteRankWatch watch;
 
   // The group computes but no event came for `stall`: ask every other host over ssh (bounded)
   // for the state of its ranks' processes, once per stall, and keep the stopped or exited ones
   // for the error that follows (the group's abort ends them before it could be asked then).
   void checkStall(const launcher::WorkerSession& session, std::chrono::seconds stall) {
-    if (plan.empty() || stallChecked || std::chrono::steady_clock::now() - lastEvent < stall)
-      return;
-    stallChecked = true;
-    for (const auto& [rank, pid] : session.rankPids()) {
-      const std::string host = hostOfRank(plan, rank);
-      if (host.empty() || launcher::isLocalHost(host)) continue;
-      const std::string state = launcher::remoteProcessState(host, pid, o_.sshOptions);
-      if (state.empty())  // no answer over ssh either: not asked again for the error
-        remoteStates[rank] = state;
-      if (state.rfind("stopped", 0) == 0 || state == "exited") {
-        remoteStates[rank] = state;
-        spdlog::warn("rank {} (pid {} on {}) is {} (asked over ssh while the group stalled)", rank,
-                     pid, host, state);
-      }
-    }
+    if (!watch.stallDue(stall)) return;
+    for (const launcher::RemoteRankState& r : watch.checkStall(session.rankPids()))
+      spdlog::warn("rank {} (pid {} on {}) is {} (asked over ssh while the group stalled)", r.rank,
+                   r.pid, r.host, r.state);
   }
 
   void event(const protocol::Event& raw, const protocol::WorkerEvent& ev) override {
-    lastEvent = std::chrono::steady_clock::now();
-    stallChecked = false;
+    watch.noteEvent();
     if (o_.jsonEvents) std::cout << raw.data.dump() << std::endl;
     if (const auto* h = std::get_if<protocol::HelloEvent>(&ev)) {
       // Each rank's BLAS kernel (issue 36: a remote rank on a slower kernel than rank 0).
@@ -196,9 +107,7 @@ class CliSessionView : public launcher::SessionObserver {
         std::cerr << "warning: " << l->message << std::endl;
     } else if (const auto* e = std::get_if<protocol::ErrorEvent>(&ev)) {
       const std::string msg = "rank " + std::to_string(e->rank) + ": " +
-                              (e->fatal && !plan.empty()
-                                   ? checkSilentRanks(e->message, plan, remoteStates, o_.sshOptions)
-                                   : e->message);
+                              (e->fatal && watch.active() ? watch.rewrite(e->message) : e->message);
       if (firstError.empty()) firstError = msg;
       std::cerr << "error: " << msg << std::endl;
     }
@@ -300,8 +209,7 @@ int runMpi(const CliOptions& given) {
     *p = launcher::absoluteOnThisHost(*p);
   const launcher::MpirunLaunch launch = mpirunLaunch(o);
   const std::vector<std::string> args = launcher::mpirunArgv(launch);
-  CliSessionView view(o);
-  if (!o.hostfile.empty()) view.plan = preflight(o, launch);
+  CliSessionView view(o, o.hostfile.empty() ? launcher::HostPlan{} : preflight(o, launch));
 
   launcher::WorkerSession session(&view, "cli");
   session.start(launcher::SessionLaunch{args, {}, o.np});
@@ -310,9 +218,7 @@ int runMpi(const CliOptions& given) {
   session.stopWhenIdle();
   using State = launcher::WorkerSession::State;
   // A stall worth asking the other hosts about: half the collective timeout (2..60 s).
-  const char* ct = std::getenv("DITSTUDIO_COLLECTIVE_TIMEOUT_S");
-  const double timeoutS = ct && std::atof(ct) > 0 ? std::atof(ct) : 300.0;
-  const std::chrono::seconds stall(static_cast<long>(std::clamp(timeoutS / 2, 2.0, 60.0)));
+  const std::chrono::seconds stall = launcher::RemoteRankWatch::stallAfter();
   while (session.state() != State::Stopped && session.state() != State::Failed) {
     session.pollOnce(std::chrono::seconds(1));
     if (session.state() == State::Busy) view.checkStall(session, stall);

@@ -1,0 +1,186 @@
+#include "app/launcher/host_group.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <optional>
+#include <regex>
+#include <stdexcept>
+
+#include "app/launcher/fingerprint.h"
+
+namespace dit::launcher {
+
+std::string describeHostPlan(const HostPlan& plan) {
+  std::string shown;
+  for (const auto& [host, ranks] : plan) {
+    if (ranks.empty()) continue;
+    if (!shown.empty()) shown += "; ";
+    shown += host + ": rank";
+    for (int r : ranks) {
+      shown += ' ';
+      shown += std::to_string(r);
+    }
+  }
+  return shown;
+}
+
+std::string hostOfRank(const HostPlan& plan, int rank) {
+  for (const auto& [h, ranks] : plan)
+    if (std::find(ranks.begin(), ranks.end(), rank) != ranks.end()) return h;
+  return {};
+}
+
+bool HostGroupCheck::ok() const {
+  return std::all_of(hosts.begin(), hosts.end(), [](const PreflightResult& r) { return r.ok; });
+}
+
+std::string HostGroupCheck::failure() const {
+  std::string failures;
+  for (const PreflightResult& r : hosts)
+    if (!r.ok) failures += (failures.empty() ? "" : "\n") + r.message;
+  return failures.empty() ? std::string() : "pre-flight failed:\n" + failures;
+}
+
+std::string HostGroupCheck::failedHost() const {
+  for (const PreflightResult& r : hosts)
+    if (!r.ok) return r.host;
+  return {};
+}
+
+HostGroupCheck checkHostGroup(const MpirunLaunch& launch,
+                              const std::vector<std::string>& model_paths, bool preflight,
+                              const HostGroupProgress& progress) {
+  HostGroupCheck out;
+  const std::string text = readHostfile(launch.hostfile);  // regular file, bounded
+  out.plan = planHostfile(parseHostfile(text), launch.strategy.world, launch.oversubscribe,
+                          launch.hostfile);
+  if (progress.planned) progress.planned(out.plan);
+  if (!launch.port_range.empty()) {
+    // Each rank listens on a port of the ranks' part of the range.
+    const PortPlan pp = planPortRange(launch.port_range);
+    std::size_t most = 0;
+    for (const auto& hr : out.plan) most = std::max(most, hr.second.size());
+    if (static_cast<int>(most) > pp.btl_max - pp.btl_min + 1)
+      throw std::invalid_argument("--port-range " + launch.port_range + " leaves " +
+                                  std::to_string(pp.btl_max - pp.btl_min + 1) + " ports (" +
+                                  std::to_string(pp.btl_min) + "-" + std::to_string(pp.btl_max) +
+                                  ") for the ranks, but " + std::to_string(most) +
+                                  " ranks run on one host: give a wider range");
+  }
+  if (!preflight) return out;
+  const std::string mine = modelFingerprint(model_paths);
+  for (const auto& [host, ranks] : out.plan) {
+    if (ranks.empty() || isLocalHost(host)) continue;
+    if (progress.cancelled && progress.cancelled()) break;
+    out.hosts.push_back(preflightHost(host, launch, model_paths, mine));
+    if (progress.checked) progress.checked(out.hosts.back());
+  }
+  return out;
+}
+
+RemoteRankWatch::RemoteRankWatch(HostPlan plan, std::string ssh_options, StateQuery query)
+    : plan_(std::move(plan)), query_(std::move(query)), lastEvent_(SteadyClock::now()) {
+  if (!query_)
+    query_ = [ssh = std::move(ssh_options)](const std::string& host, std::int64_t pid) {
+      return remoteProcessState(host, pid, ssh);
+    };
+}
+
+void RemoteRankWatch::noteEvent(SteadyClock::time_point now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  lastEvent_ = now;
+  stallChecked_ = false;
+}
+
+bool RemoteRankWatch::stallDue(std::chrono::seconds stall, SteadyClock::time_point now) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !plan_.empty() && !stallChecked_ && now - lastEvent_ >= stall;
+}
+
+bool RemoteRankWatch::claimStall() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (plan_.empty() || stallChecked_) return false;
+  stallChecked_ = true;
+  return true;
+}
+
+std::vector<RemoteRankState> RemoteRankWatch::checkStall(
+    const std::map<int, std::int64_t>& rank_pids) {
+  if (!claimStall()) return {};
+  return askStall(rank_pids);
+}
+
+std::vector<RemoteRankState> RemoteRankWatch::askStall(
+    const std::map<int, std::int64_t>& rank_pids) {
+  std::vector<RemoteRankState> named;
+  for (const auto& [rank, pid] : rank_pids) {
+    const std::string host = hostOfRank(plan_, rank);
+    if (host.empty() || isLocalHost(host)) continue;
+    const std::string state = query_(host, pid);  // outside the lock: ssh takes seconds
+    const bool stoppedOrExited = state.rfind("stopped", 0) == 0 || state == "exited";
+    if (state.empty() || stoppedOrExited) {
+      // No answer over ssh either: not asked again for the error.
+      std::lock_guard<std::mutex> lock(mu_);
+      known_[rank] = state;
+    }
+    if (stoppedOrExited) named.push_back({rank, pid, host, state});
+  }
+  return named;
+}
+
+namespace {
+const std::regex& silentClause() {
+  static const std::regex silent(
+      R"(rank (\d+) \(pid (\d+) on ([^)]*)\) is on another host that did not answer \(is the link to it up\?\))");
+  return silent;
+}
+}  // namespace
+
+bool RemoteRankWatch::hasSilentRank(const std::string& message) {
+  return std::regex_search(message, silentClause());
+}
+
+std::string RemoteRankWatch::rewrite(const std::string& given) {
+  std::string message = given, out;
+  std::smatch m;
+  while (std::regex_search(message, m, silentClause())) {
+    const int rank = std::stoi(m[1]);
+    const std::string host = hostOfRank(plan_, rank);
+    std::string clause = m[0];
+    if (!host.empty() && !isLocalHost(host)) {
+      std::optional<std::string> state;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (const auto k = known_.find(rank); k != known_.end()) state = k->second;
+      }
+      if (!state) state = query_(host, std::stoll(m[2]));  // outside the lock
+      const std::string who = "rank " + m[1].str() + " (pid " + m[2].str() + " on " + m[3].str();
+      if (state->rfind("stopped", 0) == 0)
+        clause = who + ") is " + *state + " (asked over ssh): it is not cut off, it does not run";
+      else if (*state == "exited")
+        clause = who + ") has exited (asked over ssh)";
+      else if (state->empty())
+        clause = who + ") is on another host that did not answer, nor does " + host +
+                 " over ssh: the link to it is down (or the host is)";
+    }
+    out += m.prefix().str() + clause;
+    message = m.suffix().str();
+  }
+  return out + message;
+}
+
+std::map<int, std::string> RemoteRankWatch::known() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return known_;
+}
+
+std::chrono::seconds RemoteRankWatch::stallAfter(double collective_timeout_s) {
+  double t = collective_timeout_s;
+  if (t <= 0) {
+    const char* ct = std::getenv("DITSTUDIO_COLLECTIVE_TIMEOUT_S");
+    t = ct && std::atof(ct) > 0 ? std::atof(ct) : 300.0;
+  }
+  return std::chrono::seconds(static_cast<long>(std::clamp(t / 2, 2.0, 60.0)));
+}
+
+}  // namespace dit::launcher
