@@ -10,7 +10,9 @@
 #include <QJsonDocument>
 #include <QSignalSpy>
 #include <QTemporaryDir>
+#include <QThread>
 #include <QtTest>
+#include <atomic>
 
 #include "app/launcher/launch.h"
 #include "ui/worker_controller.h"
@@ -277,6 +279,131 @@ class TestController : public QObject {
     QCOMPARE(hello.count(), 6);
     c.stop();
     QTRY_COMPARE_WITH_TIMEOUT(c.state(), WorkerController::State::Stopped, 10000);
+  }
+
+  // A hostfile group of two hosts: rank 0 on this one, rank 1 on `other`; the model a folder
+  // with one file (the pre-flight fingerprints it here first).
+  LaunchConfig hostfileConfig(const QString& other) const {
+    LaunchConfig c = config(2);
+    QFile hf(dir_.filePath("hostfile"));
+    if (hf.open(QIODevice::WriteOnly | QIODevice::Truncate))
+      hf.write(QStringLiteral("localhost slots=1\n%1 slots=1\n").arg(other).toUtf8());
+    QDir(dir_.path()).mkpath("model");
+    QFile m(dir_.filePath("model/model_index.json"));
+    if (m.open(QIODevice::WriteOnly | QIODevice::Truncate)) m.write("{}");
+    c.hostfile = hf.fileName();
+    c.modelDir = dir_.filePath("model");
+    return c;
+  }
+
+  // Issue 36 in the GUI: a hostfile group's pre-flight runs off the UI thread (ssh takes 1 s
+  // here: a stand-in on PATH that then refuses the login), names the host, the cause and the
+  // fix, and starts no group; a request queued meanwhile stays queued. Stop abandons a check.
+  void hostfilePreflightOffTheUiThreadNamesTheHost() {
+    const QString bin = dir_.filePath("sshbin");
+    QDir().mkpath(bin);
+    QFile ssh(bin + "/ssh");
+    QVERIFY(ssh.open(QIODevice::WriteOnly | QIODevice::Truncate));
+    ssh.write(
+        "#!/bin/sh\nsleep 1\necho 'ssh: connect to host fake-host-b port 22: Connection "
+        "refused' >&2\nexit 255\n");
+    ssh.close();
+    ssh.setPermissions(QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner);
+    const QByteArray path = qgetenv("PATH");
+    qputenv("PATH", bin.toLocal8Bit() + ":" + path);
+    QFile::remove(dir_.filePath("args.txt"));
+    WorkerController c;
+    QSignalSpy checking(&c, &WorkerController::hostCheckChanged);
+    QSignalSpy checkFailed(&c, &WorkerController::hostCheckFailed);
+    QSignalSpy failed(&c, &WorkerController::groupFailed);
+    const LaunchConfig cfg = hostfileConfig("fake-host-b");
+    QElapsedTimer t;
+    t.start();
+    QVERIFY(c.start(cfg));
+    QVERIFY2(t.elapsed() < 800, "start() waited for ssh");
+    QVERIFY(c.checkingHosts());
+    QCOMPARE(checking.count(), 1);
+    QVERIFY(!c.start(cfg));  // one check at a time
+    c.submit(GenerationParams{});
+    QTRY_COMPARE_WITH_TIMEOUT(checkFailed.count(), 1, 30000);
+    qputenv("PATH", path);
+    QCOMPARE(checkFailed.first().at(0).toString(), QStringLiteral("fake-host-b"));
+    const QString message = checkFailed.first().at(1).toString();
+    QVERIFY2(message.startsWith("pre-flight failed:\n") && message.contains("fake-host-b") &&
+                 message.contains("Fix: "),
+             qPrintable(message));
+    QVERIFY(!c.checkingHosts());
+    QCOMPARE(checking.count(), 2);
+    QVERIFY(!c.isRunning());
+    QVERIFY(!QFile::exists(dir_.filePath("args.txt")));  // mpirun never ran
+    QCOMPARE(failed.count(), 0);
+    QCOMPARE(c.queue().size(), 1);  // never sent: kept for the next start
+    // Stop during a check: abandoned, nothing starts, the unsent request is dropped.
+    qputenv("PATH", bin.toLocal8Bit() + ":" + path);
+    QSignalSpy cancelled(&c, &WorkerController::requestCancelled);
+    QVERIFY(c.start(cfg));
+    c.stop();
+    QVERIFY(!c.checkingHosts());
+    QCOMPARE(cancelled.count(), 1);
+    QVERIFY(c.queue().isEmpty());
+    QTest::qWait(1500);  // the abandoned check ends meanwhile: its result is ignored
+    qputenv("PATH", path);
+    QCOMPARE(checkFailed.count(), 1);
+    QVERIFY(!c.isRunning());
+    QVERIFY(!QFile::exists(dir_.filePath("args.txt")));
+  }
+
+  // Issue 36 in the GUI: rank 1 of a hostfile group stops on its host; while the group stalls the
+  // controller asks that host (a fake state query here: stopped, and "exited" if asked again,
+  // as the group's abort would leave it) off the UI thread, and the fatal "did not answer (is
+  // the link to it up?)" error is shown in the CLI's words: stopped, not cut off.
+  void hostfileStoppedRemoteRankNamedAsStopped() {
+    qputenv("FAKE_MODE", "silent_remote");
+    qputenv("FAKE_STALL", "4");
+    qputenv("DITSTUDIO_COLLECTIVE_TIMEOUT_S", "4");  // a stall is asked about after 2 s
+    WorkerController c;
+    c.setPreflight(false);  // no ssh here; the pre-flight is the case above
+    std::atomic<int> asked{0};
+    std::atomic<bool> onUiThread{false};
+    QThread* ui = QThread::currentThread();
+    c.setRemoteStateQuery([&](const std::string& host, std::int64_t pid) -> std::string {
+      onUiThread = onUiThread || QThread::currentThread() == ui;
+      if (host != "fake-host-b" || pid != 5001) return "running (state R)";
+      return asked++ == 0 ? "stopped (state T: SIGSTOP or a debugger)" : "exited";
+    });
+    QSignalSpy errors(&c, &WorkerController::errorReported);
+    QSignalSpy failed(&c, &WorkerController::groupFailed);
+    QSignalSpy logs(&c, &WorkerController::logLine);
+    QSignalSpy passed(&c, &WorkerController::hostCheckPassed);
+    QVERIFY(c.start(hostfileConfig("fake-host-b")));
+    QTRY_COMPARE_WITH_TIMEOUT(passed.count(), 1, 10000);
+    QCOMPARE(passed.first().at(0).toString(),
+             QStringLiteral("localhost: rank 0; fake-host-b: rank 1"));
+    QCOMPARE(c.hostPlan(), QStringLiteral("localhost: rank 0; fake-host-b: rank 1"));
+    GenerationParams p;
+    p.steps = 10;
+    c.submit(p);
+    QTRY_COMPARE_WITH_TIMEOUT(failed.count(), 1, 30000);
+    qunsetenv("DITSTUDIO_COLLECTIVE_TIMEOUT_S");
+    qunsetenv("FAKE_STALL");
+    const QString stopped =
+        "rank 1 (pid 5001 on fake-host-b) is stopped (state T: SIGSTOP or a debugger) (asked over "
+        "ssh): it is not cut off, it does not run";
+    const WorkerFailure f = failed.first().at(0).value<WorkerFailure>();
+    QVERIFY2(f.message.contains(stopped), qPrintable(f.message));
+    QVERIFY2(!f.message.contains("is the link to it up?"), qPrintable(f.message));
+    QCOMPARE(errors.count(), 1);
+    QCOMPARE(errors.first().at(0).value<WorkerFailure>().message, f.message);
+    QCOMPARE(c.lastFailure().message, f.message);
+    // Asked once, during the stall, and never on the UI thread.
+    QCOMPARE(asked.load(), 1);
+    QVERIFY(!onUiThread);
+    bool warned = false;
+    for (const QList<QVariant>& l : logs)
+      warned |= l.at(1).toString() == "warning" &&
+                l.at(2).toString().contains("rank 1 (pid 5001 on fake-host-b) is stopped") &&
+                l.at(2).toString().contains("asked over ssh while the group stalled");
+    QVERIFY(warned);
   }
 
   void failedStart() {

@@ -6,7 +6,10 @@
 // stderr, as abortGroup writes it), error_stderr_only (only the stderr copy: mpirun lost the
 // stdout line), badrequest (non-fatal error event), hang (ignores shutdown; only SIGTERM ends it),
 // unknown_host (mpirun cannot start its daemon on the first non-local host of --hostfile: ssh
-// cannot resolve the name; OpenMPI 4's stderr, no rank starts, exit 1).
+// cannot resolve the name; OpenMPI 4's stderr, no rank starts, exit 1), silent_remote (a
+// hostfile group whose rank 1 stops mid-request: one step, then no event for FAKE_STALL seconds
+// (default 3), then rank 0's collective timeout naming rank 1 (pid 5001 on fake-host-b) as "on
+// another host that did not answer" and MPI_Abort).
 // FAKE_DEV (bytes): the ranks report that much device memory (plus 1 MiB a step), as ranks on a
 // GPU do; unset they report 0, as CPU ranks do. FAKE_TRUNCATE: before the first step each request
 // gets the worker's `log` warning that the prompt was truncated.
@@ -132,6 +135,14 @@ while :; do
       if [ "$mode" = error ]; then
         echo "@@DIT {\"event\":\"error\",\"id\":\"$id\",\"rank\":1,\"message\":\"out of memory in attention\",\"fatal\":true}"
         echo "MPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD" >&2
+        echo "with errorcode 1." >&2
+        exit 1
+      fi
+      if [ "$mode" = silent_remote ]; then
+        echo "@@DIT {\"event\":\"progress\",\"id\":\"$id\",\"step\":1,\"steps\":$steps,\"step_ms\":5,\"eta_s\":0.1,\"image_index\":0}"
+        sleep "${FAKE_STALL:-3}"
+        echo "@@DIT {\"event\":\"error\",\"id\":null,\"rank\":0,\"message\":\"collective timeout after 4 s in allreduce (tp): rank 1 (pid 5001 on fake-host-b) is on another host that did not answer (is the link to it up?)\",\"fatal\":true}"
+        echo "MPI_ABORT was invoked on rank 0 in communicator MPI_COMM_WORLD" >&2
         echo "with errorcode 1." >&2
         exit 1
       fi

@@ -459,6 +459,37 @@ void MainWindow::connectController() {
     if (s == WorkerController::State::Stopped && closing_) close();
   });
   connect(c, &WorkerController::logLine, log_, &LogPanel::append);
+  // A hostfile group's pre-flight (ssh to every other host, off this thread): "Checking hosts…"
+  // while it runs (Stop abandons it); a host that fails it is named in the error banner and no
+  // group starts.
+  connect(c, &WorkerController::hostCheckChanged, this, [this](bool checking) {
+    if (checking)
+      showBanner(tr("Checking hosts…"),
+                 tr("Pre-flight of the hostfile %1 over ssh: the worker, the model fingerprint and "
+                    "the port range on every other host. Stop cancels it.")
+                     .arg(editor_->hostfile()),
+                 false, false);
+    else if (bannerLabel_->text() == tr("Checking hosts…"))
+      hideBanner();
+    updateActions();
+    updateStatus();
+  });
+  connect(c, &WorkerController::hostCheckFailed, this,
+          [this](const QString& host, const QString& message) {
+            const int queued = static_cast<int>(controller_->queue().size());
+            const QString stays =
+                queued > 0 ? "\n" + tr("%n request(s) stay queued: Start (or Restart) runs them "
+                                       "once the group starts.",
+                                       nullptr, queued)
+                           : QString();
+            showBanner(host.isEmpty()
+                           ? tr("The hostfile cannot be used: the group did not start")
+                           : tr("Pre-flight failed on host %1: the group did not start").arg(host),
+                       message + stays, true, true);
+            updateActions();
+            updateStatus();
+            if (autoActive_) finishAuto(false, message);
+          });
   connect(c, &WorkerController::helloReceived, this, [this](int rank, int world, qint64 pid) {
     if (world > rankModel_->world()) rankModel_->reset(world);
     rankModel_->setPid(rank, pid);
@@ -629,8 +660,9 @@ void MainWindow::updateActions() {
   using S = WorkerController::State;
   const S s = controller_->state();
   const bool running = controller_->isRunning();
-  startAct_->setEnabled(!running && validation_.canStart());
-  stopAct_->setEnabled(running && s != S::Stopping);
+  const bool checking = controller_->checkingHosts();  // a hostfile group's pre-flight
+  startAct_->setEnabled(!running && !checking && validation_.canStart());
+  stopAct_->setEnabled((running && s != S::Stopping) || checking);
   restartAct_->setEnabled(validation_.canStart() && s != S::Stopping &&
                           (running || s == S::Failed));
   generateAct_->setEnabled(validation_.canGenerate() && s != S::Stopping);
@@ -664,7 +696,9 @@ QString MainWindow::generateBlockedReason() const {
 void MainWindow::updateStatus() {
   const WorkerController::State s = controller_->state();
   QString text = tr("Group: %1").arg(WorkerController::stateName(s));
-  if (controller_->isRunning()) {
+  if (controller_->checkingHosts()) {
+    text = tr("Group: checking hosts… (pre-flight over ssh)");
+  } else if (controller_->isRunning()) {
     // The real stage (from the worker's status and ranks events), with the step while denoising.
     const QString stage = controller_->stage();
     if (!stage.isEmpty() && s != WorkerController::State::Ready) {
@@ -842,7 +876,7 @@ bool MainWindow::startGroup() {
     leftTabs_->setCurrentIndex(1);
     return false;
   }
-  if (controller_->isRunning()) return false;
+  if (controller_->isRunning() || controller_->checkingHosts()) return false;
   hideBanner();
   const bool ok = controller_->start(launchConfig());
   saveSession();
@@ -878,14 +912,16 @@ QString MainWindow::generate() {
     return {};
   }
   using S = WorkerController::State;
-  if (!controller_->isRunning()) {
+  if (controller_->checkingHosts()) {
+    // The hostfile group starts once its hosts passed the pre-flight: the request waits for it.
+  } else if (!controller_->isRunning()) {
     if (!startGroup()) return {};
   } else if (configDiffers()) {
     if (!restartGroup()) return {};
   } else if (controller_->state() == S::Stopping) {
     return {};
   }
-  hideBanner();
+  if (!controller_->checkingHosts()) hideBanner();
   GenerationParams p = genPanel_->params();
   controller_->setMaxSequenceLength(0);
   controller_->setPreviewEvery(std::max(1, p.steps / 25));  // about 25 previews per image at most

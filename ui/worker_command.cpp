@@ -21,7 +21,7 @@ QString LaunchCommand::display() const {
       dit::launcher::shellQuoted(toStd(QStringList{program} + arguments)));
 }
 
-LaunchCommand buildLaunchCommand(const LaunchConfig& c) {
+dit::launcher::MpirunLaunch mpirunLaunch(const LaunchConfig& c) {
   dit::launcher::MpirunLaunch l;
   l.mpirun = c.mpirunPath.toStdString();
   l.strategy = c.strategy;
@@ -35,7 +35,11 @@ LaunchCommand buildLaunchCommand(const LaunchConfig& c) {
   l.extra_mpirun_args = c.hosts.mpirunArgs.trimmed().toStdString();
   l.isolate = dit::launcher::isolationProgram(
       QFileInfo(QString::fromStdString(l.worker)).absolutePath().toStdString());
-  const std::vector<std::string> argv = dit::launcher::mpirunArgv(l);
+  return l;
+}
+
+LaunchCommand buildLaunchCommand(const LaunchConfig& c) {
+  const std::vector<std::string> argv = dit::launcher::mpirunArgv(mpirunLaunch(c));
   LaunchCommand cmd;
   cmd.program = QString::fromStdString(argv.front());
   for (size_t i = 1; i < argv.size(); ++i) cmd.arguments << QString::fromStdString(argv[i]);

@@ -6,6 +6,7 @@
 #include <QString>
 #include <QStringList>
 
+#include "app/launcher/launch.h"
 #include "parallel/strategy.h"
 
 namespace dit::ui {
@@ -38,6 +39,11 @@ struct LaunchCommand {
   /// Shell-quoted command line for the log.
   QString display() const;
 };
+
+/// What dit::launcher::mpirunArgv and the hostfile pre-flight (checkHostGroup) need for
+/// `config`: its strategy, hostfile and host settings, the worker (defaultWorkerPath() when
+/// empty) and ditstudio-isolate beside it. Never throws.
+dit::launcher::MpirunLaunch mpirunLaunch(const LaunchConfig& config);
 
 /// dit::protocol::mpirunArgv with Qt types: `[ditstudio-isolate] mpirun --allow-run-as-root
 /// --oversubscribe -np N ... -x OMP_NUM_THREADS=1 <worker> --model DIR <protocol::strategyArgs>

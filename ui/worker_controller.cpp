@@ -2,6 +2,9 @@
 
 #include <QByteArray>
 #include <QDir>
+#include <QThread>
+#include <QTimer>
+#include <cmath>
 
 #include "ui/json_io.h"
 #include "ui/log_text.h"
@@ -31,6 +34,19 @@ WorkerController::State toQtState(dit::launcher::WorkerSession::State s) {
   return WorkerController::State::Stopped;
 }
 
+// Runs `work` on a thread of its own and `done(result)` on `context`'s thread once it ends
+// (nothing when `context` is gone by then). The thread owns copies of what `work` captured.
+template <typename Work, typename Done>
+void runOffThread(QObject* context, Work work, Done done) {
+  using R = decltype(work());
+  auto result = std::make_shared<R>();
+  QThread* t = QThread::create([result, work = std::move(work)]() mutable { *result = work(); });
+  QObject::connect(t, &QThread::finished, context,
+                   [result, done = std::move(done)]() mutable { done(std::move(*result)); });
+  QObject::connect(t, &QThread::finished, t, &QObject::deleteLater);
+  t->start();
+}
+
 }  // namespace
 
 // The session's news as the controller's signals.
@@ -45,11 +61,20 @@ class WorkerController::View : public dit::launcher::SessionObserver {
       c_->pendingRestart_.reset();
     }
     if (s == State::Starting) c_->readyInfo_ = {};
+    if (s == State::Stopped || s == State::Failed) {
+      c_->stallTimer_.stop();
+      if (c_->pendingHostStart_) {  // restart() of a hostfile group: its pre-flight, then it
+        const LaunchConfig next = *c_->pendingHostStart_;
+        c_->pendingHostStart_.reset();
+        QTimer::singleShot(0, c_, [c = c_, next] { c->start(next); });
+      }
+    }
     Q_EMIT c_->stateChanged(toQtState(s));
   }
   void stageChanged(const std::string& s) override { Q_EMIT c_->stageChanged(qs(s)); }
   void event(const protocol::Event& raw, const protocol::WorkerEvent& ev) override {
     const WorkerEvent we{qs(raw.type), toQJsonObject(raw.data)};
+    if (c_->watch_) c_->watch_->noteEvent();  // the stall check counts from the last event
     Q_EMIT c_->eventReceived(we);
     if (const auto* h = std::get_if<protocol::HelloEvent>(&ev)) {
       Q_EMIT c_->helloReceived(h->rank, c_->session_.world(), static_cast<qint64>(h->pid));
@@ -90,9 +115,19 @@ class WorkerController::View : public dit::launcher::SessionObserver {
     Q_EMIT c_->requestFailed(qs(id), qs(message));
   }
   void errorReported(const dit::launcher::GroupFailure& f) override {
+    // A rank silent on another host: named by its host's answer (off this thread) first.
+    if (f.fatal && c_->watch_ && c_->watch_->active() && !c_->named_.count(f.message) &&
+        dit::launcher::RemoteRankWatch::hasSilentRank(f.message)) {
+      c_->nameSilentRanks(f);
+      return;
+    }
     Q_EMIT c_->errorReported(c_->toQt(f));
   }
   void groupFailed(const dit::launcher::GroupFailure& f) override {
+    if (c_->naming_) {  // emitted once the fatal error it repeats is named
+      c_->heldFailure_ = f;
+      return;
+    }
     Q_EMIT c_->groupFailed(c_->toQt(f));
   }
   void groupStopped(int exitCode) override { Q_EMIT c_->groupStopped(exitCode); }
@@ -122,6 +157,8 @@ WorkerController::WorkerController(QObject* parent)
     session_.onTimeout();
     armTimer();
   });
+  stallTimer_.setInterval(1000);
+  connect(&stallTimer_, &QTimer::timeout, this, &WorkerController::checkStall);
   // Request ids name the image files: unique across launches (the session's tag: creation time
   // plus a random part).
   session_.prepareRequest = [this](dit::protocol::GenerateRequest& g) {
@@ -135,6 +172,9 @@ WorkerController::WorkerController(QObject* parent)
 }
 
 WorkerController::~WorkerController() {
+  // A pre-flight still running stops before its next host; its result goes nowhere (the
+  // thread's news is delivered to this object only while it lives).
+  if (checkCancelled_) checkCancelled_->store(true);
   // The session's destructor runs the teardown policy (bounded); nothing is signalled any more.
   session_.setObserver(nullptr);
   qDeleteAll(notifiers_);
@@ -182,7 +222,8 @@ WorkerFailure WorkerController::toQt(const dit::launcher::GroupFailure& f) const
   w.id = qs(f.id);
   w.rank = f.rank;
   w.pid = static_cast<qint64>(f.pid);
-  w.message = qs(f.message);
+  const auto named = named_.find(f.message);
+  w.message = qs(named != named_.end() ? named->second : f.message);
   w.detail = qs(f.detail);
   w.fatal = f.fatal;
   w.host = qs(f.host);
@@ -229,7 +270,7 @@ dit::launcher::SessionLaunch sessionLaunch(const LaunchCommand& cmd, int world) 
 }  // namespace
 
 bool WorkerController::start(const LaunchConfig& config) {
-  if (isRunning()) return false;
+  if (isRunning() || checking_) return false;
   LaunchCommand cmd;
   try {
     cmd = buildLaunchCommand(config);
@@ -237,21 +278,152 @@ bool WorkerController::start(const LaunchConfig& config) {
     Q_EMIT logLine(-1, QStringLiteral("error"), QString::fromStdString(e.what()));
     return false;
   }
+  watch_.reset();
+  named_.clear();
+  if (config.hostfile.isEmpty()) return startSession(config, cmd);
+  // A hostfile group: the plan and the pre-flight of every other host (ssh: seconds a host) on a
+  // worker thread, as ditstudio-cli runs them; the group starts when they pass.
+  const dit::launcher::MpirunLaunch launch = mpirunLaunch(config);
+  const std::vector<std::string> paths{dit::launcher::absoluteOnThisHost(launch.model)};
+  const bool preflight = preflight_;
+  auto cancelled = std::make_shared<std::atomic<bool>>(false);
+  checkCancelled_ = cancelled;
+  checking_ = true;
+  Q_EMIT hostCheckChanged(true);
+  Q_EMIT logLine(-1, QStringLiteral("info"),
+                 tr("checking the hosts of %1 over ssh (pre-flight)").arg(config.hostfile));
+  const quint64 serial = ++checkSerial_;
+  runOffThread(
+      this,
+      [launch, paths, preflight, cancelled] {
+        HostCheckOutcome out;
+        try {
+          dit::launcher::HostGroupProgress progress;
+          progress.cancelled = [cancelled] { return cancelled->load(); };
+          out.check = dit::launcher::checkHostGroup(launch, paths, preflight, progress);
+        } catch (const std::exception& e) {
+          out.error = e.what();
+        }
+        return out;
+      },
+      [this, serial, config, cmd](HostCheckOutcome out) {
+        if (serial != checkSerial_ || !checking_) return;  // abandoned (stop, restart)
+        checkCancelled_.reset();
+        checking_ = false;
+        if (!out.error.empty() || !out.check.ok()) {
+          const QString message = qs(out.error.empty() ? out.check.failure() : out.error);
+          Q_EMIT logLine(-1, QStringLiteral("error"), message);
+          Q_EMIT hostCheckChanged(false);
+          Q_EMIT hostCheckFailed(qs(out.check.failedHost()), message);
+          return;
+        }
+        const QString plan = qs(dit::launcher::describeHostPlan(out.check.plan));
+        Q_EMIT logLine(-1, QStringLiteral("info"),
+                       tr("hostfile %1: %2").arg(config.hostfile, plan));
+        for (const dit::launcher::PreflightResult& r : out.check.hosts)
+          Q_EMIT logLine(-1, QStringLiteral("info"),
+                         tr("pre-flight %1: ok (worker, model fingerprint %2, %3 ms)")
+                             .arg(qs(r.host), qs(r.fingerprint))
+                             .arg(std::lround(r.seconds * 1000)));
+        watch_ = std::make_shared<dit::launcher::RemoteRankWatch>(
+            out.check.plan, config.hosts.sshOptions.trimmed().toStdString(), stateQuery_);
+        stall_ = dit::launcher::RemoteRankWatch::stallAfter();
+        Q_EMIT hostCheckChanged(false);
+        Q_EMIT hostCheckPassed(plan);
+        startSession(config, cmd);
+      });
+  return true;
+}
+
+bool WorkerController::startSession(const LaunchConfig& config, const LaunchCommand& cmd) {
   config_ = config;
   command_ = cmd;
   pendingRestart_.reset();
   const bool ok = session_.start(sessionLaunch(cmd, config.strategy.world));
   syncNotifiers();
+  if (ok && watch_ && watch_->active()) {
+    watch_->noteEvent();
+    stallTimer_.start();
+  }
   return ok;
 }
 
+void WorkerController::abandonHostCheck() {
+  if (!checking_) return;
+  if (checkCancelled_) checkCancelled_->store(true);
+  checkCancelled_.reset();
+  ++checkSerial_;  // its result, when it comes, is ignored
+  checking_ = false;
+  Q_EMIT logLine(-1, QStringLiteral("info"), tr("pre-flight abandoned: no group started"));
+  Q_EMIT hostCheckChanged(false);
+}
+
+void WorkerController::checkStall() {
+  if (!watch_ || session_.state() != dit::launcher::WorkerSession::State::Busy ||
+      !watch_->stallDue(stall_) || !watch_->claimStall())
+    return;
+  // Every other host asked over ssh (bounded) off this thread; the stopped and exited ranks are
+  // kept by the watch for the fatal error that follows.
+  runOffThread(
+      this, [watch = watch_, pids = session_.rankPids()] { return watch->askStall(pids); },
+      [this](const std::vector<dit::launcher::RemoteRankState>& named) {
+        for (const dit::launcher::RemoteRankState& r : named)
+          Q_EMIT logLine(-1, QStringLiteral("warning"),
+                         tr("rank %1 (pid %2 on %3) is %4 (asked over ssh while the group stalled)")
+                             .arg(r.rank)
+                             .arg(r.pid)
+                             .arg(qs(r.host), qs(r.state)));
+      });
+}
+
+void WorkerController::nameSilentRanks(const dit::launcher::GroupFailure& f) {
+  if (naming_) {  // a second fatal error while the first is named: shown as it is
+    Q_EMIT errorReported(toQt(f));
+    return;
+  }
+  naming_ = true;
+  heldError_ = f;
+  heldFailure_.reset();
+  // Ranks the stall check named are named from what it kept; others are asked now (ssh,
+  // bounded: 5 s a host).
+  runOffThread(
+      this, [watch = watch_, message = f.message] { return watch->rewrite(message); },
+      [this](const std::string& named) {
+        naming_ = false;
+        if (!heldError_) return;
+        named_[heldError_->message] = named;
+        if (named != heldError_->message)
+          Q_EMIT logLine(heldError_->rank, QStringLiteral("error"), qs(named));
+        const dit::launcher::GroupFailure e = *heldError_;
+        heldError_.reset();
+        Q_EMIT errorReported(toQt(e));
+        if (heldFailure_) {
+          const dit::launcher::GroupFailure g = *heldFailure_;
+          heldFailure_.reset();
+          Q_EMIT groupFailed(toQt(g));
+        }
+      });
+}
+
+QString WorkerController::hostPlan() const {
+  return watch_ ? qs(dit::launcher::describeHostPlan(watch_->plan())) : QString();
+}
+
 void WorkerController::stop(int graceMs) {
+  pendingHostStart_.reset();
+  if (checking_) {
+    abandonHostCheck();
+    session_.cancelAll();  // never sent: dropped, as stop() drops unsent requests
+    return;
+  }
   pendingRestart_.reset();
   session_.stop(std::chrono::milliseconds(std::max(0, graceMs)));
   armTimer();
 }
 
 void WorkerController::restart(const LaunchConfig& config) {
+  if (checking_) abandonHostCheck();
+  pendingHostStart_.reset();
   if (!isRunning()) {
     start(config);
     return;
@@ -261,6 +433,13 @@ void WorkerController::restart(const LaunchConfig& config) {
     cmd = buildLaunchCommand(config);
   } catch (const std::invalid_argument& e) {
     Q_EMIT logLine(-1, QStringLiteral("error"), QString::fromStdString(e.what()));
+    return;
+  }
+  if (!config.hostfile.isEmpty()) {
+    // The new hostfile group starts after its pre-flight, once the old group has exited.
+    pendingHostStart_ = config;
+    session_.stopForRestart();
+    armTimer();
     return;
   }
   pendingRestart_ = std::make_pair(config, cmd);

@@ -14,11 +14,15 @@
 #include <QSocketNotifier>
 #include <QString>
 #include <QTimer>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <utility>
 
+#include "app/launcher/host_group.h"
 #include "app/launcher/worker_session.h"
 #include "ui/event_parser.h"
 #include "ui/generation_params.h"
@@ -52,6 +56,13 @@ struct WorkerFailure {
 /// -> Ready (idle) <-> Busy (requests in flight) -> Stopping -> Stopped; an unexpected exit ->
 /// Failed (start() again recovers). Requests queued while a group fails to start (an unreachable
 /// host, a model that does not load) were never sent: they stay queued for the next start.
+/// Hostfile groups (docs/multi-host.md) share ditstudio-cli's checks (app/launcher/host_group.h),
+/// run off the UI thread: start() first runs the pre-flight (checkingHosts(); mpirun starts only
+/// when every other host passed, else hostCheckFailed), and while the group computes without an
+/// event for RemoteRankWatch::stallAfter() seconds the other hosts are asked over ssh about their
+/// ranks; a fatal error naming a rank "on another host that did not answer" is held back until
+/// that rank is named by its host's answer (stopped, exited, or the host cut off), then
+/// errorReported and groupFailed carry the CLI's words.
 class WorkerController : public QObject {
   Q_OBJECT
  public:
@@ -74,13 +85,19 @@ class WorkerController : public QObject {
   /// process group and every descendant (the session's teardown policy; at most ~5 s).
   ~WorkerController() override;
 
-  /// Starts mpirun with `config`. Returns false (and emits nothing) if a group is running.
+  /// Starts mpirun with `config`. Returns false (and emits nothing) if a group is running or its
+  /// hosts are being checked. With a hostfile (and preflight()), the hostfile plan and the
+  /// pre-flight of every other host run first on a worker thread (ssh, at most 20 s a host):
+  /// hostCheckChanged(true), then hostCheckPassed and the group starts, or hostCheckFailed and
+  /// nothing starts (queued requests stay queued); true is returned as soon as the check runs.
   bool start(const LaunchConfig& config);
   /// Stops the group: requests not yet sent are dropped (requestCancelled), the running and the
   /// worker-queued ones get {"type":"cancel"} (the worker stops at the next denoising step), then
   /// {"type":"shutdown"}; after `graceMs` mpirun's process group and every descendant get SIGTERM,
   /// 3 s later SIGKILL (the teardown policy of dit_launcher's GroupProcess). Requests that
-  /// were interrupted are never sent again by a later start().
+  /// were interrupted are never sent again by a later start(). During the hostfile pre-flight:
+  /// the check is abandoned (its result ignored, no group starts) and the queued requests are
+  /// dropped (requestCancelled).
   void stop(int graceMs = 5000);
   /// stop() then start(config) once the old group has exited (or start now if none runs).
   /// Unsent requests stay queued; in-flight ones are reported cancelled.
@@ -105,6 +122,22 @@ class WorkerController : public QObject {
   void setPreviewEvery(int steps) { previewEvery_ = steps; }
   /// T5 sequence length sent with each request (0: the model's default).
   void setMaxSequenceLength(int n) { maxSequenceLength_ = n; }
+
+  /// True while start() runs the hostfile pre-flight (no group runs yet).
+  bool checkingHosts() const { return checking_; }
+  /// Whether start() runs the pre-flight of a hostfile group's other hosts (default on; the
+  /// hostfile is planned and the port range checked either way). ditstudio-cli's --no-preflight.
+  void setPreflight(bool on) { preflight_ = on; }
+  bool preflight() const { return preflight_; }
+  /// The running hostfile group's ranks per host ("H1: rank 0; H2: rank 1"), empty otherwise.
+  QString hostPlan() const;
+  /// How a hostfile group's other hosts are asked about a rank's process (the stall check and
+  /// the naming of a silent rank, off the UI thread): empty (the default) asks over ssh
+  /// (launcher::remoteProcessState, at most 5 s a host); tests inject a fake. Applies to the
+  /// groups started after the call.
+  void setRemoteStateQuery(dit::launcher::RemoteRankWatch::StateQuery query) {
+    stateQuery_ = std::move(query);
+  }
 
   State state() const;
   static QString stateName(State s);
@@ -157,6 +190,13 @@ class WorkerController : public QObject {
   void groupFailed(const dit::ui::WorkerFailure& failure);
   /// The group ended after stop() (exit code of mpirun).
   void groupStopped(int exitCode);
+  /// The hostfile pre-flight began (true) or ended (false: passed, failed or abandoned).
+  void hostCheckChanged(bool checking);
+  /// Every other host passed the pre-flight; `plan`: the ranks of each host. The group starts.
+  void hostCheckPassed(const QString& plan);
+  /// The hostfile cannot be used or a host failed the pre-flight: `host` (empty when the
+  /// hostfile itself is at fault) and the message naming the host, the cause and the fix.
+  void hostCheckFailed(const QString& host, const QString& message);
   /// A log line: rank -1 for the launcher; level "stderr", "stdout" (noise) or the event's level.
   void logLine(int rank, const QString& level, const QString& message);
 
@@ -169,6 +209,19 @@ class WorkerController : public QObject {
   void armTimer();
   void handleStdout(const QByteArray& bytes);
   WorkerFailure toQt(const dit::launcher::GroupFailure& f) const;
+  /// Starts the session (after the pre-flight for a hostfile group).
+  bool startSession(const LaunchConfig& config, const LaunchCommand& cmd);
+  /// Abandons a running pre-flight (its result is ignored).
+  void abandonHostCheck();
+  /// The stall check: asks the other hosts off the UI thread when the group stalls.
+  void checkStall();
+  /// A fatal error naming a silent remote rank: named off the UI thread, then emitted.
+  void nameSilentRanks(const dit::launcher::GroupFailure& f);
+
+  struct HostCheckOutcome {
+    dit::launcher::HostGroupCheck check;
+    std::string error;  ///< the hostfile or port range refused, or the model not fingerprinted
+  };
 
   std::unique_ptr<View> view_;
   dit::launcher::WorkerSession session_;
@@ -181,6 +234,19 @@ class WorkerController : public QObject {
   int maxSequenceLength_ = 0;
   QList<QSocketNotifier*> notifiers_;
   QTimer timer_;
+  // Hostfile groups: the pre-flight, the stall check and the naming of a silent rank.
+  bool preflight_ = true;
+  bool checking_ = false;
+  std::shared_ptr<std::atomic<bool>> checkCancelled_;
+  quint64 checkSerial_ = 0;  ///< which start()'s pre-flight counts (older ones are abandoned)
+  std::shared_ptr<dit::launcher::RemoteRankWatch> watch_;
+  dit::launcher::RemoteRankWatch::StateQuery stateQuery_;
+  std::chrono::seconds stall_{60};
+  QTimer stallTimer_;
+  std::optional<LaunchConfig> pendingHostStart_;  ///< restart() of a hostfile group
+  bool naming_ = false;  ///< a fatal error is being named (held back until then)
+  std::optional<dit::launcher::GroupFailure> heldError_, heldFailure_;
+  std::map<std::string, std::string> named_;  ///< fatal messages as named by the hosts
 };
 
 }  // namespace dit::ui

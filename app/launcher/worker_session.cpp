@@ -188,6 +188,14 @@ void WorkerSession::restart(const SessionLaunch& launch) {
     start(launch);
     return;
   }
+  restartTo(launch);
+}
+
+void WorkerSession::stopForRestart() {
+  if (process_.running()) restartTo(std::nullopt);
+}
+
+void WorkerSession::restartTo(const std::optional<SessionLaunch>& launch) {
   // In-flight requests are cancelled with the old group (the worker stops at its next step);
   // unsent ones move to the new one.
   for (int i = static_cast<int>(queue_.size()) - 1; i >= 0; --i) {

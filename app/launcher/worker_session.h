@@ -125,6 +125,10 @@ class WorkerSession {
   /// stop() then start(launch) once the old group has exited (or start now if none runs).
   /// Unsent requests stay queued for the new group; in-flight ones are reported cancelled.
   void restart(const SessionLaunch& launch);
+  /// restart() without the new group: in-flight requests are reported cancelled, unsent ones
+  /// stay queued, and the group is stopped; nothing starts by itself (the caller's start()
+  /// follows, e.g. once a hostfile group's pre-flight passed). Nothing when no group runs.
+  void stopForRestart();
   /// Once the queue is empty (every request done, cancelled or failed) the group is stopped
   /// (the CLI's single request).
   void stopWhenIdle();
@@ -178,6 +182,7 @@ class WorkerSession {
   void setState(State s);
   void setStage(const std::string& s);
   void shutdownGroup(std::chrono::milliseconds grace, bool dropUnsent);
+  void restartTo(const std::optional<SessionLaunch>& launch);
   void dropSent();
   void flushQueue();
   bool writeRequest(const protocol::Request& r);
