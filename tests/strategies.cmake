@@ -91,6 +91,16 @@ target_compile_definitions(test_multihost PRIVATE DITSTUDIO_FIXTURE="${DITSTUDIO
   DITSTUDIO_CLI="$<TARGET_FILE:ditstudio-cli>")
 target_precompile_headers(test_multihost REUSE_FROM dit_backend)
 add_dependencies(test_multihost ditstudio-cli ditstudio-worker)
+# The GUI's half (issue 36): the main window driven against the same hostfile group.
+if(DITSTUDIO_BUILD_GUI AND TARGET dit_ui)
+  add_executable(multihost_gui_driver multihost_gui_driver.cpp)
+  target_link_libraries(multihost_gui_driver PRIVATE dit_ui)
+  target_compile_definitions(multihost_gui_driver PRIVATE
+    DITSTUDIO_WORKER_PATH="$<TARGET_FILE:ditstudio-worker>")
+  target_compile_definitions(test_multihost PRIVATE
+    DITSTUDIO_GUI_DRIVER="$<TARGET_FILE:multihost_gui_driver>")
+  add_dependencies(test_multihost multihost_gui_driver)
+endif()
 add_test(NAME multihost COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/multihost_env.sh
          ${DITSTUDIO_FIXTURE} $<TARGET_FILE:test_multihost>)
 set_tests_properties(multihost PROPERTIES LABELS "multihost;mpi" TIMEOUT 600 PROCESSORS 2

@@ -550,6 +550,14 @@ TEST(RemoteRankWatch, NamesASilentRankByItsHostsAnswer) {
                 silent(4, 104, "mh-e") + "; " + silent(0, 100, "mh-a") + ".");
   // Each remote rank's host asked once, with the pid of the clause; this host never.
   EXPECT_EQ(asked, (std::vector<std::string>{"hb:101", "hc:102", "hd:103", "he:104"}));
+  // Another copy of the error (a rank's stderr line) in the same words, without asking again;
+  // a rank never asked about stays as it is.
+  EXPECT_EQ(watch.rewriteKnown("[rank 0] fatal: " + silent(1, 101, "mh-b") + "; " +
+                               silent(4, 104, "mh-e") + "; " + silent(9, 109, "mh-z")),
+            "[rank 0] fatal: rank 1 (pid 101 on mh-b) is stopped (state T: SIGSTOP or a "
+            "debugger) (asked over ssh): it is not cut off, it does not run; " +
+                silent(4, 104, "mh-e") + "; " + silent(9, 109, "mh-z"));
+  EXPECT_EQ(asked.size(), 4u);
   // Without a plan (a single-host group) nothing is asked and nothing changes.
   RemoteRankWatch none({}, "", [&](const std::string&, std::int64_t) -> std::string {
     ADD_FAILURE() << "asked without a plan";

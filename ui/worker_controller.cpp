@@ -224,7 +224,8 @@ WorkerFailure WorkerController::toQt(const dit::launcher::GroupFailure& f) const
   w.pid = static_cast<qint64>(f.pid);
   const auto named = named_.find(f.message);
   w.message = qs(named != named_.end() ? named->second : f.message);
-  w.detail = qs(f.detail);
+  // The rank's own copies of a named error (its stderr lines) in the same words.
+  w.detail = qs(named != named_.end() && watch_ ? watch_->rewriteKnown(f.detail) : f.detail);
   w.fatal = f.fatal;
   w.host = qs(f.host);
   return w;

@@ -140,7 +140,15 @@ bool RemoteRankWatch::hasSilentRank(const std::string& message) {
   return std::regex_search(message, silentClause());
 }
 
-std::string RemoteRankWatch::rewrite(const std::string& given) {
+std::string RemoteRankWatch::rewrite(const std::string& message) {
+  return rewriteWith(message, true);
+}
+
+std::string RemoteRankWatch::rewriteKnown(const std::string& text) {
+  return rewriteWith(text, false);
+}
+
+std::string RemoteRankWatch::rewriteWith(const std::string& given, bool ask) {
   std::string message = given, out;
   std::smatch m;
   while (std::regex_search(message, m, silentClause())) {
@@ -153,15 +161,24 @@ std::string RemoteRankWatch::rewrite(const std::string& given) {
         std::lock_guard<std::mutex> lock(mu_);
         if (const auto k = known_.find(rank); k != known_.end()) state = k->second;
       }
-      if (!state) state = query_(host, std::stoll(m[2]));  // outside the lock
+      if (!state && ask) {
+        state = query_(host, std::stoll(m[2]));  // outside the lock
+        if (state->rfind("running", 0) != 0) {   // kept for the same clause elsewhere
+          std::lock_guard<std::mutex> lock(mu_);
+          known_[rank] = *state;
+        }
+      }
       const std::string who = "rank " + m[1].str() + " (pid " + m[2].str() + " on " + m[3].str();
-      if (state->rfind("stopped", 0) == 0)
+      if (!state) {
+        // not known and not asked: the clause stays as it is
+      } else if (state->rfind("stopped", 0) == 0) {
         clause = who + ") is " + *state + " (asked over ssh): it is not cut off, it does not run";
-      else if (*state == "exited")
+      } else if (*state == "exited") {
         clause = who + ") has exited (asked over ssh)";
-      else if (state->empty())
+      } else if (state->empty()) {
         clause = who + ") is on another host that did not answer, nor does " + host +
                  " over ssh: the link to it is down (or the host is)";
+      }
     }
     out += m.prefix().str() + clause;
     message = m.suffix().str();

@@ -125,6 +125,10 @@ class RemoteRankWatch {
   /// there is one, else the host is asked now (blocking: the query's bound). A running rank's
   /// clause, and any other text, stay as they are.
   std::string rewrite(const std::string& message);
+  /// rewrite() with the states known so far only (never asks): a clause whose rank's state is
+  /// not known stays as it is. For the other copies of a named error (a rank's stderr lines).
+  /// rewrite() keeps what it was told (except a running rank) for this.
+  std::string rewriteKnown(const std::string& text);
   /// True when `message` holds a clause rewrite() would ask about or change.
   static bool hasSilentRank(const std::string& message);
 
@@ -143,6 +147,8 @@ class RemoteRankWatch {
   SteadyClock::time_point lastEvent_;
   bool stallChecked_ = false;
   std::map<int, std::string> known_;
+
+  std::string rewriteWith(const std::string& text, bool ask);
 };
 
 }  // namespace dit::launcher
