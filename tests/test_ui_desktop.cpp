@@ -720,8 +720,36 @@ class TestDesktop : public QObject {
     GenerationParams p = w->generationPanel()->params();
     p.steps = 2;
     w->generationPanel()->setParams(p);
+    // First the pre-flight (issue 36; a stand-in ssh that cannot resolve the name, as ssh says
+    // it): the host is named before mpirun starts, nothing starts, the request stays queued.
+    const QString bin = data.filePath("bin");
+    QVERIFY(QDir().mkpath(bin));
+    {
+      QFile ssh(bin + "/ssh");
+      QVERIFY(ssh.open(QIODevice::WriteOnly));
+      ssh.write(
+          "#!/bin/sh\necho 'ssh: Could not resolve hostname node-b.invalid: Name or service "
+          "not known' >&2\nexit 255\n");
+      ssh.setPermissions(QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner);
+    }
+    const QByteArray path = qgetenv("PATH");
+    qputenv("PATH", bin.toLocal8Bit() + ":" + path);
     const QString id = w->generate();
     QVERIFY2(!id.isEmpty(), qPrintable(w->bannerText()));
+    QTRY_VERIFY_WITH_TIMEOUT(w->bannerText().startsWith("Pre-flight failed on host node-b.invalid"),
+                             15000);
+    qputenv("PATH", path);
+    QVERIFY(w->bannerVisible());
+    QVERIFY2(w->bannerText().contains("node-b.invalid") && w->bannerText().contains("Fix: ") &&
+                 w->bannerText().contains("1 request(s) stay queued"),
+             qPrintable(w->bannerText()));
+    QVERIFY(!w->controller()->isRunning());
+    QVERIFY(!w->controller()->checkingHosts());
+    QVERIFY(w->startAction()->isEnabled());
+    QCOMPARE(w->controller()->queue().size(), 1);
+    // Without the pre-flight, mpirun's own report of the host it could not reach is named.
+    w->controller()->setPreflight(false);
+    QVERIFY(w->startGroup());
     QTRY_COMPARE_WITH_TIMEOUT(w->controller()->state(), WorkerController::State::Failed, 15000);
     QVERIFY(w->bannerVisible());
     const QString banner = w->bannerText();
