@@ -375,6 +375,7 @@ class TestController : public QObject {
     QSignalSpy failed(&c, &WorkerController::groupFailed);
     QSignalSpy logs(&c, &WorkerController::logLine);
     QSignalSpy passed(&c, &WorkerController::hostCheckPassed);
+    QSignalSpy reqFailed(&c, &WorkerController::requestFailed);
     QVERIFY(c.start(hostfileConfig("fake-host-b")));
     QTRY_COMPARE_WITH_TIMEOUT(passed.count(), 1, 10000);
     QCOMPARE(passed.first().at(0).toString(),
@@ -395,6 +396,10 @@ class TestController : public QObject {
     QCOMPARE(errors.count(), 1);
     QCOMPARE(errors.first().at(0).value<WorkerFailure>().message, f.message);
     QCOMPARE(c.lastFailure().message, f.message);
+    // The request the group took down fails with the same words (held back with the error).
+    QCOMPARE(reqFailed.count(), 1);
+    QVERIFY2(reqFailed.first().at(1).toString().contains(stopped),
+             qPrintable(reqFailed.first().at(1).toString()));
     // Asked once, during the stall, and never on the UI thread.
     QCOMPARE(asked.load(), 1);
     QVERIFY(!onUiThread);

@@ -112,7 +112,11 @@ class WorkerController::View : public dit::launcher::SessionObserver {
     Q_EMIT c_->requestCancelled(qs(id), step);
   }
   void requestFailed(const std::string& id, const std::string& message) override {
-    Q_EMIT c_->requestFailed(qs(id), qs(message));
+    if (c_->naming_) {  // the group's fatal error, emitted once it is named
+      c_->heldRequestFailures_.emplace_back(id, message);
+      return;
+    }
+    Q_EMIT c_->requestFailed(qs(id), c_->namedMessage(message));
   }
   void errorReported(const dit::launcher::GroupFailure& f) override {
     // A rank silent on another host: named by its host's answer (off this thread) first.
@@ -222,13 +226,17 @@ WorkerFailure WorkerController::toQt(const dit::launcher::GroupFailure& f) const
   w.id = qs(f.id);
   w.rank = f.rank;
   w.pid = static_cast<qint64>(f.pid);
-  const auto named = named_.find(f.message);
-  w.message = qs(named != named_.end() ? named->second : f.message);
+  w.message = namedMessage(f.message);
   // The rank's own copies of a named error (its stderr lines) in the same words.
-  w.detail = qs(named != named_.end() && watch_ ? watch_->rewriteKnown(f.detail) : f.detail);
+  w.detail = qs(named_.count(f.message) && watch_ ? watch_->rewriteKnown(f.detail) : f.detail);
   w.fatal = f.fatal;
   w.host = qs(f.host);
   return w;
+}
+
+QString WorkerController::namedMessage(const std::string& message) const {
+  const auto named = named_.find(message);
+  return qs(named != named_.end() ? named->second : message);
 }
 
 WorkerController::State WorkerController::state() const { return toQtState(session_.state()); }
@@ -281,6 +289,11 @@ bool WorkerController::start(const LaunchConfig& config) {
   }
   watch_.reset();
   named_.clear();
+  naming_ = false;  // a naming still running for an earlier group is dropped
+  ++namingSerial_;
+  heldError_.reset();
+  heldFailure_.reset();
+  heldRequestFailures_.clear();
   if (config.hostfile.isEmpty()) return startSession(config, cmd);
   // A hostfile group: the plan and the pre-flight of every other host (ssh: seconds a host) on a
   // worker thread, as ditstudio-cli runs them; the group starts when they pass.
@@ -292,7 +305,9 @@ bool WorkerController::start(const LaunchConfig& config) {
   checking_ = true;
   Q_EMIT hostCheckChanged(true);
   Q_EMIT logLine(-1, QStringLiteral("info"),
-                 tr("checking the hosts of %1 over ssh (pre-flight)").arg(config.hostfile));
+                 preflight
+                     ? tr("checking the hosts of %1 over ssh (pre-flight)").arg(config.hostfile)
+                     : tr("planning the hostfile %1 (pre-flight off)").arg(config.hostfile));
   const quint64 serial = ++checkSerial_;
   runOffThread(
       this,
@@ -389,7 +404,8 @@ void WorkerController::nameSilentRanks(const dit::launcher::GroupFailure& f) {
   // bounded: 5 s a host).
   runOffThread(
       this, [watch = watch_, message = f.message] { return watch->rewrite(message); },
-      [this](const std::string& named) {
+      [this, serial = namingSerial_](const std::string& named) {
+        if (serial != namingSerial_) return;  // for a group before the last start()
         naming_ = false;
         if (!heldError_) return;
         named_[heldError_->message] = named;
@@ -398,6 +414,10 @@ void WorkerController::nameSilentRanks(const dit::launcher::GroupFailure& f) {
         const dit::launcher::GroupFailure e = *heldError_;
         heldError_.reset();
         Q_EMIT errorReported(toQt(e));
+        const auto requests = std::move(heldRequestFailures_);
+        heldRequestFailures_.clear();
+        for (const auto& [id, message] : requests)
+          Q_EMIT requestFailed(qs(id), namedMessage(message));
         if (heldFailure_) {
           const dit::launcher::GroupFailure g = *heldFailure_;
           heldFailure_.reset();
@@ -443,6 +463,9 @@ void WorkerController::restart(const LaunchConfig& config) {
     armTimer();
     return;
   }
+  // A group on this host: nothing to ask other hosts about.
+  watch_.reset();
+  stallTimer_.stop();
   pendingRestart_ = std::make_pair(config, cmd);
   session_.restart(sessionLaunch(cmd, config.strategy.world));
   armTimer();

@@ -21,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "app/launcher/host_group.h"
 #include "app/launcher/worker_session.h"
@@ -209,6 +210,8 @@ class WorkerController : public QObject {
   void armTimer();
   void handleStdout(const QByteArray& bytes);
   WorkerFailure toQt(const dit::launcher::GroupFailure& f) const;
+  /// `message` as the hosts named it (a fatal error naming a silent remote rank), else as it is.
+  QString namedMessage(const std::string& message) const;
   /// Starts the session (after the pre-flight for a hostfile group).
   bool startSession(const LaunchConfig& config, const LaunchCommand& cmd);
   /// Abandons a running pre-flight (its result is ignored).
@@ -244,8 +247,10 @@ class WorkerController : public QObject {
   std::chrono::seconds stall_{60};
   QTimer stallTimer_;
   std::optional<LaunchConfig> pendingHostStart_;  ///< restart() of a hostfile group
-  bool naming_ = false;  ///< a fatal error is being named (held back until then)
+  bool naming_ = false;
+  quint64 namingSerial_ = 0;  ///< a fatal error is being named (held back until then)
   std::optional<dit::launcher::GroupFailure> heldError_, heldFailure_;
+  std::vector<std::pair<std::string, std::string>> heldRequestFailures_;  ///< id, message
   std::map<std::string, std::string> named_;  ///< fatal messages as named by the hosts
 };
 
