@@ -250,6 +250,42 @@ TEST_F(MultiHost, DifferentCheckpointRefusedBeforeStart) {
   EXPECT_FALSE(fs::exists(env("MH_OUT") + "/mismatch.png"));
 }
 
+TEST_F(MultiHost, DifferentCheckpointRefusedBeforeStartInTheGui) {
+  // The GUI's pre-flight (issue 36): the main window names host b and the file that differs in
+  // its error banner, and starts no group.
+#ifndef DITSTUDIO_GUI_DRIVER
+  GTEST_SKIP() << "built without the GUI";
+#else
+  perturbModelB();
+  const std::string stem = env("MH_OUT") + "/mismatch-gui";
+  fs::create_directories(env("MH_OUT") + "/gui-data-mismatch");
+  const std::string cmd = "timeout 120 " + std::string(DITSTUDIO_GUI_DRIVER) + " " +
+                          quote(env("MH_MODEL")) + " " + quote(env("MH_HOSTFILE")) + " " +
+                          quote(env("MH_SSH_OPTIONS")) + " 10.77.0.0/24 " +
+                          quote(env("MH_OUT") + "/gui-data-mismatch") + " 4";
+  Watched gui(cmd, stem);
+  ASSERT_TRUE(gui.started());
+  const bool exited = gui.waitExit(60);
+  restoreModelB();
+  const std::string log = gui.log();
+  EXPECT_TRUE(exited) << log;
+  EXPECT_TRUE(WIFEXITED(gui.status()) && WEXITSTATUS(gui.status()) == 1) << log;
+  const auto banner = log.find("banner: ");
+  ASSERT_NE(banner, std::string::npos) << log;
+  const std::string shown = log.substr(banner);
+  EXPECT_EQ(shown.rfind("banner: Pre-flight failed on host 10.77.0.2: the group did not start", 0),
+            0u)
+      << log;
+  EXPECT_NE(shown.find("host 10.77.0.2 holds a different model"), std::string::npos) << log;
+  EXPECT_NE(shown.find("transformer/diffusion_pytorch_model.safetensors differs (same size)"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("starting: mpirun"), std::string::npos) << "mpirun was started\n" << log;
+  EXPECT_EQ(log.find("rank 0 (pid"), std::string::npos) << log;
+  std::printf("  GUI: pre-flight refused the other checkpoint in %.1f s\n", gui.since());
+#endif
+}
+
 TEST_F(MultiHost, DifferentCheckpointRefusedInsideTheGroup) {
   perturbModelB();
   const CliRun r = runCli("--tp-degree 2 --no-preflight", "mismatch2");
