@@ -558,6 +558,16 @@ TEST(RemoteRankWatch, NamesASilentRankByItsHostsAnswer) {
             "debugger) (asked over ssh): it is not cut off, it does not run; " +
                 silent(4, 104, "mh-e") + "; " + silent(9, 109, "mh-z"));
   EXPECT_EQ(asked.size(), 4u);
+  // Rank 0 may be the one on another host; a number too large for a rank names none (and
+  // throws nothing).
+  RemoteRankWatch first({{"hx", {0}}, {"localhost", {1}}}, "",
+                        [](const std::string&, std::int64_t) -> std::string { return "exited"; });
+  EXPECT_EQ(first.rewrite(silent(0, 7, "mh-x")),
+            "rank 0 (pid 7 on mh-x) has exited (asked over ssh)");
+  const std::string huge =
+      "rank 99999999999999999999 (pid 99999999999999999999 on h) is on "
+      "another host that did not answer (is the link to it up?)";
+  EXPECT_EQ(first.rewrite(huge), huge);
   // Without a plan (a single-host group) nothing is asked and nothing changes.
   RemoteRankWatch none({}, "", [&](const std::string&, std::int64_t) -> std::string {
     ADD_FAILURE() << "asked without a plan";

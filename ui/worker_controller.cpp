@@ -319,6 +319,8 @@ bool WorkerController::start(const LaunchConfig& config) {
           out.check = dit::launcher::checkHostGroup(launch, paths, preflight, progress);
         } catch (const std::exception& e) {
           out.error = e.what();
+        } catch (...) {
+          out.error = "the pre-flight failed for an unknown reason";
         }
         return out;
       },
@@ -381,7 +383,15 @@ void WorkerController::checkStall() {
   // Every other host asked over ssh (bounded) off this thread; the stopped and exited ranks are
   // kept by the watch for the fatal error that follows.
   runOffThread(
-      this, [watch = watch_, pids = session_.rankPids()] { return watch->askStall(pids); },
+      this,
+      [watch = watch_,
+       pids = session_.rankPids()]() -> std::vector<dit::launcher::RemoteRankState> {
+        try {
+          return watch->askStall(pids);
+        } catch (...) {  // documented not to throw; a thread must never let one out
+          return {};
+        }
+      },
       [this](const std::vector<dit::launcher::RemoteRankState>& named) {
         for (const dit::launcher::RemoteRankState& r : named)
           Q_EMIT logLine(-1, QStringLiteral("warning"),
@@ -403,7 +413,14 @@ void WorkerController::nameSilentRanks(const dit::launcher::GroupFailure& f) {
   // Ranks the stall check named are named from what it kept; others are asked now (ssh,
   // bounded: 5 s a host).
   runOffThread(
-      this, [watch = watch_, message = f.message] { return watch->rewrite(message); },
+      this,
+      [watch = watch_, message = f.message]() -> std::string {
+        try {
+          return watch->rewrite(message);
+        } catch (...) {  // documented not to throw; a thread must never let one out
+          return message;
+        }
+      },
       [this, serial = namingSerial_](const std::string& named) {
         if (serial != namingSerial_) return;  // for a group before the last start()
         naming_ = false;

@@ -152,7 +152,9 @@ std::string RemoteRankWatch::rewriteWith(const std::string& given, bool ask) {
   std::string message = given, out;
   std::smatch m;
   while (std::regex_search(message, m, silentClause())) {
-    const int rank = std::stoi(m[1]);
+    // Digits only (the pattern); a number too large for a rank or pid names none.
+    const long long rankNumber = std::strtoll(m[1].str().c_str(), nullptr, 10);
+    const int rank = rankNumber >= 0 && rankNumber < (1 << 30) ? static_cast<int>(rankNumber) : -1;
     const std::string host = hostOfRank(plan_, rank);
     std::string clause = m[0];
     if (!host.empty() && !isLocalHost(host)) {
@@ -162,8 +164,8 @@ std::string RemoteRankWatch::rewriteWith(const std::string& given, bool ask) {
         if (const auto k = known_.find(rank); k != known_.end()) state = k->second;
       }
       if (!state && ask) {
-        state = query_(host, std::stoll(m[2]));  // outside the lock
-        if (state->rfind("running", 0) != 0) {   // kept for the same clause elsewhere
+        state = query_(host, std::strtoll(m[2].str().c_str(), nullptr, 10));  // outside the lock
+        if (state->rfind("running", 0) != 0) {  // kept for the same clause elsewhere
           std::lock_guard<std::mutex> lock(mu_);
           known_[rank] = *state;
         }

@@ -113,7 +113,7 @@ class RemoteRankWatch {
   bool claimStall();
   /// Asks as checkStall() does, without claiming: keeps the stopped and exited ranks, and the
   /// ranks whose host did not answer (not asked again by rewrite()). Returns the stopped and
-  /// exited ones. Blocks while the hosts are asked.
+  /// exited ones. Blocks while the hosts are asked. Never throws (but std::bad_alloc).
   std::vector<RemoteRankState> askStall(const std::map<int, std::int64_t>& rank_pids);
 
   /// `message` (a fatal error's text) with each clause "rank R (pid P on H) is on another host
@@ -123,7 +123,7 @@ class RemoteRankWatch {
   /// ssh)", or "rank R (pid P on H) is on another host that did not answer, nor does HOST over
   /// ssh: the link to it is down (or the host is)". The state kept by checkStall() is used when
   /// there is one, else the host is asked now (blocking: the query's bound). A running rank's
-  /// clause, and any other text, stay as they are.
+  /// clause, and any other text, stay as they are. Never throws (but std::bad_alloc).
   std::string rewrite(const std::string& message);
   /// rewrite() with the states known so far only (never asks): a clause whose rank's state is
   /// not known stays as it is. For the other copies of a named error (a rank's stderr lines).
