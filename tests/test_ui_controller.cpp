@@ -411,6 +411,34 @@ class TestController : public QObject {
     QVERIFY(warned);
   }
 
+  // Restart of a running hostfile group: the old group stops (the unsent request kept), the new
+  // one goes through its own hostfile check before mpirun starts, and runs the request.
+  void restartOfAHostfileGroupChecksItsHostsAgain() {
+    WorkerController c;
+    c.setPreflight(false);  // the plan only: no ssh here
+    QSignalSpy checking(&c, &WorkerController::hostCheckChanged);
+    QSignalSpy ready(&c, &WorkerController::readyReceived);
+    QSignalSpy done(&c, &WorkerController::requestDone);
+    LaunchConfig cfg = hostfileConfig("fake-host-b");
+    QVERIFY(c.start(cfg));
+    QTRY_COMPARE_WITH_TIMEOUT(ready.count(), 1, 10000);
+    QCOMPARE(checking.count(), 2);  // began, ended
+    QCOMPARE(c.hostPlan(), QStringLiteral("localhost: rank 0; fake-host-b: rank 1"));
+    cfg.strategy.ring_degree = 1;
+    cfg.strategy.ulysses_degree = 2;
+    c.restart(cfg);
+    GenerationParams p;
+    p.steps = 1;
+    const QString id = c.submit(p);
+    QTRY_COMPARE_WITH_TIMEOUT(ready.count(), 2, 10000);
+    QCOMPARE(checking.count(), 4);  // checked again before the new group
+    QCOMPARE(c.config().strategy.ulysses_degree, 2);
+    QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, 10000);
+    QCOMPARE(done.first().at(0).toString(), id);
+    c.stop();
+    QTRY_COMPARE_WITH_TIMEOUT(c.state(), WorkerController::State::Stopped, 10000);
+  }
+
   void failedStart() {
     WorkerController c;
     QSignalSpy failed(&c, &WorkerController::groupFailed);
