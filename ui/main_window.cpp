@@ -483,7 +483,7 @@ void MainWindow::connectController() {
                                        nullptr, queued)
                            : QString();
             showBanner(host.isEmpty()
-                           ? tr("The hostfile cannot be used: the group did not start")
+                           ? tr("The hostfile group cannot start")
                            : tr("Pre-flight failed on host %1: the group did not start").arg(host),
                        message + stays, true, true);
             updateActions();
