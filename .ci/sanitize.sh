@@ -6,8 +6,21 @@
 # (testPresets "sanitize": ASAN_OPTIONS / UBSAN_OPTIONS halt on the first report, so any finding
 # fails the test). Leak detection is off: OpenMPI and LibTorch keep process-lifetime allocations.
 # Prints the time of each phase; DITSTUDIO_SANITIZE_JOBS sets the build parallelism (default 2).
+#
+#   bash .ci/sanitize.sh [build|test]   (default: both; .ci/run builds in the background first)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+phase=${1:-all}
+case "$phase" in
+  all|build|test) ;;
+  *) echo "sanitize: unknown phase '$phase' (expected build or test)" >&2; exit 2 ;;
+esac
+if [ "$phase" = test ]; then
+  t1=$(date +%s)
+  ctest --preset sanitize
+  echo "sanitize: tests $(($(date +%s) - t1)) s"
+  exit 0
+fi
 t0=$(date +%s)
 cmake --preset sanitize -DCMAKE_CXX_COMPILER_LAUNCHER="${CMAKE_CXX_COMPILER_LAUNCHER:-}" >/dev/null
 # Every executable a selected test runs: the arguments of its add_test() in the generated
@@ -37,6 +50,10 @@ fi
 echo "sanitize: building ${#targets[@]} targets: ${targets[*]}"
 cmake --build build-sanitize -j "${DITSTUDIO_SANITIZE_JOBS:-2}" --target "${targets[@]}"
 t1=$(date +%s)
+if [ "$phase" = build ]; then
+  echo "sanitize: configure + build $((t1 - t0)) s"
+  exit 0
+fi
 ctest --preset sanitize
 t2=$(date +%s)
 echo "sanitize: configure + build $((t1 - t0)) s, tests $((t2 - t1)) s, total $((t2 - t0)) s"

@@ -33,8 +33,9 @@
 #   leg cpu build + whole suite + .deb: 27.6 min on 2 cores shared with two other builds (load
 #   6-8), ccache cold for most objects (build ~22 min, suite 5.4 min);
 #   leg gpu compile + link: 16.8 min on the same shared cores, ccache cold.
-# Needs debootstrap (installed with apt-get on Debian hosts), mount (proc, /dev and /sys are bound
-# into the chroots for OpenMPI, and unmounted at exit), and about 12 GB free under ROOT.
+# Needs debootstrap (installed with apt-get on Debian hosts), mount (each chroot is bind-mounted
+# onto itself so that the multihost test's network namespaces work there; proc, /dev and /sys
+# are bound into the chroots for OpenMPI; all unmounted at exit), and about 12 GB free under ROOT.
 set -euo pipefail
 
 usage() { sed -n '2,/^[^#]/{/^#/p}' "$0"; }
@@ -76,6 +77,8 @@ cleanup() {
     umount -R -l "$r/dev" 2> /dev/null || true
     umount -R -l "$r/sys" 2> /dev/null || true
     umount -l "$r/proc" 2> /dev/null || true
+    umount -l "$r/run/netns" 2> /dev/null || true
+    umount -R -l "$r" 2> /dev/null || true
   done
 }
 trap cleanup EXIT
@@ -103,6 +106,10 @@ make_chroot() {
       chroot "$r" /usr/sbin/update-ca-certificates > /dev/null 2>&1 || true
     fi
   fi
+  # The chroot's / a mount point of its own (a bind mount onto itself): `ip netns exec`, which
+  # the multihost test's two hosts run under, makes / a slave mount first and is refused where /
+  # is not a mount point.
+  mountpoint -q "$r" || mount --bind "$r" "$r"
   mountpoint -q "$r/proc" || mount -t proc proc "$r/proc"
   if ! mountpoint -q "$r/dev"; then mount --rbind /dev "$r/dev"; mount --make-rslave "$r/dev"; fi
   if ! mountpoint -q "$r/sys"; then mount --rbind /sys "$r/sys"; mount --make-rslave "$r/sys"; fi

@@ -773,6 +773,11 @@ TEST(StartupArrival, StoppedRankNamedWithinTheTimeout) {
   for (const int stopped : {1, 0}) {
     MPI_Comm comm;
     MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    // The ranks that are not stopped, so that they all finish their check before the stopped
+    // one is woken: woken earlier (a busy machine delays one rank's timeout), it would answer the
+    // late rank, which would then see no error.
+    MPI_Comm others;
+    MPI_Comm_split(MPI_COMM_WORLD, rank == stopped ? MPI_UNDEFINED : 0, rank, &others);
     MPI_Barrier(MPI_COMM_WORLD);
     std::string error;
     const auto t0 = std::chrono::steady_clock::now();
@@ -792,7 +797,9 @@ TEST(StartupArrival, StoppedRankNamedWithinTheTimeout) {
           << "stopped " << stopped << ": " << error;
       EXPECT_LT(s, T + std::min(T, 5.0) + 3.0) << error;
       EXPECT_GE(s, T * 0.9) << error;
-      // The stopped rank goes on (the lowest other rank wakes it).
+      // The stopped rank goes on (the lowest other rank wakes it, once every other one is done).
+      MPI_Barrier(others);
+      MPI_Comm_free(&others);
       if (rank == (stopped == 0 ? 1 : 0)) ::kill(pids[static_cast<size_t>(stopped)], SIGCONT);
     }
     MPI_Barrier(MPI_COMM_WORLD);
