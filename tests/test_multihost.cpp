@@ -542,7 +542,9 @@ TEST_F(MultiHost, RemoteRankRunsTheLocalBlasCore) {
   std::string sshdPid;
   std::ifstream(work + "/sshd.pid") >> sshdPid;
   ASSERT_FALSE(sshdPid.empty());
-  ASSERT_EQ(std::system(("nsenter -t " + sshdPid + " -m -u -n \"$(command -v sshd || echo " +
+  // -r: the sshd's root as well (entering a mount namespace would otherwise leave a chroot,
+  // such as packaging/debian13-check.sh's, for the root of the host).
+  ASSERT_EQ(std::system(("nsenter -t " + sshdPid + " -m -u -n -r \"$(command -v sshd || echo " +
                          "/usr/sbin/sshd)\" -f " + quote(work + "/ssh/sshd_config_blas") + " -E " +
                          quote(work + "/sshd-blas.log"))
                             .c_str()),
