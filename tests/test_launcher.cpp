@@ -201,8 +201,10 @@ if [ "$mode" = ssh_refused ] || [ "$mode" = unknown_block ]; then
   exit 1
 fi
 echo "library noise"
-echo '@@DIT {"event":"hello","rank":0,"world":2,"pid":5000,"host":"h"}'
-echo '@@DIT {"event":"hello","rank":1,"world":2,"pid":5001,"host":"h"}'
+host0=h host1=h
+if [ "$mode" = peer_lost ]; then host0=vm host1=mh-host-b; fi
+echo '@@DIT {"event":"hello","rank":0,"world":2,"pid":5000,"host":"'$host0'"}'
+echo '@@DIT {"event":"hello","rank":1,"world":2,"pid":5001,"host":"'$host1'"}'
 echo '@@DIT {"event":"status","stage":"loading","message":"loading"}'
 echo '@@DIT {"event":"ready","world":2,"strategy":{},"model":{},"load_seconds":0.1}'
 id_of() { printf '%s' "$1" | sed -n 's/.*"id":"\([^"]*\)".*/\1/p'; }
@@ -227,6 +229,11 @@ while IFS= read -r line; do
         crash)
           echo "mpirun noticed that process rank 1 with PID 0 on node h exited on signal 9 (Killed)." >&2
           exit 137 ;;
+        peer_lost)  # OpenMPI 5's report of rank 1's death, as prterun forwards it
+          cat "$FAKE_DIR/openmpi5.txt" >&2
+          exit 14 ;;
+        exit_quietly)
+          exit 14 ;;
       esac
       if [ -n "$FAKE_SLOW" ]; then sleep "$FAKE_SLOW"; fi
       echo "@@DIT {\"event\":\"image\",\"id\":\"$id\",\"image_index\":0,\"path\":\"/tmp/x.png\",\"seed\":18446744073709551615,\"params\":{},\"rank\":0,\"seconds\":0.1,\"cache\":null}"
@@ -935,4 +942,153 @@ TEST_F(SessionTest, StderrAfterAFatalErrorGoesToTheDebugLog) {
   EXPECT_NE(std::find(r.output.begin(), r.output.end(), "[rank 0/2] da"), r.output.end());
   ASSERT_TRUE(s.exitStatus().has_value());
   EXPECT_EQ(s.exitStatus()->signal, SIGKILL);
+}
+
+// ------------------------------------------------------------------------------ issue 36
+
+namespace {
+
+// OpenMPI 5.0's (PRRTE) stderr when remote rank 1 was SIGKILLed mid-run (Debian 13), as the CLI
+// showed it: rank 0's TCP BTL saw the socket close and aborted rank 0 at once.
+std::string openMpi5PeerLost(const std::string& elided) {
+  const std::string rule =
+      "--------------------------------------------------------------------------\n";
+  return rule +
+         "An MPI communication peer process has unexpectedly disconnected.  This\n"
+         "usually indicates a failure in the peer process (e.g., a crash or\n"
+         "otherwise exiting without calling MPI_FINALIZE first).\n" +
+         elided +
+         "  Local host: vm\n"
+         "  Local PID:  6012\n"
+         "  Peer host:  mh-host-b\n" +
+         rule + std::string(1, '\0') +
+         "[vm:00000] *** An error occurred in Socket closed\n"
+         "[vm:00000] *** reported by process [3333816321,0]\n"
+         "[vm:00000] *** on a NULL communicator\n"
+         "[vm:00000] *** Unknown error\n"
+         "[vm:00000] *** MPI_ERRORS_ARE_FATAL (processes in this communicator will now abort,\n"
+         "[vm:00000] ***    and MPI will try to terminate your MPI job as well)\n" +
+         rule +
+         "prterun has exited due to process rank 0 with PID 0 on node vm calling\n"
+         "\"abort\". This may have caused other processes in the application to be\n"
+         "terminated by signals sent by prterun (as reported here).\n" +
+         rule;
+}
+
+const char kElided[] = "...\n";
+const char kFullHelp[] =
+    "\n"
+    "Although this local MPI process will likely now behave unpredictably\n"
+    "(it may even hang or crash), the root cause of this problem is the\n"
+    "failure of the peer -- that is what you need to investigate.  For\n"
+    "example, there may be a core file that you can examine.  More\n"
+    "generally: such peer hangups are frequently caused by application bugs\n"
+    "or other external events.\n"
+    "\n";
+
+}  // namespace
+
+TEST(MpirunFailure, OpenMpi5PeerDisconnectNamesTheReporterAndThePeerHost) {
+  for (const char* elided : {kElided, kFullHelp}) {
+    const auto f = parseMpirunFailure(openMpi5PeerLost(elided));
+    ASSERT_TRUE(f);
+    EXPECT_TRUE(f->peer_lost);
+    EXPECT_EQ(f->rank, 0);
+    EXPECT_EQ(f->pid, 6012);
+    EXPECT_EQ(f->node, "vm");
+    EXPECT_EQ(f->peer_host, "mh-host-b");
+    EXPECT_EQ(f->signal, -1);
+    EXPECT_EQ(f->reason,
+              "rank 0 (pid 6012 on vm) lost its connection to a rank on mh-host-b mid-run");
+  }
+  // The abort lines alone: the reporter, no peer host.
+  const auto a = parseMpirunFailure(
+      "[vm:00000] *** An error occurred in Socket closed\n"
+      "[vm:00000] *** reported by process [3333816321,2]\n");
+  ASSERT_TRUE(a);
+  EXPECT_TRUE(a->peer_lost);
+  EXPECT_EQ(a->rank, 2);
+  EXPECT_EQ(a->peer_host, "");
+  EXPECT_EQ(a->reason, "rank 2 (on vm) lost its connection to another rank mid-run");
+  // OpenMPI 4's report of the rank's signal wins over a peer-disconnect block beside it.
+  const auto o4 = parseMpirunFailure(
+      openMpi5PeerLost(kElided) +
+      "mpirun noticed that process rank 1 with PID 77 on node 10.77.0.2 exited on signal 9 "
+      "(Killed).\n");
+  ASSERT_TRUE(o4);
+  EXPECT_FALSE(o4->peer_lost);
+  EXPECT_EQ(o4->reason, "rank 1 (pid 77 on 10.77.0.2) was killed by signal 9 (Killed)");
+  EXPECT_TRUE(isMpiAbortLine(std::string(1, '\0') + "[vm:00000] *** Unknown error"));
+  EXPECT_TRUE(isMpiAbortLine("\\0[vm:00000] *** on a NULL communicator"));
+  EXPECT_FALSE(isMpiAbortLine("prterun has exited due to process rank 0"));
+}
+
+// The session names the ranks on the peer host from their hello events, in one line without
+// OpenMPI's text, and never says "failed to start" for a group that was ready.
+TEST_F(SessionTest, OpenMpi5PeerDisconnectNamesTheRankOnThePeerHost) {
+  std::ofstream(dir.path / "openmpi5.txt") << openMpi5PeerLost(kFullHelp);
+  Recorder r;
+  WorkerSession s(&r);
+  ASSERT_TRUE(s.start(launch("peer_lost")));
+  s.submit({});
+  ASSERT_TRUE(pollUntil(s, [&] { return s.state() == State::Failed; }));
+  EXPECT_EQ(s.rankHosts(), (std::map<int, std::string>{{0, "vm"}, {1, "mh-host-b"}}));
+  ASSERT_EQ(r.groupFailures.size(), 1u);
+  const GroupFailure& f = r.groupFailures[0];
+  EXPECT_EQ(f.message,
+            "rank 1 (pid 5001 on mh-host-b) disconnected: rank 0 (pid 6012 on vm) lost its "
+            "connection to it mid-run");
+  EXPECT_EQ(f.rank, 1);
+  EXPECT_EQ(f.pid, 5001);
+  EXPECT_EQ(f.detail, "");
+  EXPECT_TRUE(RemoteRankWatch::hasDisconnectedRank(f.message));
+  EXPECT_FALSE(
+      RemoteRankWatch::hasDisconnectedRank("rank 1 (pid 5 on h) is on another host that "
+                                           "did not answer (is the link to it up?)"));
+  for (const std::string& l : r.output) {
+    EXPECT_EQ(l.find("An MPI communication peer"), std::string::npos) << l;
+    EXPECT_EQ(l.find("MPI_ERRORS_ARE_FATAL"), std::string::npos) << l;
+    EXPECT_EQ(l.find("Socket closed"), std::string::npos) << l;
+    EXPECT_EQ(l.find("prterun has exited"), std::string::npos) << l;
+  }
+  EXPECT_NE(std::find(r.debug.begin(), r.debug.end(), "  Peer host:  mh-host-b"), r.debug.end());
+
+  // A hostfile group asks the peer host over ssh (RemoteRankWatch, the CLI's and the GUI's).
+  const HostPlan plan{{"localhost", {0}}, {"10.77.0.2", {1}}};
+  std::vector<std::string> asked;
+  auto watchSaying = [&](std::string answer) {
+    return RemoteRankWatch(plan, "", [&asked, answer](const std::string& host, std::int64_t pid) {
+      asked.push_back(host + ":" + std::to_string(pid));
+      return answer;
+    });
+  };
+  RemoteRankWatch exited = watchSaying("exited");
+  EXPECT_EQ(exited.rewrite(f.message),
+            "rank 1 (pid 5001 on 10.77.0.2, host name mh-host-b) has exited (asked over ssh): "
+            "rank 0 (pid 6012 on vm) lost its connection to it mid-run");
+  EXPECT_EQ(asked, (std::vector<std::string>{"10.77.0.2:5001"}));
+  RemoteRankWatch silent = watchSaying("");
+  EXPECT_EQ(silent.rewrite(f.message),
+            "rank 1 (pid 5001 on 10.77.0.2, host name mh-host-b) disconnected, and 10.77.0.2 "
+            "does not answer over ssh either: the link to it is down (or the host is): rank 0 "
+            "(pid 6012 on vm) lost its connection to it mid-run");
+  RemoteRankWatch running = watchSaying("running (state S)");
+  EXPECT_EQ(running.rewrite(f.message),
+            "rank 1 (pid 5001 on 10.77.0.2, host name mh-host-b) is still running (state S) "
+            "(asked over ssh): the connection between the hosts dropped, not the rank: rank 0 "
+            "(pid 6012 on vm) lost its connection to it mid-run");
+  // Without a plan (no hostfile) the message stays as the session named it.
+  RemoteRankWatch none;
+  EXPECT_EQ(none.rewrite(f.message), f.message);
+}
+
+TEST_F(SessionTest, AGroupThatWasReadyIsNeverSaidToHaveFailedToStart) {
+  Recorder r;
+  WorkerSession s(&r);
+  ASSERT_TRUE(s.start(launch("exit_quietly")));
+  s.submit({});
+  ASSERT_TRUE(pollUntil(s, [&] { return s.state() == State::Failed; }));
+  ASSERT_EQ(r.groupFailures.size(), 1u);
+  EXPECT_EQ(r.groupFailures[0].message,
+            "the worker group exited unexpectedly (mpirun exit code 14)");
 }

@@ -136,6 +136,18 @@ class WorkerController::View : public dit::launcher::SessionObserver {
   }
   void groupStopped(int exitCode) override { Q_EMIT c_->groupStopped(exitCode); }
   void logLine(int rank, const std::string& level, const std::string& text) override {
+    // The group's failure naming a disconnected remote rank (OpenMPI 5's peer-disconnect
+    // report): named by its host's answer (off this thread) first; the request failures and
+    // groupFailed that follow are held until then.
+    if (level == "error" && c_->watch_ && c_->watch_->active() && !c_->naming_ &&
+        !c_->named_.count(text) && dit::launcher::RemoteRankWatch::hasDisconnectedRank(text)) {
+      dit::launcher::GroupFailure f;
+      f.rank = rank;
+      f.message = text;
+      f.fatal = true;
+      c_->nameSilentRanks(f, /*reportError=*/false);
+      return;
+    }
     Q_EMIT c_->logLine(rank, qs(level), qs(text));
   }
   void outputLine(dit::launcher::GroupProcess::Stream s, const std::string& line) override {
@@ -402,13 +414,17 @@ void WorkerController::checkStall() {
       });
 }
 
-void WorkerController::nameSilentRanks(const dit::launcher::GroupFailure& f) {
+void WorkerController::nameSilentRanks(const dit::launcher::GroupFailure& f, bool reportError) {
   if (naming_) {  // a second fatal error while the first is named: shown as it is
-    Q_EMIT errorReported(toQt(f));
+    if (reportError)
+      Q_EMIT errorReported(toQt(f));
+    else
+      Q_EMIT logLine(-1, QStringLiteral("error"), qs(f.message));
     return;
   }
   naming_ = true;
   heldError_ = f;
+  heldIsError_ = reportError;
   heldFailure_.reset();
   // Ranks the stall check named are named from what it kept; others are asked now (ssh,
   // bounded: 5 s a host).
@@ -426,11 +442,12 @@ void WorkerController::nameSilentRanks(const dit::launcher::GroupFailure& f) {
         naming_ = false;
         if (!heldError_) return;
         named_[heldError_->message] = named;
-        if (named != heldError_->message)
+        // The group's own failure line was held back: shown named (or as it was) in its place.
+        if (named != heldError_->message || !heldIsError_)
           Q_EMIT logLine(heldError_->rank, QStringLiteral("error"), qs(named));
         const dit::launcher::GroupFailure e = *heldError_;
         heldError_.reset();
-        Q_EMIT errorReported(toQt(e));
+        if (heldIsError_) Q_EMIT errorReported(toQt(e));
         const auto requests = std::move(heldRequestFailures_);
         heldRequestFailures_.clear();
         for (const auto& [id, message] : requests)

@@ -63,7 +63,9 @@ struct WorkerFailure {
 /// event for RemoteRankWatch::stallAfter() seconds the other hosts are asked over ssh about their
 /// ranks; a fatal error naming a rank "on another host that did not answer" is held back until
 /// that rank is named by its host's answer (stopped, exited, or the host cut off), then
-/// errorReported and groupFailed carry the CLI's words.
+/// errorReported and groupFailed carry the CLI's words; so is a group failure naming a rank that
+/// "disconnected" (OpenMPI 5's peer-disconnect report): its log line, request failures and
+/// groupFailed.
 class WorkerController : public QObject {
   Q_OBJECT
  public:
@@ -218,8 +220,10 @@ class WorkerController : public QObject {
   void abandonHostCheck();
   /// The stall check: asks the other hosts off the UI thread when the group stalls.
   void checkStall();
-  /// A fatal error naming a silent remote rank: named off the UI thread, then emitted.
-  void nameSilentRanks(const dit::launcher::GroupFailure& f);
+  /// A fatal error naming a silent remote rank (or, `reportError` false, the group's failure
+  /// naming a disconnected one: its error log line): named off the UI thread, then emitted
+  /// (errorReported, or the log line), with the request failures and groupFailed held meanwhile.
+  void nameSilentRanks(const dit::launcher::GroupFailure& f, bool reportError = true);
 
   struct HostCheckOutcome {
     dit::launcher::HostGroupCheck check;
@@ -250,6 +254,7 @@ class WorkerController : public QObject {
   bool naming_ = false;
   quint64 namingSerial_ = 0;  ///< a fatal error is being named (held back until then)
   std::optional<dit::launcher::GroupFailure> heldError_, heldFailure_;
+  bool heldIsError_ = true;  ///< heldError_ is an error event's (else the group's failure line)
   std::vector<std::pair<std::string, std::string>> heldRequestFailures_;  ///< id, message
   std::map<std::string, std::string> named_;  ///< fatal messages as named by the hosts
 };

@@ -62,6 +62,7 @@ class CliSessionView : public launcher::SessionObserver {
       : watch(std::move(plan), o.sshOptions), o_(o) {}
   int images = 0;
   std::string firstError;
+  bool peerLostShown = false;  ///< the group's failure naming a disconnected rank was shown
   /// Hostfile groups: the ranks of each host, the stall check and the naming of a silent rank
   /// (launcher::RemoteRankWatch, the GUI's too); inactive without a hostfile.
   launcher::RemoteRankWatch watch;
@@ -113,6 +114,13 @@ class CliSessionView : public launcher::SessionObserver {
     }
   }
   void logLine(int rank, const std::string& level, const std::string& text) override {
+    if (level == "error" && launcher::RemoteRankWatch::hasDisconnectedRank(text)) {
+      // The group's failure naming the ranks on a peer host that disconnected (OpenMPI 5):
+      // named by the host's answer over ssh (hostfile groups), shown once.
+      if (!peerLostShown) std::cerr << "error: " << watch.rewrite(text) << std::endl;
+      peerLostShown = true;
+      return;
+    }
     if (rank >= 0) return;  // the rank's own events are shown above
     if (level == "error")
       std::cerr << "error: " << text << std::endl;
@@ -168,7 +176,9 @@ void forwardSignalsTo(pid_t child) {
 // The session's outcome as the CLI's exit code: the group's own code, with the reason on stderr
 // when no rank reported an error; 1 when fewer images came than asked for, and 1 when a rank
 // named a fatal error and mpirun then had to be killed (its signal is the teardown's, not a
-// cause: issue 36).
+// cause: issue 36), 1 when mpirun named a rank killed by a signal (its code, 128 + N, would read
+// as the CLI's own death), and 1 when OpenMPI 5 aborted a rank that lost its peer (the session
+// named the peer; prterun's code is the abort's).
 int exitCode(const CliOptions& o, const launcher::WorkerSession& session,
              const CliSessionView& view) {
   const std::optional<launcher::ExitStatus> exit = session.exitStatus();
@@ -176,10 +186,18 @@ int exitCode(const CliOptions& o, const launcher::WorkerSession& session,
   const int rc = exit->shellCode();
   if (!view.firstError.empty()) return rc && exit->exited ? rc : 1;
   if (rc != 0) {
+    // OpenMPI 5 aborted the rank that lost its peer (issue 36): the session named the peer; the
+    // code is prterun's for that abort, not the cause's.
+    if (auto f = session.process().rankFailure(); f && f->peer_lost) {
+      if (!view.peerLostShown) std::cerr << "error: " << session.lastFailure().message << std::endl;
+      return 1;
+    }
     if (auto f = session.process().rankFailure(); f && f->rank >= 0) {
       std::cerr << "error: " << f->reason
                 << " without reporting an error; mpirun ended the process group" << std::endl;
-      return rc;
+      // A rank killed by a signal: mpirun's 128 + N would read as the CLI's own death (and
+      // OpenMPI 5 reports the same death as another rank's abort, code 14): 1, as there.
+      return f->signal > 0 ? 1 : rc;
     }
     // A host mpirun could not reach was named by the session (ssh's words and the fix).
     if (session.lastFailure().message.find("mpirun could not start the group there") ==

@@ -129,15 +129,24 @@ std::vector<RemoteRankState> RemoteRankWatch::askStall(
 }
 
 namespace {
+// m[4] matched: a rank an error named silent; m[5] matched: a rank OpenMPI 5 saw disconnect
+// (WorkerSession's peer-lost failure).
 const std::regex& silentClause() {
   static const std::regex silent(
-      R"(rank (\d+) \(pid (\d+) on ([^)]*)\) is on another host that did not answer \(is the link to it up\?\))");
+      R"(rank (\d+) \(pid (\d+) on ([^)]*)\) (?:(is on another host that did not answer \(is the link to it up\?\))|(disconnected)))");
   return silent;
 }
 }  // namespace
 
 bool RemoteRankWatch::hasSilentRank(const std::string& message) {
   return std::regex_search(message, silentClause());
+}
+
+bool RemoteRankWatch::hasDisconnectedRank(const std::string& message) {
+  for (std::sregex_iterator it(message.begin(), message.end(), silentClause()), end; it != end;
+       ++it)
+    if ((*it)[5].matched) return true;
+  return false;
 }
 
 std::string RemoteRankWatch::rewrite(const std::string& message) {
@@ -170,16 +179,26 @@ std::string RemoteRankWatch::rewriteWith(const std::string& given, bool ask) {
           known_[rank] = *state;
         }
       }
-      const std::string who = "rank " + m[1].str() + " (pid " + m[2].str() + " on " + m[3].str();
+      const bool disconnected = m[5].matched;
+      // A disconnected rank is named by its hello's host name: the hostfile's name is added.
+      const std::string where =
+          disconnected && m[3].str() != host ? host + ", host name " + m[3].str() : m[3].str();
+      const std::string who = "rank " + m[1].str() + " (pid " + m[2].str() + " on " + where;
       if (!state) {
         // not known and not asked: the clause stays as it is
       } else if (state->rfind("stopped", 0) == 0) {
         clause = who + ") is " + *state + " (asked over ssh): it is not cut off, it does not run";
       } else if (*state == "exited") {
         clause = who + ") has exited (asked over ssh)";
+      } else if (state->empty() && disconnected) {
+        clause = who + ") disconnected, and " + host +
+                 " does not answer over ssh either: the link to it is down (or the host is)";
       } else if (state->empty()) {
         clause = who + ") is on another host that did not answer, nor does " + host +
                  " over ssh: the link to it is down (or the host is)";
+      } else if (disconnected) {  // running
+        clause = who + ") is still " + *state +
+                 " (asked over ssh): the connection between the hosts dropped, not the rank";
       }
     }
     out += m.prefix().str() + clause;

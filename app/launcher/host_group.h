@@ -121,16 +121,26 @@ class RemoteRankWatch {
   /// by its state: "rank R (pid P on H) is stopped (state T: SIGSTOP or a debugger) (asked over
   /// ssh): it is not cut off, it does not run", "rank R (pid P on H) has exited (asked over
   /// ssh)", or "rank R (pid P on H) is on another host that did not answer, nor does HOST over
-  /// ssh: the link to it is down (or the host is)". The state kept by checkStall() is used when
-  /// there is one, else the host is asked now (blocking: the query's bound). A running rank's
-  /// clause, and any other text, stay as they are. Never throws (but std::bad_alloc).
+  /// ssh: the link to it is down (or the host is)". Likewise each clause "rank R (pid P on H)
+  /// disconnected" (WorkerSession's naming of OpenMPI 5's peer-disconnect report; H is the
+  /// rank's own host name, shown as "HOST, host name H" when the plan's HOST differs): "... is
+  /// stopped (...)", "... has exited (asked over ssh)", "rank R (pid P on HOST) disconnected, and
+  /// HOST does not answer over ssh either: the link to it is down (or the host is)", or, running,
+  /// "rank R (pid P on HOST) is still running (...) (asked over ssh): the connection between the
+  /// hosts dropped, not the rank". The state kept by checkStall() is used when there is one,
+  /// else the host is asked now (blocking: the query's bound). A running rank's silent clause,
+  /// and any other text, stay as they are. Never throws (but std::bad_alloc).
   std::string rewrite(const std::string& message);
   /// rewrite() with the states known so far only (never asks): a clause whose rank's state is
   /// not known stays as it is. For the other copies of a named error (a rank's stderr lines).
   /// rewrite() keeps what it was told (except a running rank) for this.
   std::string rewriteKnown(const std::string& text);
-  /// True when `message` holds a clause rewrite() would ask about or change.
+  /// True when `message` holds a clause rewrite() would ask about or change (a silent rank's, or
+  /// a disconnected rank's).
   static bool hasSilentRank(const std::string& message);
+  /// True when `message` holds a clause "rank R (pid P on H) disconnected" (a group failure
+  /// naming the ranks on the peer host of OpenMPI 5's peer-disconnect report).
+  static bool hasDisconnectedRank(const std::string& message);
 
   /// The states kept so far (rank -> state; "" = its host did not answer over ssh).
   std::map<int, std::string> known() const;

@@ -398,7 +398,46 @@ std::optional<RankFailure> parseMpirunFailure(std::string_view textIn) {
     f.reason = m[1].str() + " rank process returned a non-zero exit code";
     return f;
   }
-  return std::nullopt;
+  // OpenMPI 5 (issue 36): a rank's TCP BTL saw its peer's socket close and aborted that rank at
+  // once, so prterun reports that rank's abort, not the peer's death.
+  static const regex peerRe(
+      R"(An\s+MPI\s+communication\s+peer\s+process\s+has\s+unexpectedly\s+disconnected)");
+  static const regex socketRe(R"(An\s+error\s+occurred\s+in\s+Socket\s+closed)");
+  static const regex localHostRe(R"(Local\s+host:[ \t]*([^\s]+))");
+  static const regex localPidRe(R"(Local\s+PID:[ \t]*(\d+))");
+  static const regex peerHostRe(R"(Peer\s+host:[ \t]*([^\s]+))");
+  // "[vm:00000] *** reported by process [3333816321,0]"
+  static const regex reporterRe(
+      R"(\[([^\]\s:]+):\d+\]\s+\*\*\*\s+reported\s+by\s+process\s+\[\d+,(\d+)\])");
+  const bool peer = std::regex_search(text, peerRe);
+  if (!peer && !std::regex_search(text, socketRe)) return std::nullopt;
+  f.peer_lost = true;
+  if (peer && std::regex_search(text, m, peerHostRe)) f.peer_host = m[1];
+  if (peer && std::regex_search(text, m, localHostRe)) f.node = m[1];
+  if (peer && std::regex_search(text, m, localPidRe)) f.pid = std::stoll(m[1]);
+  if (std::regex_search(text, m, reporterRe)) {
+    const long long r = std::strtoll(m[2].str().c_str(), nullptr, 10);
+    if (r >= 0 && r < (1 << 30)) f.rank = static_cast<int>(r);
+    if (f.node.empty()) f.node = m[1];
+  }
+  std::string who = f.rank >= 0 ? "rank " + std::to_string(f.rank) : std::string("a rank");
+  if (f.pid > 0 || !f.node.empty()) {
+    who += " (";
+    if (f.pid > 0) who += "pid " + std::to_string(f.pid) + (f.node.empty() ? "" : " ");
+    if (!f.node.empty()) who += "on " + f.node;
+    who += ")";
+  }
+  f.reason = who + " lost its connection to " +
+             (f.peer_host.empty() ? std::string("another rank") : "a rank on " + f.peer_host) +
+             " mid-run";
+  return f;
+}
+
+bool isMpiAbortLine(std::string_view line) {
+  // NUL bytes (OpenMPI 5 starts its abort report with one) or their "\0" as a log shows them.
+  static const std::regex abortLine(R"(^(?:[\s\x00]|\\0)*\[[^\]]*\]\s+\*\*\*)");
+  const std::string l(line);
+  return std::regex_search(l, abortLine);
 }
 
 std::optional<HostFailure> parseHostFailure(std::string_view textIn) {

@@ -192,15 +192,31 @@ struct RankFailure {
   std::string node;       ///< host name when reported
   /// One clause naming the rank and the cause, e.g. "rank 1 (pid 4242 on h) was killed by signal
   /// 9 (Killed)", "rank 1 exited with code 3", "rank 2 aborted the group (MPI_Abort, error code
-  /// 1)".
+  /// 1)", "rank 0 (pid 6012 on vm) lost its connection to a rank on mh-host-b mid-run".
   std::string reason;
+  /// OpenMPI 5's peer-disconnect report (the TCP BTL saw a peer's socket close, then aborted the
+  /// rank that saw it): true, with the fields below. `rank`, `pid` and `node` are then those of
+  /// the rank that lost its peer (the reporter, -1 / "" when not named), not of the one that
+  /// died: the suspects are the ranks on `peer_host` (WorkerSession names them from their hello
+  /// events).
+  bool peer_lost = false;
+  std::string peer_host;  ///< "Peer host:" of the report; "" when only the abort lines came
 };
 
 /// Finds mpirun's report of a failed rank in `text` (OpenMPI 4: "mpirun noticed that process rank
 /// 1 with PID 123 on node h exited on signal 9 (Killed)", "... exited with status 3", "MPI_ABORT
 /// was invoked on rank 1 ... errorcode 1", "Process name: [[x,y],r]" + "Exit code: c", "Primary
-/// job terminated normally, but 1 process returned"). nullopt when none is present.
+/// job terminated normally, but 1 process returned"), in that order of preference; then OpenMPI
+/// 5's peer disconnect (peer_lost: "An MPI communication peer process has unexpectedly
+/// disconnected" with "Local host: H", "Local PID: P", "Peer host: Q", and/or "An error occurred
+/// in Socket closed" + "reported by process [job,R]"), e.g. reason "rank 0 (pid 6012 on vm)
+/// lost its connection to a rank on mh-host-b mid-run". nullopt when none is present.
 std::optional<RankFailure> parseMpirunFailure(std::string_view text);
+
+/// True when `line` is one of OpenMPI's lines of a rank's own abort ("[host:00000] *** An error
+/// occurred in Socket closed", "[host:00000] *** MPI_ERRORS_ARE_FATAL ...": "[...] *** " after
+/// any NUL bytes, their "\0" spelling, and blanks).
+bool isMpiAbortLine(std::string_view line);
 
 /// A host of the hostfile where mpirun could not start its daemon, in ssh's own words as mpirun
 /// forwards them on stderr.

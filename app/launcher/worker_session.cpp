@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cctype>
 #include <ctime>
 #include <random>
 #include <type_traits>
@@ -117,6 +118,7 @@ bool WorkerSession::start(const SessionLaunch& launch) {
   if (process_.running() || launch.argv.empty()) return false;
   stopRequested_ = sawBye_ = sawReady_ = stopWhenIdle_ = false;
   pids_.clear();
+  hosts_.clear();
   lastRanks_.clear();
   world_ = launch.world;
   readyInfo_ = nullptr;
@@ -403,7 +405,10 @@ void WorkerSession::handleStderrLine(const std::string& line) {
     return;
   }
   if (trimmed(text).empty()) return;
-  if (afterFatal)  // the named cause came first: what follows is the teardown's noise
+  // OpenMPI 5's abort of the rank that lost its peer ("[vm:00000] *** An error occurred in
+  // Socket closed", ...): the session names the cause (crashFailure).
+  const bool peerAbort = isMpiAbortLine(text) && peerLostReported();
+  if (afterFatal || peerAbort)  // the named cause came first: what follows is the teardown's noise
     observer_->logLine(-1, "debug", text);
   else
     observer_->outputLine(GroupProcess::Stream::Stderr, text);
@@ -414,7 +419,7 @@ void WorkerSession::flushHelp() {
   std::string block;
   for (const std::string& l : help_) block += l + "\n";
   const bool known = fatalEvent_ || parseHostFailure(block) || parseMpirunFailure(block) ||
-                     parseHostFailure(process_.stderrTail());
+                     parseHostFailure(process_.stderrTail()) || peerLostReported();
   for (const std::string& l : help_) {
     if (trimmed(l).empty()) continue;
     if (known)
@@ -441,6 +446,7 @@ void WorkerSession::handleEvent(const protocol::Event& ev) {
   if (const auto* h = std::get_if<protocol::HelloEvent>(&typed)) {
     if (ev.data.contains("world")) world_ = h->world;
     if (h->rank >= 0) pids_[h->rank] = h->pid;
+    if (h->rank >= 0 && !h->host.empty()) hosts_[h->rank] = h->host;
   } else if (const auto* r = std::get_if<protocol::ReadyEvent>(&typed)) {
     readyInfo_ = ev.data;
     sawReady_ = true;
@@ -524,7 +530,75 @@ void WorkerSession::handleError(const protocol::ErrorEvent& e) {
   }
 }
 
-GroupFailure WorkerSession::crashFailure(const ExitStatus& status) const {
+bool WorkerSession::peerLostReported() const {
+  const std::string& tail = process_.stderrTail();
+  if (tail.find("unexpectedly") == std::string::npos &&
+      tail.find("Socket closed") == std::string::npos)
+    return false;  // cheap test first: the regexes only when the words are there
+  const std::optional<RankFailure> mp = parseMpirunFailure(tail);
+  return mp && mp->peer_lost;
+}
+
+namespace {
+// "host.example" and "host" name the same machine here (names, not addresses: "10.0.0.1" and
+// "10.0.0.2" do not).
+bool sameHost(const std::string& a, const std::string& b) {
+  if (a.empty() || b.empty()) return false;
+  if (a == b) return true;
+  auto isName = [](const std::string& h) {
+    return std::any_of(h.begin(), h.end(), [](unsigned char c) { return std::isalpha(c); }) &&
+           h.find(':') == std::string::npos;
+  };
+  return isName(a) && isName(b) && a.substr(0, a.find('.')) == b.substr(0, b.find('.'));
+}
+}  // namespace
+
+std::string WorkerSession::peerLostMessage(const RankFailure& mp, GroupFailure& f) const {
+  // The rank that lost its peer: its pid from the report (or its hello), its host likewise.
+  int reporter = mp.rank;
+  if (reporter < 0 && mp.pid > 0)
+    for (const auto& [r, p] : pids_)
+      if (p == mp.pid) reporter = r;
+  std::int64_t reporterPid = mp.pid;
+  if (reporterPid <= 0 && reporter >= 0)
+    if (auto it = pids_.find(reporter); it != pids_.end()) reporterPid = it->second;
+  std::string reporterHost = mp.node;
+  if (reporterHost.empty() && reporter >= 0)
+    if (auto it = hosts_.find(reporter); it != hosts_.end()) reporterHost = it->second;
+  std::string who = reporter >= 0 ? "rank " + std::to_string(reporter) : std::string("a rank");
+  if (reporterPid > 0 && !reporterHost.empty())
+    who += " (pid " + std::to_string(reporterPid) + " on " + reporterHost + ")";
+  else if (reporterPid > 0)
+    who += " (pid " + std::to_string(reporterPid) + ")";
+  else if (!reporterHost.empty())
+    who += " (on " + reporterHost + ")";
+  if (mp.peer_host.empty())
+    return who + " lost its connection to another rank mid-run (OpenMPI: socket closed) and " +
+           "OpenMPI ended the group";
+  // The suspects: the ranks on the peer host, from their hello events.
+  std::vector<int> suspects;
+  for (const auto& [r, h] : hosts_)
+    if (r != reporter && sameHost(h, mp.peer_host)) suspects.push_back(r);
+  if (suspects.empty())
+    return "a rank on " + mp.peer_host + " disconnected: " + who +
+           " lost its connection to it mid-run";
+  std::string clauses;
+  for (int r : suspects) {
+    const auto pid = pids_.find(r);
+    if (!clauses.empty()) clauses += " or ";
+    clauses += "rank " + std::to_string(r) + " (pid " +
+               std::to_string(pid != pids_.end() ? pid->second : -1) + " on " + hosts_.at(r) +
+               ") disconnected";
+  }
+  if (suspects.size() == 1) {
+    f.rank = suspects.front();
+    if (auto it = pids_.find(f.rank); it != pids_.end()) f.pid = it->second;
+  }
+  return clauses + ": " + who + " lost its connection to " +
+         (suspects.size() == 1 ? std::string("it") : "a rank on " + mp.peer_host) + " mid-run";
+}
+
+GroupFailure WorkerSession::crashFailure(const ExitStatus& status, bool wasReady) const {
   GroupFailure f;
   f.fatal = true;
   const std::optional<RankFailure> mp = process_.rankFailure();
@@ -532,6 +606,11 @@ GroupFailure WorkerSession::crashFailure(const ExitStatus& status) const {
     f = *fatalEvent_;
     f.fatal = true;
     if (mp && !mp->reason.empty()) f.detail = "mpirun: " + mp->reason;
+  } else if (mp && mp->peer_lost) {
+    // OpenMPI 5 (issue 36): the rank that saw its peer's socket close was aborted at once and
+    // prterun reports that abort; the peer is the cause. OpenMPI's own text adds nothing.
+    f.message = peerLostMessage(*mp, f);
+    return f;
   } else if (mp) {
     f.rank = mp->rank;
     f.pid = mp->pid;
@@ -559,8 +638,8 @@ GroupFailure WorkerSession::crashFailure(const ExitStatus& status) const {
   } else if (!status.exited) {
     f.message = "mpirun was ended by " + status.describe();
   } else {
-    f.message = std::string(sawReady_ ? "the worker group exited unexpectedly"
-                                      : "the worker group failed to start") +
+    f.message = std::string(wasReady ? "the worker group exited unexpectedly"
+                                     : "the worker group failed to start") +
                 " (mpirun exit code " + std::to_string(status.code) + ")";
   }
   // ssh's cause and its fix are the message: OpenMPI's text around them adds nothing (issue 36).
@@ -608,7 +687,7 @@ void WorkerSession::handleExit() {
     setState(State::Stopped);
     observer_->groupStopped(code);
   } else {
-    const GroupFailure f = crashFailure(status);
+    const GroupFailure f = crashFailure(status, wasReady);
     lastFailure_ = f;
     observer_->logLine(f.rank, "error", f.message);
     if (wasReady || !keepUnsentOnFailedStart) {

@@ -70,7 +70,10 @@ class SessionObserver {
   virtual void requestFailed(const std::string& /*id*/, const std::string& /*message*/) {}
   /// An `error` event (fatal or not).
   virtual void errorReported(const GroupFailure&) {}
-  /// The group ended without being asked to (crash, abort, failed start).
+  /// The group ended without being asked to (crash, abort, failed start). When OpenMPI 5
+  /// reported a peer's disconnect (RankFailure::peer_lost), the message names each rank on the
+  /// peer host as "rank R (pid P on H) disconnected" (RemoteRankWatch::rewrite() names it by its
+  /// host's answer over ssh), then ": rank L (pid Q on M) lost its connection to it mid-run".
   virtual void groupFailed(const GroupFailure&) {}
   /// The group ended after stop() (mpirun's exit code; 128 + signal when it was killed).
   virtual void groupStopped(int /*exitCode*/) {}
@@ -81,7 +84,8 @@ class SessionObserver {
   /// stderr (mpirun's and OpenMPI's reports of the teardown it causes) goes to logLine(-1,
   /// "debug", ...) instead: the error event is the cause, named once. So do OpenMPI's reports
   /// between rules of dashes whose cause the session names itself (parseHostFailure,
-  /// parseMpirunFailure).
+  /// parseMpirunFailure), and, after OpenMPI 5's peer-disconnect report, the lines of the abort
+  /// it causes ("[host:00000] *** ...": isMpiAbortLine).
   virtual void outputLine(GroupProcess::Stream, const std::string&) {}
   /// pollFds() changed (a group started, a stream ended, the group exited).
   virtual void fdsChanged() {}
@@ -170,6 +174,9 @@ class WorkerSession {
   const std::string& idTag() const { return idTag_; }
   int world() const { return world_; }
   const std::map<int, std::int64_t>& rankPids() const { return pids_; }
+  /// Each rank's host name as its `hello` event gave it (rank -> host; ranks without one left
+  /// out).
+  const std::map<int, std::string>& rankHosts() const { return hosts_; }
   /// The `ready` event's object (null before).
   const nlohmann::json& readyInfo() const { return readyInfo_; }
   const GroupFailure& lastFailure() const { return lastFailure_; }
@@ -198,7 +205,9 @@ class WorkerSession {
   void handleExit();
   void maybeStopWhenIdle();
   void advanceTeardown();
-  GroupFailure crashFailure(const ExitStatus& status) const;
+  GroupFailure crashFailure(const ExitStatus& status, bool wasReady) const;
+  std::string peerLostMessage(const RankFailure& mp, GroupFailure& f) const;
+  bool peerLostReported() const;
 
   SessionObserver none_;
   SessionObserver* observer_;
@@ -209,6 +218,7 @@ class WorkerSession {
   bool stopRequested_ = false, sawReady_ = false, sawBye_ = false, stopWhenIdle_ = false;
   bool exitHandled_ = true;
   std::map<int, std::int64_t> pids_;
+  std::map<int, std::string> hosts_;
   std::map<int, protocol::RankStats> lastRanks_;
   int world_ = 0;
   nlohmann::json readyInfo_;
