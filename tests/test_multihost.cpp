@@ -360,6 +360,9 @@ TEST_F(MultiHost, KilledRemoteRankNamedAndGroupEnded) {
   EXPECT_LT(r.seconds, 60) << r.log;
   std::printf("  OpenMPI %d: killed remote rank named (rc %d), group ended in %.1f s\n", major,
               r.rc, r.seconds);
+  for (std::size_t at = r.log.find("error: "); at != std::string::npos;
+       at = r.log.find("error: ", at + 1))
+    std::printf("  %s\n", r.log.substr(at, r.log.find('\n', at) - at).c_str());
 }
 
 TEST_F(MultiHost, UnreachableHostBounded) {
