@@ -411,6 +411,49 @@ class TestController : public QObject {
     QVERIFY(warned);
   }
 
+  // OpenMPI 5's peer-disconnect report (issue 36): the group's failure names rank 1 on the peer
+  // host by its host's answer (off the UI thread); request failure and groupFailed carry the same
+  // words, and no OpenMPI text reaches the log.
+  void hostfilePeerLostNamedByTheHostsAnswer() {
+    qputenv("FAKE_MODE", "peer_lost");
+    WorkerController c;
+    c.setPreflight(false);
+    std::atomic<bool> onUiThread{false};
+    QThread* ui = QThread::currentThread();
+    c.setRemoteStateQuery([&](const std::string& host, std::int64_t pid) -> std::string {
+      onUiThread = onUiThread || QThread::currentThread() == ui;
+      return host == "fake-host-b" && pid == 5001 ? "exited" : "running (state R)";
+    });
+    QSignalSpy errors(&c, &WorkerController::errorReported);
+    QSignalSpy failed(&c, &WorkerController::groupFailed);
+    QSignalSpy logs(&c, &WorkerController::logLine);
+    QSignalSpy reqFailed(&c, &WorkerController::requestFailed);
+    QVERIFY(c.start(hostfileConfig("fake-host-b")));
+    GenerationParams p;
+    p.steps = 10;
+    c.submit(p);
+    QTRY_COMPARE_WITH_TIMEOUT(failed.count(), 1, 30000);
+    const QString named =
+        "rank 1 (pid 5001 on fake-host-b) has exited (asked over ssh): rank 0 (pid 5000 on "
+        "fakehost) lost its connection to it mid-run";
+    QCOMPARE(failed.first().at(0).value<WorkerFailure>().message, named);
+    QCOMPARE(errors.count(), 0);
+    QCOMPARE(reqFailed.count(), 1);
+    QCOMPARE(reqFailed.first().at(1).toString(), named);
+    QVERIFY(!onUiThread);
+    int shown = 0;
+    for (const QList<QVariant>& l : logs) {
+      const QString level = l.at(1).toString(), text = l.at(2).toString();
+      if (level == "debug") continue;
+      QVERIFY2(!text.contains("An MPI communication peer") &&
+                   !text.contains("MPI_ERRORS_ARE_FATAL") && !text.contains("failed to start") &&
+                   !text.contains(") disconnected"),
+               qPrintable(text));
+      shown += level == "error" && text == named;
+    }
+    QCOMPARE(shown, 1);
+  }
+
   // Restart of a running hostfile group: the old group stops (the unsent request kept), the new
   // one goes through its own hostfile check before mpirun starts, and runs the request.
   void restartOfAHostfileGroupChecksItsHostsAgain() {

@@ -60,7 +60,9 @@ dev0=${FAKE_DEV:-0}
 echo "library noise: loading kernels"
 r=0
 while [ $r -lt $np ]; do
-  echo "@@DIT {\"event\":\"hello\",\"rank\":$r,\"world\":$np,\"pid\":$((5000 + r)),\"host\":\"fakehost.example.org\"}"
+  host=fakehost.example.org
+  if [ "$mode" = peer_lost ] && [ $r -ge 1 ]; then host=fake-host-b; fi
+  echo "@@DIT {\"event\":\"hello\",\"rank\":$r,\"world\":$np,\"pid\":$((5000 + r)),\"host\":\"$host\"}"
   r=$((r + 1))
 done
 echo "[12:00:00] [rank 1/$np] loading shard" >&2
@@ -137,6 +139,18 @@ while :; do
         echo "MPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD" >&2
         echo "with errorcode 1." >&2
         exit 1
+      fi
+      if [ "$mode" = peer_lost ]; then
+        # OpenMPI 5: rank 0's TCP link to rank 1 closed; rank 0 aborted, prterun reports that.
+        rule=--------------------------------------------------------------------------
+        printf '%s\n' "$rule" "An MPI communication peer process has unexpectedly disconnected.  This" \
+          "usually indicates a failure in the peer process (e.g., a crash or" \
+          "otherwise exiting without calling MPI_FINALIZE first)." "" \
+          "  Local host: fakehost" "  Local PID:  5000" "  Peer host:  fake-host-b" "$rule" >&2
+        printf '%s\n' "[fakehost:00000] *** An error occurred in Socket closed" \
+          "[fakehost:00000] *** reported by process [3333816321,0]" \
+          "[fakehost:00000] *** MPI_ERRORS_ARE_FATAL (processes in this communicator will now abort," >&2
+        exit 14
       fi
       if [ "$mode" = silent_remote ]; then
         echo "@@DIT {\"event\":\"progress\",\"id\":\"$id\",\"step\":1,\"steps\":$steps,\"step_ms\":5,\"eta_s\":0.1,\"image_index\":0}"
