@@ -341,13 +341,17 @@ TEST_F(MultiHost, KilledRemoteRankNamedAndGroupEnded) {
   const int major = openMpiMajor();
   if (major >= 5) {
     // OpenMPI 5 aborts rank 0 when its TCP link to rank 1 closes and reports that abort (issue
-    // 36): the CLI names rank 1 from the peer host, asking host b over ssh.
-    EXPECT_NE(r.log.find("error: rank 1 (pid " + pid +
-                         " on 10.77.0.2, host name mh-host-b) has exited (asked over ssh): rank 0 "
-                         "(pid "),
-              std::string::npos)
-        << r.log;
-    EXPECT_NE(r.log.find(") lost its connection to it mid-run"), std::string::npos) << r.log;
+    // 36): the CLI names rank 1 from the peer host, asking host b over ssh. When prterun hears
+    // of rank 1's death first it reports that instead (by host name), parsed as on OpenMPI 4;
+    // which comes first is a race (both seen in the Debian 13 chroot).
+    const bool asked =
+        r.log.find("error: rank 1 (pid " + pid +
+                   " on 10.77.0.2, host name mh-host-b) has exited (asked over ssh): rank 0 "
+                   "(pid ") != std::string::npos &&
+        r.log.find(") lost its connection to it mid-run") != std::string::npos;
+    const bool reported = r.log.find("error: rank 1 (pid " + pid +
+                                     " on mh-host-b) was killed by signal 9") != std::string::npos;
+    EXPECT_TRUE(asked || reported) << r.log;
   } else {
     // mpirun's report, parsed: the rank, its pid and host, the signal.
     EXPECT_NE(r.log.find("error: rank 1 (pid " + pid + " on 10.77.0.2) was killed by signal 9"),
@@ -672,7 +676,15 @@ TEST_F(MultiHost, StoppedRemoteRankNamedAsStopped) {
                      " on mh-host-b) is stopped (state T: SIGSTOP or a debugger)"),
             std::string::npos)
       << log;
-  EXPECT_EQ(log.find("is the link to it up?"), std::string::npos) << log;
+  // The stopped rank is never blamed on the link. (Rank 1, continued by the teardown, may still
+  // report its own timeout, whose clause about rank 0 on this host keeps its words.)
+  const std::string mine = "rank 1 (pid " + std::to_string(rank1) + " on ";
+  for (auto at = log.find(mine); at != std::string::npos; at = log.find(mine, at + 1)) {
+    const auto close = log.find(')', at);
+    ASSERT_NE(close, std::string::npos) << log;
+    const std::string blamed = ") is on another host that did not answer";
+    EXPECT_NE(log.compare(close, blamed.size(), blamed), 0) << log;
+  }
   std::printf("  remote rank stopped at %.1f s: named as stopped, CLI ended %.1f s later\n", stopAt,
               cli.since() - stopAt);
 }
