@@ -427,7 +427,7 @@ void WorkerController::nameSilentRanks(const dit::launcher::GroupFailure& f, boo
   heldIsError_ = reportError;
   heldFailure_.reset();
   // Ranks the stall check named are named from what it kept; others are asked now (ssh,
-  // bounded: 5 s a host).
+  // bounded: 10 s a host).
   runOffThread(
       this,
       [watch = watch_, message = f.message]() -> std::string {

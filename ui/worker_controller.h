@@ -136,7 +136,7 @@ class WorkerController : public QObject {
   QString hostPlan() const;
   /// How a hostfile group's other hosts are asked about a rank's process (the stall check and
   /// the naming of a silent rank, off the UI thread): empty (the default) asks over ssh
-  /// (launcher::remoteProcessState, at most 5 s a host); tests inject a fake. Applies to the
+  /// (launcher::remoteProcessState, at most 10 s a host); tests inject a fake. Applies to the
   /// groups started after the call.
   void setRemoteStateQuery(dit::launcher::RemoteRankWatch::StateQuery query) {
     stateQuery_ = std::move(query);

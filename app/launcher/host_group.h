@@ -91,7 +91,7 @@ class RemoteRankWatch {
   using StateQuery = std::function<std::string(const std::string& host, std::int64_t pid)>;
 
   /// `plan`: the ranks of each host (empty: the watch does nothing). `query` empty: ask over
-  /// ssh, remoteProcessState(host, pid, ssh_options), at most 5 s a host.
+  /// ssh, remoteProcessState(host, pid, ssh_options), at most 10 s a host.
   explicit RemoteRankWatch(HostPlan plan = {}, std::string ssh_options = {}, StateQuery query = {});
 
   const HostPlan& plan() const { return plan_; }

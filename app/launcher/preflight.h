@@ -47,6 +47,6 @@ PreflightResult preflightHost(const std::string& host, const MpirunLaunch& launc
 /// when the host does not answer within the time (a link that is down) or pid <= 0. For naming
 /// a rank that stopped answering (issue 36): stopped, not cut off. Never throws.
 std::string remoteProcessState(const std::string& host, std::int64_t pid,
-                               const std::string& ssh_options, double timeout_s = 5);
+                               const std::string& ssh_options, double timeout_s = 10);
 
 }  // namespace dit::launcher
