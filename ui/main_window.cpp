@@ -476,12 +476,7 @@ void MainWindow::connectController() {
   });
   connect(c, &WorkerController::hostCheckFailed, this,
           [this](const QString& host, const QString& message) {
-            const int queued = static_cast<int>(controller_->queue().size());
-            const QString stays =
-                queued > 0 ? "\n" + tr("%n request(s) stay queued: Start (or Restart) runs them "
-                                       "once the group starts.",
-                                       nullptr, queued)
-                           : QString();
+            const QString stays = queuedStayNote();
             showBanner(host.isEmpty()
                            ? tr("The hostfile group cannot start")
                            : tr("Pre-flight failed on host %1: the group did not start").arg(host),
@@ -1042,12 +1037,7 @@ void MainWindow::onGroupFailed(const WorkerFailure& f) {
   for (const auto& r : controller_->queue())
     if (requestParams_.contains(r.id)) kept[r.id] = requestParams_.value(r.id);
   requestParams_ = kept;
-  const int queued = static_cast<int>(controller_->queue().size());
-  const QString stays =
-      queued > 0 ? "\n" + tr("%n request(s) stay queued: Start (or Restart) runs them once the "
-                             "group starts.",
-                             nullptr, queued)
-                 : QString();
+  const QString stays = queuedStayNote();
   if (f.rank < 0 && !f.host.isEmpty()) {
     // ssh could not reach a host of the hostfile: the host and ssh's cause in the banner.
     const QString cause =
@@ -1070,6 +1060,14 @@ void MainWindow::onGroupFailed(const WorkerFailure& f) {
   updateStatus();
   if (autoActive_) finishAuto(false, f.message);
   if (closing_) close();
+}
+
+QString MainWindow::queuedStayNote() const {
+  const int queued = static_cast<int>(controller_->queue().size());
+  return queued > 0 ? "\n" + tr("%n request(s) stay queued: Start (or Restart) runs them once the "
+                                "group starts.",
+                                nullptr, queued)
+                    : QString();
 }
 
 QStringList MainWindow::capabilityIssuesOf(const dit::Strategy& s, const QString& hostfile) const {

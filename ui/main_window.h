@@ -126,6 +126,8 @@ class MainWindow : public QMainWindow {
   void applyPreset(const Preset& preset, bool withGeneration = false);
   /// What this build/machine says against `s` (device cuda on a CPU-only build, ...).
   QStringList capabilityIssuesOf(const dit::Strategy& s, const QString& hostfile = {}) const;
+  /// "\nN request(s) stay queued: ..." for a banner when requests wait in the queue, else "".
+  QString queuedStayNote() const;
   /// Everything that would refuse `s` with the current model and generation parameters
   /// (Start and request issues, this build/machine): what the Advisor's Apply is checked with.
   QStringList strategyIssues(const dit::Strategy& s) const;
