@@ -13,6 +13,16 @@ target_precompile_headers(test_model_errors REUSE_FROM dit_backend)
 add_test(NAME model_errors COMMAND test_model_errors)
 set_tests_properties(model_errors PROPERTIES LABELS "backend;errors;unit")
 
+# Issue 48: every JSON file of each family's folder with a top level that is not an object (and
+# a config declaring another component) is refused naming that file.
+add_executable(test_config_guards test_config_guards.cpp)
+target_link_libraries(test_config_guards PRIVATE dit_backend GTest::gtest GTest::gtest_main)
+target_compile_definitions(test_config_guards PRIVATE DITSTUDIO_TEST_DATA="${DITSTUDIO_TEST_DATA}")
+target_precompile_headers(test_config_guards REUSE_FROM dit_backend)
+gtest_add_tests(TARGET test_config_guards TEST_LIST _config_guard_tests)
+set_tests_properties(${_config_guard_tests} PROPERTIES LABELS "backend;errors;security;unit"
+                     TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")
+
 # Other checkpoint shapes through the real CLI (sharded, bf16 on disk, no guidance, deeper VAE).
 add_executable(test_checkpoint_variants test_checkpoint_variants.cpp)
 target_link_libraries(test_checkpoint_variants PRIVATE dit_backend GTest::gtest GTest::gtest_main)

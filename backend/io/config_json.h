@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -18,10 +19,26 @@
 
 namespace dit {
 
-/// Parses `file` as JSON (a regular file of at most 64 MiB, nested at most 64 deep). Throws
+/// Parses `file` as JSON (a regular file of at most 64 MiB, nested at most 64 deep) whose top
+/// level is an object, as every diffusers / transformers config and index is. Throws
 /// ModelFileError: "file is missing", "is a FIFO (named pipe), not a regular file", "cannot open
-/// file", "config is not valid JSON: syntax error at byte N" (no file bytes quoted).
+/// file", "config is not valid JSON: syntax error at byte N" (no file bytes quoted), "config is
+/// not a JSON object (its top level is an array)" (a string, a number, null likewise: without
+/// this an array would read as an object with no keys, i.e. every default).
 nlohmann::json readConfigJson(const std::string& file);
+
+/// Throws ModelFileError naming `file` when `j` is not a JSON object: "config is not a JSON
+/// object (its top level is a number)". For config values that reach a parser other than through
+/// readConfigJson (readConfigJson applies it itself).
+void requireConfigObject(const nlohmann::json& j, const std::string& file);
+
+/// What a config's own metadata says it is: when `j[key]` (`_class_name` for diffusers configs,
+/// `model_type` for transformers ones) is a string outside `accepted`, throws ModelFileError
+/// naming `file` and the declared value: "declares _class_name \"DDIMScheduler\", but this
+/// component is read as FlowMatchEulerDiscreteScheduler" (several accepted names are joined with
+/// " or "). An absent or null key passes: many configs in the wild carry no such key.
+void requireDeclaredAs(const nlohmann::json& j, const char* key,
+                       std::initializer_list<const char*> accepted, const std::string& file);
 
 /// Inclusive range of a numeric config value.
 struct ConfigRange {

@@ -9,6 +9,9 @@
 namespace dit {
 
 SchedulerConfig parseSchedulerConfig(const nlohmann::json& j, const std::string& f) {
+  requireConfigObject(j, f);
+  // Another scheduler's config (DDIM, Euler, UniPC ...) would silently run as this one.
+  requireDeclaredAs(j, "_class_name", {"FlowMatchEulerDiscreteScheduler"}, f);
   SchedulerConfig c;
   getConfigValue(j, "num_train_timesteps", c.num_train_timesteps, f, {1, 1000000});
   getConfigValue(j, "shift", c.shift, f, {1e-6, 1e6});

@@ -31,9 +31,10 @@ struct SchedulerConfig {
   double shift_terminal = 0.0;
 };
 
-/// Parses a scheduler config read from `file`. Throws ModelFileError naming the file: a key of
-/// the wrong type, a time_shift_type other than "exponential" or "linear", shift_terminal outside
-/// [0, 1).
+/// Parses a scheduler config read from `file`. Throws ModelFileError naming the file: a top
+/// level that is not a JSON object, a "_class_name" other than FlowMatchEulerDiscreteScheduler
+/// (naming the class it declares), a key of the wrong type, a time_shift_type other than
+/// "exponential" or "linear", shift_terminal outside [0, 1).
 SchedulerConfig parseSchedulerConfig(const nlohmann::json& j, const std::string& file);
 
 /// FluxPipeline's calculate_shift: the line through (base_seq_len, base_shift) and

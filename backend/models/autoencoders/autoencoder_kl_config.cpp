@@ -5,6 +5,9 @@
 namespace dit {
 
 AutoencoderKLConfig parseAutoencoderKLConfig(const nlohmann::json& j, const std::string& f) {
+  requireConfigObject(j, f);
+  // AutoencoderKLFlux2 is AutoencoderKL plus batch-norm statistics (read by its pipeline).
+  requireDeclaredAs(j, "_class_name", {"AutoencoderKL", "AutoencoderKLFlux2"}, f);
   AutoencoderKLConfig c;
   getConfigValue(j, "in_channels", c.in_channels, f, {1, 64});
   getConfigValue(j, "out_channels", c.out_channels, f, {1, 64});

@@ -25,8 +25,10 @@ struct AutoencoderKLConfig {
   int vaeScaleFactor() const { return 1 << (static_cast<int>(block_out_channels.size()) - 1); }
 };
 
-/// Parses an AutoencoderKL config read from `file`. Throws ModelFileError naming the file: a key
-/// of the wrong type, an empty block_out_channels.
+/// Parses an AutoencoderKL config read from `file`. Throws ModelFileError naming the file: a top
+/// level that is not a JSON object, a "_class_name" other than AutoencoderKL /
+/// AutoencoderKLFlux2 (naming the class it declares), a key of the wrong type, an empty
+/// block_out_channels.
 AutoencoderKLConfig parseAutoencoderKLConfig(const nlohmann::json& j, const std::string& file);
 
 }  // namespace dit

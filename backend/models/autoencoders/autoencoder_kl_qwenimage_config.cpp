@@ -8,7 +8,8 @@ namespace dit {
 
 AutoencoderKLQwenImageConfig parseAutoencoderKLQwenImageConfig(const nlohmann::json& j,
                                                                const std::string& f) {
-  if (!j.is_object()) throw ModelFileError(f, "config is not a JSON object");
+  requireConfigObject(j, f);
+  requireDeclaredAs(j, "_class_name", {"AutoencoderKLQwenImage"}, f);
   AutoencoderKLQwenImageConfig c;
   getConfigValue(j, "base_dim", c.base_dim, f, {1, 4096});
   getConfigValue(j, "z_dim", c.z_dim, f, {1, 1024});

@@ -27,7 +27,8 @@ struct AutoencoderKLQwenImageConfig {
 /// Parses an AutoencoderKLQwenImage config read from `file`. Throws ModelFileError naming the file
 /// and the key: wrong types or ranges, len(temperal_downsample) != len(dim_mult) - 1,
 /// latents_mean / latents_std without z_dim values or with a std <= 0, attn_scales not empty
-/// (attention in the encoder's down path is not implemented), dropout other than 0.
+/// (attention in the encoder's down path is not implemented), dropout other than 0; a top level
+/// that is not a JSON object, a "_class_name" other than AutoencoderKLQwenImage.
 AutoencoderKLQwenImageConfig parseAutoencoderKLQwenImageConfig(const nlohmann::json& j,
                                                                const std::string& file);
 

@@ -8,7 +8,7 @@ namespace {
 
 // The keys Qwen3Config and Qwen2_5_VLConfig's text half share; rope_scaling is the caller's.
 Qwen3Config parseCommon(const nlohmann::json& j, const std::string& f) {
-  if (!j.is_object()) throw ModelFileError(f, "config is not a JSON object");
+  requireConfigObject(j, f);
   Qwen3Config c;
   getConfigValue(j, "vocab_size", c.vocab_size, f, {1, 1 << 24});
   getConfigValue(j, "hidden_size", c.hidden_size, f, {1, 65536});
@@ -57,6 +57,8 @@ Qwen3Config parseCommon(const nlohmann::json& j, const std::string& f) {
 }  // namespace
 
 Qwen3Config parseQwen3Config(const nlohmann::json& j, const std::string& f) {
+  requireConfigObject(j, f);
+  requireDeclaredAs(j, "model_type", {"qwen3"}, f);  // not Qwen2.5-VL's config read as Qwen3
   Qwen3Config c = parseCommon(j, f);
   if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null())
     throw ModelFileError(f, "config key 'rope_scaling' is set; only the default RoPE is supported");
@@ -64,7 +66,8 @@ Qwen3Config parseQwen3Config(const nlohmann::json& j, const std::string& f) {
 }
 
 Qwen3Config parseQwen2_5_VLTextConfig(const nlohmann::json& top, const std::string& f) {
-  if (!top.is_object()) throw ModelFileError(f, "config is not a JSON object");
+  requireConfigObject(top, f);
+  requireDeclaredAs(top, "model_type", {"qwen2_5_vl", "qwen2_5_vl_text"}, f);
   const auto tc = top.find("text_config");
   const bool nested = tc != top.end() && tc->is_object();
   const nlohmann::json& j = nested ? *tc : top;

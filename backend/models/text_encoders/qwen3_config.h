@@ -43,7 +43,8 @@ struct Qwen3Config {
 /// (hidden_size 1..65536, layers 1..512, heads 1..1024, num_attention_heads divisible by
 /// num_key_value_heads, head_dim even 2..1024, rms_norm_eps in (0, 1], rope_theta > 0),
 /// hidden_act "silu", rope type "default" (rope_scaling null), no sliding window. Throws
-/// ModelFileError naming the file and the key.
+/// ModelFileError naming the file and the key; also when `j` is not a JSON object, or its
+/// "model_type" declares another architecture than "qwen3" (naming what it declares).
 Qwen3Config parseQwen3Config(const nlohmann::json& j, const std::string& file);
 
 /// Parses the text half of a Qwen2_5_VLConfig read from `file` (Qwen-Image's text_encoder): the
@@ -52,7 +53,8 @@ Qwen3Config parseQwen3Config(const nlohmann::json& j, const std::string& file);
 /// positions_from_mask true; rope_scaling must be {type or rope_type "mrope" (or "default"),
 /// mrope_section summing to head_dim / 2}. The vision_config is not read (the text-to-image
 /// pipeline never runs the vision tower). Throws ModelFileError naming the file and the key (the
-/// ranges of parseQwen3Config).
+/// ranges of parseQwen3Config); also when `j` is not a JSON object, or its "model_type" is not
+/// "qwen2_5_vl" (or "qwen2_5_vl_text").
 Qwen3Config parseQwen2_5_VLTextConfig(const nlohmann::json& j, const std::string& file);
 
 /// readConfigJson(file) + parseQwen3Config.

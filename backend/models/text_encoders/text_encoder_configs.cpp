@@ -5,6 +5,8 @@
 namespace dit {
 
 CLIPTextConfig parseCLIPTextConfig(const nlohmann::json& file_json, const std::string& f) {
+  requireConfigObject(file_json, f);
+  requireDeclaredAs(file_json, "model_type", {"clip_text_model", "clip"}, f);
   const nlohmann::json& j =
       file_json.contains("text_config") ? file_json["text_config"] : file_json;
   CLIPTextConfig c;
@@ -22,6 +24,8 @@ CLIPTextConfig parseCLIPTextConfig(const nlohmann::json& file_json, const std::s
 }
 
 T5Config parseT5Config(const nlohmann::json& j, const std::string& f) {
+  requireConfigObject(j, f);
+  requireDeclaredAs(j, "model_type", {"t5"}, f);
   T5Config c;
   getConfigValue(j, "vocab_size", c.vocab_size, f, {1, 1 << 24});
   getConfigValue(j, "d_model", c.d_model, f, {1, 65536});

@@ -39,10 +39,12 @@ struct T5Config {
 };
 
 /// Parses a CLIPTextConfig (or a CLIPConfig's "text_config") read from `file`. Throws
-/// ModelFileError naming the file and a key of the wrong type.
+/// ModelFileError naming the file: a key of the wrong type, a top level that is not a JSON
+/// object, a "model_type" other than "clip_text_model" / "clip" (naming what it declares).
 CLIPTextConfig parseCLIPTextConfig(const nlohmann::json& j, const std::string& file);
 /// Parses a T5Config read from `file`; feed_forward_proj "gated-gelu" -> is_gated_act with
-/// dense_act_fn "gelu_new" as transformers does. Throws ModelFileError as above.
+/// dense_act_fn "gelu_new" as transformers does. Throws ModelFileError as above ("model_type"
+/// must be "t5" when present).
 T5Config parseT5Config(const nlohmann::json& j, const std::string& file);
 
 }  // namespace dit

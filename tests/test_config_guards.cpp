@@ -1,0 +1,203 @@
+// Every JSON file a model folder of each family is read from goes through the same guards: a file
+// whose top level is not a JSON object ([1,2,3], "x", 5, null) is refused naming that file, by
+// ModelFolder::open where the family parses it there, else by the pipeline load (issue 48).
+// Table-driven over the four families' test fixtures; the table must list every JSON file a
+// fixture holds, so a file added to a family is not silently left out. And a config whose own
+// metadata (_class_name, model_type) declares another component is refused naming what it says.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/family_runtime.h"
+#include "backend/io/model_folder.h"
+#include "backend/pipelines/diffusion_pipeline.h"
+
+using namespace dit;
+namespace fs = std::filesystem;
+
+namespace {
+
+enum class Stage { Open, Load };
+
+struct FamilyCase {
+  const char* fixture;
+  // Every JSON file the family reads, relative to the folder, and where it is first parsed.
+  std::vector<std::pair<const char*, Stage>> files;
+};
+
+const std::vector<FamilyCase>& familyCases() {
+  static const std::vector<FamilyCase> c = {
+      {"tiny-flux-A",
+       {{"model_index.json", Stage::Open},
+        {"transformer/config.json", Stage::Open},
+        {"text_encoder/config.json", Stage::Open},
+        {"text_encoder_2/config.json", Stage::Open},
+        {"vae/config.json", Stage::Open},
+        {"scheduler/scheduler_config.json", Stage::Open},
+        {"tokenizer/tokenizer_config.json", Stage::Open},
+        {"tokenizer_2/tokenizer_config.json", Stage::Open},
+        {"tokenizer/special_tokens_map.json", Stage::Load},
+        {"tokenizer/vocab.json", Stage::Load},
+        {"tokenizer_2/special_tokens_map.json", Stage::Load}}},
+      {"tiny-flux2-A",
+       {{"model_index.json", Stage::Open},
+        {"transformer/config.json", Stage::Open},
+        {"text_encoder/config.json", Stage::Open},
+        {"vae/config.json", Stage::Open},
+        {"scheduler/scheduler_config.json", Stage::Open},
+        {"tokenizer/tokenizer.json", Stage::Load},
+        {"tokenizer/tokenizer_config.json", Stage::Load},
+        {"tokenizer/vocab.json", Stage::Load}}},
+      {"tiny-zimage-A",
+       {{"model_index.json", Stage::Open},
+        {"transformer/config.json", Stage::Open},
+        {"text_encoder/config.json", Stage::Open},
+        {"vae/config.json", Stage::Open},
+        {"scheduler/scheduler_config.json", Stage::Open},
+        {"tokenizer/tokenizer.json", Stage::Load},
+        {"tokenizer/tokenizer_config.json", Stage::Load},
+        {"tokenizer/vocab.json", Stage::Load}}},
+      {"tiny-qwenimage-A",
+       {{"model_index.json", Stage::Open},
+        {"transformer/config.json", Stage::Open},
+        {"text_encoder/config.json", Stage::Open},
+        {"vae/config.json", Stage::Open},
+        {"scheduler/scheduler_config.json", Stage::Open},
+        {"tokenizer/tokenizer.json", Stage::Load},
+        {"tokenizer/tokenizer_config.json", Stage::Load},
+        {"tokenizer/vocab.json", Stage::Load}}},
+  };
+  return c;
+}
+
+// The fixture copied into a fresh temporary folder without its goldens and test reports.
+fs::path copyOf(const std::string& fixture) {
+  const fs::path d = fs::temp_directory_path() /
+                     ("ditstudio-config-guards-" + std::to_string(::getpid())) / fixture;
+  fs::remove_all(d);
+  fs::create_directories(d.parent_path());
+  fs::copy(fs::path(DITSTUDIO_TEST_DATA) / fixture, d, fs::copy_options::recursive);
+  for (const char* extra : {"golden", "lora", "pipelines"}) fs::remove_all(d / extra);
+  for (auto& e : fs::recursive_directory_iterator(d))
+    fs::permissions(e.path(), fs::perms::owner_write, fs::perm_options::add);
+  return d;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void put(const fs::path& p, const std::string& text) {
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << text;
+}
+
+// The message of what `fn` throws; "" (and a test failure) when it does not throw.
+template <typename F>
+std::string errorOf(F fn, const std::string& what) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << what << ": no error";
+  return {};
+}
+
+}  // namespace
+
+TEST(ConfigGuards, TheTableListsEveryJsonFileOfEachFixture) {
+  for (const FamilyCase& fc : familyCases()) {
+    const fs::path d = copyOf(fc.fixture);
+    std::set<std::string> onDisk, listed;
+    for (auto& e : fs::recursive_directory_iterator(d))
+      if (e.is_regular_file() && e.path().extension() == ".json")
+        onDisk.insert(fs::relative(e.path(), d).string());
+    for (const auto& [f, stage] : fc.files) listed.insert(f);
+    EXPECT_EQ(onDisk, listed) << fc.fixture;
+    fs::remove_all(d);
+  }
+}
+
+TEST(ConfigGuards, ATopLevelThatIsNotAnObjectIsRefusedNamingTheFile) {
+  const std::vector<std::pair<std::string, std::string>> values = {
+      {"[1,2,3]", "an array"}, {"\"x\"", "a string"}, {"5", "a number"}, {"null", "null"}};
+  for (const FamilyCase& fc : familyCases()) {
+    const fs::path d = copyOf(fc.fixture);
+    ASSERT_NO_THROW((void)ModelFolder::open(d.string())) << fc.fixture << " as copied";
+    for (const auto& [rel, stage] : fc.files) {
+      const fs::path file = d / rel;
+      const std::string original = slurp(file);
+      ASSERT_FALSE(original.empty()) << file;
+      for (const auto& [value, kind] : values) {
+        SCOPED_TRACE(std::string(fc.fixture) + "/" + rel + " = " + value);
+        put(file, value);
+        std::string msg;
+        if (stage == Stage::Open) {
+          msg = errorOf([&] { (void)ModelFolder::open(d.string()); }, "ModelFolder::open");
+          // The configs are read by readConfigJson, which says what the top level is.
+          EXPECT_NE(msg.find("not a JSON object (its top level is " + kind + ")"),
+                    std::string::npos)
+              << msg;
+        } else {
+          ModelFolder m;
+          ASSERT_NO_THROW(m = ModelFolder::open(d.string()));
+          msg = errorOf([&] { (void)loadPipeline(m, PipelineOptions{}); }, "loadPipeline");
+          EXPECT_NE(msg.find("JSON object"), std::string::npos) << msg;
+        }
+        EXPECT_EQ(msg.rfind(file.string() + ": ", 0), 0u)
+            << "does not start with the file: " << msg;
+      }
+      put(file, original);
+    }
+    // Every file restored: the folder opens and loads again.
+    ModelFolder m;
+    ASSERT_NO_THROW(m = ModelFolder::open(d.string())) << fc.fixture;
+    EXPECT_NO_THROW((void)loadPipeline(m, PipelineOptions{})) << fc.fixture;
+    fs::remove_all(d);
+  }
+}
+
+TEST(ConfigGuards, AConfigDeclaringAnotherComponentIsRefusedNamingWhatItDeclares) {
+  struct Declared {
+    const char* fixture;
+    const char* file;
+    const char* key;
+    const char* value;
+  };
+  const Declared cases[] = {
+      {"tiny-flux-A", "scheduler/scheduler_config.json", "_class_name", "DDIMScheduler"},
+      {"tiny-flux-A", "vae/config.json", "_class_name", "AutoencoderKLQwenImage"},
+      {"tiny-flux-A", "text_encoder/config.json", "model_type", "t5"},
+      {"tiny-flux-A", "text_encoder_2/config.json", "model_type", "clip_text_model"},
+      {"tiny-flux2-A", "text_encoder/config.json", "model_type", "qwen2_5_vl"},
+      {"tiny-zimage-A", "scheduler/scheduler_config.json", "_class_name",
+       "UniPCMultistepScheduler"},
+      {"tiny-zimage-A", "text_encoder/config.json", "model_type", "mistral"},
+      {"tiny-qwenimage-A", "text_encoder/config.json", "model_type", "qwen3"},
+      {"tiny-qwenimage-A", "vae/config.json", "_class_name", "AutoencoderKL"},
+  };
+  for (const Declared& c : cases) {
+    SCOPED_TRACE(std::string(c.fixture) + "/" + c.file + " " + c.key + " = " + c.value);
+    const fs::path d = copyOf(c.fixture);
+    const fs::path file = d / c.file;
+    nlohmann::json j = nlohmann::json::parse(slurp(file));
+    j[c.key] = c.value;
+    put(file, j.dump(2));
+    const std::string msg = errorOf([&] { (void)ModelFolder::open(d.string()); }, "open");
+    EXPECT_EQ(msg.rfind(file.string() + ": ", 0), 0u) << msg;
+    EXPECT_NE(msg.find(std::string("declares ") + c.key + " \"" + c.value + "\""),
+              std::string::npos)
+        << msg;
+    fs::remove_all(d);
+  }
+}
