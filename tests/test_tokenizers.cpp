@@ -1,6 +1,7 @@
 // Tokenizers against the goldens of tests/data/tiny-flux-A (computed by transformers' fast
 // tokenizers, as diffusers' FluxPipeline uses them).
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -14,7 +15,9 @@
 
 #include "backend/io/safetensors.h"
 #include "backend/tokenizers/clip_tokenizer.h"
+#include "backend/tokenizers/qwen2_tokenizer.h"
 #include "backend/tokenizers/t5_tokenizer.h"
+#include "backend/tokenizers/token_split.h"
 
 namespace fs = std::filesystem;
 
@@ -381,4 +384,97 @@ TEST(Tokenizers, LongPromptIsFast) {
   // Generous bound for shared CI machines; typical values are well below 1 ms.
   EXPECT_LT(clipCold, 50.0);
   EXPECT_LT(t5ms, 50.0);
+}
+
+// ------------------------------------------------------------------------------------------
+// Issue 48: the text a tokenizer reads is bounded by the tokens its caller keeps.
+// ------------------------------------------------------------------------------------------
+namespace {
+
+long peakRssKiB() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss;
+}
+
+const dit::Qwen2Tokenizer& qwen2() {
+  static const dit::Qwen2Tokenizer t = dit::Qwen2Tokenizer::fromFolder(
+      (fs::path(kFixture).parent_path() / "tiny-flux2-A" / "tokenizer").string());
+  return t;
+}
+
+// A prompt of `words` distinct-ish words (about 9 bytes each).
+std::string manyWords(int words) {
+  std::string s;
+  const char* w[] = {"a", "photo", "of", "red", "cat", "on", "the", "blue", "mat", "with"};
+  for (int i = 0; i < words; ++i) s += std::string(w[i % 10]) + std::to_string(i % 7) + " ";
+  return s;
+}
+
+}  // namespace
+
+TEST(TokenBudget, PrefixKeepsShortTextAndCutsAtACharacterBoundary) {
+  using dit::tokenBudgetPrefix;
+  // Budget: 3 x (maxTokens + 2) x maxTokenBytes counted bytes.
+  EXPECT_EQ(tokenBudgetPrefix("abc", 1, 1, true), "abc");
+  const std::string ascii(100, 'x');
+  EXPECT_EQ(tokenBudgetPrefix(ascii, 2, 1, true).size(), 12u);
+  EXPECT_EQ(tokenBudgetPrefix(ascii, 2, 2, true).size(), 24u);
+  // Whitespace is not counted when the tokenizer drops or collapses it.
+  const std::string spaced = std::string(50, ' ') + ascii;
+  EXPECT_EQ(tokenBudgetPrefix(spaced, 2, 1, false).size(), 50u + 12u);
+  EXPECT_EQ(tokenBudgetPrefix(spaced, 2, 1, true).size(), 12u);
+  // ... but bounded too: at most 8 x the budget in all.
+  EXPECT_EQ(tokenBudgetPrefix(std::string(1000, ' ') + ascii, 2, 1, false).size(), 96u);
+  // Never inside a UTF-8 character: 12 bytes of "é" (2 bytes each) cut to whole characters.
+  std::string accents;
+  for (int i = 0; i < 40; ++i) accents += "\xc3\xa9";
+  const std::string_view cut = tokenBudgetPrefix("x" + accents, 2, 1, true);
+  EXPECT_EQ(cut.size(), 11u);  // "x" + 5 characters; the sixth would straddle the cut
+  EXPECT_EQ(dit::utf8CodePoints("x\xc3\xa9\xe2\x96\x81"), 3u);
+}
+
+TEST(TokenBudget, TruncatedEncodingsEqualTheFullTextsFirstTokens) {
+  // Longer than what 77 / 64 tokens can cover, shorter than the untruncated budget: the
+  // bounded encodings must equal the untruncated ones cut the way the pipelines cut them.
+  const std::string text = manyWords(900);
+  ASSERT_GT(text.size(), 3u * 79u * 8u);
+  const auto clipAll = clip().encode(text);
+  ASSERT_GT(clipAll.size(), 900u);
+  EXPECT_EQ(clip().encodePadded(text, 77),
+            dit::truncateAndPad(clipAll, 77, clip().eosId(), clip().padId()));
+  const auto t5All = t5().encode(text);
+  ASSERT_GT(t5All.size(), 900u);
+  EXPECT_EQ(t5().encodePadded(text, 77),
+            dit::truncateAndPad(t5All, 77, t5().eosId(), t5().padId()));
+  const auto qAll = qwen2().encode(text, 0);
+  ASSERT_GT(qAll.input_ids.size(), 900u);
+  const auto q64 = qwen2().encode(text, 64);
+  EXPECT_EQ(q64.input_ids,
+            std::vector<int64_t>(qAll.input_ids.begin(), qAll.input_ids.begin() + 64));
+  EXPECT_GE(q64.untruncated_length, 64u);
+}
+
+TEST(TokenBudget, AOneWordPromptOfMiBsTakesBoundedMemoryAndTime) {
+  // The issue's case: a few MiB with no space made the worker grow ~300 bytes per prompt byte.
+  const std::string word(8u << 20, 'q');
+  const std::string spaces(8u << 20, ' ');
+  const long before = peakRssKiB();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const std::string* s : {&word, &spaces}) {
+    const auto c = clip().encodePadded(*s, 77);
+    EXPECT_EQ(c.size(), 77u);
+    (void)clip().encode(*s);
+    EXPECT_EQ(t5().encodePadded(*s, 512).size(), 512u);
+    (void)t5().encode(*s);
+    EXPECT_EQ(qwen2().encode(*s, 512).input_ids.size(), 512u);
+    (void)qwen2().encode(*s, 0);
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const long grewMiB = (peakRssKiB() - before) / 1024;
+  std::printf("[ budget ] 2 x 8 MiB prompts, 3 tokenizers: %.2f s, peak RSS +%ld MiB\n", seconds,
+              grewMiB);
+  EXPECT_LT(grewMiB, 128) << "tokenizer memory grows with the prompt";
+  EXPECT_LT(seconds, 20.0);
 }

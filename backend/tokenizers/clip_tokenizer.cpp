@@ -147,6 +147,7 @@ struct CLIPTokenizer::Impl {
   int64_t bosId = -1, eosId = -1, padId = -1, unkId = -1;
   int modelMaxLength = 77;
   bool lowerCase = true;
+  size_t maxTokenBytes = 1;  // the most text bytes one token covers (tokenBudgetPrefix)
   std::vector<std::pair<std::string, int64_t>> specials;  // matched verbatim in the raw text
 
   std::unique_ptr<UnicodeRegex> splitRe;      // CLIP pre-tokenizer pattern
@@ -223,7 +224,8 @@ void CLIPTokenizer::Impl::bpe(std::string_view piece, std::vector<int64_t>& out)
   for (int i = 0; i >= 0 && i < n; i = syms[i].next) ids.push_back(syms[i].id);
   out.insert(out.end(), ids.begin(), ids.end());
   std::lock_guard<std::mutex> lock(cacheMutex);
-  if (cache.size() < kCacheCapacity) cache.emplace(std::string(piece), std::move(ids));
+  if (cache.size() < kCacheCapacity && piece.size() <= kMaxCachedPieceBytes)
+    cache.emplace(std::string(piece), std::move(ids));
 }
 
 void CLIPTokenizer::Impl::encodeSegment(std::string_view raw, std::vector<int64_t>& out) const {
@@ -321,6 +323,12 @@ CLIPTokenizer::CLIPTokenizer(const std::string& folder) : impl_(std::make_unique
       m.specials.emplace_back(tok, id);
   }
 
+  // Each byte-level symbol stands for one byte of text ("</w>" counted too: an upper bound);
+  // special tokens are matched verbatim.
+  for (const std::string& t : m.idToToken)
+    m.maxTokenBytes = std::max(m.maxTokenBytes, utf8CodePoints(t));
+  for (const auto& s : m.specials) m.maxTokenBytes = std::max(m.maxTokenBytes, s.first.size());
+
   // --- byte alphabet
   m.byteChar = gpt2BytesToUnicode();
   for (int b = 0; b < 256; ++b) {
@@ -389,12 +397,18 @@ CLIPTokenizer::CLIPTokenizer(CLIPTokenizer&&) noexcept = default;
 CLIPTokenizer& CLIPTokenizer::operator=(CLIPTokenizer&&) noexcept = default;
 
 std::vector<int64_t> CLIPTokenizer::encode(const std::string& text) const {
+  return encodeBounded(text, kUntruncatedTokenBudget);
+}
+
+std::vector<int64_t> CLIPTokenizer::encodeBounded(const std::string& text, size_t maxTokens) const {
   const Impl& m = *impl_;
+  // The pre-tokenizer drops whitespace: it does not count towards the budget.
+  const std::string kept(tokenBudgetPrefix(text, maxTokens, m.maxTokenBytes, false));
   std::vector<int64_t> ids;
-  ids.reserve(text.size() / 3 + 2);
+  ids.reserve(kept.size() / 3 + 2);
   ids.push_back(m.bosId);
   encodeAroundSpecials(
-      text, m.specials,
+      kept, m.specials,
       [&m](std::string_view seg, std::vector<int64_t>& out) { m.encodeSegment(seg, out); }, ids);
   ids.push_back(m.eosId);
   return ids;
@@ -404,7 +418,8 @@ std::vector<int64_t> CLIPTokenizer::encodePadded(const std::string& text, int ma
   if (max_length < 2)
     throw std::invalid_argument("CLIPTokenizer::encodePadded: max_length must be >= 2, got " +
                                 std::to_string(max_length));
-  return truncateAndPad(encode(text), static_cast<size_t>(max_length), impl_->eosId, impl_->padId);
+  return truncateAndPad(encodeBounded(text, static_cast<size_t>(max_length)),
+                        static_cast<size_t>(max_length), impl_->eosId, impl_->padId);
 }
 
 int64_t CLIPTokenizer::bosId() const { return impl_->bosId; }

@@ -54,12 +54,15 @@ class CLIPTokenizer {
   CLIPTokenizer& operator=(const CLIPTokenizer&) = delete;
 
   /// Token ids of `text` framed as [bos, ..., eos]; no truncation, no padding
-  /// (= `tokenizer(text).input_ids`).
+  /// (= `tokenizer(text).input_ids`), for text up to what kUntruncatedTokenBudget (2048) tokens
+  /// can cover: longer text is cut there first (tokenBudgetPrefix), so memory stays bounded.
   std::vector<int64_t> encode(const std::string& text) const;
 
   /// What FluxPipeline feeds the CLIP encoder: encode(text) truncated to `max_length` ids with
   /// eos kept as the last id, then right-padded with padId() to exactly `max_length` ids
   /// (= `tokenizer(text, padding="max_length", max_length=max_length, truncation=True)`).
+  /// Only the part of `text` the first max_length tokens can come from is tokenized
+  /// (tokenBudgetPrefix in token_split.h): time and memory are bounded whatever the text.
   /// Throws std::invalid_argument when max_length < 2.
   std::vector<int64_t> encodePadded(const std::string& text, int max_length = 77) const;
 
@@ -75,6 +78,8 @@ class CLIPTokenizer {
   const std::string& idToToken(int64_t id) const;
 
  private:
+  // encode() of tokenBudgetPrefix(text, maxTokens, ...).
+  std::vector<int64_t> encodeBounded(const std::string& text, size_t maxTokens) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -75,6 +75,7 @@ struct Qwen2Tokenizer::Impl {
   std::array<int64_t, 256> byteId{};
   std::vector<std::pair<std::string, int64_t>> added;  // every added token
   int64_t padId = -1;
+  size_t maxTokenBytes = 1;  // the most text bytes one token covers (tokenBudgetPrefix)
   std::string chatTemplate, configFile;
   std::unique_ptr<UnicodeRegex> splitRe;
 
@@ -140,7 +141,8 @@ void Qwen2Tokenizer::Impl::bpe(std::string_view piece, std::vector<int64_t>& out
   for (int i = 0; i >= 0 && i < n; i = syms[i].next) ids.push_back(syms[i].id);
   out.insert(out.end(), ids.begin(), ids.end());
   std::lock_guard<std::mutex> lock(cacheMutex);
-  if (cache.size() < kCacheCapacity) cache.emplace(std::string(piece), std::move(ids));
+  if (cache.size() < kCacheCapacity && piece.size() <= kMaxCachedPieceBytes)
+    cache.emplace(std::string(piece), std::move(ids));
 }
 
 void Qwen2Tokenizer::Impl::encodeSegment(std::string_view raw, std::vector<int64_t>& out) const {
@@ -349,6 +351,10 @@ Qwen2Tokenizer Qwen2Tokenizer::fromFolder(const std::string& folder) {
     if (m.merges.empty()) throw ModelFileError(mp, "no merges found");
   }
   m.splitRe = std::make_unique<UnicodeRegex>(qwen2Pattern(), "Qwen2Tokenizer");
+  // Each byte-level symbol stands for one byte of text; added tokens are matched verbatim.
+  for (const std::string& t : m.idToToken)
+    m.maxTokenBytes = std::max(m.maxTokenBytes, utf8CodePoints(t));
+  for (const auto& a : m.added) m.maxTokenBytes = std::max(m.maxTokenBytes, a.first.size());
   return tok;
 }
 
@@ -370,8 +376,12 @@ std::string Qwen2Tokenizer::applyChatTemplate(const std::string& prompt,
 Qwen2Tokenizer::Encoding Qwen2Tokenizer::encode(const std::string& text, int max_length) const {
   const Impl& m = *impl_;
   Encoding e;
+  // Byte-level BPE tokenizes whitespace too: every byte counts towards the budget.
+  const std::string kept(tokenBudgetPrefix(
+      text, max_length > 0 ? static_cast<size_t>(max_length) : kUntruncatedTokenBudget,
+      m.maxTokenBytes, true));
   encodeAroundSpecials(
-      text, m.added,
+      kept, m.added,
       [&m](std::string_view seg, std::vector<int64_t>& out) { m.encodeSegment(seg, out); },
       e.input_ids);
   e.untruncated_length = e.input_ids.size();

@@ -32,7 +32,7 @@ class Qwen2Tokenizer {
   struct Encoding {
     std::vector<int64_t> input_ids;       ///< N ids (or all ids when max_length <= 0)
     std::vector<int64_t> attention_mask;  ///< 1 for real tokens, 0 for padding; same length
-    size_t untruncated_length = 0;        ///< number of ids before truncation / padding
+    size_t untruncated_length = 0;        ///< ids before truncation / padding (of the text read)
   };
 
   /// Loads a tokenizer folder: `vocab.json` ({token: id}), `merges.txt` ("#version" line
@@ -68,7 +68,10 @@ class Qwen2Tokenizer {
   /// Token ids of `text` (no special tokens added). When max_length > 0: truncated to the first
   /// max_length ids and right-padded with padId() to exactly max_length, attention_mask 1/0
   /// (= `tokenizer(text, padding="max_length", truncation=True, max_length=max_length)`); when
-  /// max_length <= 0: all ids, mask all ones.
+  /// max_length <= 0: all ids, mask all ones. Only the part of `text` the first max_length
+  /// tokens (kUntruncatedTokenBudget = 2048 when max_length <= 0) can come from is tokenized
+  /// (tokenBudgetPrefix in token_split.h), so time and memory are bounded whatever the text;
+  /// untruncated_length counts the ids of that part.
   Encoding encode(const std::string& text, int max_length) const;
 
   /// `<|endoftext|>` (pad_token) id.

@@ -22,6 +22,7 @@ struct T5Tokenizer::Impl {
   int64_t eosId = 1, padId = 0, unkId = 2;
   int modelMaxLength = 512;
   size_t vocabSize = 0;
+  size_t maxTokenBytes = 1;  // the most text bytes one piece covers (tokenBudgetPrefix)
   std::vector<std::pair<std::string, int64_t>> specials;  // matched verbatim in the raw text
 
   void encodeSegment(std::string_view s, std::vector<int64_t>& out) const {
@@ -139,6 +140,10 @@ T5Tokenizer::T5Tokenizer(const std::string& folder) : impl_(std::make_unique<Imp
       addSpecial(tok, next++);  // transformers appends unknown added tokens to the vocabulary
   }
   m.vocabSize = static_cast<size_t>(next);
+  // A piece covers at most its own bytes of normalized text ("\u2581" stands for one space).
+  for (int id = 0; id < pieces; ++id)
+    m.maxTokenBytes = std::max(m.maxTokenBytes, m.sp->idToPiece(id).size());
+  for (const auto& s : m.specials) m.maxTokenBytes = std::max(m.maxTokenBytes, s.first.size());
 }
 
 T5Tokenizer::~T5Tokenizer() = default;
@@ -146,11 +151,17 @@ T5Tokenizer::T5Tokenizer(T5Tokenizer&&) noexcept = default;
 T5Tokenizer& T5Tokenizer::operator=(T5Tokenizer&&) noexcept = default;
 
 std::vector<int64_t> T5Tokenizer::encode(const std::string& text) const {
+  return encodeBounded(text, kUntruncatedTokenBudget);
+}
+
+std::vector<int64_t> T5Tokenizer::encodeBounded(const std::string& text, size_t maxTokens) const {
   const Impl& m = *impl_;
+  // SentencePiece's normalizer collapses whitespace: it does not count towards the budget.
+  const std::string kept(tokenBudgetPrefix(text, maxTokens, m.maxTokenBytes, false));
   std::vector<int64_t> ids;
-  ids.reserve(text.size() / 2 + 1);
+  ids.reserve(kept.size() / 2 + 1);
   encodeAroundSpecials(
-      text, m.specials,
+      kept, m.specials,
       [&m](std::string_view seg, std::vector<int64_t>& out) { m.encodeSegment(seg, out); }, ids);
   ids.push_back(m.eosId);
   return ids;
@@ -160,7 +171,8 @@ std::vector<int64_t> T5Tokenizer::encodePadded(const std::string& text, int max_
   if (max_length < 1)
     throw std::invalid_argument("T5Tokenizer::encodePadded: max_length must be >= 1, got " +
                                 std::to_string(max_length));
-  return truncateAndPad(encode(text), static_cast<size_t>(max_length), impl_->eosId, impl_->padId);
+  return truncateAndPad(encodeBounded(text, static_cast<size_t>(max_length)),
+                        static_cast<size_t>(max_length), impl_->eosId, impl_->padId);
 }
 
 int64_t T5Tokenizer::eosId() const { return impl_->eosId; }

@@ -43,13 +43,16 @@ class T5Tokenizer {
   T5Tokenizer& operator=(const T5Tokenizer&) = delete;
 
   /// Ids of `text` followed by `</s>`; no truncation, no padding
-  /// (= `tokenizer_2(text).input_ids`). Throws std::runtime_error if SentencePiece fails.
+  /// (= `tokenizer_2(text).input_ids`), for text up to what kUntruncatedTokenBudget (2048) tokens
+  /// can cover: longer text is cut there first (tokenBudgetPrefix). Throws std::runtime_error if
+  /// SentencePiece fails.
   std::vector<int64_t> encode(const std::string& text) const;
 
   /// What FluxPipeline feeds the T5 encoder: encode(text) truncated to `max_length` ids with
   /// `</s>` kept as the last id, then right-padded with padId() (0) to exactly `max_length`
   /// (= `tokenizer_2(text, padding="max_length", max_length=max_length, truncation=True)`).
-  /// Throws std::invalid_argument when max_length < 1.
+  /// Only the part of `text` the first max_length tokens can come from is tokenized
+  /// (tokenBudgetPrefix in token_split.h). Throws std::invalid_argument when max_length < 1.
   std::vector<int64_t> encodePadded(const std::string& text, int max_length = 512) const;
 
   int64_t eosId() const;  ///< `</s>`, 1 for T5
@@ -61,6 +64,8 @@ class T5Tokenizer {
   size_t vocabSize() const;
 
  private:
+  // encode() of tokenBudgetPrefix(text, maxTokens, ...).
+  std::vector<int64_t> encodeBounded(const std::string& text, size_t maxTokens) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

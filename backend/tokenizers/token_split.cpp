@@ -6,6 +6,7 @@
 #include <unicode/unistr.h>
 #include <unicode/utf8.h>
 
+#include <algorithm>
 #include <limits>
 #include <new>
 #include <stdexcept>
@@ -44,6 +45,38 @@ std::vector<int64_t> truncateAndPad(std::vector<int64_t> ids, size_t length, int
   }
   ids.resize(length, pad);
   return ids;
+}
+
+std::string_view tokenBudgetPrefix(std::string_view text, std::size_t maxTokens,
+                                   std::size_t maxTokenBytes, bool countWhitespace) {
+  const std::size_t perToken = std::max<std::size_t>(maxTokenBytes, 1);
+  const std::size_t tokens = std::min<std::size_t>(maxTokens, std::size_t(1) << 24) + 2;
+  const std::size_t budget = 3 * tokens * perToken;
+  if (text.size() <= budget) return text;
+  // Uncounted whitespace is still bounded (8 x the budget in all): no tokens, but the
+  // normalizers still copy and align it.
+  const std::size_t limit = std::min(text.size(), 8 * budget);
+  std::size_t counted = 0, i = 0;
+  for (; i < limit; ++i) {
+    const char c = text[i];
+    const bool space = c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+    if (!space || countWhitespace) {
+      if (counted == budget) break;
+      ++counted;
+    }
+  }
+  // Back to the start of the character the cut falls in (at most 3 continuation bytes).
+  for (int k = 0;
+       k < 3 && i > 0 && i < text.size() && (static_cast<unsigned char>(text[i]) & 0xC0) == 0x80;
+       ++k)
+    --i;
+  return text.substr(0, i);
+}
+
+std::size_t utf8CodePoints(std::string_view s) {
+  std::size_t n = 0;
+  for (const char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
 }
 
 std::array<std::string, 256> gpt2BytesToUnicode() {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -24,6 +25,30 @@ void encodeAroundSpecials(
 /// keeping `eos` as the last id, then pad with `pad`.
 std::vector<int64_t> truncateAndPad(std::vector<int64_t> ids, size_t length, int64_t eos,
                                     int64_t pad);
+
+/// Tokens an untruncated encode (CLIPTokenizer::encode, T5Tokenizer::encode, Qwen2Tokenizer::encode
+/// with max_length <= 0) tokenizes at most: more than any pipeline reads (Qwen-Image: 1024 + 34
+/// template rows), so counts of dropped tokens stay right up to it.
+inline constexpr std::size_t kUntruncatedTokenBudget = 2048;
+/// A BPE cache keeps pieces of at most this many bytes (HF tokenizers' MAX_LENGTH): a long word
+/// is merged again when it comes back instead of being held for the life of the process.
+inline constexpr std::size_t kMaxCachedPieceBytes = 256;
+
+/// The part of `text` a tokenizer reads when only its first `maxTokens` tokens are used (issue
+/// 48: a few-MiB one-word prompt made the BPE hold ~300 bytes per prompt byte although the
+/// encoders read at most 512 tokens). `maxTokenBytes` is the most text bytes one token of the
+/// vocabulary covers (at least 1). `text` is returned whole when it holds at most
+/// 3 x (maxTokens + 2) x maxTokenBytes counted bytes (ASCII whitespace counts only when
+/// `countWhitespace`: CLIP drops it and T5 collapses it, byte-level Qwen2 tokenizes it, and the
+/// whole is at most 8 x that many bytes), else it is cut there, at a UTF-8 character boundary. The
+/// kept text then yields at least maxTokens + 2 tokens (each covers at most maxTokenBytes bytes;
+/// normalization such as NFC shrinks text at most threefold), so the first maxTokens tokens equal
+/// the whole text's, unless the words at the cut merge differently (adversarial text only). Memory
+/// and time of tokenizing are then bounded by maxTokens and the vocabulary, whatever the text.
+std::string_view tokenBudgetPrefix(std::string_view text, std::size_t maxTokens,
+                                   std::size_t maxTokenBytes, bool countWhitespace);
+/// The number of code points of UTF-8 `s` (bytes that do not continue a character).
+std::size_t utf8CodePoints(std::string_view s);
 
 /// GPT-2's bytes_to_unicode(): the UTF-8 string of the symbol each byte maps to in byte-level BPE
 /// vocabularies (printable bytes map to themselves, the others to U+0100 upwards).
