@@ -789,6 +789,42 @@ TEST_P(FuzzGroup, RequestErrorsAnsweredAndTheGroupStillServes) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, FuzzGroup, ::testing::Values(1, 2));
 
+// Issue 48: a line the worker refuses unparsed (over the 16 MiB line limit, not valid JSON)
+// names its request when the id can be read, and says it was refused (`"refused": true`), so the
+// launcher ends that request; a huge one-word prompt inside the limit is tokenized in bounded
+// time; the group serves on.
+TEST(FuzzRefusal, RefusedLinesNameTheirRequestAndTheGroupServesOn) {
+  const fs::path out = tempDir("refusal");
+  Group grp(1);
+  ASSERT_TRUE(grp.waitFor("ready", 120)) << grp.log;
+  grp.send(R"({"id":"big","prompt":")" + std::string(protocol::kMaxRequestLineBytes, 'w') +
+           R"(","type":"generate"})");
+  grp.send(R"({"type":"generate","id":"broken","prompt":"a fox)");
+  auto big = grp.waitFor("error", 60, "big");
+  ASSERT_TRUE(big) << grp.log.substr(0, 4000);
+  EXPECT_EQ(big->data.value("refused", false), true);
+  EXPECT_EQ(big->data.value("fatal", true), false);
+  EXPECT_NE(big->data.value("message", "").find("refused unread"), std::string::npos);
+  auto broken = grp.waitFor("error", 60, "broken");
+  ASSERT_TRUE(broken) << grp.log.substr(0, 4000);
+  EXPECT_EQ(broken->data.value("refused", false), true);
+  // A 4 MiB one-word prompt (under the line limit): the tokenizers read only what 48 tokens
+  // can come from, so it runs like a short one.
+  grp.send(R"({"type":"generate","id":"word",)" + kSmall + R"(,"prompt":")" +
+           std::string(4u << 20, 'w') + R"(","output":")" + (out / "word.png").string() + "\"}");
+  ASSERT_TRUE(grp.waitFor("done", 120, "word")) << grp.log.substr(0, 4000);
+  long rssPeak = 0;
+  for (const auto& e : grp.events)
+    if (e.type == "ranks")
+      for (const auto& r : e.data.value("ranks", json::array()))
+        rssPeak = std::max<long>(rssPeak, r.value("rss_peak", 0L));
+  std::printf("[ refusal ] worker peak RSS %.0f MiB after the 4 MiB one-word prompt\n",
+              static_cast<double>(rssPeak) / (1 << 20));
+  EXPECT_LT(rssPeak, 1536L << 20) << "before the bound: ~300 bytes per prompt byte";
+  grp.send(R"({"type":"shutdown"})");
+  EXPECT_EQ(grp.wait(60), 0) << grp.log.substr(0, 4000);
+}
+
 // ------------------------------------------------------------------ exposure
 namespace {
 // Socket inodes of `pid`'s open file descriptors.

@@ -17,6 +17,7 @@
 
 #include "app/launcher/fingerprint.h"
 #include "app/launcher/launch.h"
+#include "app/protocol/events.h"
 #include "app/protocol/protocol.h"
 #include "strategy_util.h"
 
@@ -1044,4 +1045,40 @@ TEST(ProtocolLimits, OutputAndOutputTensorsMustDiffer) {
   }
   EXPECT_NO_THROW(parseRequestLine(
       R"({"type":"generate","id":"n","output":"/tmp/x/a.png","output_tensors":"/tmp/x/a.safetensors"})"));
+}
+
+// Issue 48: a request line refused unparsed still names its request when the id can be read.
+TEST(ProtocolLimits, RefusedLinesNameTheirRequestWhenTheIdCanBeRead) {
+  EXPECT_EQ(generateIdInPrefix(R"({"type":"generate","id":"r7-x","prompt":"aaaa)"), "r7-x");
+  // Keys in any order, spaces; only the top-level id counts.
+  EXPECT_EQ(generateIdInPrefix(R"( { "loras" : [{"id":"inner"}], "id" : "top" , "prompt":"x)"),
+            "top");
+  EXPECT_EQ(generateIdInPrefix(R"({"prompt":"say \"id\":\"fake\"","id":"real"})"), "real");
+  // The id cut by the end of the prefix, an id the door refuses, another type, no object.
+  EXPECT_EQ(generateIdInPrefix(R"({"type":"generate","id":"r7)"), std::nullopt);
+  EXPECT_EQ(generateIdInPrefix(R"({"id":"../x"})"), std::nullopt);
+  EXPECT_EQ(generateIdInPrefix(R"({"type":"cancel","id":"r1"})"), std::nullopt);
+  EXPECT_EQ(generateIdInPrefix(R"(["id","r1"])"), std::nullopt);
+  EXPECT_EQ(generateIdInPrefix(R"({"prompt":")" + std::string(1 << 20, 'a')), std::nullopt);
+  // What the launcher writes (keys sorted: "id" before "prompt") is found in a 16 MiB prefix.
+  GenerateRequest g;
+  g.id = "r1-abc";
+  g.params.prompt = std::string(kMaxRequestLineBytes + 10, 'p');
+  const std::string line = requestLine(g);
+  EXPECT_EQ(generateIdInPrefix(std::string_view(line).substr(0, kMaxRequestLineBytes)), "r1-abc");
+}
+
+TEST(ProtocolEvents, RefusalFlagRoundTrips) {
+  ErrorEvent e{std::nullopt, 0, "request line longer than 16777216 bytes refused unread", false};
+  EXPECT_FALSE(toJson(e).contains("refused"));  // written only when true
+  e.refused = true;
+  const json j = toJson(e);
+  EXPECT_EQ(j.at("refused"), true);
+  EXPECT_TRUE(j.at("id").is_null());
+  const auto ev = parseEventLine(eventLine(j));
+  ASSERT_TRUE(ev);
+  const auto back = std::get<ErrorEvent>(decodeEvent(*ev));
+  EXPECT_TRUE(back.refused);
+  EXPECT_FALSE(back.fatal);
+  EXPECT_EQ(back.message, e.message);
 }

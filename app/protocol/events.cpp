@@ -161,7 +161,8 @@ struct Schema<ErrorEvent> {  // written by errorEvent() (its id is null when abs
   inline static const std::vector<Field<ErrorEvent>> fields{{"id", &ErrorEvent::id},
                                                             {"rank", &ErrorEvent::rank},
                                                             {"message", &ErrorEvent::message},
-                                                            {"fatal", &ErrorEvent::fatal}};
+                                                            {"fatal", &ErrorEvent::fatal},
+                                                            {"refused", &ErrorEvent::refused}};
 };
 template <>
 struct Schema<LogEvent> {
@@ -268,7 +269,11 @@ json toJson(const ImageEvent& e) {
 json toJson(const LoraEvent& e) { return encode(e); }
 json toJson(const DoneEvent& e) { return encode(e); }
 json toJson(const CancelledEvent& e) { return encode(e); }
-json toJson(const ErrorEvent& e) { return errorEvent(e.id, e.rank, e.message, e.fatal); }
+json toJson(const ErrorEvent& e) {
+  json j = errorEvent(e.id, e.rank, e.message, e.fatal);
+  if (e.refused) j["refused"] = true;
+  return j;
+}
 json toJson(const LogEvent& e) { return encode(e); }
 json toJson(const ByeEvent& e) { return encode(e); }
 

@@ -108,6 +108,10 @@ struct ErrorEvent {
   int rank = -1;
   std::string message;
   bool fatal = false;
+  /// Rank 0 refused a request line at the door (too long, not valid JSON, a field out of range,
+  /// a live id): no `accepted` event follows it. Written only when true. With a null id the
+  /// launcher fails the oldest request it sent that has not been accepted (app/PROTOCOL.md).
+  bool refused = false;
 };
 /// `log`: a message of a rank (level info / warning / error).
 struct LogEvent {

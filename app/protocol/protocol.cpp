@@ -564,6 +564,61 @@ Request parseRequestLine(std::string_view line) {
   return parseRequest(j);
 }
 
+std::optional<std::string> generateIdInPrefix(std::string_view s) {
+  std::size_t i = 0;
+  auto skipSpace = [&] {
+    while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\n')) ++i;
+  };
+  // A JSON string starting at s[i] == '"': its first 200 bytes as written (escapes kept: no
+  // valid id has one), enough for the keys and ids looked for; false when the prefix ends
+  // inside it.
+  auto readString = [&](std::string& out) {
+    out.clear();
+    for (++i; i < s.size(); ++i) {
+      if (s[i] == '"') {
+        ++i;
+        return true;
+      }
+      if (out.size() < 200) out += s[i];
+      if (s[i] == '\\' && ++i < s.size() && out.size() < 200) out += s[i];
+    }
+    return false;
+  };
+  skipSpace();
+  if (i >= s.size() || s[i] != '{') return std::nullopt;
+  ++i;
+  int depth = 1;  // of objects and arrays; keys and values of the request object at depth 1
+  bool expectKey = true;
+  std::string key, value, type;
+  while (i < s.size()) {
+    const char c = s[i];
+    if (c == '"') {
+      if (!readString(depth == 1 && expectKey ? key : value)) return std::nullopt;
+      if (depth == 1 && !expectKey) {
+        if (key == "type") type = value;
+        if (key == "id") {
+          if (!type.empty() && type != "generate") return std::nullopt;
+          if (idProblem(value).empty()) return value;
+          return std::nullopt;
+        }
+      }
+      value.clear();
+      continue;
+    }
+    if (c == '{' || c == '[') {
+      ++depth;
+    } else if (c == '}' || c == ']') {
+      if (--depth <= 0) return std::nullopt;
+    } else if (c == ':' && depth == 1) {
+      expectKey = false;
+    } else if (c == ',' && depth == 1) {
+      expectKey = true;
+    }
+    ++i;
+  }
+  return std::nullopt;
+}
+
 LineRead readRequestLine(std::istream& in, std::string& line, std::size_t maxBytes) {
   line.clear();
   std::streambuf* sb = in.rdbuf();

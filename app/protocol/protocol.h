@@ -206,6 +206,13 @@ Request parseRequest(const nlohmann::json& j);
 enum class LineRead { Line, TooLong, End };
 LineRead readRequestLine(std::istream& in, std::string& line,
                          std::size_t maxBytes = kMaxRequestLineBytes);
+/// The id of the generate request whose line starts with `prefix` (a line the worker refuses
+/// unparsed: too long, not valid JSON), read lexically from the top-level object: its "id"
+/// string, when it is a valid id (limits.h) and the top-level "type" seen before it, if any, is
+/// "generate". nullopt otherwise (then the refusal names no request: the launcher fails the
+/// oldest request the worker has not accepted, app/PROTOCOL.md). Reads at most the whole
+/// prefix, never throws.
+std::optional<std::string> generateIdInPrefix(std::string_view prefix);
 /// parseRequest of one stdin line. A line longer than kMaxRequestLineBytes or nesting JSON
 /// deeper than kMaxRequestDepth is refused before it is parsed ("request nests JSON more than 16
 /// levels deep"); ids outside limits.h's character set are refused ("request id has the

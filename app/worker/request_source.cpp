@@ -15,6 +15,13 @@ namespace {
 void emitError(std::optional<std::string> id, const std::string& message) {
   emitEvent(protocol::toJson(protocol::ErrorEvent{std::move(id), 0, message, false}));
 }
+// A request line refused at the door: no `accepted` follows, so the launcher fails the request
+// (by id when the line names one, else the oldest it sent that was not accepted).
+void emitRefusal(std::optional<std::string> id, const std::string& message) {
+  protocol::ErrorEvent e{std::move(id), 0, message, false};
+  e.refused = true;
+  emitEvent(protocol::toJson(e));
+}
 }  // namespace
 
 StdinRequestSource::StdinRequestSource() : in_(&buf_) {}
@@ -58,7 +65,7 @@ void RequestQueue::readLoop(RequestSource& source) {
       std::string msg = "request line longer than ";
       msg += std::to_string(protocol::kMaxRequestLineBytes);
       msg += " bytes refused unread";
-      emitError(std::nullopt, msg);
+      emitRefusal(protocol::generateIdInPrefix(line), msg);
       continue;
     }
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -68,7 +75,9 @@ void RequestQueue::readLoop(RequestSource& source) {
     try {
       req = protocol::parseRequestLine(line);
     } catch (const protocol::ProtocolError& e) {
-      emitError(e.requestId(), e.what());
+      // A line refused before its fields were read (not JSON, not UTF-8, too deep) still names
+      // its request when the id can be read from the text.
+      emitRefusal(e.requestId() ? e.requestId() : protocol::generateIdInPrefix(line), e.what());
       continue;
     }
     std::lock_guard<std::mutex> lk(m_);
@@ -79,9 +88,10 @@ void RequestQueue::readLoop(RequestSource& source) {
     // Live ids are unique: a generate whose id is queued or running is refused (cancel and
     // the events name one request).
     if (const auto* g = std::get_if<protocol::GenerateRequest>(&req); g && isLive(g->id)) {
-      emitError(std::nullopt, "request id '" + g->id + "' is already " +
-                                  (g->id == running_ ? "running" : "queued") +
-                                  "; ids of queued and running requests must be unique");
+      // No id in the event: it would name the live request, which goes on.
+      emitRefusal(std::nullopt, "request id '" + g->id + "' is already " +
+                                    (g->id == running_ ? "running" : "queued") +
+                                    "; ids of queued and running requests must be unique");
       continue;
     }
     q_.push_back(req);
