@@ -202,9 +202,10 @@ if [ "$mode" = ssh_refused ] || [ "$mode" = unknown_block ]; then
 fi
 echo "library noise"
 host0=h host1=h
-if [ "$mode" = peer_lost ]; then host0=vm host1=mh-host-b; fi
+if [ "$mode" = peer_lost ] || [ "$mode" = peer_lost_start ]; then host0=vm host1=mh-host-b; fi
 echo '@@DIT {"event":"hello","rank":0,"world":2,"pid":5000,"host":"'$host0'"}'
 echo '@@DIT {"event":"hello","rank":1,"world":2,"pid":5001,"host":"'$host1'"}'
+if [ "$mode" = peer_lost_start ]; then cat "$FAKE_DIR/openmpi5.txt" >&2; exit 14; fi
 echo '@@DIT {"event":"status","stage":"loading","message":"loading"}'
 echo '@@DIT {"event":"ready","world":2,"strategy":{},"model":{},"load_seconds":0.1}'
 id_of() { printf '%s' "$1" | sed -n 's/.*"id":"\([^"]*\)".*/\1/p'; }
@@ -215,6 +216,14 @@ while IFS= read -r line; do
     *'"type":"cancel"'*) echo "@@DIT {\"event\":\"cancelled\",\"id\":\"$(id_of "$line")\",\"step\":1}" ;;
     *'"type":"generate"'*)
       id=$(id_of "$line")
+      case "$line" in  # rank 0's refusals at the door (app/PROTOCOL.md): no `accepted` follows
+        *REFUSE_NOID*)
+          echo '@@DIT {"event":"error","id":null,"rank":0,"message":"request line longer than 16777216 bytes refused unread","fatal":false,"refused":true}'
+          continue ;;
+        *REFUSE_ID*)
+          echo "@@DIT {\"event\":\"error\",\"id\":\"$id\",\"rank\":0,\"message\":\"request is not valid JSON\",\"fatal\":false,\"refused\":true}"
+          continue ;;
+      esac
       echo "@@DIT {\"event\":\"accepted\",\"id\":\"$id\",\"queue_position\":0}"
       echo "@@DIT {\"event\":\"ranks\",\"ranks\":[{\"rank\":0,\"stage\":\"denoising\",\"step\":1,\"steps\":2},{\"rank\":1,\"stage\":\"denoising\",\"step\":1,\"steps\":2}]}"
       echo "@@DIT {\"event\":\"progress\",\"id\":\"$id\",\"step\":1,\"steps\":2,\"step_ms\":5,\"eta_s\":0.005,\"image_index\":0}"
@@ -1091,4 +1100,72 @@ TEST_F(SessionTest, AGroupThatWasReadyIsNeverSaidToHaveFailedToStart) {
   ASSERT_EQ(r.groupFailures.size(), 1u);
   EXPECT_EQ(r.groupFailures[0].message,
             "the worker group exited unexpectedly (mpirun exit code 14)");
+}
+
+// Issue 48: a request line rank 0 refuses (too long, not JSON, ...) ends its request, named by
+// id or, when the line gave none, as the oldest sent request without an `accepted` event; the
+// requests around it run as usual and nothing stays running.
+TEST_F(SessionTest, ARefusedLineFailsItsRequestAndNothingStaysRunning) {
+  struct Failures : Recorder {
+    std::map<std::string, std::string> messages;
+    void requestFailed(const std::string& id, const std::string& m) override {
+      Recorder::requestFailed(id, m);
+      messages[id] = m;
+    }
+  } r;
+  WorkerSession s(&r, "rf");
+  ASSERT_TRUE(s.start(launch("ok")));
+  auto request = [](const std::string& prompt) {
+    dit::protocol::GenerateRequest g;
+    g.params.prompt = prompt;
+    return g;
+  };
+  const std::string a = s.submit(request("REFUSE_NOID"));
+  const std::string b = s.submit(request("a cat"));
+  const std::string c = s.submit(request("REFUSE_ID"));
+  const std::string d = s.submit(request("REFUSE_NOID again"));
+  const std::string e = s.submit(request("a dog"));
+  ASSERT_TRUE(pollUntil(s, [&] { return s.queue().empty(); })) << s.queue().size() << " left";
+  EXPECT_EQ(r.failedRequests, (std::vector<std::string>{a, c, d}));
+  EXPECT_EQ(r.done, (std::vector<std::string>{b, e}));
+  EXPECT_EQ(r.messages[a], "rank 0: request line longer than 16777216 bytes refused unread");
+  EXPECT_EQ(r.messages[c], "rank 0: request is not valid JSON");
+  // The error reported to the observer names the request it ended.
+  ASSERT_EQ(r.errors.size(), 3u);
+  EXPECT_EQ(r.errors[0].id, a);
+  EXPECT_EQ(r.errors[2].id, d);
+  EXPECT_EQ(s.state(), State::Ready);
+  s.stop(2000ms);
+  ASSERT_TRUE(pollUntil(s, [&] { return s.state() == State::Stopped; }));
+}
+
+// Issue 48: OpenMPI 5 ends a hostfile group whose MPI traffic does not get through (a subnet the
+// hosts share without it connecting them) with a lost connection during the start-up, where
+// OpenMPI 4 times out in the first collective: the advice comes either way.
+TEST_F(SessionTest, AHostfileGroupThatLosesAPeerDuringStartUpGetsTheNetworkAdvice) {
+  std::ofstream(dir.path / "openmpi5.txt") << openMpi5PeerLost(kFullHelp);
+  for (const bool hostfile : {true, false}) {
+    Recorder r;
+    WorkerSession s(&r);
+    SessionLaunch l = launch("peer_lost_start");
+    if (hostfile) l.argv.insert(l.argv.end(), {"--hostfile", (dir.path / "hosts").string()});
+    ASSERT_TRUE(s.start(l));
+    ASSERT_TRUE(pollUntil(s, [&] { return s.state() == State::Failed; }));
+    ASSERT_EQ(r.groupFailures.size(), 1u);
+    const std::string& m = r.groupFailures[0].message;
+    EXPECT_EQ(m.rfind("rank 1 (pid 5001 on mh-host-b) disconnected: rank 0 (pid 6012 on vm) lost "
+                      "its connection to it ",
+                      0),
+              0u)
+        << m;
+    if (hostfile) {
+      EXPECT_NE(m.find("during the group's start-up. Likely " + hostNetworkAdvice()),
+                std::string::npos)
+          << m;
+      EXPECT_NE(m.find("--network-interface"), std::string::npos);
+      EXPECT_NE(m.find("subnet the hosts share"), std::string::npos);
+    } else {
+      EXPECT_EQ(m.find("--network-interface"), std::string::npos) << m;  // one host: no advice
+    }
+  }
 }

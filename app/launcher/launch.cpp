@@ -50,6 +50,14 @@ std::string defaultMpirun() {
   return env && *env ? std::string(env) : std::string("mpirun");
 }
 
+std::string hostNetworkAdvice() {
+  return "MPI traffic between the hosts does not get through: OpenMPI may have picked an "
+         "interface on a subnet the hosts share without it connecting them (a container bridge "
+         "such as docker0 with the same addresses on every host). With a hostfile, name the "
+         "network the hosts share with --network-interface (e.g. 10.0.0.0/24), and check that "
+         "no firewall drops the ranks' TCP ports";
+}
+
 namespace {
 std::string trim(const std::string& s) {
   const auto b = s.find_first_not_of(" \t\r\n");

@@ -179,6 +179,12 @@ std::vector<std::string> mpirunArgv(const MpirunLaunch& launch);
 /// $DITSTUDIO_MPIRUN when set and non-empty, else "mpirun".
 std::string defaultMpirun();
 
+/// The advice for a hostfile group whose ranks cannot exchange MPI traffic, whichever way the
+/// group then ends (a start-up collective timing out under OpenMPI 4, a peer's socket closing
+/// under OpenMPI 5): the shared-subnet trap, --network-interface, a firewall. One sentence, no
+/// trailing period.
+std::string hostNetworkAdvice();
+
 /// argv as one shell-quoted line for logs ('...' around arguments with other characters than
 /// [A-Za-z0-9_./=:,+@%-]).
 std::string shellQuoted(const std::vector<std::string>& argv);

@@ -121,6 +121,8 @@ bool WorkerSession::start(const SessionLaunch& launch) {
   hosts_.clear();
   lastRanks_.clear();
   world_ = launch.world;
+  hostfileGroup_ =
+      std::find(launch.argv.begin(), launch.argv.end(), "--hostfile") != launch.argv.end();
   readyInfo_ = nullptr;
   fatalEvent_.reset();
   lastFailure_ = {};
@@ -460,7 +462,10 @@ void WorkerSession::handleEvent(const protocol::Event& ev) {
       if (r.rank == 0 && !r.stage.empty()) setStage(r.stage);
     }
   } else if (const auto* a = std::get_if<protocol::AcceptedEvent>(&typed)) {
-    if (const int i = indexOf(a->id); i >= 0) queue_[i].queue_position = a->queue_position;
+    if (const int i = indexOf(a->id); i >= 0) {
+      queue_[i].queue_position = a->queue_position;
+      queue_[i].accepted = true;
+    }
   } else if (const auto* p = std::get_if<protocol::ProgressEvent>(&typed)) {
     if (const int i = indexOf(p->id); i >= 0) {
       queue_[i].step = p->step;
@@ -511,6 +516,16 @@ void WorkerSession::handleError(const protocol::ErrorEvent& e) {
   if (auto it = pids_.find(e.rank); it != pids_.end()) f.pid = it->second;
   f.fatal = e.fatal;
   f.message = rankMessage(e.rank, e.message);
+  // The queue entry this error ends (-1: none).
+  int failed = f.fatal || f.id.empty() ? -1 : indexOf(f.id);
+  if (e.refused && !f.fatal && failed < 0) {
+    // A line refused without a readable id: rank 0 answers the lines in order, each generate
+    // with `accepted` or a refusal, so it is the oldest sent request not accepted yet (found by
+    // position: a refused duplicate shares its id with the live request).
+    for (std::size_t i = 0; i < queue_.size() && failed < 0; ++i)
+      if (queue_[i].sent && !queue_[i].accepted) failed = static_cast<int>(i);
+    if (failed >= 0) f.id = queue_[static_cast<std::size_t>(failed)].id();
+  }
   if (f.fatal) fatalEvent_ = f;
   lastFailure_ = f;
   observer_->logLine(f.rank, "error", e.message);
@@ -522,7 +537,7 @@ void WorkerSession::handleError(const protocol::ErrorEvent& e) {
     observer_->fdsChanged();
   }
   if (!f.id.empty() && !f.fatal) {
-    if (const int i = indexOf(f.id); i >= 0) queue_.erase(queue_.begin() + i);
+    if (failed >= 0) queue_.erase(queue_.begin() + failed);
     observer_->requestFailed(f.id, f.message);
     observer_->queueChanged();
     updateBusy();
@@ -610,6 +625,13 @@ GroupFailure WorkerSession::crashFailure(const ExitStatus& status, bool wasReady
     // OpenMPI 5 (issue 36): the rank that saw its peer's socket close was aborted at once and
     // prterun reports that abort; the peer is the cause. OpenMPI's own text adds nothing.
     f.message = peerLostMessage(*mp, f);
+    // Before `ready` a lost connection is how OpenMPI 5 ends a group whose traffic does not get
+    // through (OpenMPI 4 spins until the start-up collective times out, with this advice).
+    if (!wasReady && hostfileGroup_) {
+      if (const auto at = f.message.rfind(" mid-run"); at != std::string::npos)
+        f.message.replace(at, 8, " during the group's start-up");
+      f.message += ". Likely " + hostNetworkAdvice();
+    }
     return f;
   } else if (mp) {
     f.rank = mp->rank;
@@ -641,6 +663,7 @@ GroupFailure WorkerSession::crashFailure(const ExitStatus& status, bool wasReady
     f.message = std::string(wasReady ? "the worker group exited unexpectedly"
                                      : "the worker group failed to start") +
                 " (mpirun exit code " + std::to_string(status.code) + ")";
+    if (!wasReady && hostfileGroup_) f.message += ". Perhaps " + hostNetworkAdvice();
   }
   // ssh's cause and its fix are the message: OpenMPI's text around them adds nothing (issue 36).
   if (!f.host.empty() ||

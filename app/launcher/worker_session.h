@@ -34,10 +34,12 @@ struct GroupFailure {
   std::string host;     ///< a hostfile host mpirun could not reach (ssh's report), else empty
 };
 
-/// A queued generate request; `sent` once written to the worker (only after `ready`).
+/// A queued generate request; `sent` once written to the worker (only after `ready`),
+/// `accepted` once the worker's `accepted` event for it came.
 struct QueuedRequest {
   protocol::GenerateRequest request;
   bool sent = false;
+  bool accepted = false;
   int step = 0, steps = 0, image_index = 0;
   std::int64_t queue_position = -1;
   const std::string& id() const { return request.id; }
@@ -67,13 +69,18 @@ class SessionObserver {
   virtual void queueChanged() {}
   virtual void requestDone(const std::string& /*id*/, double /*seconds*/) {}
   virtual void requestCancelled(const std::string& /*id*/, int /*step*/) {}
+  /// A request ended in an error: a non-fatal `error` event with its id, or a refusal of its
+  /// line (`"refused": true`) that names no id, which fails the oldest sent request the worker
+  /// has not accepted (a refused line gets no `accepted`), so none stays running forever.
   virtual void requestFailed(const std::string& /*id*/, const std::string& /*message*/) {}
   /// An `error` event (fatal or not).
   virtual void errorReported(const GroupFailure&) {}
   /// The group ended without being asked to (crash, abort, failed start). When OpenMPI 5
   /// reported a peer's disconnect (RankFailure::peer_lost), the message names each rank on the
   /// peer host as "rank R (pid P on H) disconnected" (RemoteRankWatch::rewrite() names it by its
-  /// host's answer over ssh), then ": rank L (pid Q on M) lost its connection to it mid-run".
+  /// host's answer over ssh), then ": rank L (pid Q on M) lost its connection to it mid-run". A
+  /// hostfile group that ends so (or with no cause named) before `ready` gets
+  /// hostNetworkAdvice() appended, as the start-up collective timeout carries it.
   virtual void groupFailed(const GroupFailure&) {}
   /// The group ended after stop() (mpirun's exit code; 128 + signal when it was killed).
   virtual void groupStopped(int /*exitCode*/) {}
@@ -217,6 +224,7 @@ class WorkerSession {
   std::optional<SessionLaunch> pendingRestart_;
   bool stopRequested_ = false, sawReady_ = false, sawBye_ = false, stopWhenIdle_ = false;
   bool exitHandled_ = true;
+  bool hostfileGroup_ = false;  ///< the launch names a hostfile (ranks on several hosts)
   std::map<int, std::int64_t> pids_;
   std::map<int, std::string> hosts_;
   std::map<int, protocol::RankStats> lastRanks_;

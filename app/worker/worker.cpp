@@ -30,6 +30,7 @@
 #include "app/common/device_stats.h"
 #include "app/common/generation.h"
 #include "app/launcher/fingerprint.h"
+#include "app/launcher/launch.h"
 #include "app/protocol/events.h"
 #include "app/protocol/protocol.h"
 #include "app/worker/liveness.h"
@@ -133,12 +134,10 @@ void Worker::startupCollective(const std::string& what,
   post(&reqs[0]);
   const double timeout = defaultCollectiveTimeoutSeconds();
   if (pollRequests(reqs, timeout)) return;
-  throw std::runtime_error(
-      "collective timeout: " + what + " did not complete within " + secondsStr(timeout) +
-      " s on rank " + std::to_string(rank_) + " (host " + hostname() +
-      "): a rank never arrived, or MPI traffic between the hosts does not get through. With a "
-      "hostfile, name the network the hosts share with --network-interface (e.g. "
-      "10.0.0.0/24), and check that no firewall drops the ranks' TCP ports");
+  throw std::runtime_error("collective timeout: " + what + " did not complete within " +
+                           secondsStr(timeout) + " s on rank " + std::to_string(rank_) + " (host " +
+                           hostname() + "): a rank never arrived, or " +
+                           launcher::hostNetworkAdvice());
 }
 
 // Every rank learns whether any rank refuses to start (e.g. a model folder that differs on
