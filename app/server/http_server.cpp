@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "app/server/image_codec.h"
+#include "app/server/request_guard.h"
 #include "app/server/resources.h"
 
 namespace dit::server {
@@ -105,21 +106,17 @@ std::optional<bool> boolean(const json& b, const char* key) {
   return b[key].get<bool>();
 }
 
-json parseBody(const httplib::Request& req) {
-  if (req.body.empty()) throw badRequest("the request body is empty; a JSON object is expected");
+// A JSON body: depth and UTF-8 scanned before the parser sees it, our words for every refusal,
+// the JSON types of the fields the route reads checked before it reads them.
+json parseBody(const httplib::Request& req, int maxDepth, BodyKind kind) {
   json b;
-  try {
-    b = json::parse(req.body);
-  } catch (const json::exception& e) {
-    throw badRequest(std::string("the request body is not valid JSON: ") + e.what());
-  }
-  if (!b.is_object())
-    throw badRequest("the request body must be a JSON object, got " + typeName(b));
+  if (auto e = parseJsonBody(req.body, maxDepth, b)) throw badRequest(e->message, e->param);
+  if (auto e = checkFieldTypes(b, kind)) throw badRequest(e->message, e->param);
   return b;
 }
 
 // Multipart fields -> a JSON object: numbers, booleans and the JSON-valued `loras` typed.
-json formToJson(const httplib::Request& req) {
+json formToJson(const httplib::Request& req, int maxDepth) {
   static const std::vector<std::string> ints{
       "n", "seed", "steps", "partial_images", "output_compression", "max_sequence_length"};
   static const std::vector<std::string> reals{"guidance", "true_cfg_scale", "strength"};
@@ -129,6 +126,13 @@ json formToJson(const httplib::Request& req) {
     if (!item.filename.empty() || name == "image" || name == "image[]" || name == "mask")
       continue;  // files
     const std::string& v = item.content;
+    if (auto at = invalidUtf8At(name))
+      throw badRequest("a form field's name is not valid UTF-8 text (byte at offset " +
+                       std::to_string(*at) + ")");
+    if (auto at = invalidUtf8At(v))
+      throw badRequest("form field '" + name + "' is not valid UTF-8 text (byte at offset " +
+                           std::to_string(*at) + ")",
+                       name);
     auto has = [&](const std::vector<std::string>& l) {
       return std::find(l.begin(), l.end(), name) != l.end();
     };
@@ -153,15 +157,21 @@ json formToJson(const httplib::Request& req) {
         if (v != "true" && v != "false") throw std::invalid_argument(v);
         b[name] = v == "true";
       } else if (name == "loras") {
-        b[name] = json::parse(v);
+        json l;
+        if (auto e = parseJsonBody("{\"loras\":" + v + "}", maxDepth, l))
+          throw badRequest("form field 'loras' is not a JSON array of {name, strength}", name);
+        b[name] = std::move(l["loras"]);
       } else {
         b[name] = v;
       }
+    } catch (const ApiError&) {
+      throw;
     } catch (const std::exception&) {
       throw badRequest("form field '" + name + "' has an invalid value '" + v.substr(0, 64) + "'",
                        name);
     }
   }
+  if (auto e = checkFieldTypes(b, BodyKind::OpenAi)) throw badRequest(e->message, e->param);
   return b;
 }
 
@@ -287,6 +297,19 @@ struct Handlers {
   }
 
   void checkProtocol(const protocol::GenerationParams& p) {
+    for (const auto& [field, text] :
+         {std::pair<const char*, const std::string*>{"prompt", &p.prompt},
+          {"negative_prompt", &p.negative_prompt}}) {
+      if (text->size() > opt.max_prompt_bytes)
+        throw badRequest("'" + std::string(field) + "' is " + std::to_string(text->size()) +
+                             " bytes; at most " + std::to_string(opt.max_prompt_bytes) +
+                             " are accepted (--max-prompt-bytes)",
+                         field);
+      if (auto at = invalidUtf8At(*text))
+        throw badRequest("'" + std::string(field) + "' is not valid UTF-8 text (byte at offset " +
+                             std::to_string(*at) + ")",
+                         field);
+    }
     try {
       protocol::checkParams(p);
     } catch (const protocol::ProtocolError& e) {
@@ -295,6 +318,25 @@ struct Handlers {
       if (msg.rfind(prefix, 0) == 0) msg = msg.substr(prefix.size());
       throw badRequest(msg, e.field());
     }
+  }
+
+  // The request as the workers will read it: one line of at most kMaxRequestLineBytes (a longer
+  // one would be refused by rank 0; here it is a 400 before anything is queued). The pool adds
+  // the id and the output folder: a margin for them.
+  void checkRequestLine(const protocol::GenerateRequest& r) {
+    std::size_t bytes = 0;
+    try {
+      bytes = protocol::requestLine(protocol::Request{r}).size();
+    } catch (const json::exception&) {
+      throw badRequest("the request holds text that is not valid UTF-8");
+    }
+    const std::size_t limit = protocol::kMaxRequestLineBytes - 8192;
+    if (bytes > limit)
+      throw badRequest(
+          "the request is " + std::to_string(bytes) +
+              " bytes as the workers receive it (prompts escaped); at most " +
+              std::to_string(limit) + " are accepted",
+          r.params.prompt.size() >= r.params.negative_prompt.size() ? "prompt" : "negative_prompt");
   }
 
   void parseSize(const std::string& size, protocol::GenerationParams& p) {
@@ -396,7 +438,11 @@ struct Handlers {
 
   // Waits for a job's end (the pool's lock in `lock`).
   void waitFinished(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Job>& job) {
-    while (!job->finished()) pool.changed().wait_for(lock, std::chrono::milliseconds(500));
+    while (!job->finished()) {
+      if (s.stopping())
+        throw ApiError(503, "server_error", "the server is shutting down", {}, "shutting_down");
+      pool.changed().wait_for(lock, std::chrono::milliseconds(500));
+    }
   }
 
   ApiError jobError(const Job& job) {
@@ -496,6 +542,7 @@ struct Handlers {
     c.job.previews = c.stream && c.partial_images > 0;
     if (c.job.previews) c.job.request.preview_every = previewEvery(c, c.partial_images);
     checkProtocol(c.job.request.params);
+    checkRequestLine(c.job.request);
     try {
       return pool.submit(c.job);
     } catch (const Refusal& r) {
@@ -661,7 +708,8 @@ struct Handlers {
   }
 
   void generations(const httplib::Request& req, httplib::Response& res) {
-    ImagesCall c = openAiCall(parseBody(req), "openai.generations");
+    ImagesCall c =
+        openAiCall(parseBody(req, opt.max_json_depth, BodyKind::OpenAi), "openai.generations");
     if (c.stream)
       streamImages(req, res, c, "image_generation");
     else
@@ -673,7 +721,7 @@ struct Handlers {
       throw badRequest(
           "POST /v1/images/edits expects multipart/form-data with 'image' (and "
           "optionally 'mask')");
-    ImagesCall c = openAiCall(formToJson(req), "openai.edits");
+    ImagesCall c = openAiCall(formToJson(req, opt.max_json_depth), "openai.edits");
     const char* key = req.has_file("image") ? "image" : "image[]";
     if (!req.has_file(key))
       throw badRequest("'image' is required (a PNG, JPEG or WebP file)", "image");
@@ -758,13 +806,13 @@ struct Handlers {
   }
 
   void txt2img(const httplib::Request& req, httplib::Response& res) {
-    const json b = parseBody(req);
+    const json b = parseBody(req, opt.max_json_depth, BodyKind::Sdapi);
     ImagesCall c = sdapiCall(b, "sdapi.txt2img");
     sdapiRespond(res, c, b);
   }
 
   void img2img(const httplib::Request& req, httplib::Response& res) {
-    const json b = parseBody(req);
+    const json b = parseBody(req, opt.max_json_depth, BodyKind::SdapiImg2Img);
     ImagesCall c = sdapiCall(b, "sdapi.img2img");
     if (!b.contains("init_images") || !b["init_images"].is_array() || b["init_images"].empty() ||
         !b["init_images"][0].is_string())
@@ -865,10 +913,11 @@ struct Handlers {
 
   // Asynchronous submission (the page): the OpenAI generation body; previews on; returns the job.
   void jobCreate(const httplib::Request& req, httplib::Response& res) {
-    ImagesCall c = openAiCall(parseBody(req), "page");
+    ImagesCall c = openAiCall(parseBody(req, opt.max_json_depth, BodyKind::OpenAi), "page");
     c.job.previews = true;
     c.job.request.preview_every = previewEvery(c, 12);  // about 12 live previews per image
     checkProtocol(c.job.request.params);
+    checkRequestLine(c.job.request);
     std::shared_ptr<Job> job;
     try {
       job = pool.submit(c.job);
@@ -959,6 +1008,13 @@ struct Handlers {
 
 HttpServer::HttpServer(Pool& pool, ServerOptions options)
     : pool_(pool), opt_(std::move(options)), svr_(std::make_unique<httplib::Server>()) {
+  if (opt_.allowed_hosts.empty()) opt_.allowed_hosts = defaultAllowedHosts(opt_.host);
+  ListenerOptions lo;
+  lo.max_connections = opt_.max_connections;
+  lo.max_client_connections = opt_.max_client_connections;
+  lo.request_timeout_s = opt_.request_timeout_s;
+  lo.max_body_bytes = opt_.max_body_bytes;
+  listener_ = std::make_unique<Listener>(*svr_, lo);
   routes();
 }
 
@@ -967,22 +1023,31 @@ HttpServer::~HttpServer() { stop(); }
 int HttpServer::bind() {
   if (opt_.port == 0) {
     port_ = svr_->bind_to_any_port(opt_.host);
-    if (port_ <= 0) throw std::runtime_error("cannot listen on " + opt_.host + " (any port)");
+    if (port_ <= 0) {
+      listener_->adoptListenSocket(-1);
+      throw std::runtime_error("cannot listen on " + opt_.host + " (any port)");
+    }
   } else {
-    if (!svr_->bind_to_port(opt_.host, opt_.port))
+    if (!svr_->bind_to_port(opt_.host, opt_.port)) {
+      listener_->adoptListenSocket(-1);
       throw std::runtime_error("cannot listen on " + opt_.host + ":" + std::to_string(opt_.port) +
                                " (" + std::strerror(errno) +
                                "; in use, or not an address of this host?)");
+    }
     port_ = opt_.port;
   }
+  listener_->afterBind();
   return port_;
 }
 
-void HttpServer::listen() { svr_->listen_after_bind(); }
+void HttpServer::listen() { listener_->run(); }
 
 void HttpServer::stop() {
-  if (svr_ && svr_->is_running()) svr_->stop();
+  stopping_ = true;
+  if (listener_) listener_->stop();
 }
+
+bool HttpServer::stopping() const { return stopping_; }
 
 std::string HttpServer::uniqueFile(const std::string& stem, const std::string& ext,
                                    const std::string& bytes) {
@@ -1030,23 +1095,133 @@ bool HttpServer::servedPath(const std::string& name, std::string& path) const {
   return !path.empty();
 }
 
+namespace {
+
+constexpr std::size_t kMaxFormParts = 64;
+
+std::string lower(std::string v) {
+  std::transform(v.begin(), v.end(), v.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return v;
+}
+
+// Reads a request body into `out` within the limits: at most `max` bytes counted while reading
+// (Content-Length and chunked alike), before the request's read deadline, at most kMaxFormParts
+// multipart parts. False: `res` holds the refusal and the connection closes after it.
+bool readBody(const httplib::Request& req, httplib::Response& res,
+              const httplib::ContentReader& reader, httplib::Request& out, std::size_t max,
+              int timeoutS) {
+  out.body.clear();
+  out.files.clear();
+  std::size_t total = 0;
+  bool tooBig = false, late = false, tooMany = false;
+  auto count = [&](std::size_t n) {
+    total += n;
+    if (total > max) tooBig = true;
+    if (Listener::secondsLeft() < 0) late = true;
+    return !tooBig && !late;
+  };
+  bool ok;
+  if (req.is_multipart_form_data()) {
+    auto cur = out.files.end();
+    std::size_t parts = 0;
+    ok = reader(
+        [&](const httplib::MultipartFormData& f) {
+          if (++parts > kMaxFormParts) {
+            tooMany = true;
+            return false;
+          }
+          cur = out.files.emplace(f.name, f);
+          return count(f.name.size() + f.filename.size() + f.content_type.size());
+        },
+        [&](const char* d, std::size_t n) {
+          if (!count(n) || cur == out.files.end()) return false;
+          cur->second.content.append(d, n);
+          return true;
+        });
+  } else {
+    ok = reader([&](const char* d, std::size_t n) {
+      if (!count(n)) return false;
+      out.body.append(d, n);
+      return true;
+    });
+  }
+  if (ok && !tooBig && !late) return true;
+  Listener::closeAfterResponse();
+  if (tooBig || res.status == 413)
+    sendError(res, ApiError(413, "invalid_request_error",
+                            "the request body is larger than " + std::to_string(max) +
+                                " bytes (--max-body-mb)"));
+  else if (late)
+    sendError(res, ApiError(408, "invalid_request_error",
+                            "the request did not arrive whole within " + std::to_string(timeoutS) +
+                                " s (--request-timeout-s)"));
+  else if (tooMany)
+    sendError(res,
+              badRequest("the form has more than " + std::to_string(kMaxFormParts) + " parts"));
+  else if (res.status == 415)
+    sendError(res, ApiError(415, "invalid_request_error",
+                            "the body's Content-Encoding is not accepted; send it uncompressed"));
+  else
+    sendError(res, badRequest("the request body is malformed or cut short (its length, chunked "
+                              "encoding or multipart framing)"));
+  return false;
+}
+
+// POST and DELETE routes (they read their bodies within the limits); any other path with a body
+// is refused before its body is read.
+bool bodyRoute(const std::string& method, const std::string& path) {
+  auto jobPath = [&](const std::string& tail) {
+    const std::string pre = "/v1/jobs/";
+    if (path.rfind(pre, 0) != 0 || path.size() <= pre.size() + tail.size()) return false;
+    if (path.compare(path.size() - tail.size(), tail.size(), tail) != 0) return false;
+    const std::string id = path.substr(pre.size(), path.size() - pre.size() - tail.size());
+    return id.find_first_not_of(
+               "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-") ==
+           std::string::npos;
+  };
+  if (method == "DELETE") return jobPath("");
+  if (method != "POST") return false;
+  return path == "/v1/images/generations" || path == "/v1/images/edits" ||
+         path == "/sdapi/v1/txt2img" || path == "/sdapi/v1/img2img" ||
+         path == "/sdapi/v1/interrupt" || path == "/v1/jobs" || jobPath("/cancel");
+}
+
+}  // namespace
+
 void HttpServer::routes() {
   auto h = std::make_shared<Handlers>(Handlers{*this, pool_, opt_});
-  auto wrap = [h](void (Handlers::*fn)(const httplib::Request&, httplib::Response&)) {
-    return [h, fn](const httplib::Request& req, httplib::Response& res) {
-      try {
-        ((*h).*fn)(req, res);
-      } catch (const ApiError& e) {
-        sendError(res, e);
-      } catch (const ImageError& e) {
-        sendError(res, badRequest(e.what()));
-      }
+  // Every refusal in our words: ApiError as is; a JSON type the field checks did not foresee
+  // still a 400, never the JSON library's text.
+  auto guarded = [](httplib::Response& res, const auto& call) {
+    try {
+      call();
+    } catch (const ApiError& e) {
+      sendError(res, e);
+    } catch (const ImageError& e) {
+      sendError(res, badRequest(e.what()));
+    } catch (const json::exception&) {
+      sendError(res, badRequest("a field of the request has the wrong JSON type or value"));
+    }
+  };
+  using Fn = void (Handlers::*)(const httplib::Request&, httplib::Response&);
+  auto wrap = [h, guarded](Fn fn) {
+    return [h, fn, guarded](const httplib::Request& req, httplib::Response& res) {
+      guarded(res, [&] { ((*h).*fn)(req, res); });
+    };
+  };
+  // POST and DELETE routes read their bodies themselves, within the limits; the handler gets a
+  // copy of the request holding the body.
+  auto wrapBody = [this, h, guarded](Fn fn) {
+    return [this, h, fn, guarded](const httplib::Request& req, httplib::Response& res,
+                                  const httplib::ContentReader& reader) {
+      httplib::Request r = req;
+      if (!readBody(req, res, reader, r, opt_.max_body_bytes, opt_.request_timeout_s)) return;
+      Listener::bodyRead();
+      guarded(res, [&] { ((*h).*fn)(r, res); });
     };
   };
   httplib::Server& svr = *svr_;
-  const size_t threads =
-      opt_.threads > 0 ? static_cast<size_t>(opt_.threads) : 16 + pool_.groupCount() + 32;
-  svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   svr.set_payload_max_length(opt_.max_body_bytes);
   // Clients (undici, requests) keep connections open between calls: a low per-connection
   // request cap (httplib's default is 5) makes them race the server's close.
@@ -1054,8 +1229,35 @@ void HttpServer::routes() {
   svr.set_keep_alive_timeout(30);
   svr.set_read_timeout(30, 0);
   svr.set_write_timeout(30, 0);
+  svr.set_logger(
+      [](const httplib::Request&, const httplib::Response&) { Listener::responseWritten(); });
 
   svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    using HR = httplib::Server::HandlerResponse;
+    const std::string te = lower(req.get_header_value("Transfer-Encoding"));
+    const std::string cl = req.get_header_value("Content-Length");
+    const bool hasBody = !te.empty() || (!cl.empty() && cl != "0");
+    auto refuse = [&](const ApiError& e) {
+      sendError(res, e);
+      if (hasBody) Listener::closeAfterResponse();
+      Listener::headRead(false);
+      return HR::Handled;
+    };
+    if (Listener::overLimit()) {
+      Listener::closeAfterResponse();
+      res.set_header("Retry-After", "1");
+      return refuse(ApiError(503, "server_error",
+                             "too many open connections (--max-connections, "
+                             "--max-client-connections); try again later",
+                             {}, "too_many_connections"));
+    }
+    const std::string host = req.get_header_value("Host");
+    if (!hostAllowed(host, opt_.allowed_hosts))
+      return refuse(ApiError(403, "invalid_request_error",
+                             "the Host header '" + host.substr(0, 100) +
+                                 "' is not a name of this server (a page on another site "
+                                 "reaching it through DNS?); start the server with "
+                                 "--allowed-host NAME to accept that name"));
     const std::string origin = req.get_header_value("Origin");
     bool corsOk = false;
     if (!origin.empty())
@@ -1068,33 +1270,80 @@ void HttpServer::routes() {
       res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
     }
     if (req.method == "OPTIONS") {
-      res.status = corsOk ? 204 : 403;
       if (!corsOk)
-        sendError(res, ApiError(403, "invalid_request_error",
-                                "cross-origin requests are not allowed (start the server with "
-                                "--cors-origin ORIGIN)"));
-      return httplib::Server::HandlerResponse::Handled;
+        return refuse(ApiError(403, "invalid_request_error",
+                               "cross-origin requests are not allowed (start the server with "
+                               "--cors-origin ORIGIN)"));
+      res.status = 204;
+      Listener::headRead(false);
+      return HR::Handled;
     }
-    if (req.path == "/" || req.path == "/favicon.ico")
-      return httplib::Server::HandlerResponse::Unhandled;
-    if (!opt_.token.empty()) {
+    if (!originAllowed(origin, host, opt_.cors_origins))
+      return refuse(ApiError(403, "invalid_request_error",
+                             "requests from the web page at '" + origin.substr(0, 100) +
+                                 "' are not allowed (start the server with --cors-origin " +
+                                 origin.substr(0, 100) + " to allow them)"));
+    if (!opt_.token.empty() && req.path != "/" && req.path != "/favicon.ico") {
       const std::string auth = req.get_header_value("Authorization");
-      if (!constantTimeEqual(auth, "Bearer " + opt_.token)) {
-        sendError(res, ApiError(401, "invalid_request_error",
-                                auth.empty() ? "missing bearer token (Authorization: Bearer TOKEN)"
-                                             : "incorrect bearer token",
-                                {}, "invalid_api_key"));
-        return httplib::Server::HandlerResponse::Handled;
-      }
+      if (!constantTimeEqual(auth, "Bearer " + opt_.token))
+        return refuse(ApiError(401, "invalid_request_error",
+                               auth.empty() ? "missing bearer token (Authorization: Bearer TOKEN)"
+                                            : "incorrect bearer token",
+                               {}, "invalid_api_key"));
     }
-    return httplib::Server::HandlerResponse::Unhandled;
+    // The body: bounded before a byte of it is read.
+    const bool takesBody = req.method == "POST" || req.method == "DELETE";
+    if (!te.empty() && te != "chunked")
+      return refuse(ApiError(400, "invalid_request_error",
+                             "Transfer-Encoding '" + te.substr(0, 40) + "' is not accepted"));
+    if (const std::string enc = lower(req.get_header_value("Content-Encoding"));
+        !enc.empty() && enc != "identity")
+      return refuse(ApiError(415, "invalid_request_error",
+                             "Content-Encoding '" + enc.substr(0, 40) +
+                                 "' is not accepted; send the body uncompressed"));
+    if (!cl.empty()) {
+      std::uint64_t n = 0;
+      const bool digits =
+          cl.size() <= 19 && cl.find_first_not_of("0123456789") == std::string::npos;
+      if (digits) n = std::stoull(cl);
+      if (!digits || !te.empty())
+        return refuse(badRequest("malformed Content-Length '" + cl.substr(0, 40) + "'"));
+      if (n > opt_.max_body_bytes)
+        return refuse(ApiError(413, "invalid_request_error",
+                               "the request body is larger than " +
+                                   std::to_string(opt_.max_body_bytes) + " bytes (--max-body-mb)"));
+    }
+    if (hasBody && !takesBody)
+      return refuse(
+          badRequest(req.method + " " + req.path.substr(0, 100) + " takes no request body"));
+    if (takesBody && !bodyRoute(req.method, req.path))
+      return refuse(ApiError(404, "invalid_request_error",
+                             "unknown route " + req.method + " " + req.path.substr(0, 100)));
+    if (takesBody && !hasBody && cl.empty()) {
+      // No Content-Length and not chunked: no body (RFC 9112 6.3). cpp-httplib 0.11 would read
+      // one until the client closes; the header tells it there is none. `req` is the server's
+      // own non-const object, passed here as const.
+      const_cast<httplib::Request&>(req).set_header("Content-Length", "0");
+    }
+    if (hasBody && req.method == "POST") {
+      const std::string ct = req.get_header_value("Content-Type");
+      const bool edits = req.path == "/v1/images/edits";
+      if (!isJsonContentType(ct) && !isMultipartContentType(ct))
+        return refuse(ApiError(
+            415, "invalid_request_error",
+            "POST " + req.path.substr(0, 100) +
+                " expects Content-Type: " + (edits ? "multipart/form-data" : "application/json") +
+                (ct.empty() ? std::string(" (none given)") : ", got '" + ct.substr(0, 100) + "'")));
+    }
+    Listener::headRead(hasBody && takesBody);
+    return HR::Unhandled;
   });
   svr.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
                                                                     httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     std::string msg;
     if (res.status == 404)
-      msg = "unknown route " + req.method + " " + req.path;
+      msg = "unknown route " + req.method + " " + req.path.substr(0, 100);
     else if (res.status == 413)
       msg = "the request body is larger than " + std::to_string(opt_.max_body_bytes) +
             " bytes (--max-body-mb)";
@@ -1102,6 +1351,8 @@ void HttpServer::routes() {
       msg = "malformed HTTP request";
     else if (res.status == 405)
       msg = "method not allowed";
+    else if (res.status == 414)
+      msg = "the request's path is too long";
     else
       msg = "HTTP error " + std::to_string(res.status);
     sendJson(res, res.status,
@@ -1113,26 +1364,31 @@ void HttpServer::routes() {
         std::string msg = "internal error";
         try {
           if (ep) std::rethrow_exception(ep);
+        } catch (const json::exception&) {  // never the JSON library's text
+          sendJson(res, 400,
+                   errorBody("a field of the request has the wrong JSON type or value",
+                             "invalid_request_error", "", ""));
+          return;
         } catch (const std::exception& e) {
-          msg = e.what();
+          msg = clientMessage(e.what());  // no folder of the server
         } catch (...) {
         }
         sendJson(res, 500, errorBody(msg, "server_error", "", ""));
       });
 
-  svr.Post("/v1/images/generations", wrap(&Handlers::generations));
-  svr.Post("/v1/images/edits", wrap(&Handlers::edits));
+  svr.Post("/v1/images/generations", wrapBody(&Handlers::generations));
+  svr.Post("/v1/images/edits", wrapBody(&Handlers::edits));
   svr.Get("/v1/models", wrap(&Handlers::models));
   svr.Get(R"(/v1/images/files/([^/]+))", wrap(&Handlers::file));
-  svr.Post("/sdapi/v1/txt2img", wrap(&Handlers::txt2img));
-  svr.Post("/sdapi/v1/img2img", wrap(&Handlers::img2img));
+  svr.Post("/sdapi/v1/txt2img", wrapBody(&Handlers::txt2img));
+  svr.Post("/sdapi/v1/img2img", wrapBody(&Handlers::img2img));
   svr.Get("/sdapi/v1/progress", wrap(&Handlers::progress));
-  svr.Post("/sdapi/v1/interrupt", wrap(&Handlers::interrupt));
+  svr.Post("/sdapi/v1/interrupt", wrapBody(&Handlers::interrupt));
   svr.Get("/v1/jobs", wrap(&Handlers::jobs));
-  svr.Post("/v1/jobs", wrap(&Handlers::jobCreate));
+  svr.Post("/v1/jobs", wrapBody(&Handlers::jobCreate));
   svr.Get(R"(/v1/jobs/([A-Za-z0-9._:-]+))", wrap(&Handlers::jobGet));
-  svr.Delete(R"(/v1/jobs/([A-Za-z0-9._:-]+))", wrap(&Handlers::jobCancel));
-  svr.Post(R"(/v1/jobs/([A-Za-z0-9._:-]+)/cancel)", wrap(&Handlers::jobCancel));
+  svr.Delete(R"(/v1/jobs/([A-Za-z0-9._:-]+))", wrapBody(&Handlers::jobCancel));
+  svr.Post(R"(/v1/jobs/([A-Za-z0-9._:-]+)/cancel)", wrapBody(&Handlers::jobCancel));
   svr.Get("/v1/groups", wrap(&Handlers::groups));
   svr.Get("/v1/health", wrap(&Handlers::health));
   svr.Get("/v1/events", wrap(&Handlers::events));

@@ -8,11 +8,14 @@
 //                       GET /v1/health, GET / (the page, compiled in)
 // Errors use OpenAI's shape {"error": {"message", "type", "param", "code"}}. Security: the
 // caller binds the host (127.0.0.1 by default); with a token every route except the page needs
-// "Authorization: Bearer TOKEN"; body, image, n and queue limits; CORS headers only for the
-// configured origins; requests name no file except images the server made (by file name) and
-// LoRAs by file name inside --lora-dir. docs/server.md describes it.
+// "Authorization: Bearer TOKEN"; body (while reading, chunked too), JSON depth, prompt, image, n,
+// queue, connection and read-deadline limits (http_listener.h, request_guard.h); the Host header
+// must name this server and a browser's Origin must be its own or a configured CORS origin;
+// requests name no file except images the server made (by file name) and LoRAs by file name inside
+// --lora-dir. docs/server.md describes it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -20,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "app/server/http_listener.h"
 #include "app/server/pool.h"
 
 namespace httplib {
@@ -38,7 +42,15 @@ struct ServerOptions {
   std::int64_t max_upload_pixels = std::int64_t(4096) * 4096;
   int max_n = 10;        ///< images per request (OpenAI's own limit is 10)
   std::string lora_dir;  ///< LoRA files requests may name; "" = LoRAs refused
-  int threads = 0;       ///< HTTP threads; 0 = max_queue + groups + 16
+  int threads = 0;       ///< unused: every connection has a thread of its own (max_connections)
+  // Limits checked before any work starts (docs/security.md lists them with their flags):
+  int max_json_depth = 16;                   ///< JSON nesting of a body (--max-json-depth)
+  std::size_t max_prompt_bytes = 256 << 10;  ///< prompt, negative prompt (--max-prompt-bytes)
+  int request_timeout_s = 60;                ///< a whole request, first byte to last
+  std::size_t max_connections = 512;         ///< open connections (--max-connections)
+  std::size_t max_client_connections = 256;  ///< from one address (--max-client-connections)
+  /// Host header names accepted (DNS rebinding); empty = defaultAllowedHosts(host); "*" = any.
+  std::vector<std::string> allowed_hosts;
 };
 
 class HttpServer {
@@ -51,6 +63,7 @@ class HttpServer {
   void listen();
   void stop();
   int port() const { return port_; }
+  bool stopping() const;
 
  private:
   void routes();
@@ -61,7 +74,9 @@ class HttpServer {
   Pool& pool_;
   ServerOptions opt_;
   std::unique_ptr<httplib::Server> svr_;
+  std::unique_ptr<Listener> listener_;  ///< after svr_: destroyed first, waits for connections
   int port_ = 0;
+  std::atomic<bool> stopping_{false};
   mutable std::mutex filesMu_;
   std::map<std::string, std::string> files_;  ///< served name -> absolute path
   std::uint64_t uploads_ = 0;

@@ -1,7 +1,7 @@
 // Image bytes for the server's responses and uploads (stb_image / stb_image_write from libstb-dev,
-// WebP from libwebp): decoding an upload with limits, PNG/JPEG/WebP encoding, and the conversion
-// of an OpenAI edit mask (transparent = edit) into DiT Studio's inpainting mask (white = repaint).
-// No Torch, no Qt. Part of dit_server.
+// WebP from libwebp, both ways): decoding an upload with limits, PNG/JPEG/WebP encoding, and the
+// conversion of an OpenAI edit mask (transparent = edit) into DiT Studio's inpainting mask (white =
+// repaint). No Torch, no Qt. Part of dit_server.
 #pragma once
 
 #include <cstdint>
@@ -24,10 +24,13 @@ class ImageError : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-/// Decodes PNG, JPEG, BMP, GIF (first frame), TGA, PSD or PNM bytes (stb_image), keeping the
-/// file's channels. Throws ImageError naming `field` when the bytes are not such an image, or when
-/// a side exceeds `maxSide` or the pixel count `maxPixels` (checked from the header, before the
-/// pixels are decoded).
+/// Decodes PNG, JPEG, BMP, GIF (first frame), PNM (P5/P6) bytes (stb_image) or WebP (libwebp),
+/// keeping the file's channels (WebP: RGB or RGBA). Throws ImageError naming `field` when the bytes
+/// are not such an image; when the file is cut short (it must hold every byte its header promises:
+/// PNG chunks up to IEND, JPEG segments up to the end-of-image marker, BMP/PNM pixel rows, the
+/// WebP RIFF size, the GIF trailer; stb_image would pad a short file with black); or when a side
+/// exceeds `maxSide` or the pixel count `maxPixels` (checked from the header, before the pixels
+/// are decoded).
 Pixels decodeImage(std::string_view bytes, const std::string& field, int maxSide,
                    std::int64_t maxPixels);
 

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "app/launcher/launch.h"
+#include "app/server/request_guard.h"
 
 namespace dit::server {
 
@@ -296,7 +297,15 @@ class Pool::GroupObserver : public launcher::SessionObserver {
     std::lock_guard lock(pool_.mu_);
     if (auto job = pool_.jobLocked(id)) {
       Group& g = pool_.groups_[index_];
-      job->error = groupDown ? "group " + g.spec.name + " failed: " + message : message;
+      // A rank's message names the files it was given: the client sees its own names.
+      std::vector<std::pair<std::string, std::string>> names;
+      const auto& p = job->request.params;
+      if (!p.init_image.empty()) names.emplace_back(p.init_image, "the uploaded image");
+      if (!p.mask_image.empty()) names.emplace_back(p.mask_image, "the uploaded mask");
+      for (const auto& l : p.loras)
+        names.emplace_back(l.file, fs::path(l.file).filename().string());
+      const std::string said = clientMessage(message, names);
+      job->error = groupDown ? "group " + g.spec.name + " failed: " + said : said;
       job->error_status = groupDown ? 500 : 400;
       pool_.finish(*job, JobState::Failed);
     }
@@ -535,7 +544,8 @@ void Pool::schedule() {
           if (g.model_id == job->model && g.failure.is_object())
             why += (why.empty() ? "" : "; ") + g.spec.name + ": " +
                    g.failure.value("message", std::string());
-        job->error = "no group serving model '" + job->model + "' is alive (" + why + ")";
+        job->error =
+            "no group serving model '" + job->model + "' is alive (" + clientMessage(why) + ")";
         job->error_status = 503;
         finish(*job, JobState::Failed);
         it = queue_.erase(it);

@@ -98,8 +98,28 @@ int main(int argc, char** argv) {
   app.add_option("--max-n", so.max_n, "images per request at most")->capture_default_str();
   app.add_option("--max-side", so.max_side, "width/height of requests and uploads at most")
       ->capture_default_str();
-  app.add_option("--max-body-mb", maxBodyMb, "request body size at most (MiB)")
+  app.add_option("--max-body-mb", maxBodyMb,
+                 "request body size at most (MiB), counted while reading (chunked too): 413")
       ->capture_default_str();
+  app.add_option("--max-json-depth", so.max_json_depth,
+                 "JSON nesting of a request body at most (objects and arrays): 400")
+      ->capture_default_str();
+  app.add_option("--max-prompt-bytes", so.max_prompt_bytes,
+                 "bytes of a prompt or negative prompt at most: 400 before anything is queued")
+      ->capture_default_str();
+  app.add_option("--request-timeout-s", so.request_timeout_s,
+                 "seconds a whole request (request line, headers, body) may take to arrive: "
+                 "408 or the connection closed")
+      ->capture_default_str();
+  app.add_option("--max-connections", so.max_connections,
+                 "open connections at most (each has a thread of its own); more get 503")
+      ->capture_default_str();
+  app.add_option("--max-client-connections", so.max_client_connections,
+                 "open connections from one client address at most; more get 503")
+      ->capture_default_str();
+  app.add_option("--allowed-host", so.allowed_hosts,
+                 "a name the Host header may carry (repeatable; '*' = any); default: localhost, "
+                 "127.0.0.1, ::1 and --host (any when --host is 0.0.0.0 or ::)");
   app.add_option("--model", g.model,
                  "diffusers folder or single-file checkpoint (default: the embedded tiny model)");
   app.add_option("--config", config, "diffusers folder completing single-file checkpoints");
@@ -171,6 +191,18 @@ int main(int argc, char** argv) {
     if (so.max_side < 16 || so.max_side > protocol::kMaxSide)
       throw std::invalid_argument("--max-side must be in 16 .. 16384");
     if (maxQueue < 1) throw std::invalid_argument("--max-queue must be at least 1");
+    if (maxBodyMb < 1 || maxBodyMb > 4096)
+      throw std::invalid_argument("--max-body-mb must be in 1 .. 4096");
+    if (so.max_json_depth < 2 || so.max_json_depth > 64)
+      throw std::invalid_argument("--max-json-depth must be in 2 .. 64");
+    if (so.max_prompt_bytes < 1 || so.max_prompt_bytes > protocol::kMaxRequestLineBytes / 2)
+      throw std::invalid_argument("--max-prompt-bytes must be in 1 .. 8388608");
+    if (so.request_timeout_s < 1 || so.request_timeout_s > 3600)
+      throw std::invalid_argument("--request-timeout-s must be in 1 .. 3600");
+    if (so.max_connections < 1 || so.max_connections > 100000)
+      throw std::invalid_argument("--max-connections must be in 1 .. 100000");
+    if (so.max_client_connections < 1)
+      throw std::invalid_argument("--max-client-connections must be at least 1");
     so.max_body_bytes = maxBodyMb << 20;
 
     server::PoolOptions po;
