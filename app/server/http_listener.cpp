@@ -227,7 +227,10 @@ void Listener::watchdog() {
       const auto got = bytesReceived(c->fd);
       const std::uint64_t bytes = got.value_or(c->bytesAtPhase);
       if (!c->headStart && bytes > c->bytesAtPhase) c->headStart = now;
-      bool kill = c->headStart && now - *c->headStart > deadline;
+      // A body still arriving gets its 408 from the reader (at its next bytes): the watchdog ends
+      // a stalled one 2 s later; a head cannot be answered, it ends at the deadline.
+      const auto limit = c->phase == Phase::Body ? deadline + std::chrono::seconds(2) : deadline;
+      bool kill = c->headStart && now - *c->headStart > limit;
       if (c->phase == Phase::Waiting &&
           bytes - c->bytesAtPhase > opt_.max_head_bytes + opt_.max_body_bytes)
         kill = true;  // a head that never ends (cpp-httplib reads a line of any length)

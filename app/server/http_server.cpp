@@ -159,7 +159,8 @@ json formToJson(const httplib::Request& req, int maxDepth) {
       } else if (name == "loras") {
         json l;
         if (auto e = parseJsonBody("{\"loras\":" + v + "}", maxDepth, l))
-          throw badRequest("form field 'loras' is not a JSON array of {name, strength}", name);
+          throw badRequest(
+              "form field 'loras' is not a JSON array of {name, strength}: " + e->message, name);
         b[name] = std::move(l["loras"]);
       } else {
         b[name] = v;
