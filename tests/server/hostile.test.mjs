@@ -158,6 +158,17 @@ try {
     console.log(`   (answered after ${(sent / 1048576).toFixed(1)} MiB of 300 were sent)`);
   }
   await health(url, 'after the chunked body');
+  {  // a chunked body to a route that takes none is refused before a byte of it is read
+    const r = await raw(port, (s) => {
+      s.write(`POST /v1/nothing HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n`);
+      const chunk = Buffer.alloc(64 << 10, 0x20);
+      const iv = setInterval(() => { if (s.destroyed) clearInterval(iv); else s.write(`${chunk.length.toString(16)}\r\n`) && s.write(chunk) && s.write('\r\n'); }, 5);
+      s.on('close', () => clearInterval(iv));
+    });
+    expectError(r, 404, null, /unknown route POST \/v1\/nothing/, 'chunked body to an unknown route');
+  }
+  expectError(await request(port, 'POST', '/v1/images/generations', { headers: { ...json, 'Content-Encoding': 'gzip' },
+    body: Buffer.from([0x1f, 0x8b, 8, 0, 0, 0, 0, 0]) }), 415, null, /Content-Encoding 'gzip' is not accepted/, 'a compressed body (a zip bomb\'s way in)');
 
   // --- prompts past the limits: 400 before anything is queued -----------------------------------
   expectError(await request(port, 'POST', '/v1/images/generations', { headers: json,
@@ -334,7 +345,7 @@ try {
 // --- a prompt past the workers' request-line limit (16 MiB) with --max-prompt-bytes raised --------
 if (!failed) {
   const big = await startServer(['--images-dir', join(dir, 'images-b'), '--np', '1', '--max-body-mb', '40',
-    '--max-prompt-bytes', '8388608']);
+    '--max-prompt-bytes', '8388608', '--max-client-connections', '8']);
   try {
     await waitReady(big.url, 1);
     // 8 MiB of '"' each: 16 MiB escaped per field, 32 MiB as the workers would read it.
@@ -348,6 +359,18 @@ if (!failed) {
     const g = await generate(big.url, 3);
     assert.equal(g.data.length, 1);
     console.log('ok nothing queued, health answers, a normal generation succeeds');
+    // --max-client-connections 8: a ninth connection from this address is answered 503.
+    const idle = [];
+    for (let i = 0; i < 8; i++) {
+      const s = net.connect(big.port, '127.0.0.1');
+      s.on('error', () => {});
+      idle.push(s);
+    }
+    await new Promise((r) => setTimeout(r, 300));
+    expectError(await request(big.port, 'GET', '/v1/health'), 503, null, /too many open connections/, 'a ninth connection from one address');
+    for (const s of idle) s.destroy();
+    await new Promise((r) => setTimeout(r, 300));
+    await health(big.url, 'after the connections closed');
   } catch (e) {
     failed = true;
     console.error(e);
