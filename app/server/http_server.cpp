@@ -54,7 +54,9 @@ json errorBody(const std::string& message, const std::string& type, const std::s
 
 void sendJson(httplib::Response& res, int status, const json& body) {
   res.status = status;
-  res.set_content(body.dump(), "application/json");
+  // A message may quote client bytes that are not UTF-8 (a path with %ff): replaced, never a
+  // throw from dump() (it escaped the handlers and dropped the connection unanswered).
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
 void sendError(httplib::Response& res, const ApiError& e) {
@@ -592,9 +594,11 @@ struct Handlers {
           try {
             return streamStep(job, *st, *call, prefix, base, sink);
           } catch (const std::exception& e) {  // nothing may escape into httplib's threads
-            json d = errorBody(e.what(), "server_error", "", "");
+            json d = errorBody(clientMessage(e.what()), "server_error", "", "");
             d["type"] = "error";
-            const std::string chunk = "event: error\ndata: " + d.dump() + "\n\n";
+            const std::string chunk =
+                "event: error\ndata: " + d.dump(-1, ' ', false, json::error_handler_t::replace) +
+                "\n\n";
             sink.write(chunk.data(), chunk.size());
             pool.cancel(job->id);
             sink.done();

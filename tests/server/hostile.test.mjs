@@ -222,6 +222,12 @@ try {
       400, 'prompt', /form field 'prompt' is not valid UTF-8 text/, 'a Latin-1 byte in a multipart prompt');
   }
   expectError(await request(port, 'POST', '/v1/images/generations', { headers: json, body: '{"prompt": "x",' }), 400, null, /not valid JSON \(at byte/, 'truncated JSON');
+  {  // a path that decodes to bytes that are not UTF-8: answered (its dump threw and dropped the connection)
+    const r = await request(port, 'GET', '/%ff%fe');
+    assert.equal(r.status, 404, `${r.status} ${r.body}`);
+    assert.match(JSON.parse(r.body).error.message, /unknown route GET \/\ufffd\ufffd/);
+    console.log(`ok GET /%ff%fe: 404 "${JSON.parse(r.body).error.message}"`);
+  }
 
   // --- browsers: Origin, Host, Content-Type --------------------------------------------------------
   expectError(await request(port, 'POST', '/v1/images/generations', { headers: { ...json, Origin: 'http://evil.example' },
