@@ -308,6 +308,36 @@ TEST(CpuMathAttention, RowSoftmaxEveryInstructionSet) {
   EXPECT_THROW(dit::softmaxRowsCpu(nullptr, 0, 1, 1.0f, 3), std::invalid_argument);
 }
 
+// Long rows (issue 48: at 300x5003 the attention lost accuracy to a running sum of each lane's
+// ~600 probabilities): the row's normalizer within a few roundings of float64 at every
+// instruction set (|sum - 1| measures it: exp's and the arguments' roundings cancel in it;
+// before, 65536 keys gave 0.5e-6 .. 1.9e-6), every probability within what the float32
+// argument x - max (up to 16 here: 1e-6) and exp (2e-7) allow.
+TEST(CpuMathAttention, LongRowSoftmaxSumsAsWellAsFloat64Allows) {
+  int ran = 0;
+  for (int isa = 0; isa <= 2; ++isa) {
+    for (const int64_t n : {int64_t{5003}, int64_t{65536}}) {
+      at::manual_seed(90 + n);
+      const at::Tensor x = at::randn({4, n}) * 2;  // most terms matter to the sum
+      at::Tensor y = x.clone();
+      try {
+        dit::softmaxRowsCpu(y.data_ptr<float>(), 4, n, 1.0f, isa);
+      } catch (const std::invalid_argument&) {
+        break;
+      }
+      const at::Tensor ref = at::softmax(x.to(at::kDouble), -1);
+      const double sumErr = (y.to(at::kDouble).sum(-1) - 1).abs().max().item<double>();
+      const double relErr = ((y.to(at::kDouble) - ref).abs() / ref).max().item<double>();
+      std::printf("row softmax isa %d n %ld: |sum - 1| %.3g, max relative error %.3g\n", isa,
+                  long(n), sumErr, relErr);
+      EXPECT_LT(sumErr, 3e-7) << "isa " << isa << " n " << n;
+      EXPECT_LT(relErr, 2e-6) << "isa " << isa << " n " << n;
+      ++ran;
+    }
+  }
+  EXPECT_GE(ran, 2);
+}
+
 TEST(FusedAttention, CpuKernelMatchesUnfusedPath) {
   // Sizes that are not multiples of the flash kernel's query/key blocks, S_q != S_k, one query,
   // and FLUX.1's head dim 128.
