@@ -26,7 +26,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-enum class Stage { Open, Load };
+// Where a file is first parsed: ModelFolder::open, the pipeline load, or never (Unread: the
+// family does not read it, so its content cannot matter; asserted too).
+enum class Stage { Open, Load, Unread };
 
 struct FamilyCase {
   const char* fixture;
@@ -47,7 +49,8 @@ const std::vector<FamilyCase>& familyCases() {
         {"tokenizer_2/tokenizer_config.json", Stage::Open},
         {"tokenizer/special_tokens_map.json", Stage::Load},
         {"tokenizer/vocab.json", Stage::Load},
-        {"tokenizer_2/special_tokens_map.json", Stage::Load}}},
+        // T5Tokenizer reads tokenizer_config.json only (its special tokens are there too).
+        {"tokenizer_2/special_tokens_map.json", Stage::Unread}}},
       {"tiny-flux2-A",
        {{"model_index.json", Stage::Open},
         {"transformer/config.json", Stage::Open},
@@ -148,11 +151,16 @@ TEST(ConfigGuards, ATopLevelThatIsNotAnObjectIsRefusedNamingTheFile) {
           EXPECT_NE(msg.find("not a JSON object (its top level is " + kind + ")"),
                     std::string::npos)
               << msg;
-        } else {
+        } else if (stage == Stage::Load) {
           ModelFolder m;
           ASSERT_NO_THROW(m = ModelFolder::open(d.string()));
           msg = errorOf([&] { (void)loadPipeline(m, PipelineOptions{}); }, "loadPipeline");
           EXPECT_NE(msg.find("JSON object"), std::string::npos) << msg;
+        } else {
+          ModelFolder m;
+          ASSERT_NO_THROW(m = ModelFolder::open(d.string()));
+          EXPECT_NO_THROW((void)loadPipeline(m, PipelineOptions{}));
+          continue;
         }
         EXPECT_EQ(msg.rfind(file.string() + ": ", 0), 0u)
             << "does not start with the file: " << msg;
@@ -185,6 +193,10 @@ TEST(ConfigGuards, AConfigDeclaringAnotherComponentIsRefusedNamingWhatItDeclares
       {"tiny-zimage-A", "text_encoder/config.json", "model_type", "mistral"},
       {"tiny-qwenimage-A", "text_encoder/config.json", "model_type", "qwen3"},
       {"tiny-qwenimage-A", "vae/config.json", "_class_name", "AutoencoderKL"},
+      // Tokenizer folders, read at load (FLUX.1's CLIP config also at open).
+      {"tiny-flux-A", "tokenizer/tokenizer_config.json", "tokenizer_class", "T5Tokenizer"},
+      {"tiny-flux-A", "tokenizer_2/tokenizer_config.json", "tokenizer_class", "CLIPTokenizer"},
+      {"tiny-zimage-A", "tokenizer/tokenizer_config.json", "tokenizer_class", "LlamaTokenizer"},
   };
   for (const Declared& c : cases) {
     SCOPED_TRACE(std::string(c.fixture) + "/" + c.file + " " + c.key + " = " + c.value);
@@ -193,7 +205,12 @@ TEST(ConfigGuards, AConfigDeclaringAnotherComponentIsRefusedNamingWhatItDeclares
     nlohmann::json j = nlohmann::json::parse(slurp(file));
     j[c.key] = c.value;
     put(file, j.dump(2));
-    const std::string msg = errorOf([&] { (void)ModelFolder::open(d.string()); }, "open");
+    const std::string msg = errorOf(
+        [&] {
+          const ModelFolder m = ModelFolder::open(d.string());
+          (void)loadPipeline(m, PipelineOptions{});
+        },
+        "open and load");
     EXPECT_EQ(msg.rfind(file.string() + ": ", 0), 0u) << msg;
     EXPECT_NE(msg.find(std::string("declares ") + c.key + " \"" + c.value + "\""),
               std::string::npos)

@@ -21,6 +21,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "backend/io/config_json.h"
 #include "backend/io/file_guard.h"
 #include "backend/io/safetensors.h"  // dit::ModelFileError
 #include "backend/tokenizers/token_split.h"
@@ -270,6 +271,11 @@ CLIPTokenizer::CLIPTokenizer(const std::string& folder) : impl_(std::make_unique
     const nlohmann::json cfg = parseJsonFile(p);
     if (!cfg.is_object()) throw ModelFileError(p.string(), "expected a JSON object");
     const std::string ps = p.string();
+    // Another tokenizer's folder (T5's, Qwen2's) is refused naming the class it declares.
+    requireDeclaredAs(
+        cfg, "tokenizer_class",
+        {"CLIPTokenizer", "CLIPTokenizerFast", "PreTrainedTokenizer", "PreTrainedTokenizerFast"},
+        ps);
     if (auto s = tokenString(cfg, "bos_token", ps); !s.empty()) m.bos = s;
     if (auto s = tokenString(cfg, "eos_token", ps); !s.empty()) m.eos = s;
     if (auto s = tokenString(cfg, "pad_token", ps); !s.empty()) m.pad = s;

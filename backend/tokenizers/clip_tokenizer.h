@@ -44,8 +44,9 @@ class CLIPTokenizer {
   ///
   /// Throws dit::ModelFileError (a std::runtime_error whose what() is "<file>: <cause>") when
   /// vocab.json or merges.txt is missing or unreadable, a JSON file is not valid JSON or has the
-  /// wrong shape, a merges.txt line is malformed or names a token that vocab.json lacks, or a
-  /// special token is not in vocab.json.
+  /// wrong shape, a merges.txt line is malformed or names a token that vocab.json lacks, a
+  /// special token is not in vocab.json, or tokenizer_config.json declares another
+  /// tokenizer_class (naming it).
   explicit CLIPTokenizer(const std::string& folder);
   ~CLIPTokenizer();
   CLIPTokenizer(CLIPTokenizer&&) noexcept;

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "backend/io/config_json.h"
 #include "backend/io/file_guard.h"
 #include "backend/io/safetensors.h"  // dit::ModelFileError
 #include "backend/tokenizers/token_split.h"
@@ -199,6 +200,10 @@ Qwen2Tokenizer Qwen2Tokenizer::fromFolder(const std::string& folder) {
   m.configFile = cfgPath.string();
   const nlohmann::json cfg = parseJsonFile(cfgPath);
   if (!cfg.is_object()) throw ModelFileError(m.configFile, "expected a JSON object");
+  requireDeclaredAs(
+      cfg, "tokenizer_class",
+      {"Qwen2Tokenizer", "Qwen2TokenizerFast", "PreTrainedTokenizer", "PreTrainedTokenizerFast"},
+      m.configFile);
   auto addToken = [&](const std::string& file, int64_t id, const std::string& content) {
     if (content.empty()) throw ModelFileError(file, "an added token has empty content");
     if (id < 0 || id >= (int64_t(1) << 31))

@@ -45,7 +45,8 @@ class Qwen2Tokenizer {
   /// Throws dit::ModelFileError ("<file>: <cause>") when vocab.json or merges.txt is missing or
   /// unreadable, a JSON file is invalid or has the wrong shape, a merge names a token missing
   /// from vocab.json, an added token's id collides with a different vocab entry, the pad token is
-  /// unknown, or tokenizer.json declares a normalizer / pre-tokenizer / model other than Qwen2's.
+  /// unknown, tokenizer.json declares a normalizer / pre-tokenizer / model other than Qwen2's, or
+  /// tokenizer_config.json another tokenizer_class (naming it).
   static Qwen2Tokenizer fromFolder(const std::string& dir);
 
   ~Qwen2Tokenizer();

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <utility>
 
+#include "backend/io/config_json.h"
 #include "backend/io/file_guard.h"
 #include "backend/io/safetensors.h"  // dit::ModelFileError
 #include "backend/tokenizers/spm_loader.h"
@@ -87,6 +88,10 @@ T5Tokenizer::T5Tokenizer(const std::string& folder) : impl_(std::make_unique<Imp
       throw ModelFileError(cfgPath.string(), std::string("not valid JSON: ") + e.what());
     }
     if (!cfg.is_object()) throw ModelFileError(cfgPath.string(), "expected a JSON object");
+    requireDeclaredAs(
+        cfg, "tokenizer_class",
+        {"T5Tokenizer", "T5TokenizerFast", "PreTrainedTokenizer", "PreTrainedTokenizerFast"},
+        cfgPath.string());
     if (cfg.contains("eos_token")) {
       if (auto s = tokenString(cfg["eos_token"]); !s.empty()) eos = s;
     }

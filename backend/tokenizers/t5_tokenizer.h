@@ -34,7 +34,8 @@ class T5Tokenizer {
   ///
   /// Throws dit::ModelFileError (a std::runtime_error whose what() is "<file>: <cause>") when
   /// spiece.model is missing, unreadable or not a SentencePiece model, when
-  /// tokenizer_config.json is not valid JSON, or when eos/pad/unk is not in the model.
+  /// tokenizer_config.json is not valid JSON, not an object or declares another tokenizer_class
+  /// (naming it), or when eos/pad/unk is not in the model.
   explicit T5Tokenizer(const std::string& folder);
   ~T5Tokenizer();
   T5Tokenizer(T5Tokenizer&&) noexcept;
