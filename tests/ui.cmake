@@ -81,6 +81,17 @@ endfunction()
 
 # The real worker with the embedded tiny model.
 ditstudio_ui_worker_test(test_ui_integration MODEL TIMEOUT 1500)
+# Issue 45: the model and its components in the window (a GGUF transformer with its config
+# folder, VAE and text encoders), recorded and restored by "Use parameters" and presets; the
+# window's image equals ditstudio-cli's run of the same request.
+if(TARGET ditstudio-cli)
+  ditstudio_ui_worker_test(test_ui_model_sources TIMEOUT 900
+    ENV "DITSTUDIO_TEST_DATA=${DITSTUDIO_TEST_DATA}"
+        "DITSTUDIO_TEST_CLI=$<TARGET_FILE:ditstudio-cli>")
+  if(TARGET test_ui_model_sources)
+    add_dependencies(test_ui_model_sources ditstudio-cli)
+  endif()
+endif()
 # Issue 17 in the GUI with the real worker: a FLUX.2 [klein] folder from a clean start.
 ditstudio_ui_worker_test(test_ui_flux2 LABELS flux2 TIMEOUT 600
   ENV "DITSTUDIO_TEST_FLUX2_MODEL=${DITSTUDIO_TEST_DATA}/tiny-flux2-A")

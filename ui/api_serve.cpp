@@ -17,7 +17,9 @@ ApiServe::ApiServe(const LaunchConfig& config, int port, const QString& imagesDi
   g.device = config.strategy.device.empty() ? "cpu" : config.strategy.device;
   g.hostfile = config.hostfile.toStdString();
   g.network_interface = config.hosts.networkInterface.toStdString();
-  // The window's extra worker arguments; --dtype is the group's own field.
+  // The model's components (--config, --vae, ...) and the window's extra worker arguments;
+  // --dtype is the group's own field.
+  for (const QString& a : config.components.workerArgs()) g.model_args.push_back(a.toStdString());
   for (int i = 0; i < config.extraWorkerArgs.size(); ++i) {
     if (config.extraWorkerArgs[i] == QLatin1String("--dtype") &&
         i + 1 < config.extraWorkerArgs.size())

@@ -4,6 +4,7 @@
 #include <QDir>
 #include <QDoubleSpinBox>
 #include <QFileDialog>
+#include <QFileInfo>
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
@@ -51,6 +52,7 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   row->addWidget(browseFile);
   row->addWidget(deflt);
   ml->addLayout(row);
+  ml->addWidget(buildComponents(modelBox));
   modelSummary_ = new QLabel(modelBox);
   modelSummary_->setObjectName("hint");
   modelSummary_->setWordWrap(true);
@@ -244,10 +246,131 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
         tr("Checkpoints (*.safetensors *.gguf);;safetensors (*.safetensors);;GGUF (*.gguf)"));
     if (!f.isEmpty()) setModelDir(f);
   });
-  connect(deflt, &QPushButton::clicked, this, [this] { setModelDir(defaultModelDir()); });
+  // The embedded model is complete: no component of another model stays with it.
+  connect(deflt, &QPushButton::clicked, this, [this] {
+    setSources(ModelSourcePaths{defaultModelDir(), {}});
+  });
   connect(modelEdit_, &QLineEdit::editingFinished, this, [this] {
     if (QDir::cleanPath(modelEdit_->text()) != model_.path) applyModel();
   });
+}
+
+QWidget* GenerationPanel::buildComponents(QWidget* parent) {
+  auto* wrap = new QWidget(parent);
+  auto* wl = new QVBoxLayout(wrap);
+  wl->setContentsMargins(0, 0, 0, 0);
+  wl->setSpacing(2);
+  componentsToggle_ = new QToolButton(wrap);
+  componentsToggle_->setObjectName("componentsToggle");
+  componentsToggle_->setText(tr("Components"));
+  componentsToggle_->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
+  componentsToggle_->setArrowType(Qt::RightArrow);
+  componentsToggle_->setCheckable(true);
+  componentsToggle_->setAutoRaise(true);
+  componentsToggle_->setToolTip(
+      tr("Where the parts the model file lacks come from, as ditstudio-cli's --config, --vae, "
+         "--text-encoder, --text-encoder-2, --tokenizer and --tokenizer-2: a GGUF or single "
+         "transformer file needs a VAE and text encoders, and a config folder for what its "
+         "tensors cannot say. With a diffusers folder they replace its components."));
+  wl->addWidget(componentsToggle_);
+  componentsBox_ = new QWidget(wrap);
+  componentsBox_->setObjectName("componentsBox");
+  auto* form = new QFormLayout(componentsBox_);
+  form->setContentsMargins(12, 0, 0, 0);
+  form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+  for (const ModelComponents::Field& f : ModelComponents::fields()) {
+    auto* edit = new QLineEdit(componentsBox_);
+    edit->setObjectName(QStringLiteral("component_") + QLatin1String(f.key));
+    edit->setPlaceholderText(f.folderOnly ? tr("%1: a folder").arg(QLatin1String(f.flag))
+                                          : tr("%1: a component folder or single file (the "
+                                               "model's own when empty)")
+                                                .arg(QLatin1String(f.flag)));
+    edit->setToolTip(edit->placeholderText());
+    auto* pick = new QToolButton(componentsBox_);
+    pick->setText(QStringLiteral("…"));
+    pick->setToolTip(tr("Choose the %1").arg(tr(f.label)));
+    const QString label = tr(f.label);
+    auto choose = [this, edit, label](bool file) {
+      const QString start = edit->text().isEmpty() ? modelDir() : edit->text();
+      const QString got =
+          file ? QFileDialog::getOpenFileName(this, tr("Choose the %1 file").arg(label), start,
+                                              tr("Checkpoints (*.safetensors *.gguf)"))
+               : QFileDialog::getExistingDirectory(this, tr("Choose the %1 folder").arg(label),
+                                                   start);
+      if (got.isEmpty()) return;
+      edit->setText(got);
+      Q_EMIT edit->editingFinished();
+    };
+    if (f.folderOnly) {
+      connect(pick, &QToolButton::clicked, this, [choose] { choose(false); });
+    } else {
+      auto* menu = new QMenu(pick);
+      menu->addAction(tr("File…"), this, [choose] { choose(true); });
+      menu->addAction(tr("Folder…"), this, [choose] { choose(false); });
+      pick->setMenu(menu);
+      pick->setPopupMode(QToolButton::InstantPopup);
+    }
+    auto* r = new QHBoxLayout;
+    r->setContentsMargins(0, 0, 0, 0);
+    r->addWidget(edit, 1);
+    r->addWidget(pick);
+    form->addRow(tr(f.label), r);
+    componentEdits_.push_back(edit);
+    connect(edit, &QLineEdit::editingFinished, this, [this] {
+      if (components() != appliedComponents_) applyModel();
+    });
+  }
+  componentsToggle_->setVisible(false);  // offered by showComponentState
+  componentsBox_->setVisible(false);
+  wl->addWidget(componentsBox_);
+  connect(componentsToggle_, &QToolButton::toggled, this, [this](bool on) {
+    componentsToggle_->setArrowType(on ? Qt::DownArrow : Qt::RightArrow);
+    componentsBox_->setVisible(on);
+  });
+  return wrap;
+}
+
+ModelComponents GenerationPanel::components() const {
+  ModelComponents c;
+  const auto& fields = ModelComponents::fields();
+  for (size_t i = 0; i < fields.size(); ++i)
+    c.*fields[i].member = componentEdits_[i]->text().trimmed();
+  return c;
+}
+
+QLineEdit* GenerationPanel::componentEdit(const QString& key) const {
+  const auto& fields = ModelComponents::fields();
+  for (size_t i = 0; i < fields.size(); ++i)
+    if (key == QLatin1String(fields[i].key)) return componentEdits_[i];
+  return nullptr;
+}
+
+void GenerationPanel::setSources(const ModelSourcePaths& s) {
+  modelEdit_->setText(s.model);
+  const auto& fields = ModelComponents::fields();
+  for (size_t i = 0; i < fields.size(); ++i)
+    componentEdits_[i]->setText(s.components.*fields[i].member);
+  applyModel();
+}
+
+void GenerationPanel::showComponentState() {
+  askedFlag_ = model_.ok ? QString() : flagAskedFor(model_.error);
+  const auto& fields = ModelComponents::fields();
+  for (size_t i = 0; i < fields.size(); ++i) {
+    QLineEdit* e = componentEdits_[i];
+    const bool asked = askedFlag_ == QLatin1String(fields[i].flag);
+    e->setProperty("invalid", asked);
+    e->setToolTip(asked ? model_.error : e->placeholderText());
+    e->style()->unpolish(e);
+    e->style()->polish(e);
+  }
+  // Offered (and opened) when the model needs them (a component missing, a single file) or has
+  // them; a complete diffusers folder with none given shows no row for them.
+  const bool singleFile = QFileInfo(modelDir()).isFile();
+  const bool offer = !askedFlag_.isEmpty() || singleFile || !components().isEmpty();
+  componentsToggle_->setVisible(offer);
+  if (offer) componentsToggle_->setChecked(true);
+  componentsBox_->setVisible(offer && componentsToggle_->isChecked());
 }
 
 GenerationParams GenerationPanel::params() const {
@@ -306,7 +429,9 @@ void GenerationPanel::setModelDir(const QString& dir) {
 
 void GenerationPanel::applyModel() {
   const QString previous = model_.path;
-  model_ = readModelInfo(modelDir());
+  appliedComponents_ = components();
+  model_ = readModelInfo(sources().toSources());
+  showComponentState();
   imagePanel_->setCapabilities(model_.family, model_.capabilities);
   if (model_.ok)
     loras_->setModel(model_.family, model_.capabilities.lora_formats, model_.dims().parameters);

@@ -1,7 +1,8 @@
-// Generation panel: model folder chooser with the model's sizes, prompt, negative prompt + true
-// CFG scale, width/height (stepping by the model's 2 * vae_scale_factor), steps, guidance, seed
-// (fixed or random, with the seed of the last image), images per request; the init image, mask,
-// strength and step cache (ImageInputPanel).
+// Generation panel: model folder chooser with the model's sizes and its components (config
+// folder, VAE, text encoders, tokenizers: the CLI's --config, --vae, ...), prompt, negative prompt
+// + true CFG scale, width/height (stepping by the model's 2 * vae_scale_factor), steps, guidance,
+// seed (fixed or random, with the seed of the last image), images per request; the init image,
+// mask, strength and step cache (ImageInputPanel).
 #pragma once
 
 #include <QStringList>
@@ -11,6 +12,7 @@
 #include "ui/generation_params.h"
 #include "ui/lora_list.h"
 #include "ui/model_info.h"
+#include "ui/model_sources.h"
 
 class QCheckBox;
 class QDoubleSpinBox;
@@ -38,6 +40,15 @@ class GenerationPanel : public QWidget {
   QString modelDir() const;
   /// Sets and reads the model folder (the size step follows its vae_scale_factor).
   void setModelDir(const QString& dir);
+  /// The component fields (--config, --vae, --text-encoder, ...), as typed (trimmed).
+  ModelComponents components() const;
+  /// The model with its components: what the worker group is started with.
+  ModelSourcePaths sources() const { return {modelDir(), components()}; }
+  /// Sets the model and every component field (empty ones cleared), then reads the model once.
+  void setSources(const ModelSourcePaths& sources);
+  /// The flag of the component the chosen model lacks and no field gives ("--vae"), from the
+  /// reader's error; empty when the model opened or its error names no component.
+  QString askedComponent() const { return askedFlag_; }
   const ModelInfo& modelInfo() const { return model_; }
   /// Shows the seed used by the last image ("reuse" copies it into the seed field, exactly).
   void setLastSeed(std::uint64_t seed);
@@ -79,6 +90,14 @@ class GenerationPanel : public QWidget {
   QToolButton* promptHistoryButton() const { return promptHistory_; }
   QMenu* promptHistoryMenu() const { return promptMenu_; }
   QLineEdit* modelEdit() const { return modelEdit_; }
+  /// The field of component `key` ("config", "vae", "text_encoder", "text_encoder_2",
+  /// "tokenizer", "tokenizer_2"); nullptr for another key.
+  QLineEdit* componentEdit(const QString& key) const;
+  /// Shows or hides the component fields: offered (shown and opened) when the model lacks a
+  /// component, is a single file, or a component is given; hidden for a complete diffusers
+  /// folder with none given.
+  QToolButton* componentsToggle() const { return componentsToggle_; }
+  QWidget* componentsBox() const { return componentsBox_; }
   LoraList* loraList() const { return loras_; }
   QLineEdit* seedEdit() const { return seed_; }
   QPushButton* reuseSeedButton() const { return reuseSeed_; }
@@ -95,7 +114,18 @@ class GenerationPanel : public QWidget {
   /// Labels, tooltips and rows of the guidance options as the loaded family reads them.
   void applyOptionMeanings();
 
+  /// Builds the component rows (one per ModelComponents::fields()) under the model row.
+  QWidget* buildComponents(QWidget* parent);
+  /// Marks the component field the reader asked for and opens the rows when needed.
+  void showComponentState();
+
   ModelInfo model_;
+  ModelComponents appliedComponents_;  ///< what model_ was read with
+  QString askedFlag_;
+  QToolButton* componentsToggle_;
+  QWidget* componentsBox_;
+  /// One line edit per component field, in ModelComponents::fields() order.
+  std::vector<QLineEdit*> componentEdits_;
   std::uint64_t lastSeed_ = 0;
   bool hasLastSeed_ = false;
   QLineEdit* modelEdit_;

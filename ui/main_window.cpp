@@ -320,6 +320,10 @@ void MainWindow::buildUi() {
                        : QString::fromUtf8(
                              QJsonDocument(sv.toObject()).toJson(QJsonDocument::Compact))));
     }
+    // The model and components it was made with (before the parameters: choosing a model
+    // applies its declared defaults, which the image's own settings then replace).
+    const ModelSourcePaths made = ModelSourcePaths::readFrom(e.params);
+    if (!made.model.isEmpty()) restoreModel(made, tr("the image"));
     genPanel_->setParams(e.generation(genPanel_->params()));
     // Recalled LoRAs that cannot be found (moved, deleted) are named, and stay listed.
     for (const QString& problem : genPanel_->loraList()->problems())
@@ -611,6 +615,7 @@ LaunchConfig MainWindow::launchConfig() const {
   LaunchConfig c;
   c.strategy = editor_->strategy();
   c.modelDir = genPanel_->modelInfo().ok ? genPanel_->modelInfo().path : genPanel_->modelDir();
+  c.components = genPanel_->components();
   c.hostfile = editor_->hostfile();
   c.hosts = editor_->hostSettings();
   c.workerPath = options_.workerPath;
@@ -631,7 +636,8 @@ bool MainWindow::configDiffers() const {
   const LaunchConfig& run = controller_->config();
   return !sameStrategy(now.strategy, run.strategy) ||
          QDir::cleanPath(now.modelDir) != QDir::cleanPath(run.modelDir) ||
-         now.hostfile != run.hostfile || (!now.hostfile.isEmpty() && !(now.hosts == run.hosts));
+         !(now.components == run.components) || now.hostfile != run.hostfile ||
+         (!now.hostfile.isEmpty() && !(now.hosts == run.hosts));
 }
 
 void MainWindow::revalidate() {
@@ -996,6 +1002,8 @@ void MainWindow::onImage(const ImageResult& r) {
   if (!e.params.value("strategy").isObject())
     e.params.insert("strategy", strategyToJson(controller_->config().strategy));
   if (!e.params.contains("model")) e.params.insert("model", controller_->config().modelDir);
+  if (!e.params.contains("components") && !controller_->config().components.isEmpty())
+    e.params.insert("components", controller_->config().components.toJson());
   previewId_.clear();
   QString err;
   if (!history_.add(e, &err)) log_->append(-1, "error", err);
@@ -1087,9 +1095,28 @@ void MainWindow::applyPreset(const Preset& p, bool withGeneration) {
   editor_->setStrategy(p.strategy);
   editor_->setHostfile(p.hostfile);
   editor_->setHostSettings(p.hosts);
+  if (withGeneration && !p.model.model.isEmpty())
+    restoreModel(p.model, tr("preset \"%1\"").arg(p.name));
   if (p.hasGeneration && withGeneration) genPanel_->setParams(p.generation);
   log_->append(-1, "info", tr("preset \"%1\": %2").arg(p.name, strategyText(p.strategy)));
   revalidate();
+}
+
+bool MainWindow::restoreModel(const ModelSourcePaths& s, const QString& what) {
+  const QStringList missing = s.missingHere();
+  if (!missing.isEmpty()) {
+    showBanner(tr("The model of %1 is not on this machine; the model stays %2")
+                   .arg(what, genPanel_->modelDir()),
+               tr("Missing here:") + "\n" + missing.join('\n'), true, false);
+    for (const QString& m : missing)
+      log_->append(-1, "warning", tr("%1: missing here: %2").arg(what, m));
+    return false;
+  }
+  if (!(genPanel_->sources() == s)) {
+    genPanel_->setSources(s);
+    log_->append(-1, "info", tr("model of %1: %2").arg(what, s.model));
+  }
+  return true;
 }
 
 Preset MainWindow::currentPreset() const {
@@ -1099,6 +1126,7 @@ Preset MainWindow::currentPreset() const {
   p.hosts = editor_->hostSettings();
   p.hasGeneration = true;
   p.generation = genPanel_->params();
+  p.model = genPanel_->sources();
   return p;
 }
 
@@ -1166,7 +1194,10 @@ void MainWindow::loadSession() {
              QFileInfo::exists(s.value("model").toString()))
       genPanel_->setModelDir(s.value("model").toString());
     if (auto p = Preset::fromJson(s.value("preset").toObject())) {
-      applyPreset(*p, true);  // the last session, prompt and settings included
+      // A model given to the program wins over the session's; a session model gone since is
+      // dropped (the default model then, as before).
+      if (!options_.modelDir.isEmpty() || !p->model.missingHere().isEmpty()) p->model = {};
+      applyPreset(*p, true);  // the last session, model, prompt and settings included
       have = true;
     }
     genPanel_->repeatSpin()->setValue(std::max(1, s.value("repeat").toInt(1)));

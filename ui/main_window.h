@@ -121,9 +121,15 @@ class MainWindow : public QMainWindow {
   Validation validation() const { return validation_; }
   /// The group configuration the editor and panel describe.
   LaunchConfig launchConfig() const;
-  /// Loads a preset's strategy (and hostfile); its prompt and generation parameters only when
-  /// `withGeneration` (the preset panel's "Also load ..." box; the saved session does).
+  /// Loads a preset's strategy (and hostfile); its model with its components, prompt and
+  /// generation parameters only when `withGeneration` (the preset panel's "Also load ..." box;
+  /// the saved session does). A recorded model or component missing here is named in the banner
+  /// and the model stays as it is.
   void applyPreset(const Preset& preset, bool withGeneration = false);
+  /// Chooses the model and components a request recorded (a history image, a preset): false,
+  /// with the banner naming each path missing on this machine and the model unchanged, when one
+  /// does not exist here. `what` names the record in the banner ("the image", "preset X").
+  bool restoreModel(const ModelSourcePaths& sources, const QString& what);
   /// What this build/machine says against `s` (device cuda on a CPU-only build, ...).
   QStringList capabilityIssuesOf(const dit::Strategy& s, const QString& hostfile = {}) const;
   /// "\nN request(s) stay queued: ..." for a banner when requests wait in the queue, else "".

@@ -108,7 +108,15 @@ QString ModelInfo::summary() const {
 }
 
 ModelInfo readModelInfo(const QString& dirIn, const QString& configDir) {
+  ModelSources src;
+  src.model = dirIn.toStdString();
+  src.config = configDir.toStdString();
+  return readModelInfo(src);
+}
+
+ModelInfo readModelInfo(const ModelSources& sourcesIn) {
   ModelInfo info;
+  const QString dirIn = QString::fromStdString(sourcesIn.model);
   info.path = QDir::cleanPath(dirIn);
   if (dirIn.trimmed().isEmpty()) {
     info.error = QStringLiteral("model folder %1 does not exist").arg(dirIn);
@@ -116,9 +124,8 @@ ModelInfo readModelInfo(const QString& dirIn, const QString& configDir) {
   }
   try {
     // The worker's own reader: same checks, same messages (configs and headers only).
-    ModelSources src;
+    ModelSources src = sourcesIn;
     src.model = info.path.toStdString();
-    src.config = configDir.toStdString();
     const ModelFolder m = ModelFolder::open(src);
     if (!m.components.empty() && m.components.at("transformer").single_file) {
       const CheckpointInfo ci = inspectCheckpoint(m.path);

@@ -7,6 +7,7 @@
 #include <QString>
 #include <QStringList>
 
+#include "backend/io/model_folder.h"
 #include "backend/models/family.h"
 #include "parallel/strategy.h"
 
@@ -101,6 +102,10 @@ struct ModelInfo {
 /// configs as the CLI's --config (empty = FLUX.1's published ones). Never throws; see
 /// ModelInfo::ok / error.
 ModelInfo readModelInfo(const QString& path, const QString& configDir = QString());
+/// Reads a model with its components as the worker will (dit::ModelFolder::open(ModelSources):
+/// --model with --config, --vae, --text-encoder, ...): a component the model lacks and no source
+/// gives is the error, naming the flag that supplies it. Never throws.
+ModelInfo readModelInfo(const dit::ModelSources& sources);
 
 /// "12.3 M", "11.9 B" style parameter count.
 QString formatCount(qint64 n);

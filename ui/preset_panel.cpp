@@ -29,10 +29,11 @@ PresetPanel::PresetPanel(PresetStore* store, std::function<Preset()> current, QW
   error_->setWordWrap(true);
   error_->hide();
   lay->addWidget(error_);
-  applyGeneration_ = new QCheckBox(tr("Also load its prompt and generation settings"), this);
+  applyGeneration_ = new QCheckBox(tr("Also load its model, prompt and generation settings"), this);
   applyGeneration_->setObjectName("applyGeneration");
   applyGeneration_->setToolTip(
-      tr("Off: Load sets the strategy only; your prompt, size, steps and seed stay as they are"));
+      tr("Off: Load sets the strategy only; your model, prompt, size, steps and seed stay as "
+         "they are"));
   lay->addWidget(applyGeneration_);
   auto* grid = new QGridLayout;
   load_ = new QPushButton(tr("Load"), this);

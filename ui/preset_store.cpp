@@ -23,6 +23,7 @@ QJsonObject Preset::toJson() const {
   if (!hosts.mpirunArgs.isEmpty()) h["mpirun_args"] = hosts.mpirunArgs;
   if (!h.isEmpty()) j["hosts"] = h;
   if (hasGeneration) j["generation"] = paramsToQJson(generation);
+  model.writeTo(j);
   return j;
 }
 
@@ -44,6 +45,7 @@ std::optional<Preset> Preset::fromJson(const QJsonObject& j, QString* error) {
   p.hosts.portRange = h.value("port_range").toString();
   p.hosts.sshOptions = h.value("ssh_options").toString();
   p.hosts.mpirunArgs = h.value("mpirun_args").toString();
+  p.model = ModelSourcePaths::readFrom(j);
   try {
     p.strategy = strategyFromJson(j.value("strategy").toObject());
     if (j.value("generation").isObject()) {

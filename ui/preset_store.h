@@ -4,7 +4,8 @@
 //   {"format": "ditstudio-presets", "version": 1, "presets": [ {preset}, ... ]}
 // where a preset is {"name", "description", "strategy": {tp_degree, ...}, "hostfile",
 // "hosts": {network_interface, port_range, ssh_options, mpirun_args}, "generation": {prompt,
-// width, ...}} ("hosts" only when one of its fields is set).
+// width, ...}, "model": path, "components": {config, vae, text_encoder, ...}} ("hosts" only when
+// one of its fields is set; "model" and "components" only when recorded, see model_sources.h).
 #pragma once
 
 #include <QJsonObject>
@@ -15,6 +16,7 @@
 
 #include "parallel/strategy.h"
 #include "ui/generation_params.h"
+#include "ui/model_sources.h"
 #include "ui/worker_command.h"
 
 namespace dit::ui {
@@ -28,6 +30,9 @@ struct Preset {
   HostSettings hosts;          ///< network/ssh settings of a hostfile group
   bool hasGeneration = false;  ///< whether `generation` holds values
   GenerationParams generation;
+  /// The model and its components ("model", "components"); empty model: none recorded (the
+  /// built-in presets), loading the preset keeps the window's model.
+  ModelSourcePaths model;
   bool builtin = false;
 
   QJsonObject toJson() const;

@@ -28,7 +28,7 @@ dit::launcher::MpirunLaunch mpirunLaunch(const LaunchConfig& c) {
   l.hostfile = c.hostfile.toStdString();
   l.worker = (c.workerPath.isEmpty() ? defaultWorkerPath() : c.workerPath).toStdString();
   l.model = c.modelDir.toStdString();
-  l.extra_worker_args = toStd(c.extraWorkerArgs);
+  l.extra_worker_args = toStd(c.components.workerArgs() + c.extraWorkerArgs);
   l.network_interface = c.hosts.networkInterface.trimmed().toStdString();
   l.port_range = c.hosts.portRange.trimmed().toStdString();
   l.ssh_options = c.hosts.sshOptions.trimmed().toStdString();

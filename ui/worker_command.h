@@ -8,6 +8,7 @@
 
 #include "app/launcher/launch.h"
 #include "parallel/strategy.h"
+#include "ui/model_sources.h"
 
 namespace dit::ui {
 
@@ -25,6 +26,7 @@ struct HostSettings {
 struct LaunchConfig {
   dit::Strategy strategy;       ///< world = mpirun -np; degrees become the worker's strategy flags
   QString modelDir;             ///< --model
+  ModelComponents components;   ///< --config, --vae, --text-encoder, ... (those given)
   QString hostfile;             ///< optional mpirun --hostfile
   HostSettings hosts;           ///< network/ssh settings, used with a hostfile only
   QString workerPath;           ///< ditstudio-worker executable (empty: defaultWorkerPath())
@@ -47,9 +49,9 @@ dit::launcher::MpirunLaunch mpirunLaunch(const LaunchConfig& config);
 
 /// dit::protocol::mpirunArgv with Qt types: `[ditstudio-isolate] mpirun --allow-run-as-root
 /// --oversubscribe -np N ... -x OMP_NUM_THREADS=1 <worker> --model DIR <protocol::strategyArgs>
-/// [extra args]` for one host; with a hostfile, the hostfile form of mpirunArgv with `hosts`'
-/// interface, port range, ssh options and mpirun arguments. Throws std::invalid_argument for
-/// world < 1 or a malformed port range.
+/// [--config DIR --vae PATH ... (the components given)] [extra args]` for one host; with a
+/// hostfile, the hostfile form of mpirunArgv with `hosts`' interface, port range, ssh options and
+/// mpirun arguments. Throws std::invalid_argument for world < 1 or a malformed port range.
 LaunchCommand buildLaunchCommand(const LaunchConfig& config);
 
 /// $DITSTUDIO_MPIRUN if set, else "mpirun" (dit::protocol::defaultMpirun).

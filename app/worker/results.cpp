@@ -13,6 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "app/common/generation.h"
 #include "app/protocol/events.h"
@@ -48,9 +49,21 @@ std::string imagePath(const protocol::GenerateRequest& req, int index, int numIm
 
 }  // namespace
 
-// The PNG's metadata besides the parameters: model, strategy, dtype.
+// The PNG's metadata besides the parameters: model, the components given beside it (--config,
+// --vae, ...: "components", only those given; the window's "Use parameters" restores them),
+// strategy, dtype.
 json Worker::imageMetadata() const {
-  return json{{"model", modelDir_}, {"strategy", s_.describe()}, {"dtype", dtype_}};
+  json meta{{"model", modelDir_}, {"strategy", s_.describe()}, {"dtype", dtype_}};
+  json components = json::object();
+  for (const auto& [key, path] : {std::pair<const char*, const std::string&>{"config", src_.config},
+                                  {"vae", src_.vae},
+                                  {"text_encoder", src_.text_encoder},
+                                  {"text_encoder_2", src_.text_encoder_2},
+                                  {"tokenizer", src_.tokenizer},
+                                  {"tokenizer_2", src_.tokenizer_2}})
+    if (!path.empty()) components[key] = path;
+  if (!components.empty()) meta["components"] = components;
+  return meta;
 }
 
 // The replica leader's image: written where the request asked (PNG, and the tensors when asked),
