@@ -1248,7 +1248,9 @@ void HttpServer::routes() {
       Listener::headRead(false);
       return HR::Handled;
     };
-    if (Listener::overLimit()) {
+    // Over a connection limit: 503, except /v1/health (answered on the refusal's own thread, so
+    // a monitor still sees the server while it is full).
+    if (Listener::overLimit() && req.path != "/v1/health") {
       Listener::closeAfterResponse();
       res.set_header("Retry-After", "1");
       return refuse(ApiError(503, "server_error",

@@ -11,7 +11,8 @@
 //  - browsers: a foreign Origin, a DNS-rebinding Host, a CORS "simple" Content-Type;
 //  - uploads: WebP decoded; PNG, JPEG, PPM, BMP cut short refused;
 //  - connections: 60 open /v1/events streams + 60 slow clients while /v1/health answers and a
-//    generation runs; a burst of 50 simultaneous generations all answered (200 or 429).
+//    generation runs; a burst of 50 simultaneous generations all answered (200 or 429); past
+//    --max-client-connections a request gets 503 while /v1/health is still answered.
 // Env: DITSTUDIO_BIN, OPENAI_CLIENT_DIR.
 import assert from 'node:assert/strict';
 import net from 'node:net';
@@ -373,7 +374,10 @@ if (!failed) {
       idle.push(s);
     }
     await new Promise((r) => setTimeout(r, 300));
-    expectError(await request(big.port, 'GET', '/v1/health'), 503, null, /too many open connections/, 'a ninth connection from one address');
+    expectError(await request(big.port, 'GET', '/v1/models'), 503, null, /too many open connections/, 'a ninth connection from one address');
+    const full = await request(big.port, 'GET', '/v1/health');
+    assert.equal(full.status, 200, `health while full: ${full.status} ${full.body}`);
+    console.log('ok /v1/health answered on a connection over the limit');
     for (const s of idle) s.destroy();
     await new Promise((r) => setTimeout(r, 300));
     await health(big.url, 'after the connections closed');
