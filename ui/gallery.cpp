@@ -4,11 +4,13 @@
 #include <QClipboard>
 #include <QComboBox>
 #include <QDesktopServices>
+#include <QDir>
 #include <QDragEnterEvent>
 #include <QDropEvent>
 #include <QFile>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QFontMetrics>
 #include <QGuiApplication>
 #include <QHBoxLayout>
 #include <QJsonDocument>
@@ -57,6 +59,27 @@ QString describe(const QJsonObject& p, const HistoryEntry& e, double seconds) {
 }
 
 }  // namespace
+
+QString thumbnailLabel(const HistoryEntry& e, const QFontMetrics& fm, int width) {
+  const QJsonObject& p = e.params;
+  QString prompt = p.value("prompt").toString().simplified();
+  if (prompt.isEmpty())
+    prompt = e.hasSeed ? QStringLiteral("seed %1").arg(seedText(e.seed))
+                       : QFileInfo(e.path).completeBaseName();
+  QStringList sizeTime;
+  if (p.contains("width"))
+    sizeTime
+        << QStringLiteral("%1×%2").arg(p.value("width").toInt()).arg(p.value("height").toInt());
+  if (e.created.isValid()) sizeTime << e.created.toString(QStringLiteral("HH:mm:ss"));
+  const QString model = p.value("model").toString();
+  const QStringList lines{
+      prompt, sizeTime.join(QStringLiteral(" · ")),
+      model.isEmpty() ? QString() : QFileInfo(QDir::cleanPath(model)).completeBaseName()};
+  if (width <= 0) return lines.join('\n');
+  return fm.elidedText(lines[0], Qt::ElideRight, width) + '\n' +
+         fm.elidedText(lines[1], Qt::ElideRight, width) + '\n' +
+         fm.elidedText(lines[2], Qt::ElideMiddle, width);
+}
 
 ImageView::ImageView(QWidget* parent) : QWidget(parent) {
   setMinimumSize(160, 140);
@@ -261,10 +284,13 @@ Gallery::Gallery(HistoryStore* history, QWidget* parent) : QWidget(parent), hist
   list_->setSelectionMode(QAbstractItemView::ExtendedSelection);
   list_->setTextElideMode(Qt::ElideMiddle);
   list_->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOn);
-  // Room for the icon, its label and the scroll bar: no label is cut off at the bottom.
+  // Room for the icon, its three-line label (thumbnailLabel: the prompt's start; size and time;
+  // the model) and the scroll bar: no label is cut off at the bottom.
   const int textH = list_->fontMetrics().height();
+  list_->setGridSize(QSize(132, 72 + 3 * textH + 8));
   const int scroll = list_->style()->pixelMetric(QStyle::PM_ScrollBarExtent, nullptr, list_);
-  list_->setFixedHeight(72 + textH + 4 * list_->spacing() + 2 * list_->frameWidth() + scroll + 6);
+  list_->setFixedHeight(list_->gridSize().height() + 4 * list_->spacing() +
+                        2 * list_->frameWidth() + scroll + 6);
   lay->addWidget(list_);
 
   auto* brow = new QHBoxLayout;
@@ -374,7 +400,7 @@ void Gallery::reload() {
     item->setIcon(QPixmap::fromImage(
         thumb.isNull() ? QImage()
                        : thumb.scaled(72, 72, Qt::KeepAspectRatio, Qt::SmoothTransformation)));
-    item->setText(e.hasSeed ? seedText(e.seed) : QString());
+    item->setText(thumbnailLabel(e, list_->fontMetrics(), list_->gridSize().width() - 8));
     item->setToolTip(describe(e.params, e, e.seconds) + "\n" + e.path);
     item->setData(Qt::UserRole, e.path);
   }

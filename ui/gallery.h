@@ -15,6 +15,7 @@ class QAction;
 class QComboBox;
 class QDragEnterEvent;
 class QDropEvent;
+class QFontMetrics;
 class QLabel;
 class QLineEdit;
 class QListWidget;
@@ -25,6 +26,12 @@ class QStackedWidget;
 namespace dit::ui {
 
 class CompareView;
+
+/// A thumbnail's label, three lines each elided to `width` pixels in `fm` (no eliding when
+/// `width` <= 0): the prompt's start (the seed, else the file name, when there is no prompt);
+/// size and time ("32×48 · 05:12:33"); the model's name ("transformer-Q4_K_S"), so that images
+/// of one seed are told apart.
+QString thumbnailLabel(const HistoryEntry& e, const QFontMetrics& fm, int width);
 
 /// Paints an image scaled to fit (keeping its aspect ratio), or at a zoom factor (1 = 1:1, one
 /// image pixel per screen pixel) panned by dragging. Wheel: zoom in/out; double-click or "1":

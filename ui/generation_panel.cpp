@@ -26,6 +26,12 @@
 
 namespace dit::ui {
 
+QString breakablePaths(QString text) {
+  // U+200B ZERO WIDTH SPACE: a line may break there, nothing is drawn.
+  text.replace(QLatin1Char('/'), QStringLiteral("/\u200B"));
+  return text;
+}
+
 GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   auto* outer = new QVBoxLayout(this);
   // Slim margins: the panel fits the left column of a 1024 px wide window without scrolling
@@ -57,12 +63,17 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   modelSummary_->setObjectName("hint");
   modelSummary_->setWordWrap(true);
   modelSummary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  // Wraps (paths break after their slashes) and never widens the column.
+  modelSummary_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   ml->addWidget(modelSummary_);
   outer->addWidget(modelBox);
 
   auto* genBox = new QGroupBox(tr("Generation"), this);
   auto* form = new QFormLayout(genBox);
   form->setContentsMargins(6, 6, 6, 6);
+  // A row whose label and field do not fit side by side (a family's long knob name in a narrow
+  // column) puts its field under its label: the column never widens for a generated row.
+  form->setRowWrapPolicy(QFormLayout::WrapLongRows);
   form_ = form;
   prompt_ = new QPlainTextEdit(genBox);
   prompt_->setPlaceholderText(tr("Prompt"));
@@ -124,6 +135,7 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   sizeHint_ = new QLabel(genBox);
   sizeHint_->setObjectName("hint");
   sizeHint_->setWordWrap(true);
+  sizeHint_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   form->addRow(QString(), sizeHint_);
 
   steps_ = new QSpinBox(genBox);
@@ -277,6 +289,7 @@ QWidget* GenerationPanel::buildComponents(QWidget* parent) {
   componentsBox_->setObjectName("componentsBox");
   auto* form = new QFormLayout(componentsBox_);
   form->setContentsMargins(12, 0, 0, 0);
+  form->setRowWrapPolicy(QFormLayout::WrapLongRows);
   form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
   for (const ModelComponents::Field& f : ModelComponents::fields()) {
     auto* edit = new QLineEdit(componentsBox_);
@@ -444,10 +457,10 @@ void GenerationPanel::applyModel() {
     if (!problem.isEmpty()) model_.notes << tr("default settings not applied: %1").arg(problem);
   }
   if (model_.ok) {
-    modelSummary_->setText(model_.summary());
+    modelSummary_->setText(breakablePaths(model_.summary()));
     modelSummary_->setObjectName("hint");
   } else {
-    modelSummary_->setText(tr("Model problem: %1").arg(model_.error));
+    modelSummary_->setText(breakablePaths(tr("Model problem: %1").arg(model_.error)));
     modelSummary_->setObjectName("issues");
   }
   modelSummary_->style()->unpolish(modelSummary_);

@@ -29,6 +29,10 @@ namespace dit::ui {
 
 class ImageInputPanel;
 
+/// `text` with a line-break opportunity after each '/' (a zero-width space), so that a word-
+/// wrapped label breaks a long path instead of widening its column.
+QString breakablePaths(QString text);
+
 /// Edits GenerationParams and the model folder. Emits changed() on every edit.
 class GenerationPanel : public QWidget {
   Q_OBJECT

@@ -322,6 +322,9 @@ ImageInputPanel::ImageInputPanel(QWidget* parent)
   outer->addLayout(form);
   speedup_ = new QLabel(this);
   speedup_->setObjectName("hint");
+  // The step cache report wraps in the column's width (a long mode string never widens it).
+  speedup_->setWordWrap(true);
+  speedup_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   status_ = new QLabel(this);
   status_->setObjectName("issues");
   status_->setWordWrap(true);

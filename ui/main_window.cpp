@@ -38,6 +38,7 @@
 #include "ui/json_io.h"
 #include "ui/seed_text.h"
 #include "ui/strategy_json.h"
+#include "ui/wheel_guard.h"
 
 namespace dit::ui {
 
@@ -49,6 +50,8 @@ MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent)
       history_(dataDir_),
       caps_(currentCapabilities()),
       prompts_(dataDir_) {
+  // The wheel scrolls the panels; a spin box, slider or combo box takes it only when focused.
+  installWheelGuard();
   setWindowTitle(tr("DiT Studio"));
   setWindowIcon(QIcon(QStringLiteral(":/ditstudio/icons/ditstudio.svg")));
   controller_ = new WorkerController(this);
@@ -166,6 +169,7 @@ void MainWindow::buildUi() {
   edScroll->setWidget(editor_);
   edScroll->setWidgetResizable(true);
   edScroll->setFrameShape(QFrame::NoFrame);
+  edScroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);  // its rows wrap instead
   leftTabs_->addTab(edScroll, tr("Strategy"));
   presetPanel_ = new PresetPanel(&presets_, [this] { return currentPreset(); });
   leftTabs_->addTab(presetPanel_, tr("Presets"));

@@ -87,6 +87,8 @@ StrategyEditor::StrategyEditor(QWidget* parent) : QWidget(parent) {
   auto* outer = new QVBoxLayout(this);
   auto* box = new QGroupBox(tr("Parallel strategy"), this);
   auto* form = new QFormLayout(box);
+  // A row that does not fit beside its label goes under it: the tab never scrolls sideways.
+  form->setRowWrapPolicy(QFormLayout::WrapLongRows);
   auto spin = [box](int lo, int hi, const QString& tip) {
     auto* s = new QSpinBox(box);
     s->setRange(lo, hi);
@@ -169,15 +171,24 @@ StrategyEditor::StrategyEditor(QWidget* parent) : QWidget(parent) {
   summary_ = new QLabel(this);
   summary_->setObjectName("hint");
   summary_->setWordWrap(true);
+  // Both wrap in the column's width; a long word (a module path) never widens the tab.
+  summary_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   outer->addWidget(summary_);
   issues_ = new QLabel(this);
   issues_->setObjectName("issues");
   issues_->setWordWrap(true);
+  issues_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   issues_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   outer->addWidget(issues_);
 
-  auto* meshBox = new QGroupBox(tr("Mesh: a row per dp/cfg/ring group, ulysses × tp across"), this);
+  // A short title (a group box's title sets its minimum width); the legend wraps under it.
+  auto* meshBox = new QGroupBox(tr("Mesh"), this);
   auto* mlay = new QVBoxLayout(meshBox);
+  auto* legend = new QLabel(tr("A row per dp/cfg/ring group, ulysses × tp across"), meshBox);
+  legend->setObjectName("hint");
+  legend->setWordWrap(true);
+  legend->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  mlay->addWidget(legend);
   mesh_ = new MeshView(meshBox);
   auto* scroll = new QScrollArea(meshBox);
   scroll->setWidget(mesh_);
