@@ -100,6 +100,12 @@ TEST(ServerGuard, FieldTypesNamedBeforeTheRoutesReadThem) {
   e = check(R"({"loras": [{"name": "a", "strength": "high"}]})", BodyKind::OpenAi);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->param, "loras[0].strength");
+  e = check(R"({"loras": [{"name": null}]})", BodyKind::OpenAi);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->message, "'loras[0].name' must be a string, got null");
+  e = check(R"({"inpainting_mask_invert": null})", BodyKind::SdapiImg2Img);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->param, "inpainting_mask_invert");
   e = check(R"({"loras": ["a"]})", BodyKind::OpenAi);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->param, "loras[0]");

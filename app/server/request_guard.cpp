@@ -22,11 +22,14 @@ struct Level {
 std::string fieldPath(const std::vector<Level>& st) {
   std::string p;
   for (const Level& l : st) {
-    if (l.object) {
+    if (l.object) {  // appended piece by piece (GCC 12 -O3 warns -Wrestrict on "[" + x + "]")
       if (l.key.empty()) break;
-      p += p.empty() ? l.key : "." + l.key;
+      if (!p.empty()) p += '.';
+      p += l.key;
     } else {
-      p += "[" + std::to_string(l.index) + "]";
+      p += '[';
+      p += std::to_string(l.index);
+      p += ']';
     }
   }
   return p;
@@ -234,9 +237,12 @@ bool isType(const json& v, T t) {
   return false;
 }
 
-std::optional<FieldError> expect(const json& obj, const std::string& prefix, const char* key, T t) {
+// `nullOk`: null counts as absent (the routes read it so); otherwise null is refused too (the
+// routes read such a field with a default only when it is missing).
+std::optional<FieldError> expect(const json& obj, const std::string& prefix, const char* key, T t,
+                                 bool nullOk = true) {
   auto it = obj.find(key);
-  if (it == obj.end() || it->is_null() || isType(*it, t)) return std::nullopt;
+  if (it == obj.end() || (nullOk && it->is_null()) || isType(*it, t)) return std::nullopt;
   const std::string field = prefix + key;
   return FieldError{inQuotes(field) + " must be " + typeWord(t) + ", got " + jsonWord(*it), field};
 }
@@ -280,7 +286,7 @@ std::optional<FieldError> checkFieldTypes(const json& b, BodyKind kind) {
   for (const auto& [k, t] : common)
     if (auto e = expect(b, "", k, t)) return e;
   for (const auto& [k, t] : kind == BodyKind::OpenAi ? openai : sdapi)
-    if (auto e = expect(b, "", k, t)) return e;
+    if (auto e = expect(b, "", k, t, std::string_view(k) != "inpainting_mask_invert")) return e;
   if (auto it = b.find("seed"); it != b.end() && !it->is_null() && !it->is_number_integer())
     return FieldError{"'seed' must be an integer (0 .. 2^64-1, or -1 for random), got " +
                           std::string(jsonWord(*it)),
@@ -298,9 +304,9 @@ std::optional<FieldError> checkFieldTypes(const json& b, BodyKind kind) {
                               " must be an object {\"name\": FILE, \"strength\": NUMBER}, got " +
                               jsonWord(l),
                           key};
-      if (auto e = expect(l, key + ".", "name", T::String)) return e;
-      if (auto e = expect(l, key + ".", "file", T::String)) return e;
-      if (auto e = expect(l, key + ".", "strength", T::Number)) return e;
+      if (auto e = expect(l, key + ".", "name", T::String, false)) return e;
+      if (auto e = expect(l, key + ".", "file", T::String, false)) return e;
+      if (auto e = expect(l, key + ".", "strength", T::Number, false)) return e;
     }
   }
   if (kind == BodyKind::SdapiImg2Img) {
