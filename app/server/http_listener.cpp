@@ -5,9 +5,11 @@
 #include <httplib.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -81,7 +83,8 @@ void abortConnection(int fd) {
 
 struct Listener::Conn {
   std::uint64_t id = 0;
-  int fd = -1;  ///< ours (cpp-httplib serves and closes a duplicate), closed after it returns
+  int fd = -1;      ///< ours: a duplicate numbered from 1024 up, closed after cpp-httplib returns
+  int served = -1;  ///< the accepted number, which cpp-httplib serves and closes
   std::string peer;
   bool overLimit = false;
   Listener* owner = nullptr;
@@ -128,6 +131,15 @@ std::size_t Listener::open() const {
 }
 
 void Listener::run() {
+  // Two descriptors per connection: raise the soft limit towards the hard one (1024 is a common
+  // soft default) so that max_connections can be reached.
+  if (rlimit rl{}; getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    const rlim_t want = static_cast<rlim_t>(1024 + 2 * opt_.max_connections + 256);
+    if (rl.rlim_cur < want) {
+      rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? want : std::min(want, rl.rlim_max);
+      setrlimit(RLIMIT_NOFILE, &rl);
+    }
+  }
   {
     std::lock_guard lock(mu_);
     if (stopping_ || listenFd_ < 0) return;
@@ -149,8 +161,18 @@ void Listener::run() {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       continue;
     }
+    // cpp-httplib 0.11 uses select(): it serves the accepted (low) number, and answers 500 to a
+    // socket numbered FD_SETSIZE or more. The watchdog's own duplicate goes above 1024.
+    int watch = ::fcntl(fd, F_DUPFD_CLOEXEC, 1024);
+    if (watch < 0) watch = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (watch < 0) {  // out of file descriptors: answered, not dropped
+      refuseNow(fd);
+      ::close(fd);
+      continue;
+    }
     auto c = std::make_shared<Conn>();
-    c->fd = fd;
+    c->fd = watch;
+    c->served = fd;
     c->peer = peerAddress(addr);
     c->owner = this;
     c->bytesAtPhase = bytesReceived(fd).value_or(0);
@@ -161,6 +183,7 @@ void Listener::run() {
       if (over && refusing_ >= 64) {  // even the refusals are many: answer without a thread
         refuseNow(fd);
         ::close(fd);
+        ::close(watch);
         continue;
       }
       c->overLimit = over;
@@ -178,6 +201,7 @@ void Listener::run() {
       if (--perClient_[c->peer] == 0) perClient_.erase(c->peer);
       if (c->overLimit) --refusing_;
       ::close(fd);
+      ::close(watch);
       cv_.notify_all();
     }
   }
@@ -189,12 +213,9 @@ void Listener::serve(std::shared_ptr<Conn> c) {
   timeval tv{30, 0};
   setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  const int dup = ::fcntl(c->fd, F_DUPFD_CLOEXEC, 0);
-  if (dup >= 0) {
-    try {
-      (svr_.*processFn(ProcessTag{}))(dup);  // serves the connection and closes `dup`
-    } catch (...) {                          // nothing may escape a detached thread
-    }
+  try {
+    (svr_.*processFn(ProcessTag{}))(c->served);  // serves the connection and closes `served`
+  } catch (...) {                                // nothing may escape a detached thread
   }
   tlConn = nullptr;
   std::lock_guard lock(mu_);
