@@ -19,6 +19,7 @@
 
 #include "backend/family_runtime.h"
 #include "backend/io/model_folder.h"
+#include "backend/models/checkpoint_layouts.h"
 #include "backend/pipelines/diffusion_pipeline.h"
 
 using namespace dit;
@@ -217,4 +218,54 @@ TEST(ConfigGuards, AConfigDeclaringAnotherComponentIsRefusedNamingWhatItDeclares
         << msg;
     fs::remove_all(d);
   }
+}
+
+// Single files whose metadata names another architecture: a GGUF's general.architecture, a
+// safetensors transformer's modelspec.architecture (the shared fixtures' FLUX.1 files, edited).
+TEST(ConfigGuards, ACheckpointDeclaringAnotherArchitectureIsRefusedNamingIt) {
+  const fs::path shared = DITSTUDIO_SHARED_FIXTURES;
+  const fs::path gguf = shared / "tiny-flux-gguf-A" / "gguf" / "transformer-Q8_0.gguf";
+  const fs::path bfl = shared / "tiny-flux-A" / "formats" / "transformer-bfl.safetensors";
+  if (!fs::exists(gguf) || !fs::exists(bfl)) GTEST_SKIP() << "no shared fixtures at " << shared;
+  const fs::path d = fs::temp_directory_path() /
+                     ("ditstudio-config-guards-" + std::to_string(::getpid())) / "declared";
+  fs::remove_all(d);
+  fs::create_directories(d);
+  // GGUF: "flux" -> "sdxl" in place (same length).
+  std::string g = slurp(gguf);
+  const size_t key = g.find("general.architecture");
+  ASSERT_NE(key, std::string::npos);
+  const size_t value = g.find("flux", key);
+  ASSERT_LT(value, key + 64);
+  EXPECT_NO_THROW((void)inspectCheckpoint(gguf.string()));
+  g.replace(value, 4, "sdxl");
+  const fs::path badGguf = d / "transformer.gguf";
+  put(badGguf, g);
+  std::string msg = errorOf([&] { (void)inspectCheckpoint(badGguf.string()); }, "gguf");
+  EXPECT_EQ(msg.rfind(badGguf.string() + ": declares general.architecture \"sdxl\"", 0), 0u) << msg;
+  // safetensors: the header rewritten with a model spec.
+  const std::string s = slurp(bfl);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(s[static_cast<size_t>(i)]);
+  nlohmann::json header = nlohmann::json::parse(s.substr(8, n));
+  auto withSpec = [&](const std::string& arch) {
+    header["__metadata__"]["modelspec.architecture"] = arch;
+    const std::string h = header.dump();
+    std::string out(8, '\0');
+    for (int i = 0; i < 8; ++i)
+      out[static_cast<size_t>(i)] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
+    const fs::path f = d / ("transformer-" + std::to_string(arch.size()) + ".safetensors");
+    put(f, out + h + s.substr(8 + n));
+    return f;
+  };
+  const fs::path flux = withSpec("flux-1-dev");
+  EXPECT_NO_THROW((void)inspectCheckpoint(flux.string()));
+  const fs::path sdxl = withSpec("stable-diffusion-xl-v1-base");
+  msg = errorOf([&] { (void)inspectCheckpoint(sdxl.string()); }, "safetensors");
+  EXPECT_EQ(
+      msg.rfind(sdxl.string() + ": declares modelspec.architecture \"stable-diffusion-xl-v1-base\"",
+                0),
+      0u)
+      << msg;
+  fs::remove_all(d);
 }

@@ -1,6 +1,7 @@
 #include "backend/models/checkpoint_layouts.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -294,6 +295,17 @@ CheckpointInfo inspectCheckpoint(const std::string& file) {
   SafetensorsReader r(file);  // throws for missing, truncated or malformed files
   CheckpointInfo info;
   info.file = file;
+  // What the file says it is: GGUF's general.architecture (city96's FLUX.1 files: "flux"), the
+  // Stability AI model spec's modelspec.architecture in a safetensors header ("flux-1-dev", ...).
+  auto declared = [&](const char* key) -> std::string {
+    const auto it = r.metadata().find(key);
+    if (it == r.metadata().end()) return {};
+    return it->second.size() > 120 ? it->second.substr(0, 117) + "..." : it->second;
+  };
+  if (const std::string a = declared("general.architecture"); !a.empty() && a != "flux")
+    throw ModelFileError(file, "declares general.architecture \"" + a +
+                                   "\" (GGUF metadata); DiT Studio reads FLUX.1 GGUF "
+                                   "transformers (\"flux\")");
   const auto names = r.names();
   auto any = [&](const std::string& p) {
     for (const auto& k : names)
@@ -366,6 +378,14 @@ CheckpointInfo inspectCheckpoint(const std::string& file) {
     add("transformer", "", "diffusers");
   }
 
+  if (info.find("transformer")) {
+    std::string spec = declared("modelspec.architecture");
+    std::string lower = spec;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (!spec.empty() && lower.find("flux") == std::string::npos)
+      throw ModelFileError(file, "declares modelspec.architecture \"" + spec +
+                                     "\" (safetensors metadata), not a FLUX.1 model");
+  }
   // VAE: LDM layout bare, or under vae. / first_stage_model.; diffusers layout bare.
   for (const std::string p : {"", "vae.", "first_stage_model."}) {
     if (r.contains(p + "decoder.conv_in.weight") && any(p + "decoder.up.")) {

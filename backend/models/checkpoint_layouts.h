@@ -56,8 +56,10 @@ struct CheckpointInfo {
 /// rules: `double_blocks.0.img_attn.norm.key_norm.scale` marks FLUX.1, `guidance_in` dev-style).
 /// Throws ModelFileError naming the file and the cause: unreadable or truncated file (the
 /// safetensors reader's checks); FLUX.1 Fill / Depth (img_in width 384 / 128), not supported yet;
-/// a file of another model family (Stable Diffusion 1.x/2.x/XL UNet, SD3, FLUX.2 ...); no known
-/// key layout at all (lists the first keys).
+/// a file of another model family (Stable Diffusion 1.x/2.x/XL UNet, SD3, FLUX.2 ...); a file
+/// whose own metadata declares another architecture (GGUF `general.architecture` other than
+/// "flux"; a transformer whose safetensors `modelspec.architecture` does not name FLUX), naming
+/// what it declares; no known key layout at all (lists the first keys).
 CheckpointInfo inspectCheckpoint(const std::string& file);
 
 /// The transformer of a BFL-layout file (keys under `prefix`). Every stored key must be consumed
