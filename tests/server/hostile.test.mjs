@@ -59,13 +59,13 @@ function raw(port, send, { timeoutMs = 20000 } = {}) {
     sock.on('connect', () => send(sock));
   });
 }
-const request = (port, method, path, { headers = {}, body = null } = {}) =>
+const request = (port, method, path, { headers = {}, body = null, timeoutMs = 20000 } = {}) =>
   raw(port, (s) => {
     const b = body === null ? null : Buffer.isBuffer(body) ? body : Buffer.from(body);
     const h = { Host: `127.0.0.1:${port}`, ...(b ? { 'Content-Length': b.length } : {}), ...headers };
     s.write(`${method} ${path} HTTP/1.1\r\n${Object.entries(h).map(([k, v]) => `${k}: ${v}\r\n`).join('')}\r\n`);
     if (b) s.write(b);
-  });
+  }, { timeoutMs });
 const json = { 'Content-Type': 'application/json' };
 
 // Asserts an error answer: status, type, param and message.
@@ -358,7 +358,7 @@ if (!failed) {
     // 8 MiB of '"' each: 16 MiB escaped per field, 32 MiB as the workers would read it.
     const q = '"'.repeat(8 << 20);
     const r = await request(big.port, 'POST', '/v1/images/generations', { headers: json,
-      body: JSON.stringify({ prompt: q, negative_prompt: q, size: '64x64', steps: 2 }) });
+      body: JSON.stringify({ prompt: q, negative_prompt: q, size: '64x64', steps: 2 }), timeoutMs: 120000 });
     expectError(r, 400, 'prompt', /bytes as the workers receive it.*at most/, 'request past the workers\' line limit');
     const jobs = await (await fetch(`${big.url}/v1/jobs`)).json();
     assert.equal(jobs.data.length, 0, 'nothing was queued');
