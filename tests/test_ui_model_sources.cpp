@@ -252,6 +252,44 @@ class TestUiModelSources : public QObject {
     QCOMPARE(differences(w.generationPanel()->params(), p.generation), QString());
   }
 
+  // The program's own flags (ditstudio --model FILE --config DIR --vae P ...) reach the panel.
+  void programFlagsGiveTheComponents() {
+    QTemporaryDir dir;
+    MainWindowOptions o;
+    o.dataDir = dir.path();
+    o.modelDir = ggufFile();
+    o.components = ggufSources().components;
+    o.restoreSession = false;
+    o.mpirunPath = "/nonexistent/mpirun";
+    MainWindow w(o);
+    QCOMPARE(w.generationPanel()->sources(), ggufSources());
+    QVERIFY2(w.generationPanel()->modelInfo().ok,
+             qPrintable(w.generationPanel()->modelInfo().error));
+    QCOMPARE(w.launchConfig().components, ggufSources().components);
+  }
+
+  // `ditstudio --headless` with a GGUF file and its components runs ditstudio-cli with them.
+  void headlessRunTakesTheComponents() {
+    const QString gui = qEnvironmentVariable("DITSTUDIO_TEST_GUI");
+    if (gui.isEmpty() || !QFileInfo(gui).isExecutable())
+      QSKIP("DITSTUDIO_TEST_GUI is not an executable ditstudio");
+    if (worker().isEmpty() || cli().isEmpty()) QSKIP("needs the worker and ditstudio-cli");
+    QTemporaryDir dir;
+    const ModelSourcePaths s = ggufSources();
+    QProcess proc;
+    proc.setWorkingDirectory(dir.path());
+    proc.setProcessChannelMode(QProcess::MergedChannels);
+    proc.start(gui, {"--headless", "--model", s.model, "--config", s.components.config, "--vae",
+                     s.components.vae, "--text-encoder", s.components.textEncoder,
+                     "--text-encoder-2=" + s.components.textEncoder2});
+    QVERIFY(proc.waitForFinished(300000));
+    const QByteArray log = proc.readAll();
+    QVERIFY2(proc.exitCode() == 0, log.constData());
+    QVERIFY2(log.contains("--vae " + s.components.vae.toUtf8()), log.constData());
+    const QImage img(dir.filePath("ditstudio-output.png"));
+    QVERIFY2(!img.isNull(), log.constData());
+  }
+
   // The round trip with the real worker and CLI (see the file comment).
   void ggufRoundTrip() {
     if (worker().isEmpty() || !QFileInfo(worker()).isExecutable())

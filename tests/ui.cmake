@@ -87,12 +87,13 @@ ditstudio_ui_worker_test(test_ui_integration MODEL TIMEOUT 1500)
 # Issue 45: the model and its components in the window (a GGUF transformer with its config
 # folder, VAE and text encoders), recorded and restored by "Use parameters" and presets; the
 # window's image equals ditstudio-cli's run of the same request.
-if(TARGET ditstudio-cli)
+if(TARGET ditstudio-cli AND TARGET ditstudio)
   ditstudio_ui_worker_test(test_ui_model_sources TIMEOUT 900
     ENV "DITSTUDIO_TEST_DATA=${DITSTUDIO_TEST_DATA}"
-        "DITSTUDIO_TEST_CLI=$<TARGET_FILE:ditstudio-cli>")
+        "DITSTUDIO_TEST_CLI=$<TARGET_FILE:ditstudio-cli>"
+        "DITSTUDIO_TEST_GUI=$<TARGET_FILE:ditstudio>")
   if(TARGET test_ui_model_sources)
-    add_dependencies(test_ui_model_sources ditstudio-cli)
+    add_dependencies(test_ui_model_sources ditstudio-cli ditstudio)
   endif()
 endif()
 # Issue 17 in the GUI with the real worker: a FLUX.2 [klein] folder from a clean start.

@@ -1193,7 +1193,7 @@ void MainWindow::loadSession() {
     // The model first: choosing it applies its declared default settings, which the session's
     // own settings (steps included) then replace.
     if (!options_.modelDir.isEmpty())
-      genPanel_->setModelDir(options_.modelDir);
+      genPanel_->setSources({options_.modelDir, options_.components});
     else if (!s.value("model").toString().isEmpty() &&
              QFileInfo::exists(s.value("model").toString()))
       genPanel_->setModelDir(s.value("model").toString());
@@ -1230,8 +1230,9 @@ void MainWindow::loadSession() {
     }
   }
   if (!options_.modelDir.isEmpty()) {
-    if (QDir::cleanPath(genPanel_->modelDir()) != QDir::cleanPath(options_.modelDir))
-      genPanel_->setModelDir(options_.modelDir);
+    if (QDir::cleanPath(genPanel_->modelDir()) != QDir::cleanPath(options_.modelDir) ||
+        !(genPanel_->components() == options_.components))
+      genPanel_->setSources({options_.modelDir, options_.components});
   } else if (genPanel_->modelDir().isEmpty()) {
     genPanel_->setModelDir(defaultModelDir());
   }

@@ -18,6 +18,7 @@
 #include "ui/generation_panel.h"
 #include "ui/history_store.h"
 #include "ui/log_panel.h"
+#include "ui/model_sources.h"
 #include "ui/preset_panel.h"
 #include "ui/preset_store.h"
 #include "ui/prompt_history.h"
@@ -48,6 +49,8 @@ class ElidedLabel;
 struct MainWindowOptions {
   QString dataDir;     ///< presets, history, session and images; empty: appDataDir()
   QString modelDir;    ///< overrides the session's model; empty: session, else defaultModelDir()
+  /// With modelDir: its components (the program's --config, --vae, --text-encoder, ...).
+  ModelComponents components;
   QString workerPath;  ///< empty: defaultWorkerPath()
   QString mpirunPath;  ///< empty: defaultMpirun()
   QString builtinPresets;      ///< empty: the Qt resource

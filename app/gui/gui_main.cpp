@@ -1,8 +1,9 @@
 // ditstudio: the desktop GUI (Qt 6 Widgets). Never links Torch or MPI: it starts
 // `mpirun -np N ditstudio-worker ...` through QProcess (see app/PROTOCOL.md).
 //
-//   ditstudio [--model DIR]                         open the window
-//   ditstudio --headless [--model DIR]              no window: the default generation via
+//   ditstudio [--model DIR|FILE [--vae P ...]]     open the window (the component flags are
+//                                                   ditstudio-cli's: --config, --vae, ...)
+//   ditstudio --headless [--model DIR|FILE ...]     no window: the default generation via
 //                                                   ditstudio-cli, written to ditstudio-output.png
 //   ditstudio --screenshot FILE --auto-generate     start the worker, generate once, wait for the
 //                                                   image, grab the window to FILE, quit
@@ -24,6 +25,7 @@
 #include "ui/generation_params.h"
 #include "ui/main_window.h"
 #include "ui/model_info.h"
+#include "ui/model_sources.h"
 #include "ui/theme.h"
 #include "ui/worker_command.h"
 
@@ -34,6 +36,9 @@ struct Args {
   bool autoGenerate = false;
   bool help = false;
   QString model;
+  /// --config, --vae, --text-encoder, --text-encoder-2, --tokenizer, --tokenizer-2 (as
+  /// ditstudio-cli's): the components the model lacks.
+  dit::ui::ModelComponents components;
   QString screenshot;
   QString bad;
 };
@@ -62,16 +67,27 @@ Args parseArgs(int argc, char** argv) {
       a.screenshot = QString::fromLocal8Bit(argv[i] + 13);
     else if (s == "-h" || s == "--help")
       a.help = true;
+    else
+      for (const auto& f : dit::ui::ModelComponents::fields()) {
+        const std::string flag = f.flag;
+        if (s == flag)
+          value(&(a.components.*f.member));
+        else if (s.rfind(flag + "=", 0) == 0)
+          a.components.*f.member = QString::fromLocal8Bit(argv[i] + flag.size() + 1);
+      }
     // Anything else (Qt's own -platform, -style, ...) is left to QApplication.
   }
   return a;
 }
 
 const char kUsage[] =
-    "usage: ditstudio [--model DIR] [--headless] [--screenshot FILE [--auto-generate]]\n"
-    "  --model DIR        diffusers FLUX.1 or FLUX.2 [klein] folder (default: $DITSTUDIO_MODEL_DIR "
-    "or the embedded "
-    "model)\n"
+    "usage: ditstudio [--model DIR|FILE [--config DIR --vae P --text-encoder P --text-encoder-2 P\n"
+    "                 --tokenizer DIR --tokenizer-2 DIR]] [--headless]\n"
+    "                 [--screenshot FILE [--auto-generate]]\n"
+    "  --model DIR|FILE   diffusers folder, single transformer file or GGUF (default:\n"
+    "                     $DITSTUDIO_MODEL_DIR or the embedded model)\n"
+    "  --config DIR, --vae P, --text-encoder P, --text-encoder-2 P, --tokenizer DIR,\n"
+    "  --tokenizer-2 DIR  the components the model lacks, as ditstudio-cli takes them\n"
     "  --headless         no window: run the default generation with ditstudio-cli into\n"
     "                     ditstudio-output.png, or -2, -3, ... if taken (also without a display)\n"
     "  --screenshot FILE  grab the window to FILE (with --auto-generate: after one image)\n"
@@ -91,7 +107,8 @@ int runHeadless(int argc, char** argv, const Args& args) {
   const QString model = args.model.isEmpty() ? dit::ui::defaultModelDir() : args.model;
   dit::ui::GenerationParams p = dit::ui::startingParams();
   // The model's recommended settings, as the window applies them (GenerationPanel::applyModel).
-  const dit::ui::ModelInfo info = dit::ui::readModelInfo(model);
+  const dit::ui::ModelInfo info =
+      dit::ui::readModelInfo(dit::ui::ModelSourcePaths{model, args.components}.toSources());
   if (info.ok) {
     QString problem;
     p = dit::ui::withModelDefaults(info.default_settings, p, &problem);
@@ -120,6 +137,7 @@ int runHeadless(int argc, char** argv, const Args& args) {
                          QString::number(p.seed),
                          QStringLiteral("--output"),
                          output};
+  cliArgs << args.components.workerArgs();
   if (p.trueCfg())
     cliArgs << QStringLiteral("--negative-prompt") << QString::fromStdString(p.negative_prompt)
             << QStringLiteral("--true-cfg-scale") << QString::number(p.true_cfg_scale);
@@ -173,6 +191,7 @@ int main(int argc, char** argv) {
 
   dit::ui::MainWindowOptions opts;
   opts.modelDir = args.model;
+  opts.components = args.components;
   dit::ui::MainWindow window(opts);
   window.show();
 
