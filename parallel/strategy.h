@@ -70,8 +70,11 @@ struct RequestDims {
   int width = 0, height = 0;  ///< pixels
   int text_len = 0;           ///< T5 max_sequence_length (text tokens)
   /// The request runs an unconditional (CFG) branch: a negative prompt and true_cfg_scale > 1,
-  /// or guidance > 1 on classic-CFG models (PipelineConfig::runsCfg).
+  /// or guidance > 1 on classic-CFG models (the family's guider: resolveRequest).
   bool true_cfg = false;
+  /// When the model runs that branch, in words (the family's GuiderSpec::requirement, e.g. "a
+  /// negative prompt and true_cfg_scale > 1"), named in the cfg_degree 2 refusal; "" = generic.
+  std::string cfg_requirement;
   int num_images = 1;
   int imageTokens(int vae_scale_factor) const {
     return (height / (2 * vae_scale_factor)) * (width / (2 * vae_scale_factor));

@@ -140,3 +140,13 @@ foreach(_np 1 2 4)
     LABELS "backend;parallel;mpi;strategy;qwenimage" PROCESSORS 2 TIMEOUT 300
     ENVIRONMENT "OMP_NUM_THREADS=1;DITSTUDIO_COLLECTIVE_TIMEOUT_S=120")
 endforeach()
+
+# The declared request of each family (RequestSpec), resolveRequest's rules, and the docs' family
+# tables equal to the specs (Torch-free).
+add_executable(test_request_spec test_request_spec.cpp)
+target_link_libraries(test_request_spec PRIVATE dit_backend_core GTest::gtest GTest::gtest_main)
+target_compile_definitions(test_request_spec PRIVATE DITSTUDIO_TEST_DATA="${DITSTUDIO_TEST_DATA}"
+                           DITSTUDIO_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+target_compile_options(test_request_spec PRIVATE -Wall -Wextra)
+gtest_add_tests(TARGET test_request_spec TEST_LIST _request_spec_tests)
+set_tests_properties(${_request_spec_tests} PROPERTIES LABELS "backend;errors;unit")

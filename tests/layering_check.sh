@@ -12,6 +12,11 @@
 #  5. No pipeline or transformer class name as a string literal outside the family folders
 #     (backend/models/<f>/ holding a <f>_family.cpp, and backend/pipelines/<f>/): every other
 #     place asks the family record (backend/models/family.h). Tests are exempt.
+#  6. No family-specific request rule outside the family folders: the names of a family's own
+#     request fields and flags (cfg_truncation, cfg_normalization, is_distilled) and the retired
+#     per-front-end CFG rules (cfg_from_guidance, runsCfg, OptionMeanings, cfgPolicy) appear in
+#     code (comments aside) only in backend/models/<f>/ and backend/pipelines/<f>/: every front
+#     end reads the family's declared request (backend/models/request_spec.h). Tests exempt.
 # Usage: layering_check.sh SOURCE_DIR. Prints every offending line; exits 1 if there is one.
 set -uo pipefail
 SRC=${1:?source dir}
@@ -62,5 +67,13 @@ if out=$(grep -rnE "$classes" "${exclude[@]}" --include='*.cpp' --include='*.h' 
   echo "pipeline/transformer class names outside the family folders (ask the family record):"
   echo "$out"; fail=1
 fi
-[ $fail -eq 0 ] && echo "layering: parallel/ model-free and backend-free, parallel/ and backend/ app-free, ui/ and app/launcher/ Torch-free, backend/io/ family-free, class names only in family folders"
+rules='cfg_truncation|cfg_normalization|is_distilled|cfg_from_guidance|runsCfg|OptionMeanings|cfgPolicy|cfg-truncation|cfg-normalization'
+if out=$(grep -rnE "$rules" "${exclude[@]}" --include='*.cpp' --include='*.h' --include='*.html' \
+    --include='*.js' "$SRC/app" "$SRC/ui" "$SRC/parallel" "$SRC/backend" |
+    perl -ne 'my ($f, $l, $code) = /^([^:]*):(\d+):(.*)$/; $code =~ s{//.*}{}; $code =~ s{^\s*\*.*}{}; print if $code =~ /cfg_truncation|cfg_normalization|is_distilled|cfg_from_guidance|runsCfg|OptionMeanings|cfgPolicy|cfg-truncation|cfg-normalization/'
+    ) && [ -n "$out" ]; then
+  echo "family-specific request rules outside the family folders (declare them in the family's RequestSpec):"
+  echo "$out"; fail=1
+fi
+[ $fail -eq 0 ] && echo "layering: parallel/ model-free and backend-free, parallel/ and backend/ app-free, ui/ and app/launcher/ Torch-free, backend/io/ family-free, class names and family request rules only in family folders"
 exit $fail

@@ -34,6 +34,14 @@ if(DITSTUDIO_NODE AND DITSTUDIO_NPM AND TARGET ditstudio-server)
                          RESOURCE_LOCK mpi)
   endforeach()
   set_tests_properties(server_faults PROPERTIES LABELS "server;integration;fault")
+  # Each family's declared request through the server (Z-Image options, Qwen-Image true CFG via
+  # the openai client and A1111 = the CLI; 400s naming the field; FLUX.2 [klein]'s floored size).
+  add_test(NAME server_families
+           COMMAND ${DITSTUDIO_NODE} ${CMAKE_CURRENT_LIST_DIR}/server/families.test.mjs)
+  set_tests_properties(server_families PROPERTIES
+                       ENVIRONMENT "${_srv_env};DITSTUDIO_TEST_DATA=${DITSTUDIO_TEST_DATA}"
+                       FIXTURES_REQUIRED server_client LABELS "server;integration;errors"
+                       TIMEOUT 600 RESOURCE_LOCK mpi)
   set_tests_properties(server_hostile PROPERTIES LABELS "server;integration;fault;security")
   # The page in Debian's headless Chromium (package `chromium`), over the DevTools pipe.
   find_program(DITSTUDIO_CHROMIUM NAMES chromium chromium-browser)

@@ -367,9 +367,13 @@ TEST(QwenImagePipeline, BatchedRunWithMaskedTextMatchesDiffusers) {
   FlowMatchEulerDiscreteScheduler sched(sc);
   sched.setTimesteps(steps, calculateShift(static_cast<int>(h * w), sc.base_image_seq_len,
                                            sc.max_image_seq_len, sc.base_shift, sc.max_shift));
-  CfgPolicy cfg;
-  cfg.enabled = true;
-  cfg.scale = r.at("true_cfg_scale");
+  // The family's guider (true CFG, each token rescaled to the conditional norm) at this run's
+  // true_cfg_scale with a negative prompt.
+  PipelineInputs gin;
+  gin.negative_prompt_given = true;
+  gin.true_cfg_scale = r.at("true_cfg_scale");
+  const Guider cfg = pipe.guider(gin);
+  ASSERT_TRUE(cfg.enabled());
   const at::Tensor shapes = at::tensor(std::vector<int64_t>{1, h, w}, at::kLong).view({1, 3});
   for (int k = 0; k < steps; ++k) {
     const at::Tensor t = at::full({2}, sched.timestep(k), at::kFloat) / 1000;
@@ -383,7 +387,7 @@ TEST(QwenImagePipeline, BatchedRunWithMaskedTextMatchesDiffusers) {
     const at::Tensor c = call(pe, pm), u = call(ne, nm);
     expectClose(c, test::golden("run.3.dit_out." + std::to_string(2 * k)), "cond call");
     expectClose(u, test::golden("run.3.dit_out." + std::to_string(2 * k + 1)), "uncond call");
-    lat = sched.step(pipe.combineGuidance(c, u, cfg), k, lat);
+    lat = sched.step(cfg.combine(c, u), k, lat);
   }
   expectClose(lat, test::golden("run.3.final_latents"), "run 3 final latents");
   for (int64_t b = 0; b < 2; ++b)

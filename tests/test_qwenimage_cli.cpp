@@ -136,18 +136,25 @@ TEST(QwenImageCliRefusals, ImpossibleStrategiesNameTheRule) {
   EXPECT_NE(log.find("15"), std::string::npos) << log;
 }
 
-// Options QwenImagePipeline does not read are named when given, with what it reads instead
-// (diffusers warns for an ignored guidance_scale); the strategy then refuses the run, so nothing
-// is computed. runCli always gives --true-cfg-scale, which the family reads: no warning for it.
+// A common field QwenImagePipeline does not read is named when given, with what it reads
+// instead (diffusers warns for an ignored guidance_scale); the strategy then refuses the run, so
+// nothing is computed. runCli always gives --true-cfg-scale, which the family reads: no warning
+// for it. Another family's knob (Z-Image's cfg_truncation) is refused naming the field, before
+// anything starts.
 TEST(QwenImageCliRefusals, IgnoredOptionsAreNamed) {
   std::string log;
-  EXPECT_NE(runCli(0, "--tp-degree 4 --guidance 4 --cfg-truncation 0.5", tmp("ignored"), log), 0);
-  EXPECT_NE(log.find("--guidance is ignored: this Qwen-Image pipeline reads --true-cfg-scale"),
+  EXPECT_NE(runCli(0, "--tp-degree 4 --guidance 4", tmp("ignored"), log), 0);
+  EXPECT_NE(log.find("guidance is ignored: QwenImagePipeline reads guidance_scale only for "
+                     "guidance-distilled transformers"),
             std::string::npos)
       << log;
-  EXPECT_NE(log.find("--cfg-truncation is ignored"), std::string::npos) << log;
-  EXPECT_EQ(log.find("--true-cfg-scale is ignored"), std::string::npos) << log;
+  EXPECT_EQ(log.find("true_cfg_scale is ignored"), std::string::npos) << log;
   EXPECT_NE(log.find("num_attention_heads"), std::string::npos) << log;
+  EXPECT_NE(runCli(0, "--cfg-truncation 0.5", tmp("unknown_knob"), log), 0);
+  EXPECT_NE(log.find("'cfg_truncation' is not an option of Qwen-Image (QwenImagePipeline); it "
+                     "takes no options"),
+            std::string::npos)
+      << log;
 }
 
 // A diffusers/PEFT LoRA on Qwen-Image modules (attn.to_q inside the fused q/k/v GEMM, the text

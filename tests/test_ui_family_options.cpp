@@ -16,6 +16,15 @@ namespace {
 QString data(const char* fixture) {
   return qEnvironmentVariable("DITSTUDIO_TEST_DATA") + QLatin1Char('/') + QLatin1String(fixture);
 }
+// Whether the loaded model's guider runs the CFG branch for a request with (true_cfg) or without
+// a negative prompt at true_cfg_scale 4, and `guidance`.
+bool runsCfg(const GenerationPanel& p, bool trueCfg, double guidance) {
+  GenerationParams g;
+  g.negative_prompt_given = trueCfg;
+  g.true_cfg_scale = trueCfg ? 4.0 : 1.0;
+  g.guidance = guidance;
+  return p.modelInfo().resolve(g).cfg;
+}
 }  // namespace
 
 class TestUiFamilyOptions : public QObject {
@@ -37,10 +46,10 @@ class TestUiFamilyOptions : public QObject {
              qPrintable(p.guidanceSpin()->toolTip()));
     QVERIFY(p.cfgScaleSpin()->isEnabled());
     QVERIFY(p.cfgScaleSpin()->toolTip().contains("true CFG with the negative prompt"));
-    QVERIFY(!p.fieldShown(p.cfgTruncationSpin()));
-    QVERIFY(!p.fieldShown(p.cfgNormalizationSpin()));
-    QVERIFY(!p.modelInfo().runsCfg(false, 4.0));  // guidance is an embedding, not CFG
-    QVERIFY(p.modelInfo().runsCfg(true, 3.5));
+    QVERIFY(!p.fieldShown(p.knobSpin("cfg_truncation")));
+    QVERIFY(!p.fieldShown(p.knobSpin("cfg_normalization")));
+    QVERIFY(!runsCfg(p, false, 4.0));  // guidance is an embedding, not CFG
+    QVERIFY(runsCfg(p, true, 3.5));
   }
 
   void flux2Base() {
@@ -53,9 +62,9 @@ class TestUiFamilyOptions : public QObject {
     QVERIFY(!p.cfgScaleSpin()->isEnabled());
     QVERIFY2(p.cfgScaleSpin()->toolTip().contains("not read by FLUX.2 [klein]"),
              qPrintable(p.cfgScaleSpin()->toolTip()));
-    QVERIFY(!p.fieldShown(p.cfgTruncationSpin()));
-    QVERIFY(!p.modelInfo().runsCfg(true, 1.0));
-    QVERIFY(p.modelInfo().runsCfg(false, 1.5));
+    QVERIFY(!p.fieldShown(p.knobSpin("cfg_truncation")));
+    QVERIFY(!runsCfg(p, true, 1.0));
+    QVERIFY(runsCfg(p, false, 1.5));
   }
 
   void zimage() {
@@ -66,22 +75,22 @@ class TestUiFamilyOptions : public QObject {
     QCOMPARE(p.fieldLabel(p.guidanceSpin()), QStringLiteral("CFG scale"));
     QVERIFY(p.guidanceSpin()->toolTip().contains("on when > 0"));
     QVERIFY(!p.cfgScaleSpin()->isEnabled());
-    QVERIFY(p.fieldShown(p.cfgTruncationSpin()));
-    QVERIFY(p.fieldShown(p.cfgNormalizationSpin()));
+    QVERIFY(p.fieldShown(p.knobSpin("cfg_truncation")));
+    QVERIFY(p.fieldShown(p.knobSpin("cfg_normalization")));
     // ZImagePipeline's do_classifier_free_guidance: guidance_scale > 0.
-    QVERIFY(p.modelInfo().runsCfg(false, 0.5));
-    QVERIFY(!p.modelInfo().runsCfg(true, 0.0));
+    QVERIFY(runsCfg(p, false, 0.5));
+    QVERIFY(!runsCfg(p, true, 0.0));
     // The two fields reach the request and come back from it.
-    p.cfgTruncationSpin()->setValue(0.25);
-    p.cfgNormalizationSpin()->setValue(1.5);
+    p.knobSpin("cfg_truncation")->setValue(0.25);
+    p.knobSpin("cfg_normalization")->setValue(1.5);
     GenerationParams g = p.params();
-    QCOMPARE(g.cfg_truncation, 0.25);
-    QCOMPARE(g.cfg_normalization, 1.5);
-    g.cfg_truncation = 0.75;
-    g.cfg_normalization = 0.0;
+    QCOMPARE(g.options["cfg_truncation"], 0.25);
+    QCOMPARE(g.options["cfg_normalization"], 1.5);
+    g.options["cfg_truncation"] = 0.75;
+    g.options["cfg_normalization"] = 0.0;
     p.setParams(g);
-    QCOMPARE(p.cfgTruncationSpin()->value(), 0.75);
-    QCOMPARE(p.params().cfg_normalization, 0.0);
+    QCOMPARE(p.knobSpin("cfg_truncation")->value(), 0.75);
+    QCOMPARE(p.params().options.at("cfg_normalization"), 0.0);
   }
 
   void qwenImage() {
@@ -94,9 +103,9 @@ class TestUiFamilyOptions : public QObject {
              qPrintable(p.guidanceSpin()->toolTip()));
     QVERIFY(p.cfgScaleSpin()->isEnabled());
     QVERIFY(p.cfgScaleSpin()->toolTip().contains("true CFG"));
-    QVERIFY(!p.fieldShown(p.cfgTruncationSpin()));
-    QVERIFY(p.modelInfo().runsCfg(true, 0.0));
-    QVERIFY(!p.modelInfo().runsCfg(false, 7.0));
+    QVERIFY(!p.fieldShown(p.knobSpin("cfg_truncation")));
+    QVERIFY(runsCfg(p, true, 0.0));
+    QVERIFY(!runsCfg(p, false, 7.0));
   }
 
   void switchingBackShowsEverythingTheFamilyReads() {
@@ -104,10 +113,10 @@ class TestUiFamilyOptions : public QObject {
     p.setModelDir(data("tiny-qwenimage-A"));
     p.setModelDir(data("tiny-zimage-A"));
     QVERIFY(p.guidanceSpin()->isEnabled());
-    QVERIFY(p.fieldShown(p.cfgTruncationSpin()));
+    QVERIFY(p.fieldShown(p.knobSpin("cfg_truncation")));
     p.setModelDir(data("tiny-flux-A"));
     QVERIFY(p.cfgScaleSpin()->isEnabled());
-    QVERIFY(!p.fieldShown(p.cfgTruncationSpin()));
+    QVERIFY(!p.fieldShown(p.knobSpin("cfg_truncation")));
     QCOMPARE(p.fieldLabel(p.guidanceSpin()), QStringLiteral("Guidance"));
   }
 };

@@ -133,7 +133,7 @@ class TestUiFlux2 : public QObject {
   void cfgParallelFollowsGuidance() {
     const ModelInfo info = readModelInfo(model());
     QVERIFY2(info.ok, qPrintable(info.error));
-    QVERIFY(info.cfg_from_guidance);
+    QVERIFY(info.request.guider.kind == dit::GuiderSpec::Kind::ClassicCfg);
     dit::Strategy s;
     s.world = 2;
     s.cfg_degree = 2;

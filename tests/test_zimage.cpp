@@ -169,9 +169,10 @@ PipelineInputs runInputs(int n) {
   p.width = r.at("width").get<int>();
   p.steps = r.at("steps").get<int>();
   p.guidance = r.at("guidance_scale").get<double>();
-  p.cfg_truncation = r.at("cfg_truncation").get<double>();
+  p.options["cfg_truncation"] = r.at("cfg_truncation").get<double>();
   const auto& norm = r.at("cfg_normalization");
-  p.cfg_normalization = norm.is_boolean() ? (norm.get<bool>() ? 1.0 : 0.0) : norm.get<double>();
+  p.options["cfg_normalization"] =
+      norm.is_boolean() ? (norm.get<bool>() ? 1.0 : 0.0) : norm.get<double>();
   return p;
 }
 
@@ -449,7 +450,7 @@ TEST(ZImagePipeline, RunsFromEmbeddingsMatchDiffusers) {
     SCOPED_TRACE("run " + std::to_string(n));
     const auto& r = runJson(n);
     const PipelineInputs in = runInputs(n);
-    EXPECT_EQ(pipe.cfgPolicy(in).enabled, r.at("cfg").get<bool>());
+    EXPECT_EQ(pipe.guider(in).enabled(), r.at("cfg").get<bool>());
     const int negIndex =
         r.at("negative_prompt_index").is_null() ? 2 : r.at("negative_prompt_index").get<int>();
     std::vector<at::Tensor> steps;
@@ -539,9 +540,12 @@ TEST(ZImageStrategies, ImpossibleStrategiesAreRefusedNamingTheRule) {
   // cfg 2 needs CFG: guidance > 0 runs it (not > 1).
   Strategy cfg;
   cfg.world = cfg.cfg_degree = 2;
-  r.true_cfg = folder.config->runsCfg(false, 0.0);
+  RequestValues v;
+  v.guidance = 0.0;
+  r.true_cfg = resolveRequest(requestSpecOf(folder), v).cfg;
   EXPECT_NE(rules(cfg, r).find("cfg_true_cfg"), std::string::npos);
-  r.true_cfg = folder.config->runsCfg(false, 0.5);
+  v.guidance = 0.5;
+  r.true_cfg = resolveRequest(requestSpecOf(folder), v).cfg;
   EXPECT_EQ(rules(cfg, r), "");
   // The family's recommended settings (Z-Image-Turbo: few steps, no CFG) reach the folder.
   const auto settings = nlohmann::json::parse(folder.default_settings);

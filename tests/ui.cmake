@@ -106,3 +106,17 @@ ditstudio_ui_worker_test(test_ui_lora LABELS lora TIMEOUT 900)
 # Issue 30: closing (or destroying) the window mid-generation leaves no mpirun, daemon or worker
 # process of the real 2-rank group within 5 s (the launcher's teardown, shared with the CLI).
 ditstudio_ui_worker_test(test_ui_close MODEL TIMEOUT 900)
+
+# A request means one thing everywhere: one table of request cases over the four families, each
+# resolved directly, through the protocol's JSON (the worker's input), by the GUI's validation and
+# by `ditstudio-cli --check`; every front end gives the same verdict and names the same field.
+add_executable(test_request_cases ${CMAKE_CURRENT_LIST_DIR}/test_request_cases.cpp)
+target_link_libraries(test_request_cases PRIVATE dit_ui dit_protocol GTest::gtest GTest::gtest_main)
+target_compile_definitions(test_request_cases PRIVATE
+  DITSTUDIO_TEST_DATA="${DITSTUDIO_TEST_DATA}" DITSTUDIO_CLI="$<TARGET_FILE:ditstudio-cli>"
+  DITSTUDIO_WORKER="$<TARGET_FILE:ditstudio-worker>" DITSTUDIO_MPIRUN="${MPIEXEC_PROGRAM}")
+target_compile_options(test_request_cases PRIVATE -Wall -Wextra)
+add_dependencies(test_request_cases ditstudio-cli ditstudio-worker)
+gtest_add_tests(TARGET test_request_cases TEST_LIST _request_case_tests)
+set_tests_properties(${_request_case_tests} PROPERTIES LABELS "errors;protocol;mpi" TIMEOUT 600
+                     ENVIRONMENT "QT_QPA_PLATFORM=offscreen")

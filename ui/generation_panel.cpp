@@ -20,6 +20,7 @@
 #include <QVBoxLayout>
 
 #include "app/protocol/limits.h"
+#include "backend/models/family_registry.h"
 #include "ui/image_input_panel.h"
 #include "ui/seed_text.h"
 #include "ui/worker_command.h"
@@ -146,21 +147,22 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   guidance_->setRange(requestLimit("guidance").lo, requestLimit("guidance").hi);
   guidance_->setSingleStep(0.5);
   form->addRow(tr("Guidance"), guidance_);
-  cfgTruncation_ = new QDoubleSpinBox(genBox);
-  cfgTruncation_->setRange(requestLimit("cfg_truncation").lo, requestLimit("cfg_truncation").hi);
-  cfgTruncation_->setSingleStep(0.05);
-  cfgTruncation_->setToolTip(
-      tr("cfg_truncation: steps whose normalised time (1000 - t) / 1000 exceeds it run without "
-         "CFG (1: every step runs CFG)"));
-  form->addRow(tr("CFG truncation"), cfgTruncation_);
-  cfgNormalization_ = new QDoubleSpinBox(genBox);
-  cfgNormalization_->setRange(requestLimit("cfg_normalization").lo,
-                              requestLimit("cfg_normalization").hi);
-  cfgNormalization_->setSingleStep(0.1);
-  cfgNormalization_->setToolTip(
-      tr("cfg_normalization: > 0 clips the guided prediction's norm to this × the conditional "
-         "one's (0: off)"));
-  form->addRow(tr("CFG normalization"), cfgNormalization_);
+  // One row per knob a model family declares (FamilySpec::knobs): range, default and help from
+  // the declaration; shown for the models whose request has it (applyRequestSpec).
+  for (const dit::FieldSpec& k : dit::allFamilyKnobs()) {
+    auto* spin = new QDoubleSpinBox(genBox);
+    spin->setObjectName(QStringLiteral("knob_") + QString::fromStdString(k.name));
+    spin->setRange(k.min, k.max);
+    spin->setDecimals(k.type == dit::FieldType::Int ? 0 : 3);
+    spin->setSingleStep(k.type == dit::FieldType::Int ? 1.0 : 0.05);
+    spin->setValue(k.default_value);
+    spin->setToolTip(QString::fromStdString(k.name + " (" + k.diffusers_arg + "): " + k.help));
+    QString label = QString::fromStdString(k.name);
+    label.replace(QLatin1Char('_'), QLatin1Char(' '));
+    label[0] = label[0].toUpper();
+    form->addRow(label, spin);
+    knobs_.emplace_back(k.name, spin);
+  }
 
   auto* seedRow = new QHBoxLayout;
   seed_ = new QLineEdit(genBox);
@@ -217,8 +219,8 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   connect(cfgScale_, &QDoubleSpinBox::valueChanged, this, emitChanged);
   connect(steps_, &QSpinBox::valueChanged, this, emitChanged);
   connect(guidance_, &QDoubleSpinBox::valueChanged, this, emitChanged);
-  connect(cfgTruncation_, &QDoubleSpinBox::valueChanged, this, emitChanged);
-  connect(cfgNormalization_, &QDoubleSpinBox::valueChanged, this, emitChanged);
+  for (const auto& [name, spin] : knobs_)
+    connect(spin, &QDoubleSpinBox::valueChanged, this, emitChanged);
   connect(seed_, &QLineEdit::textChanged, this, [this, emitChanged] {
     const QString err = seedError();
     seed_->setProperty("invalid", !err.isEmpty());
@@ -399,8 +401,10 @@ GenerationParams GenerationPanel::params() const {
   p.height = height_->value();
   p.steps = steps_->value();
   p.guidance = guidance_->value();
-  p.cfg_truncation = cfgTruncation_->value();
-  p.cfg_normalization = cfgNormalization_->value();
+  // The loaded model's knobs (only those: another family's would be refused as unknown).
+  p.options.clear();
+  for (const auto& [name, spin] : knobs_)
+    if (model_.request.field(name)) p.options[name] = spin->value();
   // Exact (never through a double); a malformed field keeps the default and seedError() says why.
   if (const auto seed = parseSeedText(seed_->text())) p.seed = *seed;
   p.random_seed = randomSeed_->isChecked();
@@ -419,8 +423,14 @@ void GenerationPanel::setParams(const GenerationParams& p) {
   height_->setValue(p.height);
   steps_->setValue(p.steps);
   guidance_->setValue(p.guidance);
-  cfgTruncation_->setValue(p.cfg_truncation);
-  cfgNormalization_->setValue(p.cfg_normalization);
+  for (const auto& [name, spin] : knobs_) {
+    const dit::FieldSpec* f = model_.request.field(name);
+    const auto it = p.options.find(name);
+    if (it != p.options.end())
+      spin->setValue(it->second);
+    else if (f)
+      spin->setValue(f->default_value);
+  }
   seed_->setText(seedText(p.seed));
   randomSeed_->setChecked(p.random_seed);
   seed_->setEnabled(!p.random_seed);
@@ -448,7 +458,7 @@ void GenerationPanel::applyModel() {
   imagePanel_->setCapabilities(model_.family, model_.capabilities);
   if (model_.ok)
     loras_->setModel(model_.family, model_.capabilities.lora_formats, model_.dims().parameters);
-  applyOptionMeanings();
+  applyRequestSpec();
   // A newly chosen model's recommended settings (e.g. the embedded model's true CFG 5 against
   // the empty prompt) over the current ones; the prompt, seed and the rest are kept.
   if (model_.ok && !model_.default_settings.isEmpty() && model_.path != previous) {
@@ -477,33 +487,53 @@ void GenerationPanel::applyModel() {
   Q_EMIT changed();
 }
 
-void GenerationPanel::applyOptionMeanings() {
+void GenerationPanel::applyRequestSpec() {
   auto label = [this](QWidget* field) {
     return qobject_cast<QLabel*>(form_->labelForField(field));
   };
+  // Every row from the model's declared request (dit::RequestSpec): enabled when the model
+  // reads the field, else disabled with the reason as its tooltip.
+  const dit::RequestSpec& spec = model_.request;
   const QString family = model_.family.isEmpty() ? tr("this model") : model_.family;
-  // guidance_scale: FLUX.1's distilled guidance embedding, FLUX.2 [klein]'s and Z-Image's CFG
-  // scale; not read by Qwen-Image or distilled FLUX.2 [klein] (the field stays, disabled).
-  const bool guidance = !model_.guidance_meaning.isEmpty();
-  guidance_->setEnabled(guidance);
-  if (QLabel* l = label(guidance_))
-    l->setText(guidance ? (model_.cfg_from_guidance ? tr("CFG scale") : tr("Guidance"))
-                        : tr("Guidance"));
-  guidance_->setToolTip(guidance
-                            ? tr("guidance_scale for %1: %2").arg(family, model_.guidance_meaning)
-                            : tr("guidance_scale is not read by %1").arg(family));
-  const bool trueCfg = !model_.true_cfg_meaning.isEmpty();
-  cfgScale_->setEnabled(trueCfg);
-  cfgScale_->setToolTip(
-      trueCfg ? tr("true_cfg_scale for %1: %2").arg(family, model_.true_cfg_meaning)
-              : tr("true_cfg_scale is not read by %1: its CFG is the %2 field")
-                    .arg(family, label(guidance_) ? label(guidance_)->text() : tr("Guidance")));
-  negative_->setPlaceholderText(
-      trueCfg ? tr("Negative prompt (used with true CFG scale > 1)")
-              : (model_.cfg_from_guidance ? tr("Negative prompt (used when CFG runs; empty: \"\")")
-                                          : tr("Negative prompt (not used by %1)").arg(family)));
-  form_->setRowVisible(cfgTruncation_, model_.cfg_truncation);
-  form_->setRowVisible(cfgNormalization_, model_.cfg_truncation);
+  auto describe = [&](QWidget* w, const char* name) {
+    const dit::FieldSpec* f = spec.field(name);
+    const bool read = f && f->read;
+    w->setEnabled(read);
+    w->setToolTip(read ? tr("%1 for %2: %3")
+                             .arg(QString::fromStdString(f->diffusers_arg), family,
+                                  QString::fromStdString(f->help))
+                       : tr("%1 is not read by %2: %3")
+                             .arg(QString::fromLatin1(name), family,
+                                  f ? QString::fromStdString(f->not_read) : QString()));
+    return read;
+  };
+  const bool guidanceIsCfg = spec.guider.kind == dit::GuiderSpec::Kind::ClassicCfg &&
+                             spec.guider.scale_field == "guidance";
+  describe(guidance_, "guidance");
+  if (QLabel* l = label(guidance_)) l->setText(guidanceIsCfg ? tr("CFG scale") : tr("Guidance"));
+  describe(cfgScale_, "true_cfg_scale");
+  switch (spec.guider.kind) {
+    case dit::GuiderSpec::Kind::TrueCfg:
+      negative_->setPlaceholderText(tr("Negative prompt (used with true CFG scale > 1)"));
+      break;
+    case dit::GuiderSpec::Kind::ClassicCfg:
+      negative_->setPlaceholderText(tr("Negative prompt (used when CFG runs; empty: \"\")"));
+      break;
+    case dit::GuiderSpec::Kind::None:
+      negative_->setPlaceholderText(tr("Negative prompt (not used by %1)").arg(family));
+      break;
+  }
+  for (const auto& [name, spin] : knobs_) {
+    const dit::FieldSpec* f = spec.field(name);
+    form_->setRowVisible(spin, f != nullptr);
+    if (f) describe(spin, name.c_str());
+  }
+}
+
+QDoubleSpinBox* GenerationPanel::knobSpin(const QString& name) const {
+  for (const auto& [n, spin] : knobs_)
+    if (QString::fromStdString(n) == name) return spin;
+  return nullptr;
 }
 
 QString GenerationPanel::fieldLabel(QWidget* field) const {

@@ -8,6 +8,8 @@
 #include <QStringList>
 #include <QWidget>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "ui/generation_params.h"
 #include "ui/lora_list.h"
@@ -82,9 +84,10 @@ class GenerationPanel : public QWidget {
   QSpinBox* stepsSpin() const { return steps_; }
   QDoubleSpinBox* guidanceSpin() const { return guidance_; }
   QDoubleSpinBox* cfgScaleSpin() const { return cfgScale_; }
-  /// Z-Image's cfg_truncation and cfg_normalization (rows shown for families that read them).
-  QDoubleSpinBox* cfgTruncationSpin() const { return cfgTruncation_; }
-  QDoubleSpinBox* cfgNormalizationSpin() const { return cfgNormalization_; }
+  /// The row of a model family's knob `name` (one generated row per knob any registered family
+  /// declares, dit::allFamilyKnobs; shown only for a model whose request declares it), or
+  /// nullptr for a name no family declares.
+  QDoubleSpinBox* knobSpin(const QString& name) const;
   /// The form's label for one of the fields above ("Guidance", "True CFG scale", ...).
   QString fieldLabel(QWidget* field) const;
   /// Whether the form row of `field` is shown.
@@ -116,7 +119,7 @@ class GenerationPanel : public QWidget {
   void applyModel();
   void snapSize(QSpinBox* box);
   /// Labels, tooltips and rows of the guidance options as the loaded family reads them.
-  void applyOptionMeanings();
+  void applyRequestSpec();
 
   /// Builds the component rows (one per ModelComponents::fields()) under the model row.
   QWidget* buildComponents(QWidget* parent);
@@ -142,8 +145,8 @@ class GenerationPanel : public QWidget {
   QLabel* sizeHint_;
   QSpinBox* steps_;
   QDoubleSpinBox* guidance_;
-  QDoubleSpinBox* cfgTruncation_;
-  QDoubleSpinBox* cfgNormalization_;
+  /// One row per family knob (name, spin box), generated from the families' declarations.
+  std::vector<std::pair<std::string, QDoubleSpinBox*>> knobs_;
   QFormLayout* form_;
   QLineEdit* seed_;
   QCheckBox* randomSeed_;

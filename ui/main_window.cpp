@@ -1163,7 +1163,7 @@ void MainWindow::openAdvisor() {
   in.memory_gib_per_device = in.interconnect == Interconnect::CPU ? 8 : 80;
   in.width = p.width;
   in.height = p.height;
-  in.true_cfg = genPanel_->modelInfo().runsCfg(p.trueCfg(), p.guidance);
+  in.true_cfg = genPanel_->modelInfo().resolve(p).cfg;
   in.images_per_request = p.num_images;
   advisor_->setInput(in);
   advisor_->show();

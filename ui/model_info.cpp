@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 
+#include "app/common/request_values.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/safetensors.h"
 #include "backend/io/stored_weight_bytes.h"
@@ -158,11 +159,7 @@ ModelInfo readModelInfo(const ModelSources& sourcesIn) {
     }
     info.vae_scale_factor = info.model_dims.vae_scale_factor;
     info.max_sequence_length = m.config->max_sequence_length;
-    info.cfg_from_guidance = m.config->cfg_from_guidance;
-    info.cfg_guidance_above = m.config->cfg_guidance_above;
-    info.guidance_meaning = QString::fromStdString(m.config->options.guidance);
-    info.true_cfg_meaning = QString::fromStdString(m.config->options.true_cfg_scale);
-    info.cfg_truncation = m.config->options.cfg_truncation;
+    info.request = dit::requestSpecOf(m);
     if (!m.default_settings.empty()) {
       info.default_settings =
           QJsonDocument::fromJson(QByteArray::fromStdString(m.default_settings)).object();
@@ -184,6 +181,20 @@ ModelInfo readModelInfo(const ModelSources& sourcesIn) {
   }
   info.ok = true;
   return info;
+}
+
+dit::RequestSpec ModelInfo::anyModelRequest() {
+  dit::RequestSpec s = dit::baseRequestSpec("this model", "the model's pipeline");
+  for (const char* f : {"guidance", "true_cfg_scale", "negative_prompt"}) s.at(f).read = true;
+  s.guider.kind = dit::GuiderSpec::Kind::TrueCfg;
+  s.guider.scale_field = "true_cfg_scale";
+  s.guider.requirement = "a negative prompt and true_cfg_scale > 1";
+  s.inputs = {true, true, true};
+  return s;
+}
+
+dit::ResolvedRequest ModelInfo::resolve(const dit::protocol::GenerationParams& p) const {
+  return dit::resolveRequest(request, dit::requestValues(p));
 }
 
 QString formatCount(qint64 n) {

@@ -7,8 +7,10 @@
 #include <QString>
 #include <QStringList>
 
+#include "app/protocol/protocol.h"
 #include "backend/io/model_folder.h"
 #include "backend/models/family.h"
+#include "backend/models/request_spec.h"
 #include "parallel/strategy.h"
 
 namespace dit::ui {
@@ -53,17 +55,11 @@ struct ModelInfo {
   // vae/config.json
   int vae_scale_factor = 8;       ///< 2^(len(block_out_channels)-1)
   int max_sequence_length = 512;  ///< the pipeline's default text length (FLUX: T5 tokens)
-  /// CFG runs whenever guidance > 1 (FLUX.2 [klein] base) instead of FLUX.1's true CFG (a
-  /// negative prompt and true_cfg_scale > 1); dit::PipelineConfig::cfg_from_guidance.
-  bool cfg_from_guidance = false;
-  /// With cfg_from_guidance: CFG runs when guidance is above this (FLUX.2 [klein]: 1, Z-Image:
-  /// 0); dit::PipelineConfig::cfg_guidance_above.
-  double cfg_guidance_above = 1.0;
-  /// What the guidance options mean for the loaded family (dit::PipelineConfig::options); an
-  /// empty text: the pipeline does not read it. Everything read until a model is read.
-  QString guidance_meaning = QStringLiteral("guidance_scale");
-  QString true_cfg_meaning = QStringLiteral("true_cfg_scale with the negative prompt");
-  bool cfg_truncation = true;  ///< ZImagePipeline's cfg_truncation and cfg_normalization
+  /// The family's declared request for this model (dit::requestSpecOf): every field with what it
+  /// means here (read or not and why), the size rule, the guider, the family's knobs. The panel
+  /// builds its rows from it and the validation resolves requests against it (resolve()).
+  /// Until a model is read: the generic fields, all read, no knobs.
+  dit::RequestSpec request = anyModelRequest();
   QList<ComponentSize> components;
   /// The transformer family's declared ModelDims (sizes, tensor- and context-parallel plans,
   /// parameter table), as dit::ModelFolder::dims() gives them; empty when !ok.
@@ -88,11 +84,11 @@ struct ModelInfo {
   /// The sizes dit::validateForModel needs: model_dims (the registered family's declaration,
   /// never rebuilt from the fields above).
   const dit::ModelDims& dims() const { return model_dims; }
-  /// Whether a request with these parameters runs the CFG branch cfg_degree 2 splits off.
-  /// `true_cfg`: a negative prompt and true_cfg_scale > 1; `guidance`: the request's guidance.
-  bool runsCfg(bool true_cfg, double guidance) const {
-    return cfg_from_guidance ? guidance > cfg_guidance_above : true_cfg;
-  }
+  /// `p` resolved against this model's request (dit::resolveRequest: defaults, ranges, the size
+  /// rule, whether the guider runs the CFG branch cfg_degree 2 splits off).
+  dit::ResolvedRequest resolve(const dit::protocol::GenerationParams& p) const;
+  /// The request before a model is read: guidance and true CFG both read, true CFG's rule.
+  static dit::RequestSpec anyModelRequest();
   /// Multi-line human summary (layers, heads, head dim, parameters).
   QString summary() const;
 };

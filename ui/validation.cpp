@@ -34,10 +34,20 @@ Validation validate(const dit::Strategy& s, const ModelInfo& model, const Genera
   }
   const dit::ModelDims dims = model.dims();
   add(v.startIssues, dit::validateForModel(s, dims));
-  add(v.requestIssues,
-      dit::validateForRequest(s, dims,
-                              requestDims(p, textLen, model.runsCfg(p.trueCfg(), p.guidance))),
-      v.startIssues);
+  // The family's declared request, resolved as the CLI, the server and the worker resolve it.
+  const dit::ResolvedRequest r = model.resolve(p);
+  for (const dit::RequestProblem& pr : r.problems) {
+    const QString m = QString::fromStdString(pr.message);
+    if (!v.requestIssues.contains(m)) v.requestIssues << m;
+  }
+  dit::RequestDims rd = requestDims(p, textLen, r.cfg);
+  if (r.ok()) {
+    rd.width = r.values.width;
+    rd.height = r.values.height;
+    if (textLen <= 0) rd.text_len = r.values.max_sequence_length;
+  }
+  rd.cfg_requirement = r.cfg_requirement;
+  add(v.requestIssues, dit::validateForRequest(s, dims, rd), v.startIssues);
   return v;
 }
 

@@ -27,7 +27,7 @@ struct Validation {
 Validation validate(const dit::Strategy& s, const ModelInfo& model, const GenerationParams& p,
                     int textLen, const QString& hostfile = QString());
 
-/// dit::RequestDims of a request; `cfg`: whether it runs the CFG branch (ModelInfo::runsCfg).
+/// dit::RequestDims of a request; `cfg`: whether it runs the CFG branch (ModelInfo::resolve).
 dit::RequestDims requestDims(const GenerationParams& p, int textLen, bool cfg);
 
 }  // namespace dit::ui

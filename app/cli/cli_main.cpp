@@ -18,6 +18,7 @@
 #include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "app/cli/cli_options.h"
 #include "app/common/blas_kernel.h"
@@ -25,6 +26,7 @@
 #include "app/common/generation.h"
 #include "app/common/lora_cache.h"
 #include "app/common/model_source_options.h"
+#include "app/common/request_values.h"
 #include "app/demo/shapes_dataset.h"
 #include "app/launcher/launch.h"
 #include "app/protocol/events.h"
@@ -49,22 +51,10 @@ namespace fs = std::filesystem;
 namespace {
 
 // The memory estimate before anything is loaded: `ranks` ranks on this host, each holding its
-// weights plus the request's activations, attention and VAE decode.
-void refuseMemory(const CliOptions& o, const ModelFolder& model,
-                  const protocol::GenerationParams& g, int ranks) {
-  const int vsf = model.dims().vae_scale_factor;
-  RequestDims rd;
-  rd.width = g.width > 0 ? g.width : model.dims().defaultImageSide();
-  rd.height = g.height > 0 ? g.height : model.dims().defaultImageSide();
-  if (!g.init_image.empty() && (g.width <= 0 || g.height <= 0)) {
-    // The pipeline's default with an init image: its size, rounded down to 2 x vae_scale_factor.
-    const auto [iw, ih] = imageSize(g.init_image);
-    if (g.width <= 0) rd.width = std::max(2 * vsf, iw / (2 * vsf) * (2 * vsf));
-    if (g.height <= 0) rd.height = std::max(2 * vsf, ih / (2 * vsf) * (2 * vsf));
-  }
-  rd.text_len =
-      g.max_sequence_length > 0 ? g.max_sequence_length : model.config->max_sequence_length;
-  rd.true_cfg = model.config->runsCfg(g.trueCfg(), g.guidance);
+// weights plus the resolved request's activations, attention and VAE decode.
+void refuseMemory(const CliOptions& o, const ModelFolder& model, const ResolvedRequest& r,
+                  int ranks) {
+  const RequestDims rd = r.dims();
   const bool cuda = o.device == "cuda";
   const MemoryEstimate est =
       estimateRequestMemory(model, o.strategy, rd, o.dtype == "float32" ? 4 : 2, !cuda);
@@ -79,28 +69,17 @@ void refuseMemory(const CliOptions& o, const ModelFolder& model,
   spdlog::debug("memory estimate per rank: {}", est.describe());
 }
 
-// Guidance options given on the command line that the loaded pipeline does not read
-// (PipelineConfig::options): a warning naming what the family reads instead, as diffusers'
-// QwenImagePipeline warns for a guidance_scale it ignores. `given(option)`: the option was on the
-// command line.
-void warnIgnoredOptions(const ModelFolder& model, const std::function<bool(const char*)>& given) {
-  const PipelineConfig::OptionMeanings& m = model.config->options;
-  const std::string family = familyOf(model).display_name;
-  auto reads = [&] {
-    std::string s;
-    if (!m.guidance.empty()) s += "--guidance (" + m.guidance + ")";
-    if (!m.true_cfg_scale.empty())
-      s += std::string(s.empty() ? "" : ", ") + "--true-cfg-scale (" + m.true_cfg_scale + ")";
-    if (m.cfg_truncation) s += ", --cfg-truncation, --cfg-normalization";
-    return s.empty() ? std::string("no guidance option") : s;
-  };
-  auto warn = [&](const char* opt) {
-    spdlog::warn("{} is ignored: this {} pipeline reads {}", opt, family, reads());
-  };
-  if (given("--guidance") && m.guidance.empty()) warn("--guidance");
-  if (given("--true-cfg-scale") && m.true_cfg_scale.empty()) warn("--true-cfg-scale");
-  for (const char* opt : {"--cfg-truncation", "--cfg-normalization"})
-    if (given(opt) && !m.cfg_truncation) warn(opt);
+// The request fields given on the command line (their flags), for the family's warnings about
+// fields the model does not read.
+std::set<std::string> givenFields(const CLI::App& app) {
+  std::set<std::string> given;
+  for (const char* field : {"guidance", "true_cfg_scale", "negative_prompt", "strength", "steps",
+                            "max_sequence_length"}) {
+    std::string flag = std::string("--") + field;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    if (app.count(flag) > 0) given.insert(field);
+  }
+  return given;
 }
 
 // The compute dtype of an in-process run (resolveComputeDType: bfloat16 on a CPU without bf16
@@ -357,12 +336,31 @@ int main(int argc, char** argv) {
     a->add_option("--guidance", o.gen.guidance,
                   "the pipeline's guidance_scale, 0 .. 100: FLUX.1 the distilled guidance "
                   "embedding; FLUX.2 [klein] CFG when > 1; Z-Image real CFG when > 0");
-    a->add_option("--cfg-truncation", o.gen.cfg_truncation,
-                  "Z-Image cfg_truncation, 0 .. 100: steps whose normalised time (1000 - t) / "
-                  "1000 exceeds it run without CFG (default 1: every step)");
-    a->add_option("--cfg-normalization", o.gen.cfg_normalization,
-                  "Z-Image cfg_normalization, 0 .. 100: clip the guided prediction's norm to "
-                  "this x the conditional one's (default 0: off)");
+    // The model families' own knobs, one flag each from their declarations (FamilySpec::knobs),
+    // and --set name=value for any of them.
+    for (const FieldSpec& k : allFamilyKnobs())
+      a->add_option_function<double>(
+          k.cliFlag(), [&o, name = k.name](double v) { o.gen.options[name] = v; },
+          k.help + " (" + k.rangeText() + ", default " + protocol::numberText(k.default_value) +
+              "; the families that declare it)");
+    a->add_option_function<std::vector<std::string>>(
+        "--set",
+        [&o](const std::vector<std::string>& items) {
+          for (const std::string& item : items) {
+            const auto eq = item.find('=');
+            if (eq == std::string::npos || eq == 0)
+              throw CLI::ValidationError("--set", "expects name=value, got '" + item + "'");
+            const std::string name = item.substr(0, eq), value = item.substr(eq + 1);
+            char* end = nullptr;
+            const double v = std::strtod(value.c_str(), &end);
+            if (value.empty() || *end != '\0')
+              throw CLI::ValidationError("--set",
+                                         "'" + name + "' needs a number, got '" + value + "'");
+            o.gen.options[name] = v;
+          }
+        },
+        "a model option as name=value (repeatable); the model's family declares which it takes "
+        "(each is also a flag of its own, listed above)");
     a->add_option("--seed", o.seed,
                   "seed of the CPU noise generator, 0 .. 2^64-1 (default 42; -1: random)");
     a->add_option("--max-sequence-length", o.gen.max_sequence_length,
@@ -374,6 +372,14 @@ int main(int argc, char** argv) {
                   "output PNG (with data parallel / several images: FILE-i.png); an existing file "
                   "is refused unless --overwrite");
     a->add_flag("--overwrite", o.overwrite, "replace existing --output / --output-tensors files");
+    a->add_flag("--print-request-spec", o.printRequestSpec,
+                "print the model's declared request (every field with its default, range and "
+                "meaning for this family, the size rule, the CFG rule) as Markdown, and exit");
+    a->add_flag("--check", o.check,
+                "resolve the request and the strategy against the model's declared request "
+                "(configs only: nothing loads, no group starts) and print the verdict as one JSON "
+                "line: {\"ok\", \"width\", \"height\", \"steps\", \"cfg\", \"notes\"} or "
+                "{\"ok\": false, \"problems\": [{\"field\", \"rule\", \"message\"}]}; exit 0 / 2");
     a->add_option("--output-tensors", o.outputTensors,
                   "safetensors with image, initial_latents, final_latents");
     a->add_option("--num-images", o.gen.num_images, "images per request, 1 .. 10000");
@@ -477,15 +483,46 @@ int main(int argc, char** argv) {
     // Refuse an impossible strategy or size before anything starts (configs and safetensors
     // headers only, no weights read).
     const auto model = ModelFolder::open(o.sources());
-    warnIgnoredOptions(model, [&](const char* opt) { return app.count(opt) > 0; });
-    model.config->checkMaxSequenceLength(o.gen.max_sequence_length);
+    if (o.printRequestSpec) {
+      std::cout << requestSpecMarkdown(requestSpecOf(model));
+      return 0;
+    }
+    // The family's declared request, resolved once: what the worker will resolve the same way.
+    protocol::GenerationParams gen = request(o).params;
+    gen.num_images = request(o).imageCount();
+    const ResolvedRequest resolved =
+        resolveRequest(requestSpecOf(model), requestValues(gen, givenFields(app)));
+    for (const std::string& note : resolved.notes) spdlog::warn("{}", note);
+    if (o.check) {
+      // The verdict every front end gives for this request (the strategy's too).
+      std::vector<RequestProblem> problems = resolved.problems;
+      if (resolved.ok() && (o.np > 1 || !o.hostfile.empty()))
+        for (const RequestProblem& p : strategyProblems(s, modelDims(model), resolved))
+          problems.push_back(p);
+      json v{{"ok", problems.empty()}};
+      if (problems.empty()) {
+        v["width"] = resolved.values.width;
+        v["height"] = resolved.values.height;
+        v["steps"] = resolved.values.steps;
+        v["max_sequence_length"] = resolved.values.max_sequence_length;
+        v["cfg"] = resolved.cfg;
+        v["options"] = resolved.values.options;
+        v["notes"] = resolved.notes;
+      } else {
+        v["problems"] = json::array();
+        for (const RequestProblem& p : problems)
+          v["problems"].push_back({{"field", p.field}, {"rule", p.rule}, {"message", p.message}});
+      }
+      std::cout << v.dump() << std::endl;
+      return problems.empty() ? 0 : 2;
+    }
+    throwIfProblems(resolved);
     if (!model.components.empty() && model.components.at("transformer").single_file)
       spdlog::info("model sources:\n{}", model.describeSources());
     if (o.np > 1 || !o.hostfile.empty())
-      if (auto msg = validateStrategyForRequest(s, model, o.gen, request(o).imageCount());
-          !msg.empty())
-        throw std::invalid_argument("strategy refused: " + msg);
-    if (o.hostfile.empty()) refuseMemory(o, model, o.gen, o.np);
+      if (auto issues = validateForRequest(s, modelDims(model), resolved.dims()); !issues.empty())
+        throw std::invalid_argument("strategy refused: " + joinIssues(issues));
+    if (o.hostfile.empty()) refuseMemory(o, model, resolved, o.np);
     if (o.np == 1 && o.hostfile.empty()) return runLocal(o);
     return runMpi(o);
   } catch (const std::exception& e) {

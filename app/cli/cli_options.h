@@ -20,7 +20,13 @@ struct CliOptions {
   int np = 0, ompThreads = 0;
   Strategy strategy;
   bool jsonEvents = false;
-  bool overwrite = false;        ///< replace an existing --output / --output-tensors
+  bool overwrite = false;  ///< replace an existing --output / --output-tensors
+  /// --check: resolve the request and the strategy against the model (configs only, nothing
+  /// loaded or started) and print the verdict as one JSON line.
+  bool check = false;
+  /// --print-request-spec: print the model's declared request (its family's fields, size rule
+  /// and guider) as the documentation's Markdown table, and exit.
+  bool printRequestSpec = false;
   bool allowNonFinite = false;   ///< load checkpoints holding NaN/Inf (refused by default)
   std::string networkInterface;  ///< MPI interfaces for hostfile groups
   std::string sshOptions, portRange, mpirunArgs;  ///< hostfile groups (issue 18)

@@ -14,9 +14,11 @@
 #include <filesystem>
 #include <random>
 
+#include "app/common/request_values.h"
 #include "backend/io/image_io.h"
 #include "backend/io/png_io.h"
 #include "backend/io/tensor_io.h"
+#include "backend/models/family_registry.h"
 
 namespace dit {
 namespace fs = std::filesystem;
@@ -32,8 +34,7 @@ PipelineInputs pipelineParams(const protocol::GenerationParams& p) {
   g.height = p.height;
   g.steps = p.steps;
   g.guidance = p.guidance;
-  g.cfg_truncation = p.cfg_truncation;
-  g.cfg_normalization = p.cfg_normalization;
+  g.options = p.options;
   g.seed = p.seed;  // unsigned 64-bit end to end (torch.Generator.manual_seed's range)
   g.max_sequence_length = p.max_sequence_length;
   g.init_image = p.init_image;
@@ -182,24 +183,12 @@ std::string validateStrategyForRequest(const Strategy& s, const ModelFolder& m,
                                        const protocol::GenerationParams& p, int numImages) {
   auto issues = validateDegrees(s);
   if (!issues.empty()) return joinIssues(issues);
-  const int vsf = m.dims().vae_scale_factor;
-  RequestDims r;
-  r.width = p.width > 0 ? p.width : m.dims().defaultImageSide();
-  r.height = p.height > 0 ? p.height : m.dims().defaultImageSide();
-  if (!p.init_image.empty() && (p.width <= 0 || p.height <= 0)) {
-    // The pipeline's default with an init image: its size, rounded down to 2 x vae_scale_factor.
-    try {
-      const auto [iw, ih] = imageSize(p.init_image);
-      if (p.width <= 0) r.width = std::max(2 * vsf, iw / (2 * vsf) * (2 * vsf));
-      if (p.height <= 0) r.height = std::max(2 * vsf, ih / (2 * vsf) * (2 * vsf));
-    } catch (const std::exception& e) {
-      return e.what();
-    }
-  }
-  r.text_len = p.max_sequence_length > 0 ? p.max_sequence_length : m.config->max_sequence_length;
-  r.true_cfg = m.config->runsCfg(p.trueCfg(), p.guidance);
-  r.num_images = numImages;
-  return joinIssues(validateForRequest(s, modelDims(m), r));
+  // The family's declared request, resolved once (sizes from the init image included).
+  protocol::GenerationParams q = p;
+  q.num_images = numImages;
+  const ResolvedRequest r = resolveRequest(requestSpecOf(m), requestValues(q));
+  if (!r.ok()) return r.message();
+  return joinIssues(validateForRequest(s, modelDims(m), r.dims()));
 }
 
 void tuneHostAllocator() {

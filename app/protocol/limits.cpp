@@ -21,8 +21,6 @@ const std::vector<FieldLimit> kRequestLimits = {
     {"preview_every", K::Integer, 0, 1000000, false, "", " (0: no previews)"},
     {"guidance", K::Real, 0, kMaxGuidance, false, "", ""},
     {"true_cfg_scale", K::Real, 0, kMaxGuidance, false, "", ""},
-    {"cfg_truncation", K::Real, 0, kMaxGuidance, false, "", " (above 1: no truncation)"},
-    {"cfg_normalization", K::Real, 0, kMaxGuidance, false, "", " (0: off)"},
     {"strength", K::Real, 0, 1, false, "", "", true},
 };
 

@@ -39,6 +39,8 @@ inline constexpr int kMaxSteps = 1000;  ///< steps: 0 or 1 .. kMaxSteps
 inline constexpr int kMaxSequenceLength = 65536;
 inline constexpr int kMaxImages = 10000;       ///< num_images: 1 .. kMaxImages
 inline constexpr double kMaxGuidance = 100.0;  ///< guidance, true_cfg_scale: finite, 0 .. 100
+/// options (a model family's knobs): at most this many entries per request.
+inline constexpr std::size_t kMaxOptions = 32;
 
 /// One numeric request field: its kind and inclusive range (`zero_is_default`: 0 is accepted too
 /// and means "the model's default").

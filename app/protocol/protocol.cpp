@@ -16,6 +16,16 @@ using nlohmann::json;
 
 namespace {
 
+// Why `name` cannot be a knob name ("" when it can): 1 .. 64 characters of [a-z0-9_].
+std::string optionNameProblem(const std::string& name) {
+  if (name.empty() || name.size() > 64)
+    return "has a name of " + std::to_string(name.size()) + " characters; names are 1 .. 64";
+  for (const char c : name)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'))
+      return "has a name that is not [a-z0-9_]: '" + name.substr(0, 64) + "'";
+  return "";
+}
+
 // Invalid UTF-8 (e.g. echoed from a bad request line) is replaced, never thrown.
 std::string dumpSafe(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -102,6 +112,31 @@ struct Reader {
   }
 };
 
+// "options": {"name": number, ...}: names of [a-z0-9_] (1 .. 64), finite numbers, at most
+// kMaxOptions entries. Which names a model knows and their ranges are the family's (resolve).
+std::map<std::string, double> readOptions(const json& v, const std::optional<std::string>& id) {
+  if (!v.is_object())
+    throw ProtocolError(
+        "request field 'options' must be an object of numbers, got " + std::string(v.type_name()),
+        "options", id);
+  if (v.size() > kMaxOptions)
+    throw ProtocolError("request field 'options' has " + std::to_string(v.size()) +
+                            " entries; at most " + std::to_string(kMaxOptions),
+                        "options", id);
+  std::map<std::string, double> out;
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    const std::string& name = it.key();
+    if (const std::string why = optionNameProblem(name); !why.empty())
+      throw ProtocolError("request field 'options' " + why, "options", id);
+    if (!it->is_number() || !std::isfinite(it->get<double>()))
+      throw ProtocolError(
+          "request field 'options." + name + "' must be a finite number, got " + it->dump(),
+          "options." + name, id);
+    out[name] = it->get<double>();
+  }
+  return out;
+}
+
 GenerationParams readParams(const json& j, const GenerationParams& defaults,
                             const std::optional<std::string>& id) {
   Reader r{j, "request", id};
@@ -116,8 +151,7 @@ GenerationParams readParams(const json& j, const GenerationParams& defaults,
   r.limited("height", p.height);
   r.limited("steps", p.steps);
   r.limited("guidance", p.guidance);
-  r.limited("cfg_truncation", p.cfg_truncation);
-  r.limited("cfg_normalization", p.cfg_normalization);
+  if (const json* v = r.find("options")) p.options = readOptions(*v, id);
   r.limited("num_images", p.num_images);
   r.limited("max_sequence_length", p.max_sequence_length);
   r.str("init_image", p.init_image);
@@ -318,11 +352,11 @@ bool GenerationParams::operator==(const GenerationParams& o) const {
   return prompt == o.prompt && negative_prompt == o.negative_prompt &&
          hasNegativePrompt() == o.hasNegativePrompt() && true_cfg_scale == o.true_cfg_scale &&
          width == o.width && height == o.height && steps == o.steps && guidance == o.guidance &&
-         cfg_truncation == o.cfg_truncation && cfg_normalization == o.cfg_normalization &&
-         seed == o.seed && random_seed == o.random_seed && num_images == o.num_images &&
-         max_sequence_length == o.max_sequence_length && init_image == o.init_image &&
-         init_image_sha256 == o.init_image_sha256 && mask_image == o.mask_image &&
-         strength == o.strength && cache == o.cache && loras == o.loras;
+         options == o.options && seed == o.seed && random_seed == o.random_seed &&
+         num_images == o.num_images && max_sequence_length == o.max_sequence_length &&
+         init_image == o.init_image && init_image_sha256 == o.init_image_sha256 &&
+         mask_image == o.mask_image && strength == o.strength && cache == o.cache &&
+         loras == o.loras;
 }
 
 std::size_t invalidUtf8Offset(std::string_view s) {
@@ -354,8 +388,18 @@ void checkParams(const GenerationParams& p, const std::optional<std::string>& id
   checkUtf8("negative_prompt", p.negative_prompt, id);
   checkLimit("true_cfg_scale", p.true_cfg_scale, id);
   checkLimit("guidance", p.guidance, id);
-  checkLimit("cfg_truncation", p.cfg_truncation, id);
-  checkLimit("cfg_normalization", p.cfg_normalization, id);
+  if (p.options.size() > kMaxOptions)
+    throw ProtocolError("request field 'options' has " + std::to_string(p.options.size()) +
+                            " entries; at most " + std::to_string(kMaxOptions),
+                        "options", id);
+  for (const auto& [name, value] : p.options) {
+    if (const std::string why = optionNameProblem(name); !why.empty())
+      throw ProtocolError("request field 'options' " + why, "options", id);
+    if (!std::isfinite(value))
+      throw ProtocolError(
+          "request field 'options." + name + "' must be a finite number, got " + numberText(value),
+          "options." + name, id);
+  }
   checkLimit("width", p.width, id);
   checkLimit("height", p.height, id);
   checkLimit("steps", p.steps, id);
@@ -438,9 +482,8 @@ json toJson(const GenerationParams& p) {
          {"steps", p.steps},           {"guidance", p.guidance},
          {"num_images", p.num_images}, {"max_sequence_length", p.max_sequence_length}};
   if (p.hasNegativePrompt()) j["negative_prompt"] = p.negative_prompt;  // given, even ""
-  // Z-Image's CFG options, only when set (other families' requests keep their keys).
-  if (p.cfg_truncation != 1.0) j["cfg_truncation"] = p.cfg_truncation;
-  if (p.cfg_normalization != 0.0) j["cfg_normalization"] = p.cfg_normalization;
+  // The family's knobs, only when some are set (other requests keep their keys).
+  if (!p.options.empty()) j["options"] = p.options;
   if (!p.init_image.empty()) {
     j["init_image"] = p.init_image;
     j["strength"] = p.strength;

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
@@ -79,12 +80,11 @@ struct GenerationParams {
   int height = 0;               ///< pixels; 0 = model default
   int steps = 0;                ///< denoising steps; 0 = model default (28)
   double guidance = 3.5;        ///< distilled guidance scale (guidance_embeds models); 0 .. 100
-  /// ZImagePipeline's cfg_truncation: steps whose normalised time (1000 - t) / 1000 exceeds it run
-  /// without CFG; > 1 (and the default 1) = every step; 0 .. 100. Other families ignore it.
-  double cfg_truncation = 1.0;
-  /// ZImagePipeline's cfg_normalization: > 0 clips the guided prediction's L2 norm to this x the
-  /// conditional one's; 0 = off (default); 0 .. 100. Other families ignore it.
-  double cfg_normalization = 0.0;
+  /// The model family's own knobs by field name (backend FamilySpec::knobs, e.g. Z-Image's
+  /// cfg_truncation): finite numbers; their ranges, defaults and whether the model knows the
+  /// name are the family's (the request's resolve refuses an unknown one). In JSON: the object
+  /// "options", e.g. {"cfg_truncation": 0.5}; absent = every knob at its default.
+  std::map<std::string, double> options;
   /// Seed of the CPU noise generator: the full 64-bit range, carried as a JSON integer (never a
   /// double). Image i of a request uses seed + i (mod 2^64).
   std::uint64_t seed = 42;

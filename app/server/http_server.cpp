@@ -13,8 +13,11 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <sstream>
+#include <string>
 
+#include "app/common/request_values.h"
 #include "app/server/image_codec.h"
 #include "app/server/request_guard.h"
 #include "app/server/resources.h"
@@ -261,6 +264,23 @@ struct Handlers {
     if (auto v = integer(b, "max_sequence_length", 1, protocol::kMaxSequenceLength))
       p.max_sequence_length = static_cast<int>(*v), echo["max_sequence_length"] = *v;
     if (auto v = str(b, "cache")) p.cache = *v, echo["cache"] = *v;
+    // The model family's own knobs as {"options": {"name": number}} (an OpenAI client sends it as
+    // an extra body field); which names the model takes and their ranges are the family's
+    // declared request, resolved by the group (a name it does not take is refused naming it).
+    if (b.contains("options") && !b["options"].is_null()) {
+      const json& o = b["options"];
+      if (!o.is_object())
+        throw badRequest("'options' must be an object of numbers, e.g. {\"name\": 0.5}", "options");
+      p.options.clear();
+      for (auto it = o.begin(); it != o.end(); ++it) {
+        if (!it->is_number())
+          throw badRequest("'options." + it.key().substr(0, 64) + "' must be a number, got " +
+                               std::string(it->type_name()),
+                           "options." + it.key().substr(0, 64));
+        p.options[it.key()] = it->get<double>();
+      }
+      echo["options"] = p.options;
+    }
     if (b.contains("loras") && !b["loras"].is_null()) {
       const json& l = b["loras"];
       if (!l.is_array()) throw badRequest("'loras' must be an array of {name, strength}", "loras");
@@ -541,11 +561,56 @@ struct Handlers {
     return std::max(1, resolvedSteps(c) / (count + 1));
   }
 
+  // The family's declared request, resolved as the group will resolve it, against the spec a
+  // ready group of the requested model sent (its ready event's model.request): a refusal is a 400
+  // naming the field before anything is queued ('size' on the OpenAI routes for a width or
+  // height), and a size the family floors is echoed as made. Before any group is ready, the
+  // group resolves it (a refusal then fails the job naming the field).
+  void resolveForModel(ImagesCall& c) {
+    const std::vector<std::string> ids = pool.models();
+    if (ids.empty()) return;
+    const json ready = pool.readyInfo(c.job.model.empty() ? ids.front() : c.job.model);
+    if (!ready.is_object() || !ready.contains("model") || !ready["model"].is_object() ||
+        !ready["model"].contains("request"))
+      return;
+    RequestSpec spec;
+    try {
+      spec = requestSpecFromJson(ready["model"]["request"]);
+    } catch (const std::exception&) {
+      return;  // a group that sent no usable spec resolves the request itself
+    }
+    // AUTOMATIC1111's cfg_scale is the model's CFG scale: true_cfg_scale where the family runs
+    // true CFG (FLUX.1, Qwen-Image), guidance where its CFG is classic (FLUX.2 [klein], Z-Image).
+    auto& p = c.job.request.params;
+    if (c.job.api.rfind("sdapi", 0) == 0 && c.echo.contains("cfg_scale") &&
+        spec.guider.kind == GuiderSpec::Kind::ClassicCfg && spec.guider.scale_field == "guidance") {
+      p.guidance = p.true_cfg_scale;
+      p.true_cfg_scale = 1.0;
+    }
+    std::set<std::string> given;
+    for (auto it = c.echo.begin(); it != c.echo.end(); ++it) given.insert(it.key());
+    const ResolvedRequest r = resolveRequest(spec, requestValues(p, given));
+    if (!r.ok()) {
+      const RequestProblem& pr = r.problems.front();
+      const bool openAi = c.job.api.rfind("openai", 0) == 0;
+      const bool side = pr.field == "width" || pr.field == "height";
+      // A family option (declared or not) is named where the client put it.
+      const FieldSpec* f = spec.field(pr.field);
+      const bool option = c.job.request.params.options.count(pr.field) > 0 || (f && f->knob);
+      throw badRequest(pr.message, openAi && side ? "size"
+                                   : option       ? "options." + pr.field
+                                                  : pr.field);
+    }
+    if (c.size != "auto" && !c.size.empty())
+      c.size = std::to_string(r.values.width) + "x" + std::to_string(r.values.height);
+  }
+
   std::shared_ptr<Job> submit(ImagesCall& c) {
     c.job.previews = c.stream && c.partial_images > 0;
     if (c.job.previews) c.job.request.preview_every = previewEvery(c, c.partial_images);
     checkProtocol(c.job.request.params);
     checkRequestLine(c.job.request);
+    resolveForModel(c);
     try {
       return pool.submit(c.job);
     } catch (const Refusal& r) {

@@ -15,6 +15,7 @@
 #include "app/common/device_stats.h"
 #include "app/common/generation.h"
 #include "app/common/lora_cache.h"
+#include "app/common/request_values.h"
 #include "app/protocol/events.h"
 #include "app/protocol/protocol.h"
 #include "app/worker/worker.h"
@@ -23,6 +24,7 @@
 #include "backend/io/png_io.h"
 #include "backend/io/sha256.h"
 #include "backend/io/weight_source.h"
+#include "backend/models/family_registry.h"
 #include "backend/models/memory_estimate.h"
 #include "parallel/device_mesh.h"
 #include "parallel/process_group.h"
@@ -66,14 +68,13 @@ void Worker::handleGenerate(const protocol::GenerateRequest& req) {
 bool Worker::resolveRequest(const protocol::GenerateRequest& req,
                             const protocol::GenerationParams& request, PipelineInputs& base) {
   try {
+    // The family's declared request, resolved as every front end resolved it.
+    protocol::GenerationParams q = request;
+    q.num_images = req.imageCount();
+    const ResolvedRequest r = dit::resolveRequest(requestSpecOf(pipe_->model()), requestValues(q));
+    throwIfProblems(r);
     base = pipe_->resolve(pipelineParams(request));
-    RequestDims rd;
-    rd.width = base.width;
-    rd.height = base.height;
-    rd.text_len = base.max_sequence_length;
-    rd.true_cfg = pipe_->model().config->runsCfg(base.trueCfg(), base.guidance);
-    rd.num_images = req.imageCount();
-    auto issues = validateForRequest(s_, modelDims(pipe_->model()), rd);
+    auto issues = validateForRequest(s_, modelDims(pipe_->model()), r.dims());
     if (!issues.empty()) throw std::invalid_argument(joinIssues(issues));
   } catch (const std::exception& e) {
     if (rank_ == 0) emitTyped(protocol::ErrorEvent{req.id, 0, e.what(), false});
@@ -111,12 +112,12 @@ bool Worker::refuseRequest(const protocol::GenerateRequest& req, const PipelineI
           if (!f->empty() && fs::exists(indexedPath(*f, i, numImages)))
             replaceable_.push_back(indexedPath(*f, i, numImages));
     if (refusal.empty()) {
-      RequestDims rd;
+      protocol::GenerationParams q = req.params;
+      q.num_images = numImages;
+      RequestDims rd = dit::resolveRequest(requestSpecOf(pipe_->model()), requestValues(q)).dims();
       rd.width = base.width;
       rd.height = base.height;
       rd.text_len = base.max_sequence_length;
-      rd.true_cfg = pipe_->model().config->runsCfg(base.trueCfg(), base.guidance);
-      rd.num_images = numImages;
       const bool cuda = device_.rfind("cuda", 0) == 0;
       const MemoryEstimate est = estimateRequestMemory(
           pipe_->model(), s_, rd, static_cast<int>(c10::elementSize(computeDtype_)), !cuda);

@@ -413,6 +413,9 @@ protocol::ReadyEvent Worker::readyEvent(const ModelFolder& model, double loadSec
                                  {"step_cache", family.caps.step_cache},
                                  {"single_file", family.caps.single_file},
                                  {"lora_formats", family.caps.lora_formats}};
+  // The family's declared request for this model: the server resolves requests against it
+  // before queueing them (a refusal is a 400 naming the field).
+  ready.model["request"] = requestSpecToJson(requestSpecOf(model));
   return ready;
 }
 

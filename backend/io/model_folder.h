@@ -35,45 +35,13 @@ struct PipelineConfig {
   /// The largest max_sequence_length the pipeline takes and where that rule comes from:
   /// FluxPipeline.check_inputs refuses more than 512 (T5); Flux2KleinPipeline has no check (its
   /// text encoder's max_position_embeddings bounds it); QwenImagePipeline its
-  /// tokenizer_max_length (1024). The CLI checks it before anything loads (checkMaxSequenceLength)
-  /// and the pipeline's resolve again.
+  /// tokenizer_max_length (1024). The family's RequestSpec takes its max_sequence_length range
+  /// from these.
   int max_sequence_length_limit = 512;
   std::string max_sequence_length_rule = "FluxPipeline (T5)";
-  /// Throws std::invalid_argument when `n` is above max_sequence_length_limit, naming the limit,
-  /// the rule and `n` (0, the model's default, is always accepted).
-  void checkMaxSequenceLength(int n) const {
-    if (n > max_sequence_length_limit)
-      throw std::invalid_argument("max_sequence_length cannot be greater than " +
-                                  std::to_string(max_sequence_length_limit) + " for " +
-                                  max_sequence_length_rule + ", got " + std::to_string(n));
-  }
-  /// How the pipeline decides to run the unconditional (CFG) branch that cfg_degree 2 splits
-  /// off. false: FluxPipeline's true CFG (a negative prompt and true_cfg_scale > 1). true:
-  /// classic CFG driven by guidance (Flux2KleinPipeline.do_classifier_free_guidance: guidance
-  /// > 1 on a model that is not distilled; the negative is "" or the negative prompt).
-  bool cfg_from_guidance = false;
-  /// With cfg_from_guidance: CFG runs when guidance is above this (Flux2KleinPipeline: 1;
-  /// ZImagePipeline: 0, its do_classifier_free_guidance is guidance_scale > 0).
-  double cfg_guidance_above = 1.0;
-  /// Whether a request runs the CFG branch: `guidance` > cfg_guidance_above when
-  /// cfg_from_guidance, else `true_cfg` (the request's negative prompt and true_cfg_scale > 1).
-  bool runsCfg(bool true_cfg, double guidance) const {
-    return cfg_from_guidance ? guidance > cfg_guidance_above : true_cfg;
-  }
-  /// What the request's guidance options mean for this pipeline (the CLI's warnings and the
-  /// GUI's labels), set by the family's parse. An empty text: the pipeline does not read the
-  /// option (the CLI warns when it is given, as QwenImagePipeline warns for guidance_scale on a
-  /// model that is not guidance-distilled; the GUI disables the field).
-  struct OptionMeanings {
-    /// guidance_scale, e.g. "distilled guidance embedding" (FluxPipeline) or "CFG scale, on
-    /// when > 0" (ZImagePipeline).
-    std::string guidance;
-    /// true_cfg_scale with a negative prompt (FluxPipeline, QwenImagePipeline).
-    std::string true_cfg_scale;
-    /// ZImagePipeline's cfg_truncation and cfg_normalization.
-    bool cfg_truncation = false;
-  };
-  OptionMeanings options;
+  // What a request means for the family (its fields, defaults, guidance and CFG rules) is not
+  // here: the family declares it once as a RequestSpec (FamilySpec::request,
+  // backend/models/request_spec.h) built from this config.
 };
 
 /// Where each component comes from: ditstudio-cli / ditstudio-worker --model, --config, --vae,

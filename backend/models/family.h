@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/models/request_spec.h"
 #include "parallel/strategy.h"  // ModelDims
 
 namespace dit {
@@ -102,6 +103,17 @@ struct FamilySpec {
   /// with any of steps, width, height, guidance, true_cfg_scale, negative_prompt (e.g.
   /// Z-Image-Turbo's few steps and no CFG). Null or "" = none.
   std::function<std::string(const ModelFolder& folder)> default_settings;
+  /// The family's request for an opened folder of this family, built on baseRequestSpec: what
+  /// each common field means for this model (read or not and why, defaults, ranges, the diffusers
+  /// argument), the size rule, the guider, max_sequence_length's limit. Generic code reads it
+  /// through requestSpecOf (family_registry.h), which adds `knobs` and the inputs from `caps`.
+  /// Throws std::invalid_argument when the folder holds another family.
+  std::function<RequestSpec(const ModelFolder& folder)> request;
+  /// The family's own request knobs (FieldSpec::knob = true), declared once here: every front
+  /// end offers them from this list (the CLI a flag each and --set name=value, the GUI a row
+  /// each, the server a JSON field each) and the pipeline reads them by name from its inputs'
+  /// options map. E.g. ZImagePipeline's cfg_truncation and cfg_normalization.
+  std::vector<FieldSpec> knobs;
 
   /// "" when the family can do `feature` ("img2img", "inpaint", "step_cache", "single_file"),
   /// else the one refusal every front end shows: "FLUX.2 [klein] (Flux2KleinPipeline) cannot do

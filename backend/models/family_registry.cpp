@@ -42,6 +42,59 @@ std::string joined(const std::vector<std::string>& v) {
 
 }  // namespace
 
+RequestSpec folderRequestBase(const ModelFolder& folder, const std::string& pipeline) {
+  const PipelineConfig& c = *folder.config;
+  RequestSpec spec = baseRequestSpec(familyOf(folder).display_name, pipeline);
+  spec.size.vae_scale_factor = c.dims.vae_scale_factor;
+  spec.size.default_width = spec.size.default_height = c.dims.defaultImageSide();
+  spec.default_max_sequence_length = c.max_sequence_length;
+  spec.at("max_sequence_length").max = c.max_sequence_length_limit;
+  spec.max_sequence_length_rule = c.max_sequence_length_rule;
+  return spec;
+}
+
+RequestSpec requestSpecOf(const ModelFolder& folder) {
+  const FamilySpec& f = familyOf(folder);
+  RequestSpec spec =
+      f.request ? f.request(folder) : baseRequestSpec(f.display_name, f.pipeline_class);
+  spec.family = f.display_name;
+  for (const FieldSpec& k : f.knobs) {
+    FieldSpec knob = k;
+    knob.knob = true;
+    spec.fields.push_back(knob);
+  }
+  spec.inputs.init_image = f.caps.img2img;
+  spec.inputs.mask = f.caps.inpaint;
+  spec.inputs.step_cache = f.caps.step_cache;
+  if (!spec.inputs.init_image) {
+    for (const char* name : {"init_image", "strength"}) {
+      FieldSpec& field = spec.at(name);
+      field.read = false;
+      field.not_read = f.refusal("img2img");
+    }
+  }
+  if (!spec.inputs.mask) {
+    FieldSpec& field = spec.at("mask_image");
+    field.read = false;
+    field.not_read = f.refusal("inpaint");
+  }
+  return spec;
+}
+
+std::vector<FieldSpec> allFamilyKnobs() {
+  std::vector<FieldSpec> out;
+  for (const FamilySpec& f : modelFamilies())
+    for (const FieldSpec& k : f.knobs) {
+      bool seen = false;
+      for (const FieldSpec& o : out) seen = seen || o.name == k.name;
+      if (!seen) {
+        out.push_back(k);
+        out.back().knob = true;
+      }
+    }
+  return out;
+}
+
 std::string FamilySpec::refusal(const std::string& feature) const {
   struct Feature {
     const char* name;

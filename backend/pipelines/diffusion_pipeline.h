@@ -54,19 +54,15 @@ struct PipelineInputs {
   bool hasNegativePrompt() const { return negative_prompt_given || !negative_prompt.empty(); }
   /// FluxPipeline.__call__: do_true_cfg = true_cfg_scale > 1 and has_neg_prompt.
   bool trueCfg() const { return hasNegativePrompt() && true_cfg_scale > 1.0; }
-  /// ZImagePipeline's cfg_truncation: a step whose normalised time (1000 - timestep) / 1000 is
-  /// above it runs without CFG (ignored when > 1; default 1.0 = every step). Families without it
-  /// ignore it.
-  double cfg_truncation = 1.0;
-  /// ZImagePipeline's cfg_normalization: when > 0, a guided prediction whose L2 norm exceeds
-  /// cfg_normalization x the conditional one's is scaled down to it (0 = off, the default).
-  /// Families without it ignore it.
-  double cfg_normalization = 0.0;
+  /// The family's own knobs by name (FamilySpec::knobs, e.g. ZImagePipeline's cfg_truncation):
+  /// resolve() fills every declared knob (its default when absent) and refuses unknown names;
+  /// the guider and the family's hooks read them by the name their spec declares.
+  std::map<std::string, double> options;
   /// Image-to-image (FluxImg2ImgPipeline; FLUX.2 [klein]: Flux2KleinInpaintPipeline without a
   /// mask): path of the init image, read by every rank; empty = text-to-image. FLUX.1:
   /// width/height 0 = the image's size rounded down to a multiple of 2 * vae_scale_factor;
   /// otherwise the image is resized (PIL LANCZOS) to width x height. FLUX.2 [klein]: always the
-  /// image's size (area capped at 1024 x 1024), floored (FlowMatchDefaults::init_image_size).
+  /// image's size (area capped at 1024 x 1024), floored (the family's SizeRule).
   std::string init_image;
   /// Inpainting (FluxInpaintPipeline, Flux2KleinInpaintPipeline): path of the mask (white =
   /// repaint, binarised at 0.5, resized like the init image when its size differs); needs

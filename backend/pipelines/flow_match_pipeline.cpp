@@ -21,13 +21,13 @@ using Clock = std::chrono::steady_clock;
 double msSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
-std::string sizeText(int w, int h) { return std::to_string(w) + "x" + std::to_string(h); }
 }  // namespace
 
 FlowMatchPipeline::FlowMatchPipeline(const ModelFolder& model, const PipelineOptions& opts)
     : model_(model), opts_(opts), device_(opts.device) {
   const FamilySpec& family = familyOf(model);
   caps_ = family.caps;
+  spec_ = requestSpecOf(model);
   familyName_ = family.display_name;
   if (device_.is_cuda() && !at::hasCUDA())
     throw std::invalid_argument(
@@ -51,78 +51,39 @@ FlowMatchPipeline::~FlowMatchPipeline() = default;
 bool FlowMatchPipeline::cfgParallel() const { return opts_.cfg && opts_.cfg->size() == 2; }
 
 PipelineInputs FlowMatchPipeline::resolve(PipelineInputs p) const {
-  const FlowMatchDefaults d = defaults();
-  const int vsf = d.vae_scale_factor, mult = 2 * vsf;
-  if (!std::isfinite(p.guidance) || !std::isfinite(p.true_cfg_scale))
-    throw std::invalid_argument("guidance and true_cfg_scale must be finite numbers");
-  if (!std::isfinite(p.cfg_truncation) || !std::isfinite(p.cfg_normalization) ||
-      p.cfg_normalization < 0)
-    throw std::invalid_argument(
-        "cfg_truncation must be a finite number and cfg_normalization a finite number >= 0");
-  if (p.width < 0 || p.height < 0 || p.steps < 0 || p.max_sequence_length < 0)
-    throw std::invalid_argument(
-        "width, height, steps and max_sequence_length cannot be negative (0 = the model's "
-        "default)");
-  if (!std::isfinite(p.strength) || p.strength <= 0 || p.strength > 1)
-    throw std::invalid_argument("strength must be in (0, 1], got " + std::to_string(p.strength));
-  if (!p.mask_image.empty() && p.init_image.empty())
-    throw std::invalid_argument("a mask needs an init image (inpainting repaints the init image)");
-  checkRequestSupported(familyName_, caps_,
-                        {!p.init_image.empty(), !p.mask_image.empty(), p.cache.enabled()});
-  if (!p.init_image.empty()) {
-    auto [iw, ih] = imageSize(p.init_image);
-    const bool fromImage = d.init_image_size == InitImageSize::FromImage;
-    if (fromImage && static_cast<int64_t>(iw) * ih > 1024 * 1024) {
-      // Flux2KleinInpaintPipeline: scale = sqrt(1024^2 / (h * w)), int(h * scale) x int(w * scale).
-      const double scale = std::sqrt(1024.0 * 1024.0 / (static_cast<double>(ih) * iw));
-      ih = static_cast<int>(ih * scale);
-      iw = static_cast<int>(iw * scale);
-    }
-    if (iw < mult || ih < mult)
-      throw std::invalid_argument("init image " + p.init_image + " is " + sizeText(iw, ih) +
-                                  " pixels; it must be at least " + sizeText(mult, mult));
-    // The init image's size, rounded down to the packing multiple.
-    if (fromImage || p.width <= 0) p.width = iw / mult * mult;
-    if (fromImage || p.height <= 0) p.height = ih / mult * mult;
+  RequestValues v;
+  v.prompt = p.prompt;
+  v.negative_prompt = p.negative_prompt;
+  v.negative_prompt_given = p.negative_prompt_given;
+  v.width = p.width;
+  v.height = p.height;
+  v.steps = p.steps;
+  v.max_sequence_length = p.max_sequence_length;
+  v.guidance = p.guidance;
+  v.true_cfg_scale = p.true_cfg_scale;
+  v.strength = p.strength;
+  v.init_image = p.init_image;
+  v.mask_image = p.mask_image;
+  v.cache = p.cache.enabled();
+  v.options = p.options;
+  const ResolvedRequest r = resolveRequest(spec_, v);
+  if (!r.ok()) {
+    // An unreadable init image is a file error, not a wrong value.
+    for (const RequestProblem& pr : r.problems)
+      if (pr.rule == "image") throw std::runtime_error(pr.message);
+    throwIfProblems(r);
   }
-  if (p.width <= 0) p.width = d.sample_size * vsf;
-  if (p.height <= 0) p.height = d.sample_size * vsf;
-  if (p.steps <= 0) p.steps = d.steps;
-  if (p.max_sequence_length <= 0) p.max_sequence_length = d.max_sequence_length;
-  if (d.floor_sizes) {
-    if (p.width < mult || p.height < mult)
-      throw std::invalid_argument("width and height must be at least " + std::to_string(mult) +
-                                  " (2 x vae_scale_factor " + std::to_string(vsf) + "); got " +
-                                  sizeText(p.width, p.height));
-    // Flux2KleinPipeline.prepare_latents: 2 * (size // (vsf * 2)) latent pixels, i.e. the image
-    // size floored to a multiple of 2 x vae_scale_factor (diffusers warns and resizes).
-    p.width = p.width / mult * mult;
-    p.height = p.height / mult * mult;
-  } else if (p.width % mult != 0 || p.height % mult != 0) {
-    throw std::invalid_argument(
-        "width and height must be multiples of " + std::to_string(mult) +
-        " (2 x vae_scale_factor " + std::to_string(vsf) + ") for this model; got " +
-        sizeText(p.width, p.height) + " — try " +
-        sizeText(std::max(mult, p.width / mult * mult), std::max(mult, p.height / mult * mult)));
-  }
-  constexpr int kMaxSide = 16384;
-  if (p.width > kMaxSide || p.height > kMaxSide)
-    throw std::invalid_argument("width and height are limited to " + std::to_string(kMaxSide) +
-                                " pixels; got " + sizeText(p.width, p.height));
-  if (p.steps > 1000)
-    throw std::invalid_argument("steps are limited to 1000; got " + std::to_string(p.steps));
-  model().config->checkMaxSequenceLength(p.max_sequence_length);  // the family's limit and rule
-  if (!p.init_image.empty() && img2imgStartIndex(p.steps, p.strength) >= p.steps)
-    throw std::invalid_argument("strength " + std::to_string(p.strength) + " with " +
-                                std::to_string(p.steps) +
-                                " steps runs no denoising step (steps * strength < 1); raise "
-                                "strength or steps");
+  p.width = r.values.width;
+  p.height = r.values.height;
+  p.steps = r.values.steps;
+  p.max_sequence_length = r.values.max_sequence_length;
+  p.options = r.values.options;
   return p;
 }
 
-void FlowMatchPipeline::checkCfg(const CfgPolicy& cfg) const {
-  if (cfgParallel() && !cfg.enabled)
-    throw std::invalid_argument("cfg_degree 2 needs " + cfg.requirement +
+void FlowMatchPipeline::checkCfg(const Guider& cfg) const {
+  if (cfgParallel() && !cfg.enabled())
+    throw std::invalid_argument("cfg_degree 2 needs true CFG (" + cfg.requirement() + ")" +
                                 "; with CFG off one half of the group would idle — use "
                                 "cfg_degree 1");
 }
@@ -154,7 +115,7 @@ GenerationResult FlowMatchPipeline::generate(const PipelineInputs& params0,
                                              const PipelineCallbacks& cb) {
   at::NoGradGuard ng;
   const PipelineInputs p = resolve(params0);
-  const CfgPolicy cfg = cfgPolicy(p);
+  const Guider cfg = guider(p);
   checkCfg(cfg);
   const int cfgRank = cfgParallel() ? opts_.cfg->rank() : 0;
   if (cb.onStage) cb.onStage("encode");  // tokenize + text encoders
@@ -163,19 +124,14 @@ GenerationResult FlowMatchPipeline::generate(const PipelineInputs& params0,
   PromptConditioning pos, neg;
   if (!cfgParallel() || cfgRank == 0)
     pos = encodePromptConditioning(p.prompt, p.max_sequence_length);
-  if (cfg.enabled && (!cfgParallel() || cfgRank == 1))
-    neg = encodePromptConditioning(cfg.negative_prompt, p.max_sequence_length);
+  if (cfg.enabled() && (!cfgParallel() || cfgRank == 1))
+    neg = encodePromptConditioning(cfg.negativePrompt(), p.max_sequence_length);
   const double encodeTotal = msSince(t0);
   GenerationResult r = denoise(p, pos, neg, cb);
   r.timings_ms["tokenize"] = pos.tokenize_ms + neg.tokenize_ms;
   r.timings_ms["encode"] = pos.encode_ms + neg.encode_ms;
   r.timings_ms["encode_total"] = encodeTotal;
   return r;
-}
-
-at::Tensor FlowMatchPipeline::combineGuidance(const at::Tensor& cond, const at::Tensor& uncond,
-                                              const CfgPolicy& cfg) const {
-  return cfg.combine ? cfg.combine(cond, uncond) : uncond + cfg.scale * (cond - uncond);
 }
 
 at::Tensor FlowMatchPipeline::preprocessInitImage(const Image8& image, int height,
@@ -198,7 +154,7 @@ FlowMatchLatents FlowMatchPipeline::prepareLatents(const PipelineInputs& p,
                                                    const PipelineCallbacks& cb,
                                                    GenerationResult& res) {
   FlowMatchLatents s;
-  const int mult = 2 * defaults().vae_scale_factor;
+  const int mult = 2 * vaeScaleFactor();
   s.h = p.height / mult;
   s.w = p.width / mult;
   auto gen = at::detail::createCPUGenerator(p.seed);
@@ -255,12 +211,12 @@ GenerationResult FlowMatchPipeline::denoise(const PipelineInputs& p, const Promp
   at::NoGradGuard ng;
   GenerationResult res;
   res.params = p;
-  const CfgPolicy cfg = cfgPolicy(p);
+  const Guider cfg = guider(p);
   checkCfg(cfg);
   const bool cfgPar = cfgParallel();
   const int cfgRank = cfgPar ? opts_.cfg->rank() : 0;
   const PromptConditioning& mine = cfgPar && cfgRank == 1 ? neg : pos;
-  if (!mine.defined() || (cfg.enabled && !cfgPar && !neg.defined()))
+  if (!mine.defined() || (cfg.enabled() && !cfgPar && !neg.defined()))
     throw std::invalid_argument(
         "the prompt conditioning this rank needs was not given (the prompt, and with CFG the "
         "negative prompt)");
@@ -274,7 +230,7 @@ GenerationResult FlowMatchPipeline::denoise(const PipelineInputs& p, const Promp
   auto stage = [&](const char* s) {
     if (cb.onStage) cb.onStage(s);
   };
-  const int mult = 2 * defaults().vae_scale_factor;
+  const int mult = 2 * vaeScaleFactor();
   const int tokens = (p.height / mult) * (p.width / mult);
   FlowMatchEulerDiscreteScheduler sched(schedulerConfig());
   sched.setTimesteps(p.steps, scheduleMu(tokens, p.steps), p.init_image.empty() ? 1.0 : p.strength);
@@ -312,7 +268,7 @@ GenerationResult FlowMatchPipeline::denoise(const PipelineInputs& p, const Promp
     const auto ts = Clock::now();
     const at::Tensor tt = modelTimestep(sched.timestep(k), dt);
     // CFG at this step (a family may run some steps on the conditional branch only).
-    const bool guided = cfg.enabled && (!cfg.active_at || cfg.active_at(sched.timestep(k)));
+    const bool guided = cfg.activeAt(sched.timestep(k));
     auto run = [&](const PromptConditioning& c, const char* context) {
       if (cache) cache->setContext(context);
       at::Tensor out = model.forward(transformerInputs(latents, tt, c, state));
@@ -321,12 +277,12 @@ GenerationResult FlowMatchPipeline::denoise(const PipelineInputs& p, const Promp
       return out;
     };
     at::Tensor v;
-    if (!cfg.enabled) {
+    if (!cfg.enabled()) {
       v = run(pos, "cond");
     } else if (!cfgPar) {
       if (guided) {
         const at::Tensor vc = run(pos, "cond"), vu = run(neg, "uncond");
-        v = combineGuidance(vc, vu, cfg);
+        v = cfg.combine(vc, vu);
       } else {
         v = run(pos, "cond");
       }
@@ -335,7 +291,7 @@ GenerationResult FlowMatchPipeline::denoise(const PipelineInputs& p, const Promp
       // unconditional branch; exchange and combine identically on both.
       const at::Tensor part = run(mine, cfgRank == 0 ? "cond" : "uncond").contiguous();
       const at::Tensor both = opts_.cfg->allgather(part.unsqueeze(0), 0)->result();
-      v = combineGuidance(both[0], both[1], cfg);
+      v = cfg.combine(both[0], both[1]);
     } else {
       // A step without CFG under CFG parallel: rank 0 predicts the conditional branch and the
       // same exchange hands it to rank 1 (which sends zeros of the same shape).

@@ -12,12 +12,13 @@
 // clean one after the last step); step caching through DiffusionTransformer::setStepCache; the
 // stage / per-step callbacks with x0 previews; cancellation; timings; decode.
 //
-// A family (pipelines/<family>/pipeline_<family>.cpp) supplies: its defaults and size policy,
-// prompt encoding, its CFG policy, the schedule's mu, noise drawing and packing, image encoding,
-// the mask on its latent layout, the fixed transformer inputs (position ids, guidance,
-// conditioning tokens) and decode. Every tensor the loop handles is packed latents
-// [1, S_img, C_packed] (float32 on the CPU between stages, the compute dtype on the device in
-// the loop).
+// A family declares its request once (FamilySpec::request: defaults, size rule, guider kind and
+// knobs; resolve() and the Guider read it) and its pipeline
+// (pipelines/<family>/pipeline_<family>.cpp) supplies the hooks: prompt encoding, the schedule's
+// mu, noise drawing and packing, image encoding, the mask on its latent layout, the fixed
+// transformer inputs (position ids, guidance, conditioning tokens) and decode. Every tensor the
+// loop handles is packed latents [1, S_img, C_packed] (float32 on the CPU between stages, the
+// compute dtype on the device in the loop).
 #pragma once
 
 #include <ATen/core/Generator.h>
@@ -30,7 +31,9 @@
 #include <string>
 
 #include "backend/io/image_io.h"
+#include "backend/models/request_spec.h"
 #include "backend/pipelines/diffusion_pipeline.h"
+#include "backend/pipelines/guider.h"
 #include "backend/pipelines/pipeline_capabilities.h"
 #include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
 
@@ -44,46 +47,6 @@ struct PromptConditioning {
   TransformerInputs inputs;
   double tokenize_ms = 0, encode_ms = 0;  ///< wall time of tokenization and of the encoders
   bool defined() const { return !inputs.empty(); }
-};
-
-/// How a family runs classifier-free guidance for a request.
-struct CfgPolicy {
-  bool enabled = false;         ///< two predictions per step (conditional and unconditional)
-  double scale = 1.0;           ///< v = v_uncond + scale * (v_cond - v_uncond)
-  std::string negative_prompt;  ///< what the unconditional branch encodes
-  /// When CFG runs, for the cfg_degree 2 refusal, e.g. "true CFG (a negative prompt and
-  /// true_cfg_scale > 1)".
-  std::string requirement;
-  /// Optional (with enabled): whether the step at scheduler timestep `timestep` (0..1000) runs
-  /// CFG; a step without it predicts the conditional branch only (ZImagePipeline's
-  /// cfg_truncation). Empty = every step.
-  std::function<bool(double timestep)> active_at;
-  /// Optional: the guided prediction from the conditional and unconditional ones (same shape and
-  /// dtype; e.g. ZImagePipeline's pos + g (pos - neg) with its cfg_normalization, in float32).
-  /// Empty = uncond + scale * (cond - uncond).
-  std::function<at::Tensor(const at::Tensor& cond, const at::Tensor& uncond)> combine;
-};
-
-/// How an init image sets the output size.
-enum class InitImageSize {
-  /// FluxImg2ImgPipeline: width/height 0 take the image's size rounded down to a multiple of
-  /// 2 x vae_scale_factor; given ones resize the image.
-  DefaultsToImage,
-  /// Flux2KleinInpaintPipeline: always the image's size (first scaled down to 1024 x 1024 pixels
-  /// of area when larger), floored to a multiple of 2 x vae_scale_factor; width/height ignored.
-  FromImage,
-};
-
-/// A family's request defaults and size rules (what resolve() needs).
-struct FlowMatchDefaults {
-  int vae_scale_factor = 8;
-  int sample_size = 128;  ///< default width/height = sample_size x vae_scale_factor
-  int steps = 28;
-  int max_sequence_length = 512;
-  /// true: width/height are floored to multiples of 2 x vae_scale_factor (Flux2KleinPipeline);
-  /// false: other sizes are refused naming the nearest valid one (FluxPipeline).
-  bool floor_sizes = false;
-  InitImageSize init_image_size = InitImageSize::DefaultsToImage;
 };
 
 /// The latents of one generation (packed, float32, CPU) and what the loop needs beyond them.
@@ -110,13 +73,10 @@ class FlowMatchPipeline : public DiffusionPipeline {
   /// The family's capabilities (its record, FamilySpec::caps).
   const FamilyCapabilities& capabilities() const { return caps_; }
 
-  /// Fills the family's defaults and checks the shared limits: finite guidance and
-  /// true_cfg_scale; no negative sizes; strength in (0, 1]; a mask only with an init image; the
-  /// family's capabilities (one generic refusal); the init image's size per the family's policy;
-  /// width/height multiples of (or floored to) 2 x vae_scale_factor, at most 16384; steps <= 1000;
-  /// max_sequence_length <= the family's limit (PipelineConfig::checkMaxSequenceLength); strength x
-  /// steps >= 1 with an init image. Throws std::invalid_argument with the fix to apply;
-  /// std::runtime_error naming an unreadable init image.
+  /// The family's declared request (requestSpecOf the model) resolved for `p`
+  /// (resolveRequest, backend/models/request_spec.h: defaults, ranges, knobs, inputs, the size
+  /// rule with the init image's size). Throws std::invalid_argument with every problem's message
+  /// (the fix to apply); std::runtime_error naming an unreadable init image.
   PipelineInputs resolve(PipelineInputs p) const override;
 
   /// The whole pipeline for one image: resolve, the prompt encodings this rank needs (under
@@ -126,15 +86,10 @@ class FlowMatchPipeline : public DiffusionPipeline {
   GenerationResult generate(const PipelineInputs& params,
                             const PipelineCallbacks& cb = {}) override;
 
-  /// The family's CFG for these (resolved) inputs.
-  virtual CfgPolicy cfgPolicy(const PipelineInputs& p) const = 0;
-  /// The guided prediction from the conditional and unconditional ones (same shape, e.g.
-  /// [B, S_img, C], the compute dtype), run identically on both ranks of a cfg group. Default:
-  /// the policy's `combine` when set (ZImagePipeline), else (FluxPipeline's true CFG, classic
-  /// CFG) uncond + cfg.scale * (cond - uncond). A family may override it for its rule
-  /// (QwenImagePipeline's norm rescale).
-  virtual at::Tensor combineGuidance(const at::Tensor& cond, const at::Tensor& uncond,
-                                     const CfgPolicy& cfg) const;
+  /// The family's request declaration (requestSpecOf the model).
+  const RequestSpec& requestSpec() const { return spec_; }
+  /// The guider for resolved inputs `p` (the family's GuiderSpec).
+  Guider guider(const PipelineInputs& p) const { return Guider(spec_.guider, p); }
 
  protected:
   /// Checks the device (CUDA build for "cuda", no float16 on the CPU) and the tensor-parallel
@@ -157,8 +112,10 @@ class FlowMatchPipeline : public DiffusionPipeline {
   GenerationResult denoise(const PipelineInputs& p, const PromptConditioning& pos,
                            const PromptConditioning& neg, const PipelineCallbacks& cb);
 
+  /// Pixels per latent pixel (the family's SizeRule).
+  int vaeScaleFactor() const { return spec_.size.vae_scale_factor; }
+
   // ---- Family hooks ----
-  virtual FlowMatchDefaults defaults() const = 0;
   /// One prompt's conditioning (collective over the text encoder's groups).
   virtual PromptConditioning encodePromptConditioning(const std::string& prompt,
                                                       int max_sequence_length) = 0;
@@ -205,7 +162,7 @@ class FlowMatchPipeline : public DiffusionPipeline {
                                               const FlowMatchLatents& state) const;
 
  private:
-  void checkCfg(const CfgPolicy& cfg) const;
+  void checkCfg(const Guider& guider) const;
   /// Throws std::runtime_error when `t` (float32 CPU: the final latents, then the decoded image)
   /// holds NaN or Inf, naming `what`, the steps run and the likely cause (an applied LoRA, the
   /// weights, float16 overflow, an extreme guidance scale): nothing is written for such a result.
@@ -215,6 +172,7 @@ class FlowMatchPipeline : public DiffusionPipeline {
   PipelineOptions opts_;
   c10::Device device_{at::kCPU};
   FamilyCapabilities caps_;
+  RequestSpec spec_;        ///< requestSpecOf(model_)
   std::string familyName_;  ///< FamilySpec::display_name, named in refusals
 };
 

@@ -9,6 +9,7 @@
 #include "backend/io/safetensors.h"
 #include "backend/models/checkpoint_layouts.h"
 #include "backend/models/family_facts.h"
+#include "backend/models/family_registry.h"
 #include "backend/models/flux/flux_plan.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
 
@@ -94,6 +95,31 @@ FamilySpec fluxFamily() {
     dev.guidance_embeds = true;
     // CLIP-L 0.123 B + T5-XXL encoder 4.76 B + VAE 0.084 B
     return std::vector<KnownModel>{{"FLUX.1 [dev]", fluxModelDims(dev, 8), 4.9e9, 512}};
+  };
+  f.request = [](const ModelFolder& m) {
+    // FluxPipeline.__call__ (FluxImg2ImgPipeline / FluxInpaintPipeline with an init image).
+    const FluxPipelineConfig& c = fluxConfig(m);
+    RequestSpec s = folderRequestBase(m, "FluxPipeline");
+    s.default_steps = 28;
+    s.size.rounding = SizeRule::Rounding::Refuse;  // check_inputs: "must be divisible by"
+    s.size.init_image = SizeRule::FromInitImage::DefaultsToImage;
+    s.size.source = "FluxPipeline.check_inputs";
+    FieldSpec& g = s.at("guidance");
+    if (c.transformer.guidance_embeds) {
+      g.read = true;
+      g.help = "distilled guidance embedding (no second pass)";
+    } else {
+      g.not_read = "this FLUX.1 transformer has no guidance embedding (schnell-style)";
+    }
+    FieldSpec& t = s.at("true_cfg_scale");
+    t.read = true;
+    t.help = "true CFG with the negative prompt when > 1 (a second pass per step)";
+    s.at("negative_prompt").read = true;
+    s.guider.kind = GuiderSpec::Kind::TrueCfg;
+    s.guider.scale_field = "true_cfg_scale";
+    s.guider.threshold = 1.0;
+    s.guider.requirement = "a negative prompt and true_cfg_scale > 1";
+    return s;
   };
   return f;
 }

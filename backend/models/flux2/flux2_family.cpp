@@ -6,6 +6,7 @@
 
 #include "backend/io/model_folder.h"
 #include "backend/models/family_facts.h"
+#include "backend/models/family_registry.h"
 #include "backend/models/flux2/flux2_plan.h"
 #include "backend/models/text_encoders/qwen3_plan.h"
 #include "backend/pipelines/flux2/flux2_pipeline_config.h"
@@ -90,6 +91,41 @@ FamilySpec flux2KleinFamily() {
         {"FLUX.2 [klein] 4B", klein(5, 20, 24, 7680), 4.0e9 + 0.084e9, 512},
         {"FLUX.2 [klein] 9B", klein(8, 24, 32, 12288), 8.2e9 + 0.084e9, 512},
         {"FLUX.2 [dev]", flux2ModelDims(Flux2TransformerConfig{}, 8), 24.0e9 + 0.084e9, 512}};
+  };
+  f.request = [](const ModelFolder& m) {
+    // Flux2KleinPipeline.__call__ (Flux2KleinInpaintPipeline with an init image).
+    const Flux2PipelineConfig& c = flux2Config(m);
+    RequestSpec s = folderRequestBase(m, "Flux2KleinPipeline");
+    s.default_steps = 50;
+    // prepare_latents: 2 * (size // (vae_scale_factor * 2)) latent pixels (floored, with a
+    // warning); with an init image the output is the image's size, its area capped at 1024^2.
+    s.size.rounding = SizeRule::Rounding::Floor;
+    s.size.init_image = SizeRule::FromInitImage::Always;
+    s.size.init_image_max_area = 1024 * 1024;
+    s.size.source = "Flux2KleinPipeline.prepare_latents";
+    FieldSpec& g = s.at("guidance");
+    if (c.is_distilled) {
+      // A step-wise distilled model never runs CFG: guidance_scale is ignored (diffusers warns).
+      g.not_read =
+          "this FLUX.2 [klein] model is step-wise distilled (model_index.json "
+          "is_distilled): it runs no CFG and ignores guidance_scale";
+      s.at("negative_prompt").not_read = g.not_read;
+      s.guider.kind = GuiderSpec::Kind::None;
+      s.guider.requirement =
+          "a FLUX.2 [klein] model that is not step-wise distilled (this one is: is_distilled)";
+    } else {
+      // do_classifier_free_guidance: guidance_scale > 1; the negative is "" or the given one.
+      g.read = true;
+      g.help = "CFG scale, on when > 1 (a second pass per step)";
+      s.at("negative_prompt").read = true;
+      s.guider.kind = GuiderSpec::Kind::ClassicCfg;
+      s.guider.scale_field = "guidance";
+      s.guider.threshold = 1.0;
+      s.guider.requirement = "guidance > 1 on a model that is not distilled";
+    }
+    s.at("true_cfg_scale").not_read =
+        "Flux2KleinPipeline has no true_cfg_scale (its CFG scale is guidance)";
+    return s;
   };
   return f;
 }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backend/io/model_folder.h"
+#include "backend/models/family_registry.h"
 #include "backend/models/qwenimage/qwenimage_plan.h"
 #include "backend/models/text_encoders/qwen3_plan.h"
 #include "backend/pipelines/qwenimage/qwenimage_pipeline_config.h"
@@ -72,6 +73,29 @@ FamilySpec qwenImageFamily() {
     // AutoencoderKLQwenImage (0.127 B).
     return std::vector<KnownModel>{
         {"Qwen-Image", qwenImageModelDims(QwenImageTransformerConfig{}, 8), 7.07e9 + 0.127e9, 512}};
+  };
+  f.request = [](const ModelFolder& m) {
+    // QwenImagePipeline.__call__: sizes floored to 2 * (size // (vae_scale_factor * 2)).
+    RequestSpec s = folderRequestBase(m, "QwenImagePipeline");
+    s.default_steps = 50;
+    s.size.rounding = SizeRule::Rounding::Floor;
+    s.size.source = "QwenImagePipeline.prepare_latents";
+    // guidance_scale is for guidance-distilled transformers (guidance_embeds), which this family
+    // does not run: ignored as diffusers ignores it (with a warning).
+    s.at("guidance").not_read =
+        "QwenImagePipeline reads guidance_scale only for guidance-distilled transformers; its "
+        "CFG is true_cfg_scale with a negative prompt";
+    FieldSpec& t = s.at("true_cfg_scale");
+    t.read = true;
+    t.help = "true CFG with the negative prompt when > 1 (a second pass per step)";
+    s.at("negative_prompt").read = true;
+    // uncond + s (cond - uncond), then each token rescaled to the conditional one's norm.
+    s.guider.kind = GuiderSpec::Kind::TrueCfg;
+    s.guider.scale_field = "true_cfg_scale";
+    s.guider.threshold = 1.0;
+    s.guider.rescale = GuiderSpec::Rescale::PerTokenNorm;
+    s.guider.requirement = "a negative prompt and true_cfg_scale > 1";
+    return s;
   };
   return f;
 }

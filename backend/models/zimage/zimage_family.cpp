@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backend/io/model_folder.h"
+#include "backend/models/family_registry.h"
 #include "backend/models/text_encoders/qwen3_plan.h"
 #include "backend/models/zimage/zimage_plan.h"
 #include "backend/pipelines/zimage/zimage_pipeline_config.h"
@@ -83,6 +84,51 @@ FamilySpec zimageFamily() {
     // Z-Image-Turbo's published use: 9 steps (8 transformer forwards of the distilled schedule
     // plus one), guidance_scale 0.0 (no CFG), 1024 x 1024.
     return std::string(R"({"steps":9,"guidance":0.0,"width":1024,"height":1024})");
+  };
+  // ZImagePipeline's own CFG knobs (its __call__ arguments of the same names).
+  FieldSpec truncation;
+  truncation.name = "cfg_truncation";
+  truncation.type = FieldType::Float;
+  truncation.default_value = 1.0;
+  truncation.min = 0;
+  truncation.max = 100;
+  truncation.help =
+      "steps whose normalised time (1000 - t) / 1000 is above it run without CFG; > 1 (and "
+      "the default 1) = every step";
+  truncation.diffusers_arg = "cfg_truncation";
+  FieldSpec normalization;
+  normalization.name = "cfg_normalization";
+  normalization.type = FieldType::Float;
+  normalization.default_value = 0.0;
+  normalization.min = 0;
+  normalization.max = 100;
+  normalization.help =
+      "> 0 clips the guided prediction's L2 norm to this x the conditional one's; 0 = off";
+  normalization.diffusers_arg = "cfg_normalization";
+  f.knobs = {truncation, normalization};
+  f.request = [](const ModelFolder& m) {
+    // ZImagePipeline.__call__: height = height or 1024, "must be divisible by" (refused).
+    RequestSpec s = folderRequestBase(m, "ZImagePipeline");
+    s.default_steps = 50;
+    s.size.rounding = SizeRule::Rounding::Refuse;
+    s.size.source = "ZImagePipeline.__call__";
+    FieldSpec& g = s.at("guidance");
+    g.read = true;
+    g.help = "CFG scale, on when > 0 (a second pass per step)";
+    s.at("negative_prompt").read = true;
+    s.at("true_cfg_scale").not_read =
+        "ZImagePipeline has no true_cfg_scale (its CFG scale is guidance)";
+    // do_classifier_free_guidance: guidance_scale > 0; pred = pos + g (pos - neg) in float32,
+    // then cfg_truncation / cfg_normalization.
+    s.guider.kind = GuiderSpec::Kind::ClassicCfg;
+    s.guider.scale_field = "guidance";
+    s.guider.threshold = 0.0;
+    s.guider.formula = GuiderSpec::Formula::CondPlus;
+    s.guider.rescale = GuiderSpec::Rescale::GlobalNormClip;
+    s.guider.truncation_field = "cfg_truncation";
+    s.guider.normalization_field = "cfg_normalization";
+    s.guider.requirement = "guidance > 0";
+    return s;
   };
   return f;
 }

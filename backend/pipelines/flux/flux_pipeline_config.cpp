@@ -12,18 +12,6 @@
 
 namespace dit {
 
-namespace {
-// FluxPipeline's guidance_scale feeds the distilled guidance embedding (ignored, as diffusers
-// does, when the transformer has no guidance_embeds: FLUX.1 [schnell]); true_cfg_scale > 1 with
-// a negative prompt runs true CFG.
-PipelineConfig::OptionMeanings fluxOptionMeanings(const FluxTransformerConfig& t) {
-  PipelineConfig::OptionMeanings o;
-  if (t.guidance_embeds) o.guidance = "distilled guidance embedding (no second pass)";
-  o.true_cfg_scale = "true CFG with the negative prompt when > 1 (a second pass per step)";
-  return o;
-}
-}  // namespace
-
 FluxPipelineConfig parseFluxPipelineConfig(const std::string& path,
                                            const std::string& transformerClass) {
   FluxPipelineConfig m;
@@ -60,7 +48,6 @@ FluxPipelineConfig parseFluxPipelineConfig(const std::string& path,
       (std::string(tk) == "tokenizer" ? m.tokenizer_max_length : m.t5_max_length) = v;
   }
   m.max_sequence_length = std::min(512, m.t5_max_length);
-  m.options = fluxOptionMeanings(m.transformer);
   return m;
 }
 
@@ -160,7 +147,6 @@ FluxPipelineConfig parseFluxPipelineSources(const ModelFolder& m) {
   }
   c.dims = fluxModelDims(c.transformer, c.vae.vaeScaleFactor());
   c.max_sequence_length = std::min(512, c.t5_max_length);
-  c.options = fluxOptionMeanings(c.transformer);
   return c;
 }
 

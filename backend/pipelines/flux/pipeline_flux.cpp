@@ -96,13 +96,22 @@ void checkCheckpointMatchesConfig(const ModelFolder& model) {
   std::string msg = "the transformer config (num_layers " + std::to_string(c.num_layers) +
                     ", num_single_layers " + std::to_string(c.num_single_layers) +
                     ") does not describe these weights:";
-  if (!extra.empty())
-    msg += " " + std::to_string(extra.size()) + " tensor" + (extra.size() == 1 ? "" : "s") +
-           " of the checkpoint that the config has no place for (first: '" + extra[0] + "')";
-  if (!missing.empty())
-    msg += std::string(extra.empty() ? "" : ";") + " " + std::to_string(missing.size()) +
-           " tensor" + (missing.size() == 1 ? "" : "s") +
-           " the config needs that the checkpoint lacks (first: '" + missing[0] + "')";
+  // Appended piecewise: `" " + to_string(n)` trips GCC 12's -Wstringop-overflow (a false
+  // positive of its inlined string insert).
+  if (!extra.empty()) {
+    msg.append(" ").append(std::to_string(extra.size())).append(" tensor");
+    msg.append(extra.size() == 1 ? "" : "s");
+    msg.append(" of the checkpoint that the config has no place for (first: '")
+        .append(extra[0])
+        .append("')");
+  }
+  if (!missing.empty()) {
+    msg.append(extra.empty() ? " " : "; ").append(std::to_string(missing.size())).append(" tensor");
+    msg.append(missing.size() == 1 ? "" : "s");
+    msg.append(" the config needs that the checkpoint lacks (first: '")
+        .append(missing[0])
+        .append("')");
+  }
   throw ModelFileError(model.component("transformer") + "/config.json", msg);
 }
 
@@ -122,27 +131,6 @@ PipelineModelInfo FluxPipeline::info() const {
   i.guidance_embeds = t.guidance_embeds;
   i.max_sequence_length = d_->cfg.max_sequence_length;
   return i;
-}
-
-FlowMatchDefaults FluxPipeline::defaults() const {
-  FlowMatchDefaults d;
-  d.vae_scale_factor = d_->cfg.vae.vaeScaleFactor();
-  // FluxPipeline: default_sample_size (128, or the transformer config's sample_size) x vsf.
-  d.sample_size = d_->cfg.transformer.sample_size;
-  d.steps = 28;
-  d.max_sequence_length = d_->cfg.max_sequence_length;
-  d.floor_sizes = false;
-  d.init_image_size = InitImageSize::DefaultsToImage;
-  return d;
-}
-
-CfgPolicy FluxPipeline::cfgPolicy(const PipelineInputs& p) const {
-  CfgPolicy c;
-  c.enabled = p.trueCfg();
-  c.scale = p.true_cfg_scale;
-  c.negative_prompt = p.negative_prompt;
-  c.requirement = "true CFG (a negative prompt and true_cfg_scale > 1)";
-  return c;
 }
 
 const SchedulerConfig& FluxPipeline::schedulerConfig() const { return d_->cfg.scheduler; }

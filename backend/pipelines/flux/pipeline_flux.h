@@ -59,17 +59,12 @@ class FluxPipeline : public FlowMatchPipeline {
   /// "classifier-free guidance is not enabled" warnings); a non-default guidance on a model
   /// without guidance embeds (no effect). `p` is resolved first (throws as resolve does).
   std::vector<std::string> requestWarnings(const PipelineInputs& p) const override;
-  /// FluxPipeline's true CFG: a negative prompt and true_cfg_scale > 1, scale true_cfg_scale.
-  CfgPolicy cfgPolicy(const PipelineInputs& p) const override;
 
   FluxTransformer2DModel& transformer() override;
   /// Bytes of weights held by this rank, per component ("transformer", "text_encoder", ...).
   std::map<std::string, uint64_t> weightBytes() const override;
 
  protected:
-  /// transformer sample_size x vae_scale_factor pixels, 28 steps, sizes must be multiples of
-  /// 2 x vae_scale_factor, an init image gives the default size (FluxImg2ImgPipeline).
-  FlowMatchDefaults defaults() const override;
   PromptConditioning encodePromptConditioning(const std::string& prompt,
                                               int max_sequence_length) override;
   const SchedulerConfig& schedulerConfig() const override;

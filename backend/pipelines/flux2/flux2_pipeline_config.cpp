@@ -15,7 +15,6 @@ Flux2PipelineConfig parseFlux2PipelineConfig(const std::string& path,
   {
     const std::string f = path + "/model_index.json";
     getConfigValue(readConfigJson(f), "is_distilled", m.is_distilled, f);
-    m.cfg_from_guidance = !m.is_distilled;  // do_classifier_free_guidance: guidance > 1
   }
   {
     const std::string f = path + "/transformer/config.json";
@@ -63,9 +62,6 @@ Flux2PipelineConfig parseFlux2PipelineConfig(const std::string& path,
   // the Qwen3 text encoder's positions bound it.
   m.max_sequence_length_limit = m.text_encoder.max_position_embeddings;
   m.max_sequence_length_rule = "Flux2KleinPipeline (the text encoder's max_position_embeddings)";
-  // Flux2KleinPipeline: guidance_scale is classic CFG (guidance > 1, the negative prompt or "")
-  // on the base model and ignored (with a warning) on the step-distilled one; no true_cfg_scale.
-  if (!m.is_distilled) m.options.guidance = "CFG scale, on when > 1 (a second pass per step)";
   return m;
 }
 

@@ -77,29 +77,8 @@ PipelineModelInfo Flux2KleinPipeline::info() const {
   return i;
 }
 
-FlowMatchDefaults Flux2KleinPipeline::defaults() const {
-  FlowMatchDefaults d;
-  d.vae_scale_factor = d_->vsf();
-  d.sample_size = 128;  // Flux2KleinPipeline.default_sample_size
-  d.steps = 50;
-  d.max_sequence_length = d_->cfg.max_sequence_length;
-  d.floor_sizes = true;
-  d.init_image_size = InitImageSize::FromImage;
-  return d;
-}
-
 bool Flux2KleinPipeline::doClassifierFreeGuidance(const PipelineInputs& p) const {
-  return p.guidance > 1.0 && !d_->cfg.is_distilled;
-}
-
-CfgPolicy Flux2KleinPipeline::cfgPolicy(const PipelineInputs& p) const {
-  CfgPolicy c;
-  c.enabled = doClassifierFreeGuidance(p);
-  c.scale = p.guidance;
-  // Flux2KleinPipeline uses "" as the negative prompt; a given negative prompt replaces it.
-  c.negative_prompt = p.negative_prompt;
-  c.requirement = "CFG (guidance > 1 on a model that is not distilled)";
-  return c;
+  return guider(p).enabled();  // the family's GuiderSpec: guidance > 1, not distilled
 }
 
 const SchedulerConfig& Flux2KleinPipeline::schedulerConfig() const { return d_->cfg.scheduler; }

@@ -77,8 +77,6 @@ class Flux2KleinPipeline : public FlowMatchPipeline {
 
   /// CFG is on for these inputs: guidance > 1 and the model is not distilled.
   bool doClassifierFreeGuidance(const PipelineInputs& p) const;
-  /// Flux2KleinPipeline: classic CFG with scale guidance, the negative prompt (default "").
-  CfgPolicy cfgPolicy(const PipelineInputs& p) const override;
   /// Packed-token position ids (t, y, x, 0), int64 [h * w, 4], row-major; t = 10 for the first
   /// conditioning image (Flux2KleinInpaintPipeline._prepare_image_ids), 0 for the noisy latents.
   static at::Tensor latentIds(int64_t h, int64_t w, int64_t t = 0);
@@ -86,9 +84,6 @@ class Flux2KleinPipeline : public FlowMatchPipeline {
   static at::Tensor textIds(int64_t L);
 
  protected:
-  /// 128 x vae_scale_factor pixels, 50 steps, sizes floored to 2 x vae_scale_factor, an init
-  /// image sets the size (Flux2KleinInpaintPipeline).
-  FlowMatchDefaults defaults() const override;
   PromptConditioning encodePromptConditioning(const std::string& prompt,
                                               int max_sequence_length) override;
   const SchedulerConfig& schedulerConfig() const override;

@@ -171,33 +171,6 @@ PipelineModelInfo QwenImagePipeline::info() const {
   return i;
 }
 
-FlowMatchDefaults QwenImagePipeline::defaults() const {
-  FlowMatchDefaults d;
-  d.vae_scale_factor = d_->vsf();
-  d.sample_size = 128;  // QwenImagePipeline.default_sample_size
-  d.steps = 50;
-  d.max_sequence_length = d_->cfg.max_sequence_length;
-  d.floor_sizes = true;  // 2 * (size // (vae_scale_factor * 2)) latent pixels
-  return d;
-}
-
-CfgPolicy QwenImagePipeline::cfgPolicy(const PipelineInputs& p) const {
-  CfgPolicy c;
-  c.enabled = p.trueCfg();  // true_cfg_scale > 1 and has_neg_prompt
-  c.scale = p.true_cfg_scale;
-  c.negative_prompt = p.negative_prompt;
-  c.requirement = "true CFG (a negative prompt and true_cfg_scale > 1)";
-  return c;
-}
-
-at::Tensor QwenImagePipeline::combineGuidance(const at::Tensor& cond, const at::Tensor& uncond,
-                                              const CfgPolicy& cfg) const {
-  const at::Tensor comb = uncond + cfg.scale * (cond - uncond);
-  const at::Tensor condNorm = at::norm(cond, 2, {-1}, true);
-  const at::Tensor noiseNorm = at::norm(comb, 2, {-1}, true);
-  return comb * (condNorm / noiseNorm);
-}
-
 const SchedulerConfig& QwenImagePipeline::schedulerConfig() const { return d_->cfg.scheduler; }
 
 double QwenImagePipeline::scheduleMu(int image_seq_len, int) const {

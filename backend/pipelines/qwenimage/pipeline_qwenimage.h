@@ -82,12 +82,6 @@ class QwenImagePipeline : public FlowMatchPipeline {
   DiffusionTransformer& transformer() override;
   std::map<std::string, uint64_t> weightBytes() const override;
 
-  /// true_cfg_scale > 1 and a negative prompt given: two calls per step.
-  CfgPolicy cfgPolicy(const PipelineInputs& p) const override;
-  /// comb = uncond + s (cond - uncond), then comb * ||cond|| / ||comb|| with the L2 norms per
-  /// token over the last (channel) dim, in the predictions' dtype.
-  at::Tensor combineGuidance(const at::Tensor& cond, const at::Tensor& uncond,
-                             const CfgPolicy& cfg) const override;
   /// The pipeline's prompt embeddings of `prompts` (see qwenImagePromptEmbeds). Throws
   /// std::invalid_argument when loaded without a text encoder.
   std::pair<at::Tensor, at::Tensor> encodePrompts(const std::vector<std::string>& prompts,
@@ -95,9 +89,6 @@ class QwenImagePipeline : public FlowMatchPipeline {
                                                   at::Tensor* unsliced = nullptr) const;
 
  protected:
-  /// 128 x vae_scale_factor pixels, 50 steps, 512 text rows (at most 1024), sizes floored to
-  /// 2 x vae_scale_factor.
-  FlowMatchDefaults defaults() const override;
   PromptConditioning encodePromptConditioning(const std::string& prompt,
                                               int max_sequence_length) override;
   const SchedulerConfig& schedulerConfig() const override;

@@ -10,7 +10,6 @@ namespace dit {
 QwenImagePipelineConfig parseQwenImagePipelineConfig(const std::string& path,
                                                      const std::string& transformerClass) {
   QwenImagePipelineConfig m;
-  m.cfg_from_guidance = false;  // true CFG: a negative prompt and true_cfg_scale > 1
   {
     const std::string f = path + "/transformer/config.json";
     const nlohmann::json j = readConfigJson(f);
@@ -44,10 +43,6 @@ QwenImagePipelineConfig parseQwenImagePipelineConfig(const std::string& path,
   m.max_sequence_length = 512;
   m.max_sequence_length_limit = m.tokenizer_max_length;
   m.max_sequence_length_rule = "QwenImagePipeline (its tokenizer_max_length)";
-  // QwenImagePipeline: true_cfg_scale > 1 with a negative prompt runs true CFG; guidance_scale
-  // is for guidance-distilled transformers (guidance_embeds), which this family does not run,
-  // so it is ignored as diffusers ignores it (with a warning).
-  m.options.true_cfg_scale = "true CFG with the negative prompt when > 1 (a second pass per step)";
   return m;
 }
 

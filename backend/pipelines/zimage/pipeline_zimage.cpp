@@ -129,46 +129,6 @@ PipelineModelInfo ZImagePipeline::info() const {
   return i;
 }
 
-FlowMatchDefaults ZImagePipeline::defaults() const {
-  FlowMatchDefaults d;
-  d.vae_scale_factor = d_->vsf();
-  d.sample_size = 1024 / d_->vsf();  // height = height or 1024
-  d.steps = 50;
-  d.max_sequence_length = d_->cfg.max_sequence_length;
-  d.floor_sizes = false;  // "Height must be divisible by ..." (ValueError)
-  return d;
-}
-
-CfgPolicy ZImagePipeline::cfgPolicy(const PipelineInputs& p) const {
-  CfgPolicy c;
-  c.enabled = p.guidance > 0.0;  // do_classifier_free_guidance
-  c.scale = p.guidance;
-  c.negative_prompt = p.negative_prompt;  // None -> ""
-  c.requirement = "CFG (guidance > 0)";
-  const double truncation = p.cfg_truncation;
-  if (truncation <= 1.0) {
-    c.active_at = [truncation](double timestep) {
-      // t_norm = ((1000 - timestep) / 1000)[0].item(): float32 arithmetic.
-      const float tNorm = (1000.0f - static_cast<float>(timestep)) / 1000.0f;
-      return !(static_cast<double>(tNorm) > truncation);
-    };
-  }
-  const double g = p.guidance, norm = p.cfg_normalization;
-  c.combine = [g, norm](const at::Tensor& cond, const at::Tensor& uncond) {
-    const at::Tensor pos = cond.to(at::kFloat), neg = uncond.to(at::kFloat);
-    at::Tensor pred = pos + g * (pos - neg);
-    if (norm > 0.0) {
-      // Renormalisation: the whole item's L2 norm at most norm x the positive one's.
-      const at::Tensor posNorm = at::linalg_vector_norm(pos);
-      const at::Tensor predNorm = at::linalg_vector_norm(pred);
-      const at::Tensor maxNorm = posNorm * norm;
-      if (predNorm.item<double>() > maxNorm.item<double>()) pred = pred * (maxNorm / predNorm);
-    }
-    return pred.to(cond.scalar_type());
-  };
-  return c;
-}
-
 const SchedulerConfig& ZImagePipeline::schedulerConfig() const { return d_->cfg.scheduler; }
 
 double ZImagePipeline::scheduleMu(int image_seq_len, int) const {
@@ -203,7 +163,7 @@ std::vector<std::string> ZImagePipeline::requestWarnings(const PipelineInputs& p
   if (p.hasNegativePrompt() && !cfg)
     w.push_back("a negative prompt is given but CFG is off (guidance " + num(p.guidance) +
                 " <= 0)");
-  if (!cfg && (p.cfg_truncation != 1.0 || p.cfg_normalization != 0.0))
+  if (!cfg && (p.options.at("cfg_truncation") != 1.0 || p.options.at("cfg_normalization") != 0.0))
     w.emplace_back("cfg_truncation and cfg_normalization have no effect without CFG (guidance 0)");
   if (D.encoder) {
     const size_t n = D.encoder->untruncatedTokens(p.prompt);

@@ -83,13 +83,8 @@ class ZImagePipeline : public FlowMatchPipeline {
   DiffusionTransformer& transformer() override;
   std::map<std::string, uint64_t> weightBytes() const override;
 
-  /// CFG when guidance > 0: pos + guidance (pos - neg), cfg_truncation, cfg_normalization, the
-  /// negative prompt (default "").
-  CfgPolicy cfgPolicy(const PipelineInputs& p) const override;
 
  protected:
-  /// 1024 x 1024 pixels, 50 steps, sizes multiples of 2 x vae_scale_factor (refused otherwise).
-  FlowMatchDefaults defaults() const override;
   PromptConditioning encodePromptConditioning(const std::string& prompt,
                                               int max_sequence_length) override;
   const SchedulerConfig& schedulerConfig() const override;

@@ -41,13 +41,6 @@ ZImagePipelineConfig parseZImagePipelineConfig(const std::string& path,
   m.dims.default_sample_size = 1024 / m.dims.vae_scale_factor;  // height = height or 1024
   m.max_sequence_length = 512;
   m.max_sequence_length_rule = "ZImagePipeline";
-  // do_classifier_free_guidance: guidance_scale > 0 (Z-Image-Turbo runs with 0 = no CFG).
-  m.cfg_from_guidance = true;
-  m.cfg_guidance_above = 0.0;
-  // ZImagePipeline: guidance_scale is real CFG (pred = pos + g (pos - neg)), with
-  // cfg_truncation and cfg_normalization; it has no true_cfg_scale.
-  m.options.guidance = "CFG scale, on when > 0 (a second pass per step)";
-  m.options.cfg_truncation = true;
   return m;
 }
 

@@ -22,9 +22,8 @@ struct ZImagePipelineConfig : PipelineConfig {
   int textEncoderLayer() const { return text_encoder.num_hidden_layers - 1; }
 };
 
-/// Parses every component config of a ZImagePipeline folder. Sets PipelineConfig's CFG rule
-/// (cfg_from_guidance with guidance > 0: do_classifier_free_guidance) and max_sequence_length
-/// 512. Throws ModelFileError naming the file (wrong types, ranges; a transformer cap_feat_dim
+/// Parses every component config of a ZImagePipeline folder; max_sequence_length 512 (the
+/// request it takes: zimageFamily's RequestSpec). Throws ModelFileError naming the file (wrong types, ranges; a transformer cap_feat_dim
 /// other than the text encoder's hidden_size; vae latent_channels other than the transformer's
 /// in_channels), UnsupportedModelError for an unregistered transformer class.
 ZImagePipelineConfig parseZImagePipelineConfig(const std::string& folder,
