@@ -28,6 +28,7 @@
 #include <QtTest>
 #include <memory>
 
+#include "ui/compare_view.h"
 #include "ui/gallery.h"
 #include "ui/generation_panel.h"
 #include "ui/history_store.h"
@@ -296,6 +297,17 @@ class TestUiPanel : public QObject {
         QVERIFY2(list->fontMetrics().horizontalAdvance(line) <= room, qPrintable(line));
     QVERIFY(labels.join(' ').contains("flux1-dev-Q4_K_S") ||
             labels.join(' ').contains("flux1-dev"));
+    // Compared, a and c (one seed and prompt) are captioned apart too.
+    int ra = -1, rc = -1;
+    for (int i = 0; i < list->count(); ++i) {
+      if (list->item(i)->data(Qt::UserRole).toString() == a.path) ra = i;
+      if (list->item(i)->data(Qt::UserRole).toString() == c.path) rc = i;
+    }
+    QVERIFY(w->gallery()->compare(ra, rc));
+    const QStringList caps = w->gallery()->compareView()->captions();
+    QCOMPARE(caps.size(), 2);
+    QVERIFY2(caps[0] != caps[1], qPrintable(caps.join(" | ")));
+    QVERIFY2(caps[0].contains("seed 42"), qPrintable(caps[0]));
   }
 };
 

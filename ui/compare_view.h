@@ -23,6 +23,7 @@ class CompareView : public QWidget {
   /// Images to show with their captions (two for Swipe / Blink / SideBySide, any number for
   /// Grid).
   void setImages(const QList<QImage>& images, const QStringList& captions = {});
+  const QStringList& captions() const { return captions_; }
   int imageCount() const { return static_cast<int>(images_.size()); }
   void setMode(Mode m);
   Mode mode() const { return mode_; }

@@ -60,6 +60,17 @@ QString describe(const QJsonObject& p, const HistoryEntry& e, double seconds) {
 
 }  // namespace
 
+QString shortLabel(const HistoryEntry& e) {
+  QStringList parts;
+  parts << (e.hasSeed ? QStringLiteral("seed %1").arg(seedText(e.seed))
+                      : QFileInfo(e.path).fileName());
+  const QJsonObject& p = e.params;
+  if (p.contains("width"))
+    parts << QStringLiteral("%1×%2").arg(p.value("width").toInt()).arg(p.value("height").toInt());
+  if (e.created.isValid()) parts << e.created.toString(QStringLiteral("HH:mm:ss"));
+  return parts.join(QStringLiteral(" · "));
+}
+
 QString thumbnailLabel(const HistoryEntry& e, const QFontMetrics& fm, int width) {
   const QJsonObject& p = e.params;
   QString prompt = p.value("prompt").toString().simplified();
@@ -642,10 +653,7 @@ bool Gallery::compare(int a, int b) {
   const auto& es = history_->entries();
   if (a < 0 || b < 0 || a >= es.size() || b >= es.size() || a == b) return false;
   const HistoryEntry ea = es[a], eb = es[b];
-  auto label = [](const HistoryEntry& e) {
-    return e.hasSeed ? QStringLiteral("seed %1").arg(seedText(e.seed))
-                     : QFileInfo(e.path).fileName();
-  };
+  auto label = [](const HistoryEntry& e) { return shortLabel(e); };
   compareView_->setImages({QImage(ea.path), QImage(eb.path)}, {label(ea), label(eb)});
   compareView_->setProperty("paths", QStringList{ea.path, eb.path});
   if (compareMode_->currentData().toInt() == int(CompareView::Mode::Grid))
@@ -663,7 +671,7 @@ bool Gallery::showGrid(const QList<int>& rows) {
   for (int r : rows) {
     if (r < 0 || r >= es.size()) continue;
     images << QImage(es[r].path);
-    captions << (es[r].hasSeed ? seedText(es[r].seed) : QFileInfo(es[r].path).fileName());
+    captions << shortLabel(es[r]);
     paths << es[r].path;
   }
   if (images.size() < 2) return false;

@@ -32,6 +32,9 @@ class CompareView;
 /// size and time ("32×48 · 05:12:33"); the model's name ("transformer-Q4_K_S"), so that images
 /// of one seed are told apart.
 QString thumbnailLabel(const HistoryEntry& e, const QFontMetrics& fm, int width);
+/// One line for the compare and grid captions: seed (else the file name), size and time
+/// ("seed 42 · 64×64 · 05:12:33").
+QString shortLabel(const HistoryEntry& e);
 
 /// Paints an image scaled to fit (keeping its aspect ratio), or at a zoom factor (1 = 1:1, one
 /// image pixel per screen pixel) panned by dragging. Wheel: zoom in/out; double-click or "1":
