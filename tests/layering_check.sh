@@ -17,6 +17,8 @@
 #     per-front-end CFG rules (cfg_from_guidance, runsCfg, OptionMeanings, cfgPolicy) appear in
 #     code (comments aside) only in backend/models/<f>/ and backend/pipelines/<f>/: every front
 #     end reads the family's declared request (backend/models/request_spec.h). Tests exempt.
+#  7. A family's record (backend/models/<f>/) never includes the family table
+#     (backend/models/family_registry.h): the table includes the families, not the reverse.
 # Usage: layering_check.sh SOURCE_DIR. Prints every offending line; exits 1 if there is one.
 set -uo pipefail
 SRC=${1:?source dir}
@@ -75,5 +77,12 @@ if out=$(grep -rnE "$rules" "${exclude[@]}" --include='*.cpp' --include='*.h' --
   echo "family-specific request rules outside the family folders (declare them in the family's RequestSpec):"
   echo "$out"; fail=1
 fi
+for fam in "$SRC"/backend/models/*/*_family.cpp; do
+  [ -e "$fam" ] || continue
+  if out=$(grep -rnE '#include\s+"backend/models/family_registry\.h"' "$(dirname "$fam")"); then
+    echo "a family's record includes the family table (the table includes the families):"
+    echo "$out"; fail=1
+  fi
+done
 [ $fail -eq 0 ] && echo "layering: parallel/ model-free and backend-free, parallel/ and backend/ app-free, ui/ and app/launcher/ Torch-free, backend/io/ family-free, class names and family request rules only in family folders"
 exit $fail

@@ -38,6 +38,7 @@ expect_refusal backend/nn/x.cpp '#include "ui/theme.h"' "backend/ including ui/"
 expect_refusal app/cli/cli_main.cpp 'opts.add_option("--cfg-truncation", v);' "a family knob's flag in app/"
 expect_refusal ui/generation_panel.cpp 'p.options["cfg_normalization"] = 1;' "a family knob's name in ui/"
 expect_refusal backend/pipelines/flow_match_pipeline.cpp 'if (cfg.is_distilled) {}' "a family rule in the shared loop"
+expect_refusal backend/models/flux/flux_runtime.cpp '#include "backend/models/family_registry.h"' "a family including the family table"
 expect_refusal backend/io/checkpoint_layouts.h '#include "backend/models/flux/flux_config.h"' "backend/io/ including backend/models/"
 [ $fail -eq 0 ] && echo "layering self-test: the check passes a clean tree and refuses each planted violation"
 exit $fail

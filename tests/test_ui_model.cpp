@@ -206,7 +206,9 @@ class TestModel : public QObject {
     QVERIFY(!v.canStart());
     QCOMPARE(v.startIssues.first(), toList(dit::validateDegrees(s)).first());
 
-    // Request-only problems (cfg 2 without true CFG, size not a multiple) leave Start enabled.
+    // Request-only problems (cfg 2 without true CFG, size not a multiple) leave Start enabled:
+    // the size as the worker's resolve words it (the family's declared request), then the
+    // strategy's cfg rule (its own size rule would say the size again).
     s = dit::Strategy{};
     s.world = 2;
     s.cfg_degree = 2;
@@ -214,8 +216,15 @@ class TestModel : public QObject {
     v = validate(s, m, p, 512);
     QVERIFY(v.canStart());
     QVERIFY(!v.canGenerate());
-    dit::RequestDims rd = requestDims(p, 512, p.trueCfg());
-    QStringList all = toList(dit::validateForRequest(s, m.dims(), rd));
+    const dit::ResolvedRequest resolved = m.resolve(p);
+    QCOMPARE(resolved.problems.size(), size_t(1));
+    QCOMPARE(resolved.problems[0].field, std::string("width"));
+    dit::RequestDims rd = requestDims(p, 512, resolved.cfg);
+    rd.cfg_requirement = resolved.cfg_requirement;
+    QStringList all{QString::fromStdString(resolved.problems[0].message)};
+    for (const auto& i : dit::validateForRequest(s, m.dims(), rd))
+      if (i.rule != "size_multiple") all << QString::fromStdString(i.message);
+    QCOMPARE(all.size(), 2);
     QCOMPARE(v.requestIssues, all);
     p.width = 64;
     p.negative_prompt = "ugly";

@@ -47,12 +47,12 @@ class ElidedLabel;
 
 /// Construction options (tests point them at temporary folders and the built worker).
 struct MainWindowOptions {
-  QString dataDir;     ///< presets, history, session and images; empty: appDataDir()
-  QString modelDir;    ///< overrides the session's model; empty: session, else defaultModelDir()
+  QString dataDir;   ///< presets, history, session and images; empty: appDataDir()
+  QString modelDir;  ///< overrides the session's model; empty: session, else defaultModelDir()
   /// With modelDir: its components (the program's --config, --vae, --text-encoder, ...).
   ModelComponents components;
-  QString workerPath;  ///< empty: defaultWorkerPath()
-  QString mpirunPath;  ///< empty: defaultMpirun()
+  QString workerPath;          ///< empty: defaultWorkerPath()
+  QString mpirunPath;          ///< empty: defaultMpirun()
   QString builtinPresets;      ///< empty: the Qt resource
   bool restoreSession = true;  ///< read/write <dataDir>/session.json
 };

@@ -1,6 +1,8 @@
 #include "ui/validation.h"
 
 #include <QFileInfo>
+#include <algorithm>
+#include <vector>
 
 namespace dit::ui {
 
@@ -47,7 +49,17 @@ Validation validate(const dit::Strategy& s, const ModelInfo& model, const Genera
     if (textLen <= 0) rd.text_len = r.values.max_sequence_length;
   }
   rd.cfg_requirement = r.cfg_requirement;
-  add(v.requestIssues, dit::validateForRequest(s, dims, rd), v.startIssues);
+  // The strategy's own size rule says again what the resolve already refused for the size.
+  bool sizeRefused = false;
+  for (const dit::RequestProblem& pr : r.problems)
+    sizeRefused = sizeRefused || pr.field == "width" || pr.field == "height";
+  std::vector<dit::StrategyIssue> issues = dit::validateForRequest(s, dims, rd);
+  if (sizeRefused)
+    issues.erase(
+        std::remove_if(issues.begin(), issues.end(),
+                       [](const dit::StrategyIssue& i) { return i.rule == "size_multiple"; }),
+        issues.end());
+  add(v.requestIssues, issues, v.startIssues);
   return v;
 }
 

@@ -42,17 +42,6 @@ std::string joined(const std::vector<std::string>& v) {
 
 }  // namespace
 
-RequestSpec folderRequestBase(const ModelFolder& folder, const std::string& pipeline) {
-  const PipelineConfig& c = *folder.config;
-  RequestSpec spec = baseRequestSpec(familyOf(folder).display_name, pipeline);
-  spec.size.vae_scale_factor = c.dims.vae_scale_factor;
-  spec.size.default_width = spec.size.default_height = c.dims.defaultImageSide();
-  spec.default_max_sequence_length = c.max_sequence_length;
-  spec.at("max_sequence_length").max = c.max_sequence_length_limit;
-  spec.max_sequence_length_rule = c.max_sequence_length_rule;
-  return spec;
-}
-
 RequestSpec requestSpecOf(const ModelFolder& folder) {
   const FamilySpec& f = familyOf(folder);
   RequestSpec spec =

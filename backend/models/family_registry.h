@@ -31,10 +31,6 @@ const FamilySpec& familyOf(const ModelFolder& folder);
 /// appended and the inputs it takes set from its capabilities. Every front end and the worker
 /// resolve requests against this (resolveRequest, request_spec.h). Throws as familyOf does.
 RequestSpec requestSpecOf(const ModelFolder& folder);
-/// baseRequestSpec for an opened folder with what its parsed config already says: the size rule's
-/// vae_scale_factor and default sides (PipelineConfig::dims), max_sequence_length's default,
-/// limit and rule. A family's FamilySpec::request starts from it.
-RequestSpec folderRequestBase(const ModelFolder& folder, const std::string& pipeline);
 /// Every knob any registered family declares (the CLI's generated flags), each name once.
 std::vector<FieldSpec> allFamilyKnobs();
 

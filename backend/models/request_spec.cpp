@@ -8,6 +8,8 @@
 #include <stdexcept>
 
 #include "backend/io/image_io.h"
+#include "backend/io/model_folder.h"
+#include "backend/models/family_request.h"
 #include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
 
 namespace dit {
@@ -85,6 +87,19 @@ std::vector<const FieldSpec*> RequestSpec::knobs() const {
   for (const FieldSpec& f : fields)
     if (f.knob) out.push_back(&f);
   return out;
+}
+
+RequestSpec folderRequestBase(const ModelFolder& folder, const std::string& family,
+                              const std::string& pipeline) {
+  if (!folder.config) throw std::logic_error("folderRequestBase on a folder that was not opened");
+  const PipelineConfig& c = *folder.config;
+  RequestSpec spec = baseRequestSpec(family, pipeline);
+  spec.size.vae_scale_factor = c.dims.vae_scale_factor;
+  spec.size.default_width = spec.size.default_height = c.dims.defaultImageSide();
+  spec.default_max_sequence_length = c.max_sequence_length;
+  spec.at("max_sequence_length").max = c.max_sequence_length_limit;
+  spec.max_sequence_length_rule = c.max_sequence_length_rule;
+  return spec;
 }
 
 RequestSpec baseRequestSpec(const std::string& family, const std::string& pipeline) {

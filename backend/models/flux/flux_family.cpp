@@ -9,7 +9,7 @@
 #include "backend/io/safetensors.h"
 #include "backend/models/checkpoint_layouts.h"
 #include "backend/models/family_facts.h"
-#include "backend/models/family_registry.h"
+#include "backend/models/family_request.h"
 #include "backend/models/flux/flux_plan.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
 
@@ -96,10 +96,10 @@ FamilySpec fluxFamily() {
     // CLIP-L 0.123 B + T5-XXL encoder 4.76 B + VAE 0.084 B
     return std::vector<KnownModel>{{"FLUX.1 [dev]", fluxModelDims(dev, 8), 4.9e9, 512}};
   };
-  f.request = [](const ModelFolder& m) {
+  f.request = [family = f.display_name, pipeline = f.pipeline_class](const ModelFolder& m) {
     // FluxPipeline.__call__ (FluxImg2ImgPipeline / FluxInpaintPipeline with an init image).
     const FluxPipelineConfig& c = fluxConfig(m);
-    RequestSpec s = folderRequestBase(m, "FluxPipeline");
+    RequestSpec s = folderRequestBase(m, family, pipeline);
     s.default_steps = 28;
     s.size.rounding = SizeRule::Rounding::Refuse;  // check_inputs: "must be divisible by"
     s.size.init_image = SizeRule::FromInitImage::DefaultsToImage;

@@ -6,7 +6,7 @@
 
 #include "backend/io/model_folder.h"
 #include "backend/models/family_facts.h"
-#include "backend/models/family_registry.h"
+#include "backend/models/family_request.h"
 #include "backend/models/flux2/flux2_plan.h"
 #include "backend/models/text_encoders/qwen3_plan.h"
 #include "backend/pipelines/flux2/flux2_pipeline_config.h"
@@ -92,10 +92,10 @@ FamilySpec flux2KleinFamily() {
         {"FLUX.2 [klein] 9B", klein(8, 24, 32, 12288), 8.2e9 + 0.084e9, 512},
         {"FLUX.2 [dev]", flux2ModelDims(Flux2TransformerConfig{}, 8), 24.0e9 + 0.084e9, 512}};
   };
-  f.request = [](const ModelFolder& m) {
+  f.request = [family = f.display_name, pipeline = f.pipeline_class](const ModelFolder& m) {
     // Flux2KleinPipeline.__call__ (Flux2KleinInpaintPipeline with an init image).
     const Flux2PipelineConfig& c = flux2Config(m);
-    RequestSpec s = folderRequestBase(m, "Flux2KleinPipeline");
+    RequestSpec s = folderRequestBase(m, family, pipeline);
     s.default_steps = 50;
     // prepare_latents: 2 * (size // (vae_scale_factor * 2)) latent pixels (floored, with a
     // warning); with an init image the output is the image's size, its area capped at 1024^2.

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "backend/io/model_folder.h"
-#include "backend/models/family_registry.h"
+#include "backend/models/family_request.h"
 #include "backend/models/qwenimage/qwenimage_plan.h"
 #include "backend/models/text_encoders/qwen3_plan.h"
 #include "backend/pipelines/qwenimage/qwenimage_pipeline_config.h"
@@ -74,9 +74,9 @@ FamilySpec qwenImageFamily() {
     return std::vector<KnownModel>{
         {"Qwen-Image", qwenImageModelDims(QwenImageTransformerConfig{}, 8), 7.07e9 + 0.127e9, 512}};
   };
-  f.request = [](const ModelFolder& m) {
+  f.request = [family = f.display_name, pipeline = f.pipeline_class](const ModelFolder& m) {
     // QwenImagePipeline.__call__: sizes floored to 2 * (size // (vae_scale_factor * 2)).
-    RequestSpec s = folderRequestBase(m, "QwenImagePipeline");
+    RequestSpec s = folderRequestBase(m, family, pipeline);
     s.default_steps = 50;
     s.size.rounding = SizeRule::Rounding::Floor;
     s.size.source = "QwenImagePipeline.prepare_latents";

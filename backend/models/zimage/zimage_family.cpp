@@ -6,7 +6,7 @@
 #include <string>
 
 #include "backend/io/model_folder.h"
-#include "backend/models/family_registry.h"
+#include "backend/models/family_request.h"
 #include "backend/models/text_encoders/qwen3_plan.h"
 #include "backend/models/zimage/zimage_plan.h"
 #include "backend/pipelines/zimage/zimage_pipeline_config.h"
@@ -106,9 +106,9 @@ FamilySpec zimageFamily() {
       "> 0 clips the guided prediction's L2 norm to this x the conditional one's; 0 = off";
   normalization.diffusers_arg = "cfg_normalization";
   f.knobs = {truncation, normalization};
-  f.request = [](const ModelFolder& m) {
+  f.request = [family = f.display_name, pipeline = f.pipeline_class](const ModelFolder& m) {
     // ZImagePipeline.__call__: height = height or 1024, "must be divisible by" (refused).
-    RequestSpec s = folderRequestBase(m, "ZImagePipeline");
+    RequestSpec s = folderRequestBase(m, family, pipeline);
     s.default_steps = 50;
     s.size.rounding = SizeRule::Rounding::Refuse;
     s.size.source = "ZImagePipeline.__call__";

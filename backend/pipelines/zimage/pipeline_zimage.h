@@ -83,7 +83,6 @@ class ZImagePipeline : public FlowMatchPipeline {
   DiffusionTransformer& transformer() override;
   std::map<std::string, uint64_t> weightBytes() const override;
 
-
  protected:
   PromptConditioning encodePromptConditioning(const std::string& prompt,
                                               int max_sequence_length) override;

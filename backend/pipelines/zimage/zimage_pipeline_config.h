@@ -23,9 +23,10 @@ struct ZImagePipelineConfig : PipelineConfig {
 };
 
 /// Parses every component config of a ZImagePipeline folder; max_sequence_length 512 (the
-/// request it takes: zimageFamily's RequestSpec). Throws ModelFileError naming the file (wrong types, ranges; a transformer cap_feat_dim
-/// other than the text encoder's hidden_size; vae latent_channels other than the transformer's
-/// in_channels), UnsupportedModelError for an unregistered transformer class.
+/// request it takes: zimageFamily's RequestSpec). Throws ModelFileError naming the file (wrong
+/// types, ranges; a transformer cap_feat_dim other than the text encoder's hidden_size; vae
+/// latent_channels other than the transformer's in_channels), UnsupportedModelError for an
+/// unregistered transformer class.
 ZImagePipelineConfig parseZImagePipelineConfig(const std::string& folder,
                                                const std::string& transformerClass);
 
