@@ -821,7 +821,14 @@ TEST(FuzzRefusal, RefusedLinesNameTheirRequestAndTheGroupServesOn) {
   std::printf("[ refusal ] worker peak RSS %.0f MiB after the 4 MiB one-word prompt\n",
               static_cast<double>(rssPeak) / (1 << 20));
   // About 300 MiB here with the bound; without it ~300 bytes per prompt byte (+1.2 GiB).
-  EXPECT_LT(rssPeak, 768L << 20) << "before the bound: ~300 bytes per prompt byte";
+  // AddressSanitizer's shadow memory and redzones roughly double a worker's RSS (782 MiB seen in
+  // the sanitize preset with the bound), so the bound doubles there too.
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr long kPeakBound = 1536L << 20;
+#else
+  constexpr long kPeakBound = 768L << 20;
+#endif
+  EXPECT_LT(rssPeak, kPeakBound) << "before the bound: ~300 bytes per prompt byte";
   grp.send(R"({"type":"shutdown"})");
   EXPECT_EQ(grp.wait(60), 0) << grp.log.substr(0, 4000);
 }
