@@ -5,8 +5,8 @@
 //
 // Adding a numeric request field: add one row to kRequestLimits in limits.cpp (name as the JSON
 // key, kind, inclusive range, whether 0 means "the model's default", unit) and read it with
-// readLimited() in protocol.cpp; the messages, the CLI's option errors and PROTOCOL.md's table
-// follow from the row. Torch-free and Qt-free (part of dit_protocol).
+// Reader::limited() in protocol_detail.h; the messages, the CLI's option errors and PROTOCOL.md's
+// table follow from the row. Torch-free and Qt-free (part of dit_protocol).
 #pragma once
 
 #include <cstddef>
