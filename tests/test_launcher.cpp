@@ -21,7 +21,9 @@
 #include <thread>
 #include <vector>
 
+#include "app/launcher/fingerprint.h"
 #include "app/launcher/group_process.h"
+#include "app/launcher/group_start.h"
 #include "app/launcher/host_group.h"
 #include "app/launcher/launch.h"
 #include "app/launcher/port_probe.h"
@@ -1168,4 +1170,112 @@ TEST_F(SessionTest, AHostfileGroupThatLosesAPeerDuringStartUpGetsTheNetworkAdvic
       EXPECT_EQ(m.find("--network-interface"), std::string::npos) << m;  // one host: no advice
     }
   }
+}
+
+// Issue 45: one group start for the CLI, the GUI and the server. A single-host group's argv is
+// mpirunArgv's (placed by withCpuSet when asked), with the spec's env and world, and a watch that
+// names nothing; a hostfile group's component paths become absolute, and a host whose worker
+// binary or model files differ (a stand-in ssh answering with this machine's file list, one
+// digest changed) is refused before mpirun, naming the host and the file.
+TEST(GroupStart, OnePathFromSpecToArgv) {
+  TempDir d;
+  GroupSpec spec;
+  spec.launch.strategy.world = 2;
+  spec.launch.strategy.tp_degree = 2;
+  spec.launch.worker = "/opt/ditstudio-worker";
+  spec.launch.model = "/models/tiny";
+  spec.launch.extra_worker_args = {"--dtype", "float32", "--vae", "rel/vae"};
+  spec.env = {{"OMP_NUM_THREADS", "1"}};
+  PreparedGroup g = prepareGroup(spec);
+  EXPECT_EQ(g.session.argv, mpirunArgv(spec.launch));
+  EXPECT_EQ(g.session.env, spec.env);
+  EXPECT_EQ(g.session.world, 2);
+  ASSERT_TRUE(g.watch);
+  EXPECT_FALSE(g.watch->active());
+  EXPECT_EQ(g.planText(), "");
+  const std::string silent =
+      "rank 1 (pid 42 on hostb) is on another host that did not answer (is the link to it up?)";
+  EXPECT_EQ(nameSilentRanks(g.watch.get(), silent), silent);
+  EXPECT_EQ(modelSourcePaths("/m", {"--dtype", "bf16", "--vae", "v", "--text-encoder-2=t5", "x"}),
+            (std::vector<std::string>{"/m", "v", "t5"}));
+  // A server's group beside others: its CPU slice.
+  spec.cpu_set = "2,3";
+  g = prepareGroup(spec);
+  EXPECT_EQ(g.session.argv, withCpuSet(mpirunArgv(spec.launch), "2,3"));
+  EXPECT_EQ(g.session.argv.front(), "taskset");
+  // Refused before any host is asked: no ranks.
+  spec.launch.strategy.world = 0;
+  EXPECT_THROW(prepareGroup(spec), std::invalid_argument);
+
+  // A hostfile group: localhost holds rank 0, hostb rank 1.
+  const std::string hostfile = (d.path / "hosts").string();
+  std::ofstream(hostfile) << "localhost slots=1\nhostb slots=1\n";
+  const fs::path model = d.path / "model";
+  fs::create_directories(model / "transformer");
+  std::ofstream(model / "transformer" / "weights.bin") << "weights";
+  const fs::path worker = d.path / "bin" / "ditstudio-worker";
+  fs::create_directories(worker.parent_path());
+  std::ofstream(worker) << "#!/bin/sh\nexit 0\n";
+  spec = GroupSpec{};
+  spec.launch.strategy.world = 2;
+  spec.launch.hostfile = hostfile;
+  spec.launch.worker = worker.string();
+  spec.launch.model = model.string();
+  spec.launch.extra_worker_args = {"--vae", "rel/vae"};
+  spec.preflight = false;
+  g = prepareGroup(spec);
+  EXPECT_EQ(g.planText(), "localhost: rank 0; hostb: rank 1");
+  EXPECT_TRUE(g.watch->active());
+  const auto vae = std::find(g.session.argv.begin(), g.session.argv.end(), "--vae");
+  ASSERT_NE(vae, g.session.argv.end());
+  EXPECT_EQ(*(vae + 1), absoluteOnThisHost("rel/vae"));
+
+  // The stand-in ssh answers with this machine's files, one digest changed.
+  const std::vector<FileFingerprint> mine =
+      modelFileFingerprints({model.string(), worker.string()});
+  ASSERT_EQ(mine.size(), 2u);
+  ASSERT_EQ(mine[1].path, worker.string());
+  auto answerWith = [&](std::size_t changed) {
+    std::ofstream o(d.path / "ssh");
+    o << "#!/bin/sh\n";
+    for (std::size_t i = 0; i < mine.size(); ++i)
+      o << "echo 'file " << mine[i].size << " "
+        << (i == changed ? std::string(16, '0') : mine[i].digest) << " " << mine[i].path << "'\n";
+    o << "echo 'fingerprint 0000000000000000'\nexit 0\n";
+    o.close();
+    fs::permissions(d.path / "ssh", fs::perms::owner_all);
+  };
+  const char* oldPath = std::getenv("PATH");
+  const std::string saved = oldPath ? oldPath : "";
+  ::setenv("PATH", (d.path.string() + ":" + saved).c_str(), 1);
+  spec.launch.extra_worker_args.clear();  // the model folder only
+  spec.preflight = true;
+  std::string workerRefusal, modelRefusal, refusedHost;
+  answerWith(1);
+  try {
+    prepareGroup(spec);
+  } catch (const GroupRefused& e) {
+    workerRefusal = e.what();
+    refusedHost = e.host;
+  }
+  answerWith(0);
+  try {
+    prepareGroup(spec);
+  } catch (const GroupRefused& e) {
+    modelRefusal = e.what();
+  }
+  ::setenv("PATH", saved.c_str(), 1);
+  EXPECT_EQ(refusedHost, "hostb");
+  EXPECT_EQ(workerRefusal,
+            "pre-flight failed:\nhost hostb runs a different worker binary: " + worker.string() +
+                " differs (same size). Fix: install the same DiT Studio build at "
+                "the same path on every host");
+  EXPECT_EQ(modelRefusal.rfind("pre-flight failed:\nhost hostb holds a different model at " +
+                                   model.string() + " (fingerprint 0000000000000000",
+                               0),
+            0u)
+      << modelRefusal;
+  EXPECT_NE(modelRefusal.find("transformer/weights.bin differs (same size)"), std::string::npos)
+      << modelRefusal;
+  EXPECT_EQ(modelRefusal.find("worker binary"), std::string::npos) << modelRefusal;
 }

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
@@ -20,6 +21,7 @@
 
 #include "app/cli/cli_options.h"
 #include "app/common/model_source_options.h"
+#include "app/launcher/group_start.h"
 #include "app/launcher/host_group.h"
 #include "app/launcher/launch.h"
 #include "app/launcher/preflight.h"
@@ -31,14 +33,18 @@ namespace dit::cli {
 
 namespace {
 
-// Hostfile groups (issue 18): the hostfile is checked (slots= on every host) and the ranks per
-// host are shown; every other host is checked over ssh (non-interactive, bounded) for the worker
-// and the same model fingerprint before mpirun starts (launcher::checkHostGroup, the GUI's
-// pre-flight too). Throws naming the host and the fix. Returns the ranks of each host.
-launcher::HostPlan preflight(const CliOptions& o, const launcher::MpirunLaunch& launch) {
+// The group through dit_launcher's one group start (prepareGroup, the GUI's and the server's
+// too): for a hostfile group the hostfile is checked (slots= on every host) and the ranks per host
+// are shown; every other host is checked over ssh (non-interactive, bounded) for the worker, the
+// same worker binary and the same model fingerprint before mpirun starts. Throws naming the host
+// and the fix.
+launcher::PreparedGroup prepare(const CliOptions& o, const launcher::MpirunLaunch& launch) {
   const ModelSources s = o.sources();
-  const std::vector<std::string> paths{s.model,          s.config,    s.vae,        s.text_encoder,
-                                       s.text_encoder_2, s.tokenizer, s.tokenizer_2};
+  launcher::GroupSpec spec;
+  spec.launch = launch;
+  spec.model_paths = {s.model,          s.config,    s.vae,        s.text_encoder,
+                      s.text_encoder_2, s.tokenizer, s.tokenizer_2};
+  spec.preflight = !o.noPreflight;
   launcher::HostGroupProgress progress;
   progress.planned = [&](const launcher::HostPlan& plan) {
     std::cerr << "hostfile " << o.hostfile << ": " << launcher::describeHostPlan(plan) << std::endl;
@@ -48,37 +54,35 @@ launcher::HostPlan preflight(const CliOptions& o, const launcher::MpirunLaunch& 
       std::cerr << "pre-flight " << r.host << ": ok (worker, model fingerprint " << r.fingerprint
                 << ", " << std::lround(r.seconds * 1000) << " ms)" << std::endl;
   };
-  const launcher::HostGroupCheck check =
-      launcher::checkHostGroup(launch, paths, !o.noPreflight, progress);
-  if (!check.ok()) throw std::invalid_argument(check.failure());
-  return check.plan;
+  return launcher::prepareGroup(spec, progress);
 }
 
 // What the CLI shows of a group's session: progress and results on stdout / the log, the worker's
 // events as JSON lines with --json, the group's own output on stderr.
 class CliSessionView : public launcher::SessionObserver {
  public:
-  CliSessionView(const CliOptions& o, launcher::HostPlan plan)
-      : watch(std::move(plan), o.sshOptions), o_(o) {}
+  CliSessionView(const CliOptions& o, std::shared_ptr<launcher::RemoteRankWatch> w)
+      : watch(std::move(w)), o_(o) {}
   int images = 0;
   std::string firstError;
   bool peerLostShown = false;  ///< the group's failure naming a disconnected rank was shown
   /// Hostfile groups: the ranks of each host, the stall check and the naming of a silent rank
-  /// (launcher::RemoteRankWatch, the GUI's too); inactive without a hostfile.
-  launcher::RemoteRankWatch watch;
+  /// (launcher::RemoteRankWatch, the GUI's and the server's too, from prepareGroup); inactive
+  /// without a hostfile.
+  std::shared_ptr<launcher::RemoteRankWatch> watch;
 
   // The group computes but no event came for `stall`: ask every other host over ssh (bounded)
   // for the state of its ranks' processes, once per stall, and keep the stopped or exited ones
   // for the error that follows (the group's abort ends them before it could be asked then).
   void checkStall(const launcher::WorkerSession& session, std::chrono::seconds stall) {
-    if (!watch.stallDue(stall)) return;
-    for (const launcher::RemoteRankState& r : watch.checkStall(session.rankPids()))
+    if (!watch->stallDue(stall)) return;
+    for (const launcher::RemoteRankState& r : watch->checkStall(session.rankPids()))
       spdlog::warn("rank {} (pid {} on {}) is {} (asked over ssh while the group stalled)", r.rank,
                    r.pid, r.host, r.state);
   }
 
   void event(const protocol::Event& raw, const protocol::WorkerEvent& ev) override {
-    watch.noteEvent();
+    watch->noteEvent();
     if (o_.jsonEvents) std::cout << raw.data.dump() << std::endl;
     if (const auto* h = std::get_if<protocol::HelloEvent>(&ev)) {
       // Each rank's BLAS kernel (issue 36: a remote rank on a slower kernel than rank 0).
@@ -107,8 +111,9 @@ class CliSessionView : public launcher::SessionObserver {
       if (l->level == "warning" && !o_.jsonEvents)
         std::cerr << "warning: " << l->message << std::endl;
     } else if (const auto* e = std::get_if<protocol::ErrorEvent>(&ev)) {
-      const std::string msg = "rank " + std::to_string(e->rank) + ": " +
-                              (e->fatal && watch.active() ? watch.rewrite(e->message) : e->message);
+      const std::string msg =
+          "rank " + std::to_string(e->rank) + ": " +
+          (e->fatal && watch->active() ? watch->rewrite(e->message) : e->message);
       if (firstError.empty()) firstError = msg;
       std::cerr << "error: " << msg << std::endl;
     }
@@ -117,7 +122,7 @@ class CliSessionView : public launcher::SessionObserver {
     if (level == "error" && launcher::RemoteRankWatch::hasDisconnectedRank(text)) {
       // The group's failure naming the ranks on a peer host that disconnected (OpenMPI 5):
       // named by the host's answer over ssh (hostfile groups), shown once.
-      if (!peerLostShown) std::cerr << "error: " << watch.rewrite(text) << std::endl;
+      if (!peerLostShown) std::cerr << "error: " << watch->rewrite(text) << std::endl;
       peerLostShown = true;
       return;
     }
@@ -225,12 +230,11 @@ int runMpi(const CliOptions& given) {
   for (std::string* p : {&o.model, &o.src.config, &o.src.vae, &o.src.text_encoder,
                          &o.src.text_encoder_2, &o.src.tokenizer, &o.src.tokenizer_2})
     *p = launcher::absoluteOnThisHost(*p);
-  const launcher::MpirunLaunch launch = mpirunLaunch(o);
-  const std::vector<std::string> args = launcher::mpirunArgv(launch);
-  CliSessionView view(o, o.hostfile.empty() ? launcher::HostPlan{} : preflight(o, launch));
+  const launcher::PreparedGroup group = prepare(o, mpirunLaunch(o));
+  CliSessionView view(o, group.watch);
 
   launcher::WorkerSession session(&view, "cli");
-  session.start(launcher::SessionLaunch{args, {}, o.np});
+  session.start(group.session);
   forwardSignalsTo(session.process().pid());
   session.submit(request(o));  // id "cli"
   session.stopWhenIdle();

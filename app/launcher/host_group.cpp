@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 #include <regex>
 #include <stdexcept>
@@ -68,11 +69,17 @@ HostGroupCheck checkHostGroup(const MpirunLaunch& launch,
                                   " ranks run on one host: give a wider range");
   }
   if (!preflight) return out;
-  const std::string mine = modelFingerprint(model_paths);
+  // The worker binary is compared with the model (issue 45): a host with another build of the
+  // worker at the same path is refused before mpirun starts, naming the file.
+  std::vector<std::string> files = model_paths;
+  std::error_code ec;
+  if (!launch.worker.empty() && std::filesystem::is_regular_file(launch.worker, ec))
+    files.push_back(launch.worker);
+  const std::string mine = modelFingerprint(files);
   for (const auto& [host, ranks] : out.plan) {
     if (ranks.empty() || isLocalHost(host)) continue;
     if (progress.cancelled && progress.cancelled()) break;
-    out.hosts.push_back(preflightHost(host, launch, model_paths, mine));
+    out.hosts.push_back(preflightHost(host, launch, files, mine));
     if (progress.checked) progress.checked(out.hosts.back());
   }
   return out;

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <iterator>
 #include <sstream>
 
 #include "app/launcher/fingerprint.h"
@@ -250,9 +251,8 @@ PreflightResult preflightHost(const std::string& host, const MpirunLaunch& launc
     const std::string after = text.substr(at + 12);
     r.fingerprint = after.substr(0, after.find_first_of("\r\n"));
     if (!expected_fingerprint.empty() && r.fingerprint != expected_fingerprint) {
-      r.message = "host " + host + " holds a different model at " + launch.model +
-                  " (fingerprint " + r.fingerprint + ", this machine " + expected_fingerprint + ")";
-      // Name the files: the remote `file SIZE DIGEST PATH` lines against this machine's.
+      // Name the files: the remote `file SIZE DIGEST PATH` lines against this machine's, the
+      // worker binary's (when it was fingerprinted: one of `paths`) apart from the model's.
       std::vector<FileFingerprint> theirs;
       std::istringstream lines(text);
       for (std::string l; std::getline(lines, l);) {
@@ -263,13 +263,30 @@ PreflightResult preflightHost(const std::string& host, const MpirunLaunch& launc
         std::getline(w >> std::ws, path);
         theirs.push_back({path, size, digest});
       }
+      std::string modelDiff, workerDiff;
       try {
-        const std::string diff = describeDifferences(modelFileFingerprints(paths), theirs);
-        if (!diff.empty()) r.message += ": " + diff;
+        std::vector<FileFingerprint> mine = modelFileFingerprints(paths);
+        auto isWorker = [&](const FileFingerprint& f) { return f.path == launch.worker; };
+        std::vector<FileFingerprint> mineWorker, theirsWorker;
+        std::copy_if(mine.begin(), mine.end(), std::back_inserter(mineWorker), isWorker);
+        std::copy_if(theirs.begin(), theirs.end(), std::back_inserter(theirsWorker), isWorker);
+        mine.erase(std::remove_if(mine.begin(), mine.end(), isWorker), mine.end());
+        theirs.erase(std::remove_if(theirs.begin(), theirs.end(), isWorker), theirs.end());
+        workerDiff = describeDifferences(mineWorker, theirsWorker);
+        modelDiff = describeDifferences(mine, theirs);
       } catch (const std::exception&) {
         // This machine's files were fingerprinted a moment ago; nothing more to name.
       }
-      r.message += ". Fix: copy the same checkpoint to the same path on every host";
+      if (!workerDiff.empty())
+        r.message = "host " + host + " runs a different worker binary: " + workerDiff +
+                    ". Fix: install the same DiT Studio build at the same path on every host";
+      if (!modelDiff.empty() || workerDiff.empty()) {
+        if (!r.message.empty()) r.message += "; ";
+        r.message += "host " + host + " holds a different model at " + launch.model +
+                     " (fingerprint " + r.fingerprint + ", this machine " + expected_fingerprint +
+                     ")" + (modelDiff.empty() ? "" : ": " + modelDiff) +
+                     ". Fix: copy the same checkpoint to the same path on every host";
+      }
     } else {
       r.ok = true;
     }
