@@ -157,12 +157,47 @@ at::Tensor ContextParallel::attention(const at::Tensor& q, const at::Tensor& k, 
   return ulyssesAttention(q, k, v, groupLens, ringBlockLens);
 }
 
+at::Tensor ContextParallel::attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                      const std::vector<int64_t>& localLens, const at::Tensor& refK,
+                                      const at::Tensor& refV) {
+  if (!refK.defined() && !refV.defined()) return attention(q, k, v, localLens);
+  if (!refK.defined() || !refV.defined() || !q.defined() || q.dim() != 4 || refK.dim() != 4 ||
+      refV.dim() != 4 || refK.size(0) != q.size(0) || refK.size(1) != q.size(1) ||
+      refK.size(3) != q.size(3) || refV.sizes() != refK.sizes() ||
+      refK.scalar_type() != q.scalar_type() || refV.scalar_type() != q.scalar_type())
+    throw std::invalid_argument(
+        "ContextParallel::attention: the extra reference keys and values must both be "
+        "[B, H, S_ref, D] with the queries' B, H, D and dtype");
+  if (!k.defined() || !v.defined() || k.dim() != 4 || v.dim() != 4 || k.sizes() != q.sizes() ||
+      v.sizes() != q.sizes() || q.scalar_type() != k.scalar_type() ||
+      q.scalar_type() != v.scalar_type())
+    throw std::invalid_argument(
+        "ContextParallel::attention: q, k, v must be [B, H, S_local, D] with one dtype");
+  validate(q.size(1), q.size(2), localLens);
+  if (degree() == 1) return localAttention(q, at::cat({k, refK}, 2), at::cat({v, refV}, 2));
+  if (ulyssesDegree_ == 1) return ringAttention(q, k, v, localLens, refK, refV);
+  std::vector<int64_t> groupLens(static_cast<size_t>(ulyssesDegree_));
+  for (int u = 0; u < ulyssesDegree_; ++u)
+    groupLens[static_cast<size_t>(u)] =
+        localLens[static_cast<size_t>(ringRank_ * ulyssesDegree_ + u)];
+  std::vector<int64_t> ringBlockLens(static_cast<size_t>(ringDegree_), 0);
+  for (int j = 0; j < ringDegree_; ++j)
+    for (int u = 0; u < ulyssesDegree_; ++u)
+      ringBlockLens[static_cast<size_t>(j)] +=
+          localLens[static_cast<size_t>(j * ulyssesDegree_ + u)];
+  return ulyssesAttention(q, k, v, groupLens, ringBlockLens, refK, refV);
+}
+
 at::Tensor ContextParallel::ringAttention(const at::Tensor& q, const at::Tensor& k,
                                           const at::Tensor& v,
-                                          const std::vector<int64_t>& blockLens) {
+                                          const std::vector<int64_t>& blockLens,
+                                          const at::Tensor& refK, const at::Tensor& refV) {
   const int R = ringDegree_;
   const int r = ringRank_;
-  if (R == 1) return localAttention(q, k, v);
+  const bool extra = refK.defined();
+  if (R == 1)
+    return extra ? localAttention(q, at::cat({k, refK}, 2), at::cat({v, refV}, 2))
+                 : localAttention(q, k, v);
   const int64_t B = k.size(0), H = k.size(1), D = k.size(3), Dv = v.size(3);
   if (Dv != D)
     throw std::invalid_argument("RingAttention: k and v head dims must agree (packed rotation)");
@@ -187,13 +222,19 @@ at::Tensor ContextParallel::ringAttention(const at::Tensor& q, const at::Tensor&
     }
     if (incoming) cur = incoming->result();
   }
+  if (extra) {
+    // The replicated extra keys: one more block, no communication.
+    auto [blockOut, blockLse] = attentionWithLse(q, refK, refV);
+    mergeAttention(out, lse, blockOut, blockLse);
+  }
   return out.to(q.scalar_type());
 }
 
 at::Tensor ContextParallel::ulyssesAttention(const at::Tensor& q, const at::Tensor& k,
                                              const at::Tensor& v,
                                              const std::vector<int64_t>& groupLens,
-                                             const std::vector<int64_t>& ringBlockLens) {
+                                             const std::vector<int64_t>& ringBlockLens,
+                                             const at::Tensor& refK, const at::Tensor& refV) {
   const int U = ulyssesDegree_;
   const int me = ulyssesRank_;
   const int64_t B = q.size(0), H = q.size(1), S = q.size(2), D = q.size(3);
@@ -219,8 +260,18 @@ at::Tensor ContextParallel::ulyssesAttention(const at::Tensor& q, const at::Tens
   at::Tensor qkv = at::cat(recv, 3);  // [3, B, myHeads, S_group, D]
   recv.clear();
 
-  at::Tensor out = ringDegree_ > 1 ? ringAttention(qkv[0], qkv[1], qkv[2], ringBlockLens)
-                                   : localAttention(qkv[0], qkv[1], qkv[2]);
+  at::Tensor out;
+  if (refK.defined()) {
+    // Replicated extra keys: only this rank's heads are needed after the all-to-all.
+    const int64_t h0 = headOff[static_cast<size_t>(me)];
+    const at::Tensor rk = refK.narrow(1, h0, myHeads), rv = refV.narrow(1, h0, myHeads);
+    out = ringDegree_ > 1
+              ? ringAttention(qkv[0], qkv[1], qkv[2], ringBlockLens, rk, rv)
+              : localAttention(qkv[0], at::cat({qkv[1], rk}, 2), at::cat({qkv[2], rv}, 2));
+  } else {
+    out = ringDegree_ > 1 ? ringAttention(qkv[0], qkv[1], qkv[2], ringBlockLens)
+                          : localAttention(qkv[0], qkv[1], qkv[2]);
+  }
   qkv.reset();
 
   // Reverse: (all tokens of the group, my heads) -> (local tokens, all heads).

@@ -95,6 +95,24 @@ class ContextParallel {
   at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                        const std::vector<int64_t>& localLens);
 
+  /// attention() with extra keys that every query also attends to (FLUX.2 [klein] KV's cached
+  /// reference K/V, diffusers' _flux2_kv_causal_attention "cached" form): refK, refV
+  /// [B, H, S_ref, D] with q's B, H, D and dtype, the SAME tensors on every rank of the cp group
+  /// (replicated, not split). Returns [B, H, S_local, D]: softmax over the keys of the
+  /// distributed joint sequence and the S_ref extra keys, restricted to this rank's queries.
+  ///  - no cp: one local attention over cat(k, refK);
+  ///  - ring (and ring_anything): the ring's blocks, then refK/refV as one more block merged by
+  ///    the log-sum-exp (no extra communication);
+  ///  - ulysses (and ulysses_anything): after the all-to-all, this rank's head slice of refK/refV
+  ///    appended to the gathered keys (no extra communication);
+  ///  - unified: this rank's head slice as one more ring block.
+  /// refK/refV undefined = attention(q, k, v, localLens). Throws std::invalid_argument as
+  /// attention() and when refK/refV do not match q's B, H, D and dtype. Collective over the cp
+  /// group.
+  at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       const std::vector<int64_t>& localLens, const at::Tensor& refK,
+                       const at::Tensor& refV);
+
   /// Gathers [B, S_local, C] pieces along dim 1 into [B, sum(sizes), C] in cp-rank order
   /// (sizes = every rank's S_local; uneven allowed). Throws std::invalid_argument when sizes has
   /// the wrong length or sizes[cpRank()] != local.size(1). Collective over the cp group.
@@ -105,11 +123,14 @@ class ContextParallel {
   uint64_t bytesSent() const;
 
  private:
+  // refK/refV: extra replicated keys (undefined = none), see the six-argument attention().
   at::Tensor ringAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                           const std::vector<int64_t>& blockLens);
+                           const std::vector<int64_t>& blockLens, const at::Tensor& refK = {},
+                           const at::Tensor& refV = {});
   at::Tensor ulyssesAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               const std::vector<int64_t>& groupLens,
-                              const std::vector<int64_t>& ringBlockLens);
+                              const std::vector<int64_t>& ringBlockLens,
+                              const at::Tensor& refK = {}, const at::Tensor& refV = {});
 
   std::shared_ptr<ProcessGroup> ring_, ulysses_, cp_;
   ContextParallelOptions opts_;

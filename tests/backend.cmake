@@ -93,6 +93,22 @@ foreach(_np 1 2)
     ENVIRONMENT "OMP_NUM_THREADS=1;DITSTUDIO_COLLECTIVE_TIMEOUT_S=120")
 endforeach()
 
+# Issue 46, computed once: FLUX.2 [klein] KV modes (Flux2KVCache) against diffusers'
+# Flux2KleinKVPipeline (tests/data/tiny-flux2-kv-A/golden/kv.safetensors), cached = uncached on
+# one rank and under tp 2 / ulysses 2 / ring 2 (2 ranks) and tp 2 x ulysses 2 / ring x ulysses (4).
+add_executable(test_flux2_kv test_flux2_kv.cpp)
+target_link_libraries(test_flux2_kv PRIVATE dit_backend GTest::gtest MPI::MPI_C)
+target_compile_definitions(test_flux2_kv PRIVATE
+  DITSTUDIO_FIXTURE="${DITSTUDIO_TEST_DATA}/tiny-flux2-kv-A")
+target_precompile_headers(test_flux2_kv REUSE_FROM dit_backend)
+foreach(_np 1 2 4)
+  add_test(NAME flux2_kv_np${_np}
+           COMMAND ${DITSTUDIO_MPIRUN} -np ${_np} $<TARGET_FILE:test_flux2_kv>)
+  set_tests_properties(flux2_kv_np${_np} PROPERTIES
+    LABELS "backend;golden;parallel;mpi;strategy;flux2" PROCESSORS 2 TIMEOUT 300
+    ENVIRONMENT "OMP_NUM_THREADS=1;DITSTUDIO_COLLECTIVE_TIMEOUT_S=120")
+endforeach()
+
 # FLUX.2 end to end through ditstudio-cli / mpirun + ditstudio-worker (every strategy, dp 2).
 add_executable(test_flux2_cli test_flux2_cli.cpp)
 target_link_libraries(test_flux2_cli PRIVATE dit_app GTest::gtest GTest::gtest_main)

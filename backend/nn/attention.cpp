@@ -78,6 +78,22 @@ at::Tensor AttentionBackend::operator()(const at::Tensor& q, const at::Tensor& k
   return o.transpose(1, 2).reshape({q.size(0), q.size(1), q.size(2) * q.size(3)});
 }
 
+at::Tensor AttentionBackend::operator()(const at::Tensor& q, const at::Tensor& k,
+                                        const at::Tensor& v, const at::Tensor& refK,
+                                        const at::Tensor& refV) const {
+  // [B, S, H, D] -> [B, H, S, D]
+  at::Tensor Q = q.transpose(1, 2), K = k.transpose(1, 2), V = v.transpose(1, 2);
+  at::Tensor RK = refK.transpose(1, 2), RV = refV.transpose(1, 2);
+  at::Tensor o = cp ? cp->attention(Q, K, V, localLens, RK, RV)
+                    : localAttention(Q, at::cat({K, RK}, 2), at::cat({V, RV}, 2));
+  return o.transpose(1, 2).reshape({q.size(0), q.size(1), q.size(2) * q.size(3)});
+}
+
+at::Tensor localSelfAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  at::Tensor o = localAttention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));
+  return o.transpose(1, 2).reshape({q.size(0), q.size(1), q.size(2) * q.size(3)});
+}
+
 JointAttention::JointAttention(WeightLoader& w, const std::string& p, int64_t C, int64_t headDim,
                                bool added_kv, int64_t headsLocal, bool bias)
     : headDim_(headDim), headsLocal_(headsLocal) {
@@ -104,13 +120,11 @@ at::Tensor JointAttention::heads(const at::Tensor& x) const {
   return x.reshape({x.size(0), x.size(1), headsLocal_, headDim_});
 }
 
-std::pair<at::Tensor, at::Tensor> JointAttention::operator()(
+std::tuple<at::Tensor, at::Tensor, at::Tensor> JointAttention::jointQkv(
     const at::Tensor& hidden, const at::Tensor& encoder, const at::Tensor& cos,
-    const at::Tensor& sin, const AttentionBackend& attention) const {
-  const auto dt = hidden.scalar_type();
+    const at::Tensor& sin) const {
   auto x3 = qkv->forwardParts(hidden);
   auto c3 = add_qkv->forwardParts(encoder);
-  const int64_t txt = encoder.size(1);
   at::Tensor q, k, v;
   if (rmsNormRopeCpuApplies(heads(x3[0]), norm_q) &&
       rmsNormRopeCpuApplies(heads(c3[0]), norm_added_q)) {
@@ -129,11 +143,34 @@ std::pair<at::Tensor, at::Tensor> JointAttention::operator()(
     k = applyRotaryEmb(at::cat({ck, k}, 1), cos, sin);
     v = at::cat({cv, v}, 1);
   }
-  at::Tensor a = attention(q, k, v).to(dt);
+  return {q, k, v};
+}
+
+std::pair<at::Tensor, at::Tensor> JointAttention::jointOutputs(const at::Tensor& a,
+                                                               int64_t txt) const {
   at::Tensor ac = a.narrow(1, 0, txt), ai = a.narrow(1, txt, a.size(1) - txt);
   ai = to_out->forward(ai);
   ac = to_add_out->forward(ac);
   return {ai, ac};
+}
+
+std::pair<at::Tensor, at::Tensor> JointAttention::operator()(
+    const at::Tensor& hidden, const at::Tensor& encoder, const at::Tensor& cos,
+    const at::Tensor& sin, const AttentionBackend& attention) const {
+  const auto dt = hidden.scalar_type();
+  auto [q, k, v] = jointQkv(hidden, encoder, cos, sin);
+  return jointOutputs(attention(q, k, v).to(dt), encoder.size(1));
+}
+
+std::pair<at::Tensor, at::Tensor> JointAttention::normRope(const at::Tensor& q_in,
+                                                           const at::Tensor& k_in,
+                                                           const at::Tensor& cos,
+                                                           const at::Tensor& sin) const {
+  if (rmsNormRopeCpuApplies(heads(q_in), norm_q))
+    return {normRopeJoint({}, {}, heads(q_in), norm_q, cos, sin),
+            normRopeJoint({}, {}, heads(k_in), norm_k, cos, sin)};
+  return {applyRotaryEmb(rmsNorm(heads(q_in), norm_q), cos, sin),
+          applyRotaryEmb(rmsNorm(heads(k_in), norm_k), cos, sin)};
 }
 
 at::Tensor JointAttention::attendProjected(const at::Tensor& q_in, const at::Tensor& k_in,
@@ -141,16 +178,44 @@ at::Tensor JointAttention::attendProjected(const at::Tensor& q_in, const at::Ten
                                            const at::Tensor& sin,
                                            const AttentionBackend& attention) const {
   const auto dt = q_in.scalar_type();
-  at::Tensor q, k;
-  if (rmsNormRopeCpuApplies(heads(q_in), norm_q)) {
-    q = normRopeJoint({}, {}, heads(q_in), norm_q, cos, sin);
-    k = normRopeJoint({}, {}, heads(k_in), norm_k, cos, sin);
-  } else {
-    q = applyRotaryEmb(rmsNorm(heads(q_in), norm_q), cos, sin);
-    k = applyRotaryEmb(rmsNorm(heads(k_in), norm_k), cos, sin);
-  }
+  auto [q, k] = normRope(q_in, k_in, cos, sin);
   at::Tensor v = heads(v_in);
   return attention(q, k, v).to(dt);
+}
+
+std::pair<at::Tensor, at::Tensor> JointAttention::operator()(
+    const at::Tensor& hidden, const at::Tensor& encoder, const at::Tensor& cos,
+    const at::Tensor& sin, const AttentionBackend& attention, const at::Tensor& refK,
+    const at::Tensor& refV) const {
+  const auto dt = hidden.scalar_type();
+  auto [q, k, v] = jointQkv(hidden, encoder, cos, sin);
+  return jointOutputs(attention(q, k, v, refK, refV).to(dt), encoder.size(1));
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> JointAttention::referenceAttention(
+    const at::Tensor& ref, const at::Tensor& cos, const at::Tensor& sin) const {
+  const auto dt = ref.scalar_type();
+  auto x3 = qkv->forwardParts(ref);
+  auto [a, k, v] = referenceProjected(x3[0], x3[1], x3[2], cos, sin);
+  return {to_out->forward(a.to(dt)), k, v};
+}
+
+at::Tensor JointAttention::attendProjected(const at::Tensor& q_in, const at::Tensor& k_in,
+                                           const at::Tensor& v_in, const at::Tensor& cos,
+                                           const at::Tensor& sin, const AttentionBackend& attention,
+                                           const at::Tensor& refK, const at::Tensor& refV) const {
+  const auto dt = q_in.scalar_type();
+  auto [q, k] = normRope(q_in, k_in, cos, sin);
+  return attention(q, k, heads(v_in), refK, refV).to(dt);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> JointAttention::referenceProjected(
+    const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, const at::Tensor& cos,
+    const at::Tensor& sin) const {
+  const auto dt = q_in.scalar_type();
+  auto [q, k] = normRope(q_in, k_in, cos, sin);
+  at::Tensor v = heads(v_in);
+  return {localSelfAttention(q, k, v).to(dt), k, v};
 }
 
 }  // namespace dit::nn

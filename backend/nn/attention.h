@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -54,7 +55,19 @@ struct AttentionBackend {
   std::vector<int64_t> localLens;
   /// q, k, v [B, S, H_local, D] -> [B, S, H_local * D]. Collective over the cp group when set.
   at::Tensor operator()(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const;
+  /// The same attention with extra keys every query also attends to (FLUX.2 [klein] KV's
+  /// reference K/V): refK, refV [B, S_ref, H_local, D], the same on every cp rank (not split).
+  /// q, k, v [B, S, H_local, D] -> [B, S, H_local * D]. Locally one attention over
+  /// cat(k, refK); under cp ContextParallel::attention with refK/refV (no extra communication).
+  /// Collective over the cp group when set.
+  at::Tensor operator()(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                        const at::Tensor& refK, const at::Tensor& refV) const;
 };
+
+/// Attention of q over k, v on this rank only, never communicating (the reference tokens'
+/// self-attention of the FLUX.2 [klein] KV modes, whose tokens every cp rank holds whole):
+/// q [B, S_q, H, D], k, v [B, S_k, H, D] -> [B, S_q, H * D].
+at::Tensor localSelfAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 
 /// diffusers RMSNorm over the last dim (eps, default 1e-6; affine weight w [D]): variance in
 /// float32; half/bfloat16 weights multiply in their dtype, float32 weights in float32 then cast
@@ -99,6 +112,40 @@ class JointAttention {
                              const at::Tensor& cos, const at::Tensor& sin,
                              const AttentionBackend& attention) const;
 
+  // ---- FLUX.2 [klein] KV modes (diffusers Flux2KVAttnProcessor,
+  // Flux2KVParallelSelfAttnProcessor, _flux2_kv_causal_attention). The reference tokens are a
+  // stream of their own: they attend to each other only, and the text and image queries attend
+  // to the joint sequence plus the references' keys. refK / refV: the references' keys and values
+  // after RMSNorm and RoPE, [B, S_ref, H_local, D], the same on every cp rank. ----
+
+  /// Double-stream, text and image: as operator() with refK/refV added to the keys every text and
+  /// image query attends to. Collective over the cp group (attention) and tp (to_out.0,
+  /// to_add_out). Throws as operator().
+  std::pair<at::Tensor, at::Tensor> operator()(const at::Tensor& hidden, const at::Tensor& encoder,
+                                               const at::Tensor& cos, const at::Tensor& sin,
+                                               const AttentionBackend& attention,
+                                               const at::Tensor& refK,
+                                               const at::Tensor& refV) const;
+  /// Double-stream, the references: ref [B, S_ref, C] (modulated image-stream tokens) through the
+  /// image projections (to_q/k/v, norm_q/norm_k), RoPE with their tables cos/sin [S_ref, D],
+  /// self-attention, to_out.0 -> {output [B, S_ref, C], k, v [B, S_ref, H_local, D] post-RoPE}.
+  /// No cp communication; collective over tp (to_out.0's reduce).
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> referenceAttention(const at::Tensor& ref,
+                                                                    const at::Tensor& cos,
+                                                                    const at::Tensor& sin) const;
+  /// Single-stream: as attendProjected with refK/refV added to the keys.
+  at::Tensor attendProjected(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             const at::Tensor& cos, const at::Tensor& sin,
+                             const AttentionBackend& attention, const at::Tensor& refK,
+                             const at::Tensor& refV) const;
+  /// Single-stream, the references: q, k, v [B, S_ref, H_local * D] projected by the block ->
+  /// {self-attention [B, S_ref, H_local * D], k, v [B, S_ref, H_local, D] post-RoPE}. Local.
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> referenceProjected(const at::Tensor& q,
+                                                                    const at::Tensor& k,
+                                                                    const at::Tensor& v,
+                                                                    const at::Tensor& cos,
+                                                                    const at::Tensor& sin) const;
+
   FusedLinearPtr qkv;      ///< to_q, to_k, to_v as one GEMM (double-stream only)
   FusedLinearPtr add_qkv;  ///< add_q_proj, add_k_proj, add_v_proj as one GEMM (double-stream only)
   at::Tensor norm_q, norm_k, norm_added_q, norm_added_k;  ///< RMSNorm weights [D]
@@ -107,6 +154,16 @@ class JointAttention {
 
  private:
   at::Tensor heads(const at::Tensor& x) const;
+  // The double-stream q, k, v [B, S_txt + S_img, H_local, D] after RMSNorm and RoPE, and the
+  // attention output split and projected ({image, text}).
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> jointQkv(const at::Tensor& hidden,
+                                                          const at::Tensor& encoder,
+                                                          const at::Tensor& cos,
+                                                          const at::Tensor& sin) const;
+  std::pair<at::Tensor, at::Tensor> jointOutputs(const at::Tensor& a, int64_t txt) const;
+  // RMSNorm + RoPE of one stream's projected q and k [B, S, H_local * D] -> [B, S, H_local, D].
+  std::pair<at::Tensor, at::Tensor> normRope(const at::Tensor& q, const at::Tensor& k,
+                                             const at::Tensor& cos, const at::Tensor& sin) const;
   int64_t headDim_ = 0, headsLocal_ = 0;
 };
 

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <stdexcept>
 #include <tuple>
 
 #include "backend/io/weight_loader.h"
@@ -39,6 +40,43 @@ std::pair<at::Tensor, at::Tensor> Flux2TransformerBlock::operator()(
   return {enc, hs};
 }
 
+std::pair<at::Tensor, at::Tensor> Flux2TransformerBlock::forwardKV(
+    at::Tensor hs, at::Tensor enc, const std::vector<Modulation::Params>& mi,
+    const std::vector<Modulation::Params>& mt, const at::Tensor& cos, const at::Tensor& sin,
+    const nn::AttentionBackend& attention, const nn::AttentionCacheSeam* seam, Flux2LayerKV& kv,
+    Flux2ReferenceStream* ref) const {
+  if (ref) {
+    // The references: image-stream weights, their own modulation, self-attention only.
+    at::Tensor r = ref->hidden;
+    const auto& mr = ref->mod_img;
+    auto [ar, k, v] = attn.referenceAttention(Modulation::apply(r, mr[0]), ref->cos, ref->sin);
+    kv.k = k;
+    kv.v = v;
+    r = r + mr[0].gate * ar;
+    r = r + mr[1].gate * ff(Modulation::apply(r, mr[1]));
+    ref->hidden = r;
+  }
+  if (!kv.k.defined())
+    throw std::logic_error("Flux2TransformerBlock: the reference K/V cache is empty");
+  at::Tensor attn_output, context_attn_output;
+  if (nn::cachePredicts(seam)) {
+    auto p = nn::cachePrediction(*seam);
+    attn_output = p.at(0).to(hs.scalar_type());
+    context_attn_output = p.at(1).to(enc.scalar_type());
+  } else {
+    std::tie(attn_output, context_attn_output) =
+        attn(Modulation::apply(hs, mi[0]), Modulation::apply(enc, mt[0]), cos, sin, attention, kv.k,
+             kv.v);
+    if (seam) nn::cacheRecord(seam, {attn_output, context_attn_output});
+  }
+  hs = hs + mi[0].gate * attn_output;
+  hs = hs + mi[1].gate * ff(Modulation::apply(hs, mi[1]));
+  enc = enc + mt[0].gate * context_attn_output;
+  enc = enc + mt[1].gate * ff_context(Modulation::apply(enc, mt[1]));
+  if (enc.scalar_type() == at::kHalf) enc = enc.clamp(-65504, 65504);
+  return {enc, hs};
+}
+
 Flux2SingleTransformerBlock::Flux2SingleTransformerBlock(WeightLoader& w, const std::string& p,
                                                          int64_t C, int64_t M, int64_t hd)
     : to_qkv_mlp_proj(w.linear(p + ".attn.to_qkv_mlp_proj", C, 3 * C + 2 * M, false)),
@@ -64,6 +102,44 @@ at::Tensor Flux2SingleTransformerBlock::operator()(const at::Tensor& x,
                value = h.narrow(-1, 3 * cLocal + mLocal, mLocal);
     at::Tensor a = attn.attendProjected(q, k, v, cos, sin, attention);
     out = to_out->forward(at::cat({a, at::silu(gate) * value}, -1));
+    if (seam) nn::cacheRecord(seam, {out});
+  }
+  at::Tensor y = x + m[0].gate * out;
+  if (y.scalar_type() == at::kHalf) y = y.clamp(-65504, 65504);
+  return y;
+}
+
+at::Tensor Flux2SingleTransformerBlock::forwardKV(
+    const at::Tensor& x, const std::vector<Modulation::Params>& m, const at::Tensor& cos,
+    const at::Tensor& sin, const nn::AttentionBackend& attention,
+    const nn::AttentionCacheSeam* seam, Flux2LayerKV& kv, Flux2ReferenceStream* ref) const {
+  // Local rows of to_qkv_mlp_proj: [q, k, v] (cLocal each), then [gate, value] (mLocal each).
+  auto mlp = [this](const at::Tensor& h) {
+    return at::silu(h.narrow(-1, 3 * cLocal, mLocal)) * h.narrow(-1, 3 * cLocal + mLocal, mLocal);
+  };
+  if (ref) {
+    const at::Tensor& r = ref->hidden;
+    const auto& mr = ref->mod_single;
+    const at::Tensor h = to_qkv_mlp_proj->forward(Modulation::apply(r, mr[0]));
+    auto [a, k, v] = attn.referenceProjected(h.narrow(-1, 0, cLocal), h.narrow(-1, cLocal, cLocal),
+                                             h.narrow(-1, 2 * cLocal, cLocal), ref->cos, ref->sin);
+    kv.k = k;
+    kv.v = v;
+    at::Tensor y = r + mr[0].gate * to_out->forward(at::cat({a, mlp(h)}, -1));
+    if (y.scalar_type() == at::kHalf) y = y.clamp(-65504, 65504);
+    ref->hidden = y;
+  }
+  if (!kv.k.defined())
+    throw std::logic_error("Flux2SingleTransformerBlock: the reference K/V cache is empty");
+  at::Tensor out;
+  if (nn::cachePredicts(seam)) {
+    out = nn::cachePrediction(*seam).at(0).to(x.scalar_type());
+  } else {
+    const at::Tensor h = to_qkv_mlp_proj->forward(Modulation::apply(x, m[0]));
+    at::Tensor a =
+        attn.attendProjected(h.narrow(-1, 0, cLocal), h.narrow(-1, cLocal, cLocal),
+                             h.narrow(-1, 2 * cLocal, cLocal), cos, sin, attention, kv.k, kv.v);
+    out = to_out->forward(at::cat({a, mlp(h)}, -1));
     if (seam) nn::cacheRecord(seam, {out});
   }
   at::Tensor y = x + m[0].gate * out;

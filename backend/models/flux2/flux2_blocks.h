@@ -26,6 +26,24 @@ class WeightLoader;
 
 namespace flux2 {
 
+/// One layer's reference K/V of the KV modes (diffusers Flux2KVLayerCache): the reference tokens'
+/// keys and values after RMSNorm and RoPE, [B, S_ref, H_local, D] (this tp rank's heads; every
+/// reference token on every cp rank). Undefined until extracted.
+struct Flux2LayerKV {
+  at::Tensor k, v;
+};
+
+/// The reference tokens of a KV "extract" forward as a stream of their own (diffusers
+/// Flux2KleinKVPipeline step 0: they sit in the image stream, are modulated with the fixed
+/// timestep 0 and attend to each other only, so they never depend on the text, the noisy image or
+/// the step). Replicated on every cp rank (not split).
+struct Flux2ReferenceStream {
+  at::Tensor hidden;                               ///< [B, S_ref, C]
+  std::vector<nn::Modulation::Params> mod_img;     ///< double_stream_modulation_img at t = 0
+  std::vector<nn::Modulation::Params> mod_single;  ///< single_stream_modulation at t = 0
+  at::Tensor cos, sin;                             ///< rotary tables [S_ref, D] of their ids
+};
+
 /// diffusers Flux2TransformerBlock (double stream).
 class Flux2TransformerBlock {
  public:
@@ -42,6 +60,19 @@ class Flux2TransformerBlock {
                                                const at::Tensor& cos, const at::Tensor& sin,
                                                const nn::AttentionBackend& attention,
                                                const nn::AttentionCacheSeam* seam = nullptr) const;
+
+  /// The KV modes (diffusers Flux2KVAttnProcessor): with `ref` (extract) the reference stream
+  /// runs first (self-attention, feed-forward with its own modulation; ref->hidden updated) and
+  /// its K/V are stored in `kv`; without (cached) `kv` must hold them. Text and image then run as
+  /// operator() with the reference K/V added to their keys. A TaylorSeer prediction replaces the
+  /// text and image attention only (the references are computed when extracting).
+  std::pair<at::Tensor, at::Tensor> forwardKV(at::Tensor hs, at::Tensor enc,
+                                              const std::vector<nn::Modulation::Params>& mi,
+                                              const std::vector<nn::Modulation::Params>& mt,
+                                              const at::Tensor& cos, const at::Tensor& sin,
+                                              const nn::AttentionBackend& attention,
+                                              const nn::AttentionCacheSeam* seam, Flux2LayerKV& kv,
+                                              Flux2ReferenceStream* ref) const;
 
   nn::JointAttention attn;  ///< Flux2Attention
   nn::SwiGLUFeedForward ff, ff_context;
@@ -60,6 +91,12 @@ class Flux2SingleTransformerBlock {
                         const at::Tensor& cos, const at::Tensor& sin,
                         const nn::AttentionBackend& attention,
                         const nn::AttentionCacheSeam* seam = nullptr) const;
+
+  /// The KV modes (diffusers Flux2KVParallelSelfAttnProcessor), as Flux2TransformerBlock's.
+  at::Tensor forwardKV(const at::Tensor& x, const std::vector<nn::Modulation::Params>& m,
+                       const at::Tensor& cos, const at::Tensor& sin,
+                       const nn::AttentionBackend& attention, const nn::AttentionCacheSeam* seam,
+                       Flux2LayerKV& kv, Flux2ReferenceStream* ref) const;
 
   nn::LinearPtr to_qkv_mlp_proj, to_out;
   nn::JointAttention attn;  ///< norm_q / norm_k and the attention of projected q, k, v

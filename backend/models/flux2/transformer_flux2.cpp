@@ -25,6 +25,14 @@ struct Flux2Transformer2DModel::Impl {
   std::vector<flux2::Flux2TransformerBlock> transformer_blocks;
   std::vector<flux2::Flux2SingleTransformerBlock> single_transformer_blocks;
   nn::AdaLayerNormContinuous norm_out;
+  // The KV modes (Flux2KVCache): the installed cache and this forward's mode, decided in prepare
+  // (before the context-parallel split, the same on every rank); the reference tokens cut from
+  // hidden_states / img_ids there, and their stream while an extracting forward runs.
+  enum class KVMode { Off, Extract, Cached };
+  Flux2KVCache* kv = nullptr;
+  KVMode kv_mode = KVMode::Off;
+  at::Tensor ref_in, ref_ids;
+  std::unique_ptr<flux2::Flux2ReferenceStream> ref;
 };
 
 namespace {
@@ -41,6 +49,40 @@ const Flux2TransformerConfig& checkedConfig(const Flux2TransformerConfig& cfg) {
 }
 
 }  // namespace
+
+Flux2KVCache::Flux2KVCache(int64_t num_ref_tokens, bool recompute)
+    : numRef_(num_ref_tokens), recompute_(recompute) {
+  if (num_ref_tokens < 1)
+    throw std::invalid_argument("Flux2KVCache: num_ref_tokens must be >= 1 (got " +
+                                std::to_string(num_ref_tokens) + ")");
+}
+
+Flux2KVCache::~Flux2KVCache() = default;
+
+bool Flux2KVCache::filled() const {
+  if (double_.empty() && single_.empty()) return false;
+  for (const auto& l : double_)
+    if (!l.k.defined()) return false;
+  for (const auto& l : single_)
+    if (!l.k.defined()) return false;
+  return true;
+}
+
+int64_t Flux2KVCache::bytes() const {
+  int64_t b = 0;
+  for (const auto* layers : {&double_, &single_})
+    for (const auto& l : *layers)
+      for (const auto* t : {&l.k, &l.v})
+        if (t->defined()) b += static_cast<int64_t>(t->numel() * t->element_size());
+  return b;
+}
+
+void Flux2KVCache::clear() {
+  double_.clear();
+  single_.clear();
+  imgTokens_ = 0;
+  batch_ = 0;
+}
 
 Flux2Transformer2DModel::Flux2Transformer2DModel(const Flux2TransformerConfig& cfg,
                                                  WeightSource& source, TransformerParallelism par)
@@ -83,7 +125,9 @@ Flux2Transformer2DModel::Flux2Transformer2DModel(const Flux2TransformerConfig& c
                  {"guidance", false}};
   spec.cp_plan = flux2ContextParallelPlan();
   const Impl* m = d_.get();
-  spec.embed = [this, m](const TransformerInputs& in, DiTState& s) {
+  Impl* mk = d_.get();  // the KV mode's per-forward state
+  spec.prepare = [mk](TransformerInputs& in) { prepareKV(*mk, in); };
+  spec.embed = [this, m, mk](const TransformerInputs& in, DiTState& s) {
     const auto g = in.find("guidance");
     const at::Tensor temb =
         timeEmbedding(in.at("timestep"), g == in.end() ? at::Tensor() : g->second);
@@ -95,30 +139,109 @@ Flux2Transformer2DModel::Flux2Transformer2DModel(const Flux2TransformerConfig& c
     s.encoder_hidden_states = m->context_embedder->forward(in.at("encoder_hidden_states"));
     std::tie(s.rope_cos, s.rope_sin) =
         m->pos_embed(at::cat({in.at("txt_ids"), in.at("img_ids")}, 0));
+    if (mk->kv_mode == Impl::KVMode::Extract) {
+      // The references' stream: modulated with the fixed timestep 0 (diffusers'
+      // ref_fixed_timestep), their own rotary tables.
+      auto ref = std::make_unique<flux2::Flux2ReferenceStream>();
+      ref->hidden = m->x_embedder->forward(mk->ref_in);
+      const at::Tensor rtemb = at::silu(timeEmbedding(at::zeros_like(in.at("timestep")),
+                                                      g == in.end() ? at::Tensor() : g->second));
+      ref->mod_img = m->mod_img(rtemb);
+      ref->mod_single = m->mod_single(rtemb);
+      std::tie(ref->cos, ref->sin) = m->pos_embed(mk->ref_ids);
+      mk->ref = std::move(ref);
+      mk->ref_in = at::Tensor();
+      mk->ref_ids = at::Tensor();
+    }
   };
-  spec.stages.push_back({"transformer_blocks", cfg.num_layers, nullptr, [m](int i, DiTState& s) {
-                           std::tie(s.encoder_hidden_states, s.hidden_states) =
-                               m->transformer_blocks[static_cast<size_t>(i)](
-                                   s.hidden_states, s.encoder_hidden_states,
-                                   s.modulation.at(kModImg), s.modulation.at(kModTxt), s.rope_cos,
-                                   s.rope_sin, s.attention, s.attention_cache);
-                         }});
-  spec.stages.push_back({"single_transformer_blocks", cfg.num_single_layers,
-                         [](DiTState& s) { s.joinStreams(); },
-                         [m](int i, DiTState& s) {
-                           s.hidden_states = m->single_transformer_blocks[static_cast<size_t>(i)](
-                               s.hidden_states, s.modulation.at(kModSingle), s.rope_cos, s.rope_sin,
-                               s.attention, s.attention_cache);
-                         }});
-  spec.finalize = [m](const DiTState& s) {
+  spec.stages.push_back(
+      {"transformer_blocks", cfg.num_layers, nullptr, [m, mk](int i, DiTState& s) {
+         const auto& block = m->transformer_blocks[static_cast<size_t>(i)];
+         if (mk->kv_mode != Impl::KVMode::Off) {
+           std::tie(s.encoder_hidden_states, s.hidden_states) = block.forwardKV(
+               s.hidden_states, s.encoder_hidden_states, s.modulation.at(kModImg),
+               s.modulation.at(kModTxt), s.rope_cos, s.rope_sin, s.attention, s.attention_cache,
+               mk->kv->double_[static_cast<size_t>(i)], mk->ref.get());
+           return;
+         }
+         std::tie(s.encoder_hidden_states, s.hidden_states) = block(
+             s.hidden_states, s.encoder_hidden_states, s.modulation.at(kModImg),
+             s.modulation.at(kModTxt), s.rope_cos, s.rope_sin, s.attention, s.attention_cache);
+       }});
+  spec.stages.push_back(
+      {"single_transformer_blocks", cfg.num_single_layers, [](DiTState& s) { s.joinStreams(); },
+       [m, mk](int i, DiTState& s) {
+         const auto& block = m->single_transformer_blocks[static_cast<size_t>(i)];
+         if (mk->kv_mode != Impl::KVMode::Off) {
+           s.hidden_states = block.forwardKV(
+               s.hidden_states, s.modulation.at(kModSingle), s.rope_cos, s.rope_sin, s.attention,
+               s.attention_cache, mk->kv->single_[static_cast<size_t>(i)], mk->ref.get());
+           return;
+         }
+         s.hidden_states = block(s.hidden_states, s.modulation.at(kModSingle), s.rope_cos,
+                                 s.rope_sin, s.attention, s.attention_cache);
+       }});
+  spec.finalize = [m, mk](const DiTState& s) {
+    mk->ref.reset();  // the references' stream ends with the blocks
     return m->proj_out->forward(m->norm_out(s.imageStream(), s.silu_temb));
   };
   spec.flops = [c = cfg](int64_t img, int64_t txt) { return flops(c, img, txt); };
   finishLoading(std::move(spec));
 }
 
+// The KV mode of one forward (Flux2KVCache's comment): cuts the reference tokens off the whole
+// inputs before the context-parallel split (every rank keeps all of them).
+void Flux2Transformer2DModel::prepareKV(Impl& D, TransformerInputs& in) {
+  D.kv_mode = Impl::KVMode::Off;
+  D.ref_in = at::Tensor();
+  D.ref_ids = at::Tensor();
+  D.ref.reset();
+  Flux2KVCache* kv = D.kv;
+  if (!kv) return;
+  const std::string who = "Flux2Transformer2DModel::forward (KV cache): ";
+  at::Tensor& hs = in.at("hidden_states");
+  at::Tensor& ids = in.at("img_ids");
+  const int64_t n = kv->numRefTokens(), S = hs.size(1);
+  if (ids.size(0) != S)
+    throw std::invalid_argument(who + "img_ids holds " + std::to_string(ids.size(0)) +
+                                " positions for " + std::to_string(S) + " hidden_states tokens");
+  if (!kv->filled() || kv->recompute()) {
+    if (S <= n)
+      throw std::invalid_argument(
+          who + "an extracting forward needs the image tokens followed by " + std::to_string(n) +
+          " reference tokens; hidden_states holds " + std::to_string(S));
+    D.ref_in = hs.narrow(1, S - n, n);
+    D.ref_ids = ids.narrow(0, S - n, n);
+    hs = hs.narrow(1, 0, S - n);
+    ids = ids.narrow(0, 0, S - n);
+    kv->clear();
+    kv->imgTokens_ = S - n;
+    kv->batch_ = hs.size(0);
+    kv->double_.resize(D.transformer_blocks.size());
+    kv->single_.resize(D.single_transformer_blocks.size());
+    D.kv_mode = Impl::KVMode::Extract;
+    return;
+  }
+  if (hs.size(0) != kv->batch_)
+    throw std::invalid_argument(who + "batch " + std::to_string(hs.size(0)) +
+                                " differs from the extracting forward's " +
+                                std::to_string(kv->batch_));
+  if (S == kv->imgTokens_ + n) {
+    hs = hs.narrow(1, 0, kv->imgTokens_);
+    ids = ids.narrow(0, 0, kv->imgTokens_);
+  } else if (S != kv->imgTokens_) {
+    throw std::invalid_argument(who + "a cached forward takes the " +
+                                std::to_string(kv->imgTokens_) + " image tokens (optionally " +
+                                "followed by the " + std::to_string(n) +
+                                " reference tokens); hidden_states holds " + std::to_string(S));
+  }
+  D.kv_mode = Impl::KVMode::Cached;
+}
+
 Flux2Transformer2DModel::~Flux2Transformer2DModel() = default;
 const Flux2TransformerConfig& Flux2Transformer2DModel::config() const { return d_->cfg; }
+void Flux2Transformer2DModel::setKVCache(Flux2KVCache* cache) { d_->kv = cache; }
+Flux2KVCache* Flux2Transformer2DModel::kvCache() const { return d_->kv; }
 
 std::pair<at::Tensor, at::Tensor> Flux2Transformer2DModel::rotaryTables(
     const at::Tensor& txt_ids, const at::Tensor& img_ids) const {

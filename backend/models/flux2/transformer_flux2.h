@@ -31,6 +31,56 @@
 namespace dit {
 
 class WeightSource;
+namespace flux2 {
+struct Flux2LayerKV;
+}
+
+/// diffusers Flux2KVCache (transformer_flux2.py; Flux2KleinKVPipeline): the reference tokens'
+/// keys and values (after RMSNorm and RoPE) of every double and single block, extracted by one
+/// forward and reused by the later ones, so the reference tokens are computed once per request.
+/// Under tensor parallelism each rank holds its heads; under context parallelism every cp rank
+/// holds every reference token (the references are not split: each rank computes them whole in
+/// the extracting forward), and Ulysses uses only its head slice of them.
+///
+/// Install it with Flux2Transformer2DModel::setKVCache. A forward then runs diffusers'
+/// kv_cache_mode:
+///  - "extract" when the cache is empty (or recompute() is set): the LAST numRefTokens() tokens
+///    of hidden_states and img_ids are the reference tokens (the layout FlowMatchLatents::
+///    reference_tokens gives; diffusers puts them first, which only reorders the keys). They
+///    form a stream of their own, modulated with the fixed timestep 0 and attending to each
+///    other only; the text and image tokens attend to everything; the K/V are stored. The
+///    prediction covers the image tokens only ([B, S_img, out_channels]).
+///  - "cached" when it holds K/V: hidden_states / img_ids are the image tokens alone, or the
+///    image tokens followed by the same numRefTokens() reference tokens (ignored); the stored K/V
+///    join the keys of every text and image query.
+/// The cached result equals the extracting one (the references' K/V never depend on the step).
+class Flux2KVCache {
+ public:
+  /// `num_ref_tokens` > 0: the reference tokens at the tail of an extracting forward's
+  /// hidden_states / img_ids. `recompute`: every forward extracts again (the uncached form of the
+  /// same causal attention). Throws std::invalid_argument when num_ref_tokens < 1.
+  explicit Flux2KVCache(int64_t num_ref_tokens, bool recompute = false);
+  ~Flux2KVCache();
+  Flux2KVCache(const Flux2KVCache&) = delete;
+  Flux2KVCache& operator=(const Flux2KVCache&) = delete;
+
+  int64_t numRefTokens() const { return numRef_; }
+  bool recompute() const { return recompute_; }
+  /// Whether K/V have been extracted (the next forward is "cached" unless recompute()).
+  bool filled() const;
+  /// The image tokens of the extracting forward (0 before).
+  int64_t imageTokens() const { return imgTokens_; }
+  /// Bytes of the stored K/V on this rank.
+  int64_t bytes() const;
+  /// Drops the K/V (the next forward extracts again).
+  void clear();
+
+ private:
+  friend class Flux2Transformer2DModel;
+  int64_t numRef_ = 0, imgTokens_ = 0, batch_ = 0;
+  bool recompute_ = false;
+  std::vector<flux2::Flux2LayerKV> double_, single_;
+};
 
 class Flux2Transformer2DModel : public DiTModel {
  public:
@@ -55,6 +105,15 @@ class Flux2Transformer2DModel : public DiTModel {
   // Flux2ParallelSelfAttention of a single block, its MLP and to_out included; lite on proj_out),
   // parameters, shardingPlan, loraTargets: DiTModel's.
 
+  /// Installs the reference K/V cache of the KV modes (not owned; null = the plain forward,
+  /// unchanged). Must outlive the forward() calls made with it. Every rank of the tp and cp groups
+  /// installs a cache of the same numRefTokens() and runs the same forwards, so every rank takes
+  /// the same mode. forward() then throws std::invalid_argument when an extracting forward has
+  /// no more tokens than numRefTokens() or its batch differs, or when a cached forward's
+  /// hidden_states hold neither imageTokens() nor imageTokens() + numRefTokens() tokens.
+  void setKVCache(Flux2KVCache* cache);
+  Flux2KVCache* kvCache() const;
+
   const Flux2TransformerConfig& config() const;
   /// FLOPs of one forward (matmuls + attention), batch 1.
   static double flops(const Flux2TransformerConfig& c, int64_t img_tokens, int64_t txt_tokens);
@@ -67,6 +126,8 @@ class Flux2Transformer2DModel : public DiTModel {
 
  private:
   struct Impl;
+  // The KV mode of one forward, decided on the whole inputs (DiTSpec::prepare).
+  static void prepareKV(Impl& D, TransformerInputs& inputs);
   std::unique_ptr<Impl> d_;
 };
 
