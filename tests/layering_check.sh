@@ -17,8 +17,16 @@
 #     per-front-end CFG rules (cfg_from_guidance, runsCfg, OptionMeanings, cfgPolicy) appear in
 #     code (comments aside) only in backend/models/<f>/ and backend/pipelines/<f>/: every front
 #     end reads the family's declared request (backend/models/request_spec.h). Tests exempt.
-#  7. A family's record (backend/models/<f>/) never includes the family table
-#     (backend/models/family_registry.h): the table includes the families, not the reverse.
+#  7. A family's folders (backend/models/<f>/ and backend/pipelines/<f>/) never include either
+#     family table (backend/models/family_registry.h, backend/family_runtime.h): the tables
+#     include the families, not the reverse. A family's Torch half includes its record type
+#     (backend/family_runtime_record.h); a family's pipeline config computes its dims itself.
+#  8. Nothing else in backend/ names a family's folder in an #include: only the two tables
+#     (backend/models/family_registry.cpp, backend/family_runtime.cpp) include a family; shared
+#     code (checkpoint_layouts, the loop, nn/, io/) reaches a family through its record.
+#  9. backend/models/ and backend/pipelines/ never include the Torch table
+#     backend/family_runtime.h (the programs in app/ do): shared helpers of the families'
+#     runtimes (dual_stream_runtime.h) include the record type.
 # Usage: layering_check.sh SOURCE_DIR. Prints every offending line; exits 1 if there is one.
 set -uo pipefail
 SRC=${1:?source dir}
@@ -77,12 +85,30 @@ if out=$(grep -rnE "$rules" "${exclude[@]}" --include='*.cpp' --include='*.h' --
   echo "family-specific request rules outside the family folders (declare them in the family's RequestSpec):"
   echo "$out"; fail=1
 fi
+families=()
 for fam in "$SRC"/backend/models/*/*_family.cpp; do
   [ -e "$fam" ] || continue
-  if out=$(grep -rnE '#include\s+"backend/models/family_registry\.h"' "$(dirname "$fam")"); then
-    echo "a family's record includes the family table (the table includes the families):"
+  f=$(basename "$(dirname "$fam")")
+  families+=("$f")
+  dirs=("$SRC/backend/models/$f")
+  [ -d "$SRC/backend/pipelines/$f" ] && dirs+=("$SRC/backend/pipelines/$f")
+  if out=$(grep -rnE '#include\s+"backend/(models/family_registry|family_runtime)\.h"' "${dirs[@]}"); then
+    echo "a family's folder includes a family table (the tables include the families):"
     echo "$out"; fail=1
   fi
 done
-[ $fail -eq 0 ] && echo "layering: parallel/ model-free and backend-free, parallel/ and backend/ app-free, ui/ and app/launcher/ Torch-free, backend/io/ family-free, class names and family request rules only in family folders"
+if [ ${#families[@]} -gt 0 ]; then
+  famre=$(IFS='|'; echo "${families[*]}")
+  if out=$(grep -rnE "#include\s+\"backend/(models|pipelines)/($famre)/" "${exclude[@]}" \
+      --exclude=family_registry.cpp --exclude=family_runtime.cpp "$SRC/backend"); then
+    echo "shared backend code includes a family's folder (only the two family tables do):"
+    echo "$out"; fail=1
+  fi
+fi
+if out=$(grep -rnE '#include\s+"backend/family_runtime\.h"' "$SRC/backend/models" \
+    "$SRC/backend/pipelines" 2>/dev/null); then
+  echo "backend/models/ or backend/pipelines/ includes the Torch family table (include backend/family_runtime_record.h):"
+  echo "$out"; fail=1
+fi
+[ $fail -eq 0 ] && echo "layering: parallel/ model-free and backend-free, parallel/ and backend/ app-free, ui/ and app/launcher/ Torch-free, backend/io/ family-free, class names and family request rules only in family folders, the family tables include the families and nothing else does"
 exit $fail

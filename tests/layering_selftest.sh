@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Proves that tests/layering_check.sh can fail: on a small tree that follows every rule it passes;
 # each planted violation (a class-name literal outside the family folders, an include from
-# parallel/ or backend/ into app/ or ui/, an include from backend/io/ into backend/models/) makes
-# it fail naming the offending line.
+# parallel/ or backend/ into app/ or ui/, an include from backend/io/ into backend/models/, a family
+# folder including a family table, shared backend code including a family's folder) makes it fail
+# naming the offending line.
 # Usage: layering_selftest.sh CHECK_SCRIPT
 set -uo pipefail
 CHECK=${1:?layering_check.sh}
@@ -15,6 +16,10 @@ mk app/cli/cli_main.cpp '// a comment may name "FluxPipeline"'
 mk backend/io/model_folder.cpp '#include "backend/io/config_json.h"'
 mk backend/models/flux/flux_family.cpp 'const char* k = "FluxPipeline";'
 mk backend/pipelines/flux/pipeline_flux.cpp 'const char* k = "FluxTransformer2DModel";'
+mk backend/pipelines/flux/flux_pipeline_config.cpp '#include "backend/models/flux/flux_plan.h"'
+mk backend/models/flux/flux_runtime.h '#include "backend/family_runtime_record.h"'
+mk backend/models/family_registry.cpp '#include "backend/models/flux/flux_family.h"'
+mk backend/family_runtime.cpp '#include "backend/models/flux/flux_runtime.h"'
 fail=0
 if ! out=$(bash "$CHECK" "$T" 2>&1); then
   echo "a clean tree was refused:"; echo "$out"; fail=1
@@ -39,6 +44,11 @@ expect_refusal app/cli/cli_main.cpp 'opts.add_option("--cfg-truncation", v);' "a
 expect_refusal ui/generation_panel.cpp 'p.options["cfg_normalization"] = 1;' "a family knob's name in ui/"
 expect_refusal backend/pipelines/flow_match_pipeline.cpp 'if (cfg.is_distilled) {}' "a family rule in the shared loop"
 expect_refusal backend/models/flux/flux_runtime.cpp '#include "backend/models/family_registry.h"' "a family including the family table"
+expect_refusal backend/pipelines/flux/flux_pipeline_config.cpp '#include "backend/models/family_registry.h"' "a family's pipeline folder including the family table"
+expect_refusal backend/models/flux/flux_runtime.h '#include "backend/family_runtime.h"' "a family's runtime including the Torch family table"
+expect_refusal backend/models/checkpoint_layouts.h '#include "backend/models/flux/flux_config.h"' "shared models code including a family's header"
+expect_refusal backend/pipelines/guider.cpp '#include "backend/pipelines/flux/pipeline_flux.h"' "the shared loop including a family's pipeline"
+expect_refusal backend/models/dual_stream_runtime.h '#include "backend/family_runtime.h"' "a shared runtime helper including the Torch family table"
 expect_refusal backend/io/checkpoint_layouts.h '#include "backend/models/flux/flux_config.h"' "backend/io/ including backend/models/"
 [ $fail -eq 0 ] && echo "layering self-test: the check passes a clean tree and refuses each planted violation"
 exit $fail

@@ -19,6 +19,7 @@
 #include "backend/io/weight_source.h"
 #include "backend/models/autoencoders/autoencoder_kl.h"
 #include "backend/models/checkpoint_layouts.h"
+#include "backend/models/flux/flux_bfl_config.h"
 #include "backend/models/flux/transformer_flux.h"
 #include "backend/models/text_encoders/modeling_clip.h"
 #include "backend/models/text_encoders/modeling_t5.h"

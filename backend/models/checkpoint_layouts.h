@@ -21,7 +21,6 @@
 #include "backend/io/key_layout.h"
 #include "backend/io/safetensors.h"
 #include "backend/models/autoencoders/autoencoder_kl_config.h"
-#include "backend/models/flux/flux_config.h"
 #include "backend/models/text_encoders/text_encoder_configs.h"
 
 namespace dit {
@@ -75,15 +74,14 @@ KeyLayout prefixLayout(const SafetensorsReader& r, const std::string& prefix,
 std::shared_ptr<const KeyLayout> componentLayout(const SafetensorsReader& r,
                                                  const CheckpointComponent& c);
 
-/// FluxTransformer2DModel config from the BFL tensor shapes under `prefix`: in_channels,
-/// out_channels, num_layers, num_single_layers, attention_head_dim (RMSNorm scale width),
-/// num_attention_heads (width / head dim), joint_attention_dim, pooled_projection_dim,
-/// guidance_embeds. axes_dims_rope is not in the shapes: taken from `reference` when given (a
-/// diffusers config, --config), else FLUX.1's [16, 56, 56] when the head dim is 128. Throws
-/// ModelFileError naming the file: an MLP ratio other than 4, a width not divisible by the head
-/// dim, a head dim other than 128 without `reference`.
-FluxTransformerConfig fluxConfigFromBfl(const SafetensorsReader& r, const std::string& prefix,
-                                        const FluxTransformerConfig* reference);
+/// The tensor `key` of `r`, which must exist with `dims` dimensions (else ModelFileError naming
+/// the file and the key): what the configs-from-shapes readers (here and the families' own, e.g.
+/// flux/flux_bfl_config.h) read their sizes from.
+const TensorInfo& checkpointTensor(const SafetensorsReader& r, const std::string& key, size_t dims);
+/// The number of `<prefix><group>.<N>.` blocks in `r` (indices contiguous from 0; a gap is
+/// ModelFileError naming the file).
+int checkpointBlockCount(const SafetensorsReader& r, const std::string& prefix,
+                         const std::string& group);
 /// AutoencoderKL config from LDM shapes under `prefix` (channels, levels, resnets per level,
 /// latent channels). norm_num_groups, scaling_factor, shift_factor, act_fn come from `reference`
 /// when given, else FLUX.1's VAE (32 groups, 0.3611, 0.1159, silu).

@@ -1,6 +1,6 @@
 // What the dual-stream joint-attention families (FLUX.1, FLUX.2 [klein]) share in their
-// FamilyRuntime (backend/family_runtime.h): the bench's example inputs common to them, and the
-// traffic shape read from their transformer config. A family adds only its own inputs (FLUX.1's
+// FamilyRuntime (backend/family_runtime_record.h): the bench's example inputs common to them, and
+// the traffic shape read from their transformer config. A family adds only its own inputs (FLUX.1's
 // pooled projections, its position ids) and the RowwiseParallel counts of its plan.
 #pragma once
 
@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "backend/family_runtime.h"
+#include "backend/family_runtime_record.h"
 #include "backend/models/diffusion_transformer.h"
 
 namespace dit {

@@ -2,6 +2,7 @@
 list(APPEND DIT_FAMILY_CORE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/flux_family.cpp
   ${CMAKE_CURRENT_LIST_DIR}/flux_config.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/flux_bfl_config.cpp
   ${CMAKE_CURRENT_LIST_DIR}/flux_plan.cpp
   ${CMAKE_CURRENT_LIST_DIR}/flux_lora.cpp
 )

@@ -1,7 +1,8 @@
-// FLUX.1's Torch half of the family record (backend/family_runtime.h): one line in its table.
+// FLUX.1's Torch half of the family record (backend/family_runtime_record.h): one line in its
+// table.
 #pragma once
 
-#include "backend/family_runtime.h"
+#include "backend/family_runtime_record.h"
 
 namespace dit {
 

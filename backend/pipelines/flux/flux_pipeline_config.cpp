@@ -7,19 +7,19 @@
 
 #include "backend/io/config_json.h"
 #include "backend/models/checkpoint_layouts.h"
-#include "backend/models/family_registry.h"
+#include "backend/models/flux/flux_bfl_config.h"
 #include "backend/models/flux/flux_plan.h"
 
 namespace dit {
 
 FluxPipelineConfig parseFluxPipelineConfig(const std::string& path,
-                                           const std::string& transformerClass) {
+                                           const std::string& /*transformerClass*/) {
   FluxPipelineConfig m;
   {
     const std::string f = path + "/transformer/config.json";
     const nlohmann::json j = readConfigJson(f);
     m.transformer = parseFluxTransformerConfig(j, f);
-    m.dims = transformerFamily(transformerClass, f).dims(j, f);
+    m.dims = fluxModelDims(m.transformer, 8);  // the VAE's scale factor is set below
   }
   {
     const std::string f = path + "/text_encoder/config.json";

@@ -21,9 +21,10 @@ struct FluxPipelineConfig : PipelineConfig {
   int t5_max_length = 512;        ///< tokenizer_2 model_max_length (FluxPipeline default 512)
 };
 
-/// Parses every component config of a FluxPipeline folder whose transformer is of the registered
-/// class `transformerClass` (its family gives `dims`). Throws ModelFileError naming the file,
-/// UnsupportedModelError for an unregistered transformer class.
+/// Parses every component config of a FluxPipeline folder (dims: fluxModelDims of its transformer
+/// config). Throws ModelFileError naming the file. `transformerClass` is the folder's transformer
+/// class, which ModelFolder::open has already matched to this family (the family table is not
+/// consulted here).
 FluxPipelineConfig parseFluxPipelineConfig(const std::string& folder,
                                            const std::string& transformerClass);
 

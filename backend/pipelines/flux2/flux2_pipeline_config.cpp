@@ -5,12 +5,12 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/io/config_json.h"
-#include "backend/models/family_registry.h"
+#include "backend/models/flux2/flux2_plan.h"
 
 namespace dit {
 
 Flux2PipelineConfig parseFlux2PipelineConfig(const std::string& path,
-                                             const std::string& transformerClass) {
+                                             const std::string& /*transformerClass*/) {
   Flux2PipelineConfig m;
   {
     const std::string f = path + "/model_index.json";
@@ -20,7 +20,7 @@ Flux2PipelineConfig parseFlux2PipelineConfig(const std::string& path,
     const std::string f = path + "/transformer/config.json";
     const nlohmann::json j = readConfigJson(f);
     m.transformer = parseFlux2TransformerConfig(j, f);
-    m.dims = transformerFamily(transformerClass, f).dims(j, f);
+    m.dims = flux2ModelDims(m.transformer, 8);  // the VAE's scale factor is set below
   }
   {
     const std::string f = path + "/text_encoder/config.json";

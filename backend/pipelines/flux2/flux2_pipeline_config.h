@@ -28,7 +28,8 @@ struct Flux2PipelineConfig : PipelineConfig {
 /// Parses every component config of a Flux2KleinPipeline folder. Throws ModelFileError naming
 /// the file (wrong types, ranges; a transformer whose joint_attention_dim is not
 /// len(text_encoder_out_layers) x the text encoder's hidden_size; a text encoder with fewer than
-/// 27 layers), UnsupportedModelError for an unregistered transformer class.
+/// 27 layers). `transformerClass` is the folder's transformer class, which ModelFolder::open has
+/// already matched to this family (the family table is not consulted here).
 Flux2PipelineConfig parseFlux2PipelineConfig(const std::string& folder,
                                              const std::string& transformerClass);
 

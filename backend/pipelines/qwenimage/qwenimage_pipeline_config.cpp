@@ -3,18 +3,18 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/io/config_json.h"
-#include "backend/models/family_registry.h"
+#include "backend/models/qwenimage/qwenimage_plan.h"
 
 namespace dit {
 
 QwenImagePipelineConfig parseQwenImagePipelineConfig(const std::string& path,
-                                                     const std::string& transformerClass) {
+                                                     const std::string& /*transformerClass*/) {
   QwenImagePipelineConfig m;
   {
     const std::string f = path + "/transformer/config.json";
     const nlohmann::json j = readConfigJson(f);
     m.transformer = parseQwenImageTransformerConfig(j, f);
-    m.dims = transformerFamily(transformerClass, f).dims(j, f);
+    m.dims = qwenImageModelDims(m.transformer, 8);  // the VAE's scale factor is set below
   }
   {
     const std::string f = path + "/text_encoder/config.json";

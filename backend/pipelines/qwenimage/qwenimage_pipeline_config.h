@@ -26,7 +26,8 @@ struct QwenImagePipelineConfig : PipelineConfig {
 /// Parses every component config of a QwenImagePipeline folder. Throws ModelFileError naming the
 /// file (wrong types, ranges; a text encoder whose hidden_size differs from the transformer's
 /// joint_attention_dim; a VAE whose z_dim x patch_size^2 differs from in_channels or whose z_dim
-/// differs from out_channels), UnsupportedModelError for an unregistered transformer class.
+/// differs from out_channels). `transformerClass` is the folder's transformer class, which
+/// ModelFolder::open has already matched to this family (the family table is not consulted here).
 QwenImagePipelineConfig parseQwenImagePipelineConfig(const std::string& folder,
                                                      const std::string& transformerClass);
 

@@ -4,18 +4,18 @@
 #include <string>
 
 #include "backend/io/config_json.h"
-#include "backend/models/family_registry.h"
+#include "backend/models/zimage/zimage_plan.h"
 
 namespace dit {
 
 ZImagePipelineConfig parseZImagePipelineConfig(const std::string& path,
-                                               const std::string& transformerClass) {
+                                               const std::string& /*transformerClass*/) {
   ZImagePipelineConfig m;
   {
     const std::string f = path + "/transformer/config.json";
     const nlohmann::json j = readConfigJson(f);
     m.transformer = parseZImageTransformerConfig(j, f);
-    m.dims = transformerFamily(transformerClass, f).dims(j, f);
+    m.dims = zimageModelDims(m.transformer, 8);  // the VAE's scale factor is set below
   }
   {
     const std::string f = path + "/text_encoder/config.json";

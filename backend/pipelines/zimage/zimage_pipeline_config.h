@@ -25,8 +25,9 @@ struct ZImagePipelineConfig : PipelineConfig {
 /// Parses every component config of a ZImagePipeline folder; max_sequence_length 512 (the
 /// request it takes: zimageFamily's RequestSpec). Throws ModelFileError naming the file (wrong
 /// types, ranges; a transformer cap_feat_dim other than the text encoder's hidden_size; vae
-/// latent_channels other than the transformer's in_channels), UnsupportedModelError for an
-/// unregistered transformer class.
+/// latent_channels other than the transformer's in_channels). `transformerClass` is the folder's
+/// transformer class, which ModelFolder::open has already matched to this family (the family table
+/// is not consulted here).
 ZImagePipelineConfig parseZImagePipelineConfig(const std::string& folder,
                                                const std::string& transformerClass);
 
