@@ -133,7 +133,7 @@ struct Handlers {
 
   // routes_sdapi.cpp: AUTOMATIC1111
   ImagesCall sdapiCall(const json& b, const std::string& api);
-  void sdapiRespond(httplib::Response& res, ImagesCall& c, const json& body);
+  void sdapiRespond(httplib::Response& res, ImagesCall& c, json body);
   void txt2img(const httplib::Request& req, httplib::Response& res);
   void img2img(const httplib::Request& req, httplib::Response& res);
   void progress(const httplib::Request&, httplib::Response& res);

@@ -49,6 +49,10 @@ struct ServerOptions {
   int request_timeout_s = 60;                ///< a whole request, first byte to last
   std::size_t max_connections = 512;         ///< open connections (--max-connections)
   std::size_t max_client_connections = 256;  ///< from one address (--max-client-connections)
+  /// Open /v1/events streams at once (--max-event-streams): each holds its connection's thread
+  /// while open; past it a stream is refused 503 `too_many_event_streams`, and health,
+  /// generations and the other routes keep the remaining connections.
+  std::size_t max_event_streams = 128;
   /// Host header names accepted (DNS rebinding); empty = defaultAllowedHosts(host); "*" = any.
   std::vector<std::string> allowed_hosts;
 };
@@ -73,6 +77,8 @@ class HttpServer {
 
   Pool& pool_;
   ServerOptions opt_;
+  /// Open /v1/events streams (before svr_ and listener_: the connections that hold them end first).
+  std::atomic<std::size_t> eventStreams_{0};
   std::unique_ptr<httplib::Server> svr_;
   std::unique_ptr<Listener> listener_;  ///< after svr_: destroyed first, waits for connections
   int port_ = 0;

@@ -94,8 +94,20 @@ void Handlers::events(const httplib::Request& req, httplib::Response& res) {
   }
   auto seen = std::make_shared<std::uint64_t>(since);
   auto first = std::make_shared<bool>(true);
+  // One of at most --max-event-streams open streams: the slot is held by the provider and given
+  // back when the response ends (the client went away, or the server stops), whatever ends it.
+  if (s.eventStreams_.fetch_add(1) >= opt.max_event_streams) {
+    s.eventStreams_.fetch_sub(1);
+    res.set_header("Retry-After", "5");
+    throw ApiError(503, "server_error",
+                   "too many open event streams (" + std::to_string(opt.max_event_streams) +
+                       ", --max-event-streams); close another page's stream or try again later",
+                   {}, "too_many_event_streams");
+  }
+  auto slot = std::shared_ptr<std::atomic<std::size_t>>(
+      &s.eventStreams_, [](std::atomic<std::size_t>* n) { n->fetch_sub(1); });
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider("text/event-stream", [this, seen, first](
+  res.set_chunked_content_provider("text/event-stream", [this, seen, first, slot](
                                                             size_t, httplib::DataSink& sink) {
     std::string out;
     if (*first) {

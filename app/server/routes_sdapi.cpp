@@ -13,17 +13,15 @@ ImagesCall Handlers::sdapiCall(const json& b, const std::string& api) {
   c.job.api = api;
   auto& p = c.job.request.params;
   if (auto v = str(b, "prompt")) p.prompt = *v;
-  if (auto v = str(b, "negative_prompt"); v && !v->empty()) {
-    p.negative_prompt = *v;
-    p.negative_prompt_given = true;
-  }
-  json d = b;
-  d.erase("negative_prompt");  // handled above (A1111 clients send "" by default)
   if (auto v = number(b, "cfg_scale")) p.true_cfg_scale = *v, c.echo["cfg_scale"] = *v;
   if (auto v = number(b, "distilled_guidance")) p.guidance = *v;
-  if (auto v = number(b, "denoising_strength")) d["strength"] = *v;
-  d.erase("cfg_scale");
-  applyDitFields(d, p, c.echo);
+  // The guarded body itself, never a copy of it (issue 48: copies and dumps of client bodies).
+  applyDitFields(b, p, c.echo);
+  // A1111 clients send negative_prompt "" by default: that is no negative prompt. (Not echoed:
+  // A1111's info carries the request's own fields.)
+  if (p.negative_prompt_given && p.negative_prompt.empty()) p.negative_prompt_given = false;
+  c.echo.erase("negative_prompt");
+  if (auto v = number(b, "denoising_strength")) p.strength = *v, c.echo["strength"] = *v;
   const long long batch = integer(b, "batch_size", 1, opt.max_n).value_or(1);
   const long long iter = integer(b, "n_iter", 1, opt.max_n).value_or(1);
   if (batch * iter > opt.max_n)
@@ -36,7 +34,8 @@ ImagesCall Handlers::sdapiCall(const json& b, const std::string& api) {
   return c;
 }
 
-void Handlers::sdapiRespond(httplib::Response& res, ImagesCall& c, const json& body) {
+// `body` is the request's own parsed JSON, moved in: echoed as "parameters" without the images.
+void Handlers::sdapiRespond(httplib::Response& res, ImagesCall& c, json body) {
   auto job = submit(c);
   std::vector<JobImage> imgs;
   {
@@ -54,20 +53,21 @@ void Handlers::sdapiRespond(httplib::Response& res, ImagesCall& c, const json& b
   info["prompt"] = c.job.request.params.prompt;
   info["all_seeds"] = seeds;
   info["job"] = job->id;
-  json params = body;
-  params.erase("init_images");
-  params.erase("mask");
-  sendJson(res, 200, json{{"images", images}, {"parameters", params}, {"info", info.dump()}});
+  body.erase("init_images");
+  body.erase("mask");
+  sendJson(
+      res, 200,
+      json{{"images", std::move(images)}, {"parameters", std::move(body)}, {"info", info.dump()}});
 }
 
 void Handlers::txt2img(const httplib::Request& req, httplib::Response& res) {
-  const json b = parseBody(req, opt.max_json_depth, BodyKind::Sdapi);
+  json b = parseBody(req, opt.max_json_depth, BodyKind::Sdapi);
   ImagesCall c = sdapiCall(b, "sdapi.txt2img");
-  sdapiRespond(res, c, b);
+  sdapiRespond(res, c, std::move(b));
 }
 
 void Handlers::img2img(const httplib::Request& req, httplib::Response& res) {
-  const json b = parseBody(req, opt.max_json_depth, BodyKind::SdapiImg2Img);
+  json b = parseBody(req, opt.max_json_depth, BodyKind::SdapiImg2Img);
   ImagesCall c = sdapiCall(b, "sdapi.img2img");
   if (!b.contains("init_images") || !b["init_images"].is_array() || b["init_images"].empty() ||
       !b["init_images"][0].is_string())
@@ -75,10 +75,15 @@ void Handlers::img2img(const httplib::Request& req, httplib::Response& res) {
   if (b["init_images"].size() > 1)
     throw badRequest("only one init image is accepted per request", "init_images");
   std::string mask;
-  if (auto m = str(b, "mask"); m && !m->empty()) mask = decodeBase64(*m, "mask");
+  if (b.contains("mask") && !b["mask"].is_null()) {  // read in place: no copy of the upload
+    if (!b["mask"].is_string())
+      throw badRequest("'mask' must be a string, got " + typeName(b["mask"]), "mask");
+    if (const std::string& m = b["mask"].get_ref<const std::string&>(); !m.empty())
+      mask = decodeBase64(m, "mask");
+  }
   std::string image;
   try {
-    image = decodeBase64(b["init_images"][0].get<std::string>(), "init_images[0]");
+    image = decodeBase64(b["init_images"][0].get_ref<const std::string&>(), "init_images[0]");
     if (!mask.empty() && b.value("inpainting_mask_invert", 0) == 1) {
       Pixels m = inpaintMask(decodeImage(mask, "mask", opt.max_side, opt.max_upload_pixels));
       for (auto& v : m.data) v = static_cast<std::uint8_t>(255 - v);
@@ -89,7 +94,7 @@ void Handlers::img2img(const httplib::Request& req, httplib::Response& res) {
   }
   // A1111 masks are white = repaint already: no alpha conversion unless the mask has alpha.
   attachImages(c, image, mask, "init_images[0]", "mask");
-  sdapiRespond(res, c, b);
+  sdapiRespond(res, c, std::move(b));
 }
 
 void Handlers::progress(const httplib::Request&, httplib::Response& res) {

@@ -117,6 +117,9 @@ int main(int argc, char** argv) {
   app.add_option("--max-client-connections", so.max_client_connections,
                  "open connections from one client address at most; more get 503")
       ->capture_default_str();
+  app.add_option("--max-event-streams", so.max_event_streams,
+                 "open /v1/events streams at most (the page holds one per tab); more get 503")
+      ->capture_default_str();
   app.add_option("--allowed-host", so.allowed_hosts,
                  "a name the Host header may carry (repeatable; '*' = any); default: localhost, "
                  "127.0.0.1, ::1 and --host (any when --host is 0.0.0.0 or ::)");
@@ -203,6 +206,8 @@ int main(int argc, char** argv) {
       throw std::invalid_argument("--max-connections must be in 1 .. 100000");
     if (so.max_client_connections < 1)
       throw std::invalid_argument("--max-client-connections must be at least 1");
+    if (so.max_event_streams < 1)
+      throw std::invalid_argument("--max-event-streams must be at least 1");
     so.max_body_bytes = maxBodyMb << 20;
 
     server::PoolOptions po;

@@ -11,7 +11,8 @@
 //  - browsers: a foreign Origin, a DNS-rebinding Host, a CORS "simple" Content-Type;
 //  - uploads: WebP decoded; PNG, JPEG, PPM, BMP cut short refused;
 //  - connections: 60 open /v1/events streams + 60 slow clients while /v1/health answers and a
-//    generation runs; a burst of 50 simultaneous generations all answered (200 or 429); past
+//    generation runs, the 10 streams past --max-event-streams 50 refused 503 (and a stream
+//    accepted again once they close); a burst of 50 simultaneous generations all answered (200 or 429); past
 //    --max-client-connections a request gets 503 while /v1/health is still answered.
 // Env: DITSTUDIO_BIN, OPENAI_CLIENT_DIR.
 import assert from 'node:assert/strict';
@@ -107,7 +108,8 @@ async function madeImage(url, format) {
 }
 
 const server = await startServer(['--images-dir', join(dir, 'images'), '--np', '1', '--max-queue', '4',
-  '--max-body-mb', '2', '--request-timeout-s', '3', '--lora-dir', loraDir, '--max-prompt-bytes', '65536']);
+  '--max-body-mb', '2', '--request-timeout-s', '3', '--lora-dir', loraDir, '--max-prompt-bytes', '65536',
+  '--max-event-streams', '50']);
 let failed = false;
 try {
   const { url, port } = server;
@@ -294,12 +296,17 @@ try {
   }
   await health(url, 'after the uploads');
 
-  // --- 60 event streams + 60 slow clients: health answers, a generation runs -----------------------
+  // --- 60 event streams (--max-event-streams 50) + 60 slow clients: health answers, a generation
+  // runs, the 10 streams past the limit are refused 503 in OpenAI's shape --------------------------
   {
     const held = [];
+    const firstBytes = [];  // what each event stream got first
     for (let i = 0; i < 60; i++) {
       const s = net.connect(port, '127.0.0.1');
       s.on('error', () => {});
+      let got = '';
+      firstBytes.push(() => got);
+      s.on('data', (d) => { if (got.length < 4096) got += d.toString('latin1'); });
       s.on('connect', () => s.write(`GET /v1/events HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\n\r\n`));
       held.push(s);
     }
@@ -315,7 +322,31 @@ try {
     const g = await generate(url, 21);
     assert.equal(g.data.length, 1);
     console.log(`ok 60 event streams + 60 slow clients held: health in ${Math.max(...times)} ms at most, a generation succeeded`);
+    const heads = firstBytes.map((f) => f());
+    const open = heads.filter((h) => /^HTTP\/1\.1 200/.test(h) && /text\/event-stream/i.test(h));
+    const refused = heads.filter((h) => /^HTTP\/1\.1 503/.test(h));
+    assert.equal(open.length, 50, `open streams: ${open.length}; ${heads.map((h) => h.slice(0, 12)).join(',')}`);
+    assert.equal(refused.length, 10, `refused streams: ${refused.length}`);
+    for (const h of refused) {
+      const e = JSON.parse(h.slice(h.indexOf('\r\n\r\n') + 4)).error;
+      assert.equal(e.code, 'too_many_event_streams', JSON.stringify(e));
+      assert.equal(e.type, 'server_error');
+      assert.match(e.message, /too many open event streams \(50, --max-event-streams\)/);
+      assert.match(h, /Retry-After: 5/i);
+    }
+    console.log(`ok 50 event streams open, 10 past --max-event-streams refused: 503 "${JSON.parse(refused[0].slice(refused[0].indexOf('\r\n\r\n') + 4)).error.message}"`);
     for (const s of held) s.destroy();
+    // The slots come back when the streams' clients go away (the next keep-alive write fails).
+    await new Promise((r) => setTimeout(r, 2500));
+    const again = await new Promise((resolve) => {
+      const s = net.connect(port, '127.0.0.1');
+      let got = '';
+      s.on('error', () => resolve(''));
+      s.on('data', (d) => { got += d.toString('latin1'); if (/\r\n\r\n/.test(got)) { s.destroy(); resolve(got); } });
+      s.on('connect', () => s.write(`GET /v1/events HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\n\r\n`));
+    });
+    assert.match(again, /^HTTP\/1\.1 200/, `an event stream after the others closed: ${again.slice(0, 200)}`);
+    console.log('ok an event stream opens again once the others have closed');
   }
 
   // --- a burst of 50 simultaneous generations: every one answered ----------------------------------
