@@ -183,3 +183,17 @@ add_test(NAME bench_cache COMMAND ditstudio-cli bench --model ${DITSTUDIO_FIXTUR
 set_tests_properties(bench_cache PROPERTIES LABELS "bench;pipelines" TIMEOUT 120
   ENVIRONMENT "OMP_NUM_THREADS=1"
   PASS_REGULAR_EXPRESSION "5 of 10 steps computed \\[0,5,7,8,9\\], denoise [0-9.]+ ms vs [0-9.]+ ms uncached \\([0-9.]+x\\), PSNR 62\\.1")
+
+# --- ditstudio-kv-bench smoke (issue 46): the tiny FLUX.2 [klein] fixture, references 0, 1 and 3,
+# one step each, one rank and ulysses 2; the table's last row must carry a ratio.
+foreach(_kv np1 uly2)
+  set(_kv_cmd $<TARGET_FILE:ditstudio-kv-bench> --model ${DITSTUDIO_TEST_DATA}/tiny-flux2-A/transformer
+    --image-tokens 16 --text-tokens 8 --steps 1 --warmup 0)
+  if(_kv STREQUAL "uly2")
+    set(_kv_cmd ${DITSTUDIO_MPIRUN} -np 2 ${_kv_cmd} --ulysses-degree 2)
+  endif()
+  add_test(NAME bench_smoke_kv_${_kv} COMMAND ${_kv_cmd})
+  set_tests_properties(bench_smoke_kv_${_kv} PROPERTIES LABELS "bench" TIMEOUT 120 PROCESSORS 2
+    PASS_REGULAR_EXPRESSION "\"references\":3,\"reference_tokens\":48,.*\"cached_vs_none\"")
+endforeach()
+unset(_kv_cmd)
