@@ -3,11 +3,16 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "app/protocol/events.h"
 #include "app/server/image_codec.h"
 #include "app/server/pool.h"
 
@@ -53,6 +58,135 @@ TEST(ServerPool, GroupSpecKeys) {
             std::string::npos);
   EXPECT_NE(messageOf([&] { parseGroupSpec("tp", d); }).find("'tp' is not key=value"),
             std::string::npos);
+  // A hostfile group's settings (the one group start's pre-flight and ports).
+  const GroupSpec h = parseGroupSpec(
+      "hostfile=/h,ssh_options=-i /k/id -p 2222,port_range=50000-50099,preflight=0", d);
+  EXPECT_EQ(h.hostfile, "/h");
+  EXPECT_EQ(h.ssh_options, "-i /k/id -p 2222");
+  EXPECT_EQ(h.port_range, "50000-50099");
+  EXPECT_FALSE(h.preflight);
+  EXPECT_TRUE(d.preflight);
+  EXPECT_NE(messageOf([&] { parseGroupSpec("preflight=yes", d); }).find("must be 0 or 1"),
+            std::string::npos);
+}
+
+// The GUI's Serve API (issue 45): a pool over a group that runs elsewhere. Its jobs are handed
+// to that group's queue as they come, stay queued until the group's first news of them, and
+// finish with the group's callbacks; the group's own requests are not the pool's; a cancel goes
+// to the group; a failed group fails the jobs waiting; stopping the pool takes its jobs back.
+namespace {
+struct FakeGroup : AttachedGroup {
+  std::mutex mu;
+  std::vector<dit::protocol::GenerateRequest> submitted;
+  std::vector<std::string> cancelled;
+  void submit(dit::protocol::GenerateRequest r) override {
+    std::lock_guard l(mu);
+    submitted.push_back(std::move(r));
+  }
+  void cancel(const std::string& id) override {
+    std::lock_guard l(mu);
+    cancelled.push_back(id);
+  }
+  std::size_t count() {
+    std::lock_guard l(mu);
+    return submitted.size();
+  }
+};
+template <class F>
+bool eventually(F f) {
+  for (int i = 0; i < 400 && !f(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return f();
+}
+dit::protocol::Event eventOf(const std::string& type, nlohmann::json data) {
+  data["event"] = type;
+  return dit::protocol::Event{type, data};
+}
+}  // namespace
+
+TEST(ServerPool, AttachedGroupTakesTheJobsIntoItsQueue) {
+  using State = dit::launcher::SessionObserver::State;
+  const fs::path dir = fs::temp_directory_path() / ("attached-" + std::to_string(::getpid()));
+  FakeGroup group;
+  GroupSpec spec;
+  spec.name = "gui";
+  spec.model = "/m/tiny-flux";
+  PoolOptions po;
+  po.images_dir = dir.string();
+  Pool pool(spec, group, po);
+  EXPECT_THROW(Pool(std::vector<GroupSpec>{spec}, po).attachedObserver(), std::logic_error);
+  auto& obs = pool.attachedObserver();
+  pool.start();  // starts no process
+  obs.stateChanged(State::Ready);
+  const auto ready = eventOf("ready", {{"world", 2}, {"load_seconds", 1.5}});
+  obs.event(ready, dit::protocol::decodeEvent(ready));
+  EXPECT_TRUE(pool.waitReady(std::chrono::milliseconds(100)));
+
+  Job a;
+  a.api = "openai.generations";
+  a.request.params.prompt = "a star";
+  const auto ja = pool.submit(a);
+  const auto jb = pool.submit(a);
+  ASSERT_TRUE(eventually([&] { return group.count() == 2; }));
+  {
+    std::lock_guard l(group.mu);
+    EXPECT_EQ(group.submitted[0].id, ja->id);
+    EXPECT_EQ(group.submitted[0].output_dir, pool.imagesDir());
+    EXPECT_EQ(group.submitted[1].id, jb->id);
+  }
+  {
+    std::lock_guard l(pool.mutex());
+    EXPECT_EQ(ja->state, JobState::Queued);  // in the group's queue, not started there yet
+  }
+  EXPECT_EQ(pool.jobsJson()["queue"].size(), 2u);
+  // The group's own request is not the pool's; the job's first progress starts it.
+  obs.requestDone("r1-window", 0.5);
+  const auto progress = eventOf("progress", {{"id", ja->id}, {"step", 1}, {"steps", 4}});
+  obs.event(progress, dit::protocol::decodeEvent(progress));
+  {
+    std::lock_guard l(pool.mutex());
+    EXPECT_EQ(ja->state, JobState::Running);
+    EXPECT_EQ(ja->step, 1);
+  }
+  obs.requestDone(ja->id, 2.0);
+  {
+    std::lock_guard l(pool.mutex());
+    EXPECT_EQ(ja->state, JobState::Done);
+  }
+  EXPECT_EQ(pool.groupsJson()["data"][0]["jobs_done"].get<int>(), 1);
+  // Cancelling the handed job: the group is asked, its answer finishes the job.
+  EXPECT_TRUE(pool.cancel(jb->id));
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard l(group.mu);
+    return group.cancelled.size() == 1;
+  }));
+  obs.requestCancelled(jb->id, 0);
+  {
+    std::lock_guard l(pool.mutex());
+    EXPECT_EQ(jb->state, JobState::Cancelled);
+  }
+  EXPECT_TRUE(pool.jobsJson()["queue"].empty());
+  // The group fails: the next job is refused with the cause; started again, it serves again.
+  dit::launcher::GroupFailure f;
+  f.message = "rank 1 exited with code 3";
+  obs.stateChanged(State::Failed);
+  obs.groupFailed(f);
+  EXPECT_NE(messageOf([&] { pool.submit(a); }).find("rank 1 exited with code 3"),
+            std::string::npos);
+  obs.stateChanged(State::Starting);
+  const auto jc = pool.submit(a);
+  ASSERT_TRUE(eventually([&] { return group.count() == 3; }));
+  pool.stop();  // the job it was given is taken back
+  {
+    std::lock_guard l(group.mu);
+    ASSERT_EQ(group.cancelled.size(), 2u);
+    EXPECT_EQ(group.cancelled[1], jc->id);
+  }
+  {
+    std::lock_guard l(pool.mutex());
+    EXPECT_EQ(jc->state, JobState::Failed);
+    EXPECT_EQ(jc->error_status, 503);
+  }
+  fs::remove_all(dir);
 }
 
 TEST(ServerPool, PoolFile) {

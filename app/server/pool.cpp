@@ -3,12 +3,13 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <random>
 #include <sstream>
 #include <stdexcept>
 
+#include "app/launcher/group_start.h"
 #include "app/launcher/launch.h"
 #include "app/server/request_guard.h"
 
@@ -19,62 +20,6 @@ using nlohmann::json;
 
 namespace {
 
-int toInt(const std::string& what, const std::string& v) {
-  try {
-    size_t used = 0;
-    const long x = std::stol(v, &used);
-    if (used != v.size() || x < 0 || x > 4096) throw std::invalid_argument(v);
-    return static_cast<int>(x);
-  } catch (const std::logic_error&) {
-    throw std::invalid_argument(what + " must be an integer in 0 .. 4096, got '" + v + "'");
-  }
-}
-
-void setKey(GroupSpec& g, const std::string& key, const std::string& value,
-            const std::string& where) {
-  const std::string what = where + ": " + key;
-  if (key == "name")
-    g.name = value;
-  else if (key == "model")
-    g.model = value;
-  else if (key == "np")
-    g.np = toInt(what, value);
-  else if (key == "tp" || key == "tp_degree")
-    g.strategy.tp_degree = toInt(what, value);
-  else if (key == "ring" || key == "ring_degree")
-    g.strategy.ring_degree = toInt(what, value);
-  else if (key == "ulysses" || key == "ulysses_degree")
-    g.strategy.ulysses_degree = toInt(what, value);
-  else if (key == "cfg" || key == "cfg_degree")
-    g.strategy.cfg_degree = toInt(what, value);
-  else if (key == "dp" || key == "dp_degree")
-    g.strategy.dp_degree = toInt(what, value);
-  else if (key == "threads" || key == "omp_threads")
-    g.omp_threads = std::max(1, toInt(what, value));
-  else if (key == "device")
-    g.device = value;
-  else if (key == "dtype")
-    g.dtype = value;
-  else if (key == "devices") {
-    g.devices = value;
-    std::replace(g.devices.begin(), g.devices.end(), ':', ',');
-    std::replace(g.devices.begin(), g.devices.end(), '+', ',');
-  } else if (key == "cpus") {
-    g.cpus = value;
-    std::replace(g.cpus.begin(), g.cpus.end(), ':', ',');
-    std::replace(g.cpus.begin(), g.cpus.end(), '+', ',');
-    if (g.cpus.empty() || g.cpus.find_first_not_of("0123456789,-") != std::string::npos)
-      throw std::invalid_argument(what + " must list CPU numbers and ranges, got '" + value + "'");
-  } else if (key == "hostfile")
-    g.hostfile = value;
-  else if (key == "network_interface")
-    g.network_interface = value;
-  else
-    throw std::invalid_argument(where + ": unknown key '" + key +
-                                "' (name, model, np, tp, ring, ulysses, cfg, dp, threads, device, "
-                                "dtype, devices, cpus, hostfile)");
-}
-
 std::string randomTag() {
   std::random_device rd;
   std::ostringstream s;
@@ -82,126 +27,12 @@ std::string randomTag() {
   return s.str();
 }
 
-std::int64_t unixNow() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-double secondsBetween(std::chrono::steady_clock::time_point a,
-                      std::chrono::steady_clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
 }  // namespace
-
-GroupSpec parseGroupSpec(const std::string& spec, const GroupSpec& defaults) {
-  GroupSpec g = defaults;
-  std::stringstream in(spec);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    if (item.empty()) continue;
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos || eq == 0)
-      throw std::invalid_argument("--pool '" + spec + "': '" + item + "' is not key=value");
-    setKey(g, item.substr(0, eq), item.substr(eq + 1), "--pool '" + spec + "'");
-  }
-  return g;
-}
-
-std::vector<GroupSpec> parsePoolFile(const std::string& path, const GroupSpec& defaults) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument("pool file " + path + " cannot be read");
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    throw std::invalid_argument("pool file " + path + " is not valid JSON: " + e.what());
-  }
-  if (j.is_object() && j.contains("groups")) j = j["groups"];
-  if (!j.is_array() || j.empty())
-    throw std::invalid_argument("pool file " + path +
-                                ": expected {\"groups\": [ {...}, ... ]} with at least one group");
-  std::vector<GroupSpec> out;
-  for (size_t i = 0; i < j.size(); ++i) {
-    const std::string where = "pool file " + path + ", groups[" + std::to_string(i) + "]";
-    if (!j[i].is_object()) throw std::invalid_argument(where + " is not an object");
-    GroupSpec g = defaults;
-    for (const auto& [k, v] : j[i].items()) {
-      if (v.is_string())
-        setKey(g, k, v.get<std::string>(), where);
-      else if (v.is_number_integer())
-        setKey(g, k, std::to_string(v.get<long long>()), where);
-      else
-        throw std::invalid_argument(where + ": field '" + k + "' must be a string or an integer");
-    }
-    out.push_back(std::move(g));
-  }
-  return out;
-}
-
-std::string modelId(const std::string& modelPath) {
-  fs::path p(modelPath);
-  while (!p.empty() && p.filename().empty()) p = p.parent_path();
-  std::string id = p.filename().string();
-  return id.empty() ? std::string("model") : id;
-}
-
-const char* jobStateName(JobState s) {
-  switch (s) {
-    case JobState::Queued:
-      return "queued";
-    case JobState::Running:
-      return "running";
-    case JobState::Done:
-      return "done";
-    case JobState::Failed:
-      return "failed";
-    case JobState::Cancelled:
-      return "cancelled";
-  }
-  return "?";
-}
-
-json Job::toJson() const {
-  json imgs = json::array();
-  for (const JobImage& i : images) {
-    json o{{"index", i.index}, {"file", fs::path(i.path).filename().string()}};
-    o["seed"] = i.has_seed ? json(i.seed) : json(nullptr);
-    imgs.push_back(o);
-  }
-  json j{{"id", id},
-         {"object", "ditstudio.job"},
-         {"api", api},
-         {"model", model},
-         {"state", jobStateName(state)},
-         {"created", created},
-         {"prompt", request.params.prompt},
-         {"n", request.imageCount()},
-         {"width", request.params.width},
-         {"height", request.params.height},
-         {"step", step},
-         {"steps", steps},
-         {"image_index", image_index},
-         {"step_ms", step_ms},
-         {"eta_s", eta_s},
-         {"images", imgs},
-         {"group", extra.value("group", json(nullptr))}};
-  j["error"] = error.empty() ? json(nullptr) : json(error);
-  const auto now = std::chrono::steady_clock::now();
-  if (state == JobState::Queued)
-    j["queued_s"] = secondsBetween(queued_at, now);
-  else
-    j["queued_s"] = secondsBetween(queued_at, started_at);
-  if (state == JobState::Running)
-    j["running_s"] = secondsBetween(started_at, now);
-  else if (finished() && started_at.time_since_epoch().count() != 0)
-    j["running_s"] = secondsBetween(started_at, finished_at);
-  return j;
-}
 
 // ------------------------------------------------------------------------------------------
 // The observer of one group: runs on the scheduler thread, inside its session's calls.
+
+// For an attached group it runs on its owner's thread instead (AttachedGroup).
 
 class Pool::GroupObserver : public launcher::SessionObserver {
  public:
@@ -212,6 +43,11 @@ class Pool::GroupObserver : public launcher::SessionObserver {
     Group& g = pool_.groups_[index_];
     g.state = launcher::WorkerSession::stateName(s);
     if (s == State::Failed) g.failed = true;
+    // An attached group is started again by its owner (the window's Start): serving again.
+    if (g.attached && (s == State::Starting || s == State::Ready)) {
+      g.failed = false;
+      if (s == State::Starting) g.failure = nullptr;
+    }
     pool_.emit(json{{"type", "group.state"}, {"group", g.spec.name}, {"state", g.state}});
     pool_.cv_.notify_all();
   }
@@ -221,6 +57,7 @@ class Pool::GroupObserver : public launcher::SessionObserver {
     pool_.cv_.notify_all();
   }
   void event(const protocol::Event& raw, const protocol::WorkerEvent& ev) override {
+    if (const auto& w = pool_.groups_[index_].watch) w->noteEvent();  // the stall counts anew
     std::lock_guard lock(pool_.mu_);
     Group& g = pool_.groups_[index_];
     if (const auto* h = std::get_if<protocol::HelloEvent>(&ev)) {
@@ -238,6 +75,7 @@ class Pool::GroupObserver : public launcher::SessionObserver {
       pool_.emit(json{{"type", "group.ranks"}, {"group", g.spec.name}, {"ranks", g.ranks}});
     } else if (const auto* p = std::get_if<protocol::ProgressEvent>(&ev)) {
       if (auto job = pool_.jobLocked(p->id)) {
+        started(*job);
         job->step = p->step;
         job->steps = p->steps;
         job->image_index = p->image_index;
@@ -253,6 +91,7 @@ class Pool::GroupObserver : public launcher::SessionObserver {
       }
     } else if (const auto* v = std::get_if<protocol::PreviewEvent>(&ev)) {
       if (auto job = pool_.jobLocked(v->id); job && job->previews) {
+        started(*job);
         job->preview_list.push_back(
             JobPreview{++job->preview_seq, v->step, v->image_index, v->png});
         while (job->preview_list.size() > 64) job->preview_list.pop_front();
@@ -264,6 +103,7 @@ class Pool::GroupObserver : public launcher::SessionObserver {
       }
     } else if (const auto* i = std::get_if<protocol::ImageEvent>(&ev)) {
       if (auto job = pool_.jobLocked(i->id)) {
+        started(*job);
         job->images.push_back(JobImage{i->image_index, i->path, i->seed, i->has_seed, i->params});
         pool_.emit(json{{"type", "job.image"},
                         {"job", job->id},
@@ -277,25 +117,33 @@ class Pool::GroupObserver : public launcher::SessionObserver {
   void requestDone(const std::string& id, double seconds) override {
     std::lock_guard lock(pool_.mu_);
     if (auto job = pool_.jobLocked(id)) {
+      started(*job);
       job->extra["seconds"] = seconds;
       pool_.finish(*job, JobState::Done);
+      ++pool_.groups_[index_].jobs_done;
     }
-    ++pool_.groups_[index_].jobs_done;
     release(id);
   }
   void requestCancelled(const std::string& id, int step) override {
     std::lock_guard lock(pool_.mu_);
     if (auto job = pool_.jobLocked(id)) {
+      unqueue(*job);
       job->extra["cancelled_at_step"] = step;
       pool_.finish(*job, JobState::Cancelled);
     }
     release(id);
   }
-  void requestFailed(const std::string& id, const std::string& message) override {
-    const bool groupDown = !pool_.groups_[index_].session->isRunning() ||
-                           pool_.groups_[index_].session->process().tearingDown();
+  void requestFailed(const std::string& id, const std::string& given) override {
+    const Group& group = pool_.groups_[index_];
+    const bool groupDown =
+        group.session ? !group.session->isRunning() || group.session->process().tearingDown()
+                      : group.attached && group.failed;
+    // A silent remote rank named by its host's answer, as ditstudio-cli names it (blocks while
+    // the host is asked over ssh: at most 10 s a host, once per message).
+    const std::string message = named(given);
     std::lock_guard lock(pool_.mu_);
     if (auto job = pool_.jobLocked(id)) {
+      unqueue(*job);
       Group& g = pool_.groups_[index_];
       // A rank's message names the files it was given: the client sees its own names.
       std::vector<std::pair<std::string, std::string>> names;
@@ -311,20 +159,55 @@ class Pool::GroupObserver : public launcher::SessionObserver {
     }
     release(id);
   }
+  void errorReported(const launcher::GroupFailure& f) override {
+    // A fatal error naming a silent remote rank is named now, while the group's abort has not
+    // ended the rank yet (its request failure and the group's failure repeat the message).
+    if (f.fatal) (void)named(f.message);
+  }
   void groupFailed(const launcher::GroupFailure& f) override {
+    const std::string message = named(f.message);
     std::lock_guard lock(pool_.mu_);
     Group& g = pool_.groups_[index_];
     g.failed = true;
-    g.failure =
-        json{{"rank", f.rank}, {"pid", f.pid}, {"message", f.message}, {"detail", f.detail}};
-    pool_.emit(json{{"type", "group.failed"},
-                    {"group", g.spec.name},
-                    {"rank", f.rank},
-                    {"message", f.message}});
+    g.failure = json{{"rank", f.rank}, {"pid", f.pid}, {"message", message}, {"detail", f.detail}};
+    if (!f.host.empty()) g.failure["host"] = f.host;
+    pool_.emit(json{
+        {"type", "group.failed"}, {"group", g.spec.name}, {"rank", f.rank}, {"message", message}});
     pool_.cv_.notify_all();
+  }
+  void logLine(int, const std::string& level, const std::string& text) override {
+    // The group's failure naming a rank on a peer host that disconnected (OpenMPI 5): named by
+    // the host's answer while the ranks there can still be asked.
+    if (level == "error" && launcher::RemoteRankWatch::hasDisconnectedRank(text)) (void)named(text);
   }
 
  private:
+  // `message` with a silent or disconnected remote rank named by its host (hostfile groups; once
+  // per message: the same error reaches errorReported, requestFailed and groupFailed).
+  std::string named(const std::string& message) {
+    const auto& watch = pool_.groups_[index_].watch;
+    if (!watch || !watch->active()) return message;
+    if (const auto it = named_.find(message); it != named_.end()) return it->second;
+    const std::string n = launcher::nameSilentRanks(watch.get(), message);
+    if (n != message && pool_.opt_.log)
+      pool_.opt_.log("group " + pool_.groups_[index_].spec.name + ": " + n);
+    return named_[message] = n;
+  }
+  // A handed job's first news: it runs now (lock held).
+  void started(Job& job) {
+    if (job.state != JobState::Queued) return;
+    unqueue(job);
+    job.state = JobState::Running;
+    job.started_at = std::chrono::steady_clock::now();
+    Group& g = pool_.groups_[index_];
+    if (g.attached) g.job = job.id;
+    pool_.emit(json{{"type", "job.started"}, {"job", job.id}, {"group", g.spec.name}});
+  }
+  // A handed job leaves the pool's queue (lock held).
+  void unqueue(const Job& job) {
+    auto& q = pool_.queue_;
+    q.erase(std::remove(q.begin(), q.end(), job.id), q.end());
+  }
   // The group is free again (lock held).
   void release(const std::string& id) {
     Group& g = pool_.groups_[index_];
@@ -333,6 +216,7 @@ class Pool::GroupObserver : public launcher::SessionObserver {
   }
   Pool& pool_;
   int index_;
+  std::map<std::string, std::string> named_;  ///< fatal messages as the hosts named them
 };
 
 // ------------------------------------------------------------------------------------------
@@ -358,21 +242,29 @@ Pool::Pool(std::vector<GroupSpec> groups, PoolOptions options)
         throw std::invalid_argument("two groups are named '" + groups_[i].spec.name + "'");
 }
 
+Pool::Pool(GroupSpec spec, AttachedGroup& group, PoolOptions options)
+    : specs_{std::move(spec)}, opt_(std::move(options)), tag_(randomTag()) {
+  fs::create_directories(opt_.images_dir);
+  opt_.images_dir = fs::canonical(opt_.images_dir).string();
+  groups_.resize(1);
+  Group& g = groups_.front();
+  g.spec = specs_.front();
+  if (g.spec.name.empty()) g.spec.name = "g0";
+  g.model_id = modelId(g.spec.model);
+  g.observer = std::make_unique<GroupObserver>(*this, 0);
+  g.attached = &group;
+}
+
 Pool::~Pool() { stop(); }
 
+launcher::SessionObserver& Pool::attachedObserver() {
+  if (groups_.size() != 1 || !groups_.front().attached)
+    throw std::logic_error("Pool::attachedObserver: the pool has no attached group");
+  return *groups_.front().observer;
+}
+
 std::vector<std::string> Pool::withCpuSet(std::vector<std::string> argv, const std::string& cpus) {
-  if (std::find(argv.begin(), argv.end(), "--hostfile") != argv.end()) return argv;
-  auto bind = std::find(argv.begin(), argv.end(), "--bind-to");
-  if (bind == argv.end() || bind + 1 == argv.end()) return argv;
-  *(bind + 1) = "none";
-  if (auto map = std::find(argv.begin(), argv.end(), "--map-by");
-      map != argv.end() && map + 1 != argv.end())
-    argv.erase(map, map + 2);
-  // The CPU slice as the affinity mpirun starts with (util-linux's taskset), which its daemon
-  // and the unbound ranks inherit: OpenMPI 4 and 5 alike (OpenMPI 5's --cpu-set becomes a PE
-  // list that refuses --bind-to none).
-  if (!cpus.empty()) argv.insert(argv.begin(), {"taskset", "--cpu-list", cpus});
-  return argv;
+  return launcher::withCpuSet(std::move(argv), cpus);
 }
 
 namespace {
@@ -398,7 +290,7 @@ void Pool::start() {
   int singleHost = 0;
   std::size_t need = 0;
   for (const Group& g : groups_)
-    if (g.spec.hostfile.empty()) {
+    if (g.session && g.spec.hostfile.empty()) {
       ++singleHost;
       need += static_cast<std::size_t>(std::max(1, groupWorld(g.spec)) *
                                        std::max(1, g.spec.omp_threads));
@@ -406,7 +298,7 @@ void Pool::start() {
   std::size_t next = 0;
   for (size_t i = 0; i < groups_.size(); ++i) {
     const GroupSpec& sp = groups_[i].spec;
-    if (!sp.hostfile.empty()) continue;
+    if (!groups_[i].session || !sp.hostfile.empty()) continue;
     if (!sp.cpus.empty()) {  // given: always used
       place[i] = true;
       slices[i] = sp.cpus;
@@ -421,15 +313,20 @@ void Pool::start() {
       slices[i] += (k ? "," : "") + std::to_string(allowed[next + k]);
     next += n;
   }
+  // Every group is prepared (strategy, hostfile plan, the pre-flight of every other host, argv)
+  // before any starts: a refused one leaves nothing running.
+  std::vector<launcher::PreparedGroup> prepared(groups_.size());
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     Group& g = groups_[gi];
-    launcher::MpirunLaunch l;
+    if (!g.session) continue;  // attached: its owner runs it
     Strategy s = g.spec.strategy;
     const int product = s.tp_degree * s.ring_degree * s.ulysses_degree * s.cfg_degree * s.dp_degree;
     s.world = g.spec.np > 0 ? g.spec.np : product;
     s.device = g.spec.device;
     if (auto issues = validateDegrees(s); !issues.empty())
       throw std::invalid_argument("group " + g.spec.name + ": " + joinIssues(issues));
+    launcher::GroupSpec spec;
+    launcher::MpirunLaunch& l = spec.launch;
     l.strategy = s;
     l.hostfile = g.spec.hostfile;
     l.omp_threads = std::max(1, g.spec.omp_threads);
@@ -438,24 +335,46 @@ void Pool::start() {
     l.extra_worker_args = {"--dtype", g.spec.dtype};
     for (const auto& a : g.spec.model_args) l.extra_worker_args.push_back(a);
     l.network_interface = g.spec.network_interface;
+    l.ssh_options = g.spec.ssh_options;
+    l.port_range = g.spec.port_range;
     l.isolate = g.spec.hostfile.empty() ? launcher::isolationProgram(opt_.exe_dir) : "";
-    std::vector<std::string> argv = launcher::mpirunArgv(l);
-    if (place[gi]) argv = withCpuSet(std::move(argv), slices[gi]);
+    spec.preflight = g.spec.preflight;
+    if (place[gi]) spec.cpu_set = slices[gi];
+    if (!g.spec.devices.empty()) spec.env.emplace_back("CUDA_VISIBLE_DEVICES", g.spec.devices);
+    launcher::HostGroupProgress progress;
+    const std::string who = "group " + g.spec.name + ": ";
+    if (opt_.log) {
+      progress.planned = [&](const launcher::HostPlan& plan) {
+        opt_.log(who + "hostfile " + g.spec.hostfile + ": " + launcher::describeHostPlan(plan));
+      };
+      progress.checked = [&](const launcher::PreflightResult& r) {
+        if (r.ok)
+          opt_.log(who + "pre-flight " + r.host + ": ok (worker, model fingerprint " +
+                   r.fingerprint + ", " + std::to_string(std::lround(r.seconds * 1000)) + " ms)");
+      };
+    }
+    try {
+      prepared[gi] = launcher::prepareGroup(spec, progress);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(who + e.what());
+    } catch (const std::runtime_error& e) {
+      throw std::invalid_argument(who + e.what());
+    }
+    g.watch = prepared[gi].watch;
+  }
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    Group& g = groups_[gi];
+    if (!g.session) continue;
     {
       std::lock_guard lock(mu_);
       g.cpus = slices[gi];
-    }
-    launcher::SessionLaunch launch{std::move(argv), {}, s.world};
-    if (!g.spec.devices.empty()) launch.env.emplace_back("CUDA_VISIBLE_DEVICES", g.spec.devices);
-    {
-      std::lock_guard lock(mu_);
       g.state = "starting";
-      g.world = s.world;
+      g.world = prepared[gi].session.world;
       g.ready = nullptr;
       g.failed = false;
       g.failure = nullptr;
     }
-    g.session->start(launch);
+    g.session->start(prepared[gi].session);
   }
   thread_ = std::thread([this] { run(); });
 }
@@ -472,25 +391,54 @@ void Pool::stop() {
 
 void Pool::run() {
   std::vector<launcher::WorkerSession*> sessions;
-  for (Group& g : groups_) sessions.push_back(g.session.get());
+  for (Group& g : groups_)
+    if (g.session) sessions.push_back(g.session.get());
+  // A hostfile group that computes without an event this long: its other hosts are asked over
+  // ssh about their ranks (once per stall), as ditstudio-cli asks them.
+  const std::chrono::seconds stall = launcher::RemoteRankWatch::stallAfter();
   for (;;) {
     {
-      std::lock_guard lock(mu_);
+      std::unique_lock lock(mu_);
+      if (stopping_) break;
+      // Nothing to poll (an attached group only): wait for a job or a change instead.
+      if (sessions.empty()) cv_.wait_for(lock, std::chrono::milliseconds(25));
       if (stopping_) break;
     }
     schedule();
-    launcher::pollSessions(sessions, std::chrono::milliseconds(25));
+    if (!sessions.empty()) launcher::pollSessions(sessions, std::chrono::milliseconds(25));
+    for (Group& g : groups_)
+      if (g.session && g.watch && g.watch->active() &&
+          g.session->state() == launcher::WorkerSession::State::Busy && g.watch->stallDue(stall))
+        for (const launcher::RemoteRankState& r : g.watch->checkStall(g.session->rankPids()))
+          if (opt_.log)
+            opt_.log("group " + g.spec.name + ": rank " + std::to_string(r.rank) + " (pid " +
+                     std::to_string(r.pid) + " on " + r.host + ") is " + r.state +
+                     " (asked over ssh while the group stalled)");
   }
   // Shutdown: cancel and stop every group, within the teardown policy's bounds.
   for (Group& g : groups_)
-    if (g.session->isRunning()) g.session->stop(std::chrono::milliseconds(2000));
+    if (g.session && g.session->isRunning()) g.session->stop(std::chrono::milliseconds(2000));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(12);
   auto anyRunning = [&] {
     return std::any_of(groups_.begin(), groups_.end(),
-                       [](const Group& g) { return g.session->isRunning(); });
+                       [](const Group& g) { return g.session && g.session->isRunning(); });
   };
   while (anyRunning() && std::chrono::steady_clock::now() < deadline)
     launcher::pollSessions(sessions, std::chrono::milliseconds(100));
+  // An attached group keeps running: the jobs it was given are taken back (cancelled there).
+  std::vector<std::pair<AttachedGroup*, std::string>> takeBack;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [id, job] : jobs_)
+      if (!job->finished() && job->group >= 0 && groups_[job->group].attached) {
+        takeBack.emplace_back(groups_[job->group].attached, id);
+        queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
+        job->error = "the server is shutting down";
+        job->error_status = 503;
+        finish(*job, JobState::Failed);
+      }
+  }
+  for (const auto& [group, id] : takeBack) group->cancel(id);
   std::lock_guard lock(mu_);
   for (const std::string& id : queue_)
     if (auto job = jobLocked(id)) {
@@ -508,12 +456,27 @@ void Pool::schedule() {
   {
     std::lock_guard lock(mu_);
     for (auto& [id, job] : jobs_)
-      if (job->state == JobState::Running && job->cancel_requested && !job->cancel_sent) {
+      if ((job->state == JobState::Running || job->handed) && job->cancel_requested &&
+          !job->cancel_sent) {
         job->cancel_sent = true;
         cancels.emplace_back(job->group, id);
       }
     for (size_t gi = 0; gi < groups_.size(); ++gi) {
       Group& g = groups_[gi];
+      if (g.attached) {
+        // The attached group's own queue orders the jobs beside its owner's requests: each is
+        // handed over as it comes, and stays Queued here until the group's first news of it.
+        if (g.failed) continue;
+        for (const std::string& id : queue_) {
+          auto job = jobLocked(id);
+          if (!job || job->handed || job->model != g.model_id) continue;
+          job->handed = true;
+          job->group = static_cast<int>(gi);
+          job->extra["group"] = g.spec.name;
+          submits.emplace_back(static_cast<int>(gi), job->request);
+        }
+        continue;
+      }
       if (g.failed || !g.job.empty() ||
           g.session->state() != launcher::WorkerSession::State::Ready ||
           !g.session->queue().empty())
@@ -548,6 +511,7 @@ void Pool::schedule() {
             "no group serving model '" + job->model + "' is alive (" + clientMessage(why) + ")";
         job->error_status = 503;
         finish(*job, JobState::Failed);
+        if (job->handed) cancels.emplace_back(job->group, job->id);  // taken back
         it = queue_.erase(it);
       } else {
         ++it;
@@ -555,215 +519,20 @@ void Pool::schedule() {
     }
     if (!submits.empty() || !cancels.empty()) cv_.notify_all();
   }
-  for (const auto& [gi, id] : cancels) groups_[gi].session->cancel(id);
-  for (auto& [gi, req] : submits) groups_[gi].session->submit(std::move(req));
-}
-
-std::shared_ptr<Job> Pool::submit(Job j) {
-  std::lock_guard lock(mu_);
-  if (stopping_) throw Refusal(503, "server_error", "shutting_down", "the server is shutting down");
-  if (j.model.empty()) j.model = groups_.front().model_id;
-  bool known = false, alive = false;
-  std::string why;
-  for (const Group& g : groups_)
-    if (g.model_id == j.model) {
-      known = true;
-      alive = alive || !g.failed;
-      if (g.failure.is_object())
-        why += (why.empty() ? "" : "; ") + g.spec.name + ": " + g.failure.value("message", "");
-    }
-  if (!known) {
-    std::string list;
-    for (const Group& g : groups_)
-      if (list.find("'" + g.model_id + "'") == std::string::npos)
-        list += (list.empty() ? "'" : ", '") + g.model_id + "'";
-    throw Refusal(404, "invalid_request_error", "model_not_found",
-                  "The model '" + j.model + "' is not served here (models: " + list + ")", "model");
+  for (const auto& [gi, id] : cancels) {
+    Group& g = groups_[gi];
+    if (g.session)
+      g.session->cancel(id);
+    else
+      g.attached->cancel(id);
   }
-  if (!alive)
-    throw Refusal(503, "server_error", "group_failed",
-                  "every group serving model '" + j.model + "' has failed (" + why + ")");
-  if (queue_.size() >= opt_.max_queue)
-    throw Refusal(429, "rate_limit_error", "queue_full",
-                  "the queue is full (" + std::to_string(queue_.size()) +
-                      " requests waiting, --max-queue " + std::to_string(opt_.max_queue) +
-                      "); retry later");
-  auto job = std::make_shared<Job>(std::move(j));
-  job->id = "img-" + std::to_string(nextJob_++) + "-" + tag_;
-  job->request.id = job->id;
-  job->request.output.clear();
-  job->request.output_tensors.clear();
-  job->request.output_dir = opt_.images_dir;
-  job->request.overwrite = false;
-  job->state = JobState::Queued;
-  job->created = unixNow();
-  job->queued_at = std::chrono::steady_clock::now();
-  jobs_[job->id] = job;
-  queue_.push_back(job->id);
-  emit(json{{"type", "job.queued"},
-            {"job", job->id},
-            {"api", job->api},
-            {"model", job->model},
-            {"prompt", job->request.params.prompt},
-            {"queue_length", queue_.size()}});
-  cv_.notify_all();
-  return job;
-}
-
-bool Pool::cancel(const std::string& id) {
-  std::lock_guard lock(mu_);
-  auto job = jobLocked(id);
-  if (!job || job->finished()) return false;
-  if (job->state == JobState::Queued) {
-    queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
-    finish(*job, JobState::Cancelled);
-  } else {
-    job->cancel_requested = true;  // the scheduler sends the cancel line
+  for (auto& [gi, req] : submits) {
+    Group& g = groups_[gi];
+    if (g.session)
+      g.session->submit(std::move(req));
+    else
+      g.attached->submit(std::move(req));
   }
-  cv_.notify_all();
-  return true;
-}
-
-std::shared_ptr<Job> Pool::find(const std::string& id) const {
-  std::lock_guard lock(mu_);
-  return jobLocked(id);
-}
-
-std::string Pool::imagePath(const std::string& fileName) const {
-  std::lock_guard lock(mu_);
-  for (const auto& [id, job] : jobs_)
-    for (const JobImage& i : job->images)
-      if (fs::path(i.path).filename().string() == fileName) return i.path;
-  return {};
-}
-
-std::shared_ptr<Job> Pool::jobLocked(const std::string& id) const {
-  auto it = jobs_.find(id);
-  return it == jobs_.end() ? nullptr : it->second;
-}
-
-void Pool::finish(Job& job, JobState state) {
-  if (job.finished()) return;
-  job.state = state;
-  job.finished_at = std::chrono::steady_clock::now();
-  json ev{{"type", std::string("job.") + jobStateName(state)}, {"job", job.id}};
-  if (!job.error.empty()) ev["error"] = job.error;
-  emit(ev);
-  finished_.push_back(job.id);
-  trimFinished();
-  cv_.notify_all();
-}
-
-void Pool::trimFinished() {
-  while (finished_.size() > opt_.keep_finished) {
-    jobs_.erase(finished_.front());
-    finished_.pop_front();
-  }
-}
-
-void Pool::emit(json event) {
-  event["seq"] = ++eventSeq_;
-  event["time"] = unixNow();
-  events_.push_back(std::move(event));
-  while (events_.size() > 512) events_.pop_front();
-}
-
-std::vector<json> Pool::eventsSince(std::uint64_t since) const {
-  std::vector<json> out;
-  for (const json& e : events_)
-    if (e["seq"].get<std::uint64_t>() > since) out.push_back(e);
-  return out;
-}
-
-json Pool::jobsJson() const {
-  std::lock_guard lock(mu_);
-  json list = json::array();
-  for (const auto& [id, job] : jobs_) list.push_back(job->toJson());
-  std::sort(list.begin(), list.end(), [](const json& a, const json& b) {
-    return a["created"].get<std::int64_t>() != b["created"].get<std::int64_t>()
-               ? a["created"].get<std::int64_t>() < b["created"].get<std::int64_t>()
-               : a["id"].get<std::string>() < b["id"].get<std::string>();
-  });
-  json queued = json::array();
-  for (const std::string& id : queue_) queued.push_back(id);
-  return json{{"object", "list"}, {"data", list}, {"queue", queued}, {"max_queue", opt_.max_queue}};
-}
-
-json Pool::groupsJson() const {
-  std::lock_guard lock(mu_);
-  json list = json::array();
-  for (const Group& g : groups_) {
-    json pids = json::object();
-    for (const auto& [r, p] : g.pids) pids[std::to_string(r)] = p;
-    Strategy s = g.spec.strategy;
-    json o{{"name", g.spec.name},
-           {"model", g.model_id},
-           {"model_path", g.spec.model},
-           {"state", g.state},
-           {"stage", g.stage},
-           {"world", g.world},
-           {"device", g.spec.device},
-           {"devices", g.spec.devices},
-           {"hostfile", g.spec.hostfile},
-           {"cpus", g.cpus},
-           {"strategy", json{{"tp_degree", s.tp_degree},
-                             {"ring_degree", s.ring_degree},
-                             {"ulysses_degree", s.ulysses_degree},
-                             {"cfg_degree", s.cfg_degree},
-                             {"dp_degree", s.dp_degree}}},
-           {"pids", pids},
-           {"ranks", g.ranks},
-           {"jobs_done", g.jobs_done},
-           {"failure", g.failure}};
-    o["job"] = g.job.empty() ? json(nullptr) : json(g.job);
-    o["load_seconds"] = g.ready.is_object() ? g.ready.value("load_seconds", 0.0) : 0.0;
-    list.push_back(o);
-  }
-  return json{{"object", "list"}, {"data", list}};
-}
-
-std::vector<std::string> Pool::models() const {
-  std::vector<std::string> ids;
-  for (const Group& g : groups_)
-    if (std::find(ids.begin(), ids.end(), g.model_id) == ids.end()) ids.push_back(g.model_id);
-  return ids;
-}
-
-json Pool::modelsJson() const {
-  std::lock_guard lock(mu_);
-  json list = json::array();
-  std::vector<std::string> seen;
-  for (const Group& g : groups_) {
-    if (g.failed || std::find(seen.begin(), seen.end(), g.model_id) != seen.end()) continue;
-    seen.push_back(g.model_id);
-    json m{{"id", g.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "ditstudio"}};
-    if (g.ready.is_object() && g.ready.contains("model")) {
-      const json& mi = g.ready["model"];
-      m["family"] = mi.value("family", "");
-      m["pipeline_class"] = mi.value("pipeline_class", "");
-      m["default_steps"] = mi.value("default_steps", 0);
-      m["capabilities"] = mi.value("capabilities", json::object());
-    }
-    list.push_back(m);
-  }
-  return json{{"object", "list"}, {"data", list}};
-}
-
-json Pool::readyInfo(const std::string& model) const {
-  std::lock_guard lock(mu_);
-  for (const Group& g : groups_)
-    if (g.model_id == model && g.ready.is_object()) return g.ready;
-  return nullptr;
-}
-
-bool Pool::waitReady(std::chrono::milliseconds timeout) {
-  std::unique_lock lock(mu_);
-  cv_.wait_for(lock, timeout, [&] {
-    return std::all_of(groups_.begin(), groups_.end(),
-                       [](const Group& g) { return g.failed || g.ready.is_object(); });
-  });
-  return std::any_of(groups_.begin(), groups_.end(),
-                     [](const Group& g) { return !g.failed && g.ready.is_object(); });
 }
 
 }  // namespace dit::server

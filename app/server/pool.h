@@ -1,15 +1,20 @@
-// The server's pool: several worker groups (one launcher::WorkerSession each, started from one
-// configuration) behind ONE bounded queue. Each job goes to the next free group that serves its
-// model; a group that dies is named, its job failed with the cause, the others keep serving.
-// One scheduler thread owns the sessions (WorkerSession is not thread-safe) and runs
-// launcher::pollSessions over all of them; HTTP threads only touch the jobs, under the pool's
-// mutex, and wait on its condition variable. No Torch, no Qt. Part of dit_server.
+// The server's pool: several worker groups behind ONE bounded queue. Each job goes to the next free
+// group that serves its model; a group that dies is named, its job failed with the cause, the
+// others keep serving. A group is either started by the pool (one launcher::WorkerSession each,
+// put together by dit_launcher's one group start, launcher::prepareGroup: the hostfile pre-flight,
+// the mpirun argv, the naming of a silent remote rank) or attached (AttachedGroup: a group that
+// runs elsewhere, the GUI window's own, whose queue the pool's jobs join). One scheduler thread
+// owns the started sessions (WorkerSession is not thread-safe) and runs launcher::pollSessions
+// over all of them; HTTP threads only touch the jobs, under the pool's mutex, and wait on its
+// condition variable. No Torch, no Qt. Part of dit_server: pool.cpp (the groups and the
+// scheduler), pool_jobs.cpp (jobs, events, status JSON), pool_config.cpp (--pool, pool files).
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -19,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "app/launcher/host_group.h"
 #include "app/launcher/worker_session.h"
 #include "app/protocol/protocol.h"
 #include "parallel/strategy.h"
@@ -41,13 +47,18 @@ struct GroupSpec {
   /// (see Pool::start), else mpirun's own placement.
   std::string cpus;
   std::string network_interface;
+  // Hostfile groups (docs/multi-host.md), as ditstudio-cli's flags of the same names:
+  std::string ssh_options;  ///< ssh options for the pre-flight and mpirun's daemons
+  std::string port_range;   ///< "MIN-MAX": every port the group listens on ("" = any)
+  bool preflight = true;    ///< check every other host over ssh before mpirun starts
 };
 
 /// Parses one `--pool` entry "key=value,key=value" over `defaults`. Keys: name, model, np,
 /// tp (tp_degree), ring (ring_degree), ulysses (ulysses_degree), cfg (cfg_degree), dp (dp_degree),
 /// threads (omp_threads), device, dtype, devices (CUDA_VISIBLE_DEVICES, separated by ':' or
-/// '+'), cpus (taskset for mpirun, ':' or '+' separated), hostfile. Throws std::invalid_argument
-/// naming the entry and the key.
+/// '+'), cpus (taskset for mpirun, ':' or '+' separated), hostfile, network_interface,
+/// ssh_options, port_range, preflight (0 or 1). Throws std::invalid_argument naming the entry and
+/// the key.
 GroupSpec parseGroupSpec(const std::string& spec, const GroupSpec& defaults);
 /// A pool file: JSON {"groups": [{"name", "model", "np", "tp_degree", ..., "omp_threads",
 /// "device", "dtype", "devices", "hostfile"}, ...]} (or the array alone). Throws
@@ -86,6 +97,9 @@ struct Job {
   std::string error;     ///< the cause, when Failed (names the rank for a dead group)
   int error_status = 0;  ///< HTTP status for the failure (400 refused by the worker, 500, 503)
   bool cancel_requested = false, cancel_sent = false;
+  /// Given to an attached group's queue (AttachedGroup::submit) and not started there yet: still
+  /// Queued (and in the pool's queue) until the group's first event for it.
+  bool handed = false;
   bool previews = false;                ///< preview events kept (stream, page)
   std::deque<JobPreview> preview_list;  ///< the last previews (at most 64)
   std::uint64_t preview_seq = 0;
@@ -116,26 +130,57 @@ struct PoolOptions {
   std::string exe_dir;              ///< folder of ditstudio-worker / ditstudio-isolate
   std::size_t max_queue = 16;       ///< jobs queued (not yet running) at most; more: 429
   std::size_t keep_finished = 256;  ///< finished jobs kept for /v1/jobs
+  /// Lines about the groups' start and the hosts (the hostfile plan, each host's pre-flight, a
+  /// remote rank found stopped while its group stalled), e.g. "group g0: pre-flight 10.0.0.2: ok
+  /// (...)"; empty = none. Called on the thread of Pool::start() or the scheduler thread.
+  std::function<void(const std::string&)> log;
+};
+
+/// A group the pool does not start: one that runs elsewhere (the GUI window's group) and takes
+/// the pool's jobs into its own queue beside its owner's requests. The pool calls submit() and
+/// cancel() on its scheduler thread: each must only hand the work to the group's own thread and
+/// return. The owner reports the group's news to Pool::attachedObserver() (the callbacks of a
+/// launcher::SessionObserver, as a started group's session gives them), from one thread at a
+/// time; requests of its own (ids the pool did not make) are ignored there.
+class AttachedGroup {
+ public:
+  virtual ~AttachedGroup() = default;
+  /// Queue `request` (its id, output_dir and preview cadence as the pool set them) on the group.
+  virtual void submit(protocol::GenerateRequest request) = 0;
+  /// Cancel request `id` (dropped when not sent yet, else a cancel line to the worker).
+  virtual void cancel(const std::string& id) = 0;
 };
 
 class Pool {
  public:
   Pool(std::vector<GroupSpec> groups, PoolOptions options);
+  /// A pool over ONE attached group (the GUI's Serve API): `spec` names it and its model (the
+  /// model id clients use); `group` must outlive the pool. start() starts no process: the jobs
+  /// are handed to `group` as they come (its queue orders them), and the group's news comes
+  /// through attachedObserver().
+  Pool(GroupSpec spec, AttachedGroup& group, PoolOptions options);
   ~Pool();
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
 
-  /// Starts every group and the scheduler thread. Several single-host groups would each be
-  /// placed from core 0 by their own mpirun (all on the same cores): each gets a disjoint slice
-  /// of this process's CPUs (taskset; world x omp_threads CPUs each, in order) when they fit,
-  /// else no binding (the kernel spreads them). Throws std::invalid_argument naming a group whose
-  /// strategy is refused.
+  /// Starts every group (launcher::prepareGroup, then its session) and the scheduler thread.
+  /// A hostfile group's other hosts are checked over ssh first (the worker there, the same worker
+  /// binary and model files by content fingerprint, the port range; seconds a host, one after the
+  /// other, before any group starts), as ditstudio-cli checks them. Several single-host groups
+  /// would each be placed from core 0 by their own mpirun (all on the same cores): each gets a
+  /// disjoint slice of this process's CPUs (taskset; world x omp_threads CPUs each, in order)
+  /// when they fit, else no binding (the kernel spreads them). Throws std::invalid_argument
+  /// "group NAME: ..." for a strategy or hostfile refused, and for a host that failed its
+  /// pre-flight ("group NAME: pre-flight failed:\nhost H holds a different model at M ...: FILE
+  /// differs ..."); nothing was started then.
   void start();
-  /// argv of one group's mpirun with its placement replaced by `--bind-to none`, started under
-  /// `taskset --cpu-list CPUS` (the affinity its daemon and ranks inherit, on OpenMPI 4 and 5;
-  /// CPUS empty: no taskset). A hostfile group's argv is returned unchanged.
+  /// launcher::withCpuSet (kept for the pool's callers).
   static std::vector<std::string> withCpuSet(std::vector<std::string> argv,
                                              const std::string& cpus);
+  /// The observer an attached group's owner reports the group's news to (the pool built with
+  /// an AttachedGroup; throws std::logic_error otherwise). Thread-safe against the pool's other
+  /// threads; call it from one thread at a time.
+  launcher::SessionObserver& attachedObserver();
   /// Stops the groups (cancel, shutdown, teardown policy) and the scheduler thread; bounded.
   void stop();
 
@@ -190,7 +235,10 @@ class Pool {
     GroupSpec spec;
     std::string model_id;
     std::unique_ptr<GroupObserver> observer;
-    std::unique_ptr<launcher::WorkerSession> session;
+    std::unique_ptr<launcher::WorkerSession> session;  ///< null for an attached group
+    AttachedGroup* attached = nullptr;                 ///< the group runs elsewhere
+    /// Names a silent or disconnected remote rank of a hostfile group (prepareGroup's).
+    std::shared_ptr<launcher::RemoteRankWatch> watch;
     // Mirrors for other threads (under mu_):
     std::string state = "stopped", stage = "stopped";
     std::string job;  ///< running job id

@@ -139,6 +139,13 @@ int main(int argc, char** argv) {
   app.add_option("--hostfile", g.hostfile, "mpirun hostfile (a group over several machines)");
   app.add_option("--network-interface", g.network_interface,
                  "with --hostfile: interfaces / subnets for the MPI traffic");
+  app.add_option("--ssh-options", g.ssh_options,
+                 "with --hostfile: ssh options for the pre-flight and mpirun (e.g. '-i KEY')");
+  app.add_option("--port-range", g.port_range,
+                 "with --hostfile: MIN-MAX, every TCP port the group listens on");
+  bool noPreflight = false;
+  app.add_flag("--no-preflight", noPreflight,
+               "with --hostfile: skip the ssh check of the other hosts (worker, model files)");
   app.add_option("--groups", groups,
                  "start this many identical groups of the options above (one queue)")
       ->capture_default_str();
@@ -154,6 +161,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
+    g.preflight = !noPreflight;
     if (g.model.empty()) g.model = defaultModel();
     auto add = [&](const char* flag, const std::string& v) {
       if (!v.empty()) {
@@ -214,11 +222,15 @@ int main(int argc, char** argv) {
     po.images_dir = imagesDir;
     po.exe_dir = exeDir();
     po.max_queue = maxQueue;
+    // The hostfile plan, each host's pre-flight and a remote rank found stopped: on stderr.
+    po.log = [](const std::string& line) { std::cerr << line << std::endl; };
     server::Pool pool(specs, po);
     server::HttpServer http(pool, so);
     const int port = http.bind();  // before the groups start: a taken port fails fast
 
-    pool.start();  // throws naming the group for a strategy it refuses
+    // Throws naming the group for a strategy or hostfile it refuses, and a host that failed its
+    // pre-flight (the host and the file that differs), before any group loads.
+    pool.start();
     if (::pipe(stopPipe) != 0) throw std::runtime_error("pipe failed");
     struct sigaction sa {};
     sa.sa_handler = onSignal;
