@@ -1,6 +1,7 @@
 // Fault injection, for the fault tests (tests/test_worker_faults.cpp) and for rehearsing failures
 // on a demo rig: DITSTUDIO_FAULT_RANK=r with DITSTUDIO_FAULT=throw_at_step:N | exit_at_step:N |
-// hang_at_step:N | kill_at_step:N |
+// hang_at_step:N | kill_at_step:N | slow_encode:MS (the text encoding takes MS ms longer: a long
+// encode to cancel) |
 // model:/other/folder (that rank alone loads another — e.g. corrupt — model folder).
 #pragma once
 
@@ -41,6 +42,11 @@ struct Fault {
     if (kind == "exit_at_step") std::_Exit(3);
     if (kind == "kill_at_step") ::raise(SIGKILL);  // as `kill -9` of this rank
     if (kind == "hang_at_step") std::this_thread::sleep_for(std::chrono::hours(1));
+  }
+  /// Called as each pipeline stage starts ("encode", "denoise", ...): slow_encode sleeps there.
+  void atStage(const std::string& stage) const {
+    if (kind == "slow_encode" && stage == "encode")
+      std::this_thread::sleep_for(std::chrono::milliseconds(step));
   }
 };
 

@@ -267,7 +267,15 @@ bool Worker::runImages(const protocol::GenerateRequest& req,
     // seed + image index, wrapping in the unsigned domain (no signed overflow near INT64_MAX).
     if (req.prompts.empty()) p.seed = base.seed + static_cast<uint64_t>(index);
     const auto tImg = Clock::now();
-    const ImageRun run = runImage(req, p, index, mine, leader);
+    // A full round (every replica has an image) checks for a cancel at each pipeline stage; the
+    // last round of a request with fewer images than replicas checks once, before it starts.
+    const bool fullRound = (round + 1) * dp <= numImages;
+    if (!fullRound && syncStats(0, 0, 0.0, false, req.id, index)) {
+      if (rank_ == 0) emitTyped(protocol::CancelledEvent{req.id, 0});
+      cancelled = true;
+      break;
+    }
+    const ImageRun run = runImage(req, p, index, mine, leader, fullRound);
     cancelled = run.cancelled;
     if (cancelled) {
       if (rank_ == 0) emitTyped(protocol::CancelledEvent{req.id, run.stepSeen});
@@ -287,13 +295,24 @@ bool Worker::runImages(const protocol::GenerateRequest& req,
   return cancelled;
 }
 
-// The pipeline's callbacks for one image: the stage (status events), each step (fault injection,
-// x0 previews on the replica leader, the per-step stats and rank 0's cancel flag).
+namespace {
+/// Thrown out of the pipeline by a stage callback when rank 0 says cancel (every rank throws it at
+/// the same stage); runImage catches it: the image is cancelled, not failed.
+struct CancelledAtStage {};
+}  // namespace
+
+// The pipeline's callbacks for one image: the stage (status events; with `stageChecks`, a cancel
+// check as each stage starts, so a cancel sent while the ranks load LoRAs, tokenize or run the text
+// encoders ends the request before the next stage instead of after the first denoising step), each
+// step (fault injection, x0 previews on the replica leader, the per-step stats and rank 0's cancel
+// flag).
 PipelineCallbacks Worker::imageCallbacks(const protocol::GenerateRequest& req,
                                          const PipelineInputs& p, int index, bool leader,
-                                         ImageRun& run) {
+                                         bool stageChecks, ImageRun& run) {
   PipelineCallbacks cb;
-  cb.onStage = [this, &req, index](const std::string& st) {
+  cb.onStage = [this, &req, index, stageChecks](const std::string& st) {
+    if (stageChecks && st != "decode" && syncStats(0, 0, 0.0, false, req.id, index))
+      throw CancelledAtStage{};
     stage_ = st == "encode"    ? "encoding"
              : st == "denoise" ? "denoising"
              : st == "decode"  ? "decoding"
@@ -302,6 +321,7 @@ PipelineCallbacks Worker::imageCallbacks(const protocol::GenerateRequest& req,
     if (rank_ == 0)
       emitTyped(protocol::StatusEvent{
           stage_, stage_ + " " + req.id + " image " + std::to_string(index), req.id});
+    fault_.atStage(st);
   };
   cb.onStep = [this, &req, &p, index, leader, &run](int step, int steps, const at::Tensor&,
                                                     const at::Tensor& x0, double ms) {
@@ -326,11 +346,15 @@ PipelineCallbacks Worker::imageCallbacks(const protocol::GenerateRequest& req,
 // This rank's part of one image: the pipeline for its replica's image, or, on an idle replica in
 // the last round, the per-step collectives alone.
 Worker::ImageRun Worker::runImage(const protocol::GenerateRequest& req, const PipelineInputs& p,
-                                  int index, bool mine, bool leader) {
+                                  int index, bool mine, bool leader, bool fullRound) {
   ImageRun run;
-  const PipelineCallbacks cb = imageCallbacks(req, p, index, leader, run);
+  const PipelineCallbacks cb = imageCallbacks(req, p, index, leader, fullRound, run);
   if (mine) {
-    run.result = pipe_->generate(p, cb);
+    try {
+      run.result = pipe_->generate(p, cb);
+    } catch (const CancelledAtStage&) {
+      run.cancelled = true;  // before the stage that was about to start (stepSeen: 0)
+    }
   } else {
     // Idle replica in the last round: keep the per-step collectives in lockstep (the
     // steps the pipeline runs: an init image's strength skips the first ones).

@@ -114,10 +114,13 @@ class Worker {
   bool isReplicaLeader() const;
   bool runImages(const protocol::GenerateRequest& req, const protocol::GenerationParams& request,
                  const PipelineInputs& base);
+  /// `stageChecks`: every rank runs this image's pipeline (a full data-parallel round), so each
+  /// stage start (encode, encode_image, encode_references, denoise) is also a cancel check (one
+  /// world allgather there on every rank).
   PipelineCallbacks imageCallbacks(const protocol::GenerateRequest& req, const PipelineInputs& p,
-                                   int index, bool leader, ImageRun& run);
+                                   int index, bool leader, bool stageChecks, ImageRun& run);
   ImageRun runImage(const protocol::GenerateRequest& req, const PipelineInputs& p, int index,
-                    bool mine, bool leader);
+                    bool mine, bool leader, bool fullRound);
   void finishRequest(const std::string& id, bool cancelled, Clock::time_point tReq);
 
   // ---- results.cpp: output files, results shipped to rank 0

@@ -10,6 +10,7 @@
 //    prompt (JSON and multipart), a rank's error naming a server file (the client's name only);
 //  - browsers: a foreign Origin, a DNS-rebinding Host, a CORS "simple" Content-Type;
 //  - uploads: WebP decoded; PNG, JPEG, PPM, BMP cut short refused;
+//  - a cancel sent while a 2-rank group encodes the prompt ends the job before any denoising step;
 //  - connections: 60 open /v1/events streams + 60 slow clients while /v1/health answers and a
 //    generation runs, the 10 streams past --max-event-streams 50 refused 503 (and a stream
 //    accepted again once they close); a burst of 50 simultaneous generations all answered (200 or 429); past
@@ -419,6 +420,38 @@ if (!failed) {
   } finally {
     const st = await big.stop();
     console.log(`ok SIGTERM stopped the server (${JSON.stringify(st)})`);
+  }
+}
+// --- cancel reaches ranks that are encoding: a 2-rank tensor-parallel group whose rank 0 encodes
+// 4 s longer (DITSTUDIO_FAULT slow_encode); a cancel sent while the group says 'encoding' ends the
+// job before any denoising step (it was seen only after step 1) ----------------------------------
+if (!failed) {
+  const slow = await startServer(['--images-dir', join(dir, 'images-c'), '--tp-degree', '2'],
+    { env: { DITSTUDIO_FAULT_RANK: '0', DITSTUDIO_FAULT: 'slow_encode:4000' } });
+  try {
+    await waitReady(slow.url, 1);
+    const r = await fetch(`${slow.url}/v1/jobs`, { method: 'POST', headers: json,
+      body: JSON.stringify({ prompt: P, size: '64x64', steps: 4, seed: 5 }) });
+    assert.equal(r.status, 202);
+    const id = (await r.json()).id;
+    await waitJson(`${slow.url}/v1/groups`, (g) => g.data[0].stage === 'encoding', { timeoutMs: 20000 });
+    const t0 = Date.now();
+    const c = await fetch(`${slow.url}/v1/jobs/${id}/cancel`, { method: 'POST' });
+    assert.equal(c.status, 202, await c.text());
+    const j = await waitJson(`${slow.url}/v1/jobs/${id}`, (x) => x.state !== 'queued' && x.state !== 'running', { timeoutMs: 20000 });
+    assert.equal(j.state, 'cancelled', `state ${j.state}: ${j.error}`);
+    assert.equal(j.step, 0, `the job ran a denoising step before the cancel was seen: state ${j.state}, step ${j.step}`);
+    console.log(`ok a cancel sent while the ranks encode ends the job before any step (${Date.now() - t0} ms, the encode had up to 4 s left)`);
+    await health(slow.url, 'after the cancel while encoding');
+    const g = await generate(slow.url, 6);
+    assert.equal(g.data.length, 1);
+    console.log('ok the group serves the next generation');
+  } catch (e) {
+    failed = true;
+    console.error(e);
+    console.error('--- server log ---\n' + slow.log().slice(-4000));
+  } finally {
+    await slow.stop();
   }
 }
 process.exit(failed ? 1 : 0);
