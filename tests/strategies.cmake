@@ -91,6 +91,13 @@ target_compile_definitions(test_multihost PRIVATE DITSTUDIO_FIXTURE="${DITSTUDIO
   DITSTUDIO_CLI="$<TARGET_FILE:ditstudio-cli>")
 target_precompile_headers(test_multihost REUSE_FROM dit_backend)
 add_dependencies(test_multihost ditstudio-cli ditstudio-worker)
+# The server's half (issue 45): ditstudio-server's hostfile group, put together by the same
+# group start.
+if(TARGET ditstudio-server)
+  target_compile_definitions(test_multihost PRIVATE
+    DITSTUDIO_SERVER="$<TARGET_FILE:ditstudio-server>")
+  add_dependencies(test_multihost ditstudio-server)
+endif()
 # The GUI's half (issue 36): the main window driven against the same hostfile group.
 if(DITSTUDIO_BUILD_GUI AND TARGET dit_ui)
   add_executable(multihost_gui_driver multihost_gui_driver.cpp)

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
@@ -113,6 +114,8 @@ class Watched {
     return false;
   }
   int status() const { return status_; }
+  /// The pid of the `sh -c` running the command (the command's own with `exec`).
+  pid_t pid() const { return pid_; }
   /// The pid the log names in "rank R (pid P" (the rank's hello), -1 when none.
   pid_t rankPid(int rank) const {
     const std::string l = log(), key = "rank " + std::to_string(rank) + " (pid ";
@@ -933,3 +936,149 @@ TEST_F(MultiHost, InitImageDifferentOnTheOtherHostRefused) {
   EXPECT_NE(r.log.find(" on rank 1 (host mh-host-b)"), std::string::npos) << r.log;
   EXPECT_FALSE(fs::exists(env("MH_OUT") + "/init-differs.png"));
 }
+
+// Issue 45: ditstudio-server's hostfile groups are put together by the launcher's one group start,
+// as the CLI's and the GUI's are: a host whose model or worker binary differs is refused before
+// any rank loads, naming the host and the file, and a remote rank that stops mid-run is named by
+// its host's answer over ssh in the job's error and the group's failure.
+#ifdef DITSTUDIO_SERVER
+namespace {
+
+// ditstudio-server over the two hosts (tp 2, one rank each) with `server` (the build's, or a
+// copy), its output in STEM.log.
+std::string serverCommand(const std::string& server, const std::string& stem,
+                          const std::string& env_prefix = "") {
+  return "exec env " + env_prefix + " timeout 180 " + quote(server) + " --model " +
+         quote(env("MH_MODEL")) + " --hostfile " + quote(env("MH_HOSTFILE")) + " --ssh-options " +
+         quote(env("MH_SSH_OPTIONS")) +
+         " --network-interface 10.77.0.0/24 --tp-degree 2 --port 0 --images-dir " +
+         quote(stem + "-images");
+}
+
+// curl's answer to an HTTP request on this host ("" when it failed).
+std::string curl(const std::string& args) {
+  std::string out;
+  if (FILE* p = ::popen(("curl -s --max-time 20 " + args).c_str(), "r")) {
+    char buf[4096];
+    while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    ::pclose(p);
+  }
+  return out;
+}
+
+// A server that must be refused before loading: exits 2 within the pre-flight's bound.
+void expectRefusedBeforeLoading(const std::string& server, const std::string& stem,
+                                const std::vector<std::string>& named) {
+  Watched srv(serverCommand(server, stem), stem);
+  ASSERT_TRUE(srv.started());
+  const bool exited = srv.waitExit(90);
+  const std::string log = srv.log();
+  EXPECT_TRUE(exited) << log;
+  EXPECT_TRUE(WIFEXITED(srv.status()) && WEXITSTATUS(srv.status()) == 2) << log;
+  EXPECT_NE(log.find("error: group g0: pre-flight failed:"), std::string::npos) << log;
+  for (const std::string& n : named) EXPECT_NE(log.find(n), std::string::npos) << n << "\n" << log;
+  EXPECT_EQ(log.find("listening on"), std::string::npos) << "the server started serving\n" << log;
+  EXPECT_EQ(log.find("rank 0 (pid"), std::string::npos) << "a rank was started\n" << log;
+  std::printf("  server: refused before loading in %.1f s\n", srv.since());
+}
+
+}  // namespace
+
+TEST_F(MultiHost, ServerRefusesADifferentModelBeforeLoading) {
+  perturbModelB();
+  expectRefusedBeforeLoading(DITSTUDIO_SERVER, env("MH_OUT") + "/server-mismatch",
+                             {"host 10.77.0.2 holds a different model at " + env("MH_MODEL"),
+                              "transformer/diffusion_pytorch_model.safetensors differs (same "
+                              "size)"});
+  restoreModelB();
+}
+
+TEST_F(MultiHost, ServerRefusesADifferentWorkerBinaryBeforeLoading) {
+  // The programs copied to the same path on both hosts (MH_OUT is MH_OUT_B on host b); host b's
+  // worker is another build (bytes appended: it still runs).
+  const fs::path bin = fs::path(env("MH_OUT")) / "bin";
+  const fs::path binB = fs::path(env("MH_OUT_B")) / "bin";
+  const fs::path built = fs::path(DITSTUDIO_SERVER).parent_path();
+  for (const fs::path& d : {bin, binB}) {
+    fs::create_directories(d);
+    for (const char* p : {"ditstudio-server", "ditstudio-worker"})
+      fs::copy_file(built / p, d / p, fs::copy_options::overwrite_existing);
+  }
+  std::ofstream(binB / "ditstudio-worker", std::ios::app | std::ios::binary) << "another build";
+  const std::uintmax_t size = fs::file_size(bin / "ditstudio-worker");
+  expectRefusedBeforeLoading(
+      (bin / "ditstudio-server").string(), env("MH_OUT") + "/server-binary",
+      {"host 10.77.0.2 runs a different worker binary: " + (bin / "ditstudio-worker").string() +
+           " differs (size " + std::to_string(size) + " here, " + std::to_string(size + 13) +
+           " there)",
+       "Fix: install the same DiT Studio build at the same path on every host"});
+  fs::remove_all(bin);
+  fs::remove_all(binB);
+}
+
+TEST_F(MultiHost, ServerNamesAStoppedRemoteRankAsTheCliDoes) {
+  // Rank 1 on host b is stopped (SIGSTOP) while the server's group computes a job: the job's
+  // error and the group's failure name it as stopped, in the CLI's words (issue 36's naming).
+  const std::string stem = env("MH_OUT") + "/server-stopped";
+  Watched srv(serverCommand(DITSTUDIO_SERVER, stem, "DITSTUDIO_COLLECTIVE_TIMEOUT_S=8"), stem);
+  ASSERT_TRUE(srv.started());
+  ASSERT_TRUE(srv.waitForLog("listening on http://127.0.0.1:", 90)) << srv.log();
+  std::string log = srv.log();
+  EXPECT_NE(log.find("group g0: hostfile " + env("MH_HOSTFILE") +
+                     ": 10.77.0.1: rank 0; 10.77.0.2: rank 1"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("group g0: pre-flight 10.77.0.2: ok"), std::string::npos) << log;
+  const auto at = log.find("listening on http://127.0.0.1:") + 30;
+  const std::string url = "http://127.0.0.1:" + std::to_string(std::stoi(log.substr(at)));
+  // Ready, then a long job.
+  nlohmann::json groups;
+  for (int i = 0; i < 600; ++i) {
+    groups = nlohmann::json::parse(curl(url + "/v1/groups"), nullptr, false);
+    if (groups.is_object() && groups["data"][0]["state"] == "ready") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(groups["data"][0]["state"], "ready") << groups.dump() << "\n" << srv.log();
+  const nlohmann::json body{{"prompt", "a red circle"}, {"size", "64x64"}, {"steps", 400}};
+  const auto job = nlohmann::json::parse(
+      curl("-H 'Content-Type: application/json' -d " + quote(body.dump()) + " " + url + "/v1/jobs"),
+      nullptr, false);
+  ASSERT_TRUE(job.is_object() && job.contains("id")) << job.dump();
+  const std::string id = job["id"];
+  nlohmann::json state;
+  for (int i = 0; i < 600; ++i) {
+    state = nlohmann::json::parse(curl(url + "/v1/jobs/" + id), nullptr, false);
+    if (state.is_object() && state.value("step", 0) >= 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_GE(state.value("step", 0), 1) << state.dump();
+  groups = nlohmann::json::parse(curl(url + "/v1/groups"), nullptr, false);
+  const pid_t rank1 = groups["data"][0]["pids"].value("1", -1);
+  ASSERT_GT(rank1, 0) << groups.dump();
+  ASSERT_EQ(::kill(rank1, SIGSTOP), 0);
+  const double stopAt = srv.since();
+  for (int i = 0; i < 600; ++i) {
+    state = nlohmann::json::parse(curl(url + "/v1/jobs/" + id), nullptr, false);
+    if (state.is_object() && state.value("state", "") == "failed") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const double failedAt = srv.since();
+  groups = nlohmann::json::parse(curl(url + "/v1/groups"), nullptr, false);
+  ::kill(rank1, SIGKILL);
+  ::kill(srv.pid(), SIGTERM);
+  EXPECT_TRUE(srv.waitExit(40)) << srv.log();
+  log = srv.log();
+  const std::string named = "rank 1 (pid " + std::to_string(rank1) +
+                            " on mh-host-b) is stopped (state T: SIGSTOP or a debugger)";
+  EXPECT_EQ(state.value("state", ""), "failed") << state.dump() << "\n" << log;
+  EXPECT_NE(state.value("error", "").find(named), std::string::npos) << state.dump();
+  const std::string failure =
+      groups.is_object() ? groups["data"][0]["failure"].value("message", "") : "";
+  EXPECT_NE(failure.find(named), std::string::npos) << groups.dump();
+  EXPECT_EQ(state.value("error", "").find(") is on another host that did not answer"),
+            std::string::npos)
+      << state.dump();
+  std::printf("  server: remote rank stopped at %.1f s, the job failed naming it %.1f s later\n",
+              stopAt, failedAt - stopAt);
+}
+#endif

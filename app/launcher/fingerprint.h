@@ -34,8 +34,8 @@ std::vector<FileFingerprint> modelFileFingerprints(const std::vector<std::string
 
 /// What differs between this machine's files `mine` and another host's `theirs` (both from
 /// modelFileFingerprints of the same paths): "PATH missing there", "PATH only there", "PATH
-/// differs (size A vs B)" or "PATH differs (same size)", at most `max` of them joined by "; ",
-/// then "and N more". Empty when the lists are equal.
+/// differs (size A here, B there)" or "PATH differs (same size)", at most `max` of them joined by
+/// "; ", then "and N more". Empty when the lists are equal.
 std::string describeDifferences(const std::vector<FileFingerprint>& mine,
                                 const std::vector<FileFingerprint>& theirs, int max = 4);
 

@@ -37,11 +37,11 @@ struct PreflightResult {
 /// port cannot be reached from here (naming the port, its part of the range and the cause).
 /// `paths` are the files fingerprinted (modelFingerprint): the model sources and, when listed,
 /// launch.worker itself; a difference in the worker's entry is named apart ("host H runs a
-/// different worker binary: PATH differs (size A vs B). Fix: install the same DiT Studio build at
-/// the same path on every host"), one in the model's as "host H holds a different model at M
-/// (fingerprint F, this machine G): PATH differs (same size). Fix: copy the same checkpoint to the
-/// same path on every host". Never throws for a host's failure; a malformed launch.port_range is
-/// returned as the failure's message.
+/// different worker binary: PATH differs (size A here, B there). Fix: install the same DiT Studio
+/// build at the same path on every host"), one in the model's as "host H holds a different model
+/// at M (fingerprint F, this machine G): PATH differs (same size). Fix: copy the same checkpoint
+/// to the same path on every host". Never throws for a host's failure; a malformed
+/// launch.port_range is returned as the failure's message.
 PreflightResult preflightHost(const std::string& host, const MpirunLaunch& launch,
                               const std::vector<std::string>& paths,
                               const std::string& expected_fingerprint, double timeout_s = 20);
