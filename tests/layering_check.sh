@@ -27,6 +27,9 @@
 #  9. backend/models/ and backend/pipelines/ never include the Torch table
 #     backend/family_runtime.h (the programs in app/ do): shared helpers of the families'
 #     runtimes (dual_stream_runtime.h) include the record type.
+# 10. backend/nn/ (the shared layers) never includes backend/models/ or backend/pipelines/: the
+#     models build on the layers; a seam a model fills (the attention step cache) is an interface
+#     declared in nn/ (attention_output_cache.h) that the model side implements.
 # Usage: layering_check.sh SOURCE_DIR. Prints every offending line; exits 1 if there is one.
 set -uo pipefail
 SRC=${1:?source dir}
@@ -54,6 +57,9 @@ fi
 if [ -d "$SRC/app/server" ] &&
    out=$(grep -rnE '#include\s+[<"](ATen|torch|c10|mpi\.h|Q[A-Z]|Qt|backend/)' "$SRC/app/server"); then
   echo "app/server/ (dit_server) includes Torch, MPI, Qt or backend headers:"; echo "$out"; fail=1
+fi
+if out=$(grep -rnE '#include\s+"backend/(models|pipelines)/' "$SRC/backend/nn" 2>/dev/null); then
+  echo "backend/nn/ includes backend/models/ or backend/pipelines/ (declare the seam in nn/):"; echo "$out"; fail=1
 fi
 if out=$(grep -rnE '#include\s+"backend/(models|pipelines)/' "$SRC/backend/io"); then
   echo "backend/io/ includes backend/models/ or backend/pipelines/:"; echo "$out"; fail=1
@@ -110,5 +116,5 @@ if out=$(grep -rnE '#include\s+"backend/family_runtime\.h"' "$SRC/backend/models
   echo "backend/models/ or backend/pipelines/ includes the Torch family table (include backend/family_runtime_record.h):"
   echo "$out"; fail=1
 fi
-[ $fail -eq 0 ] && echo "layering: parallel/ model-free and backend-free, parallel/ and backend/ app-free, ui/ and app/launcher/ Torch-free, backend/io/ family-free, class names and family request rules only in family folders, the family tables include the families and nothing else does"
+[ $fail -eq 0 ] && echo "layering: parallel/ model-free and backend-free, parallel/ and backend/ app-free, ui/ and app/launcher/ Torch-free, backend/io/ family-free, backend/nn/ model-free, class names and family request rules only in family folders, the family tables include the families and nothing else does"
 exit $fail

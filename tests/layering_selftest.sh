@@ -49,6 +49,7 @@ expect_refusal backend/models/flux/flux_runtime.h '#include "backend/family_runt
 expect_refusal backend/models/checkpoint_layouts.h '#include "backend/models/flux/flux_config.h"' "shared models code including a family's header"
 expect_refusal backend/pipelines/guider.cpp '#include "backend/pipelines/flux/pipeline_flux.h"' "the shared loop including a family's pipeline"
 expect_refusal backend/models/dual_stream_runtime.h '#include "backend/family_runtime.h"' "a shared runtime helper including the Torch family table"
+expect_refusal backend/nn/attention.cpp '#include "backend/models/cache/step_cache.h"' "the shared layers including a model's step cache"
 expect_refusal backend/io/checkpoint_layouts.h '#include "backend/models/flux/flux_config.h"' "backend/io/ including backend/models/"
 [ $fail -eq 0 ] && echo "layering self-test: the check passes a clean tree and refuses each planted violation"
 exit $fail

@@ -6,7 +6,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "backend/models/cache/step_cache.h"
 #include "backend/nn/embeddings.h"
 #include "backend/nn/qk_norm_rope.h"
 #include "parallel/attention.h"

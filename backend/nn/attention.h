@@ -18,24 +18,25 @@
 #include <vector>
 
 #include "backend/io/weight_loader.h"
+#include "backend/nn/attention_output_cache.h"
 #include "parallel/tensor_parallel/layers.h"
 
 namespace dit {
 
 class ContextParallel;
-class StepCache;
 
 namespace nn {
 
 using LinearPtr = std::shared_ptr<const tensor_parallel::Linear>;
 using FusedLinearPtr = std::shared_ptr<const tensor_parallel::FusedColumnParallelLinear>;
 
-/// TaylorSeer's seam around a block's attention module (diffusers hooks the module "<block>.attn",
-/// backend/models/cache/step_cache.h): on predicted steps the attention outputs come from the
+/// TaylorSeer's seam around a block's attention module (diffusers hooks the module "<block>.attn";
+/// the cache is backend/models/cache/step_cache.h's StepCache through the AttentionOutputCache
+/// interface): on predicted steps the attention outputs come from the
 /// cache's Taylor extrapolation and the module does not run; on computed steps its outputs update
 /// the cache. null = no caching.
 struct AttentionCacheSeam {
-  StepCache* cache = nullptr;
+  AttentionOutputCache* cache = nullptr;
   std::string module;  ///< e.g. "transformer_blocks.3.attn"
 };
 

@@ -23,17 +23,18 @@
 #include <vector>
 
 #include "backend/models/cache/step_cache_config.h"
+#include "backend/nn/attention_output_cache.h"
 
 namespace dit {
 
 class ProcessGroup;
 
-class StepCache {
+class StepCache : public nn::AttentionOutputCache {
  public:
   /// cp: the context-parallel group (null = none); tp: the tensor-parallel group (null = none).
   StepCache(StepCacheConfig cfg, std::shared_ptr<ProcessGroup> cp = nullptr,
             std::shared_ptr<ProcessGroup> tp = nullptr);
-  ~StepCache();
+  ~StepCache() override;
   const StepCacheConfig& config() const { return cfg_; }
 
   /// Selects the state used by the following model calls (diffusers' cache_context name).
@@ -58,12 +59,12 @@ class StepCache {
   bool taylorSeer() const { return cfg_.mode == StepCacheConfig::Mode::TaylorSeer; }
   bool lite() const { return taylorSeer() && cfg_.use_lite_mode; }
   /// Whether hooked modules run at the current step (TaylorSeerCacheConfig schedule).
-  bool taylorComputes() const;
+  bool taylorComputes() const override;
   /// Computed step: updates the Taylor factors of `module` (one entry per output tensor).
-  void update(const std::string& module, const std::vector<at::Tensor>& outputs);
+  void update(const std::string& module, const std::vector<at::Tensor>& outputs) override;
   /// Predicted step: sum_j F(j) * (step - last)^j / j! per output, in the outputs' dtype.
   /// Throws std::logic_error when the module has no factors yet.
-  std::vector<at::Tensor> predict(const std::string& module) const;
+  std::vector<at::Tensor> predict(const std::string& module) const override;
 
   // ---- Reporting (of the current context's last forward) ----
   /// Whether the last forward computed (FBC: remaining blocks ran; TaylorSeer: modules ran).
