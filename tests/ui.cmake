@@ -99,6 +99,18 @@ endif()
 # Issue 17 in the GUI with the real worker: a FLUX.2 [klein] folder from a clean start.
 ditstudio_ui_worker_test(test_ui_flux2 LABELS flux2 TIMEOUT 600
   ENV "DITSTUDIO_TEST_FLUX2_MODEL=${DITSTUDIO_TEST_DATA}/tiny-flux2-A")
+# Issue 46 in the GUI: the reference strip (drop, paste, reorder by drag, remove; refused for a
+# model that takes none, seven on FLUX.2 [klein] refused by the resolve), recall from history and
+# presets; with the real worker two references dropped, reordered and generated equal diffusers'
+# edit run 1 (and ditstudio-cli --image of the same request), then recalled in order.
+set(_edit_env "DITSTUDIO_TEST_DATA=${DITSTUDIO_TEST_DATA}")
+if(TARGET ditstudio-cli)
+  list(APPEND _edit_env "DITSTUDIO_TEST_CLI=$<TARGET_FILE:ditstudio-cli>")
+endif()
+ditstudio_ui_worker_test(test_ui_edit LABELS edit TIMEOUT 900 ENV ${_edit_env})
+if(TARGET test_ui_edit AND TARGET ditstudio-cli)
+  add_dependencies(test_ui_edit ditstudio-cli)
+endif()
 # Issue 14 in the GUI with the real worker: init image, mask brush, strength, caching, recall.
 ditstudio_ui_worker_test(test_ui_i2i MODEL LABELS pipelines TIMEOUT 900)
 # LoRA list, generate with a LoRA on the real worker (the tiny-flux-A fixture), PNG and recall.

@@ -22,6 +22,7 @@
 #include "app/protocol/limits.h"
 #include "backend/models/family_registry.h"
 #include "ui/image_input_panel.h"
+#include "ui/reference_strip.h"
 #include "ui/seed_text.h"
 #include "ui/worker_command.h"
 
@@ -200,6 +201,8 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   loras_ = new LoraList(genBox);
   form->addRow(tr("LoRAs"), loras_);
   outer->addWidget(genBox);
+  refs_ = new ReferenceStrip(this);
+  outer->addWidget(refs_);
   imagePanel_ = new ImageInputPanel(this);
   outer->addWidget(imagePanel_, 1);
 
@@ -219,8 +222,13 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   connect(cfgScale_, &QDoubleSpinBox::valueChanged, this, emitChanged);
   connect(steps_, &QSpinBox::valueChanged, this, emitChanged);
   connect(guidance_, &QDoubleSpinBox::valueChanged, this, emitChanged);
-  for (const auto& [name, spin] : knobs_)
+  for (const auto& [name, spin] : knobs_) {
     connect(spin, &QDoubleSpinBox::valueChanged, this, emitChanged);
+    // The references' fitted sizes follow the rule's auto-resize knob (Kontext's _auto_resize).
+    connect(spin, &QDoubleSpinBox::valueChanged, this, [this, n = name](double v) {
+      if (n == model_.request.references.auto_resize_field) refs_->setAutoResize(v != 0);
+    });
+  }
   connect(seed_, &QLineEdit::textChanged, this, [this, emitChanged] {
     const QString err = seedError();
     seed_->setProperty("invalid", !err.isEmpty());
@@ -234,6 +242,11 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   });
   connect(images_, &QSpinBox::valueChanged, this, emitChanged);
   connect(imagePanel_, &ImageInputPanel::changed, this, emitChanged);
+  connect(refs_, &ReferenceStrip::changed, this, emitChanged);
+  connect(refs_, &ReferenceStrip::sizeRequested, this, [this](int w, int h) {
+    width_->setValue(w);
+    height_->setValue(h);
+  });
   connect(loras_, &LoraList::changed, this, emitChanged);
   connect(randomSeed_, &QCheckBox::toggled, this, [this, emitChanged](bool on) {
     seed_->setEnabled(!on);
@@ -410,6 +423,7 @@ GenerationParams GenerationPanel::params() const {
   p.random_seed = randomSeed_->isChecked();
   p.num_images = images_->value();
   imagePanel_->apply(p);
+  refs_->apply(p);
   p.loras = loras_->loras();
   return p;
 }
@@ -436,6 +450,7 @@ void GenerationPanel::setParams(const GenerationParams& p) {
   seed_->setEnabled(!p.random_seed);
   images_->setValue(p.num_images);
   imagePanel_->restore(p);
+  refs_->restore(p);
   loras_->setLoras(p.loras);
   loading_ = false;
   snapSize(width_);
@@ -456,6 +471,7 @@ void GenerationPanel::applyModel() {
   model_ = readModelInfo(sources().toSources());
   showComponentState();
   imagePanel_->setCapabilities(model_.family, model_.capabilities);
+  refs_->setModel(model_.family, model_.request, model_.ok ? model_.sizeMultiple() : 16);
   if (model_.ok)
     loras_->setModel(model_.family, model_.capabilities.lora_formats, model_.dims().parameters);
   applyRequestSpec();
@@ -527,6 +543,7 @@ void GenerationPanel::applyRequestSpec() {
     const dit::FieldSpec* f = spec.field(name);
     form_->setRowVisible(spin, f != nullptr);
     if (f) describe(spin, name.c_str());
+    if (f && name == spec.references.auto_resize_field) refs_->setAutoResize(spin->value() != 0);
   }
 }
 
@@ -565,7 +582,7 @@ void GenerationPanel::setLastSeed(std::uint64_t seed) {
 
 QStringList GenerationPanel::requestIssues() const {
   QStringList out = loras_->problems();
-  for (const QString& i : imagePanel_->issues())
+  for (const QString& i : imagePanel_->issues() + refs_->issues())
     if (!out.contains(i)) out << i;
   return out;
 }

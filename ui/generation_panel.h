@@ -2,7 +2,8 @@
 // folder, VAE, text encoders, tokenizers: the CLI's --config, --vae, ...), prompt, negative prompt
 // + true CFG scale, width/height (stepping by the model's 2 * vae_scale_factor), steps, guidance,
 // seed (fixed or random, with the seed of the last image), images per request; the init image,
-// mask, strength and step cache (ImageInputPanel).
+// mask, strength and step cache (ImageInputPanel); the reference images of an editing request
+// (ReferenceStrip).
 #pragma once
 
 #include <QStringList>
@@ -30,6 +31,7 @@ class QSpinBox;
 namespace dit::ui {
 
 class ImageInputPanel;
+class ReferenceStrip;
 
 /// `text` with a line-break opportunity after each '/' (a zero-width space), so that a word-
 /// wrapped label breaks a long path instead of widening its column.
@@ -64,8 +66,9 @@ class GenerationPanel : public QWidget {
   /// empty when it holds a seed or "Random" is checked. params() is not sent while it is set.
   QString seedError() const;
   /// What the worker would refuse in the panel as it stands, in its words: LoRA files it cannot
-  /// apply to this model (LoraList::problems) and the init image / mask / cache controls
-  /// (ImageInputPanel::issues). Each is also shown at its field.
+  /// apply to this model (LoraList::problems), the init image / mask / cache controls
+  /// (ImageInputPanel::issues) and recalled references whose files changed
+  /// (ReferenceStrip::issues). Each is also shown at its field.
   QStringList requestIssues() const;
   /// The prompts offered by the "History" button's menu (newest first).
   void setPromptHistory(const QStringList& prompts);
@@ -110,6 +113,8 @@ class GenerationPanel : public QWidget {
   QPushButton* reuseSeedButton() const { return reuseSeed_; }
   /// Init image, mask, strength and step cache (issue 14).
   ImageInputPanel* imagePanel() const { return imagePanel_; }
+  /// Reference images of an editing request (issue 46), in order.
+  ReferenceStrip* referenceStrip() const { return refs_; }
 
  Q_SIGNALS:
   void changed();
@@ -159,6 +164,7 @@ class GenerationPanel : public QWidget {
   QLabel* promptWarning_;
   QStringList promptWarnings_;
   ImageInputPanel* imagePanel_;
+  ReferenceStrip* refs_;
   LoraList* loras_;
   bool loading_ = false;
 };

@@ -44,6 +44,8 @@ GenerationParams HistoryEntry::generation(const GenerationParams& defaults) cons
     p = paramsFromQJson(params, defaults);
     // An image made without LoRAs recalls to none (not to the panel's current list).
     if (!params.contains(QStringLiteral("loras"))) p.loras.clear();
+    // Nor to the panel's reference images when it was made without.
+    if (!params.contains(QStringLiteral("reference_images"))) p.reference_images.clear();
   } catch (const dit::protocol::ProtocolError&) {
     // A PNG chunk written by another program: keep the defaults rather than half of it.
   }

@@ -33,6 +33,7 @@
 #include "ui/elided_label.h"
 #include "ui/image_input_panel.h"
 #include "ui/json_io.h"
+#include "ui/reference_strip.h"
 #include "ui/strategy_json.h"
 #include "ui/wheel_guard.h"
 
@@ -150,6 +151,7 @@ void MainWindow::buildUi() {
   leftTabs_ = new QTabWidget(split);
   genPanel_ = new GenerationPanel;
   genPanel_->imagePanel()->setMaskDir(QDir(dataDir_).filePath(QStringLiteral("masks")));
+  genPanel_->referenceStrip()->setPasteDir(QDir(dataDir_).filePath(QStringLiteral("references")));
   auto* genScroll = new QScrollArea;
   genScroll->setObjectName("generateScroll");
   genScroll->setWidget(genPanel_);

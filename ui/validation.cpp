@@ -49,6 +49,9 @@ Validation validate(const dit::Strategy& s, const ModelInfo& model, const Genera
     if (textLen <= 0) rd.text_len = r.values.max_sequence_length;
   }
   rd.cfg_requirement = r.cfg_requirement;
+  // Reference images join every transformer call (the memory estimate and the context-parallel
+  // split count them).
+  rd.reference_tokens = r.reference_tokens;
   // The strategy's own size rule says again what the resolve already refused for the size.
   bool sizeRefused = false;
   for (const dit::RequestProblem& pr : r.problems)
