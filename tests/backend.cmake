@@ -166,3 +166,12 @@ target_compile_definitions(test_request_spec PRIVATE DITSTUDIO_TEST_DATA="${DITS
 target_compile_options(test_request_spec PRIVATE -Wall -Wextra)
 gtest_add_tests(TARGET test_request_spec TEST_LIST _request_spec_tests)
 set_tests_properties(${_request_spec_tests} PROPERTIES LABELS "backend;errors;unit")
+
+# Image files the CLI, the window and the workers read: cut-short files and malformed JPEG Huffman
+# tables refused naming the file (backend/io/image_check, shared with the server; Torch-free).
+add_executable(test_image_files test_image_files.cpp)
+target_link_libraries(test_image_files PRIVATE dit_backend_core GTest::gtest GTest::gtest_main)
+target_include_directories(test_image_files SYSTEM PRIVATE ${STB_INCLUDE_DIR})
+target_compile_options(test_image_files PRIVATE -Wall -Wextra)
+gtest_add_tests(TARGET test_image_files TEST_LIST _image_files_tests)
+set_tests_properties(${_image_files_tests} PROPERTIES LABELS "backend;security;unit")

@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "backend/io/file_guard.h"
+#include "backend/io/image_check.h"
 
 #define STB_IMAGE_IMPLEMENTATION
 #define STB_IMAGE_STATIC
@@ -54,6 +55,16 @@ Image8 readImage(const std::string& path) {
   }
   const std::vector<uint8_t> bytes(raw.begin(), raw.end());
   if (bytes.empty()) throw std::runtime_error("image file " + path + " is empty");
+  // Every byte the header promises, and JPEG Huffman tables stb_image can hold (image_check.h):
+  // stb_image would pad a cut-short file with black, or write past its tables.
+  const ImageFormat format = sniffImageFormat(raw);
+  bool damaged = false;
+  if (const std::string why = missingImageBytes(raw, format, damaged); !why.empty())
+    throw std::runtime_error("image file " + path + " is cut short: a " + imageFormatName(format) +
+                             " file whose header promises more bytes than it holds (" + why + ")");
+  if (damaged)
+    throw std::runtime_error("image file " + path +
+                             " is not a valid JPEG image (a Huffman table is malformed)");
   int w = 0, h = 0, n = 0;
   if (!stbi_info_from_memory(bytes.data(), static_cast<int>(bytes.size()), &w, &h, &n))
     throw std::runtime_error(
