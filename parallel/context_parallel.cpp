@@ -162,12 +162,15 @@ at::Tensor ContextParallel::attention(const at::Tensor& q, const at::Tensor& k, 
                                       const at::Tensor& refV) {
   if (!refK.defined() && !refV.defined()) return attention(q, k, v, localLens);
   if (!refK.defined() || !refV.defined() || !q.defined() || q.dim() != 4 || refK.dim() != 4 ||
-      refV.dim() != 4 || refK.size(0) != q.size(0) || refK.size(1) != q.size(1) ||
-      refK.size(3) != q.size(3) || refV.sizes() != refK.sizes() ||
-      refK.scalar_type() != q.scalar_type() || refV.scalar_type() != q.scalar_type())
+      refV.dim() != 4 || refK.size(0) != q.size(0) || refK.size(3) != q.size(3) ||
+      refV.sizes() != refK.sizes() || refK.scalar_type() != q.scalar_type() ||
+      refV.scalar_type() != q.scalar_type() ||
+      (refK.size(1) != q.size(1) &&
+       (ulyssesDegree_ == 1 || refK.size(1) != ulyssesHeads(q.size(1)).second)))
     throw std::invalid_argument(
         "ContextParallel::attention: the extra reference keys and values must both be "
-        "[B, H, S_ref, D] with the queries' B, H, D and dtype");
+        "[B, H, S_ref, D] (or, under Ulysses, this rank's heads) with the queries' B, D and "
+        "dtype");
   if (!k.defined() || !v.defined() || k.dim() != 4 || v.dim() != 4 || k.sizes() != q.sizes() ||
       v.sizes() != q.sizes() || q.scalar_type() != k.scalar_type() ||
       q.scalar_type() != v.scalar_type())
@@ -262,9 +265,12 @@ at::Tensor ContextParallel::ulyssesAttention(const at::Tensor& q, const at::Tens
 
   at::Tensor out;
   if (refK.defined()) {
-    // Replicated extra keys: only this rank's heads are needed after the all-to-all.
+    // Replicated extra keys: only this rank's heads are needed after the all-to-all (the
+    // caller may hold only those).
     const int64_t h0 = headOff[static_cast<size_t>(me)];
-    const at::Tensor rk = refK.narrow(1, h0, myHeads), rv = refV.narrow(1, h0, myHeads);
+    const bool all = refK.size(1) == H;
+    const at::Tensor rk = all ? refK.narrow(1, h0, myHeads) : refK,
+                     rv = all ? refV.narrow(1, h0, myHeads) : refV;
     out = ringDegree_ > 1
               ? ringAttention(qkv[0], qkv[1], qkv[2], ringBlockLens, rk, rv)
               : localAttention(qkv[0], at::cat({qkv[1], rk}, 2), at::cat({qkv[2], rv}, 2));
@@ -283,6 +289,12 @@ at::Tensor ContextParallel::ulyssesAttention(const at::Tensor& q, const at::Tens
   }
   recv = ulysses_->allToAll(send, recvShapes)->results();
   return at::cat(recv, 1);
+}
+
+std::pair<int64_t, int64_t> ContextParallel::ulyssesHeads(int64_t heads) const {
+  if (ulyssesDegree_ == 1) return {0, heads};
+  const std::vector<int64_t> h = tensorSplitSizes(heads, ulyssesDegree_);
+  return {offsetsOf(h)[static_cast<size_t>(ulyssesRank_)], h[static_cast<size_t>(ulyssesRank_)]};
 }
 
 at::Tensor ContextParallel::gatherSequence(const at::Tensor& local,

@@ -106,12 +106,17 @@ class ContextParallel {
   ///  - ulysses (and ulysses_anything): after the all-to-all, this rank's head slice of refK/refV
   ///    appended to the gathered keys (no extra communication);
   ///  - unified: this rank's head slice as one more ring block.
-  /// refK/refV undefined = attention(q, k, v, localLens). Throws std::invalid_argument as
-  /// attention() and when refK/refV do not match q's B, H, D and dtype. Collective over the cp
-  /// group.
+  /// Under Ulysses refK/refV may also hold only this rank's heads (ulyssesHeads(H): what a
+  /// cache of them needs to keep). refK/refV undefined = attention(q, k, v, localLens). Throws
+  /// std::invalid_argument as attention() and when refK/refV do not match q's B, D and dtype or
+  /// hold neither H nor (Ulysses) this rank's heads. Collective over the cp group.
   at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                        const std::vector<int64_t>& localLens, const at::Tensor& refK,
                        const at::Tensor& refV);
+
+  /// The heads [offset, count) of `heads` this rank attends over after the Ulysses all-to-all
+  /// (tensor_split over the ulysses group; all of them without Ulysses). Local.
+  std::pair<int64_t, int64_t> ulyssesHeads(int64_t heads) const;
 
   /// Gathers [B, S_local, C] pieces along dim 1 into [B, sum(sizes), C] in cp-rank order
   /// (sizes = every rank's S_local; uneven allowed). Throws std::invalid_argument when sizes has

@@ -95,6 +95,7 @@ TransformerInputs stepInputs(const KvRun& r, const at::Tensor& x, int i, bool wi
 struct Loop {
   at::Tensor final;
   std::vector<at::Tensor> preds;
+  int64_t cacheBytes = 0;  ///< the cache's bytes on this rank after the loop
 };
 
 // The pipeline's loop (Euler in float32, as FlowMatchEulerDiscreteScheduler.step) with the model's
@@ -115,6 +116,7 @@ Loop denoise(Flux2Transformer2DModel& m, const KvRun& r, Flux2KVCache* cache,
   }
   m.setKVCache(nullptr);
   out.final = x;
+  if (cache) out.cacheBytes = cache->bytes();
   return out;
 }
 
@@ -147,7 +149,12 @@ void expectStrategyMatches(const Strategy& s) {
   DeviceMeshOptions o;
   o.timeout_s = 120;
   DeviceMesh mesh(s, MPI_COMM_WORLD, o);
-  const auto res = cachedAndUncached(test::transformerParallelism(s, mesh));
+  const TransformerParallelism par = test::transformerParallelism(s, mesh);
+  const auto res = cachedAndUncached(par);
+  // The cache holds this rank's tp heads, and under Ulysses only its slice of them.
+  const int64_t heads = test::flux2TransformerConfig().num_attention_heads;
+  const int64_t tpHeads = heads / s.tp_degree;
+  const int64_t kept = par.cp ? par.cp->ulyssesHeads(tpHeads).second : tpHeads;
   for (size_t k = 0; k < res.size(); ++k) {
     SCOPED_TRACE("run " + std::to_string(k));
     const auto& [cached, uncached] = res[k];
@@ -156,6 +163,7 @@ void expectStrategyMatches(const Strategy& s) {
                  dg = test::maxAbsDiff(cached.final, kvRun(static_cast<int>(k)).final);
     EXPECT_LE(du, 1e-5);
     EXPECT_LE(d1, 1e-5);
+    EXPECT_EQ(cached.cacheBytes, oneRank()[k].first.cacheBytes / heads * kept);
     EXPECT_LE(dg, 5e-4);
     if (mesh.rank() == 0)
       std::printf("[ %s, run %zu ] cached vs uncached %.3g, vs one rank %.3g, vs diffusers %.3g\n",
@@ -203,6 +211,10 @@ TEST(Flux2KV, CachedEqualsUncachedAndDiffersFromFullAttention) {
     const auto& [cached, uncached] = oneRank()[static_cast<size_t>(k)];
     const double d = test::maxAbsDiff(cached.final, uncached.final);
     EXPECT_LE(d, 1e-5);
+    // Every block's K and V: references x heads x head dim float32.
+    const auto& c = test::flux2TransformerConfig();
+    EXPECT_EQ(cached.cacheBytes, 2 * (c.num_layers + c.num_single_layers) * r.refLatents.size(1) *
+                                     c.num_attention_heads * c.attention_head_dim * 4);
     std::printf("[ run %d ] cached vs uncached final latents: max |diff| %.3g\n", k, d);
     for (int i = 0; i < r.steps; ++i)
       EXPECT_LE(test::maxAbsDiff(cached.preds[static_cast<size_t>(i)],

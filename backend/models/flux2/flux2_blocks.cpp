@@ -6,10 +6,23 @@
 #include <tuple>
 
 #include "backend/io/weight_loader.h"
+#include "parallel/context_parallel.h"
 
 namespace dit::flux2 {
 
 using nn::Modulation;
+
+namespace {
+
+// The part of a reference K or V [B, S_ref, H_local, D] this rank keeps: under Ulysses only the
+// heads it attends over after the all-to-all (ContextParallel::ulyssesHeads), else all.
+at::Tensor keptHeads(const nn::AttentionBackend& attention, const at::Tensor& t) {
+  if (!attention.cp) return t;
+  const auto [h0, n] = attention.cp->ulyssesHeads(t.size(2));
+  return n == t.size(2) ? t : t.narrow(2, h0, n).contiguous();
+}
+
+}  // namespace
 
 Flux2TransformerBlock::Flux2TransformerBlock(WeightLoader& w, const std::string& p, int64_t C,
                                              int64_t M, int64_t hd)
@@ -50,8 +63,8 @@ std::pair<at::Tensor, at::Tensor> Flux2TransformerBlock::forwardKV(
     at::Tensor r = ref->hidden;
     const auto& mr = ref->mod_img;
     auto [ar, k, v] = attn.referenceAttention(Modulation::apply(r, mr[0]), ref->cos, ref->sin);
-    kv.k = k;
-    kv.v = v;
+    kv.k = keptHeads(attention, k);
+    kv.v = keptHeads(attention, v);
     r = r + mr[0].gate * ar;
     r = r + mr[1].gate * ff(Modulation::apply(r, mr[1]));
     ref->hidden = r;
@@ -123,8 +136,8 @@ at::Tensor Flux2SingleTransformerBlock::forwardKV(
     const at::Tensor h = to_qkv_mlp_proj->forward(Modulation::apply(r, mr[0]));
     auto [a, k, v] = attn.referenceProjected(h.narrow(-1, 0, cLocal), h.narrow(-1, cLocal, cLocal),
                                              h.narrow(-1, 2 * cLocal, cLocal), ref->cos, ref->sin);
-    kv.k = k;
-    kv.v = v;
+    kv.k = keptHeads(attention, k);
+    kv.v = keptHeads(attention, v);
     at::Tensor y = r + mr[0].gate * to_out->forward(at::cat({a, mlp(h)}, -1));
     if (y.scalar_type() == at::kHalf) y = y.clamp(-65504, 65504);
     ref->hidden = y;

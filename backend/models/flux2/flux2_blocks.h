@@ -27,8 +27,9 @@ class WeightLoader;
 namespace flux2 {
 
 /// One layer's reference K/V of the KV modes (diffusers Flux2KVLayerCache): the reference tokens'
-/// keys and values after RMSNorm and RoPE, [B, S_ref, H_local, D] (this tp rank's heads; every
-/// reference token on every cp rank). Undefined until extracted.
+/// keys and values after RMSNorm and RoPE, [B, S_ref, H, D]: every reference token, the heads
+/// this rank attends over (its tp heads; under Ulysses only its slice of them,
+/// ContextParallel::ulyssesHeads). Undefined until extracted.
 struct Flux2LayerKV {
   at::Tensor k, v;
 };

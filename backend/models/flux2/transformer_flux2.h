@@ -40,7 +40,8 @@ struct Flux2LayerKV;
 /// forward and reused by the later ones, so the reference tokens are computed once per request.
 /// Under tensor parallelism each rank holds its heads; under context parallelism every cp rank
 /// holds every reference token (the references are not split: each rank computes them whole in
-/// the extracting forward), and Ulysses uses only its head slice of them.
+/// the extracting forward); under Ulysses (and unified) a rank keeps only the heads it attends
+/// over after the all-to-all (1 / ulysses_degree of them), under ring all its heads.
 ///
 /// Install it with Flux2Transformer2DModel::setKVCache. A forward then runs diffusers'
 /// kv_cache_mode:
