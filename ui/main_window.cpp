@@ -99,12 +99,14 @@ void MainWindow::setServing(bool on) {
   }
   if (serve_) return;
   try {
-    serve_ = std::make_unique<ApiServe>(launchConfig(), defaultServePort(),
+    // Through this window's group (one model copy): started now when none runs.
+    serve_ = std::make_unique<ApiServe>(*controller_, launchConfig(), defaultServePort(),
                                         QDir(dataDir_).filePath(QStringLiteral("server-images")));
     log_->append(
         -1, "info",
-        tr("serving the OpenAI Images API at %1/v1 and the page at %1/ (its own group: %2)")
-            .arg(serve_->url(), strategyText(launchConfig().strategy)));
+        tr("serving the OpenAI Images API at %1/v1 and the page at %1/ through this window's "
+           "group (%2): its requests join the queue")
+            .arg(serve_->url(), strategyText(controller_->config().strategy)));
     statusBar()->showMessage(tr("API at %1").arg(serve_->url()), 5000);
   } catch (const std::exception& e) {
     serve_.reset();
@@ -134,8 +136,8 @@ void MainWindow::buildUi() {
   serveAct_->setObjectName("serveApi");
   serveAct_->setCheckable(true);
   serveAct_->setToolTip(
-      tr("Serve the OpenAI Images API, the AUTOMATIC1111 subset and a page on 127.0.0.1 (a group "
-         "of its own with this model and strategy; docs/server.md)"));
+      tr("Serve the OpenAI Images API, the AUTOMATIC1111 subset and a page on 127.0.0.1 through "
+         "this window's group: its requests join the queue (docs/server.md)"));
   connect(serveAct_, &QAction::toggled, this, &MainWindow::setServing);
   startAct_->setToolTip(tr("Start the worker process group (mpirun) with this strategy"));
   generateAct_->setToolTip(

@@ -103,8 +103,9 @@ class MainWindow : public QMainWindow {
   QString moveQueued(const QString& id, int delta);
   /// The ids Generate queued last ("Repeat" > 1 queues several).
   QStringList lastGenerated() const { return lastGenerated_; }
-  /// "Serve API": ditstudio-server's code in this process over a group of its own, started from
-  /// launchConfig(), on 127.0.0.1 ($DITSTUDIO_SERVE_PORT, default 8000). Checkable.
+  /// "Serve API": ditstudio-server's HTTP front end in this process, serving through this
+  /// window's group (its requests join the queue; the group is started from launchConfig() when
+  /// none runs), on 127.0.0.1 ($DITSTUDIO_SERVE_PORT, default 8000). Checkable.
   QAction* serveAction() const { return serveAct_; }
   /// The running server (null when the switch is off).
   const ApiServe* apiServe() const { return serve_.get(); }

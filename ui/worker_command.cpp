@@ -38,12 +38,25 @@ dit::launcher::MpirunLaunch mpirunLaunch(const LaunchConfig& c) {
   return l;
 }
 
-LaunchCommand buildLaunchCommand(const LaunchConfig& c) {
-  const std::vector<std::string> argv = dit::launcher::mpirunArgv(mpirunLaunch(c));
+dit::launcher::GroupSpec groupSpec(const LaunchConfig& c) {
+  dit::launcher::GroupSpec spec;
+  spec.launch = mpirunLaunch(c);
+  spec.model_paths =
+      dit::launcher::modelSourcePaths(spec.launch.model, spec.launch.extra_worker_args);
+  spec.env = {{"OMP_NUM_THREADS", "1"}};
+  return spec;
+}
+
+LaunchCommand launchCommand(const std::vector<std::string>& argv) {
   LaunchCommand cmd;
+  if (argv.empty()) return cmd;
   cmd.program = QString::fromStdString(argv.front());
   for (size_t i = 1; i < argv.size(); ++i) cmd.arguments << QString::fromStdString(argv[i]);
   return cmd;
+}
+
+LaunchCommand buildLaunchCommand(const LaunchConfig& c) {
+  return launchCommand(dit::launcher::mpirunArgv(mpirunLaunch(c)));
 }
 
 QString defaultMpirun() { return QString::fromStdString(dit::launcher::defaultMpirun()); }

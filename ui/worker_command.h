@@ -5,7 +5,10 @@
 
 #include <QString>
 #include <QStringList>
+#include <string>
+#include <vector>
 
+#include "app/launcher/group_start.h"
 #include "app/launcher/launch.h"
 #include "parallel/strategy.h"
 #include "ui/model_sources.h"
@@ -46,6 +49,14 @@ struct LaunchCommand {
 /// `config`: its strategy, hostfile and host settings, the worker (defaultWorkerPath() when
 /// empty) and ditstudio-isolate beside it. Never throws.
 dit::launcher::MpirunLaunch mpirunLaunch(const LaunchConfig& config);
+
+/// The window's group as dit_launcher's one group start takes it (launcher::prepareGroup, the
+/// CLI's and the server's too): mpirunLaunch(config), the model and component paths the
+/// pre-flight fingerprints, and OMP_NUM_THREADS=1 for mpirun. Never throws.
+dit::launcher::GroupSpec groupSpec(const LaunchConfig& config);
+
+/// A command from an argv (argv[0] the program; an empty argv gives an empty command).
+LaunchCommand launchCommand(const std::vector<std::string>& argv);
 
 /// dit::protocol::mpirunArgv with Qt types: `[ditstudio-isolate] mpirun --allow-run-as-root
 /// --oversubscribe -np N ... -x OMP_NUM_THREADS=1 <worker> --model DIR <protocol::strategyArgs>

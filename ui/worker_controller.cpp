@@ -4,6 +4,7 @@
 #include <QDir>
 #include <QThread>
 #include <QTimer>
+#include <algorithm>
 #include <cmath>
 
 #include "ui/json_io.h"
@@ -55,6 +56,7 @@ class WorkerController::View : public dit::launcher::SessionObserver {
   explicit View(WorkerController* c) : c_(c) {}
 
   void stateChanged(State s) override {
+    for (auto* o : c_->taps_) o->stateChanged(s);
     if (s == State::Starting && c_->pendingRestart_) {  // restart(): the new group starts
       c_->config_ = c_->pendingRestart_->first;
       c_->command_ = c_->pendingRestart_->second;
@@ -71,8 +73,12 @@ class WorkerController::View : public dit::launcher::SessionObserver {
     }
     Q_EMIT c_->stateChanged(toQtState(s));
   }
-  void stageChanged(const std::string& s) override { Q_EMIT c_->stageChanged(qs(s)); }
+  void stageChanged(const std::string& s) override {
+    for (auto* o : c_->taps_) o->stageChanged(s);
+    Q_EMIT c_->stageChanged(qs(s));
+  }
   void event(const protocol::Event& raw, const protocol::WorkerEvent& ev) override {
+    for (auto* o : c_->taps_) o->event(raw, ev);
     const WorkerEvent we{qs(raw.type), toQJsonObject(raw.data)};
     if (c_->watch_) c_->watch_->noteEvent();  // the stall check counts from the last event
     Q_EMIT c_->eventReceived(we);
@@ -104,11 +110,18 @@ class WorkerController::View : public dit::launcher::SessionObserver {
       Q_EMIT c_->imageReceived(r);
     }
   }
-  void queueChanged() override { Q_EMIT c_->queueChanged(); }
+  void queueChanged() override {
+    for (auto* o : c_->taps_) o->queueChanged();
+    Q_EMIT c_->queueChanged();
+  }
   void requestDone(const std::string& id, double seconds) override {
+    c_->external_.erase(id);
+    for (auto* o : c_->taps_) o->requestDone(id, seconds);
     Q_EMIT c_->requestDone(qs(id), seconds);
   }
   void requestCancelled(const std::string& id, int step) override {
+    c_->external_.erase(id);
+    for (auto* o : c_->taps_) o->requestCancelled(id, step);
     Q_EMIT c_->requestCancelled(qs(id), step);
   }
   void requestFailed(const std::string& id, const std::string& message) override {
@@ -116,9 +129,10 @@ class WorkerController::View : public dit::launcher::SessionObserver {
       c_->heldRequestFailures_.emplace_back(id, message);
       return;
     }
-    Q_EMIT c_->requestFailed(qs(id), c_->namedMessage(message));
+    c_->emitRequestFailed(id, message);
   }
   void errorReported(const dit::launcher::GroupFailure& f) override {
+    for (auto* o : c_->taps_) o->errorReported(f);
     // A rank silent on another host: named by its host's answer (off this thread) first.
     if (f.fatal && c_->watch_ && c_->watch_->active() && !c_->named_.count(f.message) &&
         dit::launcher::RemoteRankWatch::hasSilentRank(f.message)) {
@@ -132,10 +146,14 @@ class WorkerController::View : public dit::launcher::SessionObserver {
       c_->heldFailure_ = f;
       return;
     }
-    Q_EMIT c_->groupFailed(c_->toQt(f));
+    c_->emitGroupFailed(f);
   }
-  void groupStopped(int exitCode) override { Q_EMIT c_->groupStopped(exitCode); }
+  void groupStopped(int exitCode) override {
+    for (auto* o : c_->taps_) o->groupStopped(exitCode);
+    Q_EMIT c_->groupStopped(exitCode);
+  }
   void logLine(int rank, const std::string& level, const std::string& text) override {
+    for (auto* o : c_->taps_) o->logLine(rank, level, text);
     // The group's failure naming a disconnected remote rank (OpenMPI 5's peer-disconnect
     // report): named by its host's answer (off this thread) first; the request failures and
     // groupFailed that follow are held until then.
@@ -184,6 +202,12 @@ WorkerController::WorkerController(QObject* parent)
     }
     g.preview_every = previewEvery_;
     if (maxSequenceLength_ > 0) g.params.max_sequence_length = maxSequenceLength_;
+  };
+  // Another front end's requests (submitRequest: the Serve API's jobs) keep their own output
+  // folder and preview cadence.
+  session_.prepareRequest = [this,
+                             window = session_.prepareRequest](dit::protocol::GenerateRequest& g) {
+    if (!external_.count(g.id)) window(g);
   };
 }
 
@@ -279,22 +303,10 @@ QList<WorkerController::Request> WorkerController::queue() const {
 
 QString WorkerController::activeId() const { return qs(session_.activeId()); }
 
-namespace {
-dit::launcher::SessionLaunch sessionLaunch(const LaunchCommand& cmd, int world) {
-  dit::launcher::SessionLaunch l;
-  l.argv.push_back(cmd.program.toStdString());
-  for (const QString& a : cmd.arguments) l.argv.push_back(a.toStdString());
-  l.env = {{"OMP_NUM_THREADS", "1"}};
-  l.world = world;
-  return l;
-}
-}  // namespace
-
 bool WorkerController::start(const LaunchConfig& config) {
   if (isRunning() || checking_) return false;
-  LaunchCommand cmd;
   try {
-    cmd = buildLaunchCommand(config);
+    (void)buildLaunchCommand(config);  // a refused argv (no ranks, a bad port range): no start
   } catch (const std::invalid_argument& e) {
     Q_EMIT logLine(-1, QStringLiteral("error"), QString::fromStdString(e.what()));
     return false;
@@ -306,11 +318,23 @@ bool WorkerController::start(const LaunchConfig& config) {
   heldError_.reset();
   heldFailure_.reset();
   heldRequestFailures_.clear();
-  if (config.hostfile.isEmpty()) return startSession(config, cmd);
+  // dit_launcher's one group start (the CLI's and the server's too): the spec, the pre-flight of
+  // a hostfile group's other hosts, the argv, the watch that names a silent remote rank.
+  dit::launcher::GroupSpec spec = groupSpec(config);
+  spec.preflight = preflight_;
+  spec.state_query = stateQuery_;
+  if (config.hostfile.isEmpty()) {
+    dit::launcher::PreparedGroup group;
+    try {
+      group = dit::launcher::prepareGroup(spec);  // no host to ask: no I/O
+    } catch (const std::exception& e) {
+      Q_EMIT logLine(-1, QStringLiteral("error"), QString::fromStdString(e.what()));
+      return false;
+    }
+    return startSession(config, group);
+  }
   // A hostfile group: the plan and the pre-flight of every other host (ssh: seconds a host) on a
   // worker thread, as ditstudio-cli runs them; the group starts when they pass.
-  const dit::launcher::MpirunLaunch launch = mpirunLaunch(config);
-  const std::vector<std::string> paths{dit::launcher::absoluteOnThisHost(launch.model)};
   const bool preflight = preflight_;
   auto cancelled = std::make_shared<std::atomic<bool>>(false);
   checkCancelled_ = cancelled;
@@ -323,12 +347,15 @@ bool WorkerController::start(const LaunchConfig& config) {
   const quint64 serial = ++checkSerial_;
   runOffThread(
       this,
-      [launch, paths, preflight, cancelled] {
+      [spec, cancelled] {
         HostCheckOutcome out;
         try {
           dit::launcher::HostGroupProgress progress;
           progress.cancelled = [cancelled] { return cancelled->load(); };
-          out.check = dit::launcher::checkHostGroup(launch, paths, preflight, progress);
+          out.group = dit::launcher::prepareGroup(spec, progress);
+        } catch (const dit::launcher::GroupRefused& e) {
+          out.error = e.what();
+          out.host = e.host;
         } catch (const std::exception& e) {
           out.error = e.what();
         } catch (...) {
@@ -336,40 +363,41 @@ bool WorkerController::start(const LaunchConfig& config) {
         }
         return out;
       },
-      [this, serial, config, cmd](HostCheckOutcome out) {
+      [this, serial, config](HostCheckOutcome out) {
         if (serial != checkSerial_ || !checking_) return;  // abandoned (stop, restart)
         checkCancelled_.reset();
         checking_ = false;
-        if (!out.error.empty() || !out.check.ok()) {
-          const QString message = qs(out.error.empty() ? out.check.failure() : out.error);
+        if (!out.error.empty()) {
+          const QString message = qs(out.error);
           Q_EMIT logLine(-1, QStringLiteral("error"), message);
           Q_EMIT hostCheckChanged(false);
-          Q_EMIT hostCheckFailed(qs(out.check.failedHost()), message);
+          Q_EMIT hostCheckFailed(qs(out.host), message);
           return;
         }
-        const QString plan = qs(dit::launcher::describeHostPlan(out.check.plan));
+        const QString plan = qs(out.group.planText());
         Q_EMIT logLine(-1, QStringLiteral("info"),
                        tr("hostfile %1: %2").arg(config.hostfile, plan));
-        for (const dit::launcher::PreflightResult& r : out.check.hosts)
+        for (const dit::launcher::PreflightResult& r : out.group.hosts.hosts)
           Q_EMIT logLine(-1, QStringLiteral("info"),
                          tr("pre-flight %1: ok (worker, model fingerprint %2, %3 ms)")
                              .arg(qs(r.host), qs(r.fingerprint))
                              .arg(std::lround(r.seconds * 1000)));
-        watch_ = std::make_shared<dit::launcher::RemoteRankWatch>(
-            out.check.plan, config.hosts.sshOptions.trimmed().toStdString(), stateQuery_);
         stall_ = dit::launcher::RemoteRankWatch::stallAfter();
         Q_EMIT hostCheckChanged(false);
         Q_EMIT hostCheckPassed(plan);
-        startSession(config, cmd);
+        startSession(config, out.group);
       });
   return true;
 }
 
-bool WorkerController::startSession(const LaunchConfig& config, const LaunchCommand& cmd) {
+bool WorkerController::startSession(const LaunchConfig& config,
+                                    const dit::launcher::PreparedGroup& group) {
   config_ = config;
-  command_ = cmd;
+  command_ = launchCommand(group.session.argv);
   pendingRestart_.reset();
-  const bool ok = session_.start(sessionLaunch(cmd, config.strategy.world));
+  // A hostfile group's watch names its silent remote ranks; a group on this host has none.
+  if (group.watch && group.watch->active()) watch_ = group.watch;
+  const bool ok = session_.start(group.session);
   syncNotifiers();
   if (ok && watch_ && watch_->active()) {
     watch_->noteEvent();
@@ -450,12 +478,11 @@ void WorkerController::nameSilentRanks(const dit::launcher::GroupFailure& f, boo
         if (heldIsError_) Q_EMIT errorReported(toQt(e));
         const auto requests = std::move(heldRequestFailures_);
         heldRequestFailures_.clear();
-        for (const auto& [id, message] : requests)
-          Q_EMIT requestFailed(qs(id), namedMessage(message));
+        for (const auto& [id, message] : requests) emitRequestFailed(id, message);
         if (heldFailure_) {
           const dit::launcher::GroupFailure g = *heldFailure_;
           heldFailure_.reset();
-          Q_EMIT groupFailed(toQt(g));
+          emitGroupFailed(g);
         }
       });
 }
@@ -483,9 +510,8 @@ void WorkerController::restart(const LaunchConfig& config) {
     start(config);
     return;
   }
-  LaunchCommand cmd;
   try {
-    cmd = buildLaunchCommand(config);
+    (void)buildLaunchCommand(config);
   } catch (const std::invalid_argument& e) {
     Q_EMIT logLine(-1, QStringLiteral("error"), QString::fromStdString(e.what()));
     return;
@@ -498,11 +524,57 @@ void WorkerController::restart(const LaunchConfig& config) {
     return;
   }
   // A group on this host: nothing to ask other hosts about.
+  dit::launcher::PreparedGroup group;
+  try {
+    group = dit::launcher::prepareGroup(groupSpec(config));
+  } catch (const std::exception& e) {
+    Q_EMIT logLine(-1, QStringLiteral("error"), QString::fromStdString(e.what()));
+    return;
+  }
   watch_.reset();
   stallTimer_.stop();
-  pendingRestart_ = std::make_pair(config, cmd);
-  session_.restart(sessionLaunch(cmd, config.strategy.world));
+  pendingRestart_ = std::make_pair(config, launchCommand(group.session.argv));
+  session_.restart(group.session);
   armTimer();
+}
+
+void WorkerController::emitRequestFailed(const std::string& id, const std::string& message) {
+  external_.erase(id);
+  // The other observers get the message as the hosts named it, as the window shows it.
+  const QString named = namedMessage(message);
+  for (auto* o : taps_) o->requestFailed(id, named.toStdString());
+  Q_EMIT requestFailed(qs(id), named);
+}
+
+void WorkerController::emitGroupFailed(const dit::launcher::GroupFailure& f) {
+  const WorkerFailure w = toQt(f);
+  dit::launcher::GroupFailure named = f;
+  named.message = w.message.toStdString();
+  for (auto* o : taps_) o->groupFailed(named);
+  Q_EMIT groupFailed(w);
+}
+
+void WorkerController::addObserver(dit::launcher::SessionObserver* observer) {
+  if (!observer || std::find(taps_.begin(), taps_.end(), observer) != taps_.end()) return;
+  taps_.push_back(observer);
+  // What it missed: the group's state and, when it is ready, its ready event.
+  observer->stateChanged(session_.state());
+  if (!session_.stage().empty()) observer->stageChanged(session_.stage());
+  if (session_.readyInfo().is_object()) {
+    const dit::protocol::Event ready{"ready", session_.readyInfo()};
+    observer->event(ready, dit::protocol::decodeEvent(ready));
+  }
+}
+
+void WorkerController::removeObserver(dit::launcher::SessionObserver* observer) {
+  taps_.erase(std::remove(taps_.begin(), taps_.end(), observer), taps_.end());
+}
+
+QString WorkerController::submitRequest(dit::protocol::GenerateRequest request) {
+  if (!request.id.empty()) external_.insert(request.id);
+  const QString id = qs(session_.submit(std::move(request)));
+  armTimer();
+  return id;
 }
 
 QString WorkerController::submit(const GenerationParams& params) {

@@ -20,9 +20,12 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "app/launcher/group_start.h"
 #include "app/launcher/host_group.h"
 #include "app/launcher/worker_session.h"
 #include "ui/event_parser.h"
@@ -57,7 +60,8 @@ struct WorkerFailure {
 /// -> Ready (idle) <-> Busy (requests in flight) -> Stopping -> Stopped; an unexpected exit ->
 /// Failed (start() again recovers). Requests queued while a group fails to start (an unreachable
 /// host, a model that does not load) were never sent: they stay queued for the next start.
-/// Hostfile groups (docs/multi-host.md) share ditstudio-cli's checks (app/launcher/host_group.h),
+/// Every group is put together by dit_launcher's one group start (launcher::prepareGroup, the CLI's
+/// and the server's too). Hostfile groups (docs/multi-host.md) share ditstudio-cli's checks,
 /// run off the UI thread: start() first runs the pre-flight (checkingHosts(); mpirun starts only
 /// when every other host passed, else hostCheckFailed), and while the group computes without an
 /// event for RemoteRankWatch::stallAfter() seconds the other hosts are asked over ssh about their
@@ -105,6 +109,20 @@ class WorkerController : public QObject {
   /// stop() then start(config) once the old group has exited (or start now if none runs).
   /// Unsent requests stay queued; in-flight ones are reported cancelled.
   void restart(const LaunchConfig& config);
+
+  /// Queues another front end's request (the Serve API's jobs, app/server's Pool through an
+  /// AttachedGroup) in this group's queue, beside the window's own: its id (an empty one gets the
+  /// window's kind), output folder and preview cadence are kept as given (the window's settings
+  /// apply to its own requests only). It shows in queue() and the window's signals like the
+  /// window's requests. Returns its id.
+  QString submitRequest(dit::protocol::GenerateRequest request);
+  /// Another observer of this group's session (the Serve API's pool): it gets every callback of
+  /// launcher::SessionObserver on this thread, after the controller's bookkeeping and with the
+  /// failures of requests and of the group in the words the window shows (a silent remote rank
+  /// named by its host). On adding, it is told the group's state, stage and, when the group is
+  /// ready, its ready event. Not owned; remove it before it is destroyed.
+  void addObserver(dit::launcher::SessionObserver* observer);
+  void removeObserver(dit::launcher::SessionObserver* observer);
 
   /// Queues a generate request; it is written when the group is ready. Returns its id, unique
   /// across launches ("r<n>-<launch tag>", the tag from this controller's creation time plus a
@@ -214,8 +232,11 @@ class WorkerController : public QObject {
   WorkerFailure toQt(const dit::launcher::GroupFailure& f) const;
   /// `message` as the hosts named it (a fatal error naming a silent remote rank), else as it is.
   QString namedMessage(const std::string& message) const;
-  /// Starts the session (after the pre-flight for a hostfile group).
-  bool startSession(const LaunchConfig& config, const LaunchCommand& cmd);
+  /// Starts the session of a prepared group (after the pre-flight for a hostfile group).
+  bool startSession(const LaunchConfig& config, const dit::launcher::PreparedGroup& group);
+  /// requestFailed / groupFailed to the window and the other observers, in the named words.
+  void emitRequestFailed(const std::string& id, const std::string& message);
+  void emitGroupFailed(const dit::launcher::GroupFailure& f);
   /// Abandons a running pre-flight (its result is ignored).
   void abandonHostCheck();
   /// The stall check: asks the other hosts off the UI thread when the group stalls.
@@ -226,8 +247,10 @@ class WorkerController : public QObject {
   void nameSilentRanks(const dit::launcher::GroupFailure& f, bool reportError = true);
 
   struct HostCheckOutcome {
-    dit::launcher::HostGroupCheck check;
-    std::string error;  ///< the hostfile or port range refused, or the model not fingerprinted
+    dit::launcher::PreparedGroup group;  ///< launcher::prepareGroup's result when it passed
+    std::string error;  ///< a host failed, the hostfile or port range refused, or the model
+                        ///< not fingerprinted
+    std::string host;   ///< the host that failed its pre-flight ("" for the hostfile's fault)
   };
 
   std::unique_ptr<View> view_;
@@ -256,7 +279,9 @@ class WorkerController : public QObject {
   std::optional<dit::launcher::GroupFailure> heldError_, heldFailure_;
   bool heldIsError_ = true;  ///< heldError_ is an error event's (else the group's failure line)
   std::vector<std::pair<std::string, std::string>> heldRequestFailures_;  ///< id, message
-  std::map<std::string, std::string> named_;  ///< fatal messages as named by the hosts
+  std::map<std::string, std::string> named_;           ///< fatal messages as named by the hosts
+  std::vector<dit::launcher::SessionObserver*> taps_;  ///< addObserver()'s
+  std::set<std::string> external_;  ///< ids of submitRequest()'s requests not finished yet
 };
 
 }  // namespace dit::ui
