@@ -374,6 +374,10 @@ class TestUiEdit : public QObject {
     QVERIFY2(status.contains("reference 2 missing here: " + a), qPrintable(status));
     QVERIFY2(status.contains("reference 1 changed since the image was made"), qPrintable(status));
     QCOMPARE(s->sizeLabel(1)->text(), QStringLiteral("missing here"));
+    // Named in the banner and the log, as a recalled model's missing components are.
+    QVERIFY(w->bannerVisible());
+    QVERIFY2(w->bannerText().contains("Reference images of the image are missing here or changed"),
+             qPrintable(w->bannerText()));
     const QString issues = w->validation().requestIssues.join('\n');
     QVERIFY2(issues.contains("reference image 1 " + b + " has SHA-256 " + fileSha256(b) +
                              ", not the recorded " +
@@ -382,6 +386,17 @@ class TestUiEdit : public QObject {
              qPrintable(issues));
     QVERIFY2(issues.contains("reference image 2: "), qPrintable(issues));
     QVERIFY(!w->generateAction()->isEnabled());
+    // A preset holding them says so too (its files as recorded when it was saved: no hash, so
+    // only the missing one).
+    s->clear();
+    w->applyPreset(preset, true);
+    QCOMPARE(s->paths(), QStringList({b, a}));
+    QVERIFY(w->bannerVisible());
+    QVERIFY2(w->bannerText().contains("Reference images of preset"), qPrintable(w->bannerText()));
+    QVERIFY2(s->statusLabel()->text().contains("reference 2 missing here: " + a),
+             qPrintable(s->statusLabel()->text()));
+    QVERIFY2(!s->statusLabel()->text().contains("reference 1"),
+             qPrintable(s->statusLabel()->text()));
     // Removing both lets the request go.
     s->removeButton(1)->click();
     s->removeButton(0)->click();

@@ -332,6 +332,12 @@ void MainWindow::buildUi() {
     // Recalled LoRAs that cannot be found (moved, deleted) are named, and stay listed.
     for (const QString& problem : genPanel_->loraList()->problems())
       log_->append(-1, "warning", problem);
+    // So are recalled reference images missing here or changed since (the strip keeps them).
+    if (const QStringList refs = genPanel_->referenceStrip()->notices(); !refs.isEmpty()) {
+      showBanner(tr("Reference images of the image are missing here or changed"), refs.join('\n'),
+                 false, false);
+      for (const QString& n : refs) log_->append(-1, "warning", n);
+    }
     revalidate();
     leftTabs_->setCurrentIndex(0);
   });

@@ -18,6 +18,7 @@
 #include "ui/advisor_dialog.h"
 #include "ui/json_io.h"
 #include "ui/main_window.h"
+#include "ui/reference_strip.h"
 #include "ui/strategy_json.h"
 
 namespace dit::ui {
@@ -28,7 +29,15 @@ void MainWindow::applyPreset(const Preset& p, bool withGeneration) {
   editor_->setHostSettings(p.hosts);
   if (withGeneration && !p.model.model.isEmpty())
     restoreModel(p.model, tr("preset \"%1\"").arg(p.name));
-  if (p.hasGeneration && withGeneration) genPanel_->setParams(p.generation);
+  if (p.hasGeneration && withGeneration) {
+    genPanel_->setParams(p.generation);
+    // Its reference images missing here or changed since are named (the strip keeps them).
+    if (const QStringList refs = genPanel_->referenceStrip()->notices(); !refs.isEmpty()) {
+      showBanner(tr("Reference images of preset \"%1\" are missing here or changed").arg(p.name),
+                 refs.join('\n'), false, false);
+      for (const QString& n : refs) log_->append(-1, "warning", n);
+    }
+  }
   log_->append(-1, "info", tr("preset \"%1\": %2").arg(p.name, strategyText(p.strategy)));
   revalidate();
 }
