@@ -10,7 +10,7 @@
 // [klein] 4B's widths with fewer blocks: the ratios below are per block, so a few blocks give
 // the model's ratios). Inputs are random, seeded, identical on every rank; each reference has
 // --ref-tokens tokens (default: as many as the image). Per reference count it times (median of
-// --steps after --warmup, each step between barriers, the slowest rank's time):
+// --steps interleaved rounds after --warmup, each step between barriers, the slowest rank's):
 //  - none:     the plain forward on the image alone (references 0);
 //  - full:     the plain forward with the references appended (Flux2KleinPipeline's step: the
 //              references attend to everything and are recomputed every step);
@@ -35,6 +35,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -177,63 +178,108 @@ int main(int argc, char** argv) {
                                {"txt_ids", txtIds}};
     };
     at::NoGradGuard ng;
-    auto timeIt = [&](const std::function<void()>& step, int timed) {
-      for (int i = 0; i < warmup; ++i) step();
+    // The figures, timed in interleaved rounds (every figure once per round, each step between
+    // barriers) so that a machine whose load drifts slows them alike; the median per figure.
+    struct Figure {
+      std::string name;
+      int refs = 0;
+      std::function<void()> step;
       std::vector<double> ms;
-      for (int i = 0; i < timed; ++i) {
+    };
+    std::vector<Figure> figs;
+    std::map<int, std::unique_ptr<Flux2KVCache>> cached, recompute;
+    std::map<int, TransformerInputs> withRefs;
+    const TransformerInputs imageOnly = inputs(0, false);
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    std::map<int, double> extractMs;
+    figs.push_back({"none",
+                    0,
+                    [&] {
+                      m.setKVCache(nullptr);
+                      (void)m.forward(imageOnly);
+                    },
+                    {}});
+    for (int n : refCounts) {
+      if (n <= 0) continue;
+      withRefs[n] = inputs(n, true);
+      cached[n] = std::make_unique<Flux2KVCache>(n * refTokens);
+      recompute[n] = std::make_unique<Flux2KVCache>(n * refTokens, /*recompute=*/true);
+      // The extracting step (the KV pipeline's step 0), once.
+      m.setKVCache(cached[n].get());
+      MPI_Barrier(MPI_COMM_WORLD);
+      const auto t0 = Clock::now();
+      (void)m.forward(withRefs[n]);
+      MPI_Barrier(MPI_COMM_WORLD);
+      extractMs[n] =
+          slowestRank(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      Flux2KVCache* c = cached[n].get();
+      Flux2KVCache* u = recompute[n].get();
+      const TransformerInputs* in = &withRefs[n];
+      figs.push_back({"full",
+                      n,
+                      [&m, in] {
+                        m.setKVCache(nullptr);
+                        (void)m.forward(*in);
+                      },
+                      {}});
+      figs.push_back({"uncached",
+                      n,
+                      [&m, in, u] {
+                        m.setKVCache(u);
+                        (void)m.forward(*in);
+                      },
+                      {}});
+      figs.push_back({"cached",
+                      n,
+                      [&m, &imageOnly, c] {
+                        m.setKVCache(c);
+                        (void)m.forward(imageOnly);
+                      },
+                      {}});
+    }
+    for (int i = 0; i < warmup; ++i)
+      for (auto& f : figs) f.step();
+    for (int i = 0; i < steps; ++i) {
+      for (auto& f : figs) {
         MPI_Barrier(MPI_COMM_WORLD);
         const auto t0 = Clock::now();
-        step();
+        f.step();
         MPI_Barrier(MPI_COMM_WORLD);
-        ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        f.ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       }
-      return slowestRank(median(ms));
+    }
+    m.setKVCache(nullptr);
+    auto figure = [&](const std::string& name, int n) {
+      for (const auto& f : figs)
+        if (f.name == name && f.refs == n) return slowestRank(median(f.ms));
+      return 0.0;
     };
-
-    nlohmann::ordered_json j, rows = nlohmann::ordered_json::array();
-    double none = 0;
+    const double none = figure("none", 0);
+    const double F = Flux2Transformer2DModel::flops(cfg, imageTokens, textTokens);
     for (int n : refCounts) {
       nlohmann::ordered_json row;
       row["references"] = n;
       row["reference_tokens"] = n * refTokens;
-      if (n == 0) {
-        const TransformerInputs in = inputs(0, false);
-        none = timeIt([&] { (void)m.forward(in); }, steps);
-        row["none_ms"] = none;
+      row["none_ms"] = none;
+      if (n > 0) {
+        row["full_ms"] = figure("full", n);
+        row["uncached_ms"] = figure("uncached", n);
+        row["extract_ms"] = extractMs[n];
+        row["cached_ms"] = figure("cached", n);
+        row["kv_cache_bytes_per_rank"] = cached[n]->bytes();
+      } else {
         row["cached_ms"] = none;
-        row["cached_vs_none"] = 1.0;
-        rows.push_back(row);
-        continue;
       }
-      const TransformerInputs withRefs = inputs(n, true), imageOnly = inputs(n, false);
-      row["full_ms"] = timeIt([&] { (void)m.forward(withRefs); }, steps);
-      {
-        Flux2KVCache kv(n * refTokens, /*recompute=*/true);
-        m.setKVCache(&kv);
-        row["uncached_ms"] = timeIt([&] { (void)m.forward(withRefs); }, steps);
-        m.setKVCache(nullptr);
-      }
-      Flux2KVCache kv(n * refTokens);
-      m.setKVCache(&kv);
-      MPI_Barrier(MPI_COMM_WORLD);
-      const auto t0 = Clock::now();
-      (void)m.forward(withRefs);
-      MPI_Barrier(MPI_COMM_WORLD);
-      row["extract_ms"] =
-          slowestRank(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-      row["cached_ms"] = timeIt([&] { (void)m.forward(imageOnly); }, steps);
-      row["kv_cache_bytes_per_rank"] = kv.bytes();
-      m.setKVCache(nullptr);
-      if (none > 0) row["cached_vs_none"] = row["cached_ms"].get<double>() / none;
+      row["cached_vs_none"] = row["cached_ms"].get<double>() / none;
       // The FLOP model of the same ratio: the cached step is the plain one plus every block's
       // attention of S queries over the n * refTokens extra keys (4 S R C per block).
-      const double F = Flux2Transformer2DModel::flops(cfg, imageTokens, textTokens);
       const double extra = 4.0 * static_cast<double>(imageTokens + textTokens) *
                            static_cast<double>(n * refTokens) * cfg.innerDim() *
                            (cfg.num_layers + cfg.num_single_layers);
       row["flops_cached_vs_none"] = (F + extra) / F;
       rows.push_back(row);
     }
+    nlohmann::ordered_json j;
     j["bench"] = "ditstudio-kv-bench";
     j["config"] = cfgFile;
     j["blocks"] = {cfg.num_layers, cfg.num_single_layers};
