@@ -334,6 +334,27 @@ TEST(LoraNonFinite, RefusedAtOneRankAndTp2NamingFileAndTensor) {
   EXPECT_TRUE(fs::exists(ok + ".png"));
 }
 
+// Nothing served stale: a LoRA file replaced between two requests by another file renamed over it
+// (same size, same mtime: only its inode differs) is parsed again.
+TEST(LoraCache, AFileReplacedBetweenRequestsIsReadAgain) {
+  auto w = WeightSource::fromFolder(fixtureDir() + "/transformer", "diffusion_pytorch_model",
+                                    at::kFloat, c10::Device(at::kCPU));
+  FluxTransformer2DModel m(fluxConfig(ModelFolder::open(fixtureDir())).transformer, *w);
+  const fs::path file = tmp("replaced.safetensors"), next = tmp("replacement.safetensors");
+  fs::copy_file(kKohya, file, fs::copy_options::overwrite_existing);
+  LoraCache cache(1ull << 30);
+  cache.get(file.string(), m);
+  cache.get(file.string(), m);
+  EXPECT_EQ(cache.loads(), 1);  // the same file: cached
+  fs::copy_file(kKohya, next, fs::copy_options::overwrite_existing);
+  fs::last_write_time(next, fs::last_write_time(file));
+  ASSERT_EQ(fs::file_size(next), fs::file_size(file));
+  fs::rename(next, file);
+  cache.get(file.string(), m);
+  EXPECT_EQ(cache.loads(), 2);  // replaced: read again
+  fs::remove(file);
+}
+
 TEST(LoraCache, BudgetBoundsWhatIsKept) {
   auto w = WeightSource::fromFolder(fixtureDir() + "/transformer", "diffusion_pytorch_model",
                                     at::kFloat, c10::Device(at::kCPU));

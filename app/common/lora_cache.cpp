@@ -1,5 +1,6 @@
 #include "app/common/lora_cache.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -24,10 +25,14 @@ std::shared_ptr<const LoraCache::Entry> LoraCache::get(const std::string& file,
     // nothing is opened that could block.
     ::close(openRegularFile(abs.string()));
   }
-  const auto size = fs::file_size(abs, ec);
+  // The file's identity: a file replaced between two requests (renamed over, even with the same
+  // size and mtime) has another inode and is read again, never served from the old copy.
+  struct stat st {};
+  if (::stat(abs.c_str(), &st) != 0) throw std::invalid_argument(file + ": LoRA file not found");
   const auto mtime = fs::last_write_time(abs, ec).time_since_epoch().count();
-  const std::string key = abs.string() + "|" + std::to_string(size) + "|" +
-                          std::to_string(static_cast<long long>(mtime));
+  const std::string key = abs.string() + "|" + std::to_string(st.st_size) + "|" +
+                          std::to_string(static_cast<long long>(mtime)) + "|" +
+                          std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
   for (auto it = lru_.begin(); it != lru_.end(); ++it)
     if ((*it)->key == key) {
       auto e = *it;

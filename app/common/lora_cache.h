@@ -22,7 +22,7 @@ namespace dit {
 class LoraCache {
  public:
   struct Entry {
-    std::string key;   ///< absolute path | size | mtime
+    std::string key;   ///< absolute path | size | mtime | device:inode
     std::string file;  ///< as requested
     std::string sha256;
     LoraFileInfo info;  ///< header summary (format, rank, modules)
