@@ -14,9 +14,14 @@
 // --image run of the same request pixel for pixel, when DITSTUDIO_TEST_CLI is given); the
 // history and the PNG record both references with their SHA-256, and "Use parameters" puts
 // them back in that order.
+//
+// FLUX.1 Kontext (tiny-flux-kontext-A): one reference, its fitted size following the auto_resize
+// knob, a second refused; with the worker, the window's image equals ditstudio-cli --image
+// --max-area --auto-resize off of the same request pixel for pixel.
 #include <QApplication>
 #include <QClipboard>
 #include <QDir>
+#include <QDoubleSpinBox>
 #include <QDragEnterEvent>
 #include <QDropEvent>
 #include <QFile>
@@ -270,6 +275,12 @@ class TestUiEdit : public QObject {
     QCOMPARE(s->dropIndexAt(end), 2);
     dragTile(s, 0, end);
     QCOMPARE(names(s), QStringList({"edit_ref_1.png", "edit_ref_0.png"}));
+    // A file that is not an image is refused, named, and nothing is added.
+    const QString notImage = klein() + "/golden/edit_info.json";
+    dropFiles(s, {notImage}, QPoint(10, 10));
+    QCOMPARE(s->count(), 2);
+    QVERIFY2(s->statusLabel()->text().contains(notImage + " is not a readable image"),
+             qPrintable(s->statusLabel()->text()));
     const GenerationParams p = w->generationPanel()->params();
     QCOMPARE(files(p), QStringList({QFileInfo(ref(1)).absoluteFilePath(),
                                     QFileInfo(ref(0)).absoluteFilePath()}));
@@ -401,6 +412,103 @@ class TestUiEdit : public QObject {
     s->removeButton(1)->click();
     s->removeButton(0)->click();
     QVERIFY2(w->validation().canGenerate(), qPrintable(w->validation().all().join('\n')));
+  }
+
+  // FLUX.1 Kontext (tiny-flux-kontext-A: FluxKontextPipeline) takes one reference, resized (not
+  // cropped) to the preferred Kontext size nearest in aspect while the auto_resize knob is on, to
+  // its own size floored to the multiple when off; a second is the resolve's refusal. With the
+  // real worker, KONTEXT.md run 0's call (auto_resize off, max_area = height x width) through the
+  // window equals ditstudio-cli's run of it pixel for pixel (not the golden itself: that was made
+  // with 48 T5 rows, and the window has no max_sequence_length field; test_edit covers it).
+  void kontextThroughTheWindow() {
+    const QString kontext = data() + "/tiny-flux-kontext-A";
+    const QString kref = flux1() + "/golden/kontext_ref_0.png";
+    if (!QFileInfo::exists(kontext + "/model_index.json")) QSKIP("no tiny-flux-kontext-A here");
+    QTemporaryDir dir;
+    auto w = window(dir.path(), kontext);
+    GenerationPanel* panel = w->generationPanel();
+    QVERIFY2(panel->modelInfo().ok, qPrintable(panel->modelInfo().error));
+    const dit::ReferenceRule& rule = panel->modelInfo().request.references;
+    QCOMPARE(rule.max_count, 1);
+    ReferenceStrip* s = panel->referenceStrip();
+    QVERIFY(s->isEnabled());
+    QVERIFY2(s->title().contains("0 of at most 1"), qPrintable(s->title()));
+    QVERIFY(!s->sizeButton()->isVisible());  // the output size never follows the reference
+    QDoubleSpinBox* autoResize = panel->knobSpin(QString::fromStdString(rule.auto_resize_field));
+    QDoubleSpinBox* maxArea = panel->knobSpin("max_area");
+    QVERIFY(autoResize && maxArea);
+    QVERIFY(panel->fieldShown(autoResize));
+    autoResize->setValue(1);
+    QString err;
+    QVERIFY2(s->addReference(kref, -1, &err), qPrintable(err));
+    const QSize preferred = s->fittedSize(0);
+    bool listed = false;
+    for (const auto& [pw, ph] : rule.preferred_sizes) listed = listed || QSize(pw, ph) == preferred;
+    QVERIFY2(listed,
+             qPrintable(QStringLiteral("%1x%2").arg(preferred.width()).arg(preferred.height())));
+    QCOMPARE(s->sizeLabel(0)->text(),
+             QStringLiteral("40×32 → %1×%2").arg(preferred.width()).arg(preferred.height()));
+    autoResize->setValue(0);
+    QCOMPARE(s->fittedSize(0), QSize(40, 32));
+    QCOMPARE(s->sizeLabel(0)->text(), QStringLiteral("40×32"));
+    QVERIFY(s->addReference(kref));
+    QVERIFY2(w->validation().requestIssues.join('\n').contains("takes at most 1"),
+             qPrintable(w->validation().all().join('\n')));
+    s->removeReference(1);
+    if (worker().isEmpty() || !QFileInfo(worker()).isExecutable())
+      QSKIP("DITSTUDIO_TEST_WORKER is not an executable ditstudio-worker");
+    const auto demo = w->presetStore()->find("CPU demo (2 ranks)");
+    QVERIFY(demo);
+    w->applyPreset(*demo);
+    GenerationParams p = panel->params();
+    p.prompt = "a photo of a cat";
+    p.negative_prompt.clear();
+    p.true_cfg_scale = 1.0;
+    p.width = 40;
+    p.height = 32;
+    p.steps = 4;
+    p.guidance = 3.5;
+    p.seed = 42;
+    p.random_seed = false;
+    p.num_images = 1;
+    p.options["max_area"] = 40 * 32;
+    p.options[rule.auto_resize_field] = 0;
+    panel->setParams(p);
+    QCOMPARE(s->paths(), QStringList({QFileInfo(kref).absoluteFilePath()}));
+    QVERIFY2(w->validation().canGenerate(), qPrintable(w->validation().all().join("; ")));
+    QVERIFY(!w->generate().isEmpty());
+    QTRY_COMPARE_WITH_TIMEOUT(w->gallery()->count(), 1, kImageMs);
+    QVERIFY2(w->controller()->lastFailure().message.isEmpty(),
+             qPrintable(w->controller()->lastFailure().message));
+    const QString made = w->historyStore()->entries().first().path;
+    const QImage img(made);
+    QCOMPARE(img.size(), QSize(40, 32));
+    QString perr;
+    const QJsonObject rec = readPngParameters(made, &perr);
+    QCOMPARE(rec.value("options").toObject().value("max_area").toDouble(), 1280.0);
+    QCOMPARE(rec.value("options").toObject().value("auto_resize").toDouble(), 0.0);
+    QCOMPARE(rec.value("reference_images").toArray().at(0).toObject().value("sha256").toString(),
+             fileSha256(kref));
+    // ditstudio-cli --image with --max-area / --auto-resize, the same request on the same
+    // strategy: the same pixels.
+    if (!cli().isEmpty() && QFileInfo(cli()).isExecutable()) {
+      const QString out = dir.filePath("kontext-cli.png");
+      QProcess run;
+      run.setProcessChannelMode(QProcess::MergedChannels);
+      run.start(cli(), {"--np",          "2",     "--ring-degree", "2",
+                        "--model",       kontext, "--prompt",      "a photo of a cat",
+                        "--image",       kref,    "--max-area",    "1280",
+                        "--auto-resize", "off",   "--width",       "40",
+                        "--height",      "32",    "--steps",       "4",
+                        "--guidance",    "3.5",   "--seed",        "42",
+                        "--output",      out});
+      QVERIFY(run.waitForFinished(kImageMs));
+      QVERIFY2(run.exitCode() == 0, run.readAll().constData());
+      QCOMPARE(QImage(out).convertToFormat(QImage::Format_RGB32),
+               img.convertToFormat(QImage::Format_RGB32));
+    }
+    w->stopGroup();
+    QTRY_VERIFY_WITH_TIMEOUT(!w->controller()->isRunning(), 30000);
   }
 
   void dropReorderGenerateRecall() {
