@@ -5,7 +5,8 @@
 //  - limits before work: JSON nested 100,000 deep on every JSON route (an A1111 body nested so
 //    was a SIGSEGV) and in the multipart `loras` field; a chunked body past --max-body-mb (413
 //    while reading); a prompt past the workers' request-line limit (was a job stuck `running`)
-//    and past --max-prompt-bytes; the whole-request read deadline for a slow head and a slow body;
+//    and past --max-prompt-bytes; max_sequence_length over the model's token limit (400 before
+//    anything is queued, both faces); the whole-request read deadline for a slow head and a slow body;
 //  - errors: a wrong JSON type (loras[0].name a number, A1111 fields), a Latin-1 byte in a
 //    prompt (JSON and multipart), a rank's error naming a server file (the client's name only);
 //  - browsers: a foreign Origin, a DNS-rebinding Host, a CORS "simple" Content-Type;
@@ -296,6 +297,20 @@ try {
     }
   }
   await health(url, 'after the uploads');
+
+  // --- a token limit before queueing: max_sequence_length over the model's (FLUX.1's T5: 512) ---------
+  {
+    const before = (await (await fetch(`${url}/v1/jobs`)).json()).data.length;
+    expectError(await request(port, 'POST', '/v1/images/generations', { headers: json,
+      body: JSON.stringify({ prompt: P, size: '64x64', steps: 2, max_sequence_length: 600 }) }),
+    400, 'max_sequence_length', /cannot be greater than 512.*got 600/, 'max_sequence_length over the model\'s token limit');
+    expectError(await request(port, 'POST', '/sdapi/v1/txt2img', { headers: json,
+      body: JSON.stringify({ prompt: P, width: 64, height: 64, steps: 2, max_sequence_length: 513 }) }),
+    400, 'max_sequence_length', /cannot be greater than 512.*got 513/, 'A1111 max_sequence_length over the model\'s token limit');
+    const after = (await (await fetch(`${url}/v1/jobs`)).json()).data.length;
+    assert.equal(after, before, 'a request over the token limit was queued');
+    console.log('ok nothing over the model\'s token limit was queued');
+  }
 
   // --- 60 event streams (--max-event-streams 50) + 60 slow clients: health answers, a generation
   // runs, the 10 streams past the limit are refused 503 in OpenAI's shape --------------------------
