@@ -209,6 +209,18 @@ class TestUiEdit : public QObject {
     QVERIFY(!w->generateAction()->isEnabled());
     QVERIFY2(w->generateBlockedReason().contains("takes at most 6"),
              qPrintable(w->generateBlockedReason()));
+    // Generate refused: the banner says why and the strip is shown (its tab, scrolled to it).
+    w->leftTabs()->setCurrentIndex(1);
+    QVERIFY(w->generate().isEmpty());
+    QVERIFY(w->bannerVisible());
+    QCOMPARE(w->leftTabs()->currentIndex(), 0);
+    QTest::qWait(50);
+    QScrollArea* scroll = w->generateScroll();
+    const QRect inView(s->mapTo(scroll->viewport(), QPoint(0, 0)), s->size());
+    QVERIFY2(scroll->viewport()->rect().intersects(inView),
+             qPrintable(QStringLiteral("strip at y %1 in a %2 px viewport")
+                            .arg(inView.y())
+                            .arg(scroll->viewport()->height())));
     s->removeButton(6)->click();
     QVERIFY2(w->validation().canGenerate(), qPrintable(w->validation().all().join('\n')));
     // References and an init image together are the resolve's conflict.

@@ -17,6 +17,7 @@
 #include "ui/elided_label.h"
 #include "ui/image_input_panel.h"
 #include "ui/main_window.h"
+#include "ui/reference_strip.h"
 #include "ui/strategy_json.h"
 
 namespace dit::ui {
@@ -225,8 +226,16 @@ void MainWindow::revealIssue() {
   leftTabs_->setCurrentIndex(0);
   const QStringList lora = genPanel_->loraList()->problems();
   const QStringList image = genPanel_->imagePanel()->issues();
+  // The reference strip's own (a changed file) and the resolve's about the references.
+  QStringList refs = genPanel_->referenceStrip()->issues();
+  for (const dit::RequestProblem& pr : genPanel_->modelInfo().resolve(genPanel_->params()).problems)
+    if (pr.field == "reference_images") refs << QString::fromStdString(pr.message);
   QWidget* field = nullptr;
   for (const QString& i : validation_.requestIssues) {
+    if (refs.contains(i)) {
+      field = genPanel_->referenceStrip();
+      break;
+    }
     if (lora.contains(i)) {
       field = genPanel_->loraList();
       break;
