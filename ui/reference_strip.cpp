@@ -559,9 +559,12 @@ void ReferenceStrip::startDrag(int index) {
   drag->exec(Qt::MoveAction);
 }
 
-bool ReferenceStrip::accepts(const QMimeData* mime) const {
+bool ReferenceStrip::accepts(const QDropEvent* e) const {
+  const QMimeData* mime = e->mimeData();
   if (!mime) return false;
-  if (mime->hasFormat(QString::fromLatin1(kDragMime))) return true;
+  // A thumbnail of this strip (another window's strip numbers its own references).
+  if (mime->hasFormat(QString::fromLatin1(kDragMime)))
+    return e->source() == nullptr || e->source() == this;
   return takesReferences() && !localFiles(mime).isEmpty();
 }
 
@@ -590,13 +593,13 @@ void ReferenceStrip::showDropMarker(int index) {
 }
 
 void ReferenceStrip::dragEnterEvent(QDragEnterEvent* e) {
-  if (!accepts(e->mimeData())) return;
+  if (!accepts(e)) return;
   e->acceptProposedAction();
   showDropMarker(dropIndexAt(e->position().toPoint()));
 }
 
 void ReferenceStrip::dragMoveEvent(QDragMoveEvent* e) {
-  if (!accepts(e->mimeData())) {
+  if (!accepts(e)) {
     e->ignore();
     return;
   }
@@ -609,7 +612,7 @@ void ReferenceStrip::dragLeaveEvent(QDragLeaveEvent*) { showDropMarker(-1); }
 void ReferenceStrip::dropEvent(QDropEvent* e) {
   showDropMarker(-1);
   const QMimeData* mime = e->mimeData();
-  if (!accepts(mime)) return;
+  if (!accepts(e)) return;
   const int at = dropIndexAt(e->position().toPoint());
   if (mime->hasFormat(QString::fromLatin1(kDragMime))) {
     bool ok = false;

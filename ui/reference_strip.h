@@ -22,6 +22,7 @@
 
 class QHBoxLayout;
 class QLabel;
+class QDropEvent;
 class QMimeData;
 class QPushButton;
 class QScrollArea;
@@ -152,8 +153,10 @@ class ReferenceStrip : public QGroupBox {
   static Entry readEntry(const QString& path);
   /// Starts dragging tile `index` (a QDrag of kDragMime).
   void startDrag(int index);
-  /// Whether `mime` is something the strip takes (its own thumbnail, or image files).
-  bool accepts(const QMimeData* mime) const;
+  /// Whether the strip takes what `e` carries: one of its own thumbnails (a drag whose source
+  /// is this strip, or a synthesized one without a source), or files while the model takes
+  /// references.
+  bool accepts(const QDropEvent* e) const;
   void rebuildTiles();
   void updateState();
   void showDropMarker(int index);
