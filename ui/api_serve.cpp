@@ -38,8 +38,9 @@ ApiServe::ApiServe(WorkerController& controller, const LaunchConfig& config, int
                    const QString& imagesDir)
     : controller_(&controller), sink_(std::make_unique<Sink>(&controller)) {
   // The group the API serves through: the window's running one, else the one it starts now.
+  // (A hostfile group still in its pre-flight is `config`'s: the window started it just now.)
   const bool running = controller.isRunning() || controller.checkingHosts();
-  const LaunchConfig& group = running ? controller.config() : config;
+  const LaunchConfig& group = controller.isRunning() ? controller.config() : config;
   dit::server::GroupSpec g;
   g.name = "gui";
   g.model =
