@@ -175,6 +175,12 @@ TEST(ServerPool, AttachedGroupTakesTheJobsIntoItsQueue) {
   obs.stateChanged(State::Starting);
   const auto jc = pool.submit(a);
   ASSERT_TRUE(eventually([&] { return group.count() == 3; }));
+  // Started again with another model (the window's Start): the pool serves that one.
+  const auto other =
+      eventOf("ready", {{"world", 1}, {"model", {{"path", "/m/other-model"}, {"family", "flux"}}}});
+  obs.event(other, dit::protocol::decodeEvent(other));
+  EXPECT_EQ(pool.models(), std::vector<std::string>{"other-model"});
+  EXPECT_EQ(pool.groupsJson()["data"][0]["model_path"], "/m/other-model");
   pool.stop();  // the job it was given is taken back
   {
     std::lock_guard l(group.mu);

@@ -66,6 +66,13 @@ class Pool::GroupObserver : public launcher::SessionObserver {
     } else if (const auto* r = std::get_if<protocol::ReadyEvent>(&ev)) {
       g.ready = raw.data;
       g.world = r->world;
+      // An attached group's owner may have started it again with another model (the window's
+      // Start): the pool serves the one it runs now.
+      if (g.attached && r->model.is_object() && r->model.contains("path") &&
+          r->model["path"].is_string() && !r->model["path"].get<std::string>().empty()) {
+        g.spec.model = r->model["path"].get<std::string>();
+        g.model_id = modelId(g.spec.model);
+      }
       pool_.emit(json{{"type", "group.ready"},
                       {"group", g.spec.name},
                       {"world", r->world},

@@ -206,7 +206,8 @@ class Pool {
   nlohmann::json groupsJson() const;
   /// OpenAI's model list: one entry per model id served by a group that has not failed.
   nlohmann::json modelsJson() const;
-  /// The model ids served (by any group, failed or not).
+  /// The model ids served (by any group, failed or not; an attached group's is the model of its
+  /// last ready event).
   std::vector<std::string> models() const;
   std::size_t groupCount() const { return specs_.size(); }
   /// Images folder (absolute).

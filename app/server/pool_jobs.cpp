@@ -246,6 +246,7 @@ json Pool::groupsJson() const {
 }
 
 std::vector<std::string> Pool::models() const {
+  std::lock_guard lock(mu_);  // an attached group's model follows its owner's restarts
   std::vector<std::string> ids;
   for (const Group& g : groups_)
     if (std::find(ids.begin(), ids.end(), g.model_id) == ids.end()) ids.push_back(g.model_id);
