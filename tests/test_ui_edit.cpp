@@ -154,6 +154,7 @@ class TestUiEdit : public QObject {
     QCOMPARE(s->hintLabel()->text(), s->disabledReason());
     QVERIFY(!s->browseButton()->isEnabled());
     QVERIFY(!s->pasteButton()->isEnabled());
+    QVERIFY(s->browseButton()->isHidden());  // just the title and the reason
     QString err;
     QVERIFY(!s->addReference(ref(0), -1, &err));
     QCOMPARE(err, s->disabledReason());

@@ -513,8 +513,11 @@ void ReferenceStrip::updateState() {
   setEnabled(takes || count() > 0);
   browse_->setEnabled(takes && room);
   paste_->setEnabled(takes && room);
+  // A model that takes none: the title and the reason only (no buttons to look for).
+  browse_->setVisible(takes || count() > 0);
+  paste_->setVisible(takes || count() > 0);
   size_->setEnabled(fittedSize(0).isValid());
-  size_->setVisible(rule_.output_size_from_first);
+  size_->setVisible(rule_.output_size_from_first && (takes || count() > 0));
   size_->setToolTip(fittedSize(0).isValid()
                         ? tr("Set the output size to reference 1's fitted size (%1 px), the size "
                              "%2 makes when none is given")
