@@ -12,6 +12,7 @@
 #include "backend/models/flux2/transformer_flux2.h"
 #include "backend/models/text_encoders/modeling_qwen3.h"
 #include "backend/pipelines/flux2/pipeline_flux2.h"
+#include "backend/pipelines/flux2/pipeline_flux2_kv.h"
 
 namespace dit {
 
@@ -20,6 +21,10 @@ FamilyRuntime flux2KleinRuntime() {
   r.pipeline_class = "Flux2KleinPipeline";
   r.loadPipeline = [](const ModelFolder& model,
                       const PipelineOptions& opts) -> std::unique_ptr<DiffusionPipeline> {
+    // The -kv checkpoints (Flux2KleinKVPipeline): the references' K/V computed once.
+    if (model.pipeline_class == "Flux2KleinKVPipeline")
+      return std::make_unique<Flux2KleinKVPipeline>(model, opts,
+                                                    loadFlux2PromptEncoder(model, opts));
     return std::make_unique<Flux2KleinPipeline>(model, opts, loadFlux2PromptEncoder(model, opts));
   };
   r.loadTransformer =
