@@ -363,6 +363,8 @@ class TestUiEdit : public QObject {
     QVERIFY(s->addReference(a));
     // A preset made now, applied after the strip was emptied.
     const Preset preset = w->currentPreset();
+    QCOMPARE(QString::fromStdString(preset.generation.reference_images.at(0).sha256),
+             fileSha256(b));
     s->clear();
     w->applyPreset(preset, true);
     QCOMPARE(s->paths(), QStringList({b, a}));
@@ -396,7 +398,7 @@ class TestUiEdit : public QObject {
     QCOMPARE(s->paths(), QStringList({b, a}));
     const QString status = s->statusLabel()->text();
     QVERIFY2(status.contains("reference 2 missing here: " + a), qPrintable(status));
-    QVERIFY2(status.contains("reference 1 changed since the image was made"), qPrintable(status));
+    QVERIFY2(status.contains("reference 1 changed since it was recorded"), qPrintable(status));
     QCOMPARE(s->sizeLabel(1)->text(), QStringLiteral("missing here"));
     // Named in the banner and the log, as a recalled model's missing components are.
     QVERIFY(w->bannerVisible());
@@ -410,8 +412,7 @@ class TestUiEdit : public QObject {
              qPrintable(issues));
     QVERIFY2(issues.contains("reference image 2: "), qPrintable(issues));
     QVERIFY(!w->generateAction()->isEnabled());
-    // A preset holding them says so too (its files as recorded when it was saved: no hash, so
-    // only the missing one).
+    // A preset holding them says so too (it recorded each file's SHA-256 when it was made).
     s->clear();
     w->applyPreset(preset, true);
     QCOMPARE(s->paths(), QStringList({b, a}));
@@ -419,7 +420,7 @@ class TestUiEdit : public QObject {
     QVERIFY2(w->bannerText().contains("Reference images of preset"), qPrintable(w->bannerText()));
     QVERIFY2(s->statusLabel()->text().contains("reference 2 missing here: " + a),
              qPrintable(s->statusLabel()->text()));
-    QVERIFY2(!s->statusLabel()->text().contains("reference 1"),
+    QVERIFY2(s->statusLabel()->text().contains("reference 1 changed since it was recorded"),
              qPrintable(s->statusLabel()->text()));
     // Removing both lets the request go.
     s->removeButton(1)->click();

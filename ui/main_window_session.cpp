@@ -16,6 +16,7 @@
 #include <algorithm>
 
 #include "ui/advisor_dialog.h"
+#include "ui/image_input_panel.h"
 #include "ui/json_io.h"
 #include "ui/main_window.h"
 #include "ui/reference_strip.h"
@@ -66,6 +67,10 @@ Preset MainWindow::currentPreset() const {
   p.hosts = editor_->hostSettings();
   p.hasGeneration = true;
   p.generation = genPanel_->params();
+  // Reference images with the SHA-256 of the files as they are now (the request leaves a file
+  // added in the strip unhashed; a preset records it, so that a file changed since is named).
+  for (auto& ref : p.generation.reference_images)
+    if (ref.sha256.empty()) ref.sha256 = fileSha256(QString::fromStdString(ref.file)).toStdString();
   p.model = genPanel_->sources();
   return p;
 }

@@ -313,7 +313,7 @@ void ReferenceStrip::restore(const GenerationParams& p) {
     if (!e.problem.isEmpty())
       notices_ << tr("reference %1 %2: %3").arg(i + 1).arg(e.problem, e.path);
     else if (!e.recorded.isEmpty() && e.recorded != e.sha256)
-      notices_ << tr("reference %1 changed since the image was made (its SHA-256 differs): %2")
+      notices_ << tr("reference %1 changed since it was recorded (its SHA-256 differs): %2")
                       .arg(i + 1)
                       .arg(e.path);
     entries_.push_back(std::move(e));
