@@ -32,9 +32,11 @@ std::string joined(const std::vector<std::string>& v) {
 }  // namespace
 
 const FamilyRuntime& familyRuntime(const std::string& pipeline_class, const std::string& file) {
-  (void)pipelineFamily(pipeline_class, file);  // unknown class: refused with the supported list
+  // Unknown class: refused with the supported list; a variant (FluxKontextPipeline) runs on its
+  // family's runtime, whose pipeline reads the folder's class.
+  const FamilySpec& family = pipelineFamily(pipeline_class, file);
   for (const auto& r : runtimes())
-    if (r.pipeline_class == pipeline_class) return r;
+    if (r.pipeline_class == family.pipeline_class) return r;
   throw UnsupportedModelError(
       file, "pipeline class \"" + pipeline_class +
                 "\" has a config reader but no Torch implementation in this build; "
@@ -58,7 +60,12 @@ std::unique_ptr<DiffusionTransformer> loadTransformer(const std::string& transfo
 
 std::vector<std::string> loadablePipelineClasses() {
   std::vector<std::string> v;
-  for (const auto& r : runtimes()) v.push_back(r.pipeline_class);
+  for (const auto& r : runtimes()) {
+    // A family's runtime serves its pipeline variants too (their pipeline reads the class).
+    v.push_back(r.pipeline_class);
+    const FamilySpec& f = pipelineFamily(r.pipeline_class, "");
+    v.insert(v.end(), f.pipeline_variants.begin(), f.pipeline_variants.end());
+  }
   return v;
 }
 

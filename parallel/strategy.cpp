@@ -179,7 +179,8 @@ std::vector<StrategyIssue> validateForRequest(const Strategy& s, const ModelDims
                         (s.ring_anything && s.ulysses_degree == 1 && s.ring_degree > 1);
   if (cp > 1 && !anything && sizeOk && r.text_len > 0) {
     // The lengths the split sees: padded to the model's sequence multiple (1 = as given).
-    const int image = m.paddedTokens(r.imageTokens(vsf));
+    // The image stream: the output's tokens and, when editing, the references' after them.
+    const int image = m.paddedTokens(r.imageStreamTokens(vsf));
     const int textLen = m.paddedTokens(r.text_len);
     const bool textOk = textLen % cp == 0;
     const bool imageOk = image % cp == 0;
@@ -194,7 +195,10 @@ std::vector<StrategyIssue> validateForRequest(const Strategy& s, const ModelDims
               : (s.ring_degree > 1 ? "ring_tokens" : "ulysses_tokens"),
           cpWords(s) + " needs text_len " + str(textLen) + " and image tokens " + str(image) +
               " (" + str(r.width) + "x" + str(r.height) + " px = " + str(gw) + "x" + str(gh) +
-              " tokens) both divisible by " + str(cp) + "; " + which + " divisible by " + str(cp) +
+              " tokens" +
+              (r.reference_tokens > 0 ? " + " + str(r.reference_tokens) + " reference-image tokens"
+                                      : std::string()) +
+              ") both divisible by " + str(cp) + "; " + which + " divisible by " + str(cp) +
               "; use --ulysses-anything / --ring-anything" +
               (s.ring_degree > 1 && s.ulysses_degree > 1 ? " (each needs the other degree to be 1)"
                                                          : ""));

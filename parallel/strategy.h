@@ -76,8 +76,16 @@ struct RequestDims {
   /// negative prompt and true_cfg_scale > 1"), named in the cfg_degree 2 refusal; "" = generic.
   std::string cfg_requirement;
   int num_images = 1;
+  /// Reference-image tokens appended to the image tokens in every transformer call (editing:
+  /// Flux2KleinPipeline's image=[...], FluxKontextPipeline's image); 0 = none.
+  int reference_tokens = 0;
+  /// The output's packed tokens.
   int imageTokens(int vae_scale_factor) const {
     return (height / (2 * vae_scale_factor)) * (width / (2 * vae_scale_factor));
+  }
+  /// The image stream every transformer call runs: output plus reference tokens.
+  int imageStreamTokens(int vae_scale_factor) const {
+    return imageTokens(vae_scale_factor) + reference_tokens;
   }
 };
 

@@ -42,6 +42,13 @@ if(DITSTUDIO_NODE AND DITSTUDIO_NPM AND TARGET ditstudio-server)
                        ENVIRONMENT "${_srv_env};DITSTUDIO_TEST_DATA=${DITSTUDIO_TEST_DATA}"
                        FIXTURES_REQUIRED server_client LABELS "server;integration;errors"
                        TIMEOUT 600 RESOURCE_LOCK mpi)
+  # Issue 46: reference-image editing over HTTP (openai images.edit with two images, A1111
+  # img2img's init_images, FLUX.1 Kontext) = ditstudio-cli --image; refusals naming the field.
+  add_test(NAME server_edit COMMAND ${DITSTUDIO_NODE} ${CMAKE_CURRENT_LIST_DIR}/server/edit.test.mjs)
+  set_tests_properties(server_edit PROPERTIES
+                       ENVIRONMENT "${_srv_env};DITSTUDIO_TEST_DATA=${DITSTUDIO_TEST_DATA}"
+                       FIXTURES_REQUIRED server_client LABELS "server;integration;edit"
+                       TIMEOUT 600 RESOURCE_LOCK mpi)
   set_tests_properties(server_hostile PROPERTIES LABELS "server;integration;fault;security")
   # The page in Debian's headless Chromium (package `chromium`), over the DevTools pipe.
   find_program(DITSTUDIO_CHROMIUM NAMES chromium chromium-browser)

@@ -181,7 +181,8 @@ TEST(RequestSpec, DocsFamilyTablesEqualTheSpecs) {
   std::stringstream ss;
   ss << in.rdbuf();
   const std::string doc = ss.str();
-  for (const char* fixture : {"tiny-flux-A", "tiny-flux2-A", "tiny-zimage-A", "tiny-qwenimage-A"}) {
+  for (const char* fixture : {"tiny-flux-A", "tiny-flux-kontext-A", "tiny-flux2-A", "tiny-zimage-A",
+                              "tiny-qwenimage-A"}) {
     SCOPED_TRACE(fixture);
     const std::string open = std::string("<!-- request-spec: ") + fixture + " -->\n";
     const size_t a = doc.find(open);

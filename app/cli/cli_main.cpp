@@ -79,6 +79,7 @@ std::set<std::string> givenFields(const CLI::App& app) {
     std::replace(flag.begin(), flag.end(), '_', '-');
     if (app.count(flag) > 0) given.insert(field);
   }
+  if (app.count("--image") > 0) given.insert("reference_images");
   return given;
 }
 
@@ -338,25 +339,39 @@ int main(int argc, char** argv) {
                   "embedding; FLUX.2 [klein] CFG when > 1; Z-Image real CFG when > 0");
     // The model families' own knobs, one flag each from their declarations (FamilySpec::knobs),
     // and --set name=value for any of them.
+    auto switchLike = [](const FieldSpec& k) {
+      return k.type == FieldType::Int && k.min == 0 && k.max == 1;
+    };
     for (const FieldSpec& k : allFamilyKnobs())
-      a->add_option_function<double>(
-          k.cliFlag(), [&o, name = k.name](double v) { o.gen.options[name] = v; },
-          k.help + " (" + k.rangeText() + ", default " + protocol::numberText(k.default_value) +
+      a->add_option_function<std::string>(
+          k.cliFlag(),
+          [&o, name = k.name, flag = k.cliFlag(), sw = switchLike(k)](const std::string& v) {
+            try {
+              o.gen.options[name] = parseKnobValue(flag, v, sw);
+            } catch (const std::invalid_argument& e) {
+              throw CLI::ValidationError(flag, e.what());
+            }
+          },
+          k.help + " (" + (switchLike(k) ? std::string("on | off") : k.rangeText()) + ", default " +
+              (switchLike(k) ? std::string(k.default_value != 0 ? "on" : "off")
+                             : protocol::numberText(k.default_value)) +
               "; the families that declare it)");
     a->add_option_function<std::vector<std::string>>(
         "--set",
-        [&o](const std::vector<std::string>& items) {
+        [&o, switchLike](const std::vector<std::string>& items) {
           for (const std::string& item : items) {
             const auto eq = item.find('=');
             if (eq == std::string::npos || eq == 0)
               throw CLI::ValidationError("--set", "expects name=value, got '" + item + "'");
             const std::string name = item.substr(0, eq), value = item.substr(eq + 1);
-            char* end = nullptr;
-            const double v = std::strtod(value.c_str(), &end);
-            if (value.empty() || *end != '\0')
-              throw CLI::ValidationError("--set",
-                                         "'" + name + "' needs a number, got '" + value + "'");
-            o.gen.options[name] = v;
+            bool sw = false;
+            for (const FieldSpec& k : allFamilyKnobs())
+              if (k.name == name) sw = switchLike(k);
+            try {
+              o.gen.options[name] = parseKnobValue("--set " + name, value, sw);
+            } catch (const std::invalid_argument& e) {
+              throw CLI::ValidationError("--set", e.what());
+            }
           }
         },
         "a model option as name=value (repeatable); the model's family declares which it takes "
@@ -388,6 +403,10 @@ int main(int argc, char** argv) {
     a->add_option("--init-image", o.gen.init_image,
                   "image-to-image: start from this picture (PNG, JPEG, ...; default size: its "
                   "own, rounded down)");
+    a->add_option("--image", o.images,
+                  "editing: a reference image (repeat for several, in order; FLUX.2 [klein] takes "
+                  "up to 6 and by default makes the first one's size, FLUX.1 Kontext takes one)")
+        ->allow_extra_args(false);
     a->add_option("--strength", o.gen.strength,
                   "image-to-image strength in (0, 1]: how much of the schedule runs (default 0.6)");
     a->add_option(

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
 #include <string>
@@ -113,6 +114,22 @@ std::string exeDir() {
   return ec ? std::string(".") : p.parent_path().string();
 }
 
+double parseKnobValue(const std::string& flag, const std::string& text, bool switchLike) {
+  std::string t = text;
+  for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (switchLike) {
+    if (t == "on" || t == "true" || t == "yes") return 1;
+    if (t == "off" || t == "false" || t == "no") return 0;
+  }
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0')
+    throw std::invalid_argument(flag + " needs a number" +
+                                (switchLike ? std::string(" or on / off") : std::string()) +
+                                ", got '" + text + "'");
+  return v;
+}
+
 protocol::GenerateRequest request(const CliOptions& o) {
   protocol::GenerateRequest r;
   r.id = "cli";
@@ -124,6 +141,10 @@ protocol::GenerateRequest request(const CliOptions& o) {
     r.params.init_image = fs::absolute(r.params.init_image).string();
   if (!r.params.mask_image.empty())
     r.params.mask_image = fs::absolute(r.params.mask_image).string();
+  // --image: the reference images, in the order given.
+  r.params.reference_images.clear();
+  for (const std::string& image : o.images)
+    r.params.reference_images.push_back({fs::absolute(image).string(), ""});
   r.output = fs::absolute(o.output).string();
   if (!o.outputTensors.empty()) r.output_tensors = fs::absolute(o.outputTensors).string();
   r.overwrite = o.overwrite;

@@ -38,8 +38,14 @@ struct CliOptions {
     s.model = model;
     return s;
   }
-  std::vector<std::string> loras;  ///< --lora FILE[:STRENGTH], repeatable
+  std::vector<std::string> loras;   ///< --lora FILE[:STRENGTH], repeatable
+  std::vector<std::string> images;  ///< --image FILE, repeatable: the reference images in order
 };
+
+/// A family knob's value from the command line (--<knob> V, --set name=V): a number, or for an
+/// integer knob of range 0 .. 1 also on / off / true / false / yes / no. Throws
+/// std::invalid_argument naming `flag` and the text.
+double parseKnobValue(const std::string& flag, const std::string& text, bool switchLike);
 
 /// --lora FILE[:STRENGTH] -> o.gen.loras. Throws std::invalid_argument (or the LoRA file's error)
 /// naming the argument or file.

@@ -39,25 +39,43 @@ PipelineInputs pipelineParams(const protocol::GenerationParams& p) {
   g.max_sequence_length = p.max_sequence_length;
   g.init_image = p.init_image;
   g.mask_image = p.mask_image;
+  for (const protocol::ReferenceImage& ref : p.reference_images)
+    g.reference_images.push_back(ref.file);
   g.strength = p.strength;
   g.cache = parseStepCacheConfig(p.cache);
   return g;
 }
 
+namespace {
+// Throws naming `what` and the file when `file` does not have the SHA-256 `recorded`.
+void checkRecordedHash(const std::string& what, const std::string& file,
+                       const std::string& recorded) {
+  if (recorded.empty()) return;
+  const std::string h = sha256File(file);
+  std::string want = recorded;
+  for (char& c : want) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (h != want)
+    throw std::runtime_error(what + " " + file + " has SHA-256 " + h + ", not the recorded " +
+                             want + " (the file changed since the image was made)");
+}
+}  // namespace
+
 void checkInputImages(const protocol::GenerationParams& p) {
   if (!p.init_image.empty()) {
     readImage(p.init_image);  // throws naming the file
-    if (!p.init_image_sha256.empty()) {
-      const std::string h = sha256File(p.init_image);
-      std::string want = p.init_image_sha256;
-      for (char& c : want) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      if (h != want)
-        throw std::runtime_error("init image " + p.init_image + " has SHA-256 " + h +
-                                 ", not the recorded " + want +
-                                 " (the file changed since the image was made)");
-    }
+    checkRecordedHash("init image", p.init_image, p.init_image_sha256);
   }
   if (!p.mask_image.empty()) readImage(p.mask_image);
+  for (size_t i = 0; i < p.reference_images.size(); ++i) {
+    const protocol::ReferenceImage& ref = p.reference_images[i];
+    const std::string what = "reference image " + std::to_string(i + 1);
+    try {
+      readImage(ref.file);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(what + ": " + e.what());
+    }
+    checkRecordedHash(what, ref.file, ref.sha256);
+  }
 }
 
 json cacheReport(const GenerationResult& r) {
@@ -105,6 +123,14 @@ protocol::GenerationParams imageParams(protocol::GenerationParams request,
       // The file went away after the image was made: recorded by path only.
     }
   }
+  for (protocol::ReferenceImage& ref : request.reference_images)
+    if (ref.sha256.empty()) {
+      try {
+        ref.sha256 = sha256File(ref.file);
+      } catch (const std::exception&) {
+        // As above: recorded by path only.
+      }
+    }
   return request;
 }
 

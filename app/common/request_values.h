@@ -30,6 +30,8 @@ inline RequestValues requestValues(const protocol::GenerationParams& p,
   v.strength = p.strength;
   v.init_image = p.init_image;
   v.mask_image = p.mask_image;
+  for (const protocol::ReferenceImage& ref : p.reference_images)
+    v.reference_images.push_back(ref.file);
   v.cache = !p.cache.empty() && p.cache != "none";
   v.options = p.options;
   v.given = given;

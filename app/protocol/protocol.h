@@ -63,6 +63,17 @@ struct LoraRequest {
   bool operator==(const LoraRequest&) const = default;
 };
 
+/// One reference image of an editing request (Flux2KleinPipeline's image=[...],
+/// FluxKontextPipeline's image): the file, read by every rank, and the SHA-256 it must have. In
+/// JSON {"file", "sha256"} or just the path as a string.
+struct ReferenceImage {
+  std::string file;  ///< path of the image (PNG, JPEG, WebP, ...), as the client names it
+  /// SHA-256 of the file (64 lowercase hex digits): "" = not checked; filled in for image events
+  /// and PNG metadata, so a recalled request refuses a changed file.
+  std::string sha256;
+  bool operator==(const ReferenceImage&) const = default;
+};
+
 /// The user-facing parameters of one generate request: the single request-parameter type of the
 /// GUI, the CLI and the worker, with the single set of defaults below. A field absent from a
 /// request keeps these defaults; 0 for width/height/steps/max_sequence_length means "the model's
@@ -103,6 +114,11 @@ struct GenerationParams {
   std::string mask_image;
   /// Image-to-image strength in (0, 1] (diffusers' default 0.6); used only with init_image.
   double strength = 0.6;
+  /// Editing: reference images in order (reference i is the i-th the model sees: FLUX.2 [klein]
+  /// position id T = 10 + 10 i). How many a model takes and how each is fitted are the family's
+  /// (its RequestSpec::references; the resolve refuses more); at most kMaxReferenceImages at the
+  /// door. In JSON "reference_images": [{"file": ..., "sha256": ...} or "path", ...].
+  std::vector<ReferenceImage> reference_images;
   /// Step caching: "" / "none", "first-block:THRESHOLD" or
   /// "taylorseer:ORDER[,INTERVAL,WARMUP][,lite]" (backend/models/cache/step_cache_config.h).
   std::string cache;
@@ -135,6 +151,7 @@ GenerationParams paramsFromJson(const nlohmann::json& j, const GenerationParams&
 
 /// The allowed ranges of the numeric request fields: limits.h (kMaxSide, ... and the table).
 inline constexpr int kMaxLoras = 16;              ///< loras: at most this many per request
+inline constexpr int kMaxReferenceImages = 16;    ///< reference_images: at the door
 inline constexpr double kMaxLoraStrength = 10.0;  ///< loras[i].strength: finite, -10 .. 10
 
 /// The first byte of `s` that is not part of well-formed UTF-8 (RFC 3629: no overlongs, no

@@ -49,6 +49,50 @@ std::map<std::string, double> readOptions(const json& v, const std::optional<std
   return out;
 }
 
+// "reference_images": [{"file", "sha256"} or "path", ...] (at most kMaxReferenceImages).
+std::vector<ReferenceImage> readReferences(const json& v, const std::optional<std::string>& id) {
+  if (!v.is_array()) wrongType("request", "reference_images", v, id);
+  if (v.size() > static_cast<std::size_t>(kMaxReferenceImages))
+    throw ProtocolError("request field 'reference_images' holds " + std::to_string(v.size()) +
+                            " images; at most " + std::to_string(kMaxReferenceImages),
+                        "reference_images", id);
+  std::vector<ReferenceImage> out;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const json& e = v[i];
+    const std::string field = "reference_images[" + std::to_string(i) + "]";
+    ReferenceImage ref;
+    if (e.is_string()) {
+      ref.file = e.get<std::string>();
+    } else if (e.is_object()) {
+      for (const auto& [k, x] : e.items()) {
+        if ((k == "file" || k == "sha256") && x.is_string())
+          (k == "file" ? ref.file : ref.sha256) = x.get<std::string>();
+        else if (k == "file" || k == "sha256")
+          throw ProtocolError(
+              "request field '" + field + "." + k + "' has the wrong type: " + dumpSafe(x),
+              "reference_images", id);
+        else
+          throw ProtocolError(
+              "request field '" + field + "' has an unknown key '" + k + "' (file, sha256)",
+              "reference_images", id);
+      }
+    } else {
+      throw ProtocolError("request field '" + field +
+                              "' must be a path or an object {\"file\", \"sha256\"}, got " +
+                              dumpSafe(e),
+                          "reference_images", id);
+    }
+    out.push_back(std::move(ref));
+  }
+  return out;
+}
+
+bool isSha256Hex(const std::string& h) {
+  bool hex = h.size() == 64;
+  for (char c : h) hex = hex && std::isxdigit(static_cast<unsigned char>(c));
+  return hex;
+}
+
 }  // namespace
 
 namespace detail {
@@ -74,6 +118,7 @@ GenerationParams readParams(const json& j, const GenerationParams& defaults,
   r.str("init_image_sha256", p.init_image_sha256);
   r.str("mask_image", p.mask_image);
   r.limited("strength", p.strength);
+  if (const json* v = r.find("reference_images")) p.reference_images = readReferences(*v, id);
   r.str("cache", p.cache);
   if (const json* v = r.find("loras")) {
     if (!v->is_array()) wrongType("request", "loras", *v, id);
@@ -134,8 +179,8 @@ bool GenerationParams::operator==(const GenerationParams& o) const {
          options == o.options && seed == o.seed && random_seed == o.random_seed &&
          num_images == o.num_images && max_sequence_length == o.max_sequence_length &&
          init_image == o.init_image && init_image_sha256 == o.init_image_sha256 &&
-         mask_image == o.mask_image && strength == o.strength && cache == o.cache &&
-         loras == o.loras;
+         mask_image == o.mask_image && strength == o.strength &&
+         reference_images == o.reference_images && cache == o.cache && loras == o.loras;
 }
 
 void checkParams(const GenerationParams& p, const std::optional<std::string>& id) {
@@ -166,12 +211,24 @@ void checkParams(const GenerationParams& p, const std::optional<std::string>& id
   if (!p.mask_image.empty() && p.init_image.empty())
     throw ProtocolError("request field 'mask_image' needs an init_image (inpainting repaints it)",
                         "mask_image", id);
-  if (!p.init_image_sha256.empty()) {
-    bool hex = p.init_image_sha256.size() == 64;
-    for (char c : p.init_image_sha256) hex = hex && std::isxdigit(static_cast<unsigned char>(c));
-    if (!hex)
-      throw ProtocolError("request field 'init_image_sha256' must be 64 hex digits",
-                          "init_image_sha256", id);
+  if (!p.init_image_sha256.empty() && !isSha256Hex(p.init_image_sha256))
+    throw ProtocolError("request field 'init_image_sha256' must be 64 hex digits",
+                        "init_image_sha256", id);
+  if (p.reference_images.size() > static_cast<std::size_t>(kMaxReferenceImages))
+    throw ProtocolError("request field 'reference_images' holds " +
+                            std::to_string(p.reference_images.size()) + " images; at most " +
+                            std::to_string(kMaxReferenceImages),
+                        "reference_images", id);
+  for (std::size_t i = 0; i < p.reference_images.size(); ++i) {
+    const std::string f = "reference_images[" + std::to_string(i) + "]";
+    const ReferenceImage& ref = p.reference_images[i];
+    if (ref.file.empty())
+      throw ProtocolError("request field '" + f + ".file' must name an image file",
+                          "reference_images", id);
+    checkUtf8(f + ".file", ref.file, id);
+    if (!ref.sha256.empty() && !isSha256Hex(ref.sha256))
+      throw ProtocolError("request field '" + f + ".sha256' must be 64 hex digits",
+                          "reference_images", id);
   }
   checkUtf8("cache", p.cache, id);
   try {
@@ -220,6 +277,15 @@ json toJson(const GenerationParams& p) {
     j["strength"] = p.strength;
     if (!p.init_image_sha256.empty()) j["init_image_sha256"] = p.init_image_sha256;
     if (!p.mask_image.empty()) j["mask_image"] = p.mask_image;
+  }
+  if (!p.reference_images.empty()) {
+    json a = json::array();
+    for (const ReferenceImage& ref : p.reference_images) {
+      json e{{"file", ref.file}};
+      if (!ref.sha256.empty()) e["sha256"] = ref.sha256;
+      a.push_back(std::move(e));
+    }
+    j["reference_images"] = std::move(a);
   }
   if (!p.cache.empty() && p.cache != "none") j["cache"] = p.cache;
   if (!p.loras.empty()) {

@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "app/common/request_values.h"
 #include "app/server/http_server.h"
 #include "app/server/image_codec.h"
 #include "app/server/pool.h"
@@ -98,6 +99,20 @@ struct Handlers {
   std::string saveUpload(const Pixels& px, const std::string& what);
   void attachImages(ImagesCall& c, const std::string& imageBytes, const std::string& maskBytes,
                     const std::string& imageField, const std::string& maskField);
+  /// Editing: each upload decoded (limits checked, 400 naming `field`[i]) and saved, in order,
+  /// as the request's reference images (at most protocol::kMaxReferenceImages at the door; the
+  /// model's own limit is its resolve's).
+  void attachReferences(ImagesCall& c, const std::vector<const std::string*>& images,
+                        const std::string& field);
+  /// The declared request of the model the call goes to, from a ready group (its ready event's
+  /// model.request); nullopt before any group of it is ready.
+  std::optional<RequestSpec> modelSpec(const ImagesCall& c);
+  /// Whether the call's images are reference images (editing) or the init image: the body's
+  /// DiT Studio field "image_role" ("reference" | "init"), else references on a model that takes
+  /// them (FLUX.2 [klein], FLUX.1 Kontext) when no mask is given. 400 naming image_role for
+  /// another value, a mask with references or references for a model that takes none.
+  bool imagesAreReferences(ImagesCall& c, const nlohmann::json& b, bool mask,
+                           const std::string& field);
   void waitFinished(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Job>& job);
   ApiError jobError(const Job& job);
   std::pair<std::string, std::string> outputImage(const JobImage& img, const std::string& format,

@@ -205,6 +205,68 @@ void Handlers::attachImages(ImagesCall& c, const std::string& imageBytes,
   }
 }
 
+void Handlers::attachReferences(ImagesCall& c, const std::vector<const std::string*>& images,
+                                const std::string& field) {
+  if (images.size() > static_cast<size_t>(protocol::kMaxReferenceImages))
+    throw badRequest(std::to_string(images.size()) + " images given; at most " +
+                         std::to_string(protocol::kMaxReferenceImages) + " are accepted",
+                     field);
+  auto& p = c.job.request.params;
+  p.reference_images.clear();
+  for (size_t i = 0; i < images.size(); ++i) {
+    const std::string name = field + "[" + std::to_string(i) + "]";
+    Pixels img;
+    try {
+      img = decodeImage(
+          *images[i], name, opt.max_side,
+          std::min<std::int64_t>(opt.max_upload_pixels, std::int64_t(opt.max_side) * opt.max_side));
+    } catch (const ImageError& e) {
+      throw badRequest(e.what(), field);
+    }
+    p.reference_images.push_back({saveUpload(img, "reference-" + std::to_string(i + 1)), ""});
+  }
+  c.echo["reference_images"] = images.size();
+}
+
+std::optional<RequestSpec> Handlers::modelSpec(const ImagesCall& c) {
+  const std::vector<std::string> ids = pool.models();
+  if (ids.empty()) return std::nullopt;
+  const json ready = pool.readyInfo(c.job.model.empty() ? ids.front() : c.job.model);
+  if (!ready.is_object() || !ready.contains("model") || !ready["model"].is_object() ||
+      !ready["model"].contains("request"))
+    return std::nullopt;
+  try {
+    return requestSpecFromJson(ready["model"]["request"]);
+  } catch (const std::exception&) {
+    return std::nullopt;  // a group that sent no usable spec resolves the request itself
+  }
+}
+
+bool Handlers::imagesAreReferences(ImagesCall& c, const json& b, bool mask,
+                                   const std::string& field) {
+  const std::optional<std::string> role = str(b, "image_role");
+  if (role && *role != "reference" && *role != "init")
+    throw badRequest(
+        "'image_role' must be 'reference' (editing) or 'init' (image-to-image), got '" +
+            role->substr(0, 64) + "'",
+        "image_role");
+  const std::optional<RequestSpec> spec = modelSpec(c);
+  const bool takesReferences = spec && spec->references.max_count > 0;
+  bool refs = takesReferences && !mask;
+  if (role) {
+    refs = *role == "reference";
+    if (refs && mask)
+      throw badRequest("a mask goes with image_role 'init' (inpainting), not with references",
+                       "image_role");
+    if (refs && spec && !takesReferences)
+      throw badRequest("reference images are not supported for " + spec->family + " (" +
+                           spec->pipeline + "); FLUX.2 [klein] and FLUX.1 Kontext models take them",
+                       field);
+    c.echo["image_role"] = *role;
+  }
+  return refs;
+}
+
 // Waits for a job's end (the pool's lock in `lock`).
 void Handlers::waitFinished(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Job>& job) {
   while (!job->finished()) {
@@ -313,18 +375,9 @@ int Handlers::previewEvery(const ImagesCall& c, int count) {
 // height), and a size the family floors is echoed as made. Before any group is ready, the
 // group resolves it (a refusal then fails the job naming the field).
 void Handlers::resolveForModel(ImagesCall& c) {
-  const std::vector<std::string> ids = pool.models();
-  if (ids.empty()) return;
-  const json ready = pool.readyInfo(c.job.model.empty() ? ids.front() : c.job.model);
-  if (!ready.is_object() || !ready.contains("model") || !ready["model"].is_object() ||
-      !ready["model"].contains("request"))
-    return;
-  RequestSpec spec;
-  try {
-    spec = requestSpecFromJson(ready["model"]["request"]);
-  } catch (const std::exception&) {
-    return;  // a group that sent no usable spec resolves the request itself
-  }
+  const std::optional<RequestSpec> declared = modelSpec(c);
+  if (!declared) return;
+  const RequestSpec& spec = *declared;
   // AUTOMATIC1111's cfg_scale is the model's CFG scale: true_cfg_scale where the family runs
   // true CFG (FLUX.1, Qwen-Image), guidance where its CFG is classic (FLUX.2 [klein], Z-Image).
   auto& p = c.job.request.params;
@@ -343,9 +396,12 @@ void Handlers::resolveForModel(ImagesCall& c) {
     // A family option (declared or not) is named where the client put it.
     const FieldSpec* f = spec.field(pr.field);
     const bool option = c.job.request.params.options.count(pr.field) > 0 || (f && f->knob);
-    throw badRequest(pr.message, openAi && side ? "size"
-                                 : option       ? "options." + pr.field
-                                                : pr.field);
+    // Reference images arrive as the OpenAI route's 'image' files / A1111's init_images.
+    const std::string refs = openAi ? "image" : "init_images";
+    throw badRequest(pr.message, openAi && side                   ? "size"
+                                 : option                         ? "options." + pr.field
+                                 : pr.field == "reference_images" ? refs
+                                                                  : pr.field);
   }
   if (c.size != "auto" && !c.size.empty())
     c.size = std::to_string(r.values.width) + "x" + std::to_string(r.values.height);

@@ -212,15 +212,33 @@ void Handlers::edits(const httplib::Request& req, httplib::Response& res) {
     throw badRequest(
         "POST /v1/images/edits expects multipart/form-data with 'image' (and "
         "optionally 'mask')");
-  ImagesCall c = openAiCall(formToJson(req, opt.max_json_depth), "openai.edits");
-  const char* key = req.has_file("image") ? "image" : "image[]";
-  if (!req.has_file(key))
-    throw badRequest("'image' is required (a PNG, JPEG or WebP file)", "image");
-  if (req.files.count(key) > 1)
-    throw badRequest("only one 'image' is accepted per request", "image");
+  const json form = formToJson(req, opt.max_json_depth);
+  ImagesCall c = openAiCall(form, "openai.edits");
+  // Every 'image' / 'image[]' part, in the order sent (the openai client sends several as
+  // image[]).
+  std::vector<const std::string*> images;
+  for (const char* key : {"image", "image[]"}) {
+    auto [a, b] = req.files.equal_range(key);
+    for (auto it = a; it != b; ++it) images.push_back(&it->second.content);
+  }
+  if (images.empty()) throw badRequest("'image' is required (a PNG, JPEG or WebP file)", "image");
   const std::string mask = req.has_file("mask") ? req.get_file_value("mask").content : "";
   if (req.has_file("mask") && mask.empty()) throw badRequest("'mask' is empty", "mask");
-  attachImages(c, req.get_file_value(key).content, mask, "image", "mask");
+  // A model that takes reference images (FLUX.2 [klein], FLUX.1 Kontext) edits from them; with
+  // a mask, image_role "init", or on a model that takes none, the one image is the init image
+  // (image-to-image, inpainting).
+  if (imagesAreReferences(c, form, !mask.empty(), "image")) {
+    attachReferences(c, images, "image");
+  } else {
+    if (images.size() > 1)
+      throw badRequest(std::to_string(images.size()) +
+                           " images given; this model takes one (the init image" +
+                           (mask.empty() ? std::string("") : std::string(" for the mask")) +
+                           "): several images are reference images, which FLUX.2 [klein] and "
+                           "FLUX.1 Kontext models take",
+                       "image");
+    attachImages(c, *images.front(), mask, "image", "mask");
+  }
   if (c.stream)
     streamImages(req, res, c, "image_edit");
   else

@@ -71,9 +71,34 @@ void Handlers::img2img(const httplib::Request& req, httplib::Response& res) {
   ImagesCall c = sdapiCall(b, "sdapi.img2img");
   if (!b.contains("init_images") || !b["init_images"].is_array() || b["init_images"].empty() ||
       !b["init_images"][0].is_string())
-    throw badRequest("'init_images' must be an array with one base64 image", "init_images");
+    throw badRequest("'init_images' must be an array of base64 images", "init_images");
+  const bool hasMask = b.contains("mask") && b["mask"].is_string() &&
+                       !b["mask"].get_ref<const std::string&>().empty();
+  if (imagesAreReferences(c, b, hasMask, "init_images")) {
+    // Editing: every init image is a reference image, in order.
+    std::vector<std::string> decoded;
+    decoded.reserve(b["init_images"].size());
+    for (size_t i = 0; i < b["init_images"].size(); ++i) {
+      const std::string name = "init_images[" + std::to_string(i) + "]";
+      if (!b["init_images"][i].is_string())
+        throw badRequest("'" + name + "' must be a base64 image", "init_images");
+      try {
+        decoded.push_back(decodeBase64(b["init_images"][i].get_ref<const std::string&>(), name));
+      } catch (const ImageError& e) {
+        throw badRequest(e.what(), "init_images");
+      }
+    }
+    std::vector<const std::string*> images;
+    for (const std::string& d : decoded) images.push_back(&d);
+    attachReferences(c, images, "init_images");
+    sdapiRespond(res, c, std::move(b));
+    return;
+  }
   if (b["init_images"].size() > 1)
-    throw badRequest("only one init image is accepted per request", "init_images");
+    throw badRequest(
+        "only one init image is accepted per request (several are reference images, "
+        "which FLUX.2 [klein] and FLUX.1 Kontext models take)",
+        "init_images");
   std::string mask;
   if (b.contains("mask") && !b["mask"].is_null()) {  // read in place: no copy of the upload
     if (!b["mask"].is_string())

@@ -101,6 +101,22 @@ Image8 toRGB(const Image8& in) {
   return out;
 }
 
+Image8 cropImage(const Image8& in, int left, int top, int width, int height) {
+  if (width <= 0 || height <= 0 || left < 0 || top < 0 || left + width > in.width ||
+      top + height > in.height)
+    throw std::invalid_argument("crop box " + std::to_string(width) + "x" + std::to_string(height) +
+                                " at (" + std::to_string(left) + ", " + std::to_string(top) +
+                                ") is outside the " + std::to_string(in.width) + "x" +
+                                std::to_string(in.height) + " image");
+  Image8 out{width, height, in.channels, {}};
+  const size_t row = static_cast<size_t>(width) * in.channels;
+  out.pixels.resize(row * height);
+  for (int y = 0; y < height; ++y)
+    std::copy_n(&in.pixels[(static_cast<size_t>(top + y) * in.width + left) * in.channels], row,
+                &out.pixels[static_cast<size_t>(y) * row]);
+  return out;
+}
+
 Image8 toL(const Image8& in) {
   if (in.channels == 1) return in;
   Image8 out{in.width, in.height, 1, {}};

@@ -47,4 +47,8 @@ Image8 toL(const Image8& img);
 /// Throws std::invalid_argument for a non-positive size.
 Image8 resizeLanczos(const Image8& img, int width, int height);
 
+/// PIL Image.crop((left, top, left + width, top + height)) inside the image (no padding). Throws
+/// std::invalid_argument when the box is empty or leaves the image.
+Image8 cropImage(const Image8& img, int left, int top, int width, int height);
+
 }  // namespace dit

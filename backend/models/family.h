@@ -68,9 +68,13 @@ struct FamilyMemoryFacts {
 };
 
 struct FamilySpec {
-  std::string key;                ///< short stable id: "flux1", "flux2-klein"
-  std::string display_name;       ///< "FLUX.1", "FLUX.2 [klein]"
-  std::string pipeline_class;     ///< model_index.json "_class_name", e.g. "FluxPipeline"
+  std::string key;             ///< short stable id: "flux1", "flux2-klein"
+  std::string display_name;    ///< "FLUX.1", "FLUX.2 [klein]"
+  std::string pipeline_class;  ///< model_index.json "_class_name", e.g. "FluxPipeline"
+  /// Further pipeline classes of the family's folders (same components and transformer, another
+  /// __call__): "FluxKontextPipeline", "Flux2KleinKVPipeline". `request` and the pipeline read
+  /// the folder's class.
+  std::vector<std::string> pipeline_variants;
   std::string transformer_class;  ///< transformer/config.json "_class_name"
   /// inspectCheckpoint's family name for single files of this family ("flux"); empty = none.
   std::string checkpoint_family;

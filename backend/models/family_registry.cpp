@@ -48,25 +48,38 @@ RequestSpec requestSpecOf(const ModelFolder& folder) {
       f.request ? f.request(folder) : baseRequestSpec(f.display_name, f.pipeline_class);
   spec.family = f.display_name;
   for (const FieldSpec& k : f.knobs) {
+    // A knob the folder's request already declares keeps that declaration; declared as not read
+    // (FluxKontextPipeline's max_area on a FluxPipeline folder) it is not this folder's option.
+    bool declared = false;
+    for (FieldSpec& field : spec.fields)
+      if (field.name == k.name) field.knob = declared = true;
+    if (declared) {
+      spec.fields.erase(
+          std::remove_if(spec.fields.begin(), spec.fields.end(),
+                         [&](const FieldSpec& x) { return x.name == k.name && !x.read; }),
+          spec.fields.end());
+      continue;
+    }
     FieldSpec knob = k;
     knob.knob = true;
     spec.fields.push_back(knob);
   }
-  spec.inputs.init_image = f.caps.img2img;
-  spec.inputs.mask = f.caps.inpaint;
-  spec.inputs.step_cache = f.caps.step_cache;
-  if (!spec.inputs.init_image) {
-    for (const char* name : {"init_image", "strength"}) {
-      FieldSpec& field = spec.at(name);
-      field.read = false;
-      field.not_read = f.refusal("img2img");
-    }
-  }
-  if (!spec.inputs.mask) {
-    FieldSpec& field = spec.at("mask_image");
+  // The family's capabilities bound what its request (or its pipeline class) takes.
+  spec.inputs.init_image = spec.inputs.init_image && f.caps.img2img;
+  spec.inputs.mask = spec.inputs.mask && f.caps.inpaint;
+  spec.inputs.step_cache = spec.inputs.step_cache && f.caps.step_cache;
+  // A field not read says why: the pipeline class's own reason when its request gave one, else
+  // the family's capability refusal.
+  auto notRead = [&](const char* name, const char* feature) {
+    FieldSpec& field = spec.at(name);
     field.read = false;
-    field.not_read = f.refusal("inpaint");
+    if (field.not_read.empty()) field.not_read = f.refusal(feature);
+  };
+  if (!spec.inputs.init_image) {
+    notRead("init_image", "img2img");
+    notRead("strength", "img2img");
   }
+  if (!spec.inputs.mask) notRead("mask_image", "inpaint");
   return spec;
 }
 
@@ -108,8 +121,11 @@ std::string FamilySpec::refusal(const std::string& feature) const {
 }
 
 const FamilySpec& pipelineFamily(const std::string& pipeline_class, const std::string& file) {
-  for (const auto& f : modelFamilies())
+  for (const auto& f : modelFamilies()) {
     if (f.pipeline_class == pipeline_class) return f;
+    for (const std::string& v : f.pipeline_variants)
+      if (v == pipeline_class) return f;
+  }
   throw UnsupportedModelError(file, "pipeline class \"" + pipeline_class +
                                         "\" is not supported; supported pipeline classes: " +
                                         joined(supportedPipelineClasses()));
@@ -141,7 +157,10 @@ const FamilySpec& familyOf(const ModelFolder& folder) {
 
 std::vector<std::string> supportedPipelineClasses() {
   std::vector<std::string> v;
-  for (const auto& f : modelFamilies()) v.push_back(f.pipeline_class);
+  for (const auto& f : modelFamilies()) {
+    v.push_back(f.pipeline_class);
+    v.insert(v.end(), f.pipeline_variants.begin(), f.pipeline_variants.end());
+  }
   return v;
 }
 
@@ -183,7 +202,7 @@ ModelFolder ModelFolder::open(const std::string& path) {
       throw ModelFileError(
           f, "no \"_class_name\" here nor in model_index.json: unknown transformer class");
     const FamilySpec& denoiser = transformerFamily(m.transformer_class, f);  // refuses unknown
-    if (denoiser.pipeline_class != m.pipeline_class)
+    if (&denoiser != &family)
       throw UnsupportedModelError(f, "transformer class \"" + m.transformer_class +
                                          "\" belongs to " + denoiser.pipeline_class + ", not to " +
                                          m.pipeline_class + " (" + idx + ")");

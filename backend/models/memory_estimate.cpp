@@ -58,8 +58,10 @@ MemoryEstimate estimateTransformerMemory(const ModelDims& dims, const Strategy& 
   const int tp = std::max(1, s.tp_degree);
   // Transformer: tokens and heads of this rank.
   const int vsf = std::max(1, dims.vae_scale_factor);
-  const uint64_t imageTokens = mul(static_cast<uint64_t>(std::max(0, r.height / (2 * vsf))),
-                                   static_cast<uint64_t>(std::max(0, r.width / (2 * vsf))));
+  // The image stream: the output's tokens plus the reference images' (editing) in every call.
+  const uint64_t imageTokens = add(mul(static_cast<uint64_t>(std::max(0, r.height / (2 * vsf))),
+                                       static_cast<uint64_t>(std::max(0, r.width / (2 * vsf)))),
+                                   static_cast<uint64_t>(std::max(0, r.reference_tokens)));
   const uint64_t tokens = add(imageTokens, static_cast<uint64_t>(std::max(0, r.text_len)));
   const uint64_t ring = static_cast<uint64_t>(std::max(1, s.ring_degree));
   const uint64_t ulysses = static_cast<uint64_t>(std::max(1, s.ulysses_degree));

@@ -6,6 +6,10 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "backend/io/image_io.h"
 #include "backend/io/model_folder.h"
@@ -145,6 +149,17 @@ RequestSpec baseRequestSpec(const std::string& family, const std::string& pipeli
   mask.help = "inpainting: white = repaint (needs init_image)";
   mask.diffusers_arg = "mask_image";
   s.fields.push_back(mask);
+  FieldSpec refs;
+  refs.name = "reference_images";
+  refs.type = FieldType::Images;
+  refs.help = "editing: reference images in order";
+  refs.diffusers_arg = "image";
+  refs.read = false;
+  refs.not_read = "this model takes no reference images";
+  s.fields.push_back(refs);
+  // Every input the family's capabilities allow (requestSpecOf bounds these by them); a pipeline
+  // class that takes less says so in its request.
+  s.inputs.init_image = s.inputs.mask = s.inputs.step_cache = true;
   return s;
 }
 
@@ -174,7 +189,63 @@ RequestDims ResolvedRequest::dims() const {
   d.true_cfg = cfg;
   d.cfg_requirement = cfg_requirement;
   d.num_images = values.num_images;
+  d.reference_tokens = reference_tokens;
   return d;
+}
+
+ReferenceFit fitReference(const ReferenceRule& rule, int multiple, int width, int height,
+                          bool auto_resize) {
+  ReferenceFit f;
+  const std::string size = sizeText(width, height);
+  if (width <= 0 || height <= 0) {
+    f.problem = "has no pixels (" + size + ")";
+    return f;
+  }
+  if (rule.min_side > 0 && (width < rule.min_side || height < rule.min_side)) {
+    f.problem =
+        "is " + size + " pixels; both sides must be at least " + std::to_string(rule.min_side);
+    return f;
+  }
+  const double aspect = static_cast<double>(std::max(width, height)) / std::min(width, height);
+  if (rule.max_aspect > 0 && aspect > rule.max_aspect) {
+    f.problem = "is " + size + " pixels, aspect ratio " + num(std::round(aspect * 100) / 100) +
+                "; it must be at most " + num(rule.max_aspect);
+    return f;
+  }
+  int w = width, h = height;
+  if (rule.max_area > 0 && static_cast<int64_t>(w) * h > rule.max_area) {
+    // _resize_to_target_area: scale = sqrt(area / (w * h)), int(w * scale) x int(h * scale).
+    const double scale =
+        std::sqrt(static_cast<double>(rule.max_area) / (static_cast<double>(w) * h));
+    w = static_cast<int>(w * scale);
+    h = static_cast<int>(h * scale);
+  }
+  f.scaled_width = w;
+  f.scaled_height = h;
+  int W = w / multiple * multiple, H = h / multiple * multiple;
+  if (rule.fit == ReferenceRule::Fit::Resize && auto_resize && W > 0 && H > 0 &&
+      !rule.preferred_sizes.empty()) {
+    // min((abs(aspect - pw / ph), pw, ph)): the nearest aspect, ties to the smaller width.
+    const double a = static_cast<double>(W) / H;
+    std::tuple<double, int, int> best{1e300, 0, 0};
+    for (const auto& [pw, ph] : rule.preferred_sizes)
+      best = std::min(best, std::make_tuple(std::fabs(a - static_cast<double>(pw) / ph), pw, ph));
+    W = std::get<1>(best) / multiple * multiple;
+    H = std::get<2>(best) / multiple * multiple;
+  }
+  if (W <= 0 || H <= 0) {
+    f.problem = "is " + size + " pixels; both sides must be at least " + std::to_string(multiple);
+    return f;
+  }
+  f.width = W;
+  f.height = H;
+  if (rule.fit == ReferenceRule::Fit::CenterCrop) {
+    f.crop_left = (w - W) / 2;
+    f.crop_top = (h - H) / 2;
+  } else {
+    f.resample = W != width || H != height;
+  }
+  return f;
 }
 
 ResolvedRequest resolveRequest(const RequestSpec& spec, const RequestValues& request,
@@ -216,7 +287,7 @@ ResolvedRequest resolveRequest(const RequestSpec& spec, const RequestValues& req
 
   // Numeric fields in their declared ranges; fields given that this model does not read.
   for (const FieldSpec& f : spec.fields) {
-    if (f.type == FieldType::Image || f.type == FieldType::Text) {
+    if (f.type == FieldType::Image || f.type == FieldType::Images || f.type == FieldType::Text) {
       const bool given = f.name == "negative_prompt" ? v.hasNegativePrompt() : false;
       if (!f.read && given && v.given.count(f.name))
         r.notes.push_back(f.name + " is ignored: " + f.not_read);
@@ -246,6 +317,51 @@ ResolvedRequest resolveRequest(const RequestSpec& spec, const RequestValues& req
     problem("cache", "capability",
             "step caching (First Block Cache, TaylorSeer) is not supported for " + spec.family +
                 "; remove cache");
+
+  // Reference images: how many, each readable and fitted; their tokens join every call.
+  const ReferenceRule& refs = spec.references;
+  if (!v.reference_images.empty()) {
+    const int n = static_cast<int>(v.reference_images.size());
+    if (refs.max_count == 0)
+      problem("reference_images", "capability",
+              "reference images are not supported for " + spec.family + " (" + spec.pipeline +
+                  "); remove them (FLUX.2 [klein] and FLUX.1 Kontext models take them)");
+    else if (n > refs.max_count)
+      problem("reference_images", "reference_count",
+              std::to_string(n) + " reference images given; " + spec.pipeline + " takes at most " +
+                  std::to_string(refs.max_count));
+    if (!v.init_image.empty())
+      problem("reference_images", "conflict",
+              "reference images and an init image cannot be combined: editing starts from "
+              "noise with the references as conditioning; remove init_image (or the references)");
+    if (refs.max_count > 0 && n <= refs.max_count) {
+      const bool autoResize =
+          !refs.auto_resize_field.empty() && v.number(refs.auto_resize_field, 1) != 0;
+      for (int i = 0; i < n; ++i) {
+        const std::string& path = v.reference_images[static_cast<size_t>(i)];
+        try {
+          const auto [iw, ih] = imageSizeFn ? imageSizeFn(path) : imageSize(path);
+          const ReferenceFit fit = fitReference(refs, mult, iw, ih, autoResize);
+          if (!fit.problem.empty()) {
+            problem("reference_images", "reference_size",
+                    "reference image " + std::to_string(i + 1) + " (" + path + ") " + fit.problem +
+                        " (" + refs.source + ")");
+            continue;
+          }
+          r.reference_sizes.emplace_back(fit.width, fit.height);
+          r.reference_tokens += fit.tokens(mult);
+        } catch (const std::exception& e) {
+          problem("reference_images", "image",
+                  "reference image " + std::to_string(i + 1) + ": " + e.what());
+        }
+      }
+      if (refs.output_size_from_first && !r.reference_sizes.empty()) {
+        // height = height or image_height (the first reference's fitted size).
+        if (v.width <= 0) v.width = r.reference_sizes.front().first;
+        if (v.height <= 0) v.height = r.reference_sizes.front().second;
+      }
+    }
+  }
 
   // The size: from the init image where the family says so, the defaults, the multiple.
   bool sized = true;
@@ -278,6 +394,22 @@ ResolvedRequest resolveRequest(const RequestSpec& spec, const RequestValues& req
   }
   if (v.width <= 0) v.width = size.default_width;
   if (v.height <= 0) v.height = size.default_height;
+  if (!size.max_area_field.empty() && sized && v.width > 0 && v.height > 0) {
+    // FluxKontextPipeline: the output is rescaled to max_area at the requested aspect, then
+    // floored to the multiple below (round() is Python's: half to even).
+    const double area = v.number(size.max_area_field, 1024.0 * 1024.0);
+    const double aspect = static_cast<double>(v.width) / v.height;
+    const int w = static_cast<int>(std::nearbyint(std::sqrt(area * aspect)));
+    const int h = static_cast<int>(std::nearbyint(std::sqrt(area / aspect)));
+    if (w / mult * mult != v.width || h / mult * mult != v.height)
+      r.notes.push_back(spec.pipeline + " rescales the output to " + size.max_area_field + " " +
+                        num(area) +
+                        " pixels at the requested aspect: " + sizeText(v.width, v.height) +
+                        " makes " + sizeText(w / mult * mult, h / mult * mult));
+    // Floored here (one note); a side under the multiple stays as it is and is refused below.
+    v.width = w >= mult ? w / mult * mult : w;
+    v.height = h >= mult ? h / mult * mult : h;
+  }
   if (v.steps <= 0) v.steps = spec.default_steps;
   if (v.max_sequence_length <= 0) v.max_sequence_length = spec.default_max_sequence_length;
   if (sized && v.width > 0 && v.height > 0) {
@@ -366,6 +498,8 @@ const char* typeName(FieldType t) {
       return "text";
     case FieldType::Image:
       return "image";
+    case FieldType::Images:
+      return "images";
   }
   return "float";
 }
@@ -386,6 +520,43 @@ T member(const nlohmann::json& j, const char* key, T fallback) {
   } catch (const std::exception&) {
     throw std::invalid_argument(std::string("request spec: '") + key + "' has the wrong type");
   }
+}
+
+}  // namespace
+
+namespace {
+
+nlohmann::json referencesJson(const ReferenceRule& r) {
+  nlohmann::json preferred = nlohmann::json::array();
+  for (const auto& [w, h] : r.preferred_sizes) preferred.push_back({w, h});
+  return {{"max_count", r.max_count},
+          {"min_side", r.min_side},
+          {"max_aspect", r.max_aspect},
+          {"max_area", r.max_area},
+          {"fit", r.fit == ReferenceRule::Fit::Resize ? "resize" : "center_crop"},
+          {"preferred_sizes", preferred},
+          {"auto_resize_field", r.auto_resize_field},
+          {"output_size_from_first", r.output_size_from_first},
+          {"ids", r.ids},
+          {"source", r.source}};
+}
+
+ReferenceRule referencesFromJson(const nlohmann::json& j) {
+  ReferenceRule r;
+  r.max_count = member<int>(j, "max_count", 0);
+  r.min_side = member<int>(j, "min_side", 0);
+  r.max_aspect = member<double>(j, "max_aspect", 0);
+  r.max_area = member<int64_t>(j, "max_area", 0);
+  r.fit = enumOf<ReferenceRule::Fit>(
+      "references fit", member<std::string>(j, "fit", "center_crop"),
+      {{"center_crop", ReferenceRule::Fit::CenterCrop}, {"resize", ReferenceRule::Fit::Resize}});
+  r.preferred_sizes =
+      member<std::vector<std::pair<int, int>>>(j, "preferred_sizes", r.preferred_sizes);
+  r.auto_resize_field = member<std::string>(j, "auto_resize_field", "");
+  r.output_size_from_first = member<bool>(j, "output_size_from_first", false);
+  r.ids = member<std::string>(j, "ids", "");
+  r.source = member<std::string>(j, "source", "");
+  return r;
 }
 
 }  // namespace
@@ -421,6 +592,7 @@ nlohmann::json requestSpecToJson(const RequestSpec& s) {
         {"init_image",
          z.init_image == SizeRule::FromInitImage::Always ? "always" : "defaults_to_image"},
         {"init_image_max_area", z.init_image_max_area},
+        {"max_area_field", z.max_area_field},
         {"source", z.source}}},
       {"guider",
        {{"kind", g.kind == GuiderSpec::Kind::None         ? "none"
@@ -439,6 +611,7 @@ nlohmann::json requestSpecToJson(const RequestSpec& s) {
        {{"init_image", s.inputs.init_image},
         {"mask", s.inputs.mask},
         {"step_cache", s.inputs.step_cache}}},
+      {"references", referencesJson(s.references)},
       {"default_steps", s.default_steps},
       {"default_max_sequence_length", s.default_max_sequence_length},
       {"max_sequence_length_rule", s.max_sequence_length_rule},
@@ -460,7 +633,8 @@ RequestSpec requestSpecFromJson(const nlohmann::json& j) {
                                  {{"int", FieldType::Int},
                                   {"float", FieldType::Float},
                                   {"text", FieldType::Text},
-                                  {"image", FieldType::Image}});
+                                  {"image", FieldType::Image},
+                                  {"images", FieldType::Images}});
       x.default_value = member<double>(f, "default", 0);
       x.min = member<double>(f, "min", 0);
       x.max = member<double>(f, "max", 0);
@@ -487,7 +661,9 @@ RequestSpec requestSpecFromJson(const nlohmann::json& j) {
       {{"defaults_to_image", SizeRule::FromInitImage::DefaultsToImage},
        {"always", SizeRule::FromInitImage::Always}});
   s.size.init_image_max_area = member<int64_t>(z, "init_image_max_area", 0);
+  s.size.max_area_field = member<std::string>(z, "max_area_field", "");
   s.size.source = member<std::string>(z, "source", "");
+  s.references = referencesFromJson(j.value("references", nlohmann::json::object()));
   const nlohmann::json g = j.value("guider", nlohmann::json::object());
   s.guider.kind = enumOf<GuiderSpec::Kind>("guider kind", member<std::string>(g, "kind", "none"),
                                            {{"none", GuiderSpec::Kind::None},
@@ -528,6 +704,8 @@ std::string requestSpecMarkdown(const RequestSpec& s) {
         return "text";
       case FieldType::Image:
         return "image";
+      case FieldType::Images:
+        return "images";
     }
     return "";
   };
@@ -572,6 +750,30 @@ std::string requestSpecMarkdown(const RequestSpec& s) {
     md +=
         "With an init image a width or height of 0 takes the image's size, floored to the "
         "multiple.";
+  if (!z.max_area_field.empty())
+    md += " The output is always rescaled to `" + z.max_area_field +
+          "` pixels of area at the requested aspect, then floored.";
+  const ReferenceRule& rf = s.references;
+  if (rf.max_count == 0) {
+    md += " No reference images.";
+  } else {
+    md += " Reference images: up to " + std::to_string(rf.max_count) + " (" + rf.source + ")";
+    if (rf.min_side > 0) md += ", both sides at least " + std::to_string(rf.min_side) + " pixels";
+    if (rf.max_aspect > 0) md += ", aspect at most " + num(rf.max_aspect);
+    if (rf.max_area > 0)
+      md += ", larger than " + std::to_string(rf.max_area) + " pixels scaled down (LANCZOS)";
+    md +=
+        rf.fit == ReferenceRule::Fit::CenterCrop
+            ? "; each centre-cropped to the multiple (no resampling)"
+            : "; each resized (LANCZOS) to the floored size" +
+                  (rf.auto_resize_field.empty()
+                       ? std::string()
+                       : ", or with `" + rf.auto_resize_field + "` to the nearest of " +
+                             std::to_string(rf.preferred_sizes.size()) + " preferred resolutions");
+    md += "; position ids " + rf.ids;
+    if (rf.output_size_from_first) md += "; width and height of 0 take the first reference's size";
+    md += ".";
+  }
   md += "\n\nCFG: ";
   switch (s.guider.kind) {
     case GuiderSpec::Kind::None:

@@ -30,10 +30,11 @@ namespace dit {
 
 /// The kind of value a request field holds (what a front end shows for it).
 enum class FieldType {
-  Int,    ///< an integer (steps, max_sequence_length)
-  Float,  ///< a finite number (guidance, true_cfg_scale, cfg_truncation)
-  Text,   ///< free text (negative_prompt)
-  Image,  ///< one image file (init_image, mask_image)
+  Int,     ///< an integer (steps, max_sequence_length)
+  Float,   ///< a finite number (guidance, true_cfg_scale, cfg_truncation)
+  Text,    ///< free text (negative_prompt)
+  Image,   ///< one image file (init_image, mask_image)
+  Images,  ///< image files in order (reference_images: diffusers' `image=[...]` of the editors)
 };
 
 /// One request input as the family reads it (diffusers' InputParam).
@@ -79,6 +80,10 @@ struct SizeRule {
   /// down to init_image_max_area pixels when larger (Flux2KleinInpaintPipeline).
   enum class FromInitImage { DefaultsToImage, Always } init_image = FromInitImage::DefaultsToImage;
   int64_t init_image_max_area = 0;  ///< pixels; 0 = no cap
+  /// A knob holding an area in pixels ("" = none): the output is always rescaled to that area at
+  /// the requested aspect, W = round(sqrt(area * W / H)), H = round(sqrt(area * H / W)) (Python
+  /// round: half to even), then floored to the multiple (FluxKontextPipeline's max_area).
+  std::string max_area_field;
   /// Where the rule comes from, named in messages: "FluxPipeline.check_inputs".
   std::string source;
 };
@@ -120,7 +125,50 @@ struct GuiderSpec {
   std::string requirement;
 };
 
-/// The image inputs a family takes beyond the prompt.
+/// Reference images (diffusers' `image=` of Flux2KleinPipeline and FluxKontextPipeline): how many
+/// a model takes, how each is checked and fitted to the VAE's multiple, and whether the output
+/// size follows the first. A reference's tokens are appended to the image tokens in every
+/// transformer call (clean, never noised) and dropped from the prediction.
+struct ReferenceRule {
+  int max_count = 0;      ///< 0 = the model takes none
+  int min_side = 0;       ///< pixels, both sides of the file (Flux2ImageProcessor: 64)
+  double max_aspect = 0;  ///< longer / shorter side at most this (Flux2ImageProcessor: 8); 0 = any
+  /// Larger files are first scaled (PIL LANCZOS) to this area: int(W * s) x int(H * s),
+  /// s = sqrt(max_area / (W * H)) (Flux2ImageProcessor._resize_to_target_area); 0 = never.
+  int64_t max_area = 0;
+  /// CenterCrop: both sides floored to the multiple and the image centre-cropped to that, no
+  /// resampling (Flux2ImageProcessor._resize_and_crop). Resize: the floored size, or with the
+  /// `auto_resize_field` knob on the entry of `preferred_sizes` nearest in aspect (ties: the
+  /// smaller width), resampled with PIL LANCZOS (FluxKontextPipeline).
+  enum class Fit { CenterCrop, Resize } fit = Fit::CenterCrop;
+  std::vector<std::pair<int, int>> preferred_sizes;  ///< (width, height) pixels
+  std::string auto_resize_field;                     ///< knob (0 / 1); "" = never
+  /// A width / height of 0 takes the first reference's fitted size (Flux2KleinPipeline).
+  bool output_size_from_first = false;
+  /// What the first position id axis of reference i is, in words, for the docs:
+  /// "T = 10 + 10 i", "1".
+  std::string ids;
+  std::string source;  ///< named in messages: "Flux2KleinPipeline (Flux2ImageProcessor)"
+};
+
+/// How one reference image of `width` x `height` pixels is fitted (fitReference).
+struct ReferenceFit {
+  int scaled_width = 0, scaled_height = 0;  ///< after the area cap (= the file's size without)
+  int width = 0, height = 0;                ///< what the VAE encodes, multiples of the multiple
+  int crop_left = 0, crop_top = 0;          ///< CenterCrop: the box's origin in the scaled image
+  bool resample = false;                    ///< Resize: LANCZOS from the file to width x height
+  std::string problem;                      ///< non-empty: refused (too small, too long)
+  /// Packed tokens of the fitted image for `multiple` pixels per token side.
+  int tokens(int multiple) const { return (width / multiple) * (height / multiple); }
+};
+
+/// Fits a `width` x `height` reference by `rule` for `multiple` pixels per token side;
+/// `auto_resize` is the rule's knob value. Never throws: a refusal is ReferenceFit::problem.
+ReferenceFit fitReference(const ReferenceRule& rule, int multiple, int width, int height,
+                          bool auto_resize);
+
+/// The image inputs a family takes beyond the prompt (baseRequestSpec: all; requestSpecOf bounds
+/// them by the family's capabilities).
 struct InputLimits {
   bool init_image = false;  ///< image-to-image (init_image, strength)
   bool mask = false;        ///< inpainting (mask_image; needs init_image)
@@ -135,6 +183,7 @@ struct RequestSpec {
   SizeRule size;
   GuiderSpec guider;
   InputLimits inputs;
+  ReferenceRule references;
   int default_steps = 28;
   int default_max_sequence_length = 512;
   /// Where the max_sequence_length limit comes from, named in its refusal: "FluxPipeline (T5)".
@@ -164,7 +213,10 @@ struct RequestValues {
   int num_images = 1;
   double guidance = 3.5, true_cfg_scale = 1.0, strength = 0.6;
   std::string init_image, mask_image;  ///< paths; "" = none
-  bool cache = false;                  ///< step caching asked for
+  /// Reference images (paths) in order: reference i gets position id T = 10 + 10 i on FLUX.2
+  /// [klein]; empty = none.
+  std::vector<std::string> reference_images;
+  bool cache = false;  ///< step caching asked for
   /// Family knobs by field name (FieldSpec::knob); absent = the field's default.
   std::map<std::string, double> options;
   /// The fields the user set explicitly (a CLI flag given, a JSON key present): a field the
@@ -194,6 +246,10 @@ struct ResolvedRequest {
   bool cfg = false;             ///< the guider runs a second (unconditional) branch
   std::string cfg_requirement;  ///< GuiderSpec::requirement, for strategy refusals
   std::vector<RequestProblem> problems;
+  /// Each reference's fitted size (width, height) in pixels, in order, and their packed tokens
+  /// in all (what every transformer call appends to the image tokens).
+  std::vector<std::pair<int, int>> reference_sizes;
+  int reference_tokens = 0;
   /// Warnings: a given field this model does not read, a size floored to the multiple.
   std::vector<std::string> notes;
 
@@ -207,10 +263,13 @@ struct ResolvedRequest {
 /// The one resolve: checks `request` against `spec` and fills the family's defaults. Problems:
 /// an unknown knob (rule "unknown"), a numeric field outside its range or not finite ("range"),
 /// a mask without an init image or an input the family does not take ("requires",
-/// "capability"), a size off the multiple where the family refuses it ("multiple"), above
-/// max_side ("max_side"), too small ("min_side"), an unreadable init image ("image"), strength x
-/// steps < 1 ("strength_steps"). `imageSize` reads an init image's size (empty: the project's
-/// decoder, backend/io/image_io.h imageSize). Never throws for a bad request.
+/// "capability"), more reference images than the model takes ("reference_count"), a reference
+/// that cannot be read ("image", field reference_images) or is too small or too long
+/// ("reference_size"), references together with an init image ("conflict"), a size off the multiple
+/// where the family refuses it ("multiple"), above max_side ("max_side"), too small ("min_side"),
+/// an unreadable init image ("image"), strength x steps < 1 ("strength_steps"). `imageSize` reads
+/// an init image's size (empty: the project's decoder, backend/io/image_io.h imageSize). Never
+/// throws for a bad request.
 ResolvedRequest resolveRequest(const RequestSpec& spec, const RequestValues& request,
                                const ImageSizeFn& imageSize = {});
 

@@ -68,6 +68,12 @@ struct PipelineInputs {
   /// repaint, binarised at 0.5, resized like the init image when its size differs); needs
   /// init_image.
   std::string mask_image;
+  /// Editing (Flux2KleinPipeline's image=[...], FluxKontextPipeline's image): paths of the
+  /// reference images in order, read by every rank; each is fitted by the family's
+  /// RequestSpec::references (fitReference), VAE-encoded once per request (posterior mode: no
+  /// draw) and its packed tokens appended to the image tokens in every transformer call. Empty =
+  /// none. Not together with init_image.
+  std::vector<std::string> reference_images;
   /// How much of the schedule runs, in (0, 1]: t_start = int(N - min(N * strength, N)) and the
   /// start latents are sigma[t_start] * noise + (1 - sigma[t_start]) * image_latents (diffusers'
   /// default 0.6). Used only with init_image.

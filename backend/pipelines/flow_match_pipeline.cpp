@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "backend/models/cache/step_cache.h"
 #include "backend/models/family_registry.h"
@@ -64,11 +66,12 @@ PipelineInputs FlowMatchPipeline::resolve(PipelineInputs p) const {
   v.strength = p.strength;
   v.init_image = p.init_image;
   v.mask_image = p.mask_image;
+  v.reference_images = p.reference_images;
   v.cache = p.cache.enabled();
   v.options = p.options;
   const ResolvedRequest r = resolveRequest(spec_, v);
   if (!r.ok()) {
-    // An unreadable init image is a file error, not a wrong value.
+    // An unreadable init or reference image is a file error, not a wrong value.
     for (const RequestProblem& pr : r.problems)
       if (pr.rule == "image") throw std::runtime_error(pr.message);
     throwIfProblems(r);
@@ -160,6 +163,8 @@ FlowMatchLatents FlowMatchPipeline::prepareLatents(const PipelineInputs& p,
   auto gen = at::detail::createCPUGenerator(p.seed);
   if (p.init_image.empty()) {
     s.latents = drawNoise(gen, s.h, s.w, res);
+    // Editing: the references draw nothing (posterior mode), so the noise is the same either way.
+    if (!p.reference_images.empty()) encodeReferences(p, s, cb, res);
     return s;
   }
   if (cb.onStage) cb.onStage("encode_image");
@@ -183,6 +188,70 @@ FlowMatchLatents FlowMatchPipeline::prepareLatents(const PipelineInputs& p,
   }
   res.timings_ms["encode_image"] = msSince(t0);
   return s;
+}
+
+at::Tensor FlowMatchPipeline::preprocessReference(const Image8& image,
+                                                  const ReferenceFit& fit) const {
+  Image8 rgb = toRGB(image);
+  if (spec_.references.fit == ReferenceRule::Fit::CenterCrop) {
+    // Flux2ImageProcessor: the area cap (_resize_to_target_area, LANCZOS), then
+    // _resize_and_crop's centre crop to the floored size (no resampling).
+    if (fit.scaled_width != rgb.width || fit.scaled_height != rgb.height)
+      rgb = resizeLanczos(rgb, fit.scaled_width, fit.scaled_height);
+    rgb = cropImage(rgb, fit.crop_left, fit.crop_top, fit.width, fit.height);
+  }
+  // Resize (FluxKontextPipeline): image_processor.resize to the fitted size (LANCZOS, when it
+  // differs), then preprocess at that size.
+  return preprocessImage(rgb, fit.height, fit.width);
+}
+
+at::Tensor FlowMatchPipeline::encodeReference(const at::Tensor&, int, GenerationResult&) {
+  throw std::invalid_argument("reference images are not supported for " + familyName_ + " (" +
+                              model_.pipeline_class + ")");
+}
+
+at::Tensor FlowMatchPipeline::referenceIds(int, int64_t, int64_t) const {
+  throw std::invalid_argument("reference images are not supported for " + familyName_ + " (" +
+                              model_.pipeline_class + ")");
+}
+
+void FlowMatchPipeline::encodeReferences(const PipelineInputs& p, FlowMatchLatents& s,
+                                         const PipelineCallbacks& cb, GenerationResult& res) {
+  if (cb.onStage) cb.onStage("encode_references");
+  const auto t0 = Clock::now();
+  const ReferenceRule& rule = spec_.references;
+  const int mult = 2 * vaeScaleFactor();
+  bool autoResize = false;
+  if (!rule.auto_resize_field.empty()) {
+    auto it = p.options.find(rule.auto_resize_field);
+    autoResize = it == p.options.end() || it->second != 0;
+  }
+  std::vector<at::Tensor> tokens, ids;
+  for (size_t i = 0; i < p.reference_images.size(); ++i) {
+    const std::string& path = p.reference_images[i];
+    const std::string what = "reference image " + std::to_string(i + 1);
+    Image8 img;
+    try {
+      img = readImage(path);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(what + ": " + e.what());
+    }
+    const ReferenceFit fit = fitReference(rule, mult, img.width, img.height, autoResize);
+    if (!fit.problem.empty())
+      throw std::invalid_argument(what + " (" + path + ") " + fit.problem + " (" + rule.source +
+                                  ")");
+    const int index = static_cast<int>(i);
+    const at::Tensor x = preprocessReference(img, fit);
+    res.tensors["ref_image." + std::to_string(i)] = x;
+    tokens.push_back(encodeReference(x, index, res));
+    ids.push_back(referenceIds(index, fit.height / mult, fit.width / mult));
+  }
+  const at::Tensor packed = at::cat(tokens, 1).contiguous();
+  s.reference_ids = at::cat(ids, 0).contiguous();
+  res.tensors["ref_latents"] = packed;
+  res.tensors["ref_ids"] = s.reference_ids;
+  s.reference_tokens = packed.to(device_, opts_.dtype);
+  res.timings_ms["encode_references"] = msSince(t0);
 }
 
 at::Tensor FlowMatchPipeline::modelTimestep(float timestep, at::ScalarType dt) const {

@@ -60,9 +60,13 @@ struct FlowMatchLatents {
   /// prompt's (family-set in prepareTransformerInputs: "img_ids", "guidance", ...), on the device.
   TransformerInputs fixed_inputs;
   /// Conditioning tokens appended after the noisy tokens every step (Flux2KleinInpaintPipeline's
-  /// init image) [1, S_ref, C] on the device in the compute dtype; the prediction is cut back to
-  /// the first h * w tokens. Undefined = none.
+  /// init image; the reference images of Flux2KleinPipeline(image=[...]) and
+  /// FluxKontextPipeline) [1, S_ref, C] on the device in the compute dtype; the prediction is cut
+  /// back to the first h * w tokens. Undefined = none.
   at::Tensor reference_tokens;
+  /// The reference images' position ids [S_ref, axes] (CPU, the family's id dtype), in the order
+  /// of reference_tokens; the family appends them to img_ids. Undefined = no reference images.
+  at::Tensor reference_ids;
 };
 
 class FlowMatchPipeline : public DiffusionPipeline {
@@ -147,6 +151,21 @@ class FlowMatchPipeline : public DiffusionPipeline {
   virtual FlowMatchLatents prepareLatents(const PipelineInputs& p,
                                           const FlowMatchEulerDiscreteScheduler& scheduler,
                                           const PipelineCallbacks& cb, GenerationResult& res);
+  /// Reference image `index` (0-based) of the request, fitted by the family's
+  /// RequestSpec::references (`fit`: fitReference) and preprocessed: [1, 3, fit.height,
+  /// fit.width] float32 in [-1, 1]. Default: CenterCrop scales to the area cap (PIL LANCZOS) and
+  /// centre-crops (Flux2ImageProcessor._resize_and_crop); Resize resamples (PIL LANCZOS) to the
+  /// fitted size (FluxKontextPipeline); then VaeImageProcessor's x / 255 * 2 - 1.
+  virtual at::Tensor preprocessReference(const Image8& image, const ReferenceFit& fit) const;
+  /// Encodes a preprocessed reference to packed latents [1, h * w, C] float32 CPU: the posterior
+  /// MODE (no generator draw, so the noise is the draw of the same request without references)
+  /// and the family's normalisation; may record "ref_latents_unpacked.<index>". Default: throws
+  /// std::invalid_argument (the family takes no reference images).
+  virtual at::Tensor encodeReference(const at::Tensor& image, int index, GenerationResult& res);
+  /// Position ids of reference `index`'s h x w tokens [h * w, axes] CPU in the family's id
+  /// dtype (FLUX.2: (10 + 10 index, y, x, 0) int64; FLUX.1 Kontext: (1, y, x) float32).
+  /// Default: throws as encodeReference.
+  virtual at::Tensor referenceIds(int index, int64_t h, int64_t w) const;
   /// Sets latents.fixed_inputs (position ids, guidance, ...) and reference_tokens for the loop.
   virtual void prepareTransformerInputs(const PipelineInputs& p, FlowMatchLatents& latents) = 0;
   /// The transformer's time input [1] for scheduler timestep `timestep` (0..1000), on the device
@@ -163,6 +182,13 @@ class FlowMatchPipeline : public DiffusionPipeline {
 
  private:
   void checkCfg(const Guider& guider) const;
+  /// The request's reference images, once per request (encode_references stage): read, fitted,
+  /// preprocessed, encoded and packed into s.reference_tokens (device, compute dtype) and
+  /// s.reference_ids; res.tensors gets "ref_image.<i>", "ref_latents" [1, S_ref, C] and
+  /// "ref_ids". Throws std::runtime_error naming an unreadable file, std::invalid_argument for
+  /// one the family's rule refuses.
+  void encodeReferences(const PipelineInputs& p, FlowMatchLatents& s, const PipelineCallbacks& cb,
+                        GenerationResult& res);
   /// Throws std::runtime_error when `t` (float32 CPU: the final latents, then the decoded image)
   /// holds NaN or Inf, naming `what`, the steps run and the likely cause (an applied LoRA, the
   /// weights, float16 overflow, an extreme guidance scale): nothing is written for such a result.

@@ -4,22 +4,58 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "backend/io/model_folder.h"
 #include "backend/io/safetensors.h"
 #include "backend/models/checkpoint_layouts.h"
 #include "backend/models/family_facts.h"
 #include "backend/models/family_request.h"
+#include "backend/models/flux/flux_bfl_config.h"
 #include "backend/models/flux/flux_plan.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
 
 namespace dit {
+
+namespace {
+
+// FluxKontextPipeline's own __call__ arguments (declared by every FLUX.1 folder's request, read
+// only by FluxKontextPipeline folders).
+std::vector<FieldSpec> kontextKnobs() {
+  FieldSpec maxArea;
+  maxArea.name = "max_area";
+  maxArea.type = FieldType::Int;
+  maxArea.default_value = 1024 * 1024;
+  maxArea.min = 64;
+  maxArea.max = 16384.0 * 16384.0;
+  maxArea.unit = " pixels";
+  maxArea.help = "the output's area: the requested size is rescaled to it at the same aspect";
+  maxArea.diffusers_arg = "max_area";
+  maxArea.knob = true;
+  FieldSpec autoResize;
+  autoResize.name = "auto_resize";
+  autoResize.type = FieldType::Int;
+  autoResize.default_value = 1;
+  autoResize.min = 0;
+  autoResize.max = 1;
+  autoResize.help =
+      "1: resize the reference to the nearest of the 17 preferred Kontext resolutions; 0: keep "
+      "its size (floored to the multiple)";
+  autoResize.diffusers_arg = "_auto_resize";
+  autoResize.knob = true;
+  return {maxArea, autoResize};
+}
+
+}  // namespace
 
 FamilySpec fluxFamily() {
   FamilySpec f;
   f.key = "flux1";
   f.display_name = "FLUX.1";
   f.pipeline_class = "FluxPipeline";
+  // FLUX.1 Kontext: the same components and transformer, FluxKontextPipeline's __call__ (one
+  // reference image; the output rescaled to max_area).
+  f.pipeline_variants = {"FluxKontextPipeline"};
   f.transformer_class = "FluxTransformer2DModel";
   f.checkpoint_family = "flux";
   f.components = {"transformer", "text_encoder", "text_encoder_2", "tokenizer",
@@ -96,10 +132,10 @@ FamilySpec fluxFamily() {
     // CLIP-L 0.123 B + T5-XXL encoder 4.76 B + VAE 0.084 B
     return std::vector<KnownModel>{{"FLUX.1 [dev]", fluxModelDims(dev, 8), 4.9e9, 512}};
   };
-  f.request = [family = f.display_name, pipeline = f.pipeline_class](const ModelFolder& m) {
+  f.request = [family = f.display_name](const ModelFolder& m) {
     // FluxPipeline.__call__ (FluxImg2ImgPipeline / FluxInpaintPipeline with an init image).
     const FluxPipelineConfig& c = fluxConfig(m);
-    RequestSpec s = folderRequestBase(m, family, pipeline);
+    RequestSpec s = folderRequestBase(m, family, m.pipeline_class);
     s.default_steps = 28;
     s.size.rounding = SizeRule::Rounding::Refuse;  // check_inputs: "must be divisible by"
     s.size.init_image = SizeRule::FromInitImage::DefaultsToImage;
@@ -119,8 +155,45 @@ FamilySpec fluxFamily() {
     s.guider.scale_field = "true_cfg_scale";
     s.guider.threshold = 1.0;
     s.guider.requirement = "a negative prompt and true_cfg_scale > 1";
+    for (const FieldSpec& k : kontextKnobs()) s.fields.push_back(k);
+    FieldSpec& maxArea = s.at("max_area");
+    FieldSpec& autoResize = s.at("auto_resize");
+    if (m.pipeline_class == "FluxKontextPipeline") {
+      // FluxKontextPipeline.__call__: height/width default to 128 x vae_scale_factor, then the
+      // output is ALWAYS rescaled to max_area at that aspect and floored to the multiple (with a
+      // warning); one reference image, floored to the multiple or (_auto_resize, the default)
+      // the nearest PREFERRED_KONTEXT_RESOLUTIONS entry, resized with LANCZOS, encoded
+      // (posterior mode, shift and scale), packed with position ids (1, row, col). No
+      // image-to-image or inpainting (those are FluxKontextInpaintPipeline's).
+      s.size.rounding = SizeRule::Rounding::Floor;
+      s.size.max_area_field = "max_area";
+      s.size.source = "FluxKontextPipeline.__call__";
+      s.inputs.init_image = s.inputs.mask = false;
+      for (const char* name : {"init_image", "strength", "mask_image"})
+        s.at(name).not_read =
+            "FluxKontextPipeline takes no init image or mask (its image is the reference to "
+            "edit: reference_images)";
+      ReferenceRule& r = s.references;
+      r.max_count = 1;
+      r.fit = ReferenceRule::Fit::Resize;
+      r.preferred_sizes = {{672, 1568}, {688, 1504}, {720, 1456}, {752, 1392},  {800, 1328},
+                           {832, 1248}, {880, 1184}, {944, 1104}, {1024, 1024}, {1104, 944},
+                           {1184, 880}, {1248, 832}, {1328, 800}, {1392, 752},  {1456, 720},
+                           {1504, 688}, {1568, 672}};
+      r.auto_resize_field = "auto_resize";
+      r.ids = "(1, row, col): the first axis 1, the same grid origin as the output";
+      r.source = "FluxKontextPipeline";
+      FieldSpec& refs = s.at("reference_images");
+      refs.read = true;
+      refs.help = "the image to edit (one)";
+    } else {
+      maxArea.read = autoResize.read = false;
+      maxArea.not_read = autoResize.not_read =
+          "only FLUX.1 Kontext (FluxKontextPipeline) reads it; this folder is " + m.pipeline_class;
+    }
     return s;
   };
+  f.knobs = kontextKnobs();
   return f;
 }
 

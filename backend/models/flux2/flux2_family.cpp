@@ -19,6 +19,8 @@ FamilySpec flux2KleinFamily() {
   f.key = "flux2-klein";
   f.display_name = "FLUX.2 [klein]";
   f.pipeline_class = "Flux2KleinPipeline";
+  // The -kv checkpoints: the same components, reference K/V computed at step 0 and reused.
+  f.pipeline_variants = {"Flux2KleinKVPipeline"};
   f.transformer_class = "Flux2Transformer2DModel";
   f.components = {"transformer", "text_encoder", "tokenizer", "vae", "scheduler"};
   // Image-to-image and inpainting through the shared loop (Flux2KleinInpaintPipeline), step
@@ -92,10 +94,10 @@ FamilySpec flux2KleinFamily() {
         {"FLUX.2 [klein] 9B", klein(8, 24, 32, 12288), 8.2e9 + 0.084e9, 512},
         {"FLUX.2 [dev]", flux2ModelDims(Flux2TransformerConfig{}, 8), 24.0e9 + 0.084e9, 512}};
   };
-  f.request = [family = f.display_name, pipeline = f.pipeline_class](const ModelFolder& m) {
+  f.request = [family = f.display_name](const ModelFolder& m) {
     // Flux2KleinPipeline.__call__ (Flux2KleinInpaintPipeline with an init image).
     const Flux2PipelineConfig& c = flux2Config(m);
-    RequestSpec s = folderRequestBase(m, family, pipeline);
+    RequestSpec s = folderRequestBase(m, family, m.pipeline_class);
     s.default_steps = 50;
     // prepare_latents: 2 * (size // (vae_scale_factor * 2)) latent pixels (floored, with a
     // warning); with an init image the output is the image's size, its area capped at 1024^2.
@@ -125,6 +127,24 @@ FamilySpec flux2KleinFamily() {
     }
     s.at("true_cfg_scale").not_read =
         "Flux2KleinPipeline has no true_cfg_scale (its CFG scale is guidance)";
+    // Flux2KleinPipeline(image=[...]): each reference checked (Flux2ImageProcessor.
+    // check_image_input), scaled to 1024^2 area when larger, centre-cropped to the multiple,
+    // encoded (posterior mode, BatchNorm-normalised), packed with T = 10 + 10 i; the output size
+    // defaults to the first reference's. diffusers sets no count limit; ours is 6: at 1024^2 each
+    // reference adds 4096 tokens to every call, so 6 make the image stream 7x a plain 1024^2
+    // generation (28672 tokens); docs/editing.md gives the memory estimate's figures for it.
+    ReferenceRule& r = s.references;
+    r.max_count = 6;
+    r.min_side = 64;
+    r.max_aspect = 8;
+    r.max_area = 1024 * 1024;
+    r.fit = ReferenceRule::Fit::CenterCrop;
+    r.output_size_from_first = true;
+    r.ids = "(10 + 10 i, row, col, 0) for reference i (0-based), rows and columns from 0 inside it";
+    r.source = m.pipeline_class + " (Flux2ImageProcessor)";
+    FieldSpec& refs = s.at("reference_images");
+    refs.read = true;
+    refs.help = "reference images in order (up to 6); the output size defaults to the first's";
     return s;
   };
   return f;

@@ -292,9 +292,31 @@ at::Tensor FluxPipeline::prepareMask(const at::Tensor& mask, const at::Tensor& i
   return packLatents(maskHw.repeat({1, C, 1, 1}));
 }
 
+at::Tensor FluxPipeline::encodeReference(const at::Tensor& image, int index,
+                                         GenerationResult& res) {
+  // FluxKontextPipeline.prepare_latents -> _encode_vae_image(sample_mode="argmax"): the
+  // posterior mode (no draw), (z - shift_factor) * scaling_factor, packed 2x2.
+  const double shift = d_->cfg.vae.shift_factor, scale = d_->cfg.vae.scaling_factor;
+  const at::Tensor lat =
+      ((d_->vae->encode(image.to(device(), options().dtype)).mean - shift) * scale)
+          .to(at::kFloat)
+          .cpu();
+  res.tensors["ref_latents_unpacked." + std::to_string(index)] = lat;
+  return packLatents(lat).contiguous();
+}
+
+at::Tensor FluxPipeline::referenceIds(int, int64_t h, int64_t w) const {
+  // image_ids = _prepare_latent_image_ids(...); image_ids[..., 0] = 1.
+  at::Tensor ids = latentImageIds(static_cast<int>(h), static_cast<int>(w));
+  ids.select(1, 0).fill_(1);
+  return ids;
+}
+
 void FluxPipeline::prepareTransformerInputs(const PipelineInputs& p, FlowMatchLatents& s) {
-  s.fixed_inputs["img_ids"] =
-      latentImageIds(static_cast<int>(s.h), static_cast<int>(s.w)).to(device());
+  at::Tensor ids = latentImageIds(static_cast<int>(s.h), static_cast<int>(s.w));
+  // FluxKontextPipeline: latent_ids = cat([latent_ids, image_ids]) (dim 0 is the sequence).
+  if (s.reference_ids.defined()) ids = at::cat({ids, s.reference_ids.to(ids.scalar_type())}, 0);
+  s.fixed_inputs["img_ids"] = ids.to(device());
   if (d_->cfg.transformer.guidance_embeds)
     s.fixed_inputs["guidance"] =
         at::full({1}, p.guidance, at::TensorOptions().dtype(at::kFloat).device(device()));

@@ -83,7 +83,14 @@ class FluxPipeline : public FlowMatchPipeline {
   /// channels and packed per 2x2 sub-pixel: [1, h * w, 4C].
   at::Tensor prepareMask(const at::Tensor& mask, const at::Tensor& image, at::Generator& gen,
                          int64_t h, int64_t w, GenerationResult& res) override;
-  /// img_ids (0, row, col) float32 and, with guidance_embeds, the distilled guidance [1].
+  /// FluxKontextPipeline's reference: the posterior mode (no draw), (z - shift_factor) *
+  /// scaling_factor ("ref_latents_unpacked.<index>" [1, C, 2h, 2w]), packed [1, h * w, 4C]
+  /// float32 CPU.
+  at::Tensor encodeReference(const at::Tensor& image, int index, GenerationResult& res) override;
+  /// (1, row, col) float32 [h * w, 3] (FluxKontextPipeline.prepare_latents: image_ids[..., 0] = 1).
+  at::Tensor referenceIds(int index, int64_t h, int64_t w) const override;
+  /// img_ids (0, row, col) float32 (with a Kontext reference its ids appended) and, with
+  /// guidance_embeds, the distilled guidance [1].
   void prepareTransformerInputs(const PipelineInputs& p, FlowMatchLatents& latents) override;
 
  private:

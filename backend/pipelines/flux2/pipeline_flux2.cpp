@@ -29,6 +29,10 @@ std::string num(double v) {
 }
 }  // namespace
 
+// Whether this build runs Flux2KleinKVPipeline's cached reference attention (the KV modes of
+// Flux2Transformer2DModel). Not yet: KV folders are refused by name.
+static bool kvReferenceCacheSupported() { return false; }
+
 struct Flux2KleinPipeline::Impl {
   Flux2PipelineConfig cfg;
   std::unique_ptr<Flux2PromptEncoder> encoder;
@@ -42,6 +46,12 @@ Flux2KleinPipeline::Flux2KleinPipeline(const ModelFolder& model, const PipelineO
                                        std::unique_ptr<Flux2PromptEncoder> encoder)
     : FlowMatchPipeline(model, opts), d_(new Impl) {
   auto& D = *d_;
+  if (model.pipeline_class == "Flux2KleinKVPipeline" && !kvReferenceCacheSupported())
+    throw UnsupportedModelError(
+        model.path + "/model_index.json",
+        "Flux2KleinKVPipeline (reference K/V computed at step 0 and reused) is not implemented in "
+        "this build; its checkpoints need that attention, so they are refused rather than run as "
+        "Flux2KleinPipeline");
   D.cfg = flux2Config(model);
   {
     auto w = WeightSource::forComponent(model, "transformer", "diffusion_pytorch_model", opts.dtype,
@@ -208,9 +218,28 @@ at::Tensor Flux2KleinPipeline::encodeImage(const at::Tensor& image, at::Generato
   return packFlux2Latents(lat).contiguous();
 }
 
+at::Tensor Flux2KleinPipeline::encodeReference(const at::Tensor& image, int index,
+                                               GenerationResult& res) {
+  // prepare_image_latents -> _encode_vae_image: the posterior mode (no draw), patchified,
+  // BatchNorm-normalised; packed per reference.
+  const at::Tensor lat =
+      d_->vae->encodeNormalized(image.to(device(), options().dtype)).to(at::kFloat).cpu();
+  res.tensors["ref_latents_unpacked." + std::to_string(index)] = lat;
+  return packFlux2Latents(lat).contiguous();
+}
+
+at::Tensor Flux2KleinPipeline::referenceIds(int index, int64_t h, int64_t w) const {
+  // _prepare_image_ids: T = scale + scale * i with scale 10; y, x from 0 inside each reference.
+  return latentIds(h, w, 10 + 10 * static_cast<int64_t>(index));
+}
+
 void Flux2KleinPipeline::prepareTransformerInputs(const PipelineInputs&, FlowMatchLatents& s) {
   at::Tensor ids = latentIds(s.h, s.w);
-  if (s.image_latents.defined()) {
+  if (s.reference_ids.defined()) {
+    // Flux2KleinPipeline(image=[...]): img_ids = cat([latent_ids, image_latent_ids]); the
+    // reference tokens were encoded once (encodeReferences).
+    ids = at::cat({ids, s.reference_ids}, 0);
+  } else if (s.image_latents.defined()) {
     // prepare_image_latents([image_latents]): the init image as the first conditioning image,
     // T = 10 (_prepare_image_ids' scale), the same grid.
     s.reference_tokens = s.image_latents.to(device(), options().dtype);

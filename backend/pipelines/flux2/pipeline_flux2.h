@@ -98,8 +98,14 @@ class Flux2KleinPipeline : public FlowMatchPipeline {
   /// _encode_vae_image: the posterior mode (no draw), patchified, BatchNorm-normalised, packed.
   at::Tensor encodeImage(const at::Tensor& image, at::Generator& gen,
                          GenerationResult& res) override;
-  /// img_ids (0, y, x, 0); with an init image the image latents are appended as conditioning
-  /// tokens with ids (10, y, x, 0).
+  /// Flux2KleinPipeline.prepare_image_latents for one reference: the posterior mode (no draw),
+  /// patchified, BatchNorm-normalised ("ref_latents_unpacked.<index>" [1, 4C, h, w]), packed
+  /// [1, h * w, 4C] float32 CPU.
+  at::Tensor encodeReference(const at::Tensor& image, int index, GenerationResult& res) override;
+  /// (10 + 10 index, y, x, 0) int64 [h * w, 4] (_prepare_image_ids).
+  at::Tensor referenceIds(int index, int64_t h, int64_t w) const override;
+  /// img_ids (0, y, x, 0); with reference images their ids appended (T = 10, 20, ...); with an
+  /// init image the image latents are appended as conditioning tokens with ids (10, y, x, 0).
   void prepareTransformerInputs(const PipelineInputs& p, FlowMatchLatents& latents) override;
 
  private:
