@@ -16,3 +16,9 @@ foreach(_np 2 4)
     LABELS "backend;parallel;mpi;strategy;edit" PROCESSORS 2 TIMEOUT 600
     ENVIRONMENT "OMP_NUM_THREADS=1;DITSTUDIO_COLLECTIVE_TIMEOUT_S=120")
 endforeach()
+# Issue 46's bad inputs through ditstudio-cli (not an image, truncated, a 20000 x 20000 header,
+# too many, a model that takes none, Kontext's one, too small, with an init image, missing, a
+# Kontext folder without its class): each refused naming the file or field, nothing written.
+add_test(NAME edit_bad_inputs COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/edit_bad_inputs.sh
+         $<TARGET_FILE:ditstudio-cli> ${DITSTUDIO_TEST_DATA})
+set_tests_properties(edit_bad_inputs PROPERTIES LABELS "errors;edit" TIMEOUT 120)
