@@ -30,8 +30,9 @@ std::string num(double v) {
 }  // namespace
 
 // Whether this build runs Flux2KleinKVPipeline's cached reference attention (the KV modes of
-// Flux2Transformer2DModel). Not yet: KV folders are refused by name.
-static bool kvReferenceCacheSupported() { return false; }
+// Flux2Transformer2DModel): yes, through Flux2KleinKVPipeline (pipeline_flux2_kv.h), which the
+// family runtime loads for those folders.
+static bool kvReferenceCacheSupported() { return true; }
 
 struct Flux2KleinPipeline::Impl {
   Flux2PipelineConfig cfg;
