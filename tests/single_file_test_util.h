@@ -14,6 +14,7 @@
 #include "backend/io/safetensors.h"
 #include "backend/io/weight_source.h"
 #include "backend/models/checkpoint_layouts.h"
+#include "backend/models/flux/flux_bfl_config.h"
 #include "backend/models/flux/transformer_flux.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
 

@@ -113,6 +113,9 @@ struct Handlers {
   /// another value, a mask with references or references for a model that takes none.
   bool imagesAreReferences(ImagesCall& c, const nlohmann::json& b, bool mask,
                            const std::string& field);
+  /// The base64 images (or data: URLs) of JSON field `key`: a string or an array of strings,
+  /// decoded, in order; empty when absent. 400 naming `key` for another type or bad base64.
+  std::vector<std::string> jsonImages(const nlohmann::json& b, const std::string& key);
   void waitFinished(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Job>& job);
   ApiError jobError(const Job& job);
   std::pair<std::string, std::string> outputImage(const JobImage& img, const std::string& format,

@@ -346,8 +346,8 @@ void HttpServer::routes() {
       if (!isJsonContentType(ct) && !isMultipartContentType(ct))
         return refuse(ApiError(
             415, "invalid_request_error",
-            "POST " + req.path.substr(0, 100) +
-                " expects Content-Type: " + (edits ? "multipart/form-data" : "application/json") +
+            "POST " + req.path.substr(0, 100) + " expects Content-Type: " +
+                (edits ? "multipart/form-data or application/json" : "application/json") +
                 (ct.empty() ? std::string(" (none given)") : ", got '" + ct.substr(0, 100) + "'")));
     }
     Listener::headRead(hasBody && takesBody);

@@ -267,6 +267,32 @@ bool Handlers::imagesAreReferences(ImagesCall& c, const json& b, bool mask,
   return refs;
 }
 
+std::vector<std::string> Handlers::jsonImages(const json& b, const std::string& key) {
+  std::vector<std::string> out;
+  if (!b.contains(key) || b[key].is_null()) return out;
+  const json& v = b[key];
+  if (!v.is_string() && !v.is_array())
+    throw badRequest("'" + key + "' must be a base64 image or an array of them, got " +
+                         std::string(v.type_name()),
+                     key);
+  const size_t n = v.is_string() ? 1 : v.size();
+  if (n > static_cast<size_t>(protocol::kMaxReferenceImages))
+    throw badRequest(std::to_string(n) + " images given; at most " +
+                         std::to_string(protocol::kMaxReferenceImages) + " are accepted",
+                     key);
+  for (size_t i = 0; i < n; ++i) {
+    const json& e = v.is_string() ? v : v[i];
+    const std::string name = key + "[" + std::to_string(i) + "]";
+    if (!e.is_string()) throw badRequest("'" + name + "' must be a base64 image", key);
+    try {
+      out.push_back(decodeBase64(e.get_ref<const std::string&>(), name));
+    } catch (const ImageError& err) {
+      throw badRequest(err.what(), key);
+    }
+  }
+  return out;
+}
+
 // Waits for a job's end (the pool's lock in `lock`).
 void Handlers::waitFinished(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Job>& job) {
   while (!job->finished()) {
@@ -397,7 +423,9 @@ void Handlers::resolveForModel(ImagesCall& c) {
     const FieldSpec* f = spec.field(pr.field);
     const bool option = c.job.request.params.options.count(pr.field) > 0 || (f && f->knob);
     // Reference images arrive as the OpenAI route's 'image' files / A1111's init_images.
-    const std::string refs = openAi ? "image" : "init_images";
+    const std::string refs = openAi                ? "image"
+                             : c.job.api == "page" ? "reference_images"
+                                                   : "init_images";
     throw badRequest(pr.message, openAi && side                   ? "size"
                                  : option                         ? "options." + pr.field
                                  : pr.field == "reference_images" ? refs

@@ -40,11 +40,22 @@ void Handlers::jobCancel(const httplib::Request& req, httplib::Response& res) {
 
 // Asynchronous submission (the page): the OpenAI generation body; previews on; returns the job.
 void Handlers::jobCreate(const httplib::Request& req, httplib::Response& res) {
-  ImagesCall c = openAiCall(parseBody(req, opt.max_json_depth, BodyKind::OpenAi), "page");
+  const json b = parseBody(req, opt.max_json_depth, BodyKind::OpenAi);
+  ImagesCall c = openAiCall(b, "page");
+  // The page's reference picker: base64 images in order (editing models only).
+  const std::vector<std::string> refs = jsonImages(b, "reference_images");
+  if (!refs.empty()) {
+    if (!imagesAreReferences(c, json{{"image_role", "reference"}}, false, "reference_images"))
+      throw badRequest("reference images need an editing model", "reference_images");
+    std::vector<const std::string*> ptrs;
+    for (const std::string& r : refs) ptrs.push_back(&r);
+    attachReferences(c, ptrs, "reference_images");
+  }
   c.job.previews = true;
   c.job.request.preview_every = previewEvery(c, 12);  // about 12 live previews per image
   checkProtocol(c.job.request.params);
   checkRequestLine(c.job.request);
+  resolveForModel(c);
   std::shared_ptr<Job> job;
   try {
     job = pool.submit(c.job);

@@ -208,10 +208,37 @@ void Handlers::generations(const httplib::Request& req, httplib::Response& res) 
 }
 
 void Handlers::edits(const httplib::Request& req, httplib::Response& res) {
-  if (!req.is_multipart_form_data())
-    throw badRequest(
-        "POST /v1/images/edits expects multipart/form-data with 'image' (and "
-        "optionally 'mask')");
+  if (!req.is_multipart_form_data()) {
+    // JSON: 'image' a base64 image (or data: URL) or an array of them, 'mask' one.
+    const json b = parseBody(req, opt.max_json_depth, BodyKind::OpenAi);
+    ImagesCall c = openAiCall(b, "openai.edits");
+    const std::vector<std::string> images = jsonImages(b, "image");
+    if (images.empty())
+      throw badRequest(
+          "'image' is required: multipart/form-data files, or in JSON a base64 image "
+          "or an array of them",
+          "image");
+    const std::vector<std::string> masks = jsonImages(b, "mask");
+    if (masks.size() > 1) throw badRequest("'mask' must be one base64 image", "mask");
+    const std::string mask = masks.empty() ? std::string() : masks.front();
+    if (imagesAreReferences(c, b, !mask.empty(), "image")) {
+      std::vector<const std::string*> ptrs;
+      for (const std::string& i : images) ptrs.push_back(&i);
+      attachReferences(c, ptrs, "image");
+    } else {
+      if (images.size() > 1)
+        throw badRequest(std::to_string(images.size()) +
+                             " images given; this model takes one (the init image): several are "
+                             "reference images, which FLUX.2 [klein] and FLUX.1 Kontext take",
+                         "image");
+      attachImages(c, images.front(), mask, "image", "mask");
+    }
+    if (c.stream)
+      streamImages(req, res, c, "image_edit");
+    else
+      respondImages(req, res, c);
+    return;
+  }
   const json form = formToJson(req, opt.max_json_depth);
   ImagesCall c = openAiCall(form, "openai.edits");
   // Every 'image' / 'image[]' part, in the order sent (the openai client sends several as

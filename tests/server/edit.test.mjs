@@ -65,6 +65,32 @@ try {
   assertSamePixels(Buffer.from(a.body.images[0], 'base64'), cliImage, 'A1111 img2img references vs CLI');
   console.log('ok /sdapi/v1/img2img init_images as references = ditstudio-cli');
 
+  // JSON edits: base64 images (one as a data: URL), the same references in order.
+  const ej = await post('/v1/images/edits', { model: 'tiny-flux2-A', prompt: run1.prompt,
+    size: `${run1.width_arg}x${run1.height_arg}`, image: [b64(refs[0]), `data:image/png;base64,${b64(refs[1])}`],
+    seed: run1.seed, steps: run1.num_inference_steps, guidance: run1.guidance_scale });
+  assert.equal(ej.status, 200, JSON.stringify(ej.body));
+  assertSamePixels(Buffer.from(ej.body.data[0].b64_json, 'base64'), cliImage, 'JSON edits vs CLI');
+  console.log('ok /v1/images/edits with JSON base64 images = ditstudio-cli');
+
+  // The page's path: POST /v1/jobs with reference_images (data: URLs from its file picker).
+  const pj = await post('/v1/jobs', { model: 'tiny-flux2-A', prompt: run1.prompt,
+    size: `${run1.width_arg}x${run1.height_arg}`, seed: run1.seed, steps: run1.num_inference_steps,
+    guidance: run1.guidance_scale,
+    reference_images: refs.map((f) => `data:image/png;base64,${b64(f)}`) });
+  assert.equal(pj.status, 202, JSON.stringify(pj.body));
+  let job;
+  for (let i = 0; i < 600; i++) {
+    job = await (await fetch(`${server.url}/v1/jobs/${pj.body.id}`)).json();
+    if (['done', 'failed', 'cancelled'].includes(job.state)) break;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  assert.equal(job.state, 'done', JSON.stringify(job));
+  const pageImage = Buffer.from(await (await fetch(
+    `${server.url}/v1/images/files/${encodeURIComponent(job.images[0].file)}`)).arrayBuffer());
+  assertSamePixels(pageImage, cliImage, 'the page\'s /v1/jobs with reference_images vs CLI');
+  console.log('ok the page\'s /v1/jobs with reference_images = ditstudio-cli');
+
   // FLUX.1 Kontext golden run 2 (the reference resized with LANCZOS; max_area = 26 x 30) via A1111.
   const kinfo = JSON.parse(readFileSync(join(FG, 'kontext_info.json'), 'utf8')).runs[2];
   const kref = join(FG, kinfo.ref_file);

@@ -125,6 +125,18 @@ FamilySpec flux2KleinFamily() {
       s.guider.threshold = 1.0;
       s.guider.requirement = "guidance > 1 on a model that is not distilled";
     }
+    if (m.pipeline_class == "Flux2KleinKVPipeline") {
+      // Flux2KleinKVPipeline.__call__ takes no guidance_scale (and defaults to 4 steps): one
+      // branch, the references' K/V computed at step 0 and reused.
+      g.read = false;
+      g.not_read = "Flux2KleinKVPipeline runs no CFG (its __call__ takes no guidance_scale)";
+      s.at("negative_prompt").read = false;
+      s.at("negative_prompt").not_read = g.not_read;
+      s.guider = GuiderSpec{};
+      s.guider.requirement =
+          "a FLUX.2 [klein] folder of Flux2KleinPipeline (KV folders run no CFG)";
+      s.default_steps = 4;
+    }
     s.at("true_cfg_scale").not_read =
         "Flux2KleinPipeline has no true_cfg_scale (its CFG scale is guidance)";
     // Flux2KleinPipeline(image=[...]): each reference checked (Flux2ImageProcessor.
