@@ -110,6 +110,6 @@ if(DITSTUDIO_BUILD_GUI AND TARGET dit_ui)
 endif()
 add_test(NAME multihost COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/multihost_env.sh
          ${DITSTUDIO_FIXTURE} $<TARGET_FILE:test_multihost>)
-set_tests_properties(multihost PROPERTIES LABELS "multihost;mpi" TIMEOUT 600 PROCESSORS 2
+set_tests_properties(multihost PROPERTIES LABELS "multihost;mpi" TIMEOUT 600 PROCESSORS 2 RUN_SERIAL TRUE
                      SKIP_REGULAR_EXPRESSION "multihost: skipped: "
                      FAIL_REGULAR_EXPRESSION "Running 0 tests")
