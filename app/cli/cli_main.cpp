@@ -404,8 +404,8 @@ int main(int argc, char** argv) {
                   "image-to-image: start from this picture (PNG, JPEG, ...; default size: its "
                   "own, rounded down)");
     a->add_option("--image", o.images,
-                  "editing: a reference image (repeat for several, in order; FLUX.2 [klein] takes "
-                  "up to 6 and by default makes the first one's size, FLUX.1 Kontext takes one)")
+                  "editing: a reference image (repeat for several, in order; how many the model "
+                  "takes and how each is fitted: --print-request-spec)")
         ->allow_extra_args(false);
     a->add_option("--strength", o.gen.strength,
                   "image-to-image strength in (0, 1]: how much of the schedule runs (default 0.6)");

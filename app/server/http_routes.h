@@ -113,6 +113,12 @@ struct Handlers {
   /// another value, a mask with references or references for a model that takes none.
   bool imagesAreReferences(ImagesCall& c, const nlohmann::json& b, bool mask,
                            const std::string& field);
+  /// The images of an edit call: reference images when imagesAreReferences says so (every one,
+  /// in order), else the one init image with `mask` (image-to-image, inpainting; several images
+  /// are then a 400 naming `field`).
+  void attachEditImages(ImagesCall& c, const nlohmann::json& b,
+                        const std::vector<const std::string*>& images, const std::string& mask,
+                        const std::string& field);
   /// The base64 images (or data: URLs) of JSON field `key`: a string or an array of strings,
   /// decoded, in order; empty when absent. 400 naming `key` for another type or bad base64.
   std::vector<std::string> jsonImages(const nlohmann::json& b, const std::string& key);

@@ -260,11 +260,26 @@ bool Handlers::imagesAreReferences(ImagesCall& c, const json& b, bool mask,
                        "image_role");
     if (refs && spec && !takesReferences)
       throw badRequest("reference images are not supported for " + spec->family + " (" +
-                           spec->pipeline + "); FLUX.2 [klein] and FLUX.1 Kontext models take them",
+                           spec->pipeline + "); only editing models take them",
                        field);
     c.echo["image_role"] = *role;
   }
   return refs;
+}
+
+void Handlers::attachEditImages(ImagesCall& c, const json& b,
+                                const std::vector<const std::string*>& images,
+                                const std::string& mask, const std::string& field) {
+  if (imagesAreReferences(c, b, !mask.empty(), field)) {
+    attachReferences(c, images, field);
+    return;
+  }
+  if (images.size() > 1)
+    throw badRequest(std::to_string(images.size()) +
+                         " images given; this model takes one init image here (several images "
+                         "are reference images, which only editing models take)",
+                     field);
+  attachImages(c, *images.front(), mask, field + (field == "image" ? "" : "[0]"), "mask");
 }
 
 std::vector<std::string> Handlers::jsonImages(const json& b, const std::string& key) {

@@ -208,64 +208,38 @@ void Handlers::generations(const httplib::Request& req, httplib::Response& res) 
 }
 
 void Handlers::edits(const httplib::Request& req, httplib::Response& res) {
-  if (!req.is_multipart_form_data()) {
-    // JSON: 'image' a base64 image (or data: URL) or an array of them, 'mask' one.
-    const json b = parseBody(req, opt.max_json_depth, BodyKind::OpenAi);
-    ImagesCall c = openAiCall(b, "openai.edits");
-    const std::vector<std::string> images = jsonImages(b, "image");
-    if (images.empty())
-      throw badRequest(
-          "'image' is required: multipart/form-data files, or in JSON a base64 image "
-          "or an array of them",
-          "image");
+  const bool multipart = req.is_multipart_form_data();
+  // Multipart: every 'image' / 'image[]' part in the order sent (the openai client sends several
+  // as image[]) and 'mask'. JSON: 'image' a base64 image (or data: URL) or an array of them,
+  // 'mask' one.
+  const json b = multipart ? formToJson(req, opt.max_json_depth)
+                           : parseBody(req, opt.max_json_depth, BodyKind::OpenAi);
+  ImagesCall c = openAiCall(b, "openai.edits");
+  std::vector<std::string> decoded;
+  std::vector<const std::string*> images;
+  std::string mask;
+  if (multipart) {
+    for (const char* key : {"image", "image[]"}) {
+      auto [first, last] = req.files.equal_range(key);
+      for (auto it = first; it != last; ++it) images.push_back(&it->second.content);
+    }
+    if (req.has_file("mask")) {
+      mask = req.get_file_value("mask").content;
+      if (mask.empty()) throw badRequest("'mask' is empty", "mask");
+    }
+  } else {
+    decoded = jsonImages(b, "image");
+    for (const std::string& d : decoded) images.push_back(&d);
     const std::vector<std::string> masks = jsonImages(b, "mask");
     if (masks.size() > 1) throw badRequest("'mask' must be one base64 image", "mask");
-    const std::string mask = masks.empty() ? std::string() : masks.front();
-    if (imagesAreReferences(c, b, !mask.empty(), "image")) {
-      std::vector<const std::string*> ptrs;
-      for (const std::string& i : images) ptrs.push_back(&i);
-      attachReferences(c, ptrs, "image");
-    } else {
-      if (images.size() > 1)
-        throw badRequest(std::to_string(images.size()) +
-                             " images given; this model takes one (the init image): several are "
-                             "reference images, which FLUX.2 [klein] and FLUX.1 Kontext take",
-                         "image");
-      attachImages(c, images.front(), mask, "image", "mask");
-    }
-    if (c.stream)
-      streamImages(req, res, c, "image_edit");
-    else
-      respondImages(req, res, c);
-    return;
+    if (!masks.empty()) mask = masks.front();
   }
-  const json form = formToJson(req, opt.max_json_depth);
-  ImagesCall c = openAiCall(form, "openai.edits");
-  // Every 'image' / 'image[]' part, in the order sent (the openai client sends several as
-  // image[]).
-  std::vector<const std::string*> images;
-  for (const char* key : {"image", "image[]"}) {
-    auto [a, b] = req.files.equal_range(key);
-    for (auto it = a; it != b; ++it) images.push_back(&it->second.content);
-  }
-  if (images.empty()) throw badRequest("'image' is required (a PNG, JPEG or WebP file)", "image");
-  const std::string mask = req.has_file("mask") ? req.get_file_value("mask").content : "";
-  if (req.has_file("mask") && mask.empty()) throw badRequest("'mask' is empty", "mask");
-  // A model that takes reference images (FLUX.2 [klein], FLUX.1 Kontext) edits from them; with
-  // a mask, image_role "init", or on a model that takes none, the one image is the init image
-  // (image-to-image, inpainting).
-  if (imagesAreReferences(c, form, !mask.empty(), "image")) {
-    attachReferences(c, images, "image");
-  } else {
-    if (images.size() > 1)
-      throw badRequest(std::to_string(images.size()) +
-                           " images given; this model takes one (the init image" +
-                           (mask.empty() ? std::string("") : std::string(" for the mask")) +
-                           "): several images are reference images, which FLUX.2 [klein] and "
-                           "FLUX.1 Kontext models take",
-                       "image");
-    attachImages(c, *images.front(), mask, "image", "mask");
-  }
+  if (images.empty())
+    throw badRequest(
+        "'image' is required: PNG, JPEG or WebP files (multipart/form-data), or in JSON a base64 "
+        "image or an array of them",
+        "image");
+  attachEditImages(c, b, images, mask, "image");
   if (c.stream)
     streamImages(req, res, c, "image_edit");
   else

@@ -76,18 +76,7 @@ void Handlers::img2img(const httplib::Request& req, httplib::Response& res) {
                        !b["mask"].get_ref<const std::string&>().empty();
   if (imagesAreReferences(c, b, hasMask, "init_images")) {
     // Editing: every init image is a reference image, in order.
-    std::vector<std::string> decoded;
-    decoded.reserve(b["init_images"].size());
-    for (size_t i = 0; i < b["init_images"].size(); ++i) {
-      const std::string name = "init_images[" + std::to_string(i) + "]";
-      if (!b["init_images"][i].is_string())
-        throw badRequest("'" + name + "' must be a base64 image", "init_images");
-      try {
-        decoded.push_back(decodeBase64(b["init_images"][i].get_ref<const std::string&>(), name));
-      } catch (const ImageError& e) {
-        throw badRequest(e.what(), "init_images");
-      }
-    }
+    const std::vector<std::string> decoded = jsonImages(b, "init_images");
     std::vector<const std::string*> images;
     for (const std::string& d : decoded) images.push_back(&d);
     attachReferences(c, images, "init_images");
@@ -96,8 +85,8 @@ void Handlers::img2img(const httplib::Request& req, httplib::Response& res) {
   }
   if (b["init_images"].size() > 1)
     throw badRequest(
-        "only one init image is accepted per request (several are reference images, "
-        "which FLUX.2 [klein] and FLUX.1 Kontext models take)",
+        "only one init image is accepted per request (several are reference images, which only "
+        "editing models take)",
         "init_images");
   std::string mask;
   if (b.contains("mask") && !b["mask"].is_null()) {  // read in place: no copy of the upload
