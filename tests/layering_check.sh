@@ -30,6 +30,10 @@
 # 10. backend/nn/ (the shared layers) never includes backend/models/ or backend/pipelines/: the
 #     models build on the layers; a seam a model fills (the attention step cache) is an interface
 #     declared in nn/ (attention_output_cache.h) that the model side implements.
+# 11. app/worker/ and app/bench/ (the ranks) never include app/launcher/ (dit_launcher, what starts
+#     and drives groups): what a launcher and its ranks share, the wire (strategy flags, model
+#     fingerprints and content hashes, the port probe's listener, the host-network advice), is
+#     dit_protocol's (app/protocol/).
 # Usage: layering_check.sh SOURCE_DIR. Prints every offending line; exits 1 if there is one.
 set -uo pipefail
 SRC=${1:?source dir}
@@ -57,6 +61,13 @@ fi
 if [ -d "$SRC/app/server" ] &&
    out=$(grep -rnE '#include\s+[<"](ATen|torch|c10|mpi\.h|Q[A-Z]|Qt|backend/)' "$SRC/app/server"); then
   echo "app/server/ (dit_server) includes Torch, MPI, Qt or backend headers:"; echo "$out"; fail=1
+fi
+ranks=()
+for d in app/worker app/bench; do [ -d "$SRC/$d" ] && ranks+=("$SRC/$d"); done
+if [ ${#ranks[@]} -gt 0 ] &&
+   out=$(grep -rnE '#include\s+[<"]app/launcher/' "${ranks[@]}"); then
+  echo "app/worker/ or app/bench/ (the ranks) includes app/launcher/ (the wire they share with a launcher is app/protocol/'s):"
+  echo "$out"; fail=1
 fi
 if out=$(grep -rnE '#include\s+"backend/(models|pipelines)/' "$SRC/backend/nn" 2>/dev/null); then
   echo "backend/nn/ includes backend/models/ or backend/pipelines/ (declare the seam in nn/):"; echo "$out"; fail=1
@@ -116,5 +127,5 @@ if out=$(grep -rnE '#include\s+"backend/family_runtime\.h"' "$SRC/backend/models
   echo "backend/models/ or backend/pipelines/ includes the Torch family table (include backend/family_runtime_record.h):"
   echo "$out"; fail=1
 fi
-[ $fail -eq 0 ] && echo "layering: parallel/ model-free and backend-free, parallel/ and backend/ app-free, ui/ and app/launcher/ Torch-free, backend/io/ family-free, backend/nn/ model-free, class names and family request rules only in family folders, the family tables include the families and nothing else does"
+[ $fail -eq 0 ] && echo "layering: parallel/ model-free and backend-free, parallel/ and backend/ app-free, ui/ and app/launcher/ Torch-free, backend/io/ family-free, backend/nn/ model-free, class names and family request rules only in family folders, the family tables include the families and nothing else does, the ranks (app/worker/, app/bench/) launcher-free"
 exit $fail

@@ -2,8 +2,8 @@
 # Proves that tests/layering_check.sh can fail: on a small tree that follows every rule it passes;
 # each planted violation (a class-name literal outside the family folders, an include from
 # parallel/ or backend/ into app/ or ui/, an include from backend/io/ into backend/models/, a family
-# folder including a family table, shared backend code including a family's folder) makes it fail
-# naming the offending line.
+# folder including a family table, shared backend code including a family's folder, a rank in
+# app/worker/ or app/bench/ including app/launcher/) makes it fail naming the offending line.
 # Usage: layering_selftest.sh CHECK_SCRIPT
 set -uo pipefail
 CHECK=${1:?layering_check.sh}
@@ -20,6 +20,9 @@ mk backend/pipelines/flux/flux_pipeline_config.cpp '#include "backend/models/flu
 mk backend/models/flux/flux_runtime.h '#include "backend/family_runtime_record.h"'
 mk backend/models/family_registry.cpp '#include "backend/models/flux/flux_family.h"'
 mk backend/family_runtime.cpp '#include "backend/models/flux/flux_runtime.h"'
+mk app/worker/worker_main.cpp '#include "app/protocol/port_probe.h"'
+mk app/bench/bench_main.cpp '#include "app/protocol/strategy_args.h"'
+mk app/cli/cli_mpi.cpp '#include "app/launcher/group_start.h"'
 fail=0
 if ! out=$(bash "$CHECK" "$T" 2>&1); then
   echo "a clean tree was refused:"; echo "$out"; fail=1
@@ -50,6 +53,8 @@ expect_refusal backend/models/checkpoint_layouts.h '#include "backend/models/flu
 expect_refusal backend/pipelines/guider.cpp '#include "backend/pipelines/flux/pipeline_flux.h"' "the shared loop including a family's pipeline"
 expect_refusal backend/models/dual_stream_runtime.h '#include "backend/family_runtime.h"' "a shared runtime helper including the Torch family table"
 expect_refusal backend/nn/attention.cpp '#include "backend/models/cache/step_cache.h"' "the shared layers including a model's step cache"
+expect_refusal app/worker/worker.cpp '#include "app/launcher/launch.h"' "a rank (the worker) including the launcher"
+expect_refusal app/bench/bench_main.cpp '#include "app/launcher/fingerprint.h"' "a rank (the bench) including the launcher"
 expect_refusal backend/io/checkpoint_layouts.h '#include "backend/models/flux/flux_config.h"' "backend/io/ including backend/models/"
 [ $fail -eq 0 ] && echo "layering self-test: the check passes a clean tree and refuses each planted violation"
 exit $fail

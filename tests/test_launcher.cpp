@@ -21,14 +21,14 @@
 #include <thread>
 #include <vector>
 
-#include "app/launcher/fingerprint.h"
 #include "app/launcher/group_process.h"
 #include "app/launcher/group_start.h"
 #include "app/launcher/host_group.h"
 #include "app/launcher/launch.h"
-#include "app/launcher/port_probe.h"
 #include "app/launcher/preflight.h"
 #include "app/launcher/worker_session.h"
+#include "app/protocol/file_fingerprint.h"
+#include "app/protocol/port_probe.h"
 
 namespace fs = std::filesystem;
 using namespace dit::launcher;
@@ -852,10 +852,11 @@ TEST(PortProbe, ListenerAndConnect) {
   EXPECT_EQ(probeRanges(""), (std::vector<std::pair<int, int>>{{0, 0}}));
   EXPECT_EQ(probeRanges("50000-50099"),
             (std::vector<std::pair<int, int>>{{50000, 50024}, {50025, 50099}}));
-  EXPECT_EQ(probeSpec({{50000, 50024}, {50025, 50099}}), "50000-50024,50025-50099");
-  EXPECT_EQ(parseProbeSpec("0-0,7-9"), (std::vector<std::pair<int, int>>{{0, 0}, {7, 9}}));
-  EXPECT_THROW(parseProbeSpec("9-7"), std::invalid_argument);
-  EXPECT_THROW(parseProbeSpec(""), std::invalid_argument);
+  EXPECT_EQ(dit::protocol::probeSpec({{50000, 50024}, {50025, 50099}}), "50000-50024,50025-50099");
+  EXPECT_EQ(dit::protocol::parseProbeSpec("0-0,7-9"),
+            (std::vector<std::pair<int, int>>{{0, 0}, {7, 9}}));
+  EXPECT_THROW(dit::protocol::parseProbeSpec("9-7"), std::invalid_argument);
+  EXPECT_THROW(dit::protocol::parseProbeSpec(""), std::invalid_argument);
   // The listener in a child (it writes its ports on stdout), this process connects.
   GroupProcess g;
   g.start({"/proc/self/exe", "--gtest_filter=PortProbe.DISABLED_ListenerChild",
@@ -872,14 +873,15 @@ TEST(PortProbe, ListenerAndConnect) {
     std::this_thread::sleep_for(10ms);
   }
   ASSERT_EQ(ports.size(), 2u);
-  for (int p : ports) EXPECT_EQ(probeConnect("127.0.0.1", p, 2.0), "") << p;
+  for (int p : ports) EXPECT_EQ(dit::protocol::probeConnect("127.0.0.1", p, 2.0), "") << p;
   const auto st = g.wait(10s);
   ASSERT_TRUE(st.has_value());
   EXPECT_TRUE(st->exited);
   EXPECT_EQ(st->code, 0);
   // Nothing listens there any more: refused at once.
-  EXPECT_EQ(probeConnect("127.0.0.1", ports[0], 2.0), "connection refused");
-  EXPECT_NE(probeConnect("no-such-host.invalid", 1, 2.0).find("cannot resolve"), std::string::npos);
+  EXPECT_EQ(dit::protocol::probeConnect("127.0.0.1", ports[0], 2.0), "connection refused");
+  EXPECT_NE(dit::protocol::probeConnect("no-such-host.invalid", 1, 2.0).find("cannot resolve"),
+            std::string::npos);
 }
 
 // The child of PortProbe.ListenerAndConnect (disabled: runs only there).
@@ -887,7 +889,7 @@ TEST(PortProbe, DISABLED_ListenerChild) {
   const char* spec = std::getenv("DIT_PROBE_CHILD");
   if (!spec) GTEST_SKIP() << "started by PortProbe.ListenerAndConnect";
   std::cout.flush();
-  std::_Exit(runProbeListener(spec, 8));
+  std::_Exit(dit::protocol::runProbeListener(spec, 8));
 }
 
 // After a fatal error the teardown may skip SIGTERM (an mpirun in its own abort crashes on it).
@@ -1161,7 +1163,7 @@ TEST_F(SessionTest, AHostfileGroupThatLosesAPeerDuringStartUpGetsTheNetworkAdvic
               0u)
         << m;
     if (hostfile) {
-      EXPECT_NE(m.find("during the group's start-up. Likely " + hostNetworkAdvice()),
+      EXPECT_NE(m.find("during the group's start-up. Likely " + dit::protocol::hostNetworkAdvice()),
                 std::string::npos)
           << m;
       EXPECT_NE(m.find("--network-interface"), std::string::npos);
@@ -1231,8 +1233,8 @@ TEST(GroupStart, OnePathFromSpecToArgv) {
   EXPECT_EQ(*(vae + 1), absoluteOnThisHost("rel/vae"));
 
   // The stand-in ssh answers with this machine's files, one digest changed.
-  const std::vector<FileFingerprint> mine =
-      modelFileFingerprints({model.string(), worker.string()});
+  const std::vector<dit::protocol::FileFingerprint> mine =
+      dit::protocol::modelFileFingerprints({model.string(), worker.string()});
   ASSERT_EQ(mine.size(), 2u);
   ASSERT_EQ(mine[1].path, worker.string());
   auto answerWith = [&](std::size_t changed) {

@@ -15,10 +15,11 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "app/launcher/fingerprint.h"
 #include "app/launcher/launch.h"
 #include "app/protocol/events.h"
+#include "app/protocol/file_fingerprint.h"
 #include "app/protocol/protocol.h"
+#include "app/protocol/strategy_args.h"
 #include "strategy_util.h"
 
 using namespace dit;

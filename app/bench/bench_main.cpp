@@ -41,7 +41,7 @@
 #include "app/common/blas_kernel.h"
 #include "app/common/device_stats.h"
 #include "app/common/generation.h"
-#include "app/launcher/launch.h"
+#include "app/protocol/strategy_args.h"
 #include "backend/family_runtime.h"
 #include "backend/io/config_json.h"
 #include "backend/io/model_folder.h"
@@ -417,7 +417,7 @@ int main(int argc, char** argv) {
   app.add_flag("--profile", a.profile,
                "after the timed steps, one more forward with per-operator timing (rank 0's "
                "ATen operators: calls, self and total ms, top 25 by self time) in \"op_profile\"");
-  launcher::addStrategyOptions(app, a.s);
+  protocol::addStrategyOptions(app, a.s);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -28,9 +28,9 @@
 #include "app/common/model_source_options.h"
 #include "app/common/request_values.h"
 #include "app/demo/shapes_dataset.h"
-#include "app/launcher/launch.h"
 #include "app/protocol/events.h"
 #include "app/protocol/protocol.h"
+#include "app/protocol/strategy_args.h"
 #include "backend/family_runtime.h"
 #include "backend/io/image_io.h"
 #include "backend/io/model_folder.h"
@@ -425,7 +425,7 @@ int main(int argc, char** argv) {
   };
   addGen(&app);
   app.add_option("--np", o.np, "number of ranks (mpirun -np); default: product of the degrees");
-  launcher::addStrategyOptions(app, o.strategy);
+  protocol::addStrategyOptions(app, o.strategy);
   app.add_option("--hostfile", o.hostfile, "mpirun hostfile for several machines");
   app.add_option("--network-interface", o.networkInterface,
                  "with --hostfile: the network interfaces (or CIDR subnets, comma-separated) the "

@@ -7,7 +7,7 @@
 #include <regex>
 #include <stdexcept>
 
-#include "app/launcher/fingerprint.h"
+#include "app/protocol/file_fingerprint.h"
 
 namespace dit::launcher {
 
@@ -75,7 +75,7 @@ HostGroupCheck checkHostGroup(const MpirunLaunch& launch,
   std::error_code ec;
   if (!launch.worker.empty() && std::filesystem::is_regular_file(launch.worker, ec))
     files.push_back(launch.worker);
-  const std::string mine = modelFingerprint(files);
+  const std::string mine = protocol::modelFingerprint(files);
   for (const auto& [host, ranks] : out.plan) {
     if (ranks.empty() || isLocalHost(host)) continue;
     if (progress.cancelled && progress.cancelled()) break;

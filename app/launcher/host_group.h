@@ -58,7 +58,7 @@ struct HostGroupProgress {
 /// launch.strategy.world ranks over it (planHostfile, with launch.oversubscribe), checks that
 /// launch.port_range (when set) leaves a port for each rank of the busiest host, and, when
 /// `preflight`, fingerprints `model_paths` and the worker binary launch.worker (when it is a
-/// regular file here) on this host (modelFingerprint) and runs preflightHost() on
+/// regular file here) on this host (protocol::modelFingerprint) and runs preflightHost() on
 /// every host that holds a rank and is not this one (isLocalHost), one after the other (each
 /// bounded: 20 s). Blocks for as long as ssh takes: call it off a UI thread. Throws
 /// std::invalid_argument for a hostfile that cannot be read or planned (readHostfile,

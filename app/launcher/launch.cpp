@@ -5,7 +5,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
@@ -19,43 +18,15 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "app/protocol/strategy_args.h"
+
 extern char** environ;
 
 namespace dit::launcher {
 
-void addStrategyOptions(CLI::App& app, Strategy& s) {
-  app.add_option("--tp-degree", s.tp_degree, "tensor parallel degree");
-  app.add_option("--ring-degree", s.ring_degree, "ring attention degree");
-  app.add_option("--ulysses-degree", s.ulysses_degree, "Ulysses attention degree");
-  app.add_flag("--ulysses-anything", s.ulysses_anything, "Ulysses with uneven sequence/heads");
-  app.add_flag("--ring-anything", s.ring_anything, "ring attention with uneven sequence");
-  app.add_option("--cfg-degree", s.cfg_degree, "CFG parallel degree (1 or 2)");
-  app.add_option("--dp-degree", s.dp_degree, "data parallel replicas");
-}
-
-std::vector<std::string> strategyArgs(const Strategy& s) {
-  std::vector<std::string> a{"--tp-degree",      std::to_string(s.tp_degree),
-                             "--ring-degree",    std::to_string(s.ring_degree),
-                             "--ulysses-degree", std::to_string(s.ulysses_degree)};
-  if (s.ulysses_anything) a.push_back("--ulysses-anything");
-  if (s.ring_anything) a.push_back("--ring-anything");
-  a.insert(a.end(), {"--cfg-degree", std::to_string(s.cfg_degree), "--dp-degree",
-                     std::to_string(s.dp_degree), "--device",
-                     s.device.empty() ? std::string("cpu") : s.device});
-  return a;
-}
-
 std::string defaultMpirun() {
   const char* env = std::getenv("DITSTUDIO_MPIRUN");
   return env && *env ? std::string(env) : std::string("mpirun");
-}
-
-std::string hostNetworkAdvice() {
-  return "MPI traffic between the hosts does not get through: OpenMPI may have picked an "
-         "interface on a subnet the hosts share without it connecting them (a container bridge "
-         "such as docker0 with the same addresses on every host). With a hostfile, name the "
-         "network the hosts share with --network-interface (e.g. 10.0.0.0/24), and check that "
-         "no firewall drops the ranks' TCP ports";
 }
 
 namespace {
@@ -118,6 +89,12 @@ PortPlan planPortRange(const std::string& range) {
   pp.btl_min = pp.oob_max + 1;
   pp.btl_max = pp.max;
   return pp;
+}
+
+std::vector<std::pair<int, int>> probeRanges(const std::string& port_range) {
+  if (trim(port_range).empty()) return {{0, 0}};
+  const PortPlan pp = planPortRange(port_range);
+  return {{pp.oob_min, pp.oob_max}, {pp.btl_min, pp.btl_max}};
 }
 
 std::string readHostfile(const std::string& path) {
@@ -328,7 +305,7 @@ std::vector<std::string> mpirunArgv(const MpirunLaunch& l) {
     for (std::string w; extra >> w;) a.push_back(w);
   }
   a.insert(a.end(), {l.worker, "--model", hf.empty() ? l.model : absoluteOnThisHost(l.model)});
-  const auto s = strategyArgs(l.strategy);
+  const auto s = protocol::strategyArgs(l.strategy);
   a.insert(a.end(), s.begin(), s.end());
   a.insert(a.end(), l.extra_worker_args.begin(), l.extra_worker_args.end());
   return a;

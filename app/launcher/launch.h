@@ -1,8 +1,9 @@
-// Starting a worker process group (app/PROTOCOL.md, first paragraph): the strategy flags of
-// ditstudio-worker / ditstudio-cli / ditstudio-bench (CLI11 registration and argv from a
-// Strategy), the one mpirun command-line builder (GUI and CLI), and the parsing of mpirun's
-// reports of a rank that died (OpenMPI 4 wording). Part of dit_launcher (app/launcher/): no Torch,
-// no Qt.
+// Starting a worker process group (app/PROTOCOL.md, first paragraph): the one mpirun
+// command-line builder (GUI and CLI; the worker's strategy flags in it are
+// protocol::strategyArgs, app/protocol/strategy_args.h), the port plan of a hostfile group and the
+// port probe's ranges, and the parsing of mpirun's reports of a rank that died (OpenMPI 4
+// wording). Part of dit_launcher (app/launcher/): no Torch, no Qt. The ranks (app/worker/,
+// app/bench/) never include it: what they share with a launcher is in app/protocol/.
 #pragma once
 
 #include <cstddef>
@@ -15,28 +16,12 @@
 
 #include "parallel/strategy.h"
 
-namespace CLI {
-class App;
-}
-
 namespace dit::launcher {
-
-/// Registers the strategy flags on `app`, bound to `s`: --tp-degree, --ring-degree,
-/// --ulysses-degree, --ulysses-anything, --ring-anything, --cfg-degree, --dp-degree. Values are
-/// not range-checked here: validateDegrees() refuses them with the strategy's own messages.
-/// --device is left to each program (the CLI also uses it in-process). Throws
-/// CLI::OptionAlreadyAdded when one of the flags is already registered.
-void addStrategyOptions(CLI::App& app, Strategy& s);
-
-/// The worker's strategy arguments, in this order: --tp-degree N --ring-degree N
-/// --ulysses-degree N [--ulysses-anything] [--ring-anything] --cfg-degree N --dp-degree N
-/// --device D (D "cpu" when s.device is empty). Parsed back by addStrategyOptions (+ --device).
-std::vector<std::string> strategyArgs(const Strategy& s);
 
 /// What starting a process group needs.
 struct MpirunLaunch {
   std::string mpirun;    ///< launcher program; "" = defaultMpirun()
-  Strategy strategy;     ///< world = mpirun -np; degrees become strategyArgs()
+  Strategy strategy;     ///< world = mpirun -np; degrees become protocol::strategyArgs()
   std::string hostfile;  ///< optional --hostfile (surrounding blanks are trimmed)
   int omp_threads = 1;   ///< OMP_NUM_THREADS exported to every rank (-x), >= 1
   std::string worker;    ///< ditstudio-worker executable
@@ -119,6 +104,12 @@ inline constexpr int kMinPortRange = 4;
 /// channel, 2 for the ranks) ..." for one too small.
 PortPlan planPortRange(const std::string& range);
 
+/// The port ranges the pre-flight's port probe listens on (protocol::probeSpec of them is the
+/// argument of `ditstudio-worker --probe-listen`, app/protocol/port_probe.h), one port in each:
+/// the runtime's and the ranks' parts of planPortRange(port_range) (in that order), or {{0, 0}}
+/// (one ephemeral port) when `port_range` is blank. Throws what planPortRange() throws.
+std::vector<std::pair<int, int>> probeRanges(const std::string& port_range);
+
 /// The names of the environment variables forwarded to every rank of a hostfile group with `-x
 /// NAME` (set in this process, sorted): the product's own (DITSTUDIO_*) and the BLAS kernel and
 /// thread policy that ensureBlasKernel() chose or the user set (OPENBLAS_*: OPENBLAS_CORETYPE,
@@ -165,12 +156,12 @@ std::vector<std::pair<std::string, std::string>> networkMcaParams(const MpirunLa
 
 /// argv of `[ISOLATE] mpirun --allow-run-as-root --oversubscribe -np N [--mca NAME VALUE for
 /// each networkMcaParams()] [threadPlacementArgs(N, T, cores)] -x OMP_NUM_THREADS=T <worker>
-/// --model DIR <strategyArgs> [extra]` without a hostfile; with one: `mpirun --allow-run-as-root
-/// [--oversubscribe when asked] -np N --hostfile F --bind-to none --mca plm_rsh_args "-o
-/// BatchMode=yes -o ConnectTimeout=10 SSH" [network and port MCA parameters] -x
-/// OMP_NUM_THREADS=T -x NAME for each forwardedEnvironment() [extra mpirun args] <worker> ...`;
-/// argv[0] is the program to start: `isolate` for a single-host group when set (it executes
-/// mpirun in place: same pid), else the launcher. Throws std::invalid_argument when
+/// --model DIR <protocol::strategyArgs> [extra]` without a hostfile; with one: `mpirun
+/// --allow-run-as-root [--oversubscribe when asked] -np N --hostfile F --bind-to none --mca
+/// plm_rsh_args "-o BatchMode=yes -o ConnectTimeout=10 SSH" [network and port MCA parameters]
+/// -x OMP_NUM_THREADS=T -x NAME for each forwardedEnvironment() [extra mpirun args] <worker>
+/// ...`; argv[0] is the program to start: `isolate` for a single-host group when set (it
+/// executes mpirun in place: same pid), else the launcher. Throws std::invalid_argument when
 /// strategy.world < 1, omp_threads < 1, worker is empty, or (with a hostfile) port_range is
 /// refused by planPortRange(). With a hostfile, `--model` is made absolute on this host
 /// (absoluteOnThisHost): the ranks on other hosts start in their user's home folder.
@@ -178,12 +169,6 @@ std::vector<std::string> mpirunArgv(const MpirunLaunch& launch);
 
 /// $DITSTUDIO_MPIRUN when set and non-empty, else "mpirun".
 std::string defaultMpirun();
-
-/// The advice for a hostfile group whose ranks cannot exchange MPI traffic, whichever way the
-/// group then ends (a start-up collective timing out under OpenMPI 4, a peer's socket closing
-/// under OpenMPI 5): the shared-subnet trap, --network-interface, a firewall. One sentence, no
-/// trailing period.
-std::string hostNetworkAdvice();
 
 /// argv as one shell-quoted line for logs ('...' around arguments with other characters than
 /// [A-Za-z0-9_./=:,+@%-]).

@@ -16,8 +16,8 @@
 #include <iterator>
 #include <sstream>
 
-#include "app/launcher/fingerprint.h"
-#include "app/launcher/port_probe.h"
+#include "app/protocol/file_fingerprint.h"
+#include "app/protocol/port_probe.h"
 
 namespace dit::launcher {
 
@@ -164,8 +164,8 @@ PreflightResult preflightHost(const std::string& host, const MpirunLaunch& launc
   const double probeListen = std::max(1.0, std::min(10.0, timeout_s / 2));
   char listenSecs[32];
   std::snprintf(listenSecs, sizeof listenSecs, "%.0f", probeListen);
-  const std::string remote = quoted(launch.worker) + " --probe-listen " + probeSpec(ranges) + " " +
-                             listenSecs + " & " + fingerprint +
+  const std::string remote = quoted(launch.worker) + " --probe-listen " +
+                             protocol::probeSpec(ranges) + " " + listenSecs + " & " + fingerprint +
                              "; f=$?; wait $!; p=$?; [ $f -ne 0 ] && exit $f; exit $p";
   std::string probeFailure;  // "port P (which) ...: cause" when this machine could not connect
   bool probed = false;
@@ -180,7 +180,8 @@ PreflightResult preflightHost(const std::string& host, const MpirunLaunch& launc
         int port = 0;
         for (std::size_t i = 0; ports >> port && probeFailure.empty(); ++i) {
           const double connectFor = std::max(1.0, std::min(5.0, probeListen - 1));
-          if (const std::string why = probeConnect(host, port, connectFor); !why.empty()) {
+          if (const std::string why = protocol::probeConnect(host, port, connectFor);
+              !why.empty()) {
             const std::string range =
                 i < ranges.size() && ranges[i].second > 0
                     ? std::to_string(ranges[i].first) + "-" + std::to_string(ranges[i].second)
@@ -253,7 +254,7 @@ PreflightResult preflightHost(const std::string& host, const MpirunLaunch& launc
     if (!expected_fingerprint.empty() && r.fingerprint != expected_fingerprint) {
       // Name the files: the remote `file SIZE DIGEST PATH` lines against this machine's, the
       // worker binary's (when it was fingerprinted: one of `paths`) apart from the model's.
-      std::vector<FileFingerprint> theirs;
+      std::vector<protocol::FileFingerprint> theirs;
       std::istringstream lines(text);
       for (std::string l; std::getline(lines, l);) {
         std::istringstream w(l);
@@ -265,15 +266,15 @@ PreflightResult preflightHost(const std::string& host, const MpirunLaunch& launc
       }
       std::string modelDiff, workerDiff;
       try {
-        std::vector<FileFingerprint> mine = modelFileFingerprints(paths);
-        auto isWorker = [&](const FileFingerprint& f) { return f.path == launch.worker; };
-        std::vector<FileFingerprint> mineWorker, theirsWorker;
+        std::vector<protocol::FileFingerprint> mine = protocol::modelFileFingerprints(paths);
+        auto isWorker = [&](const protocol::FileFingerprint& f) { return f.path == launch.worker; };
+        std::vector<protocol::FileFingerprint> mineWorker, theirsWorker;
         std::copy_if(mine.begin(), mine.end(), std::back_inserter(mineWorker), isWorker);
         std::copy_if(theirs.begin(), theirs.end(), std::back_inserter(theirsWorker), isWorker);
         mine.erase(std::remove_if(mine.begin(), mine.end(), isWorker), mine.end());
         theirs.erase(std::remove_if(theirs.begin(), theirs.end(), isWorker), theirs.end());
-        workerDiff = describeDifferences(mineWorker, theirsWorker);
-        modelDiff = describeDifferences(mine, theirs);
+        workerDiff = protocol::describeDifferences(mineWorker, theirsWorker);
+        modelDiff = protocol::describeDifferences(mine, theirs);
       } catch (const std::exception&) {
         // This machine's files were fingerprinted a moment ago; nothing more to name.
       }

@@ -28,15 +28,16 @@ struct PreflightResult {
 /// ConnectTimeout=C [launch.ssh_options] -- HOST 'WORKER --probe-listen SPEC S & WORKER
 /// --model-fingerprint PATHS...; ...'` (the two side by side, the fingerprint's exit code first;
 /// C = min(10, timeout_s), S = min(10, timeout_s / 2) seconds; SPEC =
-/// probeSpec(probeRanges(launch.port_range))) and kills it after `timeout_s` seconds. When the
-/// worker there says which ports it listens on, this machine connects to each (port_probe.h,
-/// at most 5 s each). Fails, naming the host and the fix, when ssh cannot log in without a
-/// prompt (exit 255; the fix follows ssh's words, sshAdvice: refused, timed out, key, host key,
-/// name), the worker is missing at launch.worker (126/127), a model path is missing (3), nothing
-/// answers within the time, the fingerprint differs from `expected_fingerprint`, or a probed
-/// port cannot be reached from here (naming the port, its part of the range and the cause).
-/// `paths` are the files fingerprinted (modelFingerprint): the model sources and, when listed,
-/// launch.worker itself; a difference in the worker's entry is named apart ("host H runs a
+/// protocol::probeSpec(probeRanges(launch.port_range))) and kills it after `timeout_s` seconds.
+/// When the worker there says which ports it listens on, this machine connects to each
+/// (protocol::probeConnect, app/protocol/port_probe.h; at most 5 s each). Fails, naming the host
+/// and the fix, when ssh cannot log in without a prompt (exit 255; the fix follows ssh's words,
+/// sshAdvice: refused, timed out, key, host key, name), the worker is missing at launch.worker
+/// (126/127), a model path is missing (3), nothing answers within the time, the fingerprint
+/// differs from `expected_fingerprint`, or a probed port cannot be reached from here (naming the
+/// port, its part of the range and the cause). `paths` are the files fingerprinted
+/// (protocol::modelFingerprint, app/protocol/file_fingerprint.h): the model sources and, when
+/// listed, launch.worker itself; a difference in the worker's entry is named apart ("host H runs a
 /// different worker binary: PATH differs (size A here, B there). Fix: install the same DiT Studio
 /// build at the same path on every host"), one in the model's as "host H holds a different model
 /// at M (fingerprint F, this machine G): PATH differs (same size). Fix: copy the same checkpoint

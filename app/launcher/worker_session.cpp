@@ -9,6 +9,8 @@
 #include <random>
 #include <type_traits>
 
+#include "app/protocol/port_probe.h"
+
 namespace dit::launcher {
 
 namespace {
@@ -630,7 +632,7 @@ GroupFailure WorkerSession::crashFailure(const ExitStatus& status, bool wasReady
     if (!wasReady && hostfileGroup_) {
       if (const auto at = f.message.rfind(" mid-run"); at != std::string::npos)
         f.message.replace(at, 8, " during the group's start-up");
-      f.message += ". Likely " + hostNetworkAdvice();
+      f.message += ". Likely " + protocol::hostNetworkAdvice();
     }
     return f;
   } else if (mp) {
@@ -663,7 +665,7 @@ GroupFailure WorkerSession::crashFailure(const ExitStatus& status, bool wasReady
     f.message = std::string(wasReady ? "the worker group exited unexpectedly"
                                      : "the worker group failed to start") +
                 " (mpirun exit code " + std::to_string(status.code) + ")";
-    if (!wasReady && hostfileGroup_) f.message += ". Perhaps " + hostNetworkAdvice();
+    if (!wasReady && hostfileGroup_) f.message += ". Perhaps " + protocol::hostNetworkAdvice();
   }
   // ssh's cause and its fix are the message: OpenMPI's text around them adds nothing (issue 36).
   if (!f.host.empty() ||

@@ -80,7 +80,7 @@ class SessionObserver {
   /// peer host as "rank R (pid P on H) disconnected" (RemoteRankWatch::rewrite() names it by its
   /// host's answer over ssh), then ": rank L (pid Q on M) lost its connection to it mid-run". A
   /// hostfile group that ends so (or with no cause named) before `ready` gets
-  /// hostNetworkAdvice() appended, as the start-up collective timeout carries it.
+  /// protocol::hostNetworkAdvice() appended, as the start-up collective timeout carries it.
   virtual void groupFailed(const GroupFailure&) {}
   /// The group ended after stop() (mpirun's exit code; 128 + signal when it was killed).
   virtual void groupStopped(int /*exitCode*/) {}

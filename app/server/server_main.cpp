@@ -14,7 +14,7 @@
 #include <iostream>
 #include <thread>
 
-#include "app/launcher/launch.h"
+#include "app/protocol/strategy_args.h"
 #include "app/server/http_server.h"
 #include "app/server/pool.h"
 
@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
   app.add_option("--tokenizer", tok, "CLIP tokenizer folder");
   app.add_option("--tokenizer-2", tok2, "T5 tokenizer folder");
   app.add_option("--np", g.np, "ranks per group (default: the product of the degrees)");
-  launcher::addStrategyOptions(app, g.strategy);
+  protocol::addStrategyOptions(app, g.strategy);
   app.add_option("--omp-threads", g.omp_threads, "OpenMP threads per rank")->capture_default_str();
   app.add_option("--device", g.device, "cpu | cuda")->capture_default_str();
   app.add_option("--dtype", g.dtype, "float32 | bfloat16 | float16")->capture_default_str();

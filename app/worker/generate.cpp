@@ -187,7 +187,7 @@ bool Worker::applyLoras(const std::string& id, std::vector<protocol::LoraRequest
 // calls it; returns true (the request refused, the LoRAs removed) when a file differs.
 bool Worker::refuseDifferentInputs(const protocol::GenerateRequest& req,
                                    const protocol::GenerationParams& request) {
-  std::vector<launcher::FileFingerprint> files;
+  std::vector<protocol::FileFingerprint> files;
   auto sizeOf = [](const std::string& f) {
     std::error_code ec;
     const auto n = fs::file_size(f, ec);

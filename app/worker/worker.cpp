@@ -29,9 +29,9 @@
 #include "app/common/blas_kernel.h"
 #include "app/common/device_stats.h"
 #include "app/common/generation.h"
-#include "app/launcher/fingerprint.h"
-#include "app/launcher/launch.h"
 #include "app/protocol/events.h"
+#include "app/protocol/file_fingerprint.h"
+#include "app/protocol/port_probe.h"
 #include "app/protocol/protocol.h"
 #include "app/worker/liveness.h"
 #include "app/worker/request_source.h"
@@ -137,7 +137,7 @@ void Worker::startupCollective(const std::string& what,
   throw std::runtime_error("collective timeout: " + what + " did not complete within " +
                            secondsStr(timeout) + " s on rank " + std::to_string(rank_) + " (host " +
                            hostname() + "): a rank never arrived, or " +
-                           launcher::hostNetworkAdvice());
+                           protocol::hostNetworkAdvice());
 }
 
 // Every rank learns whether any rank refuses to start (e.g. a model folder that differs on
@@ -156,7 +156,7 @@ bool Worker::refuseTogether(const std::string& refusal) {
   return true;
 }
 
-// Issue 18: every rank fingerprints the model it opened (app/launcher/fingerprint.h) and the
+// Issue 18: every rank fingerprints the model it opened (app/protocol/file_fingerprint.h) and the
 // group compares them before any weight is read: a host holding another checkpoint at the same
 // path is refused, naming its rank and host, instead of computing a wrong image. Every rank
 // computes the same verdict; rank 0 reports. Also records whether the group spans hosts
@@ -165,7 +165,7 @@ bool Worker::refuseDifferentModels() {
   constexpr int kLen = 128;  // fingerprint (16) + host (at most 63) + error marker
   std::string mine;
   try {
-    mine = launcher::modelFingerprint({modelDir_, src_.config, src_.vae, src_.text_encoder,
+    mine = protocol::modelFingerprint({modelDir_, src_.config, src_.vae, src_.text_encoder,
                                        src_.text_encoder_2, src_.tokenizer, src_.tokenizer_2});
   } catch (const std::exception&) {
     mine = "unreadable";
@@ -211,10 +211,10 @@ bool Worker::refuseDifferentModels() {
   bool first = true;
   for (int r = 0; r < rank_; ++r)
     if (entry(r).second == entry(rank_).second) first = false;
-  std::vector<launcher::FileFingerprint> files;
+  std::vector<protocol::FileFingerprint> files;
   if (first) {
     try {
-      files = launcher::modelContentHashes({modelDir_, src_.config, src_.vae, src_.text_encoder,
+      files = protocol::modelContentHashes({modelDir_, src_.config, src_.vae, src_.text_encoder,
                                             src_.text_encoder_2, src_.tokenizer, src_.tokenizer_2});
     } catch (const std::exception&) {
       files.clear();  // every file is then named as missing on this rank
@@ -264,10 +264,10 @@ Worker::GatherBytes Worker::worldGather() {
   };
 }
 
-std::string Worker::differencesAcrossHosts(const std::vector<launcher::FileFingerprint>& mine,
+std::string Worker::differencesAcrossHosts(const std::vector<protocol::FileFingerprint>& mine,
                                            bool compare, const GatherBytes& gather) {
-  const std::string list = compare ? launcher::encodeFileList(mine) : "";
-  const std::string head = (compare ? launcher::fileListDigest(mine) : std::string("-")) + ' ' +
+  const std::string list = compare ? protocol::encodeFileList(mine) : "";
+  const std::string head = (compare ? protocol::fileListDigest(mine) : std::string("-")) + ' ' +
                            std::to_string(list.size()) + ' ' + hostname();
   const std::vector<std::string> heads = gather(head, 128);
   struct Head {
@@ -290,11 +290,11 @@ std::string Worker::differencesAcrossHosts(const std::vector<launcher::FileFinge
   if (!differ) return "";
   // The lists themselves (only when a digest differs): at most 1 MiB a rank.
   const std::vector<std::string> lists = gather(list, std::min<size_t>(longest + 1, 1 << 20));
-  std::vector<launcher::RankFiles> ranks;
+  std::vector<protocol::RankFiles> ranks;
   for (size_t r = 0; r < lists.size(); ++r)
     if (h[r].digest != "-" && (r == 0 || h[r].digest != h[0].digest))
-      ranks.push_back({static_cast<int>(r), h[r].host, launcher::decodeFileList(lists[r])});
-  return launcher::describeRankDifferences(ranks, 6);
+      ranks.push_back({static_cast<int>(r), h[r].host, protocol::decodeFileList(lists[r])});
+  return protocol::describeRankDifferences(ranks, 6);
 }
 
 bool Worker::firstRankOnHost() const {

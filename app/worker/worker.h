@@ -22,8 +22,8 @@
 
 #include "app/common/blas_kernel.h"
 #include "app/common/lora_cache.h"
-#include "app/launcher/fingerprint.h"
 #include "app/protocol/events.h"
+#include "app/protocol/file_fingerprint.h"
 #include "app/protocol/protocol.h"
 #include "app/worker/fault_injection.h"
 #include "app/worker/liveness.h"
@@ -76,7 +76,7 @@ class Worker {
   /// `compare` false (not the first rank of their host: they read the same files as that one) take
   /// part without being compared. Returns describeRankDifferences() of the differing ranks, the
   /// same text on every rank; "" when every compared rank read the same bytes.
-  std::string differencesAcrossHosts(const std::vector<launcher::FileFingerprint>& mine,
+  std::string differencesAcrossHosts(const std::vector<protocol::FileFingerprint>& mine,
                                      bool compare, const GatherBytes& gather);
   /// True when no lower rank runs on this rank's host (peers_ must be set).
   bool firstRankOnHost() const;

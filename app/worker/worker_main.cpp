@@ -15,11 +15,11 @@
 #include "app/common/blas_kernel.h"
 #include "app/common/generation.h"
 #include "app/common/model_source_options.h"
-#include "app/launcher/fingerprint.h"
-#include "app/launcher/launch.h"
-#include "app/launcher/port_probe.h"
 #include "app/protocol/events.h"
+#include "app/protocol/file_fingerprint.h"
+#include "app/protocol/port_probe.h"
 #include "app/protocol/protocol.h"
+#include "app/protocol/strategy_args.h"
 #include "app/worker/worker.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/weight_source.h"
@@ -32,9 +32,9 @@ using nlohmann::json;
 
 int main(int argc, char** argv) {
   // `ditstudio-worker --probe-listen MIN-MAX[,MIN-MAX] SECONDS`: the pre-flight's port probe
-  // (app/launcher/port_probe.h), no MPI.
+  // (app/protocol/port_probe.h), no MPI.
   if (argc == 4 && std::string(argv[1]) == "--probe-listen")
-    return launcher::runProbeListener(argv[2], std::atof(argv[3]));
+    return protocol::runProbeListener(argv[2], std::atof(argv[3]));
   // `ditstudio-worker --model-fingerprint PATH...`: prints one `file SIZE DIGEST PATH` line per
   // file, then `fingerprint HEX`, and exits without MPI (the launcher's pre-flight runs it on
   // every host over ssh and names the files that differ, issue 18). Exit 3 when a path is
@@ -42,10 +42,10 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "--model-fingerprint") {
     try {
       const std::vector<std::string> paths(argv + 2, argv + argc);
-      for (const launcher::FileFingerprint& f : launcher::modelFileFingerprints(paths))
+      for (const protocol::FileFingerprint& f : protocol::modelFileFingerprints(paths))
         std::printf("file %llu %s %s\n", static_cast<unsigned long long>(f.size), f.digest.c_str(),
                     f.path.c_str());
-      std::printf("fingerprint %s\n", launcher::modelFingerprint(paths).c_str());
+      std::printf("fingerprint %s\n", protocol::modelFingerprint(paths).c_str());
       return 0;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "%s\n", e.what());
@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
   addModelSourceOptions(app, src);
   app.add_option("--dtype", dtype, "float32 | bfloat16 | float16");
   app.add_option("--device", s.device, "cpu | cuda");
-  launcher::addStrategyOptions(app, s);
+  protocol::addStrategyOptions(app, s);
   bool allowNonFinite = false;
   app.add_flag("--allow-nonfinite-weights", allowNonFinite,
                "load checkpoints that hold NaN or Inf (refused by default)");

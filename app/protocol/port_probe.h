@@ -3,23 +3,21 @@
 // listen on there (the `--port-range`, or an ephemeral port without one), so that a firewall
 // that drops them fails the start in seconds, naming the host and the port, instead of leaving
 // mpirun waiting on TCP's retries (137 s). The remote side is `ditstudio-worker --probe-listen
-// SPEC SECONDS`, run over the pre-flight's ssh call; this machine connects with
-// probeConnect(). Part of dit_launcher (app/launcher/): no Torch, no Qt.
+// SPEC SECONDS` (runProbeListener), run over the pre-flight's ssh call; the launcher connects
+// with probeConnect() to the ports it prints. Also the advice both ends give when MPI traffic
+// between the hosts does not get through (hostNetworkAdvice). The wire between a launcher
+// (app/launcher/, which plans the ranges: probeRanges) and its ranks (app/worker/); part of
+// dit_protocol (app/protocol/): no Torch, no Qt.
 #pragma once
 
 #include <string>
 #include <utility>
 #include <vector>
 
-namespace dit::launcher {
+namespace dit::protocol {
 
-/// The port ranges the probe listens on, one port in each: the runtime's and the ranks' parts of
-/// planPortRange(port_range) (in that order), or {{0, 0}} (one ephemeral port) when
-/// `port_range` is blank. Throws what planPortRange() throws.
-std::vector<std::pair<int, int>> probeRanges(const std::string& port_range);
-
-/// `ranges` as the probe's command-line argument: "MIN-MAX,MIN-MAX" ("0-0" for an ephemeral
-/// port).
+/// `ranges` (the launcher's probeRanges()) as the probe's command-line argument:
+/// "MIN-MAX,MIN-MAX" ("0-0" for an ephemeral port).
 std::string probeSpec(const std::vector<std::pair<int, int>>& ranges);
 
 /// Parses probeSpec()'s text back. Throws std::invalid_argument naming the text when it is not
@@ -38,4 +36,11 @@ int runProbeListener(const std::string& spec, double seconds);
 /// s" (a firewall dropping packets), "cannot resolve HOST: ...", or strerror's text.
 std::string probeConnect(const std::string& host, int port, double timeout_s);
 
-}  // namespace dit::launcher
+/// The advice for a hostfile group whose ranks cannot exchange MPI traffic, whichever way the
+/// group then ends (a start-up collective timing out under OpenMPI 4, a peer's socket closing
+/// under OpenMPI 5): the shared-subnet trap, --network-interface, a firewall. One sentence, no
+/// trailing period. The ranks put it in their collective-timeout error, the launcher
+/// (WorkerSession) in the failure it reports for a lost peer.
+std::string hostNetworkAdvice();
+
+}  // namespace dit::protocol

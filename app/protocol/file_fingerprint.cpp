@@ -1,4 +1,4 @@
-#include "app/launcher/fingerprint.h"
+#include "app/protocol/file_fingerprint.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -17,7 +17,7 @@
 #include <sstream>
 #include <stdexcept>
 
-namespace dit::launcher {
+namespace dit::protocol {
 namespace {
 namespace fs = std::filesystem;
 
@@ -362,4 +362,4 @@ std::string describeRankDifferences(const std::vector<RankFiles>& ranks, int max
   return joinAtMost(found, max);
 }
 
-}  // namespace dit::launcher
+}  // namespace dit::protocol

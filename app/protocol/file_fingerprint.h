@@ -1,14 +1,17 @@
 // Model fingerprint (issue 18): a cheap digest that two hosts compare to make sure every rank of
-// a multi-host group reads the same checkpoint (the ssh pre-flight), and the full content hash
-// (issue 36) that the ranks of a multi-host group compare for every file they read. Part of
-// dit_launcher (app/launcher/): no Torch, no Qt.
+// a multi-host group reads the same checkpoint (the ssh pre-flight: the launcher runs
+// `ditstudio-worker --model-fingerprint` on each host and compares the lists it prints), and the
+// full content hash (issue 36) that the ranks of a multi-host group compare for every file they
+// read (encodeFileList / decodeFileList: the lists the ranks exchange). Both ends of that wire,
+// the launcher (app/launcher/) and the ranks (app/worker/), use these; part of dit_protocol
+// (app/protocol/): no Torch, no Qt.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-namespace dit::launcher {
+namespace dit::protocol {
 
 /// Digest of the files under `paths` (each a folder, walked recursively in name order, or a
 /// single file; hidden entries, names starting with '.', are skipped). Per file: its path
@@ -83,4 +86,4 @@ std::string fileListDigest(const std::vector<FileFingerprint>& files);
 /// then "and N more". Empty when every list equals the reference.
 std::string describeRankDifferences(const std::vector<RankFiles>& ranks, int max = 4);
 
-}  // namespace dit::launcher
+}  // namespace dit::protocol

@@ -1,4 +1,4 @@
-#include "app/launcher/port_probe.h"
+#include "app/protocol/port_probe.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -16,15 +16,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "app/launcher/launch.h"
-
-namespace dit::launcher {
-
-std::vector<std::pair<int, int>> probeRanges(const std::string& port_range) {
-  if (port_range.find_first_not_of(" \t\r\n") == std::string::npos) return {{0, 0}};
-  const PortPlan pp = planPortRange(port_range);
-  return {{pp.oob_min, pp.oob_max}, {pp.btl_min, pp.btl_max}};
-}
+namespace dit::protocol {
 
 std::string probeSpec(const std::vector<std::pair<int, int>>& ranges) {
   std::string s;
@@ -174,4 +166,12 @@ std::string probeConnect(const std::string& host, int port, double timeout_s) {
   return why;
 }
 
-}  // namespace dit::launcher
+std::string hostNetworkAdvice() {
+  return "MPI traffic between the hosts does not get through: OpenMPI may have picked an "
+         "interface on a subnet the hosts share without it connecting them (a container bridge "
+         "such as docker0 with the same addresses on every host). With a hostfile, name the "
+         "network the hosts share with --network-interface (e.g. 10.0.0.0/24), and check that "
+         "no firewall drops the ranks' TCP ports";
+}
+
+}  // namespace dit::protocol
