@@ -207,10 +207,10 @@ std::vector<StrategyIssue> validateForRequest(const Strategy& s, const ModelDims
   if (s.cfg_degree == 2 && !r.true_cfg)
     add(out, "cfg_true_cfg",
         r.cfg_requirement.empty()
-            ? std::string("cfg_degree 2 needs true CFG (a negative prompt and true_cfg_scale > 1; "
-                          "guidance > 1 for models with classic CFG): CFG parallel is useless at "
-                          "true_cfg_scale 1 / without a negative prompt, one half of the ranks "
-                          "would idle; use cfg_degree 1 (or dp_degree 2 for throughput)")
+            ? std::string("cfg_degree 2 needs true CFG, a second (unconditional) branch (the "
+                          "model's CFG scale above its threshold, with a negative prompt where "
+                          "the model needs one); this request runs none, so one half of the "
+                          "ranks would idle; use cfg_degree 1 (or dp_degree 2 for throughput)")
             : "cfg_degree 2 needs true CFG, a second (unconditional) branch: " + r.cfg_requirement +
                   "; this request runs none, so one half of the ranks would idle; use "
                   "cfg_degree 1 (or dp_degree 2 for throughput)");

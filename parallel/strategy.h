@@ -69,8 +69,9 @@ struct ModelDims {
 struct RequestDims {
   int width = 0, height = 0;  ///< pixels
   int text_len = 0;           ///< T5 max_sequence_length (text tokens)
-  /// The request runs an unconditional (CFG) branch: a negative prompt and true_cfg_scale > 1,
-  /// or guidance > 1 on classic-CFG models (the family's guider: resolveRequest).
+  /// The request runs an unconditional (CFG) branch, as the family's guider decides
+  /// (resolveRequest): e.g. a negative prompt and a true CFG scale > 1, or guidance > 1 on
+  /// classic-CFG models.
   bool true_cfg = false;
   /// When the model runs that branch, in words (the family's GuiderSpec::requirement, e.g. "a
   /// negative prompt and true_cfg_scale > 1"), named in the cfg_degree 2 refusal; "" = generic.

@@ -13,7 +13,8 @@
 #     (backend/models/<f>/ holding a <f>_family.cpp, and backend/pipelines/<f>/): every other
 #     place asks the family record (backend/models/family.h). Tests are exempt.
 #  6. No family-specific request rule outside the family folders: the names of a family's own
-#     request fields and flags (cfg_truncation, cfg_normalization, is_distilled) and the retired
+#     request fields and flags (true_cfg_scale, cfg_truncation, cfg_normalization, is_distilled;
+#     their --flag spellings) and the retired
 #     per-front-end CFG rules (cfg_from_guidance, runsCfg, OptionMeanings, cfgPolicy) appear in
 #     code (comments aside) only in backend/models/<f>/ and backend/pipelines/<f>/: every front
 #     end reads the family's declared request (backend/models/request_spec.h). Tests exempt.
@@ -26,7 +27,9 @@
 #     code (checkpoint_layouts, the loop, nn/, io/) reaches a family through its record.
 #  9. backend/models/ and backend/pipelines/ never include the Torch table
 #     backend/family_runtime.h (the programs in app/ do): shared helpers of the families'
-#     runtimes (dual_stream_runtime.h) include the record type.
+#     runtimes (dual_stream_runtime.h) include the record type. backend/pipelines/ never
+#     includes the family table backend/models/family_registry.h either: a family's pipeline
+#     hands the flow-matching loop its own record (FlowMatchPipeline's FamilySpec argument).
 # 10. backend/nn/ (the shared layers) never includes backend/models/ or backend/pipelines/: the
 #     models build on the layers; a seam a model fills (the attention step cache) is an interface
 #     declared in nn/ (attention_output_cache.h) that the model side implements.
@@ -94,10 +97,10 @@ if out=$(grep -rnE "$classes" "${exclude[@]}" --include='*.cpp' --include='*.h' 
   echo "pipeline/transformer class names outside the family folders (ask the family record):"
   echo "$out"; fail=1
 fi
-rules='cfg_truncation|cfg_normalization|is_distilled|cfg_from_guidance|runsCfg|OptionMeanings|cfgPolicy|cfg-truncation|cfg-normalization'
+rules='cfg_truncation|cfg_normalization|is_distilled|cfg_from_guidance|runsCfg|OptionMeanings|cfgPolicy|cfg-truncation|cfg-normalization|true_cfg_scale|true-cfg-scale'
 if out=$(grep -rnE "$rules" "${exclude[@]}" --include='*.cpp' --include='*.h' --include='*.html' \
     --include='*.js' "$SRC/app" "$SRC/ui" "$SRC/parallel" "$SRC/backend" |
-    perl -ne 'my ($f, $l, $code) = /^([^:]*):(\d+):(.*)$/; $code =~ s{//.*}{}; $code =~ s{^\s*\*.*}{}; print if $code =~ /cfg_truncation|cfg_normalization|is_distilled|cfg_from_guidance|runsCfg|OptionMeanings|cfgPolicy|cfg-truncation|cfg-normalization/'
+    perl -ne 'my ($f, $l, $code) = /^([^:]*):(\d+):(.*)$/; $code =~ s{//.*}{}; $code =~ s{^\s*\*.*}{}; print if $code =~ /cfg_truncation|cfg_normalization|is_distilled|cfg_from_guidance|runsCfg|OptionMeanings|cfgPolicy|cfg-truncation|cfg-normalization|true_cfg_scale|true-cfg-scale/'
     ) && [ -n "$out" ]; then
   echo "family-specific request rules outside the family folders (declare them in the family's RequestSpec):"
   echo "$out"; fail=1
@@ -121,6 +124,11 @@ if [ ${#families[@]} -gt 0 ]; then
     echo "shared backend code includes a family's folder (only the two family tables do):"
     echo "$out"; fail=1
   fi
+fi
+if out=$(grep -rnE '#include\s+"backend/models/family_registry\.h"' "$SRC/backend/pipelines" \
+    2> /dev/null); then
+  echo "backend/pipelines/ includes the family table (the loop gets its record from the family's pipeline):"
+  echo "$out"; fail=1
 fi
 if out=$(grep -rnE '#include\s+"backend/family_runtime\.h"' "$SRC/backend/models" \
     "$SRC/backend/pipelines" 2>/dev/null); then

@@ -135,8 +135,10 @@ TEST(CliRequests, RefusedAtTheDoor) {
       {"--guidance nan", "--guidance must be a finite number in 0 .. 100, got nan"},
       {"--guidance inf", "--guidance must be a finite number in 0 .. 100, got inf"},
       {"--guidance -1", "--guidance must be a finite number in 0 .. 100, got -1"},
-      {"--true-cfg-scale -0.5", "--true-cfg-scale must be a finite number in 0 .. 100, got -0.5"},
-      {"--true-cfg-scale nan", "--true-cfg-scale must be a finite number in 0 .. 100, got nan"},
+      // A family knob: finite at the door, its range the family's declaration (FLUX.1's).
+      {"--true-cfg-scale -0.5",
+       "true_cfg_scale must be a finite number in 0 .. 100 for FLUX.1, got -0.5"},
+      {"--true-cfg-scale nan", "--true-cfg-scale must be a finite number, got nan"},
       {"--width=-8", "--width must be 0 (the model's default) or 1 .. 16384 pixels, got -8"},
       {"--height 0 --width 99999",
        "--width must be 0 (the model's default) or 1 .. 16384 pixels, got 99999"},

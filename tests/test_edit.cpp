@@ -103,7 +103,7 @@ PipelineInputs runInputs(const EditGoldens& g, int k) {
     in.options["max_area"] = r.at("max_area_arg").get<double>();
     in.options["auto_resize"] = r.at("auto_resize").get<bool>() ? 1 : 0;
     if (r.at("true_cfg").get<bool>()) {
-      in.true_cfg_scale = r.at("true_cfg_scale").get<double>();
+      in.options["true_cfg_scale"] = r.at("true_cfg_scale").get<double>();
       in.negative_prompt = r.at("negative_prompt").get<std::string>();
       in.negative_prompt_given = true;
     }

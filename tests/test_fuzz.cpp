@@ -222,7 +222,7 @@ std::string fuzzRequestLine(std::mt19937_64& g, int i) {
                                   "height",
                                   "steps",
                                   "guidance",
-                                  "true_cfg_scale",
+                                  "strength",
                                   "num_images",
                                   "max_sequence_length",
                                   "preview_every",

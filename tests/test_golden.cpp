@@ -285,7 +285,7 @@ TEST(Golden, InitialLatentsAndRuns) {
     PipelineInputs p;
     p.prompt = c["prompt"];
     p.negative_prompt = c.value("negative_prompt", "");
-    p.true_cfg_scale = c.value("true_cfg_scale", 1.0);
+    p.options["true_cfg_scale"] = c.value("true_cfg_scale", 1.0);
     p.seed = c["seed"];
     p.height = c["height"];
     p.width = c["width"];

@@ -284,7 +284,7 @@ TEST(QwenImagePipeline, RunsFromPromptsMatchDiffusers) {
       in.negative_prompt = promptText(r.at("negative_prompt_index").get<size_t>());
       in.negative_prompt_given = true;
     }
-    in.true_cfg_scale = r.at("true_cfg_scale");
+    in.options["true_cfg_scale"] = r.at("true_cfg_scale");
     in.seed = r.at("seed");
     in.height = r.at("height");
     in.width = r.at("width");
@@ -371,7 +371,7 @@ TEST(QwenImagePipeline, BatchedRunWithMaskedTextMatchesDiffusers) {
   // true_cfg_scale with a negative prompt.
   PipelineInputs gin;
   gin.negative_prompt_given = true;
-  gin.true_cfg_scale = r.at("true_cfg_scale");
+  gin.options["true_cfg_scale"] = r.at("true_cfg_scale");
   const Guider cfg = pipe.guider(gin);
   ASSERT_TRUE(cfg.enabled());
   const at::Tensor shapes = at::tensor(std::vector<int64_t>{1, h, w}, at::kLong).view({1, 3});

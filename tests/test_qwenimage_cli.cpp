@@ -152,7 +152,7 @@ TEST(QwenImageCliRefusals, IgnoredOptionsAreNamed) {
   EXPECT_NE(log.find("num_attention_heads"), std::string::npos) << log;
   EXPECT_NE(runCli(0, "--cfg-truncation 0.5", tmp("unknown_knob"), log), 0);
   EXPECT_NE(log.find("'cfg_truncation' is not an option of Qwen-Image (QwenImagePipeline); it "
-                     "takes no options"),
+                     "takes true_cfg_scale"),
             std::string::npos)
       << log;
 }

@@ -44,14 +44,19 @@ TEST(RequestSpec, EachFamilyDeclaresItsGuiderAndFields) {
   EXPECT_EQ(flux.guider.scale_field, "true_cfg_scale");
   EXPECT_TRUE(flux.field("guidance")->read);  // guidance_embeds: the distilled embedding
   EXPECT_EQ(flux.size.rounding, SizeRule::Rounding::Refuse);
-  EXPECT_TRUE(flux.knobs().empty());
+  // FluxPipeline's true_cfg_scale is the family's knob (its guider's scale field).
+  ASSERT_EQ(flux.knobs().size(), 1u);
+  EXPECT_EQ(flux.knobs()[0]->name, "true_cfg_scale");
+  EXPECT_TRUE(flux.knobs()[0]->read);
+  EXPECT_EQ(flux.knobs()[0]->default_value, 1.0);
   EXPECT_TRUE(flux.inputs.init_image && flux.inputs.mask && flux.inputs.step_cache);
 
   const RequestSpec klein = specOf("tiny-flux2-A");
   EXPECT_EQ(klein.guider.kind, GuiderSpec::Kind::ClassicCfg);
   EXPECT_EQ(klein.guider.scale_field, "guidance");
   EXPECT_EQ(klein.guider.threshold, 1.0);
-  EXPECT_FALSE(klein.field("true_cfg_scale")->read);
+  EXPECT_FALSE(klein.field("true_cfg_scale")->read);  // declared, not read: a note, not a refusal
+  EXPECT_TRUE(klein.field("true_cfg_scale")->knob);
   EXPECT_EQ(klein.size.rounding, SizeRule::Rounding::Floor);
   EXPECT_EQ(klein.size.init_image, SizeRule::FromInitImage::Always);
   EXPECT_EQ(klein.default_steps, 50);
@@ -60,10 +65,12 @@ TEST(RequestSpec, EachFamilyDeclaresItsGuiderAndFields) {
   EXPECT_EQ(z.guider.kind, GuiderSpec::Kind::ClassicCfg);
   EXPECT_EQ(z.guider.threshold, 0.0);
   EXPECT_EQ(z.guider.formula, GuiderSpec::Formula::CondPlus);
-  ASSERT_EQ(z.knobs().size(), 2u);
-  EXPECT_EQ(z.knobs()[0]->name, "cfg_truncation");
-  EXPECT_EQ(z.knobs()[0]->default_value, 1.0);
-  EXPECT_EQ(z.knobs()[1]->name, "cfg_normalization");
+  ASSERT_EQ(z.knobs().size(), 3u);
+  EXPECT_EQ(z.knobs()[0]->name, "true_cfg_scale");  // declared as not read (guidance is CFG)
+  EXPECT_FALSE(z.knobs()[0]->read);
+  EXPECT_EQ(z.knobs()[1]->name, "cfg_truncation");
+  EXPECT_EQ(z.knobs()[1]->default_value, 1.0);
+  EXPECT_EQ(z.knobs()[2]->name, "cfg_normalization");
   EXPECT_FALSE(z.inputs.init_image);
   EXPECT_FALSE(z.field("init_image")->read);
 
@@ -142,13 +149,29 @@ TEST(RequestSpec, KnobsTakeTheirDefaultsAndRanges) {
   v.options = {{"cfg_truncation", 0.5}};
   r = resolveRequest(specOf("tiny-flux-A"), v);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.message().find("it takes no options"), std::string::npos) << r.message();
+  EXPECT_NE(r.message().find("it takes true_cfg_scale"), std::string::npos) << r.message();
+  r = resolveRequest(specOf("tiny-qwenimage-A"), v);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("it takes true_cfg_scale"), std::string::npos) << r.message();
+  // The generic CFG scale option lands on the field the family's guider reads.
+  v.options = {{"cfg_scale", 4.0}};
+  v.negative_prompt = "blurry";
+  r = resolveRequest(specOf("tiny-flux-A"), v);
+  ASSERT_TRUE(r.ok()) << r.message();
+  EXPECT_EQ(r.values.options.at("true_cfg_scale"), 4.0);
+  EXPECT_EQ(r.values.options.count("cfg_scale"), 0u);
+  EXPECT_TRUE(r.cfg);
+  v.options = {{"cfg_scale", 4.0}};
+  r = resolveRequest(specOf("tiny-flux2-A"), v);
+  ASSERT_TRUE(r.ok()) << r.message();
+  EXPECT_EQ(r.values.guidance, 4.0);
+  EXPECT_TRUE(r.cfg);
 }
 
 TEST(RequestSpec, GuiderDecidesTheSecondBranch) {
   RequestValues v;
   v.negative_prompt = "blurry";
-  v.true_cfg_scale = 4;
+  v.options["true_cfg_scale"] = 4;
   v.guidance = 1.0;
   EXPECT_TRUE(resolveRequest(specOf("tiny-flux-A"), v).cfg);
   EXPECT_TRUE(resolveRequest(specOf("tiny-qwenimage-A"), v).cfg);

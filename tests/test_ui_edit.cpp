@@ -477,7 +477,7 @@ class TestUiEdit : public QObject {
     GenerationParams p = panel->params();
     p.prompt = "a photo of a cat";
     p.negative_prompt.clear();
-    p.true_cfg_scale = 1.0;
+    p.options["true_cfg_scale"] = 1.0;
     p.width = 40;
     p.height = 32;
     p.steps = 4;
@@ -544,7 +544,7 @@ class TestUiEdit : public QObject {
     GenerationParams p = panel->params();
     p.prompt = kPrompt;
     p.negative_prompt.clear();
-    p.true_cfg_scale = 1.0;
+    p.options["true_cfg_scale"] = 1.0;
     p.width = 64;
     p.height = 48;
     p.steps = 3;

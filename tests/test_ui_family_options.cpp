@@ -21,7 +21,7 @@ QString data(const char* fixture) {
 bool runsCfg(const GenerationPanel& p, bool trueCfg, double guidance) {
   GenerationParams g;
   g.negative_prompt_given = trueCfg;
-  g.true_cfg_scale = trueCfg ? 4.0 : 1.0;
+  g.options["true_cfg_scale"] = trueCfg ? 4.0 : 1.0;
   g.guidance = guidance;
   return p.modelInfo().resolve(g).cfg;
 }
@@ -44,8 +44,8 @@ class TestUiFamilyOptions : public QObject {
     QCOMPARE(p.fieldLabel(p.guidanceSpin()), QStringLiteral("Guidance"));
     QVERIFY2(p.guidanceSpin()->toolTip().contains("distilled guidance embedding"),
              qPrintable(p.guidanceSpin()->toolTip()));
-    QVERIFY(p.cfgScaleSpin()->isEnabled());
-    QVERIFY(p.cfgScaleSpin()->toolTip().contains("true CFG with the negative prompt"));
+    QVERIFY(p.knobSpin("true_cfg_scale")->isEnabled());
+    QVERIFY(p.knobSpin("true_cfg_scale")->toolTip().contains("true CFG with the negative prompt"));
     QVERIFY(!p.fieldShown(p.knobSpin("cfg_truncation")));
     QVERIFY(!p.fieldShown(p.knobSpin("cfg_normalization")));
     QVERIFY(!runsCfg(p, false, 4.0));  // guidance is an embedding, not CFG
@@ -59,9 +59,9 @@ class TestUiFamilyOptions : public QObject {
     QVERIFY(p.guidanceSpin()->isEnabled());
     QCOMPARE(p.fieldLabel(p.guidanceSpin()), QStringLiteral("CFG scale"));
     QVERIFY(p.guidanceSpin()->toolTip().contains("on when > 1"));
-    QVERIFY(!p.cfgScaleSpin()->isEnabled());
-    QVERIFY2(p.cfgScaleSpin()->toolTip().contains("not read by FLUX.2 [klein]"),
-             qPrintable(p.cfgScaleSpin()->toolTip()));
+    QVERIFY(!p.knobSpin("true_cfg_scale")->isEnabled());
+    QVERIFY2(p.knobSpin("true_cfg_scale")->toolTip().contains("not read by FLUX.2 [klein]"),
+             qPrintable(p.knobSpin("true_cfg_scale")->toolTip()));
     QVERIFY(!p.fieldShown(p.knobSpin("cfg_truncation")));
     QVERIFY(!runsCfg(p, true, 1.0));
     QVERIFY(runsCfg(p, false, 1.5));
@@ -74,7 +74,7 @@ class TestUiFamilyOptions : public QObject {
     QCOMPARE(p.modelInfo().family, QStringLiteral("Z-Image"));
     QCOMPARE(p.fieldLabel(p.guidanceSpin()), QStringLiteral("CFG scale"));
     QVERIFY(p.guidanceSpin()->toolTip().contains("on when > 0"));
-    QVERIFY(!p.cfgScaleSpin()->isEnabled());
+    QVERIFY(!p.knobSpin("true_cfg_scale")->isEnabled());
     QVERIFY(p.fieldShown(p.knobSpin("cfg_truncation")));
     QVERIFY(p.fieldShown(p.knobSpin("cfg_normalization")));
     // ZImagePipeline's do_classifier_free_guidance: guidance_scale > 0.
@@ -101,8 +101,8 @@ class TestUiFamilyOptions : public QObject {
     QVERIFY(!p.guidanceSpin()->isEnabled());
     QVERIFY2(p.guidanceSpin()->toolTip().contains("not read by Qwen-Image"),
              qPrintable(p.guidanceSpin()->toolTip()));
-    QVERIFY(p.cfgScaleSpin()->isEnabled());
-    QVERIFY(p.cfgScaleSpin()->toolTip().contains("true CFG"));
+    QVERIFY(p.knobSpin("true_cfg_scale")->isEnabled());
+    QVERIFY(p.knobSpin("true_cfg_scale")->toolTip().contains("true CFG"));
     QVERIFY(!p.fieldShown(p.knobSpin("cfg_truncation")));
     QVERIFY(runsCfg(p, true, 0.0));
     QVERIFY(!runsCfg(p, false, 7.0));
@@ -115,7 +115,7 @@ class TestUiFamilyOptions : public QObject {
     QVERIFY(p.guidanceSpin()->isEnabled());
     QVERIFY(p.fieldShown(p.knobSpin("cfg_truncation")));
     p.setModelDir(data("tiny-flux-A"));
-    QVERIFY(p.cfgScaleSpin()->isEnabled());
+    QVERIFY(p.knobSpin("true_cfg_scale")->isEnabled());
     QVERIFY(!p.fieldShown(p.knobSpin("cfg_truncation")));
     QCOMPARE(p.fieldLabel(p.guidanceSpin()), QStringLiteral("Guidance"));
   }

@@ -140,7 +140,7 @@ class TestUiFlux2 : public QObject {
     GenerationParams p;
     p.width = p.height = 32;
     p.guidance = 4.0;
-    QVERIFY(!p.trueCfg());
+    QVERIFY(!p.hasNegativePrompt());  // no negative prompt: klein's CFG is guidance alone
     Validation v = validate(s, info, p, info.max_sequence_length);
     QVERIFY2(v.canGenerate(), qPrintable(v.all().join("; ")));
     p.guidance = 1.0;

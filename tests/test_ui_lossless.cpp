@@ -443,7 +443,7 @@ class TestLossless : public QObject {
           p.height = size.height();
           p.num_images = images;
           p.negative_prompt = cfg ? "blurry" : "";
-          p.true_cfg_scale = cfg ? 3.0 : 1.0;
+          p.options["true_cfg_scale"] = cfg ? 3.0 : 1.0;
           w->generationPanel()->setParams(p);
           for (int devices = 1; devices <= 8; ++devices) {
             Q_EMIT w->strategyEditor()->advisorRequested();

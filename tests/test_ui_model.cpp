@@ -228,7 +228,7 @@ class TestModel : public QObject {
     QCOMPARE(v.requestIssues, all);
     p.width = 64;
     p.negative_prompt = "ugly";
-    p.true_cfg_scale = 4;
+    p.options["true_cfg_scale"] = 4;
     QVERIFY(validate(s, m, p, 512).canGenerate());
 
     // Strict ring on an odd token count: 36x36 px -> 9x9 = 81 image tokens.
@@ -272,13 +272,24 @@ class TestModel : public QObject {
     q = paramsFromQJson(QJsonObject{{"prompt", "only"}}, base);
     QCOMPARE(QString::fromStdString(q.prompt), QString("only"));
     QCOMPARE(q.steps, 33);
-    QVERIFY(!q.trueCfg());
+    QVERIFY(q.options.empty());
+    // A family knob at the top level (written before FluxPipeline's true CFG scale was a knob)
+    // is read as the option it is; an explicit options entry wins.
+    q = paramsFromQJson(QJsonObject{{"prompt", "old"}, {"true_cfg_scale", 3.0}});
+    QCOMPARE(q.options.at("true_cfg_scale"), 3.0);
+    q = paramsFromQJson(
+        QJsonObject{{"true_cfg_scale", 3.0}, {"options", QJsonObject{{"true_cfg_scale", 2.0}}}});
+    QCOMPARE(q.options.at("true_cfg_scale"), 2.0);
+    // Whether CFG runs is the family's guider: FLUX.1 true CFG needs the negative prompt and a
+    // scale above 1.
+    const ModelInfo m = readModelInfo(fixture());
+    QVERIFY(m.ok);
     q.negative_prompt =
         std::string(1, 'n');  // not = "n": GCC 12 -Wrestrict false positive (PR105329)
-    q.true_cfg_scale = 1.0;
-    QVERIFY(!q.trueCfg());
-    q.true_cfg_scale = 1.5;
-    QVERIFY(q.trueCfg());
+    q.options["true_cfg_scale"] = 1.0;
+    QVERIFY(!m.resolve(q).cfg);
+    q.options["true_cfg_scale"] = 1.5;
+    QVERIFY(m.resolve(q).cfg);
   }
 
   void modelDefaultsOverCurrent() {
@@ -294,8 +305,8 @@ class TestModel : public QObject {
         &problem);
     QVERIFY(problem.isEmpty());
     QCOMPARE(p.steps, 28);
-    QCOMPARE(p.true_cfg_scale, 5.0);
-    QVERIFY(p.trueCfg());  // an empty negative prompt given: true CFG against it
+    QCOMPARE(p.options.at("true_cfg_scale"), 5.0);
+    QVERIFY(p.hasNegativePrompt());  // an empty negative prompt given: true CFG against it
     QCOMPARE(QString::fromStdString(p.prompt), QString("kept"));
     QCOMPARE(p.seed, uint64_t{77});
     p = withModelDefaults(QJsonObject{{"steps", "many"}, {"width", 128}}, cur, &problem);

@@ -78,7 +78,7 @@ dit::Strategy strat(int world, int ring = 1, int tp = 1) {
 GenerationParams request(GenerationParams p) {
   p.prompt = "a photo of a cat";
   p.negative_prompt = "blurry";
-  p.true_cfg_scale = 2.0;
+  p.options["true_cfg_scale"] = 2.0;
   p.width = 32;
   p.height = 48;
   p.steps = 3;
@@ -94,7 +94,7 @@ QString differences(const GenerationParams& got, const GenerationParams& want) {
   QStringList d;
   if (got.prompt != want.prompt) d << "prompt";
   if (got.negative_prompt != want.negative_prompt) d << "negative_prompt";
-  if (got.true_cfg_scale != want.true_cfg_scale) d << "true_cfg_scale";
+  if (got.options != want.options) d << "options";
   if (got.width != want.width) d << "width";
   if (got.height != want.height) d << "height";
   if (got.steps != want.steps) d << "steps";
@@ -341,7 +341,7 @@ class TestUiModelSources : public QObject {
       GenerationParams other = panel->params();
       other.prompt = "something else";
       other.negative_prompt.clear();
-      other.true_cfg_scale = 1.0;
+      other.options["true_cfg_scale"] = 1.0;
       other.width = other.height = 64;
       other.steps = 8;
       other.guidance = 3.5;
@@ -388,7 +388,7 @@ class TestUiModelSources : public QObject {
                        "--negative-prompt",
                        QString::fromStdString(want.negative_prompt),
                        "--true-cfg-scale",
-                       QString::number(want.true_cfg_scale),
+                       QString::number(want.options.at("true_cfg_scale")),
                        "--width",
                        QString::number(want.width),
                        "--height",

@@ -31,7 +31,7 @@ Preset makePreset(const QString& name) {
   p.hasGeneration = true;
   p.generation.prompt = "a lighthouse, \"quoted\" and ünïcode";
   p.generation.negative_prompt = "blurry";
-  p.generation.true_cfg_scale = 4.0;
+  p.generation.options["true_cfg_scale"] = 4.0;
   p.generation.width = 768;
   p.generation.height = 512;
   p.generation.steps = 20;

@@ -123,18 +123,18 @@ class TestWidgets : public QObject {
     QVERIFY(w->strategyEditor()->issuesText().contains("cfg_degree 2 needs true CFG"));
     GenerationParams p = w->generationPanel()->params();
     p.negative_prompt = "blurry";
-    p.true_cfg_scale = 3;
+    p.options["true_cfg_scale"] = 3;
     w->generationPanel()->setParams(p);
     QVERIFY(w->generateAction()->isEnabled());
     QVERIFY(w->strategyEditor()->issuesText().isEmpty());
     // A CFG scale above 1 with an empty negative prompt box: true CFG against "" (the embedded
     // model's setting); at scale 1 an empty box is no negative prompt, and cfg 2 is refused.
     p.negative_prompt = "";
-    p.true_cfg_scale = 5;
+    p.options["true_cfg_scale"] = 5;
     w->generationPanel()->setParams(p);
     QVERIFY(w->generationPanel()->params().hasNegativePrompt());
     QVERIFY(w->generateAction()->isEnabled());
-    p.true_cfg_scale = 1;
+    p.options["true_cfg_scale"] = 1;
     w->generationPanel()->setParams(p);
     QVERIFY(!w->generationPanel()->params().hasNegativePrompt());
     QVERIFY(!w->generateAction()->isEnabled());
@@ -164,7 +164,10 @@ class TestWidgets : public QObject {
     QCOMPARE(g->stepsSpin()->maximum(), static_cast<int>(requestLimit("steps").hi));
     QCOMPARE(g->guidanceSpin()->minimum(), requestLimit("guidance").lo);
     QCOMPARE(g->guidanceSpin()->maximum(), requestLimit("guidance").hi);
-    QCOMPARE(g->cfgScaleSpin()->maximum(), requestLimit("true_cfg_scale").hi);
+    // A family knob's row takes the knob's declared range (FLUX.1's true CFG scale: 0 .. 100).
+    QVERIFY(g->modelInfo().request.field("true_cfg_scale"));
+    QCOMPARE(g->knobSpin("true_cfg_scale")->maximum(),
+             g->modelInfo().request.field("true_cfg_scale")->max);
     QCOMPARE(g->imagesSpin()->minimum(), static_cast<int>(requestLimit("num_images").lo));
     QCOMPARE(g->imagesSpin()->maximum(), static_cast<int>(requestLimit("num_images").hi));
     // strength (0, 1] in hundredths: 0 is excluded by the table's exclusive lower bound.
@@ -199,17 +202,17 @@ class TestWidgets : public QObject {
     }
     auto w = makeWindow(data);
     GenerationPanel* g = w->generationPanel();
-    QCOMPARE(g->cfgScaleSpin()->value(), 1.0);
+    QCOMPARE(g->knobSpin("true_cfg_scale")->value(), 1.0);
     g->promptEdit()->setPlainText("a large red circle on a blue background, centre");
     g->setModelDir(copy.path());
     QVERIFY(g->modelInfo().ok);
-    QCOMPARE(g->cfgScaleSpin()->value(), 5.0);
+    QCOMPARE(g->knobSpin("true_cfg_scale")->value(), 5.0);
     QCOMPARE(g->stepsSpin()->value(), 21);
-    QVERIFY(g->params().trueCfg());
+    QVERIFY(g->modelInfo().resolve(g->params()).cfg);
     QCOMPARE(g->params().prompt, std::string("a large red circle on a blue background, centre"));
     QVERIFY(g->modelInfo().summary().contains("default settings"));
     g->setModelDir(fixture());
-    QCOMPARE(g->cfgScaleSpin()->value(), 5.0);
+    QCOMPARE(g->knobSpin("true_cfg_scale")->value(), 5.0);
     QCOMPARE(g->stepsSpin()->value(), 21);
   }
 

@@ -49,7 +49,7 @@ struct AdvisorInput {
   Interconnect interconnect = Interconnect::NVLink;
   int width = 1024;
   int height = 1024;
-  bool true_cfg = false;       ///< negative prompt with true_cfg_scale > 1
+  bool true_cfg = false;       ///< the request runs CFG (the model's guider: ModelInfo::resolve)
   int images_per_request = 1;  ///< > 1 (many prompts/seeds) favours data parallel
 };
 

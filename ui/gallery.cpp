@@ -49,8 +49,10 @@ QString describe(const QJsonObject& p, const HistoryEntry& e, double seconds) {
   if (p.contains("steps")) parts << QStringLiteral("%1 steps").arg(p.value("steps").toInt());
   if (p.contains("guidance"))
     parts << QStringLiteral("guidance %1").arg(p.value("guidance").toDouble());
-  if (p.value("true_cfg_scale").toDouble(1) > 1)
-    parts << QStringLiteral("true CFG %1").arg(p.value("true_cfg_scale").toDouble());
+  // The family's knobs as set (FLUX.1's true CFG scale, Z-Image's CFG truncation, ...).
+  const QJsonObject options = p.value("options").toObject();
+  for (auto it = options.begin(); it != options.end(); ++it)
+    parts << QStringLiteral("%1 %2").arg(it.key()).arg(it.value().toDouble());
   if (seconds > 0) parts << QStringLiteral("%1 s").arg(seconds, 0, 'f', 1);
   QString s = parts.join(QStringLiteral(" · "));
   const QString prompt = p.value("prompt").toString();

@@ -13,12 +13,14 @@
 #include <QMenu>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QRegularExpression>
 #include <QRegularExpressionValidator>
 #include <QSpinBox>
 #include <QStyle>
 #include <QToolButton>
 #include <QVBoxLayout>
 
+#include "app/common/request_values.h"
 #include "app/protocol/limits.h"
 #include "backend/models/family_registry.h"
 #include "ui/image_input_panel.h"
@@ -109,18 +111,12 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
   prompt_->setParent(promptBox);
   form->addRow(tr("Prompt"), promptBox);
   negative_ = new QPlainTextEdit(genBox);
-  negative_->setPlaceholderText(tr("Negative prompt (used with true CFG scale > 1)"));
+  negative_->setPlaceholderText(tr("Negative prompt (used when the model runs CFG)"));
   negative_->setMaximumHeight(48);
   form->addRow(tr("Negative"), negative_);
-  cfgScale_ = new QDoubleSpinBox(genBox);
   // Ranges from the one limits table (app/protocol/limits): what the spin boxes accept is what
-  // the worker accepts. True CFG's lower end is 1 (<= 1 means off).
+  // the worker accepts; a family knob's range is its declaration's.
   using dit::protocol::requestLimit;
-  cfgScale_->setRange(1.0, requestLimit("true_cfg_scale").hi);
-  cfgScale_->setSingleStep(0.5);
-  cfgScale_->setToolTip(
-      tr("True CFG scale: > 1 with a negative prompt runs the model twice per step"));
-  form->addRow(tr("True CFG scale"), cfgScale_);
 
   auto* sizeRow = new QHBoxLayout;
   width_ = new QSpinBox(genBox);
@@ -160,6 +156,7 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
     spin->setToolTip(QString::fromStdString(k.name + " (" + k.diffusers_arg + "): " + k.help));
     QString label = QString::fromStdString(k.name);
     label.replace(QLatin1Char('_'), QLatin1Char(' '));
+    label.replace(QRegularExpression(QStringLiteral("\\bcfg\\b")), QStringLiteral("CFG"));
     label[0] = label[0].toUpper();
     form->addRow(label, spin);
     knobs_.emplace_back(k.name, spin);
@@ -219,7 +216,6 @@ GenerationPanel::GenerationPanel(QWidget* parent) : QWidget(parent) {
     connect(e, &QPlainTextEdit::textChanged, this, [this] {
       if (!promptWarnings_.isEmpty()) showPromptWarnings({});
     });
-  connect(cfgScale_, &QDoubleSpinBox::valueChanged, this, emitChanged);
   connect(steps_, &QSpinBox::valueChanged, this, emitChanged);
   connect(guidance_, &QDoubleSpinBox::valueChanged, this, emitChanged);
   for (const auto& [name, spin] : knobs_) {
@@ -405,19 +401,23 @@ GenerationParams GenerationPanel::params() const {
   GenerationParams p;
   p.prompt = prompt_->toPlainText().toStdString();
   p.negative_prompt = negative_->toPlainText().toStdString();
-  p.true_cfg_scale = cfgScale_->value();
-  // A text box cannot tell diffusers' negative_prompt=None from "": in the GUI a true CFG scale
-  // above 1 runs true CFG against the negative prompt as typed, empty included (the embedded
-  // model's CFG is against the empty prompt). At 1 an empty box is no negative prompt.
-  p.negative_prompt_given = p.true_cfg_scale > 1.0;
   p.width = width_->value();
   p.height = height_->value();
   p.steps = steps_->value();
   p.guidance = guidance_->value();
-  // The loaded model's knobs (only those: another family's would be refused as unknown).
+  // The knobs the loaded model reads (another family's would be refused as unknown; one it
+  // declares as not read, greyed out, would only be a note that it is ignored).
   p.options.clear();
   for (const auto& [name, spin] : knobs_)
-    if (model_.request.field(name)) p.options[name] = spin->value();
+    if (const dit::FieldSpec* f = model_.request.field(name); f && f->read)
+      p.options[name] = spin->value();
+  // A text box cannot tell diffusers' negative_prompt=None from "": in the GUI a true-CFG scale
+  // (the family's guider field) above its threshold runs true CFG against the negative prompt as
+  // typed, empty included (the embedded model's CFG is against the empty prompt). Below it an
+  // empty box is no negative prompt.
+  const dit::GuiderSpec& g = model_.request.guider;
+  p.negative_prompt_given = g.kind == dit::GuiderSpec::Kind::TrueCfg &&
+                            dit::requestValues(p).number(g.scale_field, 1.0) > g.threshold;
   // Exact (never through a double); a malformed field keeps the default and seedError() says why.
   if (const auto seed = parseSeedText(seed_->text())) p.seed = *seed;
   p.random_seed = randomSeed_->isChecked();
@@ -432,7 +432,6 @@ void GenerationPanel::setParams(const GenerationParams& p) {
   loading_ = true;
   prompt_->setPlainText(QString::fromStdString(p.prompt));
   negative_->setPlainText(QString::fromStdString(p.negative_prompt));
-  cfgScale_->setValue(p.true_cfg_scale);
   width_->setValue(p.width);
   height_->setValue(p.height);
   steps_->setValue(p.steps);
@@ -527,10 +526,11 @@ void GenerationPanel::applyRequestSpec() {
                              spec.guider.scale_field == "guidance";
   describe(guidance_, "guidance");
   if (QLabel* l = label(guidance_)) l->setText(guidanceIsCfg ? tr("CFG scale") : tr("Guidance"));
-  describe(cfgScale_, "true_cfg_scale");
   switch (spec.guider.kind) {
     case dit::GuiderSpec::Kind::TrueCfg:
-      negative_->setPlaceholderText(tr("Negative prompt (used with true CFG scale > 1)"));
+      negative_->setPlaceholderText(tr("Negative prompt (used with %1 > %2)")
+                                        .arg(QString::fromStdString(spec.guider.scale_field))
+                                        .arg(spec.guider.threshold));
       break;
     case dit::GuiderSpec::Kind::ClassicCfg:
       negative_->setPlaceholderText(tr("Negative prompt (used when CFG runs; empty: \"\")"));

@@ -86,7 +86,6 @@ class GenerationPanel : public QWidget {
   QSpinBox* heightSpin() const { return height_; }
   QSpinBox* stepsSpin() const { return steps_; }
   QDoubleSpinBox* guidanceSpin() const { return guidance_; }
-  QDoubleSpinBox* cfgScaleSpin() const { return cfgScale_; }
   /// The row of a model family's knob `name` (one generated row per knob any registered family
   /// declares, dit::allFamilyKnobs; shown only for a model whose request declares it), or
   /// nullptr for a name no family declares.
@@ -144,7 +143,6 @@ class GenerationPanel : public QWidget {
   QLabel* modelSummary_;
   QPlainTextEdit* prompt_;
   QPlainTextEdit* negative_;
-  QDoubleSpinBox* cfgScale_;
   QSpinBox* width_;
   QSpinBox* height_;
   QLabel* sizeHint_;

@@ -2,6 +2,7 @@
 
 #include <exception>
 
+#include "app/common/request_values.h"
 #include "ui/json_io.h"
 #include "ui/seed_text.h"
 
@@ -14,14 +15,17 @@ QJsonObject paramsToQJson(const GenerationParams& p) {
 }
 
 GenerationParams paramsFromQJson(const QJsonObject& j, const GenerationParams& defaults) {
-  if (!j.value("seed").isString()) return dit::protocol::paramsFromJson(toNlohmann(j), defaults);
+  // A family knob at the top level (a model's default settings, a preset or PNG metadata written
+  // before FluxPipeline's true CFG scale was a knob) is read as the option it is.
+  nlohmann::json all = toNlohmann(j);
+  dit::liftKnobKeys(all);
+  if (!j.value("seed").isString()) return dit::protocol::paramsFromJson(all, defaults);
   // A seed above 2^63-1 travels as decimal text in Qt JSON (toQJsonObject).
   QString err;
   const auto seed = parseSeedText(j.value("seed").toString(), &err);
   if (!seed) throw dit::protocol::ProtocolError("request field 'seed': " + err.toStdString());
-  QJsonObject rest = j;
-  rest.remove("seed");
-  GenerationParams p = dit::protocol::paramsFromJson(toNlohmann(rest), defaults);
+  all.erase("seed");
+  GenerationParams p = dit::protocol::paramsFromJson(all, defaults);
   p.seed = *seed;
   p.random_seed = false;
   return p;

@@ -10,21 +10,22 @@
 
 namespace dit::ui {
 
-/// The one request-parameter type (prompt, negative_prompt, true_cfg_scale, width, height,
-/// steps, guidance, seed (uint64), random_seed, num_images, max_sequence_length) with its one set
-/// of defaults.
+/// The one request-parameter type (prompt, negative_prompt, width, height, steps, guidance, the
+/// family's knobs in options, seed (uint64), random_seed, num_images, max_sequence_length) with
+/// its one set of defaults.
 using GenerationParams = dit::protocol::GenerationParams;
 
 /// protocol::toJson(p) as a Qt object (seed is -1 when random; integers stay integers; a seed
 /// above 2^63-1 is its decimal text, see toQJsonObject).
 QJsonObject paramsToQJson(const GenerationParams& p);
 /// protocol::paramsFromJson of a Qt object: the keys present in `j` over `defaults`; a "seed"
-/// given as decimal text is read exactly (0 .. 2^64-1). Throws dit::protocol::ProtocolError
+/// given as decimal text is read exactly (0 .. 2^64-1); a family knob's name at the top level is
+/// read into options (dit::liftKnobKeys). Throws dit::protocol::ProtocolError
 /// naming a field of the wrong type or a seed out of range.
 GenerationParams paramsFromQJson(const QJsonObject& j, const GenerationParams& defaults = {});
 
 /// A model's recommended settings (ModelInfo::default_settings: any of the protocol's keys, e.g.
-/// steps, width, height, true_cfg_scale, negative_prompt) over `current`: the keys present
+/// steps, width, height, negative_prompt, a family knob) over `current`: the keys present
 /// replace, everything else (prompt, seed, ...) is kept. When a setting has the wrong type the
 /// result is `current` unchanged and `*problem` (when given) is the error's text, else it is
 /// cleared; never throws. What the generation panel does when a model is chosen and the headless

@@ -185,10 +185,8 @@ ModelInfo readModelInfo(const ModelSources& sourcesIn) {
 
 dit::RequestSpec ModelInfo::anyModelRequest() {
   dit::RequestSpec s = dit::baseRequestSpec("this model", "the model's pipeline");
-  for (const char* f : {"guidance", "true_cfg_scale", "negative_prompt"}) s.at(f).read = true;
-  s.guider.kind = dit::GuiderSpec::Kind::TrueCfg;
-  s.guider.scale_field = "true_cfg_scale";
-  s.guider.requirement = "a negative prompt and true_cfg_scale > 1";
+  for (const char* f : {"guidance", "negative_prompt"}) s.at(f).read = true;
+  s.guider.requirement = "a model whose request runs CFG (none is read yet)";
   s.inputs = {true, true, true};
   return s;
 }

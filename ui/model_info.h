@@ -70,8 +70,8 @@ struct ModelInfo {
   /// Notes on what was inferred (embedded tokenizers, published default configs).
   QStringList notes;
   /// The model's recommended generation settings (dit::ModelFolder::default_settings: any of
-  /// steps, width, height, guidance, true_cfg_scale, negative_prompt, with the protocol's keys
-  /// and types); empty when the model declares none. The panel applies them when the model is
+  /// steps, width, height, guidance, negative_prompt and the family's knobs, with the protocol's
+  /// keys and types); empty when the model declares none. The panel applies them when the model is
   /// chosen (paramsFromQJson over the current parameters).
   QJsonObject default_settings;
 
@@ -87,7 +87,8 @@ struct ModelInfo {
   /// `p` resolved against this model's request (dit::resolveRequest: defaults, ranges, the size
   /// rule, whether the guider runs the CFG branch cfg_degree 2 splits off).
   dit::ResolvedRequest resolve(const dit::protocol::GenerationParams& p) const;
-  /// The request before a model is read: guidance and true CFG both read, true CFG's rule.
+  /// The request before a model is read: guidance and the negative prompt read, no knobs, no
+  /// CFG (which field turns CFG on is the family's).
   static dit::RequestSpec anyModelRequest();
   /// Multi-line human summary (layers, heads, head dim, parameters).
   QString summary() const;

@@ -338,11 +338,11 @@ void ReferenceStrip::setModel(const QString& family, const dit::RequestSpec& spe
     const QString who = family_.isEmpty() ? tr("this model") : family_;
     disabledReason_ =
         pipeline_.isEmpty()
-            ? tr("Reference images are not supported for %1 (FLUX.2 [klein] and FLUX.1 Kontext "
-                 "models take them)")
+            ? tr("Reference images are not supported for %1: its request declares no "
+                 "reference images (an editing model's does)")
                   .arg(who)
-            : tr("Reference images are not supported for %1 (%2); FLUX.2 [klein] and FLUX.1 "
-                 "Kontext models take them")
+            : tr("Reference images are not supported for %1 (%2): its request declares no "
+                 "reference images (an editing model's does)")
                   .arg(who, pipeline_);
   }
   rebuildTiles();

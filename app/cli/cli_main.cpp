@@ -73,8 +73,8 @@ void refuseMemory(const CliOptions& o, const ModelFolder& model, const ResolvedR
 // fields the model does not read.
 std::set<std::string> givenFields(const CLI::App& app) {
   std::set<std::string> given;
-  for (const char* field : {"guidance", "true_cfg_scale", "negative_prompt", "strength", "steps",
-                            "max_sequence_length"}) {
+  for (const char* field :
+       {"guidance", "negative_prompt", "strength", "steps", "max_sequence_length"}) {
     std::string flag = std::string("--") + field;
     std::replace(flag.begin(), flag.end(), '_', '-');
     if (app.count(flag) > 0) given.insert(field);
@@ -325,10 +325,9 @@ int main(int argc, char** argv) {
     addModelSourceOptions(*a, o.src);
     a->add_option("--prompt", o.gen.prompt, "prompt")->capture_default_str();
     a->add_option("--negative-prompt", o.gen.negative_prompt,
-                  "negative prompt; given (even as \"\") with --true-cfg-scale > 1 it runs true "
-                  "CFG, as diffusers");
-    a->add_option("--true-cfg-scale", o.gen.true_cfg_scale,
-                  "true CFG scale, 0 .. 100 (> 1 with a negative prompt: true CFG)");
+                  "negative prompt; given (even as \"\"), the unconditional branch of the "
+                  "model's CFG when its CFG scale turns CFG on (--print-request-spec shows which "
+                  "field that is), as diffusers");
     a->add_option(
         "--width", o.gen.width,
         "width in pixels (multiple of 2 x vae_scale_factor; default 128 x vae_scale_factor)");

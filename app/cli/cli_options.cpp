@@ -78,6 +78,8 @@ void checkOptions(const protocol::GenerateRequest& r) {
     const std::string prefix = "request field '" + e.field() + "'";
     if (!e.field().empty() && msg.rfind(prefix, 0) == 0) {
       std::string opt = e.field();
+      // A family knob ("options.true_cfg_scale") is given by its own flag (--true-cfg-scale).
+      if (opt.rfind("options.", 0) == 0) opt = opt.substr(8);
       std::replace(opt.begin(), opt.end(), '_', '-');
       msg = "--" + opt + msg.substr(prefix.size());
     }

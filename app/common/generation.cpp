@@ -29,7 +29,6 @@ PipelineInputs pipelineParams(const protocol::GenerationParams& p) {
   g.prompt = p.prompt;
   g.negative_prompt = p.negative_prompt;
   g.negative_prompt_given = p.hasNegativePrompt();
-  g.true_cfg_scale = p.true_cfg_scale;
   g.width = p.width;
   g.height = p.height;
   g.steps = p.steps;

@@ -4,10 +4,12 @@
 // same way through dit::resolveRequest.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 
 #include "app/protocol/protocol.h"
+#include "backend/models/family_registry.h"
 #include "backend/models/request_spec.h"
 
 namespace dit {
@@ -26,7 +28,6 @@ inline RequestValues requestValues(const protocol::GenerationParams& p,
   v.max_sequence_length = p.max_sequence_length;
   v.num_images = p.num_images;
   v.guidance = p.guidance;
-  v.true_cfg_scale = p.true_cfg_scale;
   v.strength = p.strength;
   v.init_image = p.init_image;
   v.mask_image = p.mask_image;
@@ -37,6 +38,30 @@ inline RequestValues requestValues(const protocol::GenerationParams& p,
   v.given = given;
   for (const auto& [name, value] : p.options) v.given.insert(name);
   return v;
+}
+
+/// A family knob spelled at the top level of a request object, as an OpenAI client sends an
+/// extra body field ({"prompt": ..., "cfg_truncation": 0.25}) and as presets, history and PNG
+/// metadata wrote FluxPipeline's true CFG scale before it became a knob: every top-level key of
+/// `j` (an object; anything else is left alone) naming a knob some registered family declares
+/// (allFamilyKnobs) moves into j["options"], unless "options" already has that name (the
+/// explicit spelling wins). Other keys stay where they are; the value is not checked here (the
+/// protocol's reader checks "options", the family's resolve the name and range). Returns the
+/// names moved.
+inline std::set<std::string> liftKnobKeys(nlohmann::json& j) {
+  std::set<std::string> moved;
+  if (!j.is_object()) return moved;
+  for (const FieldSpec& k : allFamilyKnobs()) {
+    auto it = j.find(k.name);
+    if (it == j.end()) continue;
+    nlohmann::json value = *it;
+    j.erase(it);
+    if (!j.contains("options") || j["options"].is_null()) j["options"] = nlohmann::json::object();
+    if (!j["options"].is_object()) continue;  // the reader refuses the malformed "options"
+    if (!j["options"].contains(k.name)) j["options"][k.name] = std::move(value);
+    moved.insert(k.name);
+  }
+  return moved;
 }
 
 }  // namespace dit

@@ -138,9 +138,11 @@ int runHeadless(int argc, char** argv, const Args& args) {
                          QStringLiteral("--output"),
                          output};
   cliArgs << args.components.workerArgs();
-  if (p.trueCfg())
-    cliArgs << QStringLiteral("--negative-prompt") << QString::fromStdString(p.negative_prompt)
-            << QStringLiteral("--true-cfg-scale") << QString::number(p.true_cfg_scale);
+  if (p.hasNegativePrompt())
+    cliArgs << QStringLiteral("--negative-prompt") << QString::fromStdString(p.negative_prompt);
+  for (const auto& [name, value] : p.options)  // the family's knobs (the model's settings)
+    cliArgs << QStringLiteral("--set")
+            << QString::fromStdString(name) + QLatin1Char('=') + QString::number(value, 'g', 17);
   std::fprintf(stderr, "ditstudio: running headless: %s\n",
                dit::ui::LaunchCommand{cli, cliArgs.mid(1)}.display().toLocal8Bit().constData());
   std::vector<std::string> store;

@@ -20,7 +20,6 @@ const std::vector<FieldLimit> kRequestLimits = {
     {"num_images", K::Integer, 1, kMaxImages, false, "", ""},
     {"preview_every", K::Integer, 0, 1000000, false, "", " (0: no previews)"},
     {"guidance", K::Real, 0, kMaxGuidance, false, "", ""},
-    {"true_cfg_scale", K::Real, 0, kMaxGuidance, false, "", ""},
     {"strength", K::Real, 0, 1, false, "", "", true},
 };
 

@@ -38,7 +38,7 @@ inline constexpr int kMaxSteps = 1000;  ///< steps: 0 or 1 .. kMaxSteps
 /// text encoder's positions, 40960 for Qwen3) is checked once the model is known.
 inline constexpr int kMaxSequenceLength = 65536;
 inline constexpr int kMaxImages = 10000;       ///< num_images: 1 .. kMaxImages
-inline constexpr double kMaxGuidance = 100.0;  ///< guidance, true_cfg_scale: finite, 0 .. 100
+inline constexpr double kMaxGuidance = 100.0;  ///< guidance: finite, 0 .. 100
 /// options (a model family's knobs): at most this many entries per request.
 inline constexpr std::size_t kMaxOptions = 32;
 
@@ -62,8 +62,9 @@ struct FieldLimit {
 };
 
 /// Every numeric request field with its limits (width, height, steps, max_sequence_length,
-/// num_images, guidance, true_cfg_scale, preview_every, strength). The GUI's spin boxes take their
-/// ranges from here too (ui/generation_panel, ui/image_input_panel).
+/// num_images, guidance, preview_every, strength; a family's knobs are ranged by its declaration).
+/// The GUI's spin boxes take their ranges from here too (ui/generation_panel,
+/// ui/image_input_panel).
 const std::vector<FieldLimit>& requestLimits();
 /// The row of `field`; throws std::logic_error for a field without a row (a programming error).
 const FieldLimit& requestLimit(std::string_view field);

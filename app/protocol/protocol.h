@@ -83,18 +83,20 @@ struct GenerationParams {
   std::string prompt = kDefaultPrompt;
   std::string negative_prompt;
   /// The negative prompt was given (diffusers' `negative_prompt is not None`), even as "": with
-  /// true_cfg_scale > 1 that runs true CFG. A non-empty negative_prompt counts as given too. In
-  /// JSON: the key "negative_prompt" present with a string value (absent or null: not given).
+  /// the family's CFG scale above its threshold that runs CFG (FluxPipeline's true CFG). A
+  /// non-empty negative_prompt counts as given too. In JSON: the key "negative_prompt" present with
+  /// a string value (absent or null: not given).
   bool negative_prompt_given = false;
-  double true_cfg_scale = 1.0;  ///< > 1 with a negative prompt enables true CFG; 0 .. 100
-  int width = 0;                ///< pixels, multiple of 2 x vae_scale_factor; 0 = model default
-  int height = 0;               ///< pixels; 0 = model default
-  int steps = 0;                ///< denoising steps; 0 = model default (28)
-  double guidance = 3.5;        ///< distilled guidance scale (guidance_embeds models); 0 .. 100
+  int width = 0;          ///< pixels, multiple of 2 x vae_scale_factor; 0 = model default
+  int height = 0;         ///< pixels; 0 = model default
+  int steps = 0;          ///< denoising steps; 0 = model default (28)
+  double guidance = 3.5;  ///< the pipeline's guidance_scale; 0 .. 100
   /// The model family's own knobs by field name (backend FamilySpec::knobs, e.g. Z-Image's
-  /// cfg_truncation): finite numbers; their ranges, defaults and whether the model knows the
-  /// name are the family's (the request's resolve refuses an unknown one). In JSON: the object
-  /// "options", e.g. {"cfg_truncation": 0.5}; absent = every knob at its default.
+  /// cfg_truncation, FluxPipeline's true CFG scale): finite numbers; their ranges, defaults and
+  /// whether the model knows the name are the family's (the request's resolve refuses an
+  /// unknown one). In JSON: the object "options", e.g. {"cfg_truncation": 0.5}; absent = every
+  /// knob at its default. (A knob at the top level is moved here by the front ends that read
+  /// JSON from users: liftKnobKeys, app/common/request_values.h.)
   std::map<std::string, double> options;
   /// Seed of the CPU noise generator: the full 64-bit range, carried as a JSON integer (never a
   /// double). Image i of a request uses seed + i (mod 2^64).
@@ -128,17 +130,13 @@ struct GenerationParams {
 
   /// A negative prompt was given (negative_prompt_given or a non-empty negative_prompt).
   bool hasNegativePrompt() const { return negative_prompt_given || !negative_prompt.empty(); }
-  /// True CFG is active (DESIGN.md section 5): a negative prompt given (even "") and
-  /// true_cfg_scale > 1 — diffusers FluxPipeline.__call__'s `do_true_cfg = true_cfg_scale > 1 and
-  /// has_neg_prompt`, so the GUI's validation and the worker agree.
-  bool trueCfg() const;
   /// Field-wise, with negative_prompt_given compared as hasNegativePrompt() (a non-empty
   /// negative prompt is given whether or not the flag is set).
   bool operator==(const GenerationParams& o) const;
 };
 
 /// The parameters as a JSON object with the protocol's keys (prompt, negative_prompt,
-/// true_cfg_scale, width, height, steps, guidance, seed, num_images, max_sequence_length); seed is
+/// width, height, steps, guidance, seed, num_images, max_sequence_length); seed is
 /// the unsigned integer, or -1 when random_seed; negative_prompt only when hasNegativePrompt();
 /// init_image, init_image_sha256, mask_image and strength only with an init image; cache only
 /// when set (canonical spelling).

@@ -106,7 +106,6 @@ GenerationParams readParams(const json& j, const GenerationParams& defaults,
     r.str("negative_prompt", p.negative_prompt);
     p.negative_prompt_given = true;  // even "": diffusers' `negative_prompt is not None`
   }
-  r.limited("true_cfg_scale", p.true_cfg_scale);
   r.limited("width", p.width);
   r.limited("height", p.height);
   r.limited("steps", p.steps);
@@ -170,23 +169,20 @@ GenerationParams readParams(const json& j, const GenerationParams& defaults,
 
 }  // namespace detail
 
-bool GenerationParams::trueCfg() const { return hasNegativePrompt() && true_cfg_scale > 1.0; }
-
 bool GenerationParams::operator==(const GenerationParams& o) const {
   return prompt == o.prompt && negative_prompt == o.negative_prompt &&
-         hasNegativePrompt() == o.hasNegativePrompt() && true_cfg_scale == o.true_cfg_scale &&
-         width == o.width && height == o.height && steps == o.steps && guidance == o.guidance &&
-         options == o.options && seed == o.seed && random_seed == o.random_seed &&
-         num_images == o.num_images && max_sequence_length == o.max_sequence_length &&
-         init_image == o.init_image && init_image_sha256 == o.init_image_sha256 &&
-         mask_image == o.mask_image && strength == o.strength &&
-         reference_images == o.reference_images && cache == o.cache && loras == o.loras;
+         hasNegativePrompt() == o.hasNegativePrompt() && width == o.width && height == o.height &&
+         steps == o.steps && guidance == o.guidance && options == o.options && seed == o.seed &&
+         random_seed == o.random_seed && num_images == o.num_images &&
+         max_sequence_length == o.max_sequence_length && init_image == o.init_image &&
+         init_image_sha256 == o.init_image_sha256 && mask_image == o.mask_image &&
+         strength == o.strength && reference_images == o.reference_images && cache == o.cache &&
+         loras == o.loras;
 }
 
 void checkParams(const GenerationParams& p, const std::optional<std::string>& id) {
   checkUtf8("prompt", p.prompt, id);
   checkUtf8("negative_prompt", p.negative_prompt, id);
-  checkLimit("true_cfg_scale", p.true_cfg_scale, id);
   checkLimit("guidance", p.guidance, id);
   if (p.options.size() > kMaxOptions)
     throw ProtocolError("request field 'options' has " + std::to_string(p.options.size()) +
@@ -265,10 +261,13 @@ void checkLoras(const std::vector<LoraRequest>& loras, const std::optional<std::
 }
 
 json toJson(const GenerationParams& p) {
-  json j{{"prompt", p.prompt},         {"true_cfg_scale", p.true_cfg_scale},
-         {"width", p.width},           {"height", p.height},
-         {"steps", p.steps},           {"guidance", p.guidance},
-         {"num_images", p.num_images}, {"max_sequence_length", p.max_sequence_length}};
+  json j{{"prompt", p.prompt},
+         {"width", p.width},
+         {"height", p.height},
+         {"steps", p.steps},
+         {"guidance", p.guidance},
+         {"num_images", p.num_images},
+         {"max_sequence_length", p.max_sequence_length}};
   if (p.hasNegativePrompt()) j["negative_prompt"] = p.negative_prompt;  // given, even ""
   // The family's knobs, only when some are set (other requests keep their keys).
   if (!p.options.empty()) j["options"] = p.options;

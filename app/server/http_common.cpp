@@ -89,6 +89,7 @@ json parseBody(const httplib::Request& req, int maxDepth, BodyKind kind) {
   json b;
   if (auto e = parseJsonBody(req.body, maxDepth, b)) throw badRequest(e->message, e->param);
   if (auto e = checkFieldTypes(b, kind)) throw badRequest(e->message, e->param);
+  liftKnobKeys(b);  // a family knob as an extra top-level field -> options
   return b;
 }
 
@@ -96,7 +97,11 @@ json parseBody(const httplib::Request& req, int maxDepth, BodyKind kind) {
 json formToJson(const httplib::Request& req, int maxDepth) {
   static const std::vector<std::string> ints{
       "n", "seed", "steps", "partial_images", "output_compression", "max_sequence_length"};
-  static const std::vector<std::string> reals{"guidance", "true_cfg_scale", "strength"};
+  static const std::vector<std::string> reals = [] {
+    std::vector<std::string> r{"guidance", "strength"};
+    for (const FieldSpec& k : allFamilyKnobs()) r.push_back(k.name);  // the families' knobs
+    return r;
+  }();
   static const std::vector<std::string> bools{"stream"};
   json b = json::object();
   for (const auto& [name, item] : req.files) {
@@ -150,6 +155,7 @@ json formToJson(const httplib::Request& req, int maxDepth) {
     }
   }
   if (auto e = checkFieldTypes(b, BodyKind::OpenAi)) throw badRequest(e->message, e->param);
+  liftKnobKeys(b);  // a family knob as a form field -> options
   return b;
 }
 

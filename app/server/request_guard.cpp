@@ -4,6 +4,8 @@
 #include <cctype>
 #include <cstdio>
 
+#include "app/common/request_values.h"
+
 namespace dit::server {
 
 using nlohmann::json;
@@ -252,10 +254,13 @@ std::optional<FieldError> expect(const json& obj, const std::string& prefix, con
 std::optional<FieldError> checkFieldTypes(const json& b, BodyKind kind) {
   if (!b.is_object()) return std::nullopt;
   static const std::vector<std::pair<const char*, T>> common{
-      {"prompt", T::String},   {"negative_prompt", T::String},
-      {"model", T::String},    {"steps", T::Integer},
-      {"guidance", T::Number}, {"true_cfg_scale", T::Number},
-      {"strength", T::Number}, {"max_sequence_length", T::Integer},
+      {"prompt", T::String},
+      {"negative_prompt", T::String},
+      {"model", T::String},
+      {"steps", T::Integer},
+      {"guidance", T::Number},
+      {"strength", T::Number},
+      {"max_sequence_length", T::Integer},
       {"cache", T::String},
   };
   static const std::vector<std::pair<const char*, T>> openai{
@@ -285,6 +290,8 @@ std::optional<FieldError> checkFieldTypes(const json& b, BodyKind kind) {
   };
   for (const auto& [k, t] : common)
     if (auto e = expect(b, "", k, t)) return e;
+  for (const FieldSpec& k : allFamilyKnobs())  // a family knob sent as an extra field: a number
+    if (auto e = expect(b, "", k.name.c_str(), T::Number)) return e;
   for (const auto& [k, t] : kind == BodyKind::OpenAi ? openai : sdapi)
     if (auto e = expect(b, "", k, t, std::string_view(k) != "inpainting_mask_invert")) return e;
   if (auto it = b.find("seed"); it != b.end() && !it->is_null() && !it->is_number_integer())

@@ -37,7 +37,6 @@ void Handlers::applyDitFields(const json& b, protocol::GenerationParams& p, json
   if (auto v = integer(b, "steps", 1, protocol::kMaxSteps))
     p.steps = static_cast<int>(*v), echo["steps"] = *v;
   if (auto v = number(b, "guidance")) p.guidance = *v, echo["guidance"] = *v;
-  if (auto v = number(b, "true_cfg_scale")) p.true_cfg_scale = *v, echo["true_cfg_scale"] = *v;
   if (auto v = str(b, "negative_prompt")) {
     p.negative_prompt = *v;
     p.negative_prompt_given = true;
@@ -362,7 +361,7 @@ json Handlers::madeEcho(const ImagesCall& c, const std::vector<JobImage>& imgs) 
   json e = c.echo;
   if (!imgs.empty() && imgs[0].params.is_object()) {
     const json& pm = imgs[0].params;
-    for (const char* k : {"steps", "guidance", "true_cfg_scale", "width", "height"})
+    for (const char* k : {"steps", "guidance", "width", "height", "options"})
       if (pm.contains(k)) e[k] = pm[k];
     if (pm.contains("strength") && !c.job.request.params.init_image.empty())
       e["strength"] = pm["strength"];
@@ -419,14 +418,7 @@ void Handlers::resolveForModel(ImagesCall& c) {
   const std::optional<RequestSpec> declared = modelSpec(c);
   if (!declared) return;
   const RequestSpec& spec = *declared;
-  // AUTOMATIC1111's cfg_scale is the model's CFG scale: true_cfg_scale where the family runs
-  // true CFG (FLUX.1, Qwen-Image), guidance where its CFG is classic (FLUX.2 [klein], Z-Image).
-  auto& p = c.job.request.params;
-  if (c.job.api.rfind("sdapi", 0) == 0 && c.echo.contains("cfg_scale") &&
-      spec.guider.kind == GuiderSpec::Kind::ClassicCfg && spec.guider.scale_field == "guidance") {
-    p.guidance = p.true_cfg_scale;
-    p.true_cfg_scale = 1.0;
-  }
+  const auto& p = c.job.request.params;
   std::set<std::string> given;
   for (auto it = c.echo.begin(); it != c.echo.end(); ++it) given.insert(it.key());
   const ResolvedRequest r = resolveRequest(spec, requestValues(p, given));

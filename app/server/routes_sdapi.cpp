@@ -13,10 +13,12 @@ ImagesCall Handlers::sdapiCall(const json& b, const std::string& api) {
   c.job.api = api;
   auto& p = c.job.request.params;
   if (auto v = str(b, "prompt")) p.prompt = *v;
-  if (auto v = number(b, "cfg_scale")) p.true_cfg_scale = *v, c.echo["cfg_scale"] = *v;
   if (auto v = number(b, "distilled_guidance")) p.guidance = *v;
   // The guarded body itself, never a copy of it (issue 48: copies and dumps of client bodies).
   applyDitFields(b, p, c.echo);
+  // cfg_scale is the model's CFG scale, whichever field its family's guider reads (the resolve
+  // maps the option kCfgScaleOption onto it: FLUX.1's true CFG scale, klein's guidance, ...).
+  if (auto v = number(b, "cfg_scale")) p.options[kCfgScaleOption] = *v, c.echo["cfg_scale"] = *v;
   // A1111 clients send negative_prompt "" by default: that is no negative prompt. (Not echoed:
   // A1111's info carries the request's own fields.)
   if (p.negative_prompt_given && p.negative_prompt.empty()) p.negative_prompt_given = false;

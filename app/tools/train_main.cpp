@@ -71,6 +71,7 @@
 #include "backend/io/tensor_io.h"
 #include "backend/io/weight_source.h"
 #include "backend/models/autoencoders/autoencoder_kl.h"
+#include "backend/models/family_registry.h"
 #include "backend/models/flux/transformer_flux.h"
 #include "backend/pipelines/flux/pipeline_flux.h"
 #include "parallel/process_group_mpi.h"
@@ -126,8 +127,9 @@ void addOptions(CLI::App& app, TrainOptions& o) {
                  "fraction of training captions replaced by the empty prompt (for true CFG with "
                  "--negative-prompt \"\" at generation; default 0)")
       ->check(CLI::Range(0.0, 1.0));
-  app.add_option("--default-true-cfg-scale", o.defaultCfg,
-                 "with --caption-dropout: the true CFG scale (against the empty prompt) the GUI "
+  app.add_option("--default-cfg-scale", o.defaultCfg,
+                 "with --caption-dropout: the CFG scale (the pipeline's true CFG against the empty "
+                 "prompt: the field its guider reads) the GUI "
                  "starts the model with, model_index.json \"_dit_studio_default_settings\" "
                  "(default 5; 1: none)")
       ->check(CLI::Range(1.0, 100.0));
@@ -302,7 +304,8 @@ class Trainer : private TrainOptions {
     // size, 28 steps, and with caption dropout true CFG against the empty prompt.
     json settings{{"width", size}, {"height", size}, {"steps", 28}};
     if (captionDropout > 0 && defaultCfg > 1)
-      settings["negative_prompt"] = "", settings["true_cfg_scale"] = defaultCfg;
+      settings["negative_prompt"] = "",
+      settings[requestSpecOf(ModelFolder::open(T.string())).guider.scale_field] = defaultCfg;
     mi["_dit_studio_default_settings"] = settings;
     writeFile(tmp / "model_index.json", mi);
     json tok2 = readJson(T / "tokenizer_2/tokenizer_config.json");

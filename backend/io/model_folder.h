@@ -106,10 +106,11 @@ struct ModelFolder {
   /// The generation settings the model's maker recommends (as InvokeAI's per-model default
   /// settings), from model_index.json's "_dit_studio_default_settings" (diffusers ignores keys
   /// that start with "_"): a JSON object text with any of steps, width, height (integers),
-  /// guidance, true_cfg_scale (numbers) and negative_prompt (a string; "" with true_cfg_scale > 1
-  /// is true CFG against the empty prompt). The GUI applies them when the model is chosen; the
-  /// CLI does not (its flags are explicit). When the folder declares none, the family's
-  /// recommendation (FamilySpec::default_settings); empty when neither has any.
+  /// guidance and the family's knobs (numbers, e.g. FluxPipeline's true CFG scale) and
+  /// negative_prompt (a string; "" with true CFG is CFG against the empty prompt). The GUI applies
+  /// them when the model is chosen; the CLI does not (its flags are explicit). When the folder
+  /// declares none, the family's recommendation (FamilySpec::default_settings); empty when neither
+  /// has any.
   std::string default_settings;
   /// The key layout of single-file component `name` (its diffusers parameter names -> stored
   /// pieces), set by open(ModelSources) from the detected layouts (models/checkpoint_layouts.h),

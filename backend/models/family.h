@@ -104,7 +104,7 @@ struct FamilySpec {
   std::function<std::vector<KnownModel>()> known_models;
   /// The family's recommended request settings for an opened folder that declares none of its
   /// own (model_index.json "_dit_studio_default_settings"), in the same form: a JSON object text
-  /// with any of steps, width, height, guidance, true_cfg_scale, negative_prompt (e.g.
+  /// with any of steps, width, height, guidance, negative_prompt and the family's knobs (e.g.
   /// Z-Image-Turbo's few steps and no CFG). Null or "" = none.
   std::function<std::string(const ModelFolder& folder)> default_settings;
   /// The family's request for an opened folder of this family, built on baseRequestSpec: what
@@ -123,6 +123,12 @@ struct FamilySpec {
   /// else the one refusal every front end shows: "FLUX.2 [klein] (Flux2KleinPipeline) cannot do
   /// inpainting (--mask)".
   std::string refusal(const std::string& feature) const;
+
+  /// The request of `folder` (a folder of this family): `request(folder)` (or the base spec)
+  /// with the family's knobs appended and the inputs it takes bounded by its capabilities.
+  /// requestSpecOf (family_registry.h) is this on the folder's family; a family's pipeline and
+  /// the flow-matching loop call it on their own record. Throws what `request` throws.
+  RequestSpec requestSpec(const ModelFolder& folder) const;
 };
 
 }  // namespace dit

@@ -43,44 +43,7 @@ std::string joined(const std::vector<std::string>& v) {
 }  // namespace
 
 RequestSpec requestSpecOf(const ModelFolder& folder) {
-  const FamilySpec& f = familyOf(folder);
-  RequestSpec spec =
-      f.request ? f.request(folder) : baseRequestSpec(f.display_name, f.pipeline_class);
-  spec.family = f.display_name;
-  for (const FieldSpec& k : f.knobs) {
-    // A knob the folder's request already declares keeps that declaration; declared as not read
-    // (FluxKontextPipeline's max_area on a FluxPipeline folder) it is not this folder's option.
-    bool declared = false;
-    for (FieldSpec& field : spec.fields)
-      if (field.name == k.name) field.knob = declared = true;
-    if (declared) {
-      spec.fields.erase(
-          std::remove_if(spec.fields.begin(), spec.fields.end(),
-                         [&](const FieldSpec& x) { return x.name == k.name && !x.read; }),
-          spec.fields.end());
-      continue;
-    }
-    FieldSpec knob = k;
-    knob.knob = true;
-    spec.fields.push_back(knob);
-  }
-  // The family's capabilities bound what its request (or its pipeline class) takes.
-  spec.inputs.init_image = spec.inputs.init_image && f.caps.img2img;
-  spec.inputs.mask = spec.inputs.mask && f.caps.inpaint;
-  spec.inputs.step_cache = spec.inputs.step_cache && f.caps.step_cache;
-  // A field not read says why: the pipeline class's own reason when its request gave one, else
-  // the family's capability refusal.
-  auto notRead = [&](const char* name, const char* feature) {
-    FieldSpec& field = spec.at(name);
-    field.read = false;
-    if (field.not_read.empty()) field.not_read = f.refusal(feature);
-  };
-  if (!spec.inputs.init_image) {
-    notRead("init_image", "img2img");
-    notRead("strength", "img2img");
-  }
-  if (!spec.inputs.mask) notRead("mask_image", "inpaint");
-  return spec;
+  return familyOf(folder).requestSpec(folder);
 }
 
 std::vector<FieldSpec> allFamilyKnobs() {
@@ -95,29 +58,6 @@ std::vector<FieldSpec> allFamilyKnobs() {
       }
     }
   return out;
-}
-
-std::string FamilySpec::refusal(const std::string& feature) const {
-  struct Feature {
-    const char* name;
-    bool ok;
-    const char* what;
-  };
-  const Feature features[] = {
-      {"img2img", caps.img2img, "image-to-image (--init-image)"},
-      {"inpaint", caps.inpaint, "inpainting (--mask)"},
-      {"step_cache", caps.step_cache, "step caching (--cache)"},
-      {"single_file", caps.single_file,
-       "reading a single-file checkpoint or a --config/--vae/--text-encoder/--tokenizer override "
-       "(give the diffusers folder)"},
-      {"lora", !caps.lora_formats.empty(), "LoRA"},
-  };
-  for (const Feature& f : features)
-    if (feature == f.name)
-      return f.ok ? std::string()
-                  : std::string(f.what) + " is not supported for " + display_name + " (" +
-                        pipeline_class + ")";
-  return "unknown capability \"" + feature + "\"";
 }
 
 const FamilySpec& pipelineFamily(const std::string& pipeline_class, const std::string& file) {
@@ -211,14 +151,21 @@ ModelFolder ModelFolder::open(const std::string& path) {
   if (auto it = mi.find(kDefaultSettingsKey); it != mi.end() && !it->is_null()) {
     const std::string what = std::string("\"") + kDefaultSettingsKey + "\"";
     if (!it->is_object()) throw ModelFileError(idx, what + " is not a JSON object");
+    // The common settings and the knobs this folder's request declares (FluxPipeline's
+    // true_cfg_scale, ...), at the top level as a request's extra fields.
+    std::string knobs;
+    const RequestSpec spec = family.requestSpec(m);
+    for (const FieldSpec* k : spec.knobs()) knobs += ", " + k->name;
     for (const auto& [k, v] : it->items()) {
+      const FieldSpec* field = spec.field(k);
       const bool integer = k == "steps" || k == "width" || k == "height";
-      const bool number = k == "guidance" || k == "true_cfg_scale";
+      const bool number = k == "guidance" || (field && field->knob);
       const bool text = k == "negative_prompt";
       if (!integer && !number && !text)
         throw ModelFileError(idx, what + ": unknown setting \"" + k +
                                       "\" (known: steps, width, height, guidance, "
-                                      "true_cfg_scale, negative_prompt)");
+                                      "negative_prompt" +
+                                      knobs + ")");
       if ((integer && !v.is_number_integer()) || (number && !v.is_number()) ||
           (text && !v.is_string()))
         throw ModelFileError(idx, what + ": \"" + k + "\" must be " +

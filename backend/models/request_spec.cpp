@@ -37,6 +37,8 @@ std::string num(double v) {
 
 std::string sizeText(int w, int h) { return std::to_string(w) + "x" + std::to_string(h); }
 
+}  // namespace
+
 FieldSpec numberField(const std::string& name, FieldType type, double def, double lo, double hi,
                       const std::string& unit, const std::string& help,
                       const std::string& diffusers) {
@@ -51,8 +53,6 @@ FieldSpec numberField(const std::string& name, FieldType type, double def, doubl
   f.diffusers_arg = diffusers;
   return f;
 }
-
-}  // namespace
 
 std::string FieldSpec::cliFlag() const {
   std::string s = "--" + name;
@@ -117,10 +117,6 @@ RequestSpec baseRequestSpec(const std::string& family, const std::string& pipeli
                                  "guidance_scale"));
   s.fields.back().read = false;
   s.fields.back().not_read = "this model does not read guidance_scale";
-  s.fields.push_back(numberField("true_cfg_scale", FieldType::Float, 1.0, 0, 100, "",
-                                 "true CFG scale with the negative prompt", "true_cfg_scale"));
-  s.fields.back().read = false;
-  s.fields.back().not_read = "this pipeline has no true CFG";
   FieldSpec neg;
   neg.name = "negative_prompt";
   neg.type = FieldType::Text;
@@ -166,7 +162,6 @@ RequestSpec baseRequestSpec(const std::string& family, const std::string& pipeli
 double RequestValues::number(const std::string& name, double fallback) const {
   if (name == "steps") return steps;
   if (name == "guidance") return guidance;
-  if (name == "true_cfg_scale") return true_cfg_scale;
   if (name == "max_sequence_length") return max_sequence_length;
   if (name == "strength") return strength;
   if (name == "width") return width;
@@ -261,19 +256,33 @@ ResolvedRequest resolveRequest(const RequestSpec& spec, const RequestValues& req
   const SizeRule& size = spec.size;
   const int vsf = size.vae_scale_factor, mult = size.multiple();
 
+  // The model's CFG scale by its generic name: onto the field the guider reads.
+  if (auto it = v.options.find(kCfgScaleOption);
+      it != v.options.end() && !spec.field(kCfgScaleOption)) {
+    const double scale = it->second;
+    v.options.erase(it);
+    const std::string& target = spec.guider.scale_field;
+    if (target.empty() || target == "guidance")
+      v.guidance = scale;
+    else
+      v.options[target] = scale;
+    v.given.erase(kCfgScaleOption);
+    v.given.insert(target.empty() ? std::string("guidance") : target);
+  }
   // Knobs: unknown names are refused, absent ones take their default.
   for (const auto& [name, value] : v.options) {
     const FieldSpec* f = spec.field(name);
     if (!f || !f->knob) {
       std::string known;
-      for (const FieldSpec* k : spec.knobs()) known += (known.empty() ? "" : ", ") + k->name;
+      for (const FieldSpec* k : spec.knobs())
+        if (k->read) known += (known.empty() ? "" : ", ") + k->name;
       problem(name, "unknown",
               "'" + name + "' is not an option of " + spec.family + " (" + spec.pipeline +
                   "); it takes " + (known.empty() ? std::string("no options") : known));
     }
   }
-  for (const FieldSpec* k : spec.knobs())
-    if (!v.options.count(k->name)) v.options[k->name] = k->default_value;
+  for (const FieldSpec* k : spec.knobs())  // a knob declared as not read stays absent
+    if (k->read && !v.options.count(k->name)) v.options[k->name] = k->default_value;
 
   // Negative sizes, steps and text lengths (0 = the model's default).
   if (v.width < 0 || v.height < 0 || v.steps < 0 || v.max_sequence_length < 0)
@@ -325,7 +334,8 @@ ResolvedRequest resolveRequest(const RequestSpec& spec, const RequestValues& req
     if (refs.max_count == 0)
       problem("reference_images", "capability",
               "reference images are not supported for " + spec.family + " (" + spec.pipeline +
-                  "); remove them (FLUX.2 [klein] and FLUX.1 Kontext models take them)");
+                  "), whose request declares no reference_images; remove them (an editing "
+                  "model's --print-request-spec lists reference_images)");
     else if (n > refs.max_count)
       problem("reference_images", "reference_count",
               std::to_string(n) + " reference images given; " + spec.pipeline + " takes at most " +

@@ -31,7 +31,7 @@ namespace dit {
 /// The kind of value a request field holds (what a front end shows for it).
 enum class FieldType {
   Int,     ///< an integer (steps, max_sequence_length)
-  Float,   ///< a finite number (guidance, true_cfg_scale, cfg_truncation)
+  Float,   ///< a finite number (guidance, strength, a family knob such as cfg_truncation)
   Text,    ///< free text (negative_prompt)
   Image,   ///< one image file (init_image, mask_image)
   Images,  ///< image files in order (reference_images: diffusers' `image=[...]` of the editors)
@@ -39,7 +39,7 @@ enum class FieldType {
 
 /// One request input as the family reads it (diffusers' InputParam).
 struct FieldSpec {
-  std::string name;  ///< the request key: "guidance", "true_cfg_scale", "cfg_truncation", ...
+  std::string name;  ///< the request key: "steps", "guidance", a knob's name, ...
   FieldType type = FieldType::Float;
   double default_value = 0;  ///< numeric fields: the value when the request leaves it out
   /// Inclusive range of the accepted values (min_exclusive: (min, max]).
@@ -198,10 +198,24 @@ struct RequestSpec {
   std::vector<const FieldSpec*> knobs() const;
 };
 
-/// The spec every family starts from: the common fields (steps, guidance, true_cfg_scale,
-/// negative_prompt, max_sequence_length, strength, init_image, mask_image) with the protocol's
-/// ranges, guidance and true_cfg_scale declared as not read until the family says otherwise.
+/// The option naming "the model's CFG scale" whichever field its guider reads (A1111's
+/// cfg_scale, ComfyUI's cfg): resolveRequest moves its value onto GuiderSpec::scale_field
+/// (guidance or the family's knob), unless the family declares a knob of that name.
+inline constexpr const char* kCfgScaleOption = "cfg_scale";
+
+/// The spec every family starts from: the common fields (steps, guidance, negative_prompt,
+/// max_sequence_length, strength, init_image, mask_image, reference_images) with the
+/// protocol's ranges, guidance, the negative prompt and the references declared as not read
+/// until the family says otherwise. A family's own fields (FluxPipeline's true_cfg_scale,
+/// ZImagePipeline's cfg_truncation, ...) are knobs the family declares (FamilySpec::knobs).
 RequestSpec baseRequestSpec(const std::string& family, const std::string& pipeline);
+
+/// A numeric field: `name` (the request key), Int or Float, default `def` in [lo, hi], `unit`
+/// (" px", " tokens", "" for none), one line of `help`, and the `diffusers` __call__ argument it
+/// is. Read, not a knob: a family declaring a knob sets `knob` (and `read`, `not_read`).
+FieldSpec numberField(const std::string& name, FieldType type, double def, double lo, double hi,
+                      const std::string& unit, const std::string& help,
+                      const std::string& diffusers);
 
 /// A request as a front end holds it, before the family's defaults (0 = the model's default for
 /// width, height, steps and max_sequence_length).
@@ -211,7 +225,7 @@ struct RequestValues {
   bool negative_prompt_given = false;
   int width = 0, height = 0, steps = 0, max_sequence_length = 0;
   int num_images = 1;
-  double guidance = 3.5, true_cfg_scale = 1.0, strength = 0.6;
+  double guidance = 3.5, strength = 0.6;
   std::string init_image, mask_image;  ///< paths; "" = none
   /// Reference images (paths) in order: reference i gets position id T = 10 + 10 i on FLUX.2
   /// [klein]; empty = none.
@@ -230,7 +244,7 @@ struct RequestValues {
 
 /// One refusal: the field it concerns, the rule's stable name and a message in our words.
 struct RequestProblem {
-  std::string field;    ///< "width", "true_cfg_scale", "cfg_truncation", "cfg_degree", ...
+  std::string field;    ///< "width", "guidance", a knob's name, "cfg_degree", ...
   std::string rule;     ///< "multiple", "range", "unknown", "requires", "capability", ...
   std::string message;  ///< the sentence a user reads, with the fix
 };

@@ -40,7 +40,6 @@ struct PipelineOptions {
 struct PipelineInputs {
   std::string prompt;
   std::string negative_prompt;
-  double true_cfg_scale = 1.0;
   int width = 0, height = 0;  ///< pixels; multiples of 2 * vae_scale_factor
   int steps = 0;
   double guidance = 3.5;
@@ -52,12 +51,15 @@ struct PipelineInputs {
   /// one always does).
   bool negative_prompt_given = false;
   bool hasNegativePrompt() const { return negative_prompt_given || !negative_prompt.empty(); }
-  /// FluxPipeline.__call__: do_true_cfg = true_cfg_scale > 1 and has_neg_prompt.
-  bool trueCfg() const { return hasNegativePrompt() && true_cfg_scale > 1.0; }
   /// The family's own knobs by name (FamilySpec::knobs, e.g. ZImagePipeline's cfg_truncation):
   /// resolve() fills every declared knob (its default when absent) and refuses unknown names;
   /// the guider and the family's hooks read them by the name their spec declares.
   std::map<std::string, double> options;
+  /// The knob `name` from `options`, `fallback` when absent (before resolve()).
+  double option(const std::string& name, double fallback) const {
+    auto it = options.find(name);
+    return it != options.end() ? it->second : fallback;
+  }
   /// Image-to-image (FluxImg2ImgPipeline; FLUX.2 [klein]: Flux2KleinInpaintPipeline without a
   /// mask): path of the init image, read by every rank; empty = text-to-image. FLUX.1:
   /// width/height 0 = the image's size rounded down to a multiple of 2 * vae_scale_factor;

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
@@ -10,7 +11,7 @@
 #include <vector>
 
 #include "backend/models/cache/step_cache.h"
-#include "backend/models/family_registry.h"
+#include "backend/models/family.h"
 #include "backend/pipelines/image_processor.h"
 #include "parallel/context_parallel.h"
 #include "parallel/process_group.h"
@@ -25,11 +26,17 @@ double msSince(Clock::time_point t0) {
 }
 }  // namespace
 
-FlowMatchPipeline::FlowMatchPipeline(const ModelFolder& model, const PipelineOptions& opts)
+FlowMatchPipeline::FlowMatchPipeline(const ModelFolder& model, const PipelineOptions& opts,
+                                     const FamilySpec& family)
     : model_(model), opts_(opts), device_(opts.device) {
-  const FamilySpec& family = familyOf(model);
+  const std::vector<std::string>& v = family.pipeline_variants;
+  if (model.pipeline_class != family.pipeline_class &&
+      std::find(v.begin(), v.end(), model.pipeline_class) == v.end())
+    throw std::invalid_argument(model.path + ": pipeline class \"" + model.pipeline_class +
+                                "\" is not " + family.display_name + "'s (" +
+                                family.pipeline_class + ")");
   caps_ = family.caps;
-  spec_ = requestSpecOf(model);
+  spec_ = family.requestSpec(model);
   familyName_ = family.display_name;
   if (device_.is_cuda() && !at::hasCUDA())
     throw std::invalid_argument(
@@ -62,7 +69,6 @@ PipelineInputs FlowMatchPipeline::resolve(PipelineInputs p) const {
   v.steps = p.steps;
   v.max_sequence_length = p.max_sequence_length;
   v.guidance = p.guidance;
-  v.true_cfg_scale = p.true_cfg_scale;
   v.strength = p.strength;
   v.init_image = p.init_image;
   v.mask_image = p.mask_image;
@@ -80,6 +86,7 @@ PipelineInputs FlowMatchPipeline::resolve(PipelineInputs p) const {
   p.height = r.values.height;
   p.steps = r.values.steps;
   p.max_sequence_length = r.values.max_sequence_length;
+  p.guidance = r.values.guidance;  // the generic CFG scale option may have set it
   p.options = r.values.options;
   return p;
 }
@@ -104,9 +111,14 @@ void FlowMatchPipeline::checkFiniteResult(const at::Tensor& t, const char* what,
     cause = "the weights";
   if (opts_.dtype == at::kHalf)
     cause += ", or float16 overflowing (try --dtype bfloat16 or float32)";
-  if (std::fabs(p.guidance) > 100 || std::fabs(p.true_cfg_scale) > 100)
-    cause += ", or the guidance scale (" + std::to_string(p.guidance) + ", true_cfg_scale " +
-             std::to_string(p.true_cfg_scale) + ")";
+  double largestScale = std::fabs(p.guidance);
+  std::string scales = "guidance " + std::to_string(p.guidance);
+  if (!spec_.guider.scale_field.empty() && spec_.guider.scale_field != "guidance") {
+    const double v = p.option(spec_.guider.scale_field, 1.0);
+    largestScale = std::max(largestScale, std::fabs(v));
+    scales += ", " + spec_.guider.scale_field + " " + std::to_string(v);
+  }
+  if (largestScale > 100) cause += ", or the guidance scale (" + scales + ")";
   throw std::runtime_error(std::string(what) + " hold " + std::to_string(n) + " non-finite value" +
                            (n == 1 ? "" : "s") + (anyNan ? " (NaN)" : " (Inf)") + " after " +
                            std::to_string(steps) + " step" + (steps == 1 ? "" : "s") +

@@ -39,6 +39,8 @@
 
 namespace dit {
 
+struct FamilySpec;
+
 /// One prompt's text conditioning as the transformer takes it (diffusers' encode_prompt output),
 /// by the transformer's input names: e.g. FLUX.1 "encoder_hidden_states" [1, L, 4096],
 /// "pooled_projections" [1, 768], "txt_ids" [L, 3]; FLUX.2 "encoder_hidden_states" [1, L, D],
@@ -98,9 +100,12 @@ class FlowMatchPipeline : public DiffusionPipeline {
  protected:
   /// Checks the device (CUDA build for "cuda", no float16 on the CPU) and the tensor-parallel
   /// degree against the family's declared plans (model.dims()), before any weight is read.
-  /// Throws std::invalid_argument naming the fix; UnsupportedModelError for an unregistered
-  /// pipeline class.
-  FlowMatchPipeline(const ModelFolder& model, const PipelineOptions& opts);
+  /// `family` is the subclass's own record (fluxFamily(), ...: the loop reaches its family
+  /// through it, not through the family table); the folder's pipeline class must be its
+  /// pipeline_class or one of its pipeline_variants. Throws std::invalid_argument naming the fix
+  /// or the class mismatch.
+  FlowMatchPipeline(const ModelFolder& model, const PipelineOptions& opts,
+                    const FamilySpec& family);
 
   const PipelineOptions& options() const { return opts_; }
   const c10::Device& device() const { return device_; }

@@ -8,12 +8,10 @@ namespace dit {
 
 namespace {
 double option(const PipelineInputs& p, const std::string& name, double fallback) {
-  if (name.empty()) return fallback;
-  auto it = p.options.find(name);
-  return it != p.options.end() ? it->second : fallback;
+  return name.empty() ? fallback : p.option(name, fallback);
 }
+// The CFG scale: the common guidance field or the knob the family's GuiderSpec names.
 double scaleOf(const PipelineInputs& p, const std::string& field) {
-  if (field == "true_cfg_scale") return p.true_cfg_scale;
   if (field == "guidance") return p.guidance;
   return option(p, field, 1.0);
 }

@@ -21,6 +21,15 @@ namespace {
 
 // FluxKontextPipeline's own __call__ arguments (declared by every FLUX.1 folder's request, read
 // only by FluxKontextPipeline folders).
+// FluxPipeline.__call__'s true_cfg_scale (FluxKontextPipeline's too): a knob of this family.
+FieldSpec trueCfgScaleKnob() {
+  FieldSpec t = numberField("true_cfg_scale", FieldType::Float, 1.0, 0, 100, "",
+                            "true CFG with the negative prompt when > 1 (a second pass per step)",
+                            "true_cfg_scale");
+  t.knob = true;
+  return t;
+}
+
 std::vector<FieldSpec> kontextKnobs() {
   FieldSpec maxArea;
   maxArea.name = "max_area";
@@ -147,9 +156,7 @@ FamilySpec fluxFamily() {
     } else {
       g.not_read = "this FLUX.1 transformer has no guidance embedding (schnell-style)";
     }
-    FieldSpec& t = s.at("true_cfg_scale");
-    t.read = true;
-    t.help = "true CFG with the negative prompt when > 1 (a second pass per step)";
+    s.fields.push_back(trueCfgScaleKnob());
     s.at("negative_prompt").read = true;
     s.guider.kind = GuiderSpec::Kind::TrueCfg;
     s.guider.scale_field = "true_cfg_scale";
@@ -194,6 +201,7 @@ FamilySpec fluxFamily() {
     return s;
   };
   f.knobs = kontextKnobs();
+  f.knobs.insert(f.knobs.begin(), trueCfgScaleKnob());
   return f;
 }
 

@@ -13,6 +13,17 @@
 
 namespace dit {
 
+namespace {
+// QwenImagePipeline.__call__'s true_cfg_scale: a knob of this family.
+FieldSpec trueCfgScaleKnob() {
+  FieldSpec t = numberField("true_cfg_scale", FieldType::Float, 1.0, 0, 100, "",
+                            "true CFG with the negative prompt when > 1 (a second pass per step)",
+                            "true_cfg_scale");
+  t.knob = true;
+  return t;
+}
+}  // namespace
+
 FamilySpec qwenImageFamily() {
   FamilySpec f;
   f.key = "qwenimage";
@@ -85,9 +96,7 @@ FamilySpec qwenImageFamily() {
     s.at("guidance").not_read =
         "QwenImagePipeline reads guidance_scale only for guidance-distilled transformers; its "
         "CFG is true_cfg_scale with a negative prompt";
-    FieldSpec& t = s.at("true_cfg_scale");
-    t.read = true;
-    t.help = "true CFG with the negative prompt when > 1 (a second pass per step)";
+    s.fields.push_back(trueCfgScaleKnob());
     s.at("negative_prompt").read = true;
     // uncond + s (cond - uncond), then each token rescaled to the conditional one's norm.
     s.guider.kind = GuiderSpec::Kind::TrueCfg;
@@ -97,6 +106,7 @@ FamilySpec qwenImageFamily() {
     s.guider.requirement = "a negative prompt and true_cfg_scale > 1";
     return s;
   };
+  f.knobs = {trueCfgScaleKnob()};
   return f;
 }
 

@@ -116,8 +116,16 @@ FamilySpec zimageFamily() {
     g.read = true;
     g.help = "CFG scale, on when > 0 (a second pass per step)";
     s.at("negative_prompt").read = true;
-    s.at("true_cfg_scale").not_read =
-        "ZImagePipeline has no true_cfg_scale (its CFG scale is guidance)";
+    // diffusers' true_cfg_scale is not an argument of this pipeline: declared as not read, so
+    // that a request carrying it (a FLUX.1 preset) is told so instead of refused.
+    {
+      FieldSpec t = numberField("true_cfg_scale", FieldType::Float, 1.0, 0, 100, "",
+                                "true CFG scale", "true_cfg_scale");
+      t.knob = true;
+      t.read = false;
+      t.not_read = "ZImagePipeline has no true_cfg_scale (its CFG scale is guidance)";
+      s.fields.push_back(t);
+    }
     // do_classifier_free_guidance: guidance_scale > 0; pred = pos + g (pos - neg) in float32,
     // then cfg_truncation / cfg_normalization.
     s.guider.kind = GuiderSpec::Kind::ClassicCfg;

@@ -12,6 +12,7 @@
 
 #include "backend/io/weight_source.h"
 #include "backend/models/autoencoders/autoencoder_kl.h"
+#include "backend/models/flux/flux_family.h"
 #include "backend/models/text_encoders/modeling_clip.h"
 #include "backend/models/text_encoders/modeling_t5.h"
 #include "backend/pipelines/image_processor.h"
@@ -43,7 +44,7 @@ struct FluxPipeline::Impl {
 };
 
 FluxPipeline::FluxPipeline(const ModelFolder& model, const PipelineOptions& opts)
-    : FlowMatchPipeline(model, opts), d_(new Impl) {
+    : FlowMatchPipeline(model, opts, fluxFamily()), d_(new Impl) {
   auto& D = *d_;
   D.cfg = fluxConfig(model);  // refuses another pipeline family
   for (const std::string& note : model.notes) spdlog::info("{}", note);
@@ -202,15 +203,16 @@ std::vector<std::string> FluxPipeline::requestWarnings(const PipelineInputs& p0)
                   std::to_string(t5.size() - 1) + " tokens were dropped");
   };
   truncation("prompt", p.prompt);
-  if (p.trueCfg()) truncation("negative prompt", p.negative_prompt);
-  if (p.true_cfg_scale > 1 && !p.hasNegativePrompt())
-    w.push_back("true_cfg_scale is " + fmt(p.true_cfg_scale) +
+  const double trueCfgScale = p.option("true_cfg_scale", 1.0);
+  if (p.hasNegativePrompt() && trueCfgScale > 1) truncation("negative prompt", p.negative_prompt);
+  if (trueCfgScale > 1 && !p.hasNegativePrompt())
+    w.push_back("true_cfg_scale is " + fmt(trueCfgScale) +
                 ", but classifier-free guidance is not enabled since no negative prompt is given");
-  else if (p.true_cfg_scale <= 1 && p.hasNegativePrompt())
+  else if (trueCfgScale <= 1 && p.hasNegativePrompt())
     w.push_back(
         "a negative prompt is given but classifier-free guidance is not enabled since "
         "true_cfg_scale " +
-        fmt(p.true_cfg_scale) + " <= 1");
+        fmt(trueCfgScale) + " <= 1");
   if (!D.cfg.transformer.guidance_embeds && p.guidance != PipelineInputs{}.guidance)
     w.push_back("guidance " + fmt(p.guidance) +
                 " has no effect: this model has no guidance embedding (transformer guidance_embeds "

@@ -12,6 +12,7 @@
 #include "backend/io/image_io.h"
 #include "backend/io/weight_source.h"
 #include "backend/models/autoencoders/autoencoder_kl_flux2.h"
+#include "backend/models/flux2/flux2_family.h"
 #include "backend/models/flux2/transformer_flux2.h"
 #include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
 
@@ -45,7 +46,7 @@ struct Flux2KleinPipeline::Impl {
 
 Flux2KleinPipeline::Flux2KleinPipeline(const ModelFolder& model, const PipelineOptions& opts,
                                        std::unique_ptr<Flux2PromptEncoder> encoder)
-    : FlowMatchPipeline(model, opts), d_(new Impl) {
+    : FlowMatchPipeline(model, opts, flux2KleinFamily()), d_(new Impl) {
   auto& D = *d_;
   if (model.pipeline_class == "Flux2KleinKVPipeline" && !kvReferenceCacheSupported())
     throw UnsupportedModelError(
@@ -116,7 +117,7 @@ std::vector<std::string> Flux2KleinPipeline::requestWarnings(const PipelineInput
   }
   if (p.guidance > 1 && D.cfg.is_distilled)
     w.push_back("guidance " + num(p.guidance) + " is ignored for step-wise distilled models");
-  if (p.true_cfg_scale != 1.0)
+  if (p.option("true_cfg_scale", 1.0) != 1.0)
     w.emplace_back("true_cfg_scale has no effect for FLUX.2 [klein]: guidance > 1 runs CFG");
   if (!p.negative_prompt.empty() && !doClassifierFreeGuidance(p))
     w.push_back("a negative prompt is given but CFG is off (guidance " + num(p.guidance) +

@@ -11,6 +11,7 @@
 
 #include "backend/io/weight_source.h"
 #include "backend/models/autoencoders/autoencoder_kl_qwenimage.h"
+#include "backend/models/qwenimage/qwenimage_family.h"
 #include "backend/models/qwenimage/transformer_qwenimage.h"
 #include "backend/models/text_encoders/modeling_qwen3.h"
 #include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
@@ -125,7 +126,7 @@ struct QwenImagePipeline::Impl {
 
 QwenImagePipeline::QwenImagePipeline(const ModelFolder& model, const PipelineOptions& opts,
                                      bool withTextEncoder)
-    : FlowMatchPipeline(model, opts), d_(new Impl) {
+    : FlowMatchPipeline(model, opts, qwenImageFamily()), d_(new Impl) {
   auto& D = *d_;
   D.cfg = qwenImageConfig(model);
   {
@@ -210,15 +211,16 @@ std::vector<std::string> QwenImagePipeline::requestWarnings(const PipelineInputs
     w.push_back("height and width have to be divisible by " + std::to_string(mult) + " but are " +
                 std::to_string(p0.height) + " and " + std::to_string(p0.width) + "; the image is " +
                 std::to_string(p.width) + "x" + std::to_string(p.height));
-  if (p.true_cfg_scale > 1 && !p.hasNegativePrompt())
-    w.push_back("true_cfg_scale is passed as " + num(p.true_cfg_scale) +
+  const double trueCfgScale = p.option("true_cfg_scale", 1.0);
+  if (trueCfgScale > 1 && !p.hasNegativePrompt())
+    w.push_back("true_cfg_scale is passed as " + num(trueCfgScale) +
                 ", but classifier-free guidance is not enabled since no negative_prompt is "
                 "provided");
-  else if (p.true_cfg_scale <= 1 && p.hasNegativePrompt())
+  else if (trueCfgScale <= 1 && p.hasNegativePrompt())
     w.push_back(
         "negative_prompt is passed but classifier-free guidance is not enabled since "
         "true_cfg_scale is " +
-        num(p.true_cfg_scale) + " (<= 1)");
+        num(trueCfgScale) + " (<= 1)");
   if (D.tokenizer) {
     const size_t n = D.tokenizer->encode(qwenImagePromptTemplate(p.prompt), 0).untruncated_length;
     const size_t drop = static_cast<size_t>(D.cfg.prompt_template_encode_start_idx);

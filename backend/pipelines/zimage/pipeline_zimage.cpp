@@ -13,6 +13,7 @@
 #include "backend/models/autoencoders/autoencoder_kl.h"
 #include "backend/models/text_encoders/modeling_qwen3.h"
 #include "backend/models/zimage/transformer_zimage.h"
+#include "backend/models/zimage/zimage_family.h"
 #include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
 #include "backend/tokenizers/qwen2_tokenizer.h"
 
@@ -91,7 +92,7 @@ struct ZImagePipeline::Impl {
 
 ZImagePipeline::ZImagePipeline(const ModelFolder& model, const PipelineOptions& opts,
                                std::unique_ptr<ZImagePromptEncoder> encoder)
-    : FlowMatchPipeline(model, opts), d_(new Impl) {
+    : FlowMatchPipeline(model, opts, zimageFamily()), d_(new Impl) {
   auto& D = *d_;
   D.cfg = zimageConfig(model);
   {
@@ -158,7 +159,7 @@ std::vector<std::string> ZImagePipeline::requestWarnings(const PipelineInputs& p
   const PipelineInputs p = resolve(p0);
   std::vector<std::string> w;
   const bool cfg = p.guidance > 0.0;
-  if (p.true_cfg_scale != 1.0)
+  if (p.option("true_cfg_scale", 1.0) != 1.0)
     w.emplace_back("true_cfg_scale has no effect for Z-Image: guidance > 0 runs CFG");
   if (p.hasNegativePrompt() && !cfg)
     w.push_back("a negative prompt is given but CFG is off (guidance " + num(p.guidance) +
