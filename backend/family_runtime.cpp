@@ -60,10 +60,13 @@ std::unique_ptr<DiffusionTransformer> loadTransformer(const std::string& transfo
 
 std::vector<std::string> loadablePipelineClasses() {
   std::vector<std::string> v;
+  // A named argument: GCC 14 (-Wdangling-reference) warns when the returned reference was bound
+  // in a call that took a temporary string.
+  const std::string noFile;
   for (const auto& r : runtimes()) {
     // A family's runtime serves its pipeline variants too (their pipeline reads the class).
     v.push_back(r.pipeline_class);
-    const FamilySpec& f = pipelineFamily(r.pipeline_class, "");
+    const FamilySpec& f = pipelineFamily(r.pipeline_class, noFile);
     v.insert(v.end(), f.pipeline_variants.begin(), f.pipeline_variants.end());
   }
   return v;
