@@ -10,6 +10,7 @@
 #include "backend/io/weight_loader.h"
 #include "backend/io/weight_source.h"
 #include "backend/models/text_encoders/qwen3_plan.h"
+#include "backend/tokenizers/mistral_tokenizer.h"
 #include "backend/tokenizers/qwen2_tokenizer.h"
 #include "parallel/process_group.h"
 #include "parallel/strategy.h"
@@ -195,6 +196,10 @@ std::vector<at::Tensor> Qwen3Model::hiddenStates(const at::Tensor& input_ids,
   const auto minVal = std::numeric_limits<float>::lowest();
   const auto addMask = at::zeros({B, 1, L, L}, fopt).masked_fill(allowed.logical_not(), minVal);
   const double scale = 1.0 / std::sqrt(static_cast<double>(Dh));
+  // SDPA (masked_rows_zero): a query row with no allowed key (left padding) attends to nothing,
+  // its attention output is 0; the additive mask alone would spread it over every key (eager).
+  at::Tensor rowHasKey;
+  if (c.masked_rows_zero) rowHasKey = allowed.any(-1, true).to(x.scalar_type());  // [B, 1, L, 1]
 
   std::vector<at::Tensor> states(static_cast<size_t>(layersToRun) + 1);
   states[0] = x;
@@ -220,6 +225,7 @@ std::vector<at::Tensor> Qwen3Model::hiddenStates(const at::Tensor& input_ids,
     v = v.index_select(1, Ly.kvIndex);
     auto scores = at::matmul(q, k.transpose(-1, -2)) * scale + addMask.to(q.scalar_type());
     auto probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+    if (rowHasKey.defined()) probs = probs * rowHasKey;
     auto attn = at::matmul(probs, v).transpose(1, 2).reshape({B, L, -1});
     x = residual + Ly.o_proj->forward(attn);
     residual = x;
@@ -253,6 +259,23 @@ at::Tensor qwen3PromptEmbeds(const Qwen2Tokenizer& tokenizer, const Qwen3Model& 
   const auto mask = at::tensor(enc.attention_mask, opt).view({1, n});
   // diffusers: torch.stack([hidden_states[k] for k in layers], dim=1) -> [B, n_layers, L, H],
   // permute(0, 2, 1, 3).reshape(B, L, n_layers * H): per position, the layers concatenated.
+  return at::cat(model.hiddenStates(ids, mask, layers), -1);
+}
+
+at::Tensor mistralPromptEmbeds(const MistralTokenizer& tokenizer, const Qwen3Model& model,
+                               const std::string& prompt, int max_sequence_length,
+                               const std::vector<int>& layers) {
+  if (max_sequence_length < 1)
+    throw std::invalid_argument("mistralPromptEmbeds: max_sequence_length must be >= 1, got " +
+                                std::to_string(max_sequence_length));
+  if (layers.empty()) throw std::invalid_argument("mistralPromptEmbeds: no layers asked");
+  const auto enc = tokenizer.encode(tokenizer.applyChatTemplate(prompt), max_sequence_length);
+  const auto opt = at::TensorOptions().dtype(at::kLong);
+  const auto n = static_cast<int64_t>(enc.input_ids.size());
+  const auto ids = at::tensor(enc.input_ids, opt).view({1, n});
+  const auto mask = at::tensor(enc.attention_mask, opt).view({1, n});
+  // diffusers: torch.stack([hidden_states[k] for k in layers], dim=1).permute(0, 2, 1, 3)
+  // .reshape(B, L, n_layers * H).
   return at::cat(model.hiddenStates(ids, mask, layers), -1);
 }
 
