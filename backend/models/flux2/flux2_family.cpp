@@ -20,7 +20,9 @@ FamilySpec flux2KleinFamily() {
   f.display_name = "FLUX.2 [klein]";
   f.pipeline_class = "Flux2KleinPipeline";
   // The -kv checkpoints: the same components, reference K/V computed at step 0 and reused.
-  f.pipeline_variants = {"Flux2KleinKVPipeline"};
+  // FLUX.2 [dev] (Flux2Pipeline): the same transformer class (with the guidance embedding) and
+  // VAE, a Mistral3 text encoder (Flux2PipelineConfig::mistral), no CFG.
+  f.pipeline_variants = {"Flux2KleinKVPipeline", "Flux2Pipeline"};
   f.transformer_class = "Flux2Transformer2DModel";
   f.components = {"transformer", "text_encoder", "tokenizer", "vae", "scheduler"};
   // Image-to-image and inpainting through the shared loop (Flux2KleinInpaintPipeline), step
@@ -47,10 +49,14 @@ FamilySpec flux2KleinFamily() {
         c.text_encoder_out_layers.empty()
             ? c.text_encoder.num_hidden_layers
             : *std::max_element(c.text_encoder_out_layers.begin(), c.text_encoder_out_layers.end());
-    const ParameterTable table = qwen3ParameterTable(
-        c.text_encoder, layers, layers == c.text_encoder.num_hidden_layers, "F32", eb);
+    // Mistral3's language model: the same decoder tables under "model.language_model.".
+    const ParameterTable table =
+        qwen3ParameterTable(c.text_encoder, layers, layers == c.text_encoder.num_hidden_layers,
+                            "F32", eb, c.mistral ? "model.language_model." : "model.");
     std::string reason;
-    const ShardingPlan plan = qwen3ShardingPlan(c.text_encoder).resolve(table, tp, &reason);
+    const ShardingPlan plan =
+        qwen3ShardingPlan(c.text_encoder, c.mistral ? "model.language_model." : "model.")
+            .resolve(table, tp, &reason);
     FamilyMemoryFacts r;
     if (!reason.empty()) r.note = "text encoder replicated on every tp rank: " + reason;
     r.text_encoder_bytes = plan.bytesPerRank(table, std::max(1, tp), eb);
@@ -64,6 +70,18 @@ FamilySpec flux2KleinFamily() {
     std::string outLayers;
     for (int l : c.text_encoder_out_layers)
       outLayers += (outLayers.empty() ? "" : ", ") + std::to_string(l);
+    if (c.mistral)
+      return std::vector<ModelFact>{
+          {"family", "family", "FLUX.2 [dev]"},
+          dualStreamBlocksFact(t),
+          attentionHeadsFact(t),
+          {"text_encoders", "text encoder",
+           "Mistral3 (" + std::to_string(c.text_encoder.num_hidden_layers) +
+               " layers; hidden states " + outLayers + "), joint_attention_dim " +
+               std::to_string(t.joint_attention_dim)},
+          {"guidance", "guidance", "distilled guidance embedding (guidance); no CFG"},
+          latentChannelsFact(t.in_channels),
+      };
     return std::vector<ModelFact>{
         {"family", "family", c.is_distilled ? "FLUX.2 [klein], distilled" : "FLUX.2 [klein]"},
         dualStreamBlocksFact(t),
@@ -97,16 +115,33 @@ FamilySpec flux2KleinFamily() {
   f.request = [family = f.display_name](const ModelFolder& m) {
     // Flux2KleinPipeline.__call__ (Flux2KleinInpaintPipeline with an init image).
     const Flux2PipelineConfig& c = flux2Config(m);
-    RequestSpec s = folderRequestBase(m, family, m.pipeline_class);
+    RequestSpec s = folderRequestBase(m, c.mistral ? c.displayName() : family, m.pipeline_class);
     s.default_steps = 50;
     // prepare_latents: 2 * (size // (vae_scale_factor * 2)) latent pixels (floored, with a
     // warning); with an init image the output is the image's size, its area capped at 1024^2.
     s.size.rounding = SizeRule::Rounding::Floor;
     s.size.init_image = SizeRule::FromInitImage::Always;
     s.size.init_image_max_area = 1024 * 1024;
-    s.size.source = "Flux2KleinPipeline.prepare_latents";
+    s.size.source = m.pipeline_class == "Flux2Pipeline" ? "Flux2Pipeline.prepare_latents"
+                                                        : "Flux2KleinPipeline.prepare_latents";
     FieldSpec& g = s.at("guidance");
-    if (c.is_distilled) {
+    if (c.mistral) {
+      // Flux2Pipeline.__call__: guidance-distilled, guidance_scale feeds the transformer's
+      // guidance embedding; one transformer call per step, no negative prompt. (diffusers'
+      // default guidance_scale is 4.0, klein's too; the request's common default 3.5 applies.)
+      g.read = true;
+      g.help = "distilled guidance embedding (no second pass)";
+      s.at("negative_prompt").read = false;
+      s.at("negative_prompt").not_read =
+          "Flux2Pipeline is guidance-distilled: it runs no CFG and takes no negative prompt";
+      s.guider = GuiderSpec{};
+      s.guider.requirement = "a FLUX.2 model that runs CFG (FLUX.2 [dev] is guidance-distilled)";
+      // diffusers has no image-to-image / inpainting pipeline for FLUX.2 [dev]: the shared loop
+      // runs Flux2KleinInpaintPipeline's steps with this transformer (and its guidance).
+      s.at("init_image").help =
+          "image-to-image as Flux2KleinInpaintPipeline does it (diffusers has no FLUX.2 [dev] "
+          "image-to-image pipeline): the image to start from";
+    } else if (c.is_distilled) {
       // A step-wise distilled model never runs CFG: guidance_scale is ignored (diffusers warns).
       g.not_read =
           "this FLUX.2 [klein] model is step-wise distilled (model_index.json "
@@ -144,7 +179,10 @@ FamilySpec flux2KleinFamily() {
                                 "true CFG scale", "true_cfg_scale");
       t.knob = true;
       t.read = false;
-      t.not_read = "Flux2KleinPipeline has no true_cfg_scale (its CFG scale is guidance)";
+      t.not_read = c.mistral
+                       ? "Flux2Pipeline has no true_cfg_scale (guidance-distilled: guidance "
+                         "feeds its guidance embedding)"
+                       : "Flux2KleinPipeline has no true_cfg_scale (its CFG scale is guidance)";
       s.fields.push_back(t);
     }
     // Flux2KleinPipeline(image=[...]): each reference checked (Flux2ImageProcessor.
