@@ -12,10 +12,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "backend/io/png_io.h"
 #include "backend/io/safetensors.h"
 #include "backend/io/tensor_io.h"
 #include "golden_util.h"
@@ -91,4 +94,40 @@ TEST(Flux2DevCliRequests, NegativePromptNotReadAndCfgRefused) {
             1e-4);
   EXPECT_NE(runCli("--cfg-degree 2", tmp("cfg2"), log), 0);
   EXPECT_NE(log.find("guidance-distilled"), std::string::npos) << log;
+}
+
+// Through the shared code alone: step caching (TaylorSeer) skips steps with the same decisions on
+// every rank, so ulysses 2 and tp 2 equal one rank; image-to-image / inpainting (klein's
+// inpainting steps with the guidance embedding) runs at the init image's size and ulysses 2
+// equals one rank.
+TEST(Flux2DevCliSharedFeatures, StepCacheAndInpaintEqualOneRank) {
+  auto computed = [](const std::string& png) {
+    const auto j = nlohmann::json::parse(readPngText(png).at("parameters"));
+    if (!j.contains("cache_report")) return std::vector<int>{};
+    return j["cache_report"]["computed_steps"].get<std::vector<int>>();
+  };
+  std::string log;
+  const std::string one = tmp("cache_one");
+  ASSERT_EQ(runCli("--cache taylorseer:1,2,1", one, log), 0) << log;
+  const std::vector<int> steps = computed(one + ".png");
+  ASSERT_FALSE(steps.empty()) << log;
+  EXPECT_LT(steps.size(), 4u);
+  const at::Tensor ref = load(one + ".safetensors", "final_latents");
+  EXPECT_GT(test::maxAbsDiff(ref, test::golden("run.0.final_latents")), 0.0);
+  for (const std::string strategy : {"--ulysses-degree 2", "--tp-degree 2"}) {
+    const std::string out = tmp("cache" + std::to_string(strategy.size()));
+    ASSERT_EQ(runCli("--cache taylorseer:1,2,1 " + strategy, out, log), 0) << log;
+    EXPECT_EQ(computed(out + ".png"), steps) << strategy;
+    EXPECT_LE(test::maxAbsDiff(load(out + ".safetensors", "final_latents"), ref), 1e-4) << strategy;
+  }
+  const std::string img = test::fixtureDir() + "/../tiny-flux2-A/golden/inpaint_image.png";
+  const std::string mask = test::fixtureDir() + "/../tiny-flux2-A/golden/inpaint_mask_rect.png";
+  const std::string flags = "--init-image '" + img + "' --mask '" + mask + "' --strength 0.6";
+  const std::string a = tmp("inpaint_one"), b = tmp("inpaint_ulysses2");
+  ASSERT_EQ(runCli(flags, a, log), 0) << log;
+  ASSERT_EQ(runCli(flags + " --ulysses-degree 2", b, log), 0) << log;
+  const at::Tensor image = load(a + ".safetensors", "image");
+  EXPECT_EQ(image.sizes(), (std::vector<int64_t>{3, 48, 64}));
+  EXPECT_TRUE(image.isfinite().all().item<bool>());
+  EXPECT_LE(test::maxAbsDiff(load(b + ".safetensors", "image"), image), 1e-4);
 }
