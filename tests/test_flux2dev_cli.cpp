@@ -12,15 +12,18 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "backend/io/model_folder.h"
 #include "backend/io/png_io.h"
 #include "backend/io/safetensors.h"
 #include "backend/io/tensor_io.h"
+#include "backend/models/memory_estimate.h"
 #include "golden_util.h"
 
 using namespace dit;
@@ -36,9 +39,10 @@ std::string tmp(const std::string& name) {
 }
 
 // Runs golden run 0 with `flags`; returns the exit status and fills `log`.
-int runCli(const std::string& flags, const std::string& out, std::string& log) {
+int runCli(const std::string& flags, const std::string& out, std::string& log,
+           const std::string& model = test::fixtureDir()) {
   std::ostringstream cmd;
-  cmd << DITSTUDIO_CLI << " --model '" << test::fixtureDir() << "' --prompt 'a photo of a cat'"
+  cmd << DITSTUDIO_CLI << " --model '" << model << "' --prompt 'a photo of a cat'"
       << " --seed 42 --width 64 --height 48 --steps 4 --guidance 4 --max-sequence-length 64 "
       << flags << " --output '" << out << ".png' --output-tensors '" << out << ".safetensors' > '"
       << out << ".log' 2>&1";
@@ -130,4 +134,55 @@ TEST(Flux2DevCliSharedFeatures, StepCacheAndInpaintEqualOneRank) {
   EXPECT_EQ(image.sizes(), (std::vector<int64_t>{3, 48, 64}));
   EXPECT_TRUE(image.isfinite().all().item<bool>());
   EXPECT_LE(test::maxAbsDiff(load(b + ".safetensors", "image"), image), 1e-4);
+}
+
+// A diffusers/PEFT LoRA on FLUX.2 [dev]'s transformer (an attention projection, the fused SwiGLU
+// input, a single block's fused projection) gives the image of the same deltas merged into the
+// checkpoint, on one rank and under tp 2: klein's LoRA path, unchanged.
+TEST(Flux2DevCliLora, EqualsMergedWeightsOnOneRankAndTp2) {
+  const fs::path merged = test::copyFixture("merged");
+  const std::string wfile = (merged / "transformer/diffusion_pytorch_model.safetensors").string();
+  std::map<std::string, at::Tensor> weights;
+  {
+    SafetensorsCollection c(wfile);
+    for (const auto& n : c.names()) weights[n] = loadTensor(c, n, at::kFloat).clone();
+  }
+  at::manual_seed(7);
+  std::map<std::string, at::Tensor> lora;
+  for (const std::string m : {"transformer_blocks.0.attn.to_q", "transformer_blocks.0.ff.linear_in",
+                              "single_transformer_blocks.0.attn.to_qkv_mlp_proj"}) {
+    at::Tensor& w = weights.at(m + ".weight");
+    const at::Tensor a = (at::rand({2, w.size(1)}) - 0.5) * 0.6;  // lora_A [r, in]
+    const at::Tensor b = (at::rand({w.size(0), 2}) - 0.5) * 0.6;  // lora_B [out, r]
+    lora["transformer." + m + ".lora_A.weight"] = a;
+    lora["transformer." + m + ".lora_B.weight"] = b;
+    w = w + at::matmul(b, a);  // no alpha: scale 1
+  }
+  saveTensors(wfile, weights);
+  const std::string loraFile = tmp("flux2dev_lora.safetensors");
+  saveTensors(loraFile, lora);
+  std::string log;
+  const std::string ref = tmp("lora_merged");
+  ASSERT_EQ(runCli("", ref, log, merged.string()), 0) << log;
+  const at::Tensor want = load(ref + ".safetensors", "image");
+  EXPECT_GT(test::maxAbsDiff(want, test::golden("run.0.image")), 1e-2);  // the LoRA matters
+  for (const std::string flags : {"", "--tp-degree 2"}) {
+    const std::string out = tmp(flags.empty() ? "lora_one_rank" : "lora_tp2");
+    ASSERT_EQ(runCli(flags + " --lora '" + loraFile + "'", out, log), 0) << log;
+    EXPECT_LE(test::maxAbsDiff(load(out + ".safetensors", "image"), want), 1e-5) << flags;
+  }
+}
+
+// The memory estimate holds the Mistral encoder's per-rank share as the sharded load reports it
+// (test_flux2dev: 30 of 32 layers, fp32): whole at tp 1, halved q/k/v/o/MLP at tp 2, and at tp 4
+// the 2 KV heads' k/v whole (no "replicated" note: only k/v are).
+TEST(Flux2DevMemory, MistralEncoderPerRankInTheEstimate) {
+  ModelSources src;
+  src.model = test::fixtureDir();
+  const ModelFolder m = ModelFolder::open(src);
+  std::string note;
+  EXPECT_EQ(textEncoderBytesPerRank(m, 1, 4, &note), 764544u);
+  EXPECT_EQ(textEncoderBytesPerRank(m, 2, 4, &note), 418944u);
+  EXPECT_EQ(textEncoderBytesPerRank(m, 4, 4, &note), 315264u);
+  EXPECT_EQ(note, "");
 }
