@@ -18,6 +18,7 @@
 
 #include "backend/io/config_json.h"
 #include "backend/io/safetensors.h"
+#include "backend/io/tensor_io.h"
 #include "backend/io/weight_source.h"
 #include "backend/models/text_encoders/modeling_qwen3.h"
 #include "backend/models/text_encoders/qwen3_config.h"
@@ -302,4 +303,20 @@ TEST(MistralTextEncoder, LoadsOnlyTheLanguageModelLayersItRuns) {
   for (const auto& n : file.names()) vision += n.rfind("model.language_model.", 0) != 0;
   EXPECT_GT(vision, 0u);  // the checkpoint has them; the table does not declare them
   for (const auto& p : table) EXPECT_EQ(file.info(p.name).shape, p.shape) << p.name;
+}
+
+// Mistral3 checkpoints saved before transformers 4.52 keep the language model under
+// "language_model.model.*": the same encoder, the same embeddings.
+TEST(MistralTextEncoder, ReadsTheOlderLanguageModelPrefix) {
+  SafetensorsCollection file(fixtureDir() + "/text_encoder/model.safetensors");
+  std::map<std::string, at::Tensor> renamed;
+  const std::string now = "model.language_model.", before = "language_model.model.";
+  for (const auto& n : file.names())
+    if (n.rfind(now, 0) == 0)
+      renamed[before + n.substr(now.size())] = loadTensor(file, n, at::kFloat);
+  auto w = WeightSource::fromTensors(std::move(renamed));
+  const Qwen3Model old(config(), *w, nullptr, 30);
+  const auto a = mistralPromptEmbeds(tok(), old, prompt(1), 64);
+  const auto b = mistralPromptEmbeds(tok(), model(30), prompt(1), 64);
+  EXPECT_TRUE(a.equal(b));
 }

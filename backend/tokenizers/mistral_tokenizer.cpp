@@ -347,8 +347,8 @@ MistralTokenizer MistralTokenizer::fromFolder(const std::string& folder) {
   const nlohmann::json cfg = parseJsonFile(cfgPath);
   if (!cfg.is_object()) throw ModelFileError(cp, "expected a JSON object");
   requireDeclaredAs(cfg, "tokenizer_class",
-                    {"PreTrainedTokenizerFast", "LlamaTokenizerFast", "MistralCommonTokenizer",
-                     "TokenizersBackend"},
+                    {"PreTrainedTokenizerFast", "LlamaTokenizerFast", "LlamaTokenizer",
+                     "MistralCommonTokenizer", "TokenizersBackend"},
                     cp);
   m.bosToken = tokenString(cfg, "bos_token", cp, "<s>");
   const std::string pad = tokenString(cfg, "pad_token", cp, "");

@@ -62,11 +62,13 @@ Qwen3Model::Qwen3Model(const Qwen3Config& cfg, WeightSource& source,
     throw std::invalid_argument("Qwen3Model: maxLayer " + std::to_string(maxLayer) +
                                 " outside [0, num_hidden_layers " +
                                 std::to_string(cfg.num_hidden_layers) + "]");
-  // Qwen3ForCausalLM "model.*", Qwen3Model unprefixed; Qwen2_5_VLForConditionalGeneration
-  // "model.language_model.*" (transformers >= 4.52) or "model.*" (earlier saves).
-  D.prefix = source.contains("model.language_model.embed_tokens.weight") ? "model.language_model."
-             : source.contains("model.embed_tokens.weight")              ? "model."
-                                                                         : "";
+  // Qwen3ForCausalLM "model.*", Qwen3Model unprefixed; Qwen2_5_VLForConditionalGeneration and
+  // Mistral3ForConditionalGeneration "model.language_model.*" (transformers >= 4.52), earlier
+  // saves "model.*" (Qwen2.5-VL) or "language_model.model.*" (Mistral3).
+  D.prefix = source.contains("model.language_model.embed_tokens.weight")   ? "model.language_model."
+             : source.contains("language_model.model.embed_tokens.weight") ? "language_model.model."
+             : source.contains("model.embed_tokens.weight")                ? "model."
+                                                                           : "";
   D.dtype = source.dtype();
   const int tpSize = tp ? tp->size() : 1;
   const int tpRank = tp ? tp->rank() : 0;
