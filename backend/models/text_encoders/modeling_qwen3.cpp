@@ -203,8 +203,12 @@ std::vector<at::Tensor> Qwen3Model::hiddenStates(const at::Tensor& input_ids,
   at::Tensor rowHasKey;
   if (c.masked_rows_zero) rowHasKey = allowed.any(-1, true).to(x.scalar_type());  // [B, 1, L, 1]
 
+  // Only the asked hidden states are kept (a 40-layer encoder at 512 tokens would otherwise hold
+  // every layer's output until the end).
   std::vector<at::Tensor> states(static_cast<size_t>(layersToRun) + 1);
-  states[0] = x;
+  std::vector<bool> keep(states.size(), false);
+  for (int k : indices) keep[static_cast<size_t>(k)] = true;
+  if (keep[0]) states[0] = x;
   for (int64_t li = 0; li < layersToRun; ++li) {
     const Layer& Ly = D.layers[static_cast<size_t>(li)];
     at::Tensor residual = x;
@@ -234,7 +238,7 @@ std::vector<at::Tensor> Qwen3Model::hiddenStates(const at::Tensor& input_ids,
     h = rmsNorm(x, Ly.post_attention_layernorm, c.rms_norm_eps);
     h = Ly.down_proj->forward(at::silu(Ly.gate_proj->forward(h)) * Ly.up_proj->forward(h));
     x = residual + h;
-    states[static_cast<size_t>(li) + 1] = x;
+    if (keep[static_cast<size_t>(li) + 1]) states[static_cast<size_t>(li) + 1] = x;
   }
   std::vector<at::Tensor> out;
   out.reserve(indices.size());
