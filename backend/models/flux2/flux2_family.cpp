@@ -14,6 +14,41 @@
 
 namespace dit {
 
+namespace {
+
+// The Qwen3 / Mistral layers the pipeline runs (up to the largest of text_encoder_out_layers; the
+// final norm only when all are run) from qwen3ShardingPlan: the figure Qwen3Model::weightBytes
+// reports after a sharded load; the whole encoder when tp does not divide its heads or
+// intermediate_size. Shared by a folder's memory facts and the known real-size models'.
+FamilyMemoryFacts flux2TextEncoderFacts(const Qwen3Config& te, const std::vector<int>& outLayers,
+                                        bool mistral, int tp, int64_t elementBytes) {
+  const int64_t eb = std::max<int64_t>(1, elementBytes);
+  const int layers = outLayers.empty() ? te.num_hidden_layers
+                                       : *std::max_element(outLayers.begin(), outLayers.end());
+  // Mistral3's language model: the same decoder tables under "model.language_model.".
+  const std::string prefix = mistral ? "model.language_model." : "model.";
+  const ParameterTable table =
+      qwen3ParameterTable(te, layers, layers == te.num_hidden_layers, "F32", eb, prefix);
+  std::string reason;
+  const ShardingPlan plan = qwen3ShardingPlan(te, prefix).resolve(table, tp, &reason);
+  FamilyMemoryFacts r;
+  if (!reason.empty()) r.note = "text encoder replicated on every tp rank: " + reason;
+  r.text_encoder_bytes = plan.bytesPerRank(table, std::max(1, tp), eb);
+  return r;
+}
+
+// The published text encoders' text configs (config.json / text_config).
+Qwen3Config qwen3Text(int hidden, int intermediate, int layers) {
+  Qwen3Config c;  // Qwen3: 32 heads x 128, 8 KV heads, q/k norm, vocab 151936
+  c.hidden_size = hidden;
+  c.intermediate_size = intermediate;
+  c.num_hidden_layers = layers;
+  c.num_key_value_heads = 8;
+  return c;
+}
+
+}  // namespace
+
 FamilySpec flux2KleinFamily() {
   FamilySpec f;
   f.key = "flux2-klein";
@@ -39,27 +74,9 @@ FamilySpec flux2KleinFamily() {
     return flux2ModelDims(parseFlux2TransformerConfig(config, file), 8);
   };
   f.memory = [](const ModelFolder& m, int tp, int64_t elementBytes) {
-    // The Qwen3 layers the pipeline runs (up to the largest of text_encoder_out_layers; the final
-    // norm only when all are run) from qwen3ShardingPlan: the figure Qwen3Model::weightBytes
-    // reports after a sharded load; the whole encoder when tp does not divide its heads or
-    // intermediate_size.
     const Flux2PipelineConfig& c = flux2Config(m);
-    const int64_t eb = std::max<int64_t>(1, elementBytes);
-    const int layers =
-        c.text_encoder_out_layers.empty()
-            ? c.text_encoder.num_hidden_layers
-            : *std::max_element(c.text_encoder_out_layers.begin(), c.text_encoder_out_layers.end());
-    // Mistral3's language model: the same decoder tables under "model.language_model.".
-    const ParameterTable table =
-        qwen3ParameterTable(c.text_encoder, layers, layers == c.text_encoder.num_hidden_layers,
-                            "F32", eb, c.mistral ? "model.language_model." : "model.");
-    std::string reason;
-    const ShardingPlan plan =
-        qwen3ShardingPlan(c.text_encoder, c.mistral ? "model.language_model." : "model.")
-            .resolve(table, tp, &reason);
-    FamilyMemoryFacts r;
-    if (!reason.empty()) r.note = "text encoder replicated on every tp rank: " + reason;
-    r.text_encoder_bytes = plan.bytesPerRank(table, std::max(1, tp), eb);
+    FamilyMemoryFacts r = flux2TextEncoderFacts(c.text_encoder, c.text_encoder_out_layers,
+                                                c.mistral, tp, elementBytes);
     if (!c.vae.block_out_channels.empty())
       r.vae_decoder_channels = c.vae.block_out_channels.front();
     return r;
@@ -106,11 +123,23 @@ FamilySpec flux2KleinFamily() {
       return flux2ModelDims(c, 8);
     };
     // Text encoders (Qwen3-4B 4.0 B, Qwen3-8B 8.2 B, Mistral-Small-3.1-24B 24 B) + the
-    // AutoencoderKLFlux2 (84 M).
-    return std::vector<KnownModel>{
-        {"FLUX.2 [klein] 4B", klein(5, 20, 24, 7680), 4.0e9 + 0.084e9, 512},
-        {"FLUX.2 [klein] 9B", klein(8, 24, 32, 12288), 8.2e9 + 0.084e9, 512},
-        {"FLUX.2 [dev]", flux2ModelDims(Flux2TransformerConfig{}, 8), 24.0e9 + 0.084e9, 512}};
+    // AutoencoderKLFlux2 (84 M). The encoders as the pipeline loads them (the layers up to the
+    // largest of text_encoder_out_layers, sharded under the transformer's tp group).
+    Qwen3Config mistral = qwen3Text(5120, 32768, 40);  // Mistral-Small-3.1-24B's text_config
+    mistral.vocab_size = 131072;
+    mistral.qk_norm = false;
+    const double vae = 0.084e9;
+    auto encoder = [](Qwen3Config te, std::vector<int> outLayers, bool isMistral) {
+      return [te, outLayers, isMistral](int tp, int64_t eb) {
+        return flux2TextEncoderFacts(te, outLayers, isMistral, tp, eb);
+      };
+    };
+    return std::vector<KnownModel>{{"FLUX.2 [klein] 4B", klein(5, 20, 24, 7680), 4.0e9 + vae, 512,
+                                    encoder(qwen3Text(2560, 9728, 36), {9, 18, 27}, false), vae},
+                                   {"FLUX.2 [klein] 9B", klein(8, 24, 32, 12288), 8.2e9 + vae, 512,
+                                    encoder(qwen3Text(4096, 12288, 36), {9, 18, 27}, false), vae},
+                                   {"FLUX.2 [dev]", flux2ModelDims(Flux2TransformerConfig{}, 8),
+                                    24.0e9 + vae, 512, encoder(mistral, {10, 20, 30}, true), vae}};
   };
   f.request = [family = f.display_name](const ModelFolder& m) {
     // Flux2KleinPipeline.__call__ (Flux2KleinInpaintPipeline with an init image).
