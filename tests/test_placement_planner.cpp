@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -295,4 +296,25 @@ TEST(PlanCli, FixtureFolderOnCpuRanks) {
   EXPECT_EQ(t.rc, 0) << t.out;
   EXPECT_NE(t.out.find("Why:"), std::string::npos);
   EXPECT_NE(t.out.find("text encoder"), std::string::npos);
+}
+
+// docs/planner.md shows the CLI's output as this build prints it: every "$ ditstudio-cli plan
+// ..." block is rerun and compared line for line.
+TEST(PlanCli, DocsShowTheCurrentOutput) {
+  std::ifstream in(DITSTUDIO_SOURCE_DIR "/docs/planner.md");
+  ASSERT_TRUE(in) << "docs/planner.md";
+  const std::string prefix = "$ ditstudio-cli plan ";
+  std::string line;
+  int blocks = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    const std::string args = line.substr(prefix.size());
+    std::string shown;
+    while (std::getline(in, line) && line != "```") shown += line + "\n";
+    const CliResult r = runCli(args);
+    EXPECT_EQ(r.out, shown) << "docs/planner.md is stale for `ditstudio-cli plan " << args
+                            << "`: regenerate it from the CLI";
+    ++blocks;
+  }
+  EXPECT_EQ(blocks, 5);
 }
