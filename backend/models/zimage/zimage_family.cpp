@@ -95,8 +95,19 @@ FamilySpec zimageFamily() {
       "cfg_normalization", FieldType::Float, 0.0, 0, 100, "",
       "> 0 clips the guided prediction's L2 norm to this x the conditional one's; 0 = off",
       "cfg_normalization");
-  f.knobs = {truncation, normalization};
-  f.request = [family = f.display_name, pipeline = f.pipeline_class](const ModelFolder& m) {
+  // The scheduler's static shift (FlowMatchEulerDiscreteScheduler's `shift`, 3.0 in Z-Image's
+  // scheduler_config.json): sigma -> shift sigma / (1 + (shift - 1) sigma) over the schedule,
+  // larger = more steps at high noise. diffusers: FlowMatchEulerDiscreteScheduler.from_config(
+  // pipe.scheduler.config, shift=S); ComfyUI: ModelSamplingAuraFlow's shift.
+  FieldSpec shift = knobField(
+      "shift", FieldType::Float, 3.0, 0, 100, "",
+      "the scheduler's static time shift (sigma -> s sigma / (1 + (s - 1) sigma)); larger = "
+      "more of the steps at high noise",
+      "scheduler.shift");
+  shift.min_exclusive = true;
+  f.knobs = {truncation, normalization, shift};
+  f.request = [family = f.display_name, pipeline = f.pipeline_class,
+               f_shift = shift](const ModelFolder& m) {
     // ZImagePipeline.__call__: height = height or 1024, "must be divisible by" (refused).
     RequestSpec s = folderRequestBase(m, family, pipeline);
     s.default_steps = 50;
@@ -112,6 +123,20 @@ FamilySpec zimageFamily() {
         notReadKnob(knobField("true_cfg_scale", FieldType::Float, 1.0, 0, 100, "", "true CFG scale",
                               "true_cfg_scale"),
                     "ZImagePipeline has no true_cfg_scale (its CFG scale is guidance)"));
+    // The shift knob's default is this folder's scheduler shift; a dynamic-shifting scheduler
+    // (mu from the image size) has no static shift to set.
+    {
+      const SchedulerConfig& sc = zimageConfig(m).scheduler;
+      FieldSpec sh = f_shift;
+      sh.default_value = sc.shift;
+      if (sc.use_dynamic_shifting) {
+        sh.read = false;
+        sh.not_read =
+            "this folder's scheduler uses dynamic shifting (use_dynamic_shifting: true): its shift "
+            "comes from the image size";
+      }
+      s.fields.push_back(sh);
+    }
     // do_classifier_free_guidance: guidance_scale > 0; pred = pos + g (pos - neg) in float32,
     // then cfg_truncation / cfg_normalization.
     s.guider.kind = GuiderSpec::Kind::ClassicCfg;
