@@ -215,10 +215,10 @@ TEST(ModelRegistry, FixtureDispatchesToFlux) {
   EXPECT_EQ(m.dims().num_attention_heads, c.transformer.num_attention_heads);
   EXPECT_EQ(m.dims().attention_head_dim, c.transformer.attention_head_dim);
   EXPECT_EQ(m.dims().vae_scale_factor, c.vae.vaeScaleFactor());
-  EXPECT_EQ(
-      supportedPipelineClasses(),
-      (std::vector<std::string>{"FluxPipeline", "FluxKontextPipeline", "Flux2KleinPipeline",
-                                "Flux2KleinKVPipeline", "QwenImagePipeline", "ZImagePipeline"}));
+  EXPECT_EQ(supportedPipelineClasses(),
+            (std::vector<std::string>{"FluxPipeline", "FluxKontextPipeline", "Flux2KleinPipeline",
+                                      "Flux2KleinKVPipeline", "Flux2Pipeline", "QwenImagePipeline",
+                                      "ZImagePipeline"}));
   EXPECT_EQ(supportedTransformerClasses(),
             (std::vector<std::string>{"FluxTransformer2DModel", "Flux2Transformer2DModel",
                                       "QwenImageTransformer2DModel", "ZImageTransformer2DModel"}));
@@ -231,7 +231,7 @@ TEST(ModelRegistry, UnknownPipelineClassRefused) {
               {(d / "model_index.json").string(),
                "pipeline class \"StableDiffusion3Pipeline\" is not supported",
                "supported pipeline classes: FluxPipeline, FluxKontextPipeline, Flux2KleinPipeline, "
-               "Flux2KleinKVPipeline, QwenImagePipeline, ZImagePipeline"});
+               "Flux2KleinKVPipeline, Flux2Pipeline, QwenImagePipeline, ZImagePipeline"});
   try {
     ModelFolder::open(d.string());
   } catch (const UnsupportedModelError&) {
@@ -333,7 +333,7 @@ TEST(ModelRegistry, LoadPipelineRefusesUnknownClass) {
   expectError([&] { (void)loadPipeline(m, {}); },
               {(fs::path(m.path) / "model_index.json").string(), "\"StableDiffusion3Pipeline\"",
                "supported pipeline classes: FluxPipeline, FluxKontextPipeline, Flux2KleinPipeline, "
-               "Flux2KleinKVPipeline, QwenImagePipeline, ZImagePipeline"});
+               "Flux2KleinKVPipeline, Flux2Pipeline, QwenImagePipeline, ZImagePipeline"});
 }
 
 TEST(ModelRegistry, LoadTransformerByClassName) {

@@ -208,8 +208,8 @@ TEST(RequestSpec, DocsFamilyTablesEqualTheSpecs) {
   std::stringstream ss;
   ss << in.rdbuf();
   const std::string doc = ss.str();
-  for (const char* fixture : {"tiny-flux-A", "tiny-flux-kontext-A", "tiny-flux2-A", "tiny-zimage-A",
-                              "tiny-qwenimage-A"}) {
+  for (const char* fixture : {"tiny-flux-A", "tiny-flux-kontext-A", "tiny-flux2-A",
+                              "tiny-flux2dev-A", "tiny-zimage-A", "tiny-qwenimage-A"}) {
     SCOPED_TRACE(fixture);
     const std::string open = std::string("<!-- request-spec: ") + fixture + " -->\n";
     const size_t a = doc.find(open);
@@ -226,7 +226,8 @@ TEST(RequestSpec, DocsFamilyTablesEqualTheSpecs) {
 
 // The spec travels in the worker's ready event as JSON: every member comes back.
 TEST(RequestSpec, JsonRoundTripKeepsEveryMember) {
-  for (const char* fixture : {"tiny-flux-A", "tiny-flux2-A", "tiny-zimage-A", "tiny-qwenimage-A"}) {
+  for (const char* fixture :
+       {"tiny-flux-A", "tiny-flux2-A", "tiny-flux2dev-A", "tiny-zimage-A", "tiny-qwenimage-A"}) {
     SCOPED_TRACE(fixture);
     const RequestSpec s = specOf(fixture);
     const RequestSpec back = requestSpecFromJson(requestSpecToJson(s));

@@ -21,6 +21,7 @@
 #include <set>
 
 #include "app/cli/cli_options.h"
+#include "app/cli/cli_plan.h"
 #include "app/common/blas_kernel.h"
 #include "app/common/device_stats.h"
 #include "app/common/generation.h"
@@ -465,7 +466,10 @@ int main(int argc, char** argv) {
   evalDemo->add_option("--columns", evalOpts.columns, "grid columns (default 8)");
   evalDemo->add_flag("--list-prompts", evalOpts.listPrompts,
                      "print the held-out prompts, one per line, and exit");
+  PlanOptions planOpts;
+  auto* plan = addPlanCommand(app, planOpts);
   CLI11_PARSE(app, argc, argv);
+  if (*plan) return runPlan(planOpts);
   try {
     if (o.model.empty()) o.model = defaultModelDir();
     if (o.allowNonFinite) setAllowNonFiniteWeights(true);

@@ -13,7 +13,8 @@ RequestSpec FamilySpec::requestSpec(const ModelFolder& folder) const {
   const FamilySpec& f = *this;
   RequestSpec spec =
       f.request ? f.request(folder) : baseRequestSpec(f.display_name, f.pipeline_class);
-  spec.family = f.display_name;
+  // A pipeline variant may name itself (Flux2Pipeline: "FLUX.2 [dev]" in the FLUX.2 family).
+  if (spec.family.empty()) spec.family = f.display_name;
   for (const FieldSpec& k : f.knobs) {
     // A knob the folder's request already declares keeps that declaration; declared as not read
     // (FluxKontextPipeline's max_area on a FluxPipeline folder) it is not this folder's option.

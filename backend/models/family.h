@@ -47,15 +47,6 @@ struct ModelFact {
   std::string value;  ///< e.g. "19 double + 38 single"
 };
 
-/// A real-size model of the family, for the strategy advisor (no weights needed): its declared
-/// transformer dims and the parameters of everything else the pipeline holds on every rank.
-struct KnownModel {
-  std::string name;             ///< e.g. "FLUX.1 [dev]"
-  ModelDims dims;               ///< transformer sizes, plans and parameter table
-  double other_parameters = 0;  ///< text encoders + VAE parameters (whole on every rank)
-  int text_len = 512;           ///< text tokens of a default request
-};
-
 /// Memory facts of a parsed model folder for the one memory model (memory_estimate.h).
 struct FamilyMemoryFacts {
   /// Bytes of the text encoders one rank holds at the tensor-parallel degree asked for.
@@ -65,6 +56,24 @@ struct FamilyMemoryFacts {
   /// What the estimate assumed that changes the picture (e.g. an encoder replicated on every tp
   /// rank because its plan does not divide); empty otherwise.
   std::string note;
+};
+
+/// A real-size model of the family, for the strategy advisor and the placement planner (no
+/// weights needed): its declared transformer dims and the parameters of everything else the
+/// pipeline holds.
+struct KnownModel {
+  std::string name;             ///< e.g. "FLUX.1 [dev]"
+  ModelDims dims;               ///< transformer sizes, plans and parameter table
+  double other_parameters = 0;  ///< text encoders + VAE parameters (elements)
+  int text_len = 512;           ///< text tokens of a default request
+  /// The text encoders and VAE as FamilySpec::memory gives them for a folder of this model, at
+  /// tensor-parallel degree tp (>= 1) in a compute dtype of elementBytes bytes: text-encoder bytes
+  /// per rank under their own sharding plan (and the note when it does not divide), the VAE
+  /// decoder's full-resolution channels. Null: other_parameters is held whole on every rank.
+  std::function<FamilyMemoryFacts(int tp, int64_t elementBytes)> memory = nullptr;
+  /// The VAE's parameters (elements; part of other_parameters), held whole on every rank. Read
+  /// with `memory` (the text encoders are then memory's, not other_parameters - vae_parameters).
+  double vae_parameters = 0;
 };
 
 struct FamilySpec {

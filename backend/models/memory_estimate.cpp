@@ -8,6 +8,7 @@
 
 #include "backend/io/safetensors.h"
 #include "backend/io/stored_weight_bytes.h"
+#include "backend/models/family.h"
 #include "backend/models/family_registry.h"
 #include "parallel/tensor_parallel/sharding_plan.h"
 
@@ -109,16 +110,46 @@ MemoryEstimate estimateRequestMemory(const ModelFolder& m, const Strategy& s, co
   const ParameterTable stored =
       dims.parameters ? withStoredTypes(m, *dims.parameters, &gguf) : ParameterTable{};
   if (dims.tensor_parallel_plan && dims.parameters && gguf)
-    e.weights = storedWeightBytesPerRank(*dims.tensor_parallel_plan, stored, tp,
-                                         static_cast<int64_t>(eb), true);
+    e.transformer_weights = storedWeightBytesPerRank(*dims.tensor_parallel_plan, stored, tp,
+                                                     static_cast<int64_t>(eb), true);
   else if (dims.tensor_parallel_plan && dims.parameters)
-    e.weights =
+    e.transformer_weights =
         dims.tensor_parallel_plan->bytesPerRank(*dims.parameters, tp, static_cast<int64_t>(eb));
   else
-    e.weights = mul(m.transformerParameterCount(), eb);
-  e.weights = add(e.weights, facts.text_encoder_bytes);
+    e.transformer_weights = mul(m.transformerParameterCount(), eb);
+  e.text_encoder_weights = facts.text_encoder_bytes;
   e.note = facts.note;
-  e.weights = add(e.weights, componentBytes(m, "vae", "diffusion_pytorch_model", elementBytes));
+  e.vae_weights = componentBytes(m, "vae", "diffusion_pytorch_model", elementBytes);
+  e.weights = add(add(e.transformer_weights, e.text_encoder_weights), e.vae_weights);
+  return e;
+}
+
+MemoryEstimate estimateKnownModelMemory(const KnownModel& k, const Strategy& s,
+                                        const RequestDims& r, int64_t elementBytes,
+                                        bool scoresMaterialized) {
+  const int tp = std::max(1, s.tp_degree);
+  const int64_t eb = std::max<int64_t>(1, elementBytes);
+  FamilyMemoryFacts facts;
+  if (k.memory) facts = k.memory(tp, eb);
+  MemoryEstimate e =
+      estimateTransformerMemory(k.dims, s, r, eb, scoresMaterialized, facts.vae_decoder_channels);
+  const uint64_t ueb = static_cast<uint64_t>(eb);
+  if (k.dims.tensor_parallel_plan && k.dims.parameters)
+    e.transformer_weights = k.dims.tensor_parallel_plan->bytesPerRank(*k.dims.parameters, tp, eb);
+  else if (k.dims.parameters)
+    for (const ParameterInfo& p : *k.dims.parameters)
+      e.transformer_weights =
+          add(e.transformer_weights, mul(static_cast<uint64_t>(p.numel()), ueb));
+  if (k.memory) {
+    e.text_encoder_weights = facts.text_encoder_bytes;
+    e.vae_weights = mul(static_cast<uint64_t>(k.vae_parameters), ueb);
+    e.note = facts.note;
+  } else {
+    e.text_encoder_weights = mul(static_cast<uint64_t>(k.other_parameters), ueb);
+    e.note = "text encoders and VAE counted whole on every rank (" + k.name +
+             " declares no per-rank figure for them)";
+  }
+  e.weights = add(add(e.transformer_weights, e.text_encoder_weights), e.vae_weights);
   return e;
 }
 

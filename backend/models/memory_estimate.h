@@ -14,9 +14,16 @@
 
 namespace dit {
 
+struct KnownModel;
+
 /// Bytes one rank needs for one request (upper bounds of the peaks, not a sum of everything).
 struct MemoryEstimate {
   uint64_t weights = 0;  ///< transformer (ShardingPlan::bytesPerRank at tp) + text encoders + VAE
+  /// The parts of `weights` (they add up to it): the transformer's share at tp, the text
+  /// encoders' (sharded by their own plan under the tp group, or whole), the VAE's (whole).
+  uint64_t transformer_weights = 0;
+  uint64_t text_encoder_weights = 0;
+  uint64_t vae_weights = 0;
   uint64_t activations = 0;  ///< transformer block activations at this rank's token count
   uint64_t attention = 0;    ///< transformer attention scores (math kernel) at this rank's slice
   uint64_t vae_decode = 0;   ///< VAE decoder: full-resolution feature maps + mid-block attention
@@ -51,6 +58,16 @@ MemoryEstimate estimateRequestMemory(const ModelFolder& m, const Strategy& s, co
 MemoryEstimate estimateTransformerMemory(const ModelDims& dims, const Strategy& s,
                                          const RequestDims& r, int64_t elementBytes,
                                          bool scoresMaterialized, int vaeDecoderChannels = 128);
+
+/// estimateRequestMemory for a known real-size model (FamilySpec::known_models: no files): the
+/// transformer and VAE stages of estimateTransformerMemory, the transformer's weights from its
+/// declared plan at s.tp_degree, the text encoders and VAE from KnownModel::memory (sharded by
+/// their own plans) and vae_parameters, or other_parameters whole on every rank when the model
+/// declares no `memory` (then text_encoder_weights holds other_parameters, VAE included, and the
+/// note says so).
+MemoryEstimate estimateKnownModelMemory(const KnownModel& k, const Strategy& s,
+                                        const RequestDims& r, int64_t elementBytes,
+                                        bool scoresMaterialized);
 
 /// Bytes of the text encoders one rank holds at tensor-parallel degree `tp` in a compute dtype of
 /// `elementBytes` bytes, from the family's record (FamilySpec::memory): e.g. FLUX.2 [klein]'s

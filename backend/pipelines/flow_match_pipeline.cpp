@@ -37,7 +37,7 @@ FlowMatchPipeline::FlowMatchPipeline(const ModelFolder& model, const PipelineOpt
                                 family.pipeline_class + ")");
   caps_ = family.caps;
   spec_ = family.requestSpec(model);
-  familyName_ = family.display_name;
+  familyName_ = spec_.family;  // the family, or the name its request declares for this class
   if (device_.is_cuda() && !at::hasCUDA())
     throw std::invalid_argument(
         "--device cuda: this build of DiT Studio has no CUDA support (LibTorch without CUDA); "

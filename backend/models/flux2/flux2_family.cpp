@@ -14,13 +14,50 @@
 
 namespace dit {
 
+namespace {
+
+// The Qwen3 / Mistral layers the pipeline runs (up to the largest of text_encoder_out_layers; the
+// final norm only when all are run) from qwen3ShardingPlan: the figure Qwen3Model::weightBytes
+// reports after a sharded load; the whole encoder when tp does not divide its heads or
+// intermediate_size. Shared by a folder's memory facts and the known real-size models'.
+FamilyMemoryFacts flux2TextEncoderFacts(const Qwen3Config& te, const std::vector<int>& outLayers,
+                                        bool mistral, int tp, int64_t elementBytes) {
+  const int64_t eb = std::max<int64_t>(1, elementBytes);
+  const int layers = outLayers.empty() ? te.num_hidden_layers
+                                       : *std::max_element(outLayers.begin(), outLayers.end());
+  // Mistral3's language model: the same decoder tables under "model.language_model.".
+  const std::string prefix = mistral ? "model.language_model." : "model.";
+  const ParameterTable table =
+      qwen3ParameterTable(te, layers, layers == te.num_hidden_layers, "F32", eb, prefix);
+  std::string reason;
+  const ShardingPlan plan = qwen3ShardingPlan(te, prefix).resolve(table, tp, &reason);
+  FamilyMemoryFacts r;
+  if (!reason.empty()) r.note = "text encoder replicated on every tp rank: " + reason;
+  r.text_encoder_bytes = plan.bytesPerRank(table, std::max(1, tp), eb);
+  return r;
+}
+
+// The published text encoders' text configs (config.json / text_config).
+Qwen3Config qwen3Text(int hidden, int intermediate, int layers) {
+  Qwen3Config c;  // Qwen3: 32 heads x 128, 8 KV heads, q/k norm, vocab 151936
+  c.hidden_size = hidden;
+  c.intermediate_size = intermediate;
+  c.num_hidden_layers = layers;
+  c.num_key_value_heads = 8;
+  return c;
+}
+
+}  // namespace
+
 FamilySpec flux2KleinFamily() {
   FamilySpec f;
   f.key = "flux2-klein";
   f.display_name = "FLUX.2 [klein]";
   f.pipeline_class = "Flux2KleinPipeline";
   // The -kv checkpoints: the same components, reference K/V computed at step 0 and reused.
-  f.pipeline_variants = {"Flux2KleinKVPipeline"};
+  // FLUX.2 [dev] (Flux2Pipeline): the same transformer class (with the guidance embedding) and
+  // VAE, a Mistral3 text encoder (Flux2PipelineConfig::mistral), no CFG.
+  f.pipeline_variants = {"Flux2KleinKVPipeline", "Flux2Pipeline"};
   f.transformer_class = "Flux2Transformer2DModel";
   f.components = {"transformer", "text_encoder", "tokenizer", "vae", "scheduler"};
   // Image-to-image and inpainting through the shared loop (Flux2KleinInpaintPipeline), step
@@ -37,23 +74,9 @@ FamilySpec flux2KleinFamily() {
     return flux2ModelDims(parseFlux2TransformerConfig(config, file), 8);
   };
   f.memory = [](const ModelFolder& m, int tp, int64_t elementBytes) {
-    // The Qwen3 layers the pipeline runs (up to the largest of text_encoder_out_layers; the final
-    // norm only when all are run) from qwen3ShardingPlan: the figure Qwen3Model::weightBytes
-    // reports after a sharded load; the whole encoder when tp does not divide its heads or
-    // intermediate_size.
     const Flux2PipelineConfig& c = flux2Config(m);
-    const int64_t eb = std::max<int64_t>(1, elementBytes);
-    const int layers =
-        c.text_encoder_out_layers.empty()
-            ? c.text_encoder.num_hidden_layers
-            : *std::max_element(c.text_encoder_out_layers.begin(), c.text_encoder_out_layers.end());
-    const ParameterTable table = qwen3ParameterTable(
-        c.text_encoder, layers, layers == c.text_encoder.num_hidden_layers, "F32", eb);
-    std::string reason;
-    const ShardingPlan plan = qwen3ShardingPlan(c.text_encoder).resolve(table, tp, &reason);
-    FamilyMemoryFacts r;
-    if (!reason.empty()) r.note = "text encoder replicated on every tp rank: " + reason;
-    r.text_encoder_bytes = plan.bytesPerRank(table, std::max(1, tp), eb);
+    FamilyMemoryFacts r = flux2TextEncoderFacts(c.text_encoder, c.text_encoder_out_layers,
+                                                c.mistral, tp, elementBytes);
     if (!c.vae.block_out_channels.empty())
       r.vae_decoder_channels = c.vae.block_out_channels.front();
     return r;
@@ -64,6 +87,18 @@ FamilySpec flux2KleinFamily() {
     std::string outLayers;
     for (int l : c.text_encoder_out_layers)
       outLayers += (outLayers.empty() ? "" : ", ") + std::to_string(l);
+    if (c.mistral)
+      return std::vector<ModelFact>{
+          {"family", "family", "FLUX.2 [dev]"},
+          dualStreamBlocksFact(t),
+          attentionHeadsFact(t),
+          {"text_encoders", "text encoder",
+           "Mistral3 (" + std::to_string(c.text_encoder.num_hidden_layers) +
+               " layers; hidden states " + outLayers + "), joint_attention_dim " +
+               std::to_string(t.joint_attention_dim)},
+          {"guidance", "guidance", "distilled guidance embedding (guidance); no CFG"},
+          latentChannelsFact(t.in_channels),
+      };
     return std::vector<ModelFact>{
         {"family", "family", c.is_distilled ? "FLUX.2 [klein], distilled" : "FLUX.2 [klein]"},
         dualStreamBlocksFact(t),
@@ -88,25 +123,54 @@ FamilySpec flux2KleinFamily() {
       return flux2ModelDims(c, 8);
     };
     // Text encoders (Qwen3-4B 4.0 B, Qwen3-8B 8.2 B, Mistral-Small-3.1-24B 24 B) + the
-    // AutoencoderKLFlux2 (84 M).
-    return std::vector<KnownModel>{
-        {"FLUX.2 [klein] 4B", klein(5, 20, 24, 7680), 4.0e9 + 0.084e9, 512},
-        {"FLUX.2 [klein] 9B", klein(8, 24, 32, 12288), 8.2e9 + 0.084e9, 512},
-        {"FLUX.2 [dev]", flux2ModelDims(Flux2TransformerConfig{}, 8), 24.0e9 + 0.084e9, 512}};
+    // AutoencoderKLFlux2 (84 M). The encoders as the pipeline loads them (the layers up to the
+    // largest of text_encoder_out_layers, sharded under the transformer's tp group).
+    Qwen3Config mistral = qwen3Text(5120, 32768, 40);  // Mistral-Small-3.1-24B's text_config
+    mistral.vocab_size = 131072;
+    mistral.qk_norm = false;
+    const double vae = 0.084e9;
+    auto encoder = [](Qwen3Config te, std::vector<int> outLayers, bool isMistral) {
+      return [te, outLayers, isMistral](int tp, int64_t eb) {
+        return flux2TextEncoderFacts(te, outLayers, isMistral, tp, eb);
+      };
+    };
+    return std::vector<KnownModel>{{"FLUX.2 [klein] 4B", klein(5, 20, 24, 7680), 4.0e9 + vae, 512,
+                                    encoder(qwen3Text(2560, 9728, 36), {9, 18, 27}, false), vae},
+                                   {"FLUX.2 [klein] 9B", klein(8, 24, 32, 12288), 8.2e9 + vae, 512,
+                                    encoder(qwen3Text(4096, 12288, 36), {9, 18, 27}, false), vae},
+                                   {"FLUX.2 [dev]", flux2ModelDims(Flux2TransformerConfig{}, 8),
+                                    24.0e9 + vae, 512, encoder(mistral, {10, 20, 30}, true), vae}};
   };
   f.request = [family = f.display_name](const ModelFolder& m) {
     // Flux2KleinPipeline.__call__ (Flux2KleinInpaintPipeline with an init image).
     const Flux2PipelineConfig& c = flux2Config(m);
-    RequestSpec s = folderRequestBase(m, family, m.pipeline_class);
+    RequestSpec s = folderRequestBase(m, c.mistral ? c.displayName() : family, m.pipeline_class);
     s.default_steps = 50;
     // prepare_latents: 2 * (size // (vae_scale_factor * 2)) latent pixels (floored, with a
     // warning); with an init image the output is the image's size, its area capped at 1024^2.
     s.size.rounding = SizeRule::Rounding::Floor;
     s.size.init_image = SizeRule::FromInitImage::Always;
     s.size.init_image_max_area = 1024 * 1024;
-    s.size.source = "Flux2KleinPipeline.prepare_latents";
+    s.size.source = m.pipeline_class == "Flux2Pipeline" ? "Flux2Pipeline.prepare_latents"
+                                                        : "Flux2KleinPipeline.prepare_latents";
     FieldSpec& g = s.at("guidance");
-    if (c.is_distilled) {
+    if (c.mistral) {
+      // Flux2Pipeline.__call__: guidance-distilled, guidance_scale feeds the transformer's
+      // guidance embedding; one transformer call per step, no negative prompt. (diffusers'
+      // default guidance_scale is 4.0, klein's too; the request's common default 3.5 applies.)
+      g.read = true;
+      g.help = "distilled guidance embedding (no second pass)";
+      s.at("negative_prompt").read = false;
+      s.at("negative_prompt").not_read =
+          "Flux2Pipeline is guidance-distilled: it runs no CFG and takes no negative prompt";
+      s.guider = GuiderSpec{};
+      s.guider.requirement = "a FLUX.2 model that runs CFG (FLUX.2 [dev] is guidance-distilled)";
+      // diffusers has no image-to-image / inpainting pipeline for FLUX.2 [dev]: the shared loop
+      // runs Flux2KleinInpaintPipeline's steps with this transformer (and its guidance).
+      s.at("init_image").help =
+          "image-to-image as Flux2KleinInpaintPipeline does it (diffusers has no FLUX.2 [dev] "
+          "image-to-image pipeline): the image to start from";
+    } else if (c.is_distilled) {
       // A step-wise distilled model never runs CFG: guidance_scale is ignored (diffusers warns).
       g.not_read =
           "this FLUX.2 [klein] model is step-wise distilled (model_index.json "
@@ -139,10 +203,12 @@ FamilySpec flux2KleinFamily() {
     }
     // diffusers' true_cfg_scale is not an argument of this pipeline: declared as not read, so
     // that a request carrying it (a FLUX.1 preset) is told so instead of refused.
-    s.fields.push_back(
-        notReadKnob(knobField("true_cfg_scale", FieldType::Float, 1.0, 0, 100, "", "true CFG scale",
-                              "true_cfg_scale"),
-                    "Flux2KleinPipeline has no true_cfg_scale (its CFG scale is guidance)"));
+    s.fields.push_back(notReadKnob(
+        knobField("true_cfg_scale", FieldType::Float, 1.0, 0, 100, "", "true CFG scale",
+                  "true_cfg_scale"),
+        c.mistral ? "Flux2Pipeline has no true_cfg_scale (guidance-distilled: guidance feeds its "
+                    "guidance embedding)"
+                  : "Flux2KleinPipeline has no true_cfg_scale (its CFG scale is guidance)"));
     // Flux2KleinPipeline(image=[...]): each reference checked (Flux2ImageProcessor.
     // check_image_input), scaled to 1024^2 area when larger, centre-cropped to the multiple,
     // encoded (posterior mode, BatchNorm-normalised), packed with T = 10 + 10 i; the output size

@@ -21,6 +21,20 @@ FieldSpec trueCfgScaleKnob() {
                    "true CFG with the negative prompt when > 1 (a second pass per step)",
                    "true_cfg_scale");
 }
+
+// The whole Qwen2.5-VL language model (last hidden state: every layer and the final norm; lm_head
+// and the vision tower are not loaded) under qwen3ShardingPlan: a folder's memory facts and the
+// known real-size model's.
+FamilyMemoryFacts qwenImageTextEncoderFacts(const Qwen3Config& te, int tp, int64_t elementBytes) {
+  const int64_t eb = std::max<int64_t>(1, elementBytes);
+  const ParameterTable table = qwen3ParameterTable(te, -1, true, "F32", eb);
+  std::string reason;
+  const ShardingPlan plan = qwen3ShardingPlan(te).resolve(table, tp, &reason);
+  FamilyMemoryFacts r;
+  if (!reason.empty()) r.note = "text encoder replicated on every tp rank: " + reason;
+  r.text_encoder_bytes = plan.bytesPerRank(table, std::max(1, tp), eb);
+  return r;
+}
 }  // namespace
 
 FamilySpec qwenImageFamily() {
@@ -43,16 +57,8 @@ FamilySpec qwenImageFamily() {
     return qwenImageModelDims(parseQwenImageTransformerConfig(config, file), 8);
   };
   f.memory = [](const ModelFolder& m, int tp, int64_t elementBytes) {
-    // The whole Qwen2.5-VL language model (last hidden state: every layer and the final norm;
-    // lm_head and the vision tower are not loaded) under qwen3ShardingPlan.
     const QwenImagePipelineConfig& c = qwenImageConfig(m);
-    const int64_t eb = std::max<int64_t>(1, elementBytes);
-    const ParameterTable table = qwen3ParameterTable(c.text_encoder, -1, true, "F32", eb);
-    std::string reason;
-    const ShardingPlan plan = qwen3ShardingPlan(c.text_encoder).resolve(table, tp, &reason);
-    FamilyMemoryFacts r;
-    if (!reason.empty()) r.note = "text encoder replicated on every tp rank: " + reason;
-    r.text_encoder_bytes = plan.bytesPerRank(table, std::max(1, tp), eb);
+    FamilyMemoryFacts r = qwenImageTextEncoderFacts(c.text_encoder, tp, elementBytes);
     r.vae_decoder_channels = c.vae.base_dim * c.vae.dim_mult.front();
     return r;
   };
@@ -81,8 +87,26 @@ FamilySpec qwenImageFamily() {
     // joint_attention_dim 3584, in_channels 64, out_channels 16, axes_dims_rope (16, 56, 56).
     // Other components: the Qwen2.5-VL-7B language model without lm_head (7.07 B) and the
     // AutoencoderKLQwenImage (0.127 B).
+    // Qwen2.5-VL-7B's text config: 28 layers, hidden 3584, 28 heads x 128 (4 KV heads), q/k/v
+    // biases, no q/k norm, intermediate 18944, vocab 152064.
+    Qwen3Config te;
+    te.vocab_size = 152064;
+    te.hidden_size = 3584;
+    te.intermediate_size = 18944;
+    te.num_hidden_layers = 28;
+    te.num_attention_heads = 28;
+    te.num_key_value_heads = 4;
+    te.qk_norm = false;
+    te.qkv_bias = true;
+    const double vae = 0.127e9;
     return std::vector<KnownModel>{
-        {"Qwen-Image", qwenImageModelDims(QwenImageTransformerConfig{}, 8), 7.07e9 + 0.127e9, 512}};
+        {"Qwen-Image", qwenImageModelDims(QwenImageTransformerConfig{}, 8), 7.07e9 + vae, 512,
+         [te](int tp, int64_t eb) {
+           FamilyMemoryFacts r = qwenImageTextEncoderFacts(te, tp, eb);
+           r.vae_decoder_channels = 96;  // base_dim x dim_mult[0]
+           return r;
+         },
+         vae}};
   };
   f.request = [family = f.display_name, pipeline = f.pipeline_class](const ModelFolder& m) {
     // QwenImagePipeline.__call__: sizes floored to 2 * (size // (vae_scale_factor * 2)).

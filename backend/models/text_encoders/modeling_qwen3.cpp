@@ -10,6 +10,7 @@
 #include "backend/io/weight_loader.h"
 #include "backend/io/weight_source.h"
 #include "backend/models/text_encoders/qwen3_plan.h"
+#include "backend/tokenizers/mistral_tokenizer.h"
 #include "backend/tokenizers/qwen2_tokenizer.h"
 #include "parallel/process_group.h"
 #include "parallel/strategy.h"
@@ -61,11 +62,13 @@ Qwen3Model::Qwen3Model(const Qwen3Config& cfg, WeightSource& source,
     throw std::invalid_argument("Qwen3Model: maxLayer " + std::to_string(maxLayer) +
                                 " outside [0, num_hidden_layers " +
                                 std::to_string(cfg.num_hidden_layers) + "]");
-  // Qwen3ForCausalLM "model.*", Qwen3Model unprefixed; Qwen2_5_VLForConditionalGeneration
-  // "model.language_model.*" (transformers >= 4.52) or "model.*" (earlier saves).
-  D.prefix = source.contains("model.language_model.embed_tokens.weight") ? "model.language_model."
-             : source.contains("model.embed_tokens.weight")              ? "model."
-                                                                         : "";
+  // Qwen3ForCausalLM "model.*", Qwen3Model unprefixed; Qwen2_5_VLForConditionalGeneration and
+  // Mistral3ForConditionalGeneration "model.language_model.*" (transformers >= 4.52), earlier
+  // saves "model.*" (Qwen2.5-VL) or "language_model.model.*" (Mistral3).
+  D.prefix = source.contains("model.language_model.embed_tokens.weight")   ? "model.language_model."
+             : source.contains("language_model.model.embed_tokens.weight") ? "language_model.model."
+             : source.contains("model.embed_tokens.weight")                ? "model."
+                                                                           : "";
   D.dtype = source.dtype();
   const int tpSize = tp ? tp->size() : 1;
   const int tpRank = tp ? tp->rank() : 0;
@@ -195,9 +198,17 @@ std::vector<at::Tensor> Qwen3Model::hiddenStates(const at::Tensor& input_ids,
   const auto minVal = std::numeric_limits<float>::lowest();
   const auto addMask = at::zeros({B, 1, L, L}, fopt).masked_fill(allowed.logical_not(), minVal);
   const double scale = 1.0 / std::sqrt(static_cast<double>(Dh));
+  // SDPA (masked_rows_zero): a query row with no allowed key (left padding) attends to nothing,
+  // its attention output is 0; the additive mask alone would spread it over every key (eager).
+  at::Tensor rowHasKey;
+  if (c.masked_rows_zero) rowHasKey = allowed.any(-1, true).to(x.scalar_type());  // [B, 1, L, 1]
 
+  // Only the asked hidden states are kept (a 40-layer encoder at 512 tokens would otherwise hold
+  // every layer's output until the end).
   std::vector<at::Tensor> states(static_cast<size_t>(layersToRun) + 1);
-  states[0] = x;
+  std::vector<bool> keep(states.size(), false);
+  for (int k : indices) keep[static_cast<size_t>(k)] = true;
+  if (keep[0]) states[0] = x;
   for (int64_t li = 0; li < layersToRun; ++li) {
     const Layer& Ly = D.layers[static_cast<size_t>(li)];
     at::Tensor residual = x;
@@ -220,13 +231,14 @@ std::vector<at::Tensor> Qwen3Model::hiddenStates(const at::Tensor& input_ids,
     v = v.index_select(1, Ly.kvIndex);
     auto scores = at::matmul(q, k.transpose(-1, -2)) * scale + addMask.to(q.scalar_type());
     auto probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+    if (rowHasKey.defined()) probs = probs * rowHasKey;
     auto attn = at::matmul(probs, v).transpose(1, 2).reshape({B, L, -1});
     x = residual + Ly.o_proj->forward(attn);
     residual = x;
     h = rmsNorm(x, Ly.post_attention_layernorm, c.rms_norm_eps);
     h = Ly.down_proj->forward(at::silu(Ly.gate_proj->forward(h)) * Ly.up_proj->forward(h));
     x = residual + h;
-    states[static_cast<size_t>(li) + 1] = x;
+    if (keep[static_cast<size_t>(li) + 1]) states[static_cast<size_t>(li) + 1] = x;
   }
   std::vector<at::Tensor> out;
   out.reserve(indices.size());
@@ -253,6 +265,23 @@ at::Tensor qwen3PromptEmbeds(const Qwen2Tokenizer& tokenizer, const Qwen3Model& 
   const auto mask = at::tensor(enc.attention_mask, opt).view({1, n});
   // diffusers: torch.stack([hidden_states[k] for k in layers], dim=1) -> [B, n_layers, L, H],
   // permute(0, 2, 1, 3).reshape(B, L, n_layers * H): per position, the layers concatenated.
+  return at::cat(model.hiddenStates(ids, mask, layers), -1);
+}
+
+at::Tensor mistralPromptEmbeds(const MistralTokenizer& tokenizer, const Qwen3Model& model,
+                               const std::string& prompt, int max_sequence_length,
+                               const std::vector<int>& layers) {
+  if (max_sequence_length < 1)
+    throw std::invalid_argument("mistralPromptEmbeds: max_sequence_length must be >= 1, got " +
+                                std::to_string(max_sequence_length));
+  if (layers.empty()) throw std::invalid_argument("mistralPromptEmbeds: no layers asked");
+  const auto enc = tokenizer.encode(tokenizer.applyChatTemplate(prompt), max_sequence_length);
+  const auto opt = at::TensorOptions().dtype(at::kLong);
+  const auto n = static_cast<int64_t>(enc.input_ids.size());
+  const auto ids = at::tensor(enc.input_ids, opt).view({1, n});
+  const auto mask = at::tensor(enc.attention_mask, opt).view({1, n});
+  // diffusers: torch.stack([hidden_states[k] for k in layers], dim=1).permute(0, 2, 1, 3)
+  // .reshape(B, L, n_layers * H).
   return at::cat(model.hiddenStates(ids, mask, layers), -1);
 }
 

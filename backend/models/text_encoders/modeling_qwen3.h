@@ -17,6 +17,7 @@ namespace dit {
 class WeightSource;
 class ProcessGroup;
 class Qwen2Tokenizer;
+class MistralTokenizer;
 
 /// transformers Qwen3Model: embed_tokens, decoder layers (RMSNorm in fp32 times weight; attention
 /// with q_norm/k_norm RMSNorms over head_dim before half-split rotate_half RoPE, inv_freq =
@@ -30,6 +31,13 @@ class Qwen2Tokenizer;
 /// position ids cumsum(mask) - 1 (padding 1) shared by the three mrope sections (plain RoPE for
 /// text), weights under "model.language_model.*" or the older "model.*"; the vision tower is not
 /// read.
+///
+/// With parseMistralTextConfig's switches it is the language model of
+/// Mistral3ForConditionalGeneration (FLUX.2 [dev]'s text encoder; transformers
+/// models/mistral/modeling_mistral.py): no q/k norm, no biases, explicit head_dim, GQA,
+/// positions 0..L-1, weights under "model.language_model.*" (lm_head, the vision tower and the
+/// projector are not read), and SDPA's treatment of left padding: a row with no allowed key
+/// gets attention output 0 (masked_rows_zero).
 ///
 /// Only the decoder layers needed for the largest hidden-states index ever requested are loaded
 /// and run: `maxLayer` (default: num_hidden_layers) bounds the indices hiddenStates() accepts,
@@ -86,5 +94,16 @@ class Qwen3Model {
 at::Tensor qwen3PromptEmbeds(const Qwen2Tokenizer& tokenizer, const Qwen3Model& model,
                              const std::string& prompt, int max_sequence_length = 512,
                              const std::vector<int>& layers = {9, 18, 27});
+
+/// diffusers Flux2Pipeline._get_mistral_3_small_prompt_embeds for one prompt: the chat string
+/// (tokenizer.applyChatTemplate: format_input + SYSTEM_MESSAGE), tokenization truncated to the
+/// first max_sequence_length ids and padded on the tokenizer's side (left), the encoder's
+/// hidden_states at `layers` stacked per position: float32 [1, max_sequence_length,
+/// layers.size() * hidden_size] = cat over k of hidden_states[layers[k]] (padding rows included).
+/// Throws std::invalid_argument for max_sequence_length < 1 or an empty `layers`, and as
+/// hiddenStates.
+at::Tensor mistralPromptEmbeds(const MistralTokenizer& tokenizer, const Qwen3Model& model,
+                               const std::string& prompt, int max_sequence_length = 512,
+                               const std::vector<int>& layers = {10, 20, 30});
 
 }  // namespace dit

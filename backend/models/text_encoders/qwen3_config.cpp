@@ -107,6 +107,43 @@ Qwen3Config parseQwen2_5_VLTextConfig(const nlohmann::json& top, const std::stri
   return c;
 }
 
+Qwen3Config parseMistralTextConfig(const nlohmann::json& top, const std::string& f) {
+  requireConfigObject(top, f);
+  requireDeclaredAs(top, "model_type", {"mistral3", "mistral"}, f);
+  const nlohmann::json* j = &top;
+  if (auto tc = top.find("text_config"); tc != top.end() && !tc->is_null()) {
+    if (!tc->is_object()) throw ModelFileError(f, "config key 'text_config' is not an object");
+    requireDeclaredAs(*tc, "model_type", {"mistral"}, f);
+    j = &*tc;
+  } else if (top.value("model_type", std::string()) == "mistral3") {
+    throw ModelFileError(f, "config key 'text_config' is missing (Mistral3's language model)");
+  }
+  // transformers MistralConfig defaults where the file leaves a key out.
+  nlohmann::json d = *j;
+  for (const auto& [k, v] : {std::pair<const char*, nlohmann::json>{"vocab_size", 32000},
+                             {"hidden_size", 4096},
+                             {"intermediate_size", 14336},
+                             {"num_hidden_layers", 32},
+                             {"num_attention_heads", 32},
+                             {"num_key_value_heads", 8},
+                             {"max_position_embeddings", 131072},
+                             {"rms_norm_eps", 1e-6},
+                             {"rope_theta", 10000.0}})
+    if (!d.contains(k) || d[k].is_null()) d[k] = v;
+  Qwen3Config c = parseCommon(d, f);
+  if (auto it = j->find("sliding_window"); it != j->end() && !it->is_null())
+    throw ModelFileError(f, "config key 'sliding_window' is set (" + it->dump() +
+                                "); sliding-window attention is not supported");
+  if (auto it = j->find("rope_scaling"); it != j->end() && !it->is_null())
+    throw ModelFileError(f, "config key 'rope_scaling' is set; only the default RoPE is supported");
+  c.qk_norm = false;
+  c.qkv_bias = false;
+  c.attention_bias = false;
+  c.positions_from_mask = false;
+  c.masked_rows_zero = true;
+  return c;
+}
+
 Qwen3Config loadQwen3Config(const std::string& file) {
   return parseQwen3Config(readConfigJson(file), file);
 }

@@ -36,6 +36,11 @@ struct Qwen3Config {
   /// Qwen2.5-VL rope_scaling.mrope_section (sums to head_dim / 2). For text all three sections
   /// get the same position, so the rotation is plain 1-D RoPE; kept for validation and facts.
   std::vector<int> mrope_section;
+  /// A query row with no allowed key (a LEFT-padding row under the causal AND key-padding mask)
+  /// gets attention output 0, as transformers' default SDPA attention gives it (torch >= 2.5);
+  /// false: eager's additive finfo.min mask, i.e. uniform attention over all keys. Only left
+  /// padding has such rows (Mistral: parseMistralTextConfig sets it).
+  bool masked_rows_zero = false;
   bool hasQkvBias() const { return attention_bias || qkv_bias; }
 };
 
@@ -56,6 +61,17 @@ Qwen3Config parseQwen3Config(const nlohmann::json& j, const std::string& file);
 /// ranges of parseQwen3Config); also when `j` is not a JSON object, or its "model_type" is not
 /// "qwen2_5_vl" (or "qwen2_5_vl_text").
 Qwen3Config parseQwen2_5_VLTextConfig(const nlohmann::json& j, const std::string& file);
+
+/// Parses the text half of a Mistral3Config read from `file` (FLUX.2 [dev]'s text_encoder, a
+/// Mistral3ForConditionalGeneration: the keys under "text_config", model_type "mistral"), or a
+/// plain MistralConfig (model_type "mistral"): the Mistral decoder as this struct with qk_norm
+/// false, no biases, positions 0..L-1, masked_rows_zero true (SDPA), head_dim explicit (null or
+/// absent: hidden_size / num_attention_heads), rope_theta from rope_theta or
+/// rope_parameters.rope_theta. The vision_config is not read. Throws ModelFileError naming the
+/// file and the key: the ranges of parseQwen3Config, hidden_act other than "silu", a
+/// sliding_window that is set, a "model_type" other than "mistral3" / "mistral", a text_config
+/// that is not an object.
+Qwen3Config parseMistralTextConfig(const nlohmann::json& j, const std::string& file);
 
 /// readConfigJson(file) + parseQwen3Config.
 Qwen3Config loadQwen3Config(const std::string& file);

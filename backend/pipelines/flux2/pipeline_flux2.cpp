@@ -115,11 +115,21 @@ std::vector<std::string> Flux2KleinPipeline::requestWarnings(const PipelineInput
                 std::to_string(p0.height) + " and " + std::to_string(p0.width) + "; the image is " +
                 std::to_string(p.width) + "x" + std::to_string(p.height));
   }
+  if (D.cfg.mistral) {
+    // Flux2Pipeline: guidance_scale feeds the guidance embedding; there is no CFG branch.
+    if (p.option("true_cfg_scale", 1.0) != 1.0)
+      w.emplace_back(
+          "true_cfg_scale has no effect for FLUX.2 [dev]: it is guidance-distilled (guidance "
+          "feeds its guidance embedding, no CFG)");
+    if (!p.negative_prompt.empty())
+      w.emplace_back(
+          "a negative prompt has no effect for FLUX.2 [dev]: it is guidance-distilled (no CFG)");
+  }
   if (p.guidance > 1 && D.cfg.is_distilled)
     w.push_back("guidance " + num(p.guidance) + " is ignored for step-wise distilled models");
-  if (p.option("true_cfg_scale", 1.0) != 1.0)
+  if (!D.cfg.mistral && p.option("true_cfg_scale", 1.0) != 1.0)
     w.emplace_back("true_cfg_scale has no effect for FLUX.2 [klein]: guidance > 1 runs CFG");
-  if (!p.negative_prompt.empty() && !doClassifierFreeGuidance(p))
+  if (!D.cfg.mistral && !p.negative_prompt.empty() && !doClassifierFreeGuidance(p))
     w.push_back("a negative prompt is given but CFG is off (guidance " + num(p.guidance) +
                 (D.cfg.is_distilled ? ", distilled model)" : " <= 1)"));
   if (D.encoder) {
@@ -235,7 +245,12 @@ at::Tensor Flux2KleinPipeline::referenceIds(int index, int64_t h, int64_t w) con
   return latentIds(h, w, 10 + 10 * static_cast<int64_t>(index));
 }
 
-void Flux2KleinPipeline::prepareTransformerInputs(const PipelineInputs&, FlowMatchLatents& s) {
+void Flux2KleinPipeline::prepareTransformerInputs(const PipelineInputs& p, FlowMatchLatents& s) {
+  // Flux2Pipeline (FLUX.2 [dev]): guidance = torch.full([1], guidance_scale) for the guidance
+  // embedding (guidance_embeds); klein's transformers have none.
+  if (d_->cfg.transformer.guidance_embeds)
+    s.fixed_inputs["guidance"] =
+        at::full({1}, p.guidance, at::TensorOptions().dtype(at::kFloat).device(device()));
   at::Tensor ids = latentIds(s.h, s.w);
   if (s.reference_ids.defined()) {
     // Flux2KleinPipeline(image=[...]): img_ids = cat([latent_ids, image_latent_ids]); the

@@ -11,6 +11,14 @@
 // strategies come from PipelineOptions as for FLUX.1: tp and ring/Ulysses inside the transformer
 // (its declared plans), cfg 2 splits the two CFG calls over a group of two ranks, dp is the
 // worker's.
+//
+// The same class runs Flux2Pipeline (FLUX.2 [dev], pipelines/flux2/pipeline_flux2.py) for a folder
+// of that class (Flux2PipelineConfig::mistral): the Mistral3 text encoder and tekken tokenizer
+// behind Flux2PromptEncoder (hidden states 10, 20, 30), the request's guidance sent to the
+// transformer's guidance embedding as `guidance` float32 [1] every call, and no CFG (the family's
+// declaration: one branch, no negative prompt). Everything else (noise, ids, schedule with
+// compute_empirical_mu, decode, references, strategies) is shared with klein as diffusers shares
+// it.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -29,8 +37,9 @@ namespace dit {
 class Flux2Transformer2DModel;
 class AutoencoderKLFlux2;
 
-/// The text side of Flux2KleinPipeline (encode_prompt): chat template, Qwen2 tokenizer, Qwen3
-/// hidden states stacked per token (Flux2KleinPipeline._get_qwen3_prompt_embeds).
+/// The text side of Flux2KleinPipeline / Flux2Pipeline (encode_prompt): chat template, tokenizer,
+/// the text encoder's hidden states stacked per token (Flux2KleinPipeline._get_qwen3_prompt_embeds,
+/// Flux2Pipeline._get_mistral_3_small_prompt_embeds).
 class Flux2PromptEncoder {
  public:
   virtual ~Flux2PromptEncoder() = default;
@@ -104,8 +113,10 @@ class Flux2KleinPipeline : public FlowMatchPipeline {
   at::Tensor encodeReference(const at::Tensor& image, int index, GenerationResult& res) override;
   /// (10 + 10 index, y, x, 0) int64 [h * w, 4] (_prepare_image_ids).
   at::Tensor referenceIds(int index, int64_t h, int64_t w) const override;
-  /// img_ids (0, y, x, 0); with reference images their ids appended (T = 10, 20, ...); with an
-  /// init image the image latents are appended as conditioning tokens with ids (10, y, x, 0).
+  /// img_ids (0, y, x, 0); `guidance` [1] = the request's guidance when the transformer has the
+  /// guidance embedding (FLUX.2 [dev]); with reference images their ids appended (T = 10, 20, ...);
+  /// with an init image the image latents are appended as conditioning tokens with ids (10, y, x,
+  /// 0).
   void prepareTransformerInputs(const PipelineInputs& p, FlowMatchLatents& latents) override;
 
  private:
