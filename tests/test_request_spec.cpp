@@ -65,12 +65,15 @@ TEST(RequestSpec, EachFamilyDeclaresItsGuiderAndFields) {
   EXPECT_EQ(z.guider.kind, GuiderSpec::Kind::ClassicCfg);
   EXPECT_EQ(z.guider.threshold, 0.0);
   EXPECT_EQ(z.guider.formula, GuiderSpec::Formula::CondPlus);
-  ASSERT_EQ(z.knobs().size(), 3u);
+  ASSERT_EQ(z.knobs().size(), 4u);
   EXPECT_EQ(z.knobs()[0]->name, "true_cfg_scale");  // declared as not read (guidance is CFG)
   EXPECT_FALSE(z.knobs()[0]->read);
-  EXPECT_EQ(z.knobs()[1]->name, "cfg_truncation");
-  EXPECT_EQ(z.knobs()[1]->default_value, 1.0);
-  EXPECT_EQ(z.knobs()[2]->name, "cfg_normalization");
+  EXPECT_EQ(z.knobs()[1]->name, "shift");  // the folder's scheduler shift
+  EXPECT_EQ(z.knobs()[1]->default_value, 3.0);
+  EXPECT_TRUE(z.knobs()[1]->min_exclusive);
+  EXPECT_EQ(z.knobs()[2]->name, "cfg_truncation");
+  EXPECT_EQ(z.knobs()[2]->default_value, 1.0);
+  EXPECT_EQ(z.knobs()[3]->name, "cfg_normalization");
   EXPECT_FALSE(z.inputs.init_image);
   EXPECT_FALSE(z.field("init_image")->read);
 
@@ -144,7 +147,8 @@ TEST(RequestSpec, KnobsTakeTheirDefaultsAndRanges) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.problems[0].field, "nope");
   EXPECT_EQ(r.problems[0].rule, "unknown");
-  EXPECT_NE(r.message().find("it takes cfg_truncation, cfg_normalization"), std::string::npos);
+  EXPECT_NE(r.message().find("it takes shift, cfg_truncation, cfg_normalization"),
+            std::string::npos);
   // Another family has no such knob.
   v.options = {{"cfg_truncation", 0.5}};
   r = resolveRequest(specOf("tiny-flux-A"), v);

@@ -106,6 +106,8 @@ class TestUiFamilyOptions : public QObject {
     QVERIFY(!p.fieldShown(p.knobSpin("cfg_truncation")));
     QVERIFY(runsCfg(p, true, 0.0));
     QVERIFY(!runsCfg(p, false, 7.0));
+    // The row starts at QwenImagePipeline's default (4), as diffusers' true_cfg_scale does.
+    QCOMPARE(p.knobSpin("true_cfg_scale")->value(), 4.0);
   }
 
   void switchingBackShowsEverythingTheFamilyReads() {
@@ -114,8 +116,15 @@ class TestUiFamilyOptions : public QObject {
     p.setModelDir(data("tiny-zimage-A"));
     QVERIFY(p.guidanceSpin()->isEnabled());
     QVERIFY(p.fieldShown(p.knobSpin("cfg_truncation")));
+    // Z-Image's scheduler shift row: the folder's scheduler_config.json value (3.0).
+    QVERIFY(p.fieldShown(p.knobSpin("shift")));
+    QVERIFY(p.knobSpin("shift")->isEnabled());
+    QCOMPARE(p.knobSpin("shift")->value(), 3.0);
     p.setModelDir(data("tiny-flux-A"));
     QVERIFY(p.knobSpin("true_cfg_scale")->isEnabled());
+    QVERIFY(!p.fieldShown(p.knobSpin("shift")));
+    // A newly chosen model's knob starts at its own default: FluxPipeline's 1, not Qwen-Image's 4.
+    QCOMPARE(p.knobSpin("true_cfg_scale")->value(), 1.0);
     QVERIFY(!p.fieldShown(p.knobSpin("cfg_truncation")));
     QCOMPARE(p.fieldLabel(p.guidanceSpin()), QStringLiteral("Guidance"));
   }

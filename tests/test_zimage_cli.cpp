@@ -120,6 +120,40 @@ INSTANTIATE_TEST_SUITE_P(
                                                           "--ulysses-degree 2 --ring-degree 2"}),
     [](const auto& info) { return info.param.first; });
 
+// The family's `shift` knob (zimage_family.cpp: the scheduler's static shift) through the flag
+// generated from its declaration: run 2 with shift 6 and 1.5 equals diffusers' ZImagePipeline with
+// FlowMatchEulerDiscreteScheduler.from_config(config, shift=S) (tests/data/zimage-shift), on one
+// rank and under ulysses 2; the same knob through --set; a shift of 0 is refused naming it.
+TEST(ZImageCli, ShiftKnobMatchesDiffusersRescheduled) {
+  const std::string golden =
+      std::string(DITSTUDIO_TEST_DATA_DIR) + "/zimage-shift/golden.safetensors";
+  struct Case {
+    std::string name, flags, key;
+  };
+  for (const Case& c :
+       {Case{"shift6", "--shift 6", "shift6."}, Case{"shift1_5", "--set shift=1.5", "shift1.5."},
+        Case{"shift6_ulysses2", "--shift 6 --ulysses-degree 2", "shift6."}}) {
+    SCOPED_TRACE(c.name);
+    const std::string out = tmp(c.name);
+    std::string log;
+    ASSERT_EQ(runCli(2, c.flags, out, log), 0) << log;
+    EXPECT_LE(test::maxAbsDiff(load(out + ".safetensors", "final_latents"),
+                               load(golden, c.key + "final_latents")),
+              1e-4);
+    EXPECT_LE(test::maxAbsDiff(load(out + ".safetensors", "image"), load(golden, c.key + "image")),
+              1e-4);
+    // The run did move: shift 3 (the folder's) ends elsewhere.
+    EXPECT_GT(test::maxAbsDiff(load(out + ".safetensors", "final_latents"),
+                               test::golden("run.2.final_latents")),
+              0.1);
+  }
+  const std::string out = tmp("shift0");
+  std::string log;
+  EXPECT_NE(runCli(2, "--shift 0", out, log), 0) << log;
+  EXPECT_NE(log.find("shift"), std::string::npos) << log;
+  EXPECT_NE(log.find("(0, 100]"), std::string::npos) << log;
+}
+
 TEST(ZImageCli, ImpossibleStrategyRefusedNamingTheRule) {
   const std::string out = tmp("tp4");
   std::string log;

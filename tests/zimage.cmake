@@ -19,7 +19,8 @@ endforeach()
 add_executable(test_zimage_cli test_zimage_cli.cpp)
 target_link_libraries(test_zimage_cli PRIVATE dit_app GTest::gtest GTest::gtest_main)
 target_compile_definitions(test_zimage_cli PRIVATE
-  DITSTUDIO_FIXTURE="${DITSTUDIO_TEST_DATA}/tiny-zimage-A" DITSTUDIO_CLI="$<TARGET_FILE:ditstudio-cli>")
+  DITSTUDIO_FIXTURE="${DITSTUDIO_TEST_DATA}/tiny-zimage-A" DITSTUDIO_CLI="$<TARGET_FILE:ditstudio-cli>"
+  DITSTUDIO_TEST_DATA_DIR="${DITSTUDIO_TEST_DATA}")
 target_precompile_headers(test_zimage_cli REUSE_FROM dit_backend)
 add_dependencies(test_zimage_cli ditstudio-cli ditstudio-worker)
 gtest_add_tests(TARGET test_zimage_cli TEST_LIST _zimage_cli_tests)

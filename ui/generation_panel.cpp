@@ -474,6 +474,11 @@ void GenerationPanel::applyModel() {
   if (model_.ok)
     loras_->setModel(model_.family, model_.capabilities.lora_formats, model_.dims().parameters);
   applyRequestSpec();
+  // A newly chosen model's knobs start at its own declared defaults (Qwen-Image's true_cfg_scale
+  // 4 where FLUX.1's is 1; Z-Image's shift from the folder's scheduler_config.json).
+  if (model_.ok && model_.path != previous)
+    for (const auto& [name, spin] : knobs_)
+      if (const dit::FieldSpec* f = model_.request.field(name)) spin->setValue(f->default_value);
   // A newly chosen model's recommended settings (e.g. the embedded model's true CFG 5 against
   // the empty prompt) over the current ones; the prompt, seed and the rest are kept.
   if (model_.ok && !model_.default_settings.isEmpty() && model_.path != previous) {

@@ -46,18 +46,21 @@ RequestSpec requestSpecOf(const ModelFolder& folder) {
   return familyOf(folder).requestSpec(folder);
 }
 
-std::vector<FieldSpec> allFamilyKnobs() {
-  std::vector<FieldSpec> out;
-  for (const FamilySpec& f : modelFamilies())
-    for (const FieldSpec& k : f.knobs) {
-      bool seen = false;
-      for (const FieldSpec& o : out) seen = seen || o.name == k.name;
-      if (!seen) {
-        out.push_back(k);
-        out.back().knob = true;
+const std::vector<FieldSpec>& allFamilyKnobs() {
+  static const std::vector<FieldSpec> knobs = [] {
+    std::vector<FieldSpec> out;
+    for (const FamilySpec& f : modelFamilies())
+      for (const FieldSpec& k : f.knobs) {
+        bool seen = false;
+        for (const FieldSpec& o : out) seen = seen || o.name == k.name;
+        if (!seen) {
+          out.push_back(k);
+          out.back().knob = true;
+        }
       }
-    }
-  return out;
+    return out;
+  }();
+  return knobs;
 }
 
 const FamilySpec& pipelineFamily(const std::string& pipeline_class, const std::string& file) {

@@ -32,7 +32,7 @@ const FamilySpec& familyOf(const ModelFolder& folder);
 /// resolve requests against this (resolveRequest, request_spec.h). Throws as familyOf does.
 RequestSpec requestSpecOf(const ModelFolder& folder);
 /// Every knob any registered family declares (the CLI's generated flags), each name once.
-std::vector<FieldSpec> allFamilyKnobs();
+const std::vector<FieldSpec>& allFamilyKnobs();
 
 /// Registered pipeline classes, in registration order.
 std::vector<std::string> supportedPipelineClasses();

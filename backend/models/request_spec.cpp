@@ -54,6 +54,21 @@ FieldSpec numberField(const std::string& name, FieldType type, double def, doubl
   return f;
 }
 
+FieldSpec knobField(const std::string& name, FieldType type, double def, double lo, double hi,
+                    const std::string& unit, const std::string& help,
+                    const std::string& diffusers) {
+  FieldSpec f = numberField(name, type, def, lo, hi, unit, help, diffusers);
+  f.knob = true;
+  return f;
+}
+
+FieldSpec notReadKnob(FieldSpec knob, const std::string& why) {
+  knob.knob = true;
+  knob.read = false;
+  knob.not_read = why;
+  return knob;
+}
+
 std::string FieldSpec::cliFlag() const {
   std::string s = "--" + name;
   std::replace(s.begin(), s.end(), '_', '-');

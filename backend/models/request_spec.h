@@ -217,6 +217,14 @@ FieldSpec numberField(const std::string& name, FieldType type, double def, doubl
                       const std::string& unit, const std::string& help,
                       const std::string& diffusers);
 
+/// A family's own option (an entry of FamilySpec::knobs): numberField(...) with `knob` set.
+FieldSpec knobField(const std::string& name, FieldType type, double def, double lo, double hi,
+                    const std::string& unit, const std::string& help, const std::string& diffusers);
+
+/// `knob` declared as one this pipeline does not read (`read` false, `not_read` = `why`): a
+/// request that carries it is told why instead of refused (Flux2KleinPipeline's true_cfg_scale).
+FieldSpec notReadKnob(FieldSpec knob, const std::string& why);
+
 /// A request as a front end holds it, before the family's defaults (0 = the model's default for
 /// width, height, steps and max_sequence_length).
 struct RequestValues {

@@ -313,7 +313,7 @@ GenerationResult FlowMatchPipeline::denoise(const PipelineInputs& p, const Promp
   };
   const int mult = 2 * vaeScaleFactor();
   const int tokens = (p.height / mult) * (p.width / mult);
-  FlowMatchEulerDiscreteScheduler sched(schedulerConfig());
+  FlowMatchEulerDiscreteScheduler sched(schedulerConfigFor(p));
   sched.setTimesteps(p.steps, scheduleMu(tokens, p.steps), p.init_image.empty() ? 1.0 : p.strength);
   FlowMatchLatents state = prepareLatents(p, sched, cb, res);
   const int tStart = sched.beginIndex();

@@ -129,6 +129,13 @@ class FlowMatchPipeline : public DiffusionPipeline {
   virtual PromptConditioning encodePromptConditioning(const std::string& prompt,
                                                       int max_sequence_length) = 0;
   virtual const SchedulerConfig& schedulerConfig() const = 0;
+  /// The scheduler configuration of one request: schedulerConfig() (the folder's
+  /// scheduler_config.json) unless the family reads a request knob into it, as diffusers'
+  /// `FlowMatchEulerDiscreteScheduler.from_config(config, shift=S)` does (ZImagePipeline's
+  /// `shift`). Called once per denoise, on every rank with the same inputs.
+  virtual SchedulerConfig schedulerConfigFor(const PipelineInputs&) const {
+    return schedulerConfig();
+  }
   /// The schedule's mu for `image_seq_len` packed tokens and N = `steps` (FLUX.1:
   /// calculate_shift; FLUX.2: compute_empirical_mu).
   virtual double scheduleMu(int image_seq_len, int steps) const = 0;

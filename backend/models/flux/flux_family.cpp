@@ -23,11 +23,9 @@ namespace {
 // only by FluxKontextPipeline folders).
 // FluxPipeline.__call__'s true_cfg_scale (FluxKontextPipeline's too): a knob of this family.
 FieldSpec trueCfgScaleKnob() {
-  FieldSpec t = numberField("true_cfg_scale", FieldType::Float, 1.0, 0, 100, "",
-                            "true CFG with the negative prompt when > 1 (a second pass per step)",
-                            "true_cfg_scale");
-  t.knob = true;
-  return t;
+  return knobField("true_cfg_scale", FieldType::Float, 1.0, 0, 100, "",
+                   "true CFG with the negative prompt when > 1 (a second pass per step)",
+                   "true_cfg_scale");
 }
 
 std::vector<FieldSpec> kontextKnobs() {

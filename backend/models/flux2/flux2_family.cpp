@@ -203,17 +203,12 @@ FamilySpec flux2KleinFamily() {
     }
     // diffusers' true_cfg_scale is not an argument of this pipeline: declared as not read, so
     // that a request carrying it (a FLUX.1 preset) is told so instead of refused.
-    {
-      FieldSpec t = numberField("true_cfg_scale", FieldType::Float, 1.0, 0, 100, "",
-                                "true CFG scale", "true_cfg_scale");
-      t.knob = true;
-      t.read = false;
-      t.not_read = c.mistral
-                       ? "Flux2Pipeline has no true_cfg_scale (guidance-distilled: guidance "
-                         "feeds its guidance embedding)"
-                       : "Flux2KleinPipeline has no true_cfg_scale (its CFG scale is guidance)";
-      s.fields.push_back(t);
-    }
+    s.fields.push_back(notReadKnob(
+        knobField("true_cfg_scale", FieldType::Float, 1.0, 0, 100, "", "true CFG scale",
+                  "true_cfg_scale"),
+        c.mistral ? "Flux2Pipeline has no true_cfg_scale (guidance-distilled: guidance feeds its "
+                    "guidance embedding)"
+                  : "Flux2KleinPipeline has no true_cfg_scale (its CFG scale is guidance)"));
     // Flux2KleinPipeline(image=[...]): each reference checked (Flux2ImageProcessor.
     // check_image_input), scaled to 1024^2 area when larger, centre-cropped to the multiple,
     // encoded (posterior mode, BatchNorm-normalised), packed with T = 10 + 10 i; the output size

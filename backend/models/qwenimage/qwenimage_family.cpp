@@ -14,13 +14,12 @@
 namespace dit {
 
 namespace {
-// QwenImagePipeline.__call__'s true_cfg_scale: a knob of this family.
+// QwenImagePipeline.__call__'s true_cfg_scale: a knob of this family. Its default is diffusers'
+// (4.0, unlike FluxPipeline's 1.0): a negative prompt alone turns true CFG on.
 FieldSpec trueCfgScaleKnob() {
-  FieldSpec t = numberField("true_cfg_scale", FieldType::Float, 1.0, 0, 100, "",
-                            "true CFG with the negative prompt when > 1 (a second pass per step)",
-                            "true_cfg_scale");
-  t.knob = true;
-  return t;
+  return knobField("true_cfg_scale", FieldType::Float, 4.0, 0, 100, "",
+                   "true CFG with the negative prompt when > 1 (a second pass per step)",
+                   "true_cfg_scale");
 }
 
 // The whole Qwen2.5-VL language model (last hidden state: every layer and the final norm; lm_head

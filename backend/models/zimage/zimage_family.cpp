@@ -86,27 +86,28 @@ FamilySpec zimageFamily() {
     return std::string(R"({"steps":9,"guidance":0.0,"width":1024,"height":1024})");
   };
   // ZImagePipeline's own CFG knobs (its __call__ arguments of the same names).
-  FieldSpec truncation;
-  truncation.name = "cfg_truncation";
-  truncation.type = FieldType::Float;
-  truncation.default_value = 1.0;
-  truncation.min = 0;
-  truncation.max = 100;
-  truncation.help =
-      "steps whose normalised time (1000 - t) / 1000 is above it run without CFG; > 1 (and "
-      "the default 1) = every step";
-  truncation.diffusers_arg = "cfg_truncation";
-  FieldSpec normalization;
-  normalization.name = "cfg_normalization";
-  normalization.type = FieldType::Float;
-  normalization.default_value = 0.0;
-  normalization.min = 0;
-  normalization.max = 100;
-  normalization.help =
-      "> 0 clips the guided prediction's L2 norm to this x the conditional one's; 0 = off";
-  normalization.diffusers_arg = "cfg_normalization";
-  f.knobs = {truncation, normalization};
-  f.request = [family = f.display_name, pipeline = f.pipeline_class](const ModelFolder& m) {
+  const FieldSpec truncation = knobField(
+      "cfg_truncation", FieldType::Float, 1.0, 0, 100, "",
+      "steps whose normalised time (1000 - t) / 1000 is above it run without CFG; > 1 (and the "
+      "default 1) = every step",
+      "cfg_truncation");
+  const FieldSpec normalization = knobField(
+      "cfg_normalization", FieldType::Float, 0.0, 0, 100, "",
+      "> 0 clips the guided prediction's L2 norm to this x the conditional one's; 0 = off",
+      "cfg_normalization");
+  // The scheduler's static shift (FlowMatchEulerDiscreteScheduler's `shift`, 3.0 in Z-Image's
+  // scheduler_config.json): sigma -> shift sigma / (1 + (shift - 1) sigma) over the schedule,
+  // larger = more steps at high noise. diffusers: FlowMatchEulerDiscreteScheduler.from_config(
+  // pipe.scheduler.config, shift=S); ComfyUI: ModelSamplingAuraFlow's shift.
+  FieldSpec shift = knobField(
+      "shift", FieldType::Float, 3.0, 0, 100, "",
+      "the scheduler's static time shift (sigma -> s sigma / (1 + (s - 1) sigma)); larger = "
+      "more of the steps at high noise",
+      "scheduler.shift");
+  shift.min_exclusive = true;
+  f.knobs = {truncation, normalization, shift};
+  f.request = [family = f.display_name, pipeline = f.pipeline_class,
+               f_shift = shift](const ModelFolder& m) {
     // ZImagePipeline.__call__: height = height or 1024, "must be divisible by" (refused).
     RequestSpec s = folderRequestBase(m, family, pipeline);
     s.default_steps = 50;
@@ -118,13 +119,23 @@ FamilySpec zimageFamily() {
     s.at("negative_prompt").read = true;
     // diffusers' true_cfg_scale is not an argument of this pipeline: declared as not read, so
     // that a request carrying it (a FLUX.1 preset) is told so instead of refused.
+    s.fields.push_back(
+        notReadKnob(knobField("true_cfg_scale", FieldType::Float, 1.0, 0, 100, "", "true CFG scale",
+                              "true_cfg_scale"),
+                    "ZImagePipeline has no true_cfg_scale (its CFG scale is guidance)"));
+    // The shift knob's default is this folder's scheduler shift; a dynamic-shifting scheduler
+    // (mu from the image size) has no static shift to set.
     {
-      FieldSpec t = numberField("true_cfg_scale", FieldType::Float, 1.0, 0, 100, "",
-                                "true CFG scale", "true_cfg_scale");
-      t.knob = true;
-      t.read = false;
-      t.not_read = "ZImagePipeline has no true_cfg_scale (its CFG scale is guidance)";
-      s.fields.push_back(t);
+      const SchedulerConfig& sc = zimageConfig(m).scheduler;
+      FieldSpec sh = f_shift;
+      sh.default_value = sc.shift;
+      if (sc.use_dynamic_shifting) {
+        sh.read = false;
+        sh.not_read =
+            "this folder's scheduler uses dynamic shifting (use_dynamic_shifting: true): its shift "
+            "comes from the image size";
+      }
+      s.fields.push_back(sh);
     }
     // do_classifier_free_guidance: guidance_scale > 0; pred = pos + g (pos - neg) in float32,
     // then cfg_truncation / cfg_normalization.

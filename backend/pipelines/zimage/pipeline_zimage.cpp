@@ -132,6 +132,13 @@ PipelineModelInfo ZImagePipeline::info() const {
 
 const SchedulerConfig& ZImagePipeline::schedulerConfig() const { return d_->cfg.scheduler; }
 
+SchedulerConfig ZImagePipeline::schedulerConfigFor(const PipelineInputs& p) const {
+  SchedulerConfig c = d_->cfg.scheduler;
+  // The family's request declares `shift` (zimage_family.cpp) as read only for a static shift.
+  if (!c.use_dynamic_shifting) c.shift = p.option("shift", c.shift);
+  return c;
+}
+
 double ZImagePipeline::scheduleMu(int image_seq_len, int) const {
   const SchedulerConfig& c = d_->cfg.scheduler;
   return calculateShift(image_seq_len, c.base_image_seq_len, c.max_image_seq_len, c.base_shift,

@@ -87,6 +87,10 @@ class ZImagePipeline : public FlowMatchPipeline {
   PromptConditioning encodePromptConditioning(const std::string& prompt,
                                               int max_sequence_length) override;
   const SchedulerConfig& schedulerConfig() const override;
+  /// The folder's scheduler config with the request's `shift` knob as its static shift
+  /// (diffusers: FlowMatchEulerDiscreteScheduler.from_config(config, shift=S)); the folder's
+  /// shift when the request has none.
+  SchedulerConfig schedulerConfigFor(const PipelineInputs& p) const override;
   /// calculate_shift(image_seq_len, ...) from the scheduler config (ignored by a static shift).
   double scheduleMu(int image_seq_len, int steps) const override;
   /// randn [1, C, 2h, 2w] (float32, CPU): the latent layout the loop runs in for Z-Image.
