@@ -9,3 +9,16 @@ target_compile_definitions(test_placement_planner PRIVATE
 add_dependencies(test_placement_planner ditstudio-cli)
 gtest_add_tests(TARGET test_placement_planner TEST_LIST _planner_tests)
 set_tests_properties(${_planner_tests} PROPERTIES LABELS "backend;planner;unit" TIMEOUT 120)
+
+# The memory model against measurement (issue 47's +-10% criterion): the planned peak per rank of
+# every family's fixture at 128 and 256 px on 1 and 2 CPU ranks against the measured peak RSS
+# increase of a real run. DISABLED: the memory model does not meet it yet (measured / planned
+# 0.03 .. 2.9, docs/planner.md "Checked against measurement"); run it by hand with
+# `python3 tests/memory_model_check.py build`, and enable it once memory_estimate is calibrated.
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME memory_model_measured
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/memory_model_check.py ${PROJECT_BINARY_DIR})
+  set_tests_properties(memory_model_measured PROPERTIES LABELS "planner;measure;mpi" TIMEOUT 600
+                       PROCESSORS 2 DISABLED TRUE)
+endif()
