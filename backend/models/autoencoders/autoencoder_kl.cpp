@@ -2,11 +2,14 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "backend/io/weight_source.h"
 #include "backend/nn/conv2d.h"
 #include "parallel/attention.h"
+#include "parallel/process_group.h"
 
 namespace dit {
 namespace {
@@ -74,6 +77,7 @@ at::Tensor act(const std::string& a, const at::Tensor& x) {
 
 struct AutoencoderKL::Impl {
   AutoencoderKLConfig cfg;
+  VaeTiling tiling;
   Conv postQuant, convIn, convOut;
   bool hasPostQuant = false, hasAttn = false;
   Resnet mid0, mid1;
@@ -239,7 +243,7 @@ at::Tensor DiagonalGaussianDistribution::sample(at::Generator& generator,
 AutoencoderKL::~AutoencoderKL() = default;
 const AutoencoderKLConfig& AutoencoderKL::config() const { return d_->cfg; }
 
-at::Tensor AutoencoderKL::decode(const at::Tensor& z0) const {
+at::Tensor AutoencoderKL::decodeUntiled(const at::Tensor& z0) const {
   const auto& D = *d_;
   at::Tensor z = z0.to(D.convIn.w.scalar_type());
   if (D.hasPostQuant) z = D.postQuant(z);
@@ -260,6 +264,150 @@ at::Tensor AutoencoderKL::decode(const at::Tensor& z0) const {
   }
   x = act(D.cfg.act_fn, D.normOut(x));
   return D.convOut(x);
+}
+
+VaeTileGrid makeVaeTileGrid(const AutoencoderKLConfig& cfg, const VaeTiling& t, int64_t height,
+                            int64_t width) {
+  if (!(t.tile_overlap_factor >= 0.0 && t.tile_overlap_factor < 1.0))
+    throw std::invalid_argument("VAE tiling: tile_overlap_factor must be in [0, 1), got " +
+                                std::to_string(t.tile_overlap_factor));
+  if (t.tile_sample_min_size < 0 || t.tile_latent_min_size < 0)
+    throw std::invalid_argument("VAE tiling: tile sizes must be >= 0 (0 = the config's)");
+  if (height < 1 || width < 1)
+    throw std::invalid_argument("VAE tiling: empty latent " + std::to_string(height) + " x " +
+                                std::to_string(width));
+  VaeTileGrid g;
+  g.vae_scale_factor = cfg.vaeScaleFactor();
+  g.tile_sample = t.tile_sample_min_size > 0 ? t.tile_sample_min_size : cfg.sample_size;
+  // diffusers: int(sample_size / 2 ** (len(block_out_channels) - 1)).
+  g.tile_latent = t.tile_latent_min_size > 0
+                      ? t.tile_latent_min_size
+                      : static_cast<int64_t>(static_cast<double>(g.tile_sample) /
+                                             static_cast<double>(g.vae_scale_factor));
+  g.stride =
+      static_cast<int64_t>(static_cast<double>(g.tile_latent) * (1.0 - t.tile_overlap_factor));
+  g.blend_extent = static_cast<int64_t>(static_cast<double>(g.tile_sample) * t.tile_overlap_factor);
+  g.row_limit = g.tile_sample - g.blend_extent;
+  if (g.tile_latent < 1 || g.stride < 1 || g.row_limit < 1)
+    throw std::invalid_argument("VAE tiling: tile_sample_min_size " +
+                                std::to_string(g.tile_sample) + ", tile_latent_min_size " +
+                                std::to_string(g.tile_latent) + " and overlap " +
+                                std::to_string(t.tile_overlap_factor) +
+                                " leave a latent stride or a crop below 1 (use larger tiles)");
+  for (int64_t i = 0; i < height; i += g.stride) g.row_starts.push_back(i);
+  for (int64_t j = 0; j < width; j += g.stride) g.col_starts.push_back(j);
+  return g;
+}
+
+namespace {
+
+// diffusers blend_v / blend_h: b's first e rows (columns) of dim `dim` become
+// a[-e + y] * (1 - y / e) + b[y] * (y / e), row by row with Python-float weights, in place.
+void blendInPlace(const at::Tensor& a, at::Tensor& b, int64_t blendExtent, int64_t dim) {
+  const int64_t e = std::min({a.size(dim), b.size(dim), blendExtent});
+  for (int64_t y = 0; y < e; ++y) {
+    const double wb = static_cast<double>(y) / static_cast<double>(e);
+    at::Tensor row = b.select(dim, y);
+    row.copy_(a.select(dim, a.size(dim) - e + y) * (1.0 - wb) + row * wb);
+  }
+}
+
+}  // namespace
+
+at::Tensor blendVaeTiles(const VaeTileGrid& g, std::vector<at::Tensor>& tiles) {
+  if (static_cast<int64_t>(tiles.size()) != g.count())
+    throw std::invalid_argument("blendVaeTiles: " + std::to_string(tiles.size()) +
+                                " tiles for a grid of " + std::to_string(g.count()));
+  std::vector<at::Tensor> resultRows;
+  for (int64_t i = 0; i < g.rows(); ++i) {
+    std::vector<at::Tensor> resultRow;
+    for (int64_t j = 0; j < g.cols(); ++j) {
+      at::Tensor& tile = tiles[static_cast<size_t>(i * g.cols() + j)];
+      if (i > 0)
+        blendInPlace(tiles[static_cast<size_t>((i - 1) * g.cols() + j)], tile, g.blend_extent, 2);
+      if (j > 0)
+        blendInPlace(tiles[static_cast<size_t>(i * g.cols() + j - 1)], tile, g.blend_extent, 3);
+      resultRow.push_back(tile.narrow(2, 0, std::min(g.row_limit, tile.size(2)))
+                              .narrow(3, 0, std::min(g.row_limit, tile.size(3))));
+    }
+    resultRows.push_back(at::cat(resultRow, 3));
+  }
+  return at::cat(resultRows, 2);
+}
+
+void AutoencoderKL::setTiling(const VaeTiling& tiling) { d_->tiling = tiling; }
+const VaeTiling& AutoencoderKL::tiling() const { return d_->tiling; }
+VaeTileGrid AutoencoderKL::tileGrid(int64_t height, int64_t width) const {
+  return makeVaeTileGrid(d_->cfg, d_->tiling, height, width);
+}
+
+at::Tensor AutoencoderKL::decodeTile(const at::Tensor& z, const VaeTileGrid& g,
+                                     int64_t index) const {
+  if (index < 0 || index >= g.count())
+    throw std::invalid_argument("decodeTile: tile " + std::to_string(index) + " of " +
+                                std::to_string(g.count()));
+  const int64_t i = g.row_starts[static_cast<size_t>(index / g.cols())];
+  const int64_t j = g.col_starts[static_cast<size_t>(index % g.cols())];
+  const at::Tensor tile = z.narrow(2, i, std::min(g.tile_latent, z.size(2) - i))
+                              .narrow(3, j, std::min(g.tile_latent, z.size(3) - j));
+  return decodeUntiled(tile);
+}
+
+at::Tensor AutoencoderKL::tiledDecode(const at::Tensor& z) const {
+  if (z.dim() != 4) throw std::invalid_argument("AutoencoderKL.tiledDecode: expected [B, C, h, w]");
+  const VaeTileGrid g = tileGrid(z.size(2), z.size(3));
+  std::vector<at::Tensor> tiles;
+  tiles.reserve(static_cast<size_t>(g.count()));
+  for (int64_t k = 0; k < g.count(); ++k) tiles.push_back(decodeTile(z, g, k));
+  return blendVaeTiles(g, tiles);
+}
+
+at::Tensor AutoencoderKL::tiledDecode(const at::Tensor& z, ProcessGroup& group) const {
+  if (z.dim() != 4) throw std::invalid_argument("AutoencoderKL.tiledDecode: expected [B, C, h, w]");
+  const VaeTileGrid g = tileGrid(z.size(2), z.size(3));
+  const int size = group.size(), rank = group.rank();
+  const int64_t n = g.count();
+  auto first = [&](int r) { return static_cast<int64_t>(r) * n / size; };
+  const auto& w = d_->convIn.w;
+  const auto opts = w.options();
+  const int64_t B = z.size(0), C = d_->cfg.out_channels, vsf = g.vae_scale_factor;
+  auto tileShape = [&](int64_t k) {
+    const int64_t i = g.row_starts[static_cast<size_t>(k / g.cols())];
+    const int64_t j = g.col_starts[static_cast<size_t>(k % g.cols())];
+    return std::vector<int64_t>{B, C, std::min(g.tile_latent, z.size(2) - i) * vsf,
+                                std::min(g.tile_latent, z.size(3) - j) * vsf};
+  };
+  std::vector<at::Tensor> tiles(static_cast<size_t>(n));
+  for (int64_t k = first(rank); k < first(rank + 1); ++k)
+    tiles[static_cast<size_t>(k)] = decodeTile(z, g, k).contiguous();
+  at::Tensor image;
+  if (rank == 0) {
+    for (int r = 1; r < size; ++r)
+      for (int64_t k = first(r); k < first(r + 1); ++k) {
+        at::Tensor t = at::empty(tileShape(k), opts);
+        group.recv(t, r)->wait();
+        tiles[static_cast<size_t>(k)] = t;
+      }
+    image = blendVaeTiles(g, tiles).contiguous();
+  } else {
+    for (int64_t k = first(rank); k < first(rank + 1); ++k)
+      group.send(tiles[static_cast<size_t>(k)], 0)->wait();
+    image = at::empty({B, C, z.size(2) * vsf, z.size(3) * vsf}, opts);
+  }
+  group.broadcast(image, 0)->wait();
+  return image;
+}
+
+at::Tensor AutoencoderKL::decode(const at::Tensor& z) const { return decode(z, nullptr); }
+
+at::Tensor AutoencoderKL::decode(const at::Tensor& z, ProcessGroup* group) const {
+  const auto& t = d_->tiling;
+  if (t.enabled && z.dim() == 4) {
+    const VaeTileGrid g = tileGrid(z.size(2), z.size(3));
+    if (z.size(2) > g.tile_latent || z.size(3) > g.tile_latent)
+      return group && group->size() > 1 ? tiledDecode(z, *group) : tiledDecode(z);
+  }
+  return decodeUntiled(z);
 }
 
 }  // namespace dit

@@ -21,6 +21,15 @@ AutoencoderKLConfig parseAutoencoderKLConfig(const nlohmann::json& j, const std:
   getConfigValue(j, "use_post_quant_conv", c.use_post_quant_conv, f);
   getConfigValue(j, "use_quant_conv", c.use_quant_conv, f);
   getConfigValue(j, "mid_block_add_attention", c.mid_block_add_attention, f);
+  // sample_size: an int or a list (diffusers takes the first entry for the latent tile size).
+  if (j.value("_class_name", std::string()) == "AutoencoderKLFlux2") c.sample_size = 1024;
+  if (j.contains("sample_size") && j["sample_size"].is_array()) {
+    std::vector<int> sizes;
+    getConfigValue(j, "sample_size", sizes, f, {1, 1 << 20});
+    if (!sizes.empty()) c.sample_size = sizes.front();
+  } else {
+    getConfigValue(j, "sample_size", c.sample_size, f, {1, 1 << 20});
+  }
   if (c.block_out_channels.empty()) throw ModelFileError(f, "block_out_channels is empty");
   if (c.block_out_channels.size() > 8)
     throw ModelFileError(f, "block_out_channels has " +
