@@ -11,6 +11,8 @@
 #include <QSpinBox>
 #include <QTextBrowser>
 #include <QVBoxLayout>
+#include <cmath>
+#include <exception>
 
 namespace dit::ui {
 
@@ -82,14 +84,25 @@ AdvisorDialog::AdvisorDialog(QWidget* parent) : QDialog(parent) {
   result_->setMinimumWidth(380);
   right->addWidget(result_, 1);
   auto* bb = new QDialogButtonBox(this);
+  planButton_ = bb->addButton(tr("Plan for me"), QDialogButtonBox::ActionRole);
+  planButton_->setToolTip(
+      tr("Place each component (transformer, text encoder, VAE) on these devices: every strategy "
+         "the model's rules allow, sized by the memory model, the fastest that fits, with the "
+         "reasons and the rejected alternatives"));
   auto* apply = bb->addButton(tr("Apply to editor"), QDialogButtonBox::AcceptRole);
   apply_ = apply;
   bb->addButton(QDialogButtonBox::Close);
   right->addWidget(bb);
   lay->addLayout(right, 1);
   connect(apply, &QPushButton::clicked, this, [this] {
-    if (issues_.isEmpty()) Q_EMIT applyRequested(advice_.strategy);
+    if (!issues_.isEmpty()) return;
+    if (planned_) {
+      if (plan_.fits) Q_EMIT applyRequested(plan_.strategy);
+    } else {
+      Q_EMIT applyRequested(advice_.strategy);
+    }
   });
+  connect(planButton_, &QPushButton::clicked, this, [this] { planForMe(); });
   connect(bb, &QDialogButtonBox::rejected, this, &QDialog::reject);
 
   for (QDoubleSpinBox* b : {transformerB_, otherB_, memory_})
@@ -157,6 +170,7 @@ AdvisorInput AdvisorDialog::input() const {
 
 void AdvisorDialog::recompute() {
   if (loading_) return;
+  planned_ = false;  // an input changed: the plan shown no longer describes it
   advice_ = adviseStrategy(input());
   QString html = QStringLiteral("<h3>%1</h3><ul>").arg(advice_.title.toHtmlEscaped());
   for (const QString& r : advice_.reasons) html += "<li>" + r.toHtmlEscaped() + "</li>";
@@ -194,6 +208,93 @@ void AdvisorDialog::recompute() {
 void AdvisorDialog::setChecker(std::function<QStringList(const dit::Strategy&)> check) {
   check_ = std::move(check);
   recompute();
+}
+
+void AdvisorDialog::planForMe() {
+  const AdvisorInput in = input();
+  dit::PlannerModel model;
+  try {
+    if (model_->currentData().toInt() >= 0) {
+      model = dit::plannerModel(dit::findKnownModel(model_->currentText().toStdString()));
+    } else {
+      // The loaded model as the dialog knows it: its declared transformer, the rest whole on
+      // every rank (the plan's note says so).
+      dit::KnownModel k;
+      k.name = tr("Loaded model").toStdString();
+      k.dims = in.transformer;
+      k.other_parameters = in.other_params;
+      k.text_len = in.text_len;
+      model = dit::plannerModel(k);
+    }
+    dit::PlannerRanks ranks;
+    ranks.count = in.num_devices;
+    ranks.memory_per_rank =
+        static_cast<uint64_t>(in.memory_gib_per_device * 1024.0 * 1024.0 * 1024.0);
+    ranks.device = in.interconnect == Interconnect::CPU ? "cpu" : "cuda";
+    dit::PlannerRequest req;
+    req.width = in.width;
+    req.height = in.height;
+    req.text_len = in.text_len;
+    req.element_bytes = static_cast<int64_t>(std::lround(in.bytes_per_param));
+    req.dtype = req.element_bytes >= 4 ? "float32" : req.element_bytes <= 1 ? "fp8" : "bfloat16";
+    req.true_cfg = in.true_cfg;
+    plan_ = dit::planPlacement(model, ranks, req);
+  } catch (const std::exception& e) {
+    planned_ = false;
+    result_->setHtml(QStringLiteral("<p style='color:#ff6b6b'>%1</p>")
+                         .arg(QString::fromStdString(e.what()).toHtmlEscaped()));
+    apply_->setEnabled(false);
+    return;
+  }
+  planned_ = true;
+  showPlan();
+}
+
+void AdvisorDialog::showPlan() {
+  const auto esc = [](const std::string& s) { return QString::fromStdString(s).toHtmlEscaped(); };
+  const auto bytes = [&](uint64_t b) { return esc(dit::formatBytes(b)); };
+  QString html = QStringLiteral("<h3>%1</h3>")
+                     .arg(plan_.fits ? tr("Plan: %1").arg(esc(plan_.strategy.describe()))
+                                     : tr("Nothing fits"));
+  if (!plan_.fits) html += "<p style='color:#ff6b6b'>" + esc(plan_.message) + "</p>";
+  if (plan_.any_valid) {
+    html += "<table cellspacing='0' cellpadding='3' border='1'><tr><th>" + tr("component") +
+            "</th><th>" + tr("weights per rank") + "</th><th>" + tr("placement") + "</th></tr>";
+    for (const dit::ComponentPlacement& c : plan_.components)
+      html += "<tr><td>" + esc(c.component) + "</td><td>" + bytes(c.weights_per_rank) +
+              "</td><td>" + esc(c.placement) + "</td></tr>";
+    html += "</table>";
+    const dit::MemoryEstimate& e = plan_.memory;
+    html += "<p>" + tr("Per rank: weights %1 + max(activations %2 + attention %3, VAE decode %4) "
+                       "= peak %5 of %6 usable")
+                        .arg(bytes(e.weights), bytes(e.activations), bytes(e.attention),
+                             bytes(e.vae_decode), bytes(e.peak()), bytes(plan_.usable));
+    if (plan_.fits) html += tr("; headroom %1").arg(bytes(plan_.headroom));
+    html += ".</p><p><b>" + tr("Why") + "</b></p><ul>";
+    for (const std::string& r : plan_.reasons) html += "<li>" + esc(r) + "</li>";
+    for (const dit::ComponentPlacement& c : plan_.components)
+      html += "<li>" + esc(c.component) + ": " + esc(c.reason) + "</li>";
+    html += "</ul>";
+  }
+  html += "<p><b>" + tr("Rejected") + "</b></p><ul>";
+  for (const dit::PlanAlternative& a : plan_.alternatives)
+    html += "<li>" + esc(a.what) + ": " + esc(a.why) + "</li>";
+  html += "</ul>";
+  issues_ = plan_.fits && check_ ? check_(plan_.strategy) : QStringList();
+  if (!issues_.isEmpty()) {
+    html += QStringLiteral("<p style='color:#ff6b6b'><b>%1</b></p><ul>")
+                .arg(tr("The editor would refuse this strategy with the current model, resolution "
+                        "and request; Apply is disabled:")
+                         .toHtmlEscaped());
+    for (const QString& i : issues_)
+      html += "<li style='color:#ff6b6b'>" + i.toHtmlEscaped() + "</li>";
+    html += "</ul>";
+  }
+  apply_->setEnabled(plan_.fits && issues_.isEmpty());
+  apply_->setToolTip(!plan_.fits         ? tr("Nothing fits: no strategy to hand over")
+                     : issues_.isEmpty() ? tr("Hand the plan's strategy to the strategy editor")
+                                         : issues_.join('\n'));
+  result_->setHtml(html);
 }
 
 }  // namespace dit::ui

@@ -1,11 +1,14 @@
 // Advisor dialog: inputs of adviseStrategy() (prefilled from the chosen model and request) and
-// its recommendation, updated live; "Apply" hands the strategy to the editor.
+// its recommendation, updated live; "Plan for me" runs the placement planner
+// (backend/models/placement_planner.h) on the same inputs and shows where each component lives,
+// the memory per rank and the reasons; "Apply" hands the strategy shown to the editor.
 #pragma once
 
 #include <QDialog>
 #include <QStringList>
 #include <functional>
 
+#include "backend/models/placement_planner.h"
 #include "ui/advisor.h"
 
 class QCheckBox;
@@ -34,13 +37,26 @@ class AdvisorDialog : public QDialog {
   /// The checker's issues with the current advice (empty: Apply hands over a valid strategy).
   QStringList issues() const { return issues_; }
   QPushButton* applyButton() const { return apply_; }
+  QPushButton* planButton() const { return planButton_; }
+  /// Runs the placement planner on the dialog's inputs (the chosen known model with its text
+  /// encoders' own sharding, or the loaded model with its other parameters whole on every rank;
+  /// the devices and their memory; CPU ranks for the CPU interconnect) and shows the plan; while
+  /// shown (until an input changes) Apply hands over the plan's strategy, when it fits.
+  void planForMe();
+  /// A plan is shown (planForMe ran and no input changed since).
+  bool hasPlan() const { return planned_; }
+  const dit::Plan& plan() const { return plan_; }
 
  Q_SIGNALS:
   void applyRequested(const dit::Strategy& strategy);
 
  private:
   void recompute();
+  void showPlan();
   Advice advice_;
+  dit::Plan plan_;
+  bool planned_ = false;
+  QPushButton* planButton_ = nullptr;
   QStringList issues_;
   std::function<QStringList(const dit::Strategy&)> check_;
   QPushButton* apply_ = nullptr;
