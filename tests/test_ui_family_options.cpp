@@ -123,8 +123,13 @@ class TestUiFamilyOptions : public QObject {
     p.setModelDir(data("tiny-flux-A"));
     QVERIFY(p.knobSpin("true_cfg_scale")->isEnabled());
     QVERIFY(!p.fieldShown(p.knobSpin("shift")));
-    // A newly chosen model's knob starts at its own default: FluxPipeline's 1, not Qwen-Image's 4.
+    // Z-Image did not read true_cfg_scale, so its row starts at FluxPipeline's default (1), not
+    // at the 4 Qwen-Image left; a value set for a model that reads it is kept on the next one.
     QCOMPARE(p.knobSpin("true_cfg_scale")->value(), 1.0);
+    p.knobSpin("true_cfg_scale")->setValue(6.0);
+    p.setModelDir(data("tiny-qwenimage-A"));
+    QCOMPARE(p.knobSpin("true_cfg_scale")->value(), 6.0);
+    p.setModelDir(data("tiny-flux-A"));
     QVERIFY(!p.fieldShown(p.knobSpin("cfg_truncation")));
     QCOMPARE(p.fieldLabel(p.guidanceSpin()), QStringLiteral("Guidance"));
   }

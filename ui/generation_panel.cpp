@@ -466,6 +466,7 @@ void GenerationPanel::setModelDir(const QString& dir) {
 
 void GenerationPanel::applyModel() {
   const QString previous = model_.path;
+  const dit::RequestSpec previousRequest = model_.ok ? model_.request : dit::RequestSpec{};
   appliedComponents_ = components();
   model_ = readModelInfo(sources().toSources());
   showComponentState();
@@ -474,11 +475,16 @@ void GenerationPanel::applyModel() {
   if (model_.ok)
     loras_->setModel(model_.family, model_.capabilities.lora_formats, model_.dims().parameters);
   applyRequestSpec();
-  // A newly chosen model's knobs start at its own declared defaults (Qwen-Image's true_cfg_scale
-  // 4 where FLUX.1's is 1; Z-Image's shift from the folder's scheduler_config.json).
+  // A knob row the previous model did not read starts at the newly chosen model's declared
+  // default (Qwen-Image's true_cfg_scale 4 after a klein model, Z-Image's shift from the folder's
+  // scheduler_config.json); a value the user could set for the previous model is kept, as the
+  // other fields are.
   if (model_.ok && model_.path != previous)
-    for (const auto& [name, spin] : knobs_)
-      if (const dit::FieldSpec* f = model_.request.field(name)) spin->setValue(f->default_value);
+    for (const auto& [name, spin] : knobs_) {
+      const dit::FieldSpec* f = model_.request.field(name);
+      const dit::FieldSpec* was = previousRequest.field(name);
+      if (f && !(was && was->read)) spin->setValue(f->default_value);
+    }
   // A newly chosen model's recommended settings (e.g. the embedded model's true CFG 5 against
   // the empty prompt) over the current ones; the prompt, seed and the rest are kept.
   if (model_.ok && !model_.default_settings.isEmpty() && model_.path != previous) {
