@@ -318,3 +318,22 @@ TEST(PlanCli, DocsShowTheCurrentOutput) {
   }
   EXPECT_EQ(blocks, 5);
 }
+
+// CPU ranks without --memory: this host's MemAvailable shared by the ranks on it.
+TEST(PlanCli, CpuRanksDefaultToTheHostsAvailableMemory) {
+  const std::string dir = DITSTUDIO_TEST_DATA "/tiny-flux2dev-A";
+  const CliResult r = runCli("--model " + dir +
+                             " --ranks 2 --device cpu --dtype float32 --width 64 --height 64 "
+                             "--text-len 64 --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const uint64_t perRank = j["ranks"]["memory_per_rank"].get<uint64_t>();
+  const auto avail = hostMemoryAvailable();
+  ASSERT_TRUE(avail.has_value());
+  // MemAvailable moves a little between the two readings: half of it, within 5% of it.
+  EXPECT_NEAR(static_cast<double>(perRank), static_cast<double>(*avail) / 2,
+              static_cast<double>(*avail) * 0.05);
+  const CliResult gpu = runCli("--model " + dir + " --ranks 2 --device cuda");
+  EXPECT_EQ(gpu.rc, 2);
+  EXPECT_NE(gpu.out.find("plan needs --memory"), std::string::npos) << gpu.out;
+}

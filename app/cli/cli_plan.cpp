@@ -1,10 +1,13 @@
 #include "app/cli/cli_plan.h"
 
+#include <algorithm>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 
 #include "backend/io/model_folder.h"
+#include "backend/models/memory_estimate.h"
 #include "backend/models/placement_planner.h"
 
 namespace dit::cli {
@@ -21,7 +24,8 @@ CLI::App* addPlanCommand(CLI::App& app, PlanOptions& o) {
   p->add_flag("--list-known", o.list_known, "print the known real-size models and exit");
   p->add_option("--ranks", o.ranks, "ranks in all (GPUs, or CPU ranks); default 1");
   p->add_option("--memory", o.memory,
-                "memory per rank: 80G, 24GiB, 48000M or bytes (binary units: G = GiB)");
+                "memory per rank: 80G, 24GiB, 48000M or bytes (binary units: G = GiB); with "
+                "--device cpu and no --memory: this host's MemAvailable / (ranks per host)");
   p->add_option("--hosts", o.hosts, "hosts, each with ranks / hosts ranks (default 1)");
   p->add_option("--width", o.width, "image width in pixels (default: the model's default side)");
   p->add_option("--height", o.height, "image height in pixels (default: the model's default side)");
@@ -44,7 +48,17 @@ int runPlan(const PlanOptions& o) {
     }
     if (o.model.empty() == o.known.empty())
       throw std::invalid_argument("plan needs one of --model FOLDER or --known NAME");
-    if (o.memory.empty()) throw std::invalid_argument("plan needs --memory (per rank, e.g. 80G)");
+    uint64_t memory = 0;
+    if (!o.memory.empty()) {
+      memory = parseMemorySize(o.memory);
+    } else if (o.device == "cpu") {
+      // CPU ranks share this host's available memory (MemAvailable), ranks / hosts of them.
+      const std::optional<uint64_t> avail = hostMemoryAvailable();
+      if (!avail) throw std::invalid_argument("plan needs --memory: /proc/meminfo cannot be read");
+      memory = *avail / static_cast<uint64_t>(std::max(1, o.ranks / std::max(1, o.hosts)));
+    } else {
+      throw std::invalid_argument("plan needs --memory (per rank, e.g. 80G)");
+    }
     if (o.dtype != "bfloat16" && o.dtype != "float16" && o.dtype != "float32")
       throw std::invalid_argument("unknown --dtype '" + o.dtype +
                                   "' (use bfloat16, float16 or float32)");
@@ -56,7 +70,7 @@ int runPlan(const PlanOptions& o) {
                                          : plannerModel(findKnownModel(o.known));
     PlannerRanks ranks;
     ranks.count = o.ranks;
-    ranks.memory_per_rank = parseMemorySize(o.memory);
+    ranks.memory_per_rank = memory;
     ranks.hosts = o.hosts;
     ranks.device = o.device;
     ranks.usable_fraction = o.usable;
