@@ -18,6 +18,7 @@
 #include "backend/io/tensor_io.h"
 #include "backend/io/weight_source.h"
 #include "backend/models/autoencoders/autoencoder_kl.h"
+#include "backend/pipelines/flux/pipeline_flux.h"
 #include "parallel/process_group_mpi.h"
 
 using namespace dit;
@@ -153,6 +154,45 @@ TEST(VaeTiling, SmallLatentIsNotTiled) {
   EXPECT_TRUE(at::equal(vae->decode(z), plain));  // 16 <= tile_latent_min_size: one piece
 }
 
+PipelineInputs smallRequest() {
+  PipelineInputs p;
+  p.prompt = "a red circle";
+  p.seed = 7;
+  p.width = 96;  // latent 48 x 32 at vae_scale_factor 2: 4 x 3 tiles of 16
+  p.height = 64;
+  p.steps = 2;
+  return p;
+}
+
+VaeTiling tiling32() {
+  VaeTiling t;
+  t.enabled = true;
+  t.tile_sample_min_size = 32;  // tile_latent_min_size: int(32 / 2)
+  return t;
+}
+
+// PipelineOptions::vae_tiling reaches the FLUX.1 pipeline's decode: generate()'s image is the
+// tiled decode of its final latents, and differs from the untiled one.
+TEST(VaeTiling, FluxPipelineDecodesInTiles) {
+  at::NoGradGuard ng;
+  const auto model = ModelFolder::open(kData + "/tiny-flux-A");
+  PipelineOptions po;
+  po.vae_tiling = tiling32();
+  FluxPipeline tiled(model, po);
+  FluxPipeline plain(model, PipelineOptions{});
+  const PipelineInputs p = smallRequest();
+  const auto res = tiled.generate(p);
+  const at::Tensor untiled = plain.decode(res.final_latents, p.height, p.width);
+  EXPECT_TRUE(at::equal(res.image, tiled.decode(res.final_latents, p.height, p.width)));
+  const double d = maxAbs(res.image, untiled);
+  std::printf("FLUX.1 pipeline 96x64: tiled vs untiled image %.3g\n", d);
+  EXPECT_GT(d, 0.01);
+  PipelineOptions bad;
+  bad.vae_tiling = tiling32();
+  bad.vae_tiling.tile_sample_min_size = 2;  // latent tile 1, stride 0: refused at load
+  EXPECT_THROW(FluxPipeline(model, bad), std::invalid_argument);
+}
+
 // Under mpirun: each rank decodes its share of the tiles, rank 0 blends and broadcasts.
 TEST(VaeTilingRanks, SplitEqualsOneRankExactly) {
   at::NoGradGuard ng;
@@ -174,6 +214,21 @@ TEST(VaeTilingRanks, SplitEqualsOneRankExactly) {
       EXPECT_TRUE(at::equal(split, one)) << c.name << " case " << k << " rank " << worldRank();
     }
   }
+}
+
+// generate()'s final decode shares the tiles over PipelineOptions::vae_decode (here the world:
+// every rank runs the same one-rank pipeline), equal to the local tiled decode bit for bit.
+TEST(VaeTilingRanks, FluxPipelineFinalDecodeOverTheGroup) {
+  at::NoGradGuard ng;
+  PipelineOptions po;
+  po.vae_tiling = tiling32();
+  po.vae_decode = std::make_shared<ProcessGroupMPI>(MPI_COMM_WORLD, "world");
+  FluxPipeline pipe(ModelFolder::open(kData + "/tiny-flux-A"), po);
+  const PipelineInputs p = smallRequest();
+  const auto res = pipe.generate(p);
+  const at::Tensor local = pipe.decode(res.final_latents, p.height, p.width);  // not collective
+  EXPECT_TRUE(at::equal(res.image, local)) << "rank " << worldRank();
+  EXPECT_GT(po.vae_decode->bytesSent(), 0u);
 }
 
 }  // namespace

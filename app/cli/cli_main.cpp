@@ -98,6 +98,7 @@ int runLocal(const CliOptions& o) {
   PipelineOptions po;
   po.dtype = cpuComputeDType(o);
   po.device = o.device;
+  po.vae_tiling = vaeTilingOf(o.vaeTiling);
   spdlog::info("loading {} ({}, {})", o.model, computeDTypeName(po.dtype), o.device);
   auto t0 = std::chrono::steady_clock::now();
   const std::unique_ptr<DiffusionPipeline> pipeline = loadPipeline(model, po);
@@ -161,6 +162,7 @@ int runBench(const CliOptions& o, int warmup) {
   PipelineOptions po;
   po.dtype = cpuComputeDType(o);
   po.device = o.device;
+  po.vae_tiling = vaeTilingOf(o.vaeTiling);
   auto t0 = std::chrono::steady_clock::now();
   const std::unique_ptr<DiffusionPipeline> pipeline = loadPipeline(model, po);
   DiffusionPipeline& pipe = *pipeline;
@@ -241,6 +243,7 @@ int runEvalDemo(const CliOptions& o, const EvalDemoOptions& e) {
     PipelineOptions po;
     po.dtype = cpuComputeDType(o);
     po.device = o.device;
+    po.vae_tiling = vaeTilingOf(o.vaeTiling);
     pipeline = loadPipeline(ModelFolder::open(o.sources()), po);
   }
   int W = e.size, H = e.size;
@@ -383,6 +386,11 @@ int main(int argc, char** argv) {
                   "Qwen-Image 1024, FLUX.2 [klein] its text encoder's positions)");
     a->add_option("--dtype", o.dtype, "float32 | bfloat16 | float16");
     a->add_option("--device", o.device, "cpu | cuda");
+    a->add_option("--vae-tiling", o.vaeTiling,
+                  "decode the image in tiles of PIXELS (diffusers' enable_tiling(), overlap "
+                  "0.25; 0: the VAE's sample_size; FLUX.1 and FLUX.2 VAEs); with several ranks "
+                  "the tiles are shared over the tp / cp / cfg group (default -1: off)")
+        ->check(CLI::Range(-1, 1 << 20));
     a->add_option("--output", o.output,
                   "output PNG (with data parallel / several images: FILE-i.png); an existing file "
                   "is refused unless --overwrite");

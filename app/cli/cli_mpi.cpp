@@ -157,6 +157,10 @@ launcher::MpirunLaunch mpirunLaunch(const CliOptions& o) {
   launch.extra_worker_args = {"--dtype", o.dtype};
   for (const auto& a : modelSourceArgs(o.src)) launch.extra_worker_args.push_back(a);
   if (o.allowNonFinite) launch.extra_worker_args.push_back("--allow-nonfinite-weights");
+  if (o.vaeTiling >= 0) {
+    launch.extra_worker_args.push_back("--vae-tiling");
+    launch.extra_worker_args.push_back(std::to_string(o.vaeTiling));
+  }
   launch.network_interface = o.networkInterface;
   launch.isolate = launcher::isolationProgram(exeDir());
   launch.ssh_options = o.sshOptions;

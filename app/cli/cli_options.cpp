@@ -153,4 +153,11 @@ protocol::GenerateRequest request(const CliOptions& o) {
   return r;
 }
 
+VaeTiling vaeTilingOf(int pixels) {
+  VaeTiling t;
+  t.enabled = pixels >= 0;
+  t.tile_sample_min_size = pixels > 0 ? pixels : 0;
+  return t;
+}
+
 }  // namespace dit::cli

@@ -9,6 +9,7 @@
 
 #include "app/protocol/protocol.h"
 #include "backend/io/model_folder.h"
+#include "backend/models/autoencoders/autoencoder_kl_config.h"
 #include "parallel/strategy.h"
 
 namespace dit::cli {
@@ -40,7 +41,13 @@ struct CliOptions {
   }
   std::vector<std::string> loras;   ///< --lora FILE[:STRENGTH], repeatable
   std::vector<std::string> images;  ///< --image FILE, repeatable: the reference images in order
+  /// --vae-tiling PIXELS: -1 off (default), 0 the VAE config's sample_size, N a tile of N pixels
+  /// (diffusers' enable_tiling() with tile_sample_min_size N, overlap 0.25).
+  int vaeTiling = -1;
 };
+
+/// The pipeline's VaeTiling of --vae-tiling (vaeTiling < -1 is refused by the option's check).
+VaeTiling vaeTilingOf(int pixels);
 
 /// A family knob's value from the command line (--<knob> V, --set name=V): a number, or for an
 /// integer knob of range 0 .. 1 also on / off / true / false / yes / no. Throws

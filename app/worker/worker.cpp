@@ -324,6 +324,11 @@ PipelineOptions Worker::buildMesh() {
         mesh_->group("ring"), mesh_->group("ulysses"), mesh_->group("cp"), co);
   }
   if (s_.cfg_degree == 2) po.cfg = mesh_->group("cfg");
+  po.vae_tiling = vaeTiling_;
+  // Every rank of tp, cp and cfg holds the same final latents: the tiles go over the largest.
+  for (const char* dim : {"cfg", "cp", "tp"})
+    if (mesh_->size(dim) > 1 && (!po.vae_decode || mesh_->size(dim) >= po.vae_decode->size()))
+      po.vae_decode = mesh_->group(dim);
   world_ = mesh_->world();
   return po;
 }

@@ -30,6 +30,7 @@
 #include "app/worker/request_source.h"
 #include "backend/family_runtime.h"
 #include "backend/io/model_folder.h"
+#include "backend/models/autoencoders/autoencoder_kl_config.h"
 #include "parallel/device_mesh.h"
 #include "parallel/process_group.h"
 #include "parallel/runtime.h"
@@ -55,6 +56,10 @@ class Worker {
         modelDir_(src_.model),
         dtype_(std::move(dtype)),
         blas_(std::move(blas)) {}
+
+  /// Tiled VAE decode for the pipelines this worker loads (--vae-tiling); the final decode's tiles
+  /// are shared over the largest of the tp, cp and cfg groups. Call before run().
+  void setVaeTiling(const VaeTiling& t) { vaeTiling_ = t; }
 
   /// The rank's whole life; returns the process exit code (2: start-up refused). Throws on any
   /// error the group cannot survive (runOrAbort then ends the group).
@@ -143,6 +148,7 @@ class Worker {
   bool multiHost_ = false;  ///< some rank runs on another host name than rank 0 (issue 18)
   ModelSources src_;
   std::string modelDir_, dtype_, device_ = "cpu", stage_ = "idle";
+  VaeTiling vaeTiling_;
   BlasInfo blas_;
   at::ScalarType computeDtype_ = at::kFloat;  ///< resolveComputeDType(dtype_, device)
   int rank_ = 0;

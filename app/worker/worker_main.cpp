@@ -77,6 +77,10 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype, "float32 | bfloat16 | float16");
   app.add_option("--device", s.device, "cpu | cuda");
   protocol::addStrategyOptions(app, s);
+  int vaeTiling = -1;
+  app.add_option("--vae-tiling", vaeTiling,
+                 "tiled VAE decode: tile PIXELS (0: the VAE's sample_size; -1: off)")
+      ->check(CLI::Range(-1, 1 << 20));
   bool allowNonFinite = false;
   app.add_flag("--allow-nonfinite-weights", allowNonFinite,
                "load checkpoints that hold NaN or Inf (refused by default)");
@@ -93,7 +97,14 @@ int main(int argc, char** argv) {
   if (allowNonFinite) setAllowNonFiniteWeights(true);
   s.world = worldSize();
   src.model = model;
-  int rc = runOrAbort([&] { return worker::Worker(s, src, dtype, blas).run(); });
+  int rc = runOrAbort([&] {
+    worker::Worker w(s, src, dtype, blas);
+    VaeTiling t;
+    t.enabled = vaeTiling >= 0;
+    t.tile_sample_min_size = vaeTiling > 0 ? vaeTiling : 0;
+    w.setVaeTiling(t);
+    return w.run();
+  });
   finalizeRuntime();
   return rc;
 }

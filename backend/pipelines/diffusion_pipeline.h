@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/io/model_folder.h"
+#include "backend/models/autoencoders/autoencoder_kl_config.h"
 #include "backend/models/cache/step_cache_config.h"
 #include "backend/models/diffusion_transformer.h"
 #include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
@@ -31,6 +32,13 @@ struct PipelineOptions {
   std::string device = "cpu";         ///< "cpu" or "cuda[:i]"
   TransformerParallelism parallel;    ///< tp / cp inside the transformer
   std::shared_ptr<ProcessGroup> cfg;  ///< CFG-parallel group of size 2 (null = none)
+  /// Tiled VAE decode (diffusers' enable_tiling(); FLUX.1 and FLUX.2 VAEs): off by default.
+  VaeTiling vae_tiling;
+  /// With vae_tiling on: the ranks that share the tiles of generate()'s final decode (each
+  /// decodes its share, rank 0 of the group blends and broadcasts); every rank of it must hold
+  /// the same final latents (a tp, cp or cfg group). Null = this rank decodes every tile.
+  /// Previews (decode() outside generate()) never use it.
+  std::shared_ptr<ProcessGroup> vae_decode;
 };
 
 /// The pipeline's resolved input for one image (what diffusers' pipeline __call__ takes). Zero or

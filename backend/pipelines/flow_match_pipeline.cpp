@@ -413,7 +413,15 @@ GenerationResult FlowMatchPipeline::denoise(const PipelineInputs& p, const Promp
   checkFiniteResult(res.final_latents, "the denoised latents", res.steps_done, p);
   stage("decode");
   const auto tDec = Clock::now();
-  res.image = decode(latents, p.height, p.width);
+  {
+    // The final decode is collective (finalDecodeGroup()); previews are not.
+    finalDecode_ = true;
+    struct Reset {
+      bool& flag;
+      ~Reset() { flag = false; }
+    } reset{finalDecode_};
+    res.image = decode(latents, p.height, p.width);
+  }
   res.timings_ms["decode"] = msSince(tDec);
   checkFiniteResult(res.image, "the decoded image", res.steps_done, p);
   return res;

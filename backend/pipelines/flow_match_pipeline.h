@@ -110,6 +110,9 @@ class FlowMatchPipeline : public DiffusionPipeline {
   const PipelineOptions& options() const { return opts_; }
   const c10::Device& device() const { return device_; }
   bool cfgParallel() const;
+  /// options().vae_decode during generate()'s final decode (collective there), else null: the
+  /// group a family's decode() hands to the VAE's tiled decode.
+  ProcessGroup* finalDecodeGroup() const { return finalDecode_ ? opts_.vae_decode.get() : nullptr; }
 
   /// The denoising loop and decode for resolved inputs `p` and the prompt conditionings this
   /// rank needs (`pos` except on cfg rank 1, `neg` when CFG runs except on cfg rank 0).
@@ -210,8 +213,9 @@ class FlowMatchPipeline : public DiffusionPipeline {
   PipelineOptions opts_;
   c10::Device device_{at::kCPU};
   FamilyCapabilities caps_;
-  RequestSpec spec_;        ///< requestSpecOf(model_)
-  std::string familyName_;  ///< FamilySpec::display_name, named in refusals
+  RequestSpec spec_;          ///< requestSpecOf(model_)
+  std::string familyName_;    ///< FamilySpec::display_name, named in refusals
+  bool finalDecode_ = false;  ///< inside generate()'s final decode (finalDecodeGroup())
 };
 
 }  // namespace dit

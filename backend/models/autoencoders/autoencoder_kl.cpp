@@ -335,7 +335,10 @@ at::Tensor blendVaeTiles(const VaeTileGrid& g, std::vector<at::Tensor>& tiles) {
   return at::cat(resultRows, 2);
 }
 
-void AutoencoderKL::setTiling(const VaeTiling& tiling) { d_->tiling = tiling; }
+void AutoencoderKL::setTiling(const VaeTiling& tiling) {
+  if (tiling.enabled) (void)makeVaeTileGrid(d_->cfg, tiling, 1, 1);  // sizes checked up front
+  d_->tiling = tiling;
+}
 const VaeTiling& AutoencoderKL::tiling() const { return d_->tiling; }
 VaeTileGrid AutoencoderKL::tileGrid(int64_t height, int64_t width) const {
   return makeVaeTileGrid(d_->cfg, d_->tiling, height, width);

@@ -91,7 +91,9 @@ class AutoencoderKL {
   /// z[:, :, i : i + tile_latent, j : j + tile_latent] for tile `index` of `grid`.
   at::Tensor decodeTile(const at::Tensor& z, const VaeTileGrid& grid, int64_t index) const;
   /// diffusers' enable_tiling() / disable_tiling() and the tile_* attributes. Not thread-safe
-  /// against a concurrent decode.
+  /// against a concurrent decode. Throws std::invalid_argument (as makeVaeTileGrid) when
+  /// `tiling` is enabled with sizes that cannot tile, so a bad size fails at load, not after
+  /// denoising.
   void setTiling(const VaeTiling& tiling);
   const VaeTiling& tiling() const;
   /// makeVaeTileGrid(config(), tiling(), height, width).

@@ -44,9 +44,10 @@ at::Tensor AutoencoderKLFlux2::denormalize(const at::Tensor& x) const {
   return x * std_.to(x.scalar_type()) + mean_.to(x.scalar_type());
 }
 
-at::Tensor AutoencoderKLFlux2::decodePacked(const at::Tensor& packed, int64_t h, int64_t w) const {
+at::Tensor AutoencoderKLFlux2::decodePacked(const at::Tensor& packed, int64_t h, int64_t w,
+                                            ProcessGroup* group) const {
   const at::Tensor z = unpatchifyLatents(denormalize(unpackFlux2Latents(packed, h, w)));
-  return vae_->decode(z);
+  return vae_->decode(z, group);
 }
 
 at::Tensor AutoencoderKLFlux2::encodeNormalized(const at::Tensor& image) const {

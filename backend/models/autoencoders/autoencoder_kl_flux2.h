@@ -16,6 +16,7 @@
 namespace dit {
 
 class WeightSource;
+class ProcessGroup;
 
 /// Flux2Pipeline._patchify_latents: [B, C, 2h, 2w] -> [B, 4C, h, w], channel c * 4 + dy * 2 + dx.
 at::Tensor patchifyLatents(const at::Tensor& x);
@@ -37,8 +38,13 @@ class AutoencoderKLFlux2 {
   /// The pipeline's decode path: packed latents [B, h * w, 4C] (as the denoising loop leaves
   /// them) -> unpack -> x * sqrt(running_var + eps) + running_mean -> unpatchify -> vae.decode ->
   /// sample [B, 3, 2h * vsf, 2w * vsf] (about [-1, 1]; the pipeline maps it to (x / 2 + 0.5)
-  /// clamped to [0, 1]).
-  at::Tensor decodePacked(const at::Tensor& packed, int64_t h, int64_t w) const;
+  /// clamped to [0, 1]). With tiling on (setTiling) the decode is AutoencoderKLFlux2's
+  /// tiled_decode; `group` (optional, collective then) shares its tiles out as
+  /// AutoencoderKL::decode(z, group).
+  at::Tensor decodePacked(const at::Tensor& packed, int64_t h, int64_t w,
+                          ProcessGroup* group = nullptr) const;
+  /// diffusers' enable_tiling() and tile sizes (AutoencoderKL::setTiling).
+  void setTiling(const VaeTiling& tiling) { vae_->setTiling(tiling); }
   /// The conditioning-image path (_encode_vae_image): image [B, 3, H, W] in [-1, 1] -> posterior
   /// mean -> patchify -> (x - running_mean) / sqrt(running_var + eps): [B, 4C, H / 2vsf, W / 2vsf].
   at::Tensor encodeNormalized(const at::Tensor& image) const;

@@ -74,6 +74,7 @@ FluxPipeline::FluxPipeline(const ModelFolder& model, const PipelineOptions& opts
     auto w =
         WeightSource::forComponent(model, "vae", "diffusion_pytorch_model", opts.dtype, device());
     D.vae = std::make_unique<AutoencoderKL>(D.cfg.vae, *w);
+    D.vae->setTiling(opts.vae_tiling);
     D.bytes["vae"] = w->bytesLoaded();
   }
 }
@@ -247,7 +248,7 @@ at::Tensor FluxPipeline::decode(const at::Tensor& packed, int height, int width)
   at::Tensor z =
       packed.view({1, h / 2, w / 2, C, 2, 2}).permute({0, 3, 1, 4, 2, 5}).reshape({1, C, h, w});
   z = z / D.cfg.vae.scaling_factor + D.cfg.vae.shift_factor;
-  at::Tensor img = D.vae->decode(z.to(device()));
+  at::Tensor img = D.vae->decode(z.to(device()), finalDecodeGroup());
   return (img / 2 + 0.5).clamp(0, 1).to(at::kFloat).to(at::kCPU).squeeze(0).contiguous();
 }
 

@@ -65,6 +65,7 @@ Flux2KleinPipeline::Flux2KleinPipeline(const ModelFolder& model, const PipelineO
     auto w =
         WeightSource::forComponent(model, "vae", "diffusion_pytorch_model", opts.dtype, device());
     D.vae = std::make_unique<AutoencoderKLFlux2>(D.cfg.vae, D.cfg.batch_norm_eps, *w);
+    D.vae->setTiling(opts.vae_tiling);
     D.bytes["vae"] = w->bytesLoaded();
   }
   D.encoder = std::move(encoder);
@@ -161,8 +162,8 @@ at::Tensor Flux2KleinPipeline::decode(const at::Tensor& packed, int height, int 
   auto& D = *d_;
   at::NoGradGuard ng;
   const int mult = 2 * D.vsf();
-  at::Tensor img =
-      D.vae->decodePacked(packed.to(device(), options().dtype), height / mult, width / mult);
+  at::Tensor img = D.vae->decodePacked(packed.to(device(), options().dtype), height / mult,
+                                       width / mult, finalDecodeGroup());
   return (img / 2 + 0.5).clamp(0, 1).to(at::kFloat).to(at::kCPU).squeeze(0).contiguous();
 }
 
