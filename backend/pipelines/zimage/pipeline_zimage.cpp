@@ -106,6 +106,7 @@ ZImagePipeline::ZImagePipeline(const ModelFolder& model, const PipelineOptions& 
     auto w =
         WeightSource::forComponent(model, "vae", "diffusion_pytorch_model", opts.dtype, device());
     D.vae = std::make_unique<AutoencoderKL>(D.cfg.vae, *w);
+    D.vae->setTiling(opts.vae_tiling);
     D.bytes["vae"] = w->bytesLoaded();
   }
   D.encoder = std::move(encoder);
@@ -189,7 +190,7 @@ at::Tensor ZImagePipeline::decode(const at::Tensor& latents, int, int) {
   at::NoGradGuard ng;
   const at::Tensor z =
       latents.to(device(), options().dtype) / D.cfg.vae.scaling_factor + D.cfg.vae.shift_factor;
-  const at::Tensor img = D.vae->decode(z);
+  const at::Tensor img = D.vae->decode(z, finalDecodeGroup());
   return (img / 2 + 0.5).clamp(0, 1).to(at::kFloat).to(at::kCPU).squeeze(0).contiguous();
 }
 
