@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -110,6 +111,43 @@ void checkAgainstDiffusers(const Case& c) {
 TEST(VaeTiling, FluxTiledDecodeMatchesDiffusers) { checkAgainstDiffusers(kFlux); }
 // AutoencoderKLFlux2: post_quant_conv on every tile, vae_scale_factor 4.
 TEST(VaeTiling, Flux2TiledDecodeMatchesDiffusers) { checkAgainstDiffusers(kFlux2); }
+
+// diffusers' _tiled_encode (tiles of 32 px every 24, moments blended over int(tile_latent / 4)
+// cells) and the untiled encode, through encode() with tiling on and off.
+void checkEncodeAgainstDiffusers(const Case& c) {
+  at::NoGradGuard ng;
+  auto vae = loadVae(c);
+  ASSERT_TRUE(vae->hasEncoder());
+  Goldens g(c);
+  for (int k = 0; k < 2; ++k) {
+    const std::string s = std::to_string(k);
+    const at::Tensor x = g.get("enc_image_" + s);
+    vae->setTiling(goldenTiling(*vae));
+    const auto tiled = vae->encode(x);
+    VaeTiling off = vae->tiling();
+    off.enabled = false;
+    vae->setTiling(off);
+    const auto untiled = vae->encode(x);
+    const at::Tensor tm = g.get("enc_tiled_mean_" + s), tl = g.get("enc_tiled_logvar_" + s);
+    ASSERT_EQ(tiled.mean.sizes(), tm.sizes());
+    const double dM = maxAbs(tiled.mean, tm), dL = maxAbs(tiled.logvar, tl),
+                 dU = std::max(maxAbs(untiled.mean, g.get("enc_untiled_mean_" + s)),
+                               maxAbs(untiled.logvar, g.get("enc_untiled_logvar_" + s))),
+                 dTU = maxAbs(tm, g.get("enc_untiled_mean_" + s));
+    std::printf(
+        "%s encode case %d: image %lldx%lld; tiled mean %.3g, logvar %.3g vs diffusers; "
+        "untiled %.3g; diffusers tiled vs untiled mean %.3g\n",
+        c.name.c_str(), k, static_cast<long long>(x.size(2)), static_cast<long long>(x.size(3)), dM,
+        dL, dU, dTU);
+    EXPECT_LT(dM, 1e-5) << c.name << " case " << k;
+    EXPECT_LT(dL, 1e-5) << c.name << " case " << k;
+    EXPECT_LT(dU, 1e-5) << c.name << " case " << k;
+    EXPECT_GT(dTU, 0.1);
+  }
+}
+
+TEST(VaeTiling, FluxTiledEncodeMatchesDiffusers) { checkEncodeAgainstDiffusers(kFlux); }
+TEST(VaeTiling, Flux2TiledEncodeMatchesDiffusers) { checkEncodeAgainstDiffusers(kFlux2); }
 
 TEST(VaeTiling, DefaultSizesFollowSampleSize) {
   const auto cfg = loadConfig(kFlux.vaeFolder);

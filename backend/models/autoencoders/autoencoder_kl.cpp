@@ -209,6 +209,44 @@ DiagonalGaussianDistribution AutoencoderKL::encode(const at::Tensor& x0) const {
     throw std::invalid_argument("AutoencoderKL.encode: expected [B, " +
                                 std::to_string(D.cfg.in_channels) +
                                 ", H, W] with H and W multiples of " + std::to_string(vsf));
+  if (D.tiling.enabled) {
+    const VaeTileGrid g = tileGrid(1, 1);
+    if (x0.size(2) > g.tile_sample || x0.size(3) > g.tile_sample) return tiledEncode(x0);
+  }
+  return posterior(encodeMoments(x0));
+}
+
+DiagonalGaussianDistribution AutoencoderKL::tiledEncode(const at::Tensor& x0) const {
+  const auto& D = *d_;
+  if (!D.hasEncoder)
+    throw std::invalid_argument("this VAE checkpoint has no encoder weights (encoder.*)");
+  if (x0.dim() != 4 || x0.size(1) != D.cfg.in_channels)
+    throw std::invalid_argument("AutoencoderKL.tiledEncode: expected [B, " +
+                                std::to_string(D.cfg.in_channels) + ", H, W]");
+  // diffusers _tiled_encode: tiles of tile_sample pixels every int(tile_sample * (1 - overlap)),
+  // blended over int(tile_latent * overlap) latent cells, cropped to tile_latent - that.
+  VaeTileGrid g = tileGrid(1, 1);
+  const double ov = D.tiling.tile_overlap_factor;
+  const int64_t stride = static_cast<int64_t>(static_cast<double>(g.tile_sample) * (1.0 - ov));
+  g.blend_extent = static_cast<int64_t>(static_cast<double>(g.tile_latent) * ov);
+  g.row_limit = g.tile_latent - g.blend_extent;
+  if (stride < 1 || g.row_limit < 1)
+    throw std::invalid_argument(
+        "VAE tiling: the tile sizes leave an encode stride or crop below 1");
+  g.row_starts.clear();
+  g.col_starts.clear();
+  for (int64_t i = 0; i < x0.size(2); i += stride) g.row_starts.push_back(i);
+  for (int64_t j = 0; j < x0.size(3); j += stride) g.col_starts.push_back(j);
+  std::vector<at::Tensor> tiles;
+  for (int64_t i : g.row_starts)
+    for (int64_t j : g.col_starts)
+      tiles.push_back(encodeMoments(x0.narrow(2, i, std::min(g.tile_sample, x0.size(2) - i))
+                                        .narrow(3, j, std::min(g.tile_sample, x0.size(3) - j))));
+  return posterior(blendVaeTiles(g, tiles));
+}
+
+at::Tensor AutoencoderKL::encodeMoments(const at::Tensor& x0) const {
+  const auto& D = *d_;
   at::Tensor x = D.encIn(x0.to(D.encIn.w.device(), D.encIn.w.scalar_type()));
   for (const auto& db : D.downs) {
     for (const auto& r : db.resnets) x = D.resnet(r, x);
@@ -225,8 +263,12 @@ DiagonalGaussianDistribution AutoencoderKL::encode(const at::Tensor& x0) const {
   x = D.resnet(D.encMid1, x);
   x = D.encOut(act(D.cfg.act_fn, D.encNormOut(x)));
   if (D.hasQuant) x = D.quant(x);
+  return x;
+}
+
+DiagonalGaussianDistribution AutoencoderKL::posterior(const at::Tensor& x) const {
   DiagonalGaussianDistribution p;
-  const int64_t lc = D.cfg.latent_channels;
+  const int64_t lc = d_->cfg.latent_channels;
   p.mean = x.narrow(1, 0, lc);
   p.logvar = x.narrow(1, lc, lc).clamp(-30.0, 20.0);
   p.std = at::exp(0.5 * p.logvar);

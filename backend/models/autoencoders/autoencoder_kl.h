@@ -102,7 +102,17 @@ class AutoencoderKL {
   /// vae_scale_factor) -> the posterior over [B, latent_channels, H / vsf, W / vsf]; the encoder
   /// outputs 2 * latent_channels channels (double_z), split into mean and logvar. Throws
   /// std::invalid_argument when the checkpoint has no encoder or the input shape does not fit.
+  /// With tiling() enabled and H or W above its tile_sample_min_size this is tiledEncode(x), as
+  /// diffusers' _encode after enable_tiling().
   DiagonalGaussianDistribution encode(const at::Tensor& x) const;
+  /// diffusers AutoencoderKL._tiled_encode: x [B, in_channels, H, W] cut into tiles of
+  /// tile_sample_min_size pixels every int(tile_sample_min_size * (1 - overlap)), each through
+  /// the encoder (and quant_conv) on its own, the moments blended over
+  /// int(tile_latent_min_size * overlap) cells (blendVaeTiles) and cropped to
+  /// tile_latent_min_size minus that, then the posterior as encode(). Throws
+  /// std::invalid_argument without encoder weights, for a wrong input rank / channel count or
+  /// sizes that cannot tile.
+  DiagonalGaussianDistribution tiledEncode(const at::Tensor& x) const;
   /// Whether encoder weights were loaded (encode() is available).
   bool hasEncoder() const;
   const AutoencoderKLConfig& config() const;
@@ -110,6 +120,8 @@ class AutoencoderKL {
  private:
   void loadEncoder(WeightSource& w);
   at::Tensor decodeUntiled(const at::Tensor& z) const;
+  at::Tensor encodeMoments(const at::Tensor& x) const;  ///< encoder (+ quant_conv): 2C channels
+  DiagonalGaussianDistribution posterior(const at::Tensor& moments) const;
   struct Impl;
   std::unique_ptr<Impl> d_;
 };

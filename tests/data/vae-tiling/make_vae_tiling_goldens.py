@@ -48,6 +48,26 @@ for name, cls, folder, seed, sizes in CASES:
         info["cases"].append({"latents": list(z.shape), "image": list(tiled.shape),
                               "max_abs_tiled_minus_untiled": d})
         print(name, k, tuple(z.shape), "->", tuple(tiled.shape), "max|tiled-untiled| =", d)
+    # Tiled encode (_encode -> _tiled_encode when the image exceeds tile_sample_min_size): the
+    # posterior's mean and logvar (DiagonalGaussianDistribution, logvar clamped to [-30, 20]).
+    gi = torch.Generator("cpu").manual_seed(seed + 100)
+    info["encode_cases"] = []
+    for k, (b, h, w) in enumerate(sizes):
+        x = torch.rand(b, 3, h * vsf, w * vsf, generator=gi, dtype=torch.float32) * 2 - 1
+        vae.enable_tiling()
+        pt = vae.encode(x).latent_dist
+        vae.disable_tiling()
+        pu = vae.encode(x).latent_dist
+        tensors[f"enc_image_{k}"] = x.contiguous()
+        tensors[f"enc_tiled_mean_{k}"] = pt.mean.contiguous()
+        tensors[f"enc_tiled_logvar_{k}"] = pt.logvar.contiguous()
+        tensors[f"enc_untiled_mean_{k}"] = pu.mean.contiguous()
+        tensors[f"enc_untiled_logvar_{k}"] = pu.logvar.contiguous()
+        d = (pt.mean - pu.mean).abs().max().item()
+        info["encode_cases"].append({"image": list(x.shape), "latents": list(pt.mean.shape),
+                                     "max_abs_tiled_minus_untiled_mean": d})
+        print(name, "encode", k, tuple(x.shape), "->", tuple(pt.mean.shape),
+              "max|tiled-untiled| mean =", d)
     save_file(tensors, f"{out_dir}/{name}.safetensors")
     summary[name] = info
 with open(f"{out_dir}/summary.json", "w") as f:
