@@ -330,9 +330,12 @@ TEST(PlanCli, CpuRanksDefaultToTheHostsAvailableMemory) {
   const uint64_t perRank = j["ranks"]["memory_per_rank"].get<uint64_t>();
   const auto avail = hostMemoryAvailable();
   ASSERT_TRUE(avail.has_value());
-  // MemAvailable moves a little between the two readings: half of it, within 5% of it.
+  // Half of MemAvailable. It moves between the CLI's reading and this one, by more than 1 GiB when
+  // other tests run beside this one (ctest -j2 missed by 5%), so within 20% of it: a plan that
+  // did not divide by the ranks per host (all of it) or divided twice (a quarter) is 50% or 25%
+  // off.
   EXPECT_NEAR(static_cast<double>(perRank), static_cast<double>(*avail) / 2,
-              static_cast<double>(*avail) * 0.05);
+              static_cast<double>(*avail) * 0.2);
   const CliResult gpu = runCli("--model " + dir + " --ranks 2 --device cuda");
   EXPECT_EQ(gpu.rc, 2);
   EXPECT_NE(gpu.out.find("plan needs --memory"), std::string::npos) << gpu.out;
