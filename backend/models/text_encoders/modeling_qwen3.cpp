@@ -251,38 +251,42 @@ std::vector<at::Tensor> Qwen3Model::hiddenStates(const at::Tensor& input_ids,
   return out;
 }
 
-at::Tensor qwen3PromptEmbeds(const Qwen2Tokenizer& tokenizer, const Qwen3Model& model,
-                             const std::string& prompt, int max_sequence_length,
-                             const std::vector<int>& layers) {
+namespace {
+
+// The chat-templated prompt tokenized to max_sequence_length and run through `model`; the hidden
+// states at `layers` concatenated per position -> [1, L, n_layers * H] float32. diffusers:
+// torch.stack([hidden_states[k] for k in layers], dim=1).permute(0, 2, 1, 3).reshape(B, L,
+// n_layers * H). `who` names the caller in the std::invalid_argument it throws.
+template <class Tokenizer>
+at::Tensor stackedPromptEmbeds(const char* who, const Tokenizer& tokenizer, const Qwen3Model& model,
+                               const std::string& prompt, int max_sequence_length,
+                               const std::vector<int>& layers) {
   if (max_sequence_length < 1)
-    throw std::invalid_argument("qwen3PromptEmbeds: max_sequence_length must be >= 1, got " +
+    throw std::invalid_argument(std::string(who) + ": max_sequence_length must be >= 1, got " +
                                 std::to_string(max_sequence_length));
-  if (layers.empty()) throw std::invalid_argument("qwen3PromptEmbeds: no layers asked");
+  if (layers.empty()) throw std::invalid_argument(std::string(who) + ": no layers asked");
   const auto enc = tokenizer.encode(tokenizer.applyChatTemplate(prompt), max_sequence_length);
   const auto opt = at::TensorOptions().dtype(at::kLong);
   const auto n = static_cast<int64_t>(enc.input_ids.size());
   const auto ids = at::tensor(enc.input_ids, opt).view({1, n});
   const auto mask = at::tensor(enc.attention_mask, opt).view({1, n});
-  // diffusers: torch.stack([hidden_states[k] for k in layers], dim=1) -> [B, n_layers, L, H],
-  // permute(0, 2, 1, 3).reshape(B, L, n_layers * H): per position, the layers concatenated.
   return at::cat(model.hiddenStates(ids, mask, layers), -1);
+}
+
+}  // namespace
+
+at::Tensor qwen3PromptEmbeds(const Qwen2Tokenizer& tokenizer, const Qwen3Model& model,
+                             const std::string& prompt, int max_sequence_length,
+                             const std::vector<int>& layers) {
+  return stackedPromptEmbeds("qwen3PromptEmbeds", tokenizer, model, prompt, max_sequence_length,
+                             layers);
 }
 
 at::Tensor mistralPromptEmbeds(const MistralTokenizer& tokenizer, const Qwen3Model& model,
                                const std::string& prompt, int max_sequence_length,
                                const std::vector<int>& layers) {
-  if (max_sequence_length < 1)
-    throw std::invalid_argument("mistralPromptEmbeds: max_sequence_length must be >= 1, got " +
-                                std::to_string(max_sequence_length));
-  if (layers.empty()) throw std::invalid_argument("mistralPromptEmbeds: no layers asked");
-  const auto enc = tokenizer.encode(tokenizer.applyChatTemplate(prompt), max_sequence_length);
-  const auto opt = at::TensorOptions().dtype(at::kLong);
-  const auto n = static_cast<int64_t>(enc.input_ids.size());
-  const auto ids = at::tensor(enc.input_ids, opt).view({1, n});
-  const auto mask = at::tensor(enc.attention_mask, opt).view({1, n});
-  // diffusers: torch.stack([hidden_states[k] for k in layers], dim=1).permute(0, 2, 1, 3)
-  // .reshape(B, L, n_layers * H).
-  return at::cat(model.hiddenStates(ids, mask, layers), -1);
+  return stackedPromptEmbeds("mistralPromptEmbeds", tokenizer, model, prompt, max_sequence_length,
+                             layers);
 }
 
 }  // namespace dit
