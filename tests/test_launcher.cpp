@@ -639,6 +639,18 @@ TEST(RemoteRankWatch, StallCheckKeepsTheStateForTheError) {
   EXPECT_TRUE(watch.checkStall(pids).empty());
   EXPECT_EQ(queries, 2);
   EXPECT_EQ(watch.known().at(1), "stopped (state T: SIGSTOP or a debugger)");
+  // No answer to the stall check (ssh past its bound on a loaded host) is not kept: the
+  // error asks again, and names the rank by that answer.
+  RemoteRankWatch slow(plan, "", [&](const std::string&, std::int64_t) { return answer; });
+  slow.noteEvent(t0);
+  answer = "";
+  EXPECT_TRUE(slow.checkStall(pids).empty());
+  EXPECT_EQ(slow.known().count(1), 0u);
+  answer = "stopped (state T: SIGSTOP or a debugger)";
+  EXPECT_EQ(slow.rewrite("x: rank 1 (pid 4242 on mh-host-b) is on another host that did not "
+                         "answer (is the link to it up?)"),
+            "x: rank 1 (pid 4242 on mh-host-b) is stopped (state T: SIGSTOP or a debugger) "
+            "(asked over ssh): it is not cut off, it does not run");
   // Half the collective timeout, 2..60 s.
   EXPECT_EQ(RemoteRankWatch::stallAfter(8), 4s);
   EXPECT_EQ(RemoteRankWatch::stallAfter(1), 2s);
@@ -1093,6 +1105,36 @@ TEST_F(SessionTest, OpenMpi5PeerDisconnectNamesTheRankOnThePeerHost) {
   // Without a plan (no hostfile) the message stays as the session named it.
   RemoteRankWatch none;
   EXPECT_EQ(none.rewrite(f.message), f.message);
+}
+
+// OpenMPI 5 under load sometimes forwards only the abort lines, without the block that names the
+// peer host (seen in the Debian 13 chroot's multihost test): the rank on the other host is still
+// named from the hellos, so a hostfile group's watch can ask its host over ssh.
+TEST_F(SessionTest, OpenMpi5ShortPeerDisconnectNamesTheRankOnTheOtherHost) {
+  std::ofstream(dir.path / "openmpi5.txt")
+      << std::string(1, '\0') +
+             "[vm:00000] *** An error occurred in Socket closed\n"
+             "[vm:00000] *** reported by process [3333816321,0]\n"
+             "[vm:00000] *** on a NULL communicator\n"
+             "[vm:00000] *** MPI_ERRORS_ARE_FATAL (processes in this communicator will now abort,\n"
+             "prterun has exited due to process rank 0 with PID 0 on node vm calling\n";
+  Recorder r;
+  WorkerSession s(&r);
+  ASSERT_TRUE(s.start(launch("peer_lost")));
+  s.submit({});
+  ASSERT_TRUE(pollUntil(s, [&] { return s.state() == State::Failed; }));
+  ASSERT_EQ(r.groupFailures.size(), 1u);
+  const GroupFailure& f = r.groupFailures[0];
+  EXPECT_EQ(f.message,
+            "rank 1 (pid 5001 on mh-host-b) disconnected: rank 0 (pid 5000 on vm) lost its "
+            "connection to it mid-run");
+  EXPECT_EQ(f.rank, 1);
+  EXPECT_EQ(f.pid, 5001);
+  const HostPlan plan{{"localhost", {0}}, {"10.77.0.2", {1}}};
+  RemoteRankWatch exited(plan, "", [](const std::string&, std::int64_t) { return "exited"; });
+  EXPECT_EQ(exited.rewrite(f.message),
+            "rank 1 (pid 5001 on 10.77.0.2, host name mh-host-b) has exited (asked over ssh): "
+            "rank 0 (pid 5000 on vm) lost its connection to it mid-run");
 }
 
 TEST_F(SessionTest, AGroupThatWasReadyIsNeverSaidToHaveFailedToStart) {

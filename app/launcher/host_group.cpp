@@ -125,8 +125,9 @@ std::vector<RemoteRankState> RemoteRankWatch::askStall(
     if (host.empty() || isLocalHost(host)) continue;
     const std::string state = query_(host, pid);  // outside the lock: ssh takes seconds
     const bool stoppedOrExited = state.rfind("stopped", 0) == 0 || state == "exited";
-    if (state.empty() || stoppedOrExited) {
-      // No answer over ssh either: not asked again for the error.
+    if (stoppedOrExited) {
+      // Kept for the error that follows. No answer is not kept: on a loaded host one ssh can
+      // take longer than its bound, and the error's rewrite() asks once more (bounded too).
       std::lock_guard<std::mutex> lock(mu_);
       known_[rank] = state;
     }

@@ -112,8 +112,8 @@ class RemoteRankWatch {
   /// Marks this stall as asked about. Returns false when it was already, or the watch is not
   /// active. (A GUI claims the stall on its own thread, then runs askStall() on another.)
   bool claimStall();
-  /// Asks as checkStall() does, without claiming: keeps the stopped and exited ranks, and the
-  /// ranks whose host did not answer (not asked again by rewrite()). Returns the stopped and
+  /// Asks as checkStall() does, without claiming: keeps the stopped and exited ranks (a rank
+  /// whose host did not answer is not kept: rewrite() asks its host again). Returns the stopped and
   /// exited ones. Blocks while the hosts are asked. Never throws (but std::bad_alloc).
   std::vector<RemoteRankState> askStall(const std::map<int, std::int64_t>& rank_pids);
 
@@ -143,7 +143,7 @@ class RemoteRankWatch {
   /// naming the ranks on the peer host of OpenMPI 5's peer-disconnect report).
   static bool hasDisconnectedRank(const std::string& message);
 
-  /// The states kept so far (rank -> state; "" = its host did not answer over ssh).
+  /// The states kept so far (rank -> state; "" = its host did not answer rewrite()'s ssh).
   std::map<int, std::string> known() const;
 
   /// How long a group may go without an event before the hosts are asked: half the collective

@@ -589,13 +589,24 @@ std::string WorkerSession::peerLostMessage(const RankFailure& mp, GroupFailure& 
     who += " (pid " + std::to_string(reporterPid) + ")";
   else if (!reporterHost.empty())
     who += " (on " + reporterHost + ")";
-  if (mp.peer_host.empty())
+  // The suspects: the ranks on the peer host, from their hello events. When OpenMPI's report
+  // names no peer host (its short "Socket closed" form, seen on OpenMPI 5 under load), a TCP
+  // socket between ranks joins two hosts: the suspects are the ranks on a host other than the
+  // reporter's (the hostfile group's watch then asks their hosts over ssh).
+  std::vector<int> suspects;
+  std::string reporterHello;
+  if (auto it = hosts_.find(reporter); reporter >= 0 && it != hosts_.end())
+    reporterHello = it->second;
+  for (const auto& [r, h] : hosts_) {
+    if (r == reporter) continue;
+    if (!mp.peer_host.empty() ? sameHost(h, mp.peer_host)
+                              : !reporterHello.empty() && !h.empty() && h != reporterHello &&
+                                    !sameHost(h, reporterHello))
+      suspects.push_back(r);
+  }
+  if (mp.peer_host.empty() && suspects.empty())
     return who + " lost its connection to another rank mid-run (OpenMPI: socket closed) and " +
            "OpenMPI ended the group";
-  // The suspects: the ranks on the peer host, from their hello events.
-  std::vector<int> suspects;
-  for (const auto& [r, h] : hosts_)
-    if (r != reporter && sameHost(h, mp.peer_host)) suspects.push_back(r);
   if (suspects.empty())
     return "a rank on " + mp.peer_host + " disconnected: " + who +
            " lost its connection to it mid-run";
@@ -612,7 +623,10 @@ std::string WorkerSession::peerLostMessage(const RankFailure& mp, GroupFailure& 
     if (auto it = pids_.find(f.rank); it != pids_.end()) f.pid = it->second;
   }
   return clauses + ": " + who + " lost its connection to " +
-         (suspects.size() == 1 ? std::string("it") : "a rank on " + mp.peer_host) + " mid-run";
+         (suspects.size() == 1   ? std::string("it")
+          : mp.peer_host.empty() ? std::string("one of them")
+                                 : "a rank on " + mp.peer_host) +
+         " mid-run";
 }
 
 GroupFailure WorkerSession::crashFailure(const ExitStatus& status, bool wasReady) const {

@@ -77,8 +77,9 @@ class SessionObserver {
   virtual void errorReported(const GroupFailure&) {}
   /// The group ended without being asked to (crash, abort, failed start). When OpenMPI 5
   /// reported a peer's disconnect (RankFailure::peer_lost), the message names each rank on the
-  /// peer host as "rank R (pid P on H) disconnected" (RemoteRankWatch::rewrite() names it by its
-  /// host's answer over ssh), then ": rank L (pid Q on M) lost its connection to it mid-run". A
+  /// peer host (when the report names none: each rank on a host other than the reporter's, by
+  /// their hellos) as "rank R (pid P on H) disconnected" (RemoteRankWatch::rewrite() names it by
+  /// its host's answer over ssh), then ": rank L (pid Q on M) lost its connection to it mid-run". A
   /// hostfile group that ends so (or with no cause named) before `ready` gets
   /// protocol::hostNetworkAdvice() appended, as the start-up collective timeout carries it.
   virtual void groupFailed(const GroupFailure&) {}
