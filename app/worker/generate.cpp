@@ -46,10 +46,11 @@ void Worker::handleGenerate(const protocol::GenerateRequest& req) {
   const int numImages = req.imageCount();
   protocol::GenerationParams request = req.params;
   PipelineInputs base;
-  if (!resolveRequest(req, request, base)) return;
+  RequestDims dims;
+  if (!resolveRequest(req, request, base, dims)) return;
   // Checks that depend on this rank's host (memory, existing files): every rank learns every
   // verdict (one allgather), the lowest refusing rank reports, all skip the request together.
-  if (refuseRequest(req, base, numImages)) return;
+  if (refuseRequest(req, base, dims, numImages)) return;
   // The request's LoRAs (none = the base weights exactly), from the cache or read once.
   if (!applyLoras(req.id, request.loras)) return;
   // Across hosts: the LoRAs, init image and mask every host read must be the same bytes.
@@ -66,7 +67,8 @@ void Worker::handleGenerate(const protocol::GenerateRequest& req) {
 // The verdict is identical on every rank: rank 0 reports a refusal once and the group keeps
 // serving. Returns false when refused.
 bool Worker::resolveRequest(const protocol::GenerateRequest& req,
-                            const protocol::GenerationParams& request, PipelineInputs& base) {
+                            const protocol::GenerationParams& request, PipelineInputs& base,
+                            RequestDims& dims) {
   try {
     // The family's declared request, resolved as every front end resolved it.
     protocol::GenerationParams q = request;
@@ -74,7 +76,8 @@ bool Worker::resolveRequest(const protocol::GenerateRequest& req,
     const ResolvedRequest r = dit::resolveRequest(requestSpecOf(pipe_->model()), requestValues(q));
     throwIfProblems(r);
     base = pipe_->resolve(pipelineParams(request));
-    auto issues = validateForRequest(s_, modelDims(pipe_->model()), r.dims());
+    dims = r.dims();
+    auto issues = validateForRequest(s_, modelDims(pipe_->model()), dims);
     if (!issues.empty()) throw std::invalid_argument(joinIssues(issues));
   } catch (const std::exception& e) {
     if (rank_ == 0) emitTyped(protocol::ErrorEvent{req.id, 0, e.what(), false});
@@ -89,7 +92,7 @@ bool Worker::resolveRequest(const protocol::GenerateRequest& req,
 // this host) against MemAvailable on CPU devices or the device's free memory on CUDA. Returns
 // true when any rank refuses; the lowest refusing rank emits the error event.
 bool Worker::refuseRequest(const protocol::GenerateRequest& req, const PipelineInputs& base,
-                           int numImages) {
+                           RequestDims rd, int numImages) {
   std::string refusal;
   replaceable_.clear();
   try {
@@ -112,9 +115,7 @@ bool Worker::refuseRequest(const protocol::GenerateRequest& req, const PipelineI
           if (!f->empty() && fs::exists(indexedPath(*f, i, numImages)))
             replaceable_.push_back(indexedPath(*f, i, numImages));
     if (refusal.empty()) {
-      protocol::GenerationParams q = req.params;
-      q.num_images = numImages;
-      RequestDims rd = dit::resolveRequest(requestSpecOf(pipe_->model()), requestValues(q)).dims();
+      // The resolved request's dims, with the pipeline's resolved size and text length.
       rd.width = base.width;
       rd.height = base.height;
       rd.text_len = base.max_sequence_length;

@@ -107,10 +107,13 @@ class Worker {
     bool cancelled = false;
   };
   void handleGenerate(const protocol::GenerateRequest& req);
+  /// Resolves the request once (the family's RequestSpec, then the pipeline's inputs) and checks
+  /// it against the strategy; `dims` = the resolved request's dimensions for the memory check.
   bool resolveRequest(const protocol::GenerateRequest& req,
-                      const protocol::GenerationParams& request, PipelineInputs& base);
+                      const protocol::GenerationParams& request, PipelineInputs& base,
+                      RequestDims& dims);
   bool refuseRequest(const protocol::GenerateRequest& req, const PipelineInputs& base,
-                     int numImages);
+                     RequestDims dims, int numImages);
   bool applyLoras(const std::string& id, std::vector<protocol::LoraRequest>& loras);
   bool refuseDifferentInputs(const protocol::GenerateRequest& req,
                              const protocol::GenerationParams& request);
