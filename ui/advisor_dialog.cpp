@@ -97,7 +97,10 @@ AdvisorDialog::AdvisorDialog(QWidget* parent) : QDialog(parent) {
   connect(apply, &QPushButton::clicked, this, [this] {
     if (!issues_.isEmpty()) return;
     if (planned_) {
-      if (plan_.fits) Q_EMIT applyRequested(plan_.strategy);
+      if (plan_.fits) {
+        Q_EMIT applyRequested(plan_.strategy);
+        Q_EMIT planApplied(plan_);
+      }
     } else {
       Q_EMIT applyRequested(advice_.strategy);
     }
@@ -292,7 +295,8 @@ void AdvisorDialog::showPlan() {
   }
   apply_->setEnabled(plan_.fits && issues_.isEmpty());
   apply_->setToolTip(!plan_.fits         ? tr("Nothing fits: no strategy to hand over")
-                     : issues_.isEmpty() ? tr("Hand the plan's strategy to the strategy editor")
+                     : issues_.isEmpty() ? tr("Hand the plan's strategy to the strategy editor "
+                                              "and save a preset that records the plan")
                                          : issues_.join('\n'));
   result_->setHtml(html);
 }

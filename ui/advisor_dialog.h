@@ -1,7 +1,8 @@
 // Advisor dialog: inputs of adviseStrategy() (prefilled from the chosen model and request) and
 // its recommendation, updated live; "Plan for me" runs the placement planner
 // (backend/models/placement_planner.h) on the same inputs and shows where each component lives,
-// the memory per rank and the reasons; "Apply" hands the strategy shown to the editor.
+// the memory per rank and the reasons; "Apply" hands the strategy shown to the editor (and, for a
+// plan, asks the window to save it as a preset).
 #pragma once
 
 #include <QDialog>
@@ -49,6 +50,9 @@ class AdvisorDialog : public QDialog {
 
  Q_SIGNALS:
   void applyRequested(const dit::Strategy& strategy);
+  /// Apply with a plan shown that fits (after applyRequested with its strategy): the window
+  /// saves a preset that records the plan and its reasons (ui/preset_plan.h).
+  void planApplied(const dit::Plan& plan);
 
  private:
   void recompute();

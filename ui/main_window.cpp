@@ -303,7 +303,7 @@ void MainWindow::buildUi() {
     if (genPanel_ && genPanel_->modelInfo().ok)
       for (const auto& i : dit::validateForModel(p.strategy, genPanel_->modelInfo().dims()))
         issues << QString::fromStdString(i.message);
-    return issues + capabilityIssuesOf(p.strategy, p.hostfile);
+    return issues + capabilityIssuesOf(p.strategy, p.hostfile) + planShortfallsOf(p);
   });
   connect(gallery_, &Gallery::useParameters, this, [this](const HistoryEntry& e) {
     // The strategy the image was made with (the history's object or the PNG's text) first, so

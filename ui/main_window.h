@@ -40,6 +40,10 @@ class QScrollArea;
 class QSplitter;
 class QTabWidget;
 
+namespace dit {
+struct Plan;
+}  // namespace dit
+
 namespace dit::ui {
 
 class AdvisorDialog;
@@ -143,6 +147,18 @@ class MainWindow : public QMainWindow {
   QStringList strategyIssues(const dit::Strategy& s) const;
   /// The preset "save current" stores.
   Preset currentPreset() const;
+  /// What no longer fits of preset p's recorded plan on this machine (planShortfalls against
+  /// machineMemoryFor: MemAvailable for CPU ranks, the GPUs' count and memory for CUDA); empty
+  /// without a plan or when it fits.
+  QStringList planShortfallsOf(const Preset& p) const;
+  /// Saves the plan the Advisor applied as a user preset ("Plan: <model> on <N> x <memory>",
+  /// made unique) with the window's generation settings and model, and selects it in the preset
+  /// panel. Returns its name (empty, with the panel's error shown, when it could not be saved).
+  QString savePlanPreset(const dit::Plan& plan);
+  /// The Advisor dialog (null until opened).
+  AdvisorDialog* advisor() const;
+  /// Opens (or raises) the Advisor dialog with the current model, strategy and request.
+  void openAdvisor();
 
  public Q_SLOTS:
   /// Starts the group if the strategy is valid; otherwise shows why. Returns whether it started.
@@ -190,7 +206,6 @@ class MainWindow : public QMainWindow {
                   int imageIndex);
   void loadSession();
   void saveSession() const;
-  void openAdvisor();
   void finishAuto(bool ok, const QString& message);
   void setServing(bool on);
 

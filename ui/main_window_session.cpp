@@ -15,10 +15,13 @@
 #include <QTimer>
 #include <algorithm>
 
+#include "backend/models/memory_estimate.h"
+#include "backend/models/placement_planner.h"
 #include "ui/advisor_dialog.h"
 #include "ui/image_input_panel.h"
 #include "ui/json_io.h"
 #include "ui/main_window.h"
+#include "ui/preset_plan.h"
 #include "ui/reference_strip.h"
 #include "ui/strategy_json.h"
 
@@ -40,8 +43,41 @@ void MainWindow::applyPreset(const Preset& p, bool withGeneration) {
     }
   }
   log_->append(-1, "info", tr("preset \"%1\": %2").arg(p.name, strategyText(p.strategy)));
+  // A preset saved from a plan: what no longer fits on this machine, named.
+  if (const QStringList shortfalls = planShortfallsOf(p); !shortfalls.isEmpty()) {
+    showBanner(tr("The plan of preset \"%1\" no longer fits this machine").arg(p.name),
+               shortfalls.join('\n'), false, false);
+    for (const QString& s : shortfalls)
+      log_->append(-1, "warning", tr("preset \"%1\": %2").arg(p.name, s));
+  }
   revalidate();
 }
+
+QStringList MainWindow::planShortfallsOf(const Preset& p) const {
+  if (p.plan.isEmpty()) return {};
+  // A hostfile group runs elsewhere: this machine's memory says nothing about its ranks.
+  if (!p.hostfile.isEmpty()) return {};
+  return planShortfalls(p.plan, machineMemoryFor(p.plan, caps_));
+}
+
+QString MainWindow::savePlanPreset(const dit::Plan& plan) {
+  const QString name = presets_.uniqueName(
+      tr("Plan: %1 on %2 x %3")
+          .arg(QString::fromStdString(plan.model))
+          .arg(plan.ranks.count)
+          .arg(QString::fromStdString(dit::formatBytes(plan.ranks.memory_per_rank))));
+  Preset p = presetFromPlan(plan, currentPreset(), name);
+  QString err;
+  if (!presets_.save(p, &err)) {
+    log_->append(-1, "error", tr("the plan could not be saved as a preset: %1").arg(err));
+    return {};
+  }
+  presetPanel_->refresh(name);
+  log_->append(-1, "info", tr("saved the plan as preset \"%1\"").arg(name));
+  return name;
+}
+
+AdvisorDialog* MainWindow::advisor() const { return advisor_.data(); }
 
 bool MainWindow::restoreModel(const ModelSourcePaths& s, const QString& what) {
   const QStringList missing = s.missingHere();
@@ -83,6 +119,8 @@ void MainWindow::openAdvisor() {
       editor_->setStrategy(s);
       revalidate();
     });
+    connect(advisor_, &AdvisorDialog::planApplied, this,
+            [this](const dit::Plan& plan) { savePlanPreset(plan); });
     advisor_->setChecker([this](const dit::Strategy& s) { return strategyIssues(s); });
   }
   AdvisorInput in;

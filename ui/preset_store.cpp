@@ -24,6 +24,7 @@ QJsonObject Preset::toJson() const {
   if (!h.isEmpty()) j["hosts"] = h;
   if (hasGeneration) j["generation"] = paramsToQJson(generation);
   model.writeTo(j);
+  if (!plan.isEmpty()) j["plan"] = plan;
   return j;
 }
 
@@ -46,6 +47,7 @@ std::optional<Preset> Preset::fromJson(const QJsonObject& j, QString* error) {
   p.hosts.sshOptions = h.value("ssh_options").toString();
   p.hosts.mpirunArgs = h.value("mpirun_args").toString();
   p.model = ModelSourcePaths::readFrom(j);
+  p.plan = j.value("plan").toObject();
   try {
     p.strategy = strategyFromJson(j.value("strategy").toObject());
     if (j.value("generation").isObject()) {

@@ -5,7 +5,8 @@
 // where a preset is {"name", "description", "strategy": {tp_degree, ...}, "hostfile",
 // "hosts": {network_interface, port_range, ssh_options, mpirun_args}, "generation": {prompt,
 // width, ...}, "model": path, "components": {config, vae, text_encoder, ...}} ("hosts" only when
-// one of its fields is set; "model" and "components" only when recorded, see model_sources.h).
+// one of its fields is set; "model" and "components" only when recorded, see model_sources.h;
+// "plan" only for a preset saved from the Advisor's "Plan for me", see preset_plan.h).
 #pragma once
 
 #include <QJsonObject>
@@ -33,6 +34,9 @@ struct Preset {
   /// The model and its components ("model", "components"); empty model: none recorded (the
   /// built-in presets), loading the preset keeps the window's model.
   ModelSourcePaths model;
+  /// The placement plan the preset was made from ("Plan for me": the planner's JSON, with its
+  /// memory per rank, components, reasons and alternatives; ui/preset_plan.h); empty: none.
+  QJsonObject plan;
   bool builtin = false;
 
   QJsonObject toJson() const;
