@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "parallel/cpu_attention.h"
+#include "parallel/profile_scope.h"
 #include "parallel/torch_compat.h"
 
 namespace dit {
@@ -54,6 +55,7 @@ int64_t queryChunk(const at::Tensor& q, const at::Tensor& k) {
 // Float32 math attention with log-sum-exp, chunked over queries.
 std::pair<at::Tensor, at::Tensor> mathAttentionWithLseImpl(const at::Tensor& q, const at::Tensor& k,
                                                            const at::Tensor& v) {
+  DIT_PROFILE_SCOPE("dit::attention::math_lse");
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
   const auto f32 = at::kFloat;
   at::Tensor kt = k.to(f32).transpose(-2, -1);  // [B, H, D, S_k]
@@ -114,6 +116,7 @@ unsigned fusedBit(torch_compat::SdpaBackend b, const at::Tensor& q) {
 
 // The unfused SDPA (LibTorch's math path), chunked over queries to bound the score matrix.
 at::Tensor chunkedMathSdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  DIT_PROFILE_SCOPE("dit::attention::chunked_math");
   // LibTorch 1.13's CPU kernels have no float16 matmul/softmax: compute in float32.
   if (q.is_cpu() && q.scalar_type() == at::kHalf)
     return chunkedMathSdpa(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat)).to(at::kHalf);
@@ -234,6 +237,7 @@ void resetAttentionKernelsUsed() { g_kernelsUsed.store(0, std::memory_order_rela
 
 void mergeAttention(at::Tensor& out, at::Tensor& lse, const at::Tensor& block_out,
                     const at::Tensor& block_lse) {
+  DIT_PROFILE_SCOPE("dit::attention::merge");
   if (out.scalar_type() != at::kFloat || lse.scalar_type() != at::kFloat ||
       block_lse.scalar_type() != at::kFloat)
     throw std::invalid_argument("mergeAttention: out, lse and block_lse must be float32");

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "parallel/cpu_math.h"
+#include "parallel/profile_scope.h"
 
 namespace dit {
 namespace {
@@ -213,6 +214,7 @@ at::Tensor cpuMathAttention(const at::Tensor& q_in, const at::Tensor& k_in,
   // The GEMMs take any row stride but need unit stride along the head dimension.
   auto unitLast = [](const at::Tensor& t) { return t.stride(3) == 1 ? t : t.contiguous(); };
   const at::Tensor q = unitLast(q_in), k = unitLast(k_in), v = unitLast(v_in);
+  DIT_PROFILE_SCOPE("dit::attention::cpu_math");  // the copies above count as layout
   const bool bf16 = q.scalar_type() == at::kBFloat16;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
 

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "parallel/process_group_mpi.h"
+#include "parallel/profile_scope.h"
 
 namespace dit {
 
@@ -365,6 +366,8 @@ std::vector<int64_t> ProcessGroupChecked::encode(const CallInfo& c, int64_t seq)
 }
 
 std::vector<CallInfo> ProcessGroupChecked::agree(const CallInfo& mine) {
+  // The agreement exchange before every checked collective (DITSTUDIO_CHECK_COLLECTIVES).
+  DIT_PROFILE_SCOPE("dit::collective::agree");
   ensureUsable();
   const int64_t seq = seq_++;
   const size_t L = static_cast<size_t>(kFixedSlots + 2 * size_);

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "parallel/collective_call.h"
+#include "parallel/profile_scope.h"
 
 namespace dit {
 
@@ -370,6 +371,7 @@ void ProcessGroupMPI::timeout(const std::string& what, const std::string& detail
 }
 
 std::shared_ptr<Work> ProcessGroupMPI::allreduce(at::Tensor& t, ReduceOp op) {
+  DIT_PROFILE_SCOPE("dit::collective::allreduce");
   requireDefined(t, "allreduce");
   requireReducible(t, "allreduce");
   ensureUsable();
@@ -391,6 +393,7 @@ std::shared_ptr<Work> ProcessGroupMPI::allreduce(at::Tensor& t, ReduceOp op) {
 
 std::shared_ptr<Work> ProcessGroupMPI::allgather(const at::Tensor& t, int64_t dim,
                                                  const std::vector<int64_t>& sizes) {
+  DIT_PROFILE_SCOPE("dit::collective::allgather");
   requireDefined(t, "allgather");
   ensureUsable();
   const int64_t nd = t.dim();
@@ -457,6 +460,7 @@ std::shared_ptr<Work> ProcessGroupMPI::allgather(const at::Tensor& t, int64_t di
 }
 
 std::shared_ptr<Work> ProcessGroupMPI::reduceScatter(const at::Tensor& t, ReduceOp op) {
+  DIT_PROFILE_SCOPE("dit::collective::reduceScatter");
   requireDefined(t, "reduceScatter");
   requireReducible(t, "reduceScatter");
   ensureUsable();
@@ -488,6 +492,7 @@ std::shared_ptr<Work> ProcessGroupMPI::reduceScatter(const at::Tensor& t, Reduce
 
 std::shared_ptr<Work> ProcessGroupMPI::allToAll(
     const std::vector<at::Tensor>& inputs, const std::vector<std::vector<int64_t>>& outputShapes) {
+  DIT_PROFILE_SCOPE("dit::collective::allToAll");
   ensureUsable();
   if (inputs.empty()) throw std::invalid_argument("allToAll on " + describeGroup() + ": no inputs");
   for (const auto& x : inputs) requireDefined(x, "allToAll");
@@ -554,6 +559,7 @@ std::shared_ptr<Work> ProcessGroupMPI::allToAll(
 }
 
 std::shared_ptr<Work> ProcessGroupMPI::broadcast(at::Tensor& t, int root) {
+  DIT_PROFILE_SCOPE("dit::collective::broadcast");
   requireDefined(t, "broadcast");
   ensureUsable();
   if (root < 0 || root >= size_)
@@ -580,6 +586,7 @@ std::shared_ptr<Work> ProcessGroupMPI::broadcast(at::Tensor& t, int root) {
 
 std::shared_ptr<Work> ProcessGroupMPI::sendRecv(const at::Tensor& send, int dst,
                                                 const std::vector<int64_t>& recvShape, int src) {
+  DIT_PROFILE_SCOPE("dit::collective::sendRecv");
   requireDefined(send, "sendRecv");
   ensureUsable();
   if (dst < 0 || dst >= size_ || src < 0 || src >= size_)
@@ -618,6 +625,7 @@ std::shared_ptr<Work> ProcessGroupMPI::sendRecv(const at::Tensor& send, int dst,
 }
 
 std::shared_ptr<Work> ProcessGroupMPI::send(const at::Tensor& t, int dst, int tag) {
+  DIT_PROFILE_SCOPE("dit::collective::send");
   requireDefined(t, "send");
   ensureUsable();
   if (tag < 0)
@@ -640,6 +648,7 @@ std::shared_ptr<Work> ProcessGroupMPI::send(const at::Tensor& t, int dst, int ta
 }
 
 std::shared_ptr<Work> ProcessGroupMPI::recv(at::Tensor& t, int src, int tag) {
+  DIT_PROFILE_SCOPE("dit::collective::recv");
   requireDefined(t, "recv");
   ensureUsable();
   if (tag < 0)
@@ -664,6 +673,7 @@ std::shared_ptr<Work> ProcessGroupMPI::recv(at::Tensor& t, int src, int tag) {
 }
 
 std::shared_ptr<Work> ProcessGroupMPI::barrier() {
+  DIT_PROFILE_SCOPE("dit::collective::barrier");
   ensureUsable();
   if (size_ == 1) return Work::completed();
   std::vector<MPI_Request> reqs(1);

@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "parallel/profile_scope.h"
+
 namespace dit {
 
 namespace {
@@ -42,6 +44,7 @@ bool Work::isCompleted() {
 bool Work::isSuccess() { return isCompleted() && !error_; }
 
 void Work::wait() {
+  DIT_PROFILE_SCOPE("dit::collective::wait");
   if (!done_) {
     try {
       block();

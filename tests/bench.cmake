@@ -95,6 +95,42 @@ if(PROFILE)
   if(_pself_i GREATER _pms_i)
     message(FATAL_ERROR "op_profile: operators' self time ${_pself} ms > forward ${_pms} ms")
   endif()
+  # The step's categories (bench_profile.h) sum to the profiled step (within rounding: 2% + 10 us);
+  # the forward has GEMM and attention time, and with more than one rank collective time.
+  macro(to_us var num)  # milliseconds as JSON writes them -> integer microseconds
+    if("${num}" MATCHES "[eE]-" OR "${num}" MATCHES "^-")  # below 1 us, or a rounding below 0
+      set(${var} 0)
+    else()
+      string(REGEX MATCH "^[0-9]+" _ip "${num}")
+      string(REGEX MATCH "\\.[0-9]+" _fp "${num}")
+      string(SUBSTRING "${_fp}000" 1 3 _fp)
+      math(EXPR ${var} "${_ip} * 1000 + ${_fp}")
+    endif()
+  endmacro()
+  to_us(_step_us "${_pms}")
+  set(_sum_us 0)
+  foreach(_c gemm attention norm_modulation rope copy_layout elementwise collective other)
+    get(_cms op_profile categories_ms ${_c})
+    to_us(_c_us "${_cms}")
+    math(EXPR _sum_us "${_sum_us} + ${_c_us}")
+    set(_cat_${_c} ${_c_us})
+  endforeach()
+  math(EXPR _diff "${_sum_us} - ${_step_us}")
+  if(_diff LESS 0)
+    math(EXPR _diff "-${_diff}")
+  endif()
+  math(EXPR _tol "${_step_us} / 50 + 10")
+  if(_diff GREATER _tol)
+    message(FATAL_ERROR "op_profile: categories sum to ${_sum_us} us, the step is ${_step_us} us\n${json}")
+  endif()
+  if(_cat_gemm LESS_EQUAL 0 OR _cat_attention LESS_EQUAL 0)
+    message(FATAL_ERROR "op_profile: no gemm (${_cat_gemm} us) or attention (${_cat_attention} us) time\n${json}")
+  endif()
+  if(DEFINED NP AND NP GREATER 1 AND _cat_collective LESS_EQUAL 0)
+    message(FATAL_ERROR "op_profile: ${NP} ranks but no collective time\n${json}")
+  endif()
+  get(_map op_profile category_map)
+  message(STATUS "op_profile categories (us): gemm ${_cat_gemm} attention ${_cat_attention} norm ${_cat_norm_modulation} rope ${_cat_rope} copy ${_cat_copy_layout} elementwise ${_cat_elementwise} collective ${_cat_collective} other ${_cat_other}, sum ${_sum_us} of ${_step_us}")
 endif()
 string(JSON _n ERROR_VARIABLE _e LENGTH "${json}" ranks)
 if(_e OR (DEFINED NP AND NOT _n EQUAL NP))
@@ -125,12 +161,12 @@ list(JOIN _bench_common "|" _bench_common)
 string(REPLACE ";" "|" _bench_mpirun "${DITSTUDIO_MPIRUN}")
 add_test(NAME bench_smoke_np1 COMMAND ${CMAKE_COMMAND} -DNP=1 -DPROFILE=1 -DJSON_FILE=${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_np1.json
   "-DCMD=${_bench_common}|--profile|--json-out|${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_np1.json" -P ${_bench_check})
-add_test(NAME bench_smoke_tp2 COMMAND ${CMAKE_COMMAND} -DNP=2 -DEXPECT_BYTES=1
+add_test(NAME bench_smoke_tp2 COMMAND ${CMAKE_COMMAND} -DNP=2 -DEXPECT_BYTES=1 -DPROFILE=1
   -DJSON_FILE=${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_tp2.json
-  "-DCMD=${_bench_mpirun}|-np|2|${_bench_common}|--tp-degree|2|--json-out|${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_tp2.json" -P ${_bench_check})
-add_test(NAME bench_smoke_ring2 COMMAND ${CMAKE_COMMAND} -DNP=2 -DEXPECT_BYTES=1
+  "-DCMD=${_bench_mpirun}|-np|2|${_bench_common}|--tp-degree|2|--profile|--json-out|${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_tp2.json" -P ${_bench_check})
+add_test(NAME bench_smoke_ring2 COMMAND ${CMAKE_COMMAND} -DNP=2 -DEXPECT_BYTES=1 -DPROFILE=1
   -DJSON_FILE=${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_ring2.json
-  "-DCMD=${_bench_mpirun}|-np|2|${_bench_common}|--ring-degree|2|--json-out|${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_ring2.json" -P ${_bench_check})
+  "-DCMD=${_bench_mpirun}|-np|2|${_bench_common}|--ring-degree|2|--profile|--json-out|${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_ring2.json" -P ${_bench_check})
 add_test(NAME bench_smoke_load_np2 COMMAND ${CMAKE_COMMAND} -DNP=2
   -DJSON_FILE=${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_load_np2.json
   "-DCMD=${_bench_mpirun}|-np|2|${_bench_common}|--tp-degree|2|--phase|load|--json-out|${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_load_np2.json" -P ${_bench_check})
@@ -139,9 +175,9 @@ add_test(NAME bench_smoke_load_np2 COMMAND ${CMAKE_COMMAND} -DNP=2
 set(_bench_flux2 $<TARGET_FILE:ditstudio-bench> --model ${DITSTUDIO_TEST_DATA}/tiny-flux2-A --width 32
   --height 32 --text-len 8 --steps 1 --warmup 0 --dtype float32)
 list(JOIN _bench_flux2 "|" _bench_flux2)
-add_test(NAME bench_smoke_flux2_np1 COMMAND ${CMAKE_COMMAND} -DNP=1
+add_test(NAME bench_smoke_flux2_np1 COMMAND ${CMAKE_COMMAND} -DNP=1 -DPROFILE=1
   -DJSON_FILE=${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_flux2_np1.json
-  "-DCMD=${_bench_flux2}|--json-out|${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_flux2_np1.json" -P ${_bench_check})
+  "-DCMD=${_bench_flux2}|--profile|--json-out|${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_flux2_np1.json" -P ${_bench_check})
 foreach(_st tp ulysses)
   add_test(NAME bench_smoke_flux2_${_st}2 COMMAND ${CMAKE_COMMAND} -DNP=2 -DEXPECT_BYTES=1
     -DJSON_FILE=${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_flux2_${_st}2.json
@@ -151,9 +187,9 @@ endforeach()
 set(_bench_qwen $<TARGET_FILE:ditstudio-bench> --model ${DITSTUDIO_TEST_DATA}/tiny-qwenimage-A
   --width 32 --height 32 --text-len 8 --steps 1 --warmup 0 --dtype float32)
 list(JOIN _bench_qwen "|" _bench_qwen)
-add_test(NAME bench_smoke_qwenimage_np1 COMMAND ${CMAKE_COMMAND} -DNP=1
+add_test(NAME bench_smoke_qwenimage_np1 COMMAND ${CMAKE_COMMAND} -DNP=1 -DPROFILE=1
   -DJSON_FILE=${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_qwenimage_np1.json
-  "-DCMD=${_bench_qwen}|--json-out|${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_qwenimage_np1.json" -P ${_bench_check})
+  "-DCMD=${_bench_qwen}|--profile|--json-out|${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_qwenimage_np1.json" -P ${_bench_check})
 foreach(_st tp ulysses)
   add_test(NAME bench_smoke_qwenimage_${_st}2 COMMAND ${CMAKE_COMMAND} -DNP=2 -DEXPECT_BYTES=1
     -DJSON_FILE=${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_qwenimage_${_st}2.json

@@ -26,16 +26,17 @@ add_dependencies(test_zimage_cli ditstudio-cli ditstudio-worker)
 gtest_add_tests(TARGET test_zimage_cli TEST_LIST _zimage_cli_tests)
 set_tests_properties(${_zimage_cli_tests} PROPERTIES LABELS "strategy;mpi;zimage" PROCESSORS 2 TIMEOUT 300)
 
-# ditstudio-bench on Z-Image (tests/bench.cmake's checker): one rank, and tp / ulysses / ring 2
-# whose measured bytes per step equal the family's traffic model (padded to 32 rows).
+# ditstudio-bench on Z-Image (tests/bench.cmake's checker): one rank with its step profile (the
+# categories summing to the step), and tp / ulysses / ring 2 whose measured bytes per step equal
+# the family's traffic model (padded to 32 rows).
 set(_bench_zimage $<TARGET_FILE:ditstudio-bench> --model ${DITSTUDIO_TEST_DATA}/tiny-zimage-A
   --width 24 --height 40 --text-len 18 --steps 1 --warmup 0 --dtype float32)
 list(JOIN _bench_zimage "|" _bench_zimage)
 string(REPLACE ";" "|" _bench_zimage_mpirun "${DITSTUDIO_MPIRUN}")
 set(_bench_zimage_check ${CMAKE_CURRENT_BINARY_DIR}/bench_check_json.cmake)  # tests/bench.cmake writes it
-add_test(NAME bench_smoke_zimage_np1 COMMAND ${CMAKE_COMMAND} -DNP=1
+add_test(NAME bench_smoke_zimage_np1 COMMAND ${CMAKE_COMMAND} -DNP=1 -DPROFILE=1
   -DJSON_FILE=${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_zimage_np1.json
-  "-DCMD=${_bench_zimage}|--json-out|${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_zimage_np1.json" -P ${_bench_zimage_check})
+  "-DCMD=${_bench_zimage}|--profile|--json-out|${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_zimage_np1.json" -P ${_bench_zimage_check})
 set_tests_properties(bench_smoke_zimage_np1 PROPERTIES LABELS "bench;zimage" TIMEOUT 120
   ENVIRONMENT "OMP_NUM_THREADS=1")
 foreach(_st tp ulysses ring)

@@ -66,8 +66,9 @@ struct BenchResults {
   BenchShape shape;  ///< batch, token grid, text tokens
   int steps = 0;     ///< timed steps (0 with --phase load)
   double flopsPerForward = 0;
-  std::vector<double> stepMs;                   ///< per timed step, slowest rank
-  at::Tensor rankRows;                          ///< [world, kRankColumns] int64
+  std::vector<double> stepMs;        ///< per timed step, slowest rank
+  std::vector<double> deviceStepMs;  ///< CUDA: per timed step, device events, slowest rank
+  at::Tensor rankRows;               ///< [world, kRankColumns] int64
   std::map<std::string, int64_t> storageBytes;  ///< rank 0's transformer weights by storage
   bool hwmReset = false;                        ///< VmHWM was reset before loading
   nlohmann::ordered_json opProfile;             ///< --profile, else null

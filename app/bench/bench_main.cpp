@@ -227,7 +227,8 @@ Loaded loadModel(const Args& a, const BenchModel& m, const TransformerParallelis
 
 // ------------------------------------------------------------------ 4. steps
 struct Timed {
-  std::vector<double> stepMs;  ///< this rank's
+  std::vector<double> stepMs;        ///< this rank's
+  std::vector<double> deviceStepMs;  ///< CUDA: this rank's, between events around each step
   ordered_json opProfile;
   int64_t bytes = 0;  ///< sent over the timed steps
 };
@@ -255,20 +256,29 @@ Timed timeSteps(const Args& a, const BenchModel& m, const BenchShape& shape, int
   deviceSync(device);
   world.barrier()->wait();
   const uint64_t b0 = mesh.bytesSent();
+  // CUDA: events around each step on the current stream (no synchronisation inside the step;
+  // the deviceSync after it only ends the host clock's interval).
+  DeviceEventMarks marks(device);
   for (int i = 0; i < steps; ++i) {
     world.barrier()->wait();
     const auto t0 = Clock::now();
+    marks.mark();
     at::Tensor v = step();
+    marks.mark();
     deviceSync(device);
     t.stepMs.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
   t.bytes = static_cast<int64_t>(mesh.bytesSent() - b0);
+  const std::vector<double> iv = marks.intervalsMs();  // step, gap, step, gap, ...
+  for (size_t i = 0; i < iv.size(); i += 2) t.deviceStepMs.push_back(iv[i]);
   if (a.profile && steps > 0) {
     world.barrier()->wait();
-    t.opProfile = profileOps([&] {
-      at::Tensor v = step();
-      deviceSync(device);
-    });
+    t.opProfile = profileOps(
+        [&] {
+          at::Tensor v = step();
+          deviceSync(device);
+        },
+        device);
   }
   return t;
 }
@@ -294,8 +304,18 @@ void gatherFigures(BenchResults& r, const Loaded& l, const Timed& t, ProcessGrou
   at::Tensor stepNs = at::empty({std::max(r.steps, 1)}, at::kLong).fill_(0);
   for (int i = 0; i < r.steps; ++i) stepNs[i] = static_cast<int64_t>(t.stepMs[i] * 1e6);
   world.allreduce(stepNs, ReduceOp::Max)->wait();
+  // CUDA: the device times of each step, the slowest rank's (every rank has the same device kind).
+  const bool dev = r.device.is_cuda() && r.steps > 0;
+  at::Tensor devNs = at::zeros({std::max(r.steps, 1)}, at::kLong);
+  if (dev) {
+    for (int i = 0; i < r.steps && i < static_cast<int>(t.deviceStepMs.size()); ++i)
+      devNs[i] = static_cast<int64_t>(t.deviceStepMs[i] * 1e6);
+    world.allreduce(devNs, ReduceOp::Max)->wait();
+  }
   if (worldRank() != 0) return;
   for (int i = 0; i < r.steps; ++i) r.stepMs.push_back(stepNs[i].item<int64_t>() / 1e6);
+  if (dev)
+    for (int i = 0; i < r.steps; ++i) r.deviceStepMs.push_back(devNs[i].item<int64_t>() / 1e6);
 }
 
 // Rank 0: the JSON on stdout (and in --json-out).
@@ -378,6 +398,7 @@ int runBench(Args a, const BlasInfo& blas) {
   // 6. Report (rank 0).
   r.flopsPerForward = l.model->forwardFlops(r.shape.imageTokens(), r.shape.text_tokens);
   printReport(a, benchReport(a, m, r, blas));
+  if (!r.opProfile.is_null()) std::cerr << "rank 0 " << profileSummary(r.opProfile) << std::flush;
   return 0;
 }
 
@@ -416,7 +437,10 @@ int main(int argc, char** argv) {
   app.add_flag("--pretty", a.pretty, "indent the JSON");
   app.add_flag("--profile", a.profile,
                "after the timed steps, one more forward with per-operator timing (rank 0's "
-               "ATen operators: calls, self and total ms, top 25 by self time) in \"op_profile\"");
+               "ATen operators and profile scopes: calls, self and total ms, top 25 by self "
+               "time) and the step broken into categories (gemm, attention, norm_modulation, "
+               "rope, copy_layout, elementwise, collective, other; CUDA: also by device "
+               "events) in \"op_profile\"; a readable table on stderr");
   protocol::addStrategyOptions(app, a.s);
   try {
     app.parse(argc, argv);

@@ -5,8 +5,10 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace dit {
 
@@ -26,5 +28,30 @@ void resetDevicePeak(const c10::Device& d);
 std::optional<uint64_t> deviceMemoryAvailable(const c10::Device& d);
 /// The device's marketing name ("NVIDIA H200"), or "cpu".
 std::string deviceName(const c10::Device& d);
+
+/// Timestamps on a CUDA device's current stream: mark() records a timing event there
+/// (cudaEventRecord, no synchronisation), intervalsMs() waits once for the last mark and returns
+/// the device time between consecutive marks (cudaEventElapsedTime, milliseconds). On CPU
+/// devices and CPU-only builds enabled() is false, mark() does nothing and intervalsMs() is empty.
+class DeviceEventMarks {
+ public:
+  explicit DeviceEventMarks(const c10::Device& d);
+  ~DeviceEventMarks();
+  DeviceEventMarks(const DeviceEventMarks&) = delete;
+  DeviceEventMarks& operator=(const DeviceEventMarks&) = delete;
+  bool enabled() const { return impl_ != nullptr; }
+  /// Records a mark now (on the device's current stream). Throws std::runtime_error when the
+  /// CUDA runtime refuses.
+  void mark();
+  /// Marks recorded so far.
+  size_t size() const;
+  /// size() - 1 values: interval i lies between mark i and mark i + 1. Synchronises on the last
+  /// mark. Throws std::runtime_error when the CUDA runtime refuses.
+  std::vector<double> intervalsMs();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace dit

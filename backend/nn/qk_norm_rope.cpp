@@ -12,6 +12,7 @@
 #include <string>
 
 #include "backend/nn/qk_norm_rope_kernel.h"
+#include "parallel/profile_scope.h"
 
 namespace dit::nn {
 
@@ -48,6 +49,7 @@ void rmsNormRopeCpuOut(const at::Tensor& x, const at::Tensor& weight, double eps
       o == at::MemOverlapStatus::Full || o == at::MemOverlapStatus::Partial)
     fail("out must not overlap x");
   if (x.numel() == 0) return;
+  DIT_PROFILE_SCOPE("dit::rope::qk_rmsnorm_rope");  // q/k RMSNorm and RoPE in one pass
   const at::Tensor wf = weight.to(at::kFloat).contiguous();
   const at::Tensor c = cos.contiguous(), s = sin.contiguous();
   detail::NormRopeRows a{static_cast<const char*>(x.data_ptr()),
