@@ -47,6 +47,21 @@ struct ModelFact {
   std::string value;  ///< e.g. "19 double + 38 single"
 };
 
+/// The VAE decoder's up path, for the memory model's decode stage (memory_estimate.h follows
+/// the decoder op by op and counts the feature maps alive at each point).
+struct VaeDecoderShape {
+  /// diffusers AutoencoderKL / AutoencoderKLFlux2 (GroupNorm resnets, upsample convs keeping
+  /// their channels); false: AutoencoderKLQwenImage (RMS-norm resnets, upsample convs halving).
+  bool autoencoder_kl = true;
+  int latent_channels = 4;
+  /// The decoder's channels per level, latent side first: AutoencoderKL's reversed
+  /// block_out_channels, AutoencoderKLQwenImage's base_dim x reversed dim_mult. Empty: unknown
+  /// (the estimate then counts vae_decoder_channels maps at full resolution).
+  std::vector<int> channels;
+  int resnets_per_block = 2;  ///< layers_per_block + 1, or num_res_blocks + 1
+  bool mid_attention = true;  ///< the mid block's single-head attention over the latent pixels
+};
+
 /// Memory facts of a parsed model folder for the one memory model (memory_estimate.h).
 struct FamilyMemoryFacts {
   /// Bytes of the text encoders one rank holds at the tensor-parallel degree asked for.
@@ -57,6 +72,8 @@ struct FamilyMemoryFacts {
   /// rank because its plan does not divide); empty otherwise.
   std::string note;
 };
+  /// The VAE decoder's shape (its config); its channels empty when not known.
+  VaeDecoderShape vae_decoder;
 
 /// A real-size model of the family, for the strategy advisor and the placement planner (no
 /// weights needed): its declared transformer dims and the parameters of everything else the

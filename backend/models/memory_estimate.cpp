@@ -10,6 +10,7 @@
 #include "backend/io/stored_weight_bytes.h"
 #include "backend/models/family.h"
 #include "backend/models/family_registry.h"
+#include "backend/models/vae_decode_memory.h"
 #include "parallel/tensor_parallel/sharding_plan.h"
 
 namespace dit {
@@ -30,6 +31,15 @@ uint64_t mul(uint64_t a, uint64_t b) {
   return a * b;
 }
 uint64_t add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
+// The score block the CPU's attention (cpuMathAttention, parallel/cpu_attention.cpp) holds at a
+// time for q queries and k keys per head: float32 works head by head in blocks of about 1 MiB
+// (at least 32 query rows), bfloat16 all heads of a query block at once within 16 MiB (at least
+// one row); never more than the whole scores.
+uint64_t cpuScoreBlockBytes(uint64_t heads, uint64_t q, uint64_t k, uint64_t eb) {
+  if (eb >= 4) return std::min(mul(mul(q, k), 4), std::max(uint64_t{1} << 20, mul(32 * 4, k)));
+  return std::min(mul(mul(heads, mul(q, k)), 2), std::max(uint64_t{16} << 20, mul(heads * 2, k)));
+}
 
 }  // namespace
 
@@ -53,7 +63,8 @@ uint64_t textEncoderBytesPerRank(const ModelFolder& m, int tp, int64_t elementBy
 
 MemoryEstimate estimateTransformerMemory(const ModelDims& dims, const Strategy& s,
                                          const RequestDims& r, int64_t elementBytes,
-                                         bool scoresMaterialized, int vaeDecoderChannels) {
+                                         bool scoresMaterialized, int vaeDecoderChannels,
+                                         const VaeDecoderShape* vaeShape) {
   const uint64_t eb = static_cast<uint64_t>(std::max<int64_t>(1, elementBytes));
   MemoryEstimate e;
   const int tp = std::max(1, s.tp_degree);
@@ -77,22 +88,18 @@ MemoryEstimate estimateTransformerMemory(const ModelDims& dims, const Strategy& 
   e.activations = mul(mul(localTokens, inner), mul(16, eb));
   // Attention: after the Ulysses all-to-all a rank holds tokens / ring queries for its heads and
   // attends to one ring block (tokens / ring keys) at a time.
+  // The output and log-sum-exp of every kernel; the CPU's math path adds one block of scores,
+  // never the whole [heads, q, q] (it works through the queries in blocks).
   const uint64_t q = ceilDiv(tokens, ring);
-  if (scoresMaterialized)
-    e.attention = mul(mul(heads, mul(q, q)), mul(2, eb));  // scores + softmax
-  else
-    e.attention =
-        mul(mul(heads, q), mul(static_cast<uint64_t>(dims.attention_head_dim) + 1, mul(2, eb)));
-  // VAE decoder: at full resolution block_out_channels[0] channels, about 3 maps live (input,
-  // output, group-norm temporary); mid-block single-head attention over the latent pixels.
-  const uint64_t pixels = mul(static_cast<uint64_t>(std::max(0, r.height)),
-                              static_cast<uint64_t>(std::max(0, r.width)));
-  const uint64_t ch0 = static_cast<uint64_t>(std::max(1, vaeDecoderChannels));
-  const uint64_t latentPixels =
-      ceilDiv(pixels, static_cast<uint64_t>(vsf) * static_cast<uint64_t>(vsf));
-  e.vae_decode = mul(mul(pixels, ch0), mul(3, eb));
-  if (scoresMaterialized)
-    e.vae_decode = add(e.vae_decode, mul(mul(latentPixels, latentPixels), mul(2, eb)));
+  e.attention =
+      mul(mul(heads, q), mul(static_cast<uint64_t>(dims.attention_head_dim) + 1, mul(2, eb)));
+  if (scoresMaterialized) e.attention = add(e.attention, cpuScoreBlockBytes(heads, q, q, eb));
+  // VAE decoder: followed op by op (vae_decode_memory.h), with LibTorch's CPU convolution
+  // buffers on the math path's device (the CPU).
+  e.vae_decode = vaeDecodePeakBytes(
+      vaeShape && !vaeShape->channels.empty() ? *vaeShape
+                                              : standardVaeDecoderShape(vaeDecoderChannels),
+      r.height, r.width, static_cast<int64_t>(eb), scoresMaterialized);
   return e;
 }
 
@@ -102,7 +109,7 @@ MemoryEstimate estimateRequestMemory(const ModelFolder& m, const Strategy& s, co
   const int tp = std::max(1, s.tp_degree);
   const FamilyMemoryFacts facts = familyOf(m).memory(m, tp, std::max<int64_t>(1, elementBytes));
   MemoryEstimate e = estimateTransformerMemory(dims, s, r, elementBytes, scoresMaterialized,
-                                               facts.vae_decoder_channels);
+                                               facts.vae_decoder_channels, &facts.vae_decoder);
   const uint64_t eb = static_cast<uint64_t>(std::max<int64_t>(1, elementBytes));
   // Weights: the transformer's share from its declared plan (a GGUF transformer keeps its
   // weights in their stored types), the rest whole on every rank.
@@ -131,8 +138,8 @@ MemoryEstimate estimateKnownModelMemory(const KnownModel& k, const Strategy& s,
   const int64_t eb = std::max<int64_t>(1, elementBytes);
   FamilyMemoryFacts facts;
   if (k.memory) facts = k.memory(tp, eb);
-  MemoryEstimate e =
-      estimateTransformerMemory(k.dims, s, r, eb, scoresMaterialized, facts.vae_decoder_channels);
+  MemoryEstimate e = estimateTransformerMemory(k.dims, s, r, eb, scoresMaterialized,
+                                               facts.vae_decoder_channels, &facts.vae_decoder);
   const uint64_t ueb = static_cast<uint64_t>(eb);
   if (k.dims.tensor_parallel_plan && k.dims.parameters)
     e.transformer_weights = k.dims.tensor_parallel_plan->bytesPerRank(*k.dims.parameters, tp, eb);

@@ -15,6 +15,7 @@
 namespace dit {
 
 struct KnownModel;
+struct VaeDecoderShape;
 
 /// Bytes one rank needs for one request (upper bounds of the peaks, not a sum of everything).
 struct MemoryEstimate {
@@ -25,8 +26,8 @@ struct MemoryEstimate {
   uint64_t text_encoder_weights = 0;
   uint64_t vae_weights = 0;
   uint64_t activations = 0;  ///< transformer block activations at this rank's token count
-  uint64_t attention = 0;    ///< transformer attention scores (math kernel) at this rank's slice
-  uint64_t vae_decode = 0;   ///< VAE decoder: full-resolution feature maps + mid-block attention
+  uint64_t attention = 0;    ///< transformer attention (output, log-sum-exp, a score block)
+  uint64_t vae_decode = 0;   ///< VAE decoder: its peak of live feature maps (vae_decode_memory.h)
   /// What the estimate assumed that changes the picture, e.g. "text encoder replicated on every
   /// tp rank: ..." when a component's plan does not divide by tp; empty otherwise.
   std::string note;
@@ -40,9 +41,11 @@ struct MemoryEstimate {
 };
 
 /// Estimates one rank's memory for `r` under strategy `s` in a compute dtype of `elementBytes`
-/// bytes (4 float32, 2 bf16/fp16). `scoresMaterialized`: the attention kernel holds the full
-/// [heads, q, k] score matrix (true for the CPU math kernel of LibTorch 1.13; false for flash /
-/// memory-efficient kernels, then only the log-sum-exp and one output block count).
+/// bytes (4 float32, 2 bf16/fp16). `scoresMaterialized`: the request runs on the CPU, whose
+/// attention is the math path (cpuMathAttention, or LibTorch's math SDPA by query blocks): one
+/// block of scores (about 1 MiB in float32, 16 MiB in bfloat16; never the whole [heads, q, k]
+/// matrix) on top of the output and log-sum-exp that flash / memory-efficient kernels hold; and
+/// the VAE decode counts LibTorch's CPU convolution buffers (vae_decode_memory.h). False: CUDA.
 /// Transformer tokens per rank = (image tokens + text tokens) / (ring x ulysses); attention heads
 /// per rank = heads / (tp x ulysses) (rounded up), queries and keys per block = tokens / ring.
 /// Weights: the transformer from the family's ShardingPlan::bytesPerRank (whole when the model
@@ -53,11 +56,13 @@ MemoryEstimate estimateRequestMemory(const ModelFolder& m, const Strategy& s, co
 
 /// The transformer and VAE stages of the estimate without a model folder (the advisor's known
 /// models): activations, attention and VAE decode as estimateRequestMemory computes them from
-/// `dims` (heads, head dim, vae_scale_factor) and the VAE decoder's full-resolution channels;
+/// `dims` (heads, head dim, vae_scale_factor) and the VAE decoder's shape (`vaeShape`; when null
+/// or empty, the standard AutoencoderKL widths with `vaeDecoderChannels` at full resolution);
 /// weights left at 0 for the caller.
 MemoryEstimate estimateTransformerMemory(const ModelDims& dims, const Strategy& s,
                                          const RequestDims& r, int64_t elementBytes,
-                                         bool scoresMaterialized, int vaeDecoderChannels = 128);
+                                         bool scoresMaterialized, int vaeDecoderChannels = 128,
+                                         const VaeDecoderShape* vaeShape = nullptr);
 
 /// estimateRequestMemory for a known real-size model (FamilySpec::known_models: no files): the
 /// transformer and VAE stages of estimateTransformerMemory, the transformer's weights from its

@@ -13,9 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <mutex>
 #include <nlohmann/json.hpp>
-#include <queue>
 #include <sstream>
 #include <stdexcept>
 #include <string_view>
@@ -24,6 +22,7 @@
 #include "backend/io/config_json.h"
 #include "backend/io/file_guard.h"
 #include "backend/io/safetensors.h"  // dit::ModelFileError
+#include "backend/tokenizers/bpe.h"
 #include "backend/tokenizers/token_split.h"
 
 namespace dit {
@@ -138,7 +137,7 @@ struct CLIPTokenizer::Impl {
   std::unordered_map<std::string, int64_t> vocab;
   std::vector<std::string> idToToken;  // by id; empty strings for ids vocab.json skips
   // (left id << 32 | right id) -> (rank, merged id)
-  std::unordered_map<uint64_t, std::pair<int32_t, int64_t>> merges;
+  BpeMerges merges;
   std::array<int64_t, 256> byteId{};     // id of the byte's symbol
   std::array<int64_t, 256> byteEowId{};  // id of the byte's symbol + "</w>"
   std::array<std::string, 256> byteChar;
@@ -154,9 +153,7 @@ struct CLIPTokenizer::Impl {
   std::unique_ptr<UnicodeRegex> splitRe;      // CLIP pre-tokenizer pattern
   std::unique_ptr<UnicodeRegex> byteLevelRe;  // GPT-2 ByteLevel pattern
 
-  static constexpr size_t kCacheCapacity = 10000;  // as HF tokenizers' BPE cache
-  mutable std::mutex cacheMutex;
-  mutable std::unordered_map<std::string, std::vector<int64_t>> cache;
+  BpeWordCache cache;  // the words merged so far
 
   int64_t lookup(const std::string& tok) const {
     auto it = vocab.find(tok);
@@ -168,65 +165,16 @@ struct CLIPTokenizer::Impl {
 };
 
 void CLIPTokenizer::Impl::bpe(std::string_view piece, std::vector<int64_t>& out) const {
-  if (piece.empty()) return;
-  {
-    std::lock_guard<std::mutex> lock(cacheMutex);
-    auto it = cache.find(std::string(piece));
-    if (it != cache.end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
-      return;
-    }
-  }
-  // Symbols as a doubly linked list over the bytes of the piece.
-  struct Sym {
-    int64_t id;
-    int prev, next;
-    bool alive;
-  };
-  const int n = static_cast<int>(piece.size());
-  std::vector<Sym> syms(n);
-  for (int i = 0; i < n; ++i) {
+  if (piece.empty() || cache.appendTo(piece, out)) return;
+  // One symbol a byte; the last byte in its end-of-word form ("</w>").
+  std::vector<int64_t> symbols(piece.size());
+  for (size_t i = 0; i < piece.size(); ++i) {
     const auto b = static_cast<unsigned char>(piece[i]);
-    syms[i] = {i == n - 1 ? byteEowId[b] : byteId[b], i - 1, i + 1 < n ? i + 1 : -1, true};
+    symbols[i] = i + 1 == piece.size() ? byteEowId[b] : byteId[b];
   }
-  // Min-heap of candidate merges ordered by (rank, position): the lowest rank wins, leftmost
-  // first, exactly like HF tokenizers' BPE::merge_word.
-  struct Cand {
-    int32_t rank;
-    int pos;
-    int64_t left, right, merged;
-    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
-  };
-  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
-  auto push = [&](int pos) {
-    const int nx = syms[pos].next;
-    if (nx < 0) return;
-    auto it = merges.find((uint64_t(syms[pos].id) << 32) | uint64_t(uint32_t(syms[nx].id)));
-    if (it != merges.end())
-      heap.push({it->second.first, pos, syms[pos].id, syms[nx].id, it->second.second});
-  };
-  for (int i = 0; i + 1 < n; ++i) push(i);
-  while (!heap.empty()) {
-    const Cand c = heap.top();
-    heap.pop();
-    Sym& l = syms[c.pos];
-    if (!l.alive || l.id != c.left || l.next < 0) continue;
-    Sym& r = syms[l.next];
-    if (r.id != c.right) continue;
-    // Merge r into l.
-    l.id = c.merged;
-    r.alive = false;
-    l.next = r.next;
-    if (r.next >= 0) syms[r.next].prev = c.pos;
-    if (l.prev >= 0) push(l.prev);
-    push(c.pos);
-  }
-  std::vector<int64_t> ids;
-  for (int i = 0; i >= 0 && i < n; i = syms[i].next) ids.push_back(syms[i].id);
+  std::vector<int64_t> ids = bpeMergeWord(symbols, merges);
   out.insert(out.end(), ids.begin(), ids.end());
-  std::lock_guard<std::mutex> lock(cacheMutex);
-  if (cache.size() < kCacheCapacity && piece.size() <= kMaxCachedPieceBytes)
-    cache.emplace(std::string(piece), std::move(ids));
+  cache.keep(piece, std::move(ids));
 }
 
 void CLIPTokenizer::Impl::encodeSegment(std::string_view raw, std::vector<int64_t>& out) const {
@@ -376,8 +324,7 @@ CLIPTokenizer::CLIPTokenizer(const std::string& folder) : impl_(std::make_unique
         throw ModelFileError(mp, "line " + std::to_string(lineNo) + ": merged token \"" + a + b +
                                      "\" is not in vocab.json");
       // The first occurrence of a pair wins (later duplicates have a lower priority).
-      m.merges.emplace((uint64_t(ia->second) << 32) | uint64_t(uint32_t(ib->second)),
-                       std::pair{rank, iab->second});
+      m.merges.emplace(bpePairKey(ia->second, ib->second), std::pair{rank, iab->second});
       ++rank;
     }
     if (m.merges.empty()) throw ModelFileError(mp, "no merges found");

@@ -6,9 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <filesystem>
-#include <mutex>
 #include <nlohmann/json.hpp>
-#include <queue>
 #include <stdexcept>
 #include <string_view>
 #include <unordered_map>
@@ -16,6 +14,7 @@
 #include "backend/io/config_json.h"
 #include "backend/io/file_guard.h"
 #include "backend/io/safetensors.h"  // dit::ModelFileError
+#include "backend/tokenizers/bpe.h"
 #include "backend/tokenizers/token_split.h"
 
 namespace dit {
@@ -110,7 +109,7 @@ std::string lenientUtf8(std::string_view s) {
 struct MistralTokenizer::Impl {
   std::unordered_map<std::string, int64_t> vocab;
   std::vector<std::string> idToToken;
-  std::unordered_map<uint64_t, std::pair<int32_t, int64_t>> merges;  // (l<<32|r) -> rank, merged
+  BpeMerges merges;  // (l<<32|r) -> rank, merged
   std::array<int64_t, 256> byteId{};
   std::array<std::string, 256> byteChar;
   std::vector<std::pair<std::string, int64_t>> added;  // every added token
@@ -120,9 +119,7 @@ struct MistralTokenizer::Impl {
   std::string chatTemplate, bosToken;
   std::unique_ptr<UnicodeRegex> splitRe;
 
-  static constexpr size_t kCacheCapacity = 10000;
-  mutable std::mutex cacheMutex;
-  mutable std::unordered_map<std::string, std::vector<int64_t>> cache;
+  BpeWordCache cache;  // the words merged so far
 
   void bpe(std::string_view piece, std::vector<int64_t>& out) const;
   void encodeSegment(std::string_view raw, std::vector<int64_t>& out) const;
@@ -130,17 +127,9 @@ struct MistralTokenizer::Impl {
 
 // Byte-level BPE of one pre-token: repeatedly merge the adjacent pair of lowest rank (leftmost
 // among equals), as HF tokenizers' BPE::merge_word.
+// Byte-level BPE of one pre-token (bpeMergeWord: HF tokenizers' BPE::merge_word).
 void MistralTokenizer::Impl::bpe(std::string_view piece, std::vector<int64_t>& out) const {
-  if (piece.empty()) return;
-  {
-    std::lock_guard<std::mutex> lock(cacheMutex);
-    auto it = cache.find(std::string(piece));
-    if (it != cache.end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
-      return;
-    }
-  }
-  const int n = static_cast<int>(piece.size());
+  if (piece.empty() || cache.appendTo(piece, out)) return;
   std::vector<int64_t> ids;
   if (ignoreMerges) {  // HF BPE: a word already in the vocabulary is one token
     std::string sym;
@@ -148,53 +137,13 @@ void MistralTokenizer::Impl::bpe(std::string_view piece, std::vector<int64_t>& o
     if (auto it = vocab.find(sym); it != vocab.end()) ids.push_back(it->second);
   }
   if (ids.empty()) {
-    struct Sym {
-      int64_t id;
-      int prev, next;
-      bool alive;
-    };
-    std::vector<Sym> syms(static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i)
-      syms[static_cast<size_t>(i)] = {byteId[static_cast<unsigned char>(piece[i])], i - 1,
-                                      i + 1 < n ? i + 1 : -1, true};
-    struct Cand {
-      int32_t rank;
-      int pos;
-      int64_t left, right, merged;
-      bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
-    };
-    std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
-    auto push = [&](int pos) {
-      const int nx = syms[static_cast<size_t>(pos)].next;
-      if (nx < 0) return;
-      auto it = merges.find((uint64_t(syms[static_cast<size_t>(pos)].id) << 32) |
-                            uint64_t(uint32_t(syms[static_cast<size_t>(nx)].id)));
-      if (it != merges.end())
-        heap.push({it->second.first, pos, syms[static_cast<size_t>(pos)].id,
-                   syms[static_cast<size_t>(nx)].id, it->second.second});
-    };
-    for (int i = 0; i + 1 < n; ++i) push(i);
-    while (!heap.empty()) {
-      const Cand c = heap.top();
-      heap.pop();
-      Sym& l = syms[static_cast<size_t>(c.pos)];
-      if (!l.alive || l.id != c.left || l.next < 0) continue;
-      Sym& r = syms[static_cast<size_t>(l.next)];
-      if (r.id != c.right) continue;
-      l.id = c.merged;
-      r.alive = false;
-      l.next = r.next;
-      if (r.next >= 0) syms[static_cast<size_t>(r.next)].prev = c.pos;
-      if (l.prev >= 0) push(l.prev);
-      push(c.pos);
-    }
-    for (int i = 0; i >= 0 && i < n; i = syms[static_cast<size_t>(i)].next)
-      ids.push_back(syms[static_cast<size_t>(i)].id);
+    std::vector<int64_t> symbols(piece.size());
+    for (size_t i = 0; i < piece.size(); ++i)
+      symbols[i] = byteId[static_cast<unsigned char>(piece[i])];
+    ids = bpeMergeWord(symbols, merges);
   }
   out.insert(out.end(), ids.begin(), ids.end());
-  std::lock_guard<std::mutex> lock(cacheMutex);
-  if (cache.size() < kCacheCapacity && piece.size() <= kMaxCachedPieceBytes)
-    cache.emplace(std::string(piece), std::move(ids));
+  cache.keep(piece, std::move(ids));
 }
 
 void MistralTokenizer::Impl::encodeSegment(std::string_view raw, std::vector<int64_t>& out) const {
@@ -333,8 +282,7 @@ MistralTokenizer MistralTokenizer::fromFolder(const std::string& folder) {
         if (it == m.vocab.end())
           throw ModelFileError(tp, "model.merges entry " + std::to_string(rank) + ": token \"" +
                                        (t ? *t : a + b) + "\" is not in model.vocab");
-      m.merges.emplace((uint64_t(ia->second) << 32) | uint64_t(uint32_t(ib->second)),
-                       std::pair{rank, iab->second});
+      m.merges.emplace(bpePairKey(ia->second, ib->second), std::pair{rank, iab->second});
       ++rank;
     }
   }

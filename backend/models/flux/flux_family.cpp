@@ -13,6 +13,7 @@
 #include "backend/models/family_request.h"
 #include "backend/models/flux/flux_bfl_config.h"
 #include "backend/models/flux/flux_plan.h"
+#include "backend/models/vae_decode_memory.h"
 #include "backend/pipelines/flux/flux_pipeline_config.h"
 
 namespace dit {
@@ -91,6 +92,7 @@ FamilySpec fluxFamily() {
     const FluxPipelineConfig& c = fluxConfig(m);
     if (!c.vae.block_out_channels.empty())
       r.vae_decoder_channels = c.vae.block_out_channels.front();
+    r.vae_decoder = vaeDecoderShape(c.vae);
     return r;
   };
   f.facts = [](const ModelFolder& m) {

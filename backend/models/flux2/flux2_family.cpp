@@ -5,10 +5,12 @@
 #include <string>
 
 #include "backend/io/model_folder.h"
+#include "backend/models/autoencoders/autoencoder_kl_config.h"
 #include "backend/models/family_facts.h"
 #include "backend/models/family_request.h"
 #include "backend/models/flux2/flux2_plan.h"
 #include "backend/models/text_encoders/qwen3_plan.h"
+#include "backend/models/vae_decode_memory.h"
 #include "backend/pipelines/flux2/flux2_pipeline_config.h"
 #include "parallel/tensor_parallel/sharding_plan.h"
 
@@ -80,6 +82,7 @@ FamilySpec flux2KleinFamily() {
     if (!c.vae.block_out_channels.empty())
       r.vae_decoder_channels = c.vae.block_out_channels.front();
     return r;
+    r.vae_decoder = vaeDecoderShape(c.vae);
   };
   f.facts = [](const ModelFolder& m) {
     const Flux2PipelineConfig& c = flux2Config(m);
@@ -129,9 +132,18 @@ FamilySpec flux2KleinFamily() {
     mistral.vocab_size = 131072;
     mistral.qk_norm = false;
     const double vae = 0.084e9;
-    auto encoder = [](Qwen3Config te, std::vector<int> outLayers, bool isMistral) {
-      return [te, outLayers, isMistral](int tp, int64_t eb) {
-        return flux2TextEncoderFacts(te, outLayers, isMistral, tp, eb);
+    // AutoencoderKLFlux2's defaults (FLUX.2's VAE): block_out_channels (128, 256, 512, 512),
+    // layers_per_block 2, 32 latent channels.
+    AutoencoderKLConfig vaeConfig;
+    vaeConfig.latent_channels = 32;
+    vaeConfig.block_out_channels = {128, 256, 512, 512};
+    vaeConfig.layers_per_block = 2;
+    const VaeDecoderShape vaeShape = vaeDecoderShape(vaeConfig);
+    auto encoder = [vaeShape](Qwen3Config te, std::vector<int> outLayers, bool isMistral) {
+      return [te, outLayers, isMistral, vaeShape](int tp, int64_t eb) {
+        FamilyMemoryFacts r = flux2TextEncoderFacts(te, outLayers, isMistral, tp, eb);
+        r.vae_decoder = vaeShape;
+        return r;
       };
     };
     return std::vector<KnownModel>{{"FLUX.2 [klein] 4B", klein(5, 20, 24, 7680), 4.0e9 + vae, 512,

@@ -5,9 +5,11 @@
 #include <string>
 
 #include "backend/io/model_folder.h"
+#include "backend/models/autoencoders/autoencoder_kl_qwenimage_config.h"
 #include "backend/models/family_request.h"
 #include "backend/models/qwenimage/qwenimage_plan.h"
 #include "backend/models/text_encoders/qwen3_plan.h"
+#include "backend/models/vae_decode_memory.h"
 #include "backend/pipelines/qwenimage/qwenimage_pipeline_config.h"
 #include "parallel/tensor_parallel/sharding_plan.h"
 
@@ -61,6 +63,7 @@ FamilySpec qwenImageFamily() {
     FamilyMemoryFacts r = qwenImageTextEncoderFacts(c.text_encoder, tp, elementBytes);
     r.vae_decoder_channels = c.vae.base_dim * c.vae.dim_mult.front();
     return r;
+    r.vae_decoder = vaeDecoderShape(c.vae);
   };
   f.facts = [](const ModelFolder& m) {
     const QwenImagePipelineConfig& c = qwenImageConfig(m);
@@ -105,6 +108,8 @@ FamilySpec qwenImageFamily() {
            FamilyMemoryFacts r = qwenImageTextEncoderFacts(te, tp, eb);
            r.vae_decoder_channels = 96;  // base_dim x dim_mult[0]
            return r;
+           // diffusers' AutoencoderKLQwenImage defaults are Qwen-Image's VAE.
+           r.vae_decoder = vaeDecoderShape(AutoencoderKLQwenImageConfig{});
          },
          vae}};
   };

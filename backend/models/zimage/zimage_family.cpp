@@ -8,6 +8,7 @@
 #include "backend/io/model_folder.h"
 #include "backend/models/family_request.h"
 #include "backend/models/text_encoders/qwen3_plan.h"
+#include "backend/models/vae_decode_memory.h"
 #include "backend/models/zimage/zimage_plan.h"
 #include "backend/pipelines/zimage/zimage_pipeline_config.h"
 #include "parallel/tensor_parallel/sharding_plan.h"
@@ -50,6 +51,7 @@ FamilySpec zimageFamily() {
     if (!c.vae.block_out_channels.empty())
       r.vae_decoder_channels = c.vae.block_out_channels.front();
     return r;
+    r.vae_decoder = vaeDecoderShape(c.vae);
   };
   f.facts = [](const ModelFolder& m) {
     const ZImagePipelineConfig& c = zimageConfig(m);
