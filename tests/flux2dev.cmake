@@ -26,6 +26,14 @@ foreach(_np 2 4)
     LABELS "backend;golden;parallel;mpi;strategy;flux2" PROCESSORS 2 TIMEOUT 300
     ENVIRONMENT "OMP_NUM_THREADS=1;DITSTUDIO_COLLECTIVE_TIMEOUT_S=120")
 endforeach()
+# Issue 47: the text encoder on one rank of a 3-rank group (Ulysses 3, anything), its
+# embeddings broadcast (the 1- and 2-rank placement cases run in flux2dev_np1 / _np2).
+add_test(NAME flux2dev_placement_np3
+         COMMAND ${DITSTUDIO_MPIRUN} -np 3 $<TARGET_FILE:test_flux2dev>
+                 --gtest_filter=Flux2DevPlacement.*)
+set_tests_properties(flux2dev_placement_np3 PROPERTIES
+  LABELS "backend;golden;parallel;mpi;strategy;flux2" PROCESSORS 2 TIMEOUT 300
+  ENVIRONMENT "OMP_NUM_THREADS=1;DITSTUDIO_COLLECTIVE_TIMEOUT_S=120")
 unset(_flux2dev_fixture)
 
 # Through ditstudio-cli (in-process and mpirun + ditstudio-worker): run 0 on one rank, tp 2,

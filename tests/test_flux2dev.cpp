@@ -29,7 +29,9 @@
 #include "backend/models/family_registry.h"
 #include "backend/models/flux2/transformer_flux2.h"
 #include "backend/models/text_encoders/modeling_qwen3.h"
+#include "backend/pipelines/flow_match_pipeline.h"
 #include "backend/pipelines/flux2/pipeline_flux2.h"
+#include "backend/pipelines/prompt_encoding.h"
 #include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
 #include "backend/tokenizers/mistral_tokenizer.h"
 #include "golden_util.h"
@@ -389,6 +391,157 @@ TEST(Flux2DevStrategies, TextEncoderTp4ReplicatesKV) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (rank == 0) std::printf("text encoder tp 4: prompt embeddings max abs diff %.3g\n", worst);
+}
+
+// ---- Issue 47: the text encoder placed (own-rank, host-streamed, once) and the prompt cache ----
+
+namespace {
+
+// Run n from the prompt under `opts` (already holding the strategy's groups): final latents and
+// image within 1e-4 of the goldens, the prompt embeddings the transformer got within 2e-5.
+GenerationResult expectPlacedRun(DiffusionPipeline& pipe, int n, const std::string& label) {
+  SCOPED_TRACE(label + " run " + std::to_string(n));
+  std::vector<at::Tensor> steps;
+  GenerationResult r = generate(pipe, runInputs(runSpec(n), true), steps);
+  expectRunMatches(n, r, steps, label);
+  const double pe = test::maxAbsDiff(r.tensors.at("prompt_embeds")[0],
+                                     test::golden("run." + std::to_string(n) + ".prompt_embeds"));
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0) std::printf("%s run.%d: prompt embeddings %.3g\n", label.c_str(), n, pe);
+  EXPECT_LE(pe, 2e-5);
+  return r;
+}
+
+// The Mistral layers 1..30 of 32 (no final norm), fp32, whole.
+constexpr uint64_t kMistralWholeBytes =
+    (704 * 24 + 30 * (2 * 24 + (32 + 2 * 16 + 32) * 24 + 3 * 48 * 24)) * 4;
+
+// Under `s`, the text encoder on one rank of each tp x cp group: every run from the prompt
+// equals the goldens on every rank; only the encoding rank holds the encoder (whole).
+void expectOwnRank(const Strategy& s, const std::vector<int>& runs) {
+  SCOPED_TRACE(test::strategyLabel(s) + " own-rank");
+  ASSERT_EQ(worldSize(), s.world);
+  DeviceMeshOptions o;
+  o.timeout_s = 120;
+  DeviceMesh mesh(s, MPI_COMM_WORLD, o);
+  PipelineOptions opts;
+  opts.parallel = test::transformerParallelism(s, mesh);
+  opts.text_encoder = TextEncoderPlacement::OwnRank;
+  auto pipe = loadPipeline(folder(), opts);
+  const bool encoder = mesh.coord("tp") == 0 && mesh.coord("cp") == 0;
+  EXPECT_EQ(encoder, encodesPrompts(opts));
+  const auto bytes = pipe->weightBytes();
+  if (encoder)
+    EXPECT_EQ(bytes.at("text_encoder"), kMistralWholeBytes);  // whole: not sharded under tp
+  else
+    EXPECT_EQ(bytes.count("text_encoder"), 0u) << "a rank that does not encode loaded the encoder";
+  for (int n : runs) expectPlacedRun(*pipe, n, test::strategyLabel(s) + " own-rank");
+}
+
+}  // namespace
+
+// The encoder on rank 0 only, tp 2 over the transformer (rank 1 never loads it).
+TEST(Flux2DevPlacement, OwnRankTwoRanksEqualDiffusers) {
+  if (worldSize() != 2) GTEST_SKIP() << "runs under mpirun -np 2";
+  expectOwnRank(test::makeStrategy(2, 1, 1), {0, 2});
+}
+
+// Three ranks: the encoder on rank 0, its embeddings broadcast over a Ulysses 3 group (anything:
+// 2 heads, 112 / 131 tokens).
+TEST(Flux2DevPlacement, OwnRankThreeRanksEqualDiffusers) {
+  if (worldSize() != 3) GTEST_SKIP() << "runs under mpirun -np 3";
+  expectOwnRank(test::makeStrategy(1, 1, 3, /*ulyAny=*/true), {0, 2});
+}
+
+// The encoder kept in host memory and streamed to the device one decoder layer at a time: the
+// same numbers as the resident encoder (and the goldens).
+TEST(Flux2DevPlacement, HostStreamedEqualsDiffusers) {
+  if (worldSize() != 1) GTEST_SKIP() << "one-rank test";
+  PipelineOptions opts;
+  opts.text_encoder = TextEncoderPlacement::HostStreamed;
+  auto pipe = loadPipeline(folder(), opts);
+  EXPECT_EQ(pipe->weightBytes().at("text_encoder"), kMistralWholeBytes);  // in host memory
+  expectPlacedRun(*pipe, 0, "host-streamed");
+  expectPlacedRun(*pipe, 2, "host-streamed");
+  // The layers stream over a separate copy: the embeddings equal the resident encoder's exactly.
+  const Flux2PipelineConfig& c = flux2Config(folder());
+  auto w = WeightSource::fromFolder(test::fixtureDir() + "/text_encoder", "model", at::kFloat,
+                                    c10::Device(at::kCPU));
+  const Qwen3Model resident(c.text_encoder, *w, nullptr, 30);
+  const Qwen3Model streamed(c.text_encoder, *w, nullptr, 30, c10::Device(at::kCPU));
+  EXPECT_TRUE(streamed.streamed());
+  EXPECT_FALSE(resident.streamed());
+  // One decoder layer: norms + q/k/v/o + gate/up/down, fp32, plus its int64 KV index.
+  EXPECT_EQ(streamed.largestLayerBytes(),
+            static_cast<uint64_t>((2 * 24 + (32 + 2 * 16 + 32) * 24 + 3 * 48 * 24) * 4 + 4 * 8));
+  const MistralTokenizer tok = MistralTokenizer::fromFolder(test::fixtureDir() + "/tokenizer");
+  const std::string prompt = runSpec(0).text;
+  EXPECT_TRUE(mistralPromptEmbeds(tok, streamed, prompt, 64)
+                  .equal(mistralPromptEmbeds(tok, resident, prompt, 64)));
+}
+
+// Run once per prompt and freed: nothing of the encoder stays between requests; it is loaded
+// again for the next prompt, with the same numbers.
+TEST(Flux2DevPlacement, OnceLoadsPerRequestAndFrees) {
+  if (worldSize() != 1) GTEST_SKIP() << "one-rank test";
+  PipelineOptions opts;
+  opts.text_encoder = TextEncoderPlacement::Once;
+  auto pipe = loadPipeline(folder(), opts);
+  auto& flow = dynamic_cast<FlowMatchPipeline&>(*pipe);
+  EXPECT_FALSE(flow.textEncodersLoaded());
+  EXPECT_EQ(pipe->weightBytes().count("text_encoder"), 0u);
+  for (int n : {0, 1}) {
+    expectPlacedRun(*pipe, n, "once");
+    EXPECT_FALSE(flow.textEncodersLoaded()) << "freed before the steps";
+    EXPECT_EQ(pipe->weightBytes().count("text_encoder"), 0u);
+  }
+  // The truncation warning still works (the tokenizer stays).
+  PipelineInputs in = runInputs(runSpec(0), true);
+  in.prompt = std::string(400, 'a') + " cat";
+  in.max_sequence_length = 16;
+  std::string all;
+  for (const std::string& w : pipe->requestWarnings(in)) all += w + "\n";
+  EXPECT_NE(all.find("the prompt was truncated"), std::string::npos) << all;
+}
+
+// The prompt-embedding cache: a queue of variations of one prompt (other seeds) encodes it once;
+// the cached embeddings are the encoded ones exactly; another max_sequence_length is another key;
+// the least recently used entry leaves when the cache is full.
+TEST(Flux2DevPlacement, PromptCacheEncodesEachPromptOnce) {
+  if (worldSize() != 1) GTEST_SKIP() << "one-rank test";
+  PipelineOptions opts;
+  opts.prompt_cache = 2;
+  opts.text_encoder = TextEncoderPlacement::Once;  // a hit does not even load the encoder
+  auto pipe = loadPipeline(folder(), opts);
+  auto& flow = dynamic_cast<FlowMatchPipeline&>(*pipe);
+  const GenerationResult first = expectPlacedRun(*pipe, 0, "cache miss");
+  EXPECT_EQ(first.prompts_encoded, 1);
+  EXPECT_EQ(first.prompt_cache_hits, 0);
+  const GenerationResult again = expectPlacedRun(*pipe, 0, "cache hit");
+  EXPECT_EQ(again.prompts_encoded, 0);
+  EXPECT_EQ(again.prompt_cache_hits, 1);
+  EXPECT_TRUE(again.tensors.at("prompt_embeds").equal(first.tensors.at("prompt_embeds")));
+  EXPECT_TRUE(again.final_latents.equal(first.final_latents));
+  // A variation (another seed, fewer steps) of the same prompt: still one encode in all.
+  PipelineInputs v = runInputs(runSpec(0), true);
+  v.seed += 7;
+  v.steps = 1;
+  const GenerationResult variation = pipe->generate(v);
+  EXPECT_EQ(variation.prompt_cache_hits, 1);
+  EXPECT_TRUE(variation.tensors.at("prompt_embeds").equal(first.tensors.at("prompt_embeds")));
+  EXPECT_EQ(flow.promptCacheHits(), 2u);
+  EXPECT_EQ(flow.promptCacheMisses(), 1u);
+  // Another max_sequence_length: another key (miss), as is another prompt; then the first
+  // prompt at 64 was the least recently used of three and is gone.
+  v.max_sequence_length = 32;
+  EXPECT_EQ(pipe->generate(v).prompts_encoded, 1);
+  v.prompt = runSpec(2).text;
+  v.max_sequence_length = 64;
+  EXPECT_EQ(pipe->generate(v).prompts_encoded, 1);
+  v.prompt = runSpec(0).text;
+  EXPECT_EQ(pipe->generate(v).prompts_encoded, 1);
+  EXPECT_EQ(flow.promptCacheMisses(), 4u);
 }
 
 int main(int argc, char** argv) { return dit::test::mpiTestMain(argc, argv); }

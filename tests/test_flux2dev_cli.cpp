@@ -84,8 +84,38 @@ INSTANTIATE_TEST_SUITE_P(
                       std::pair<std::string, std::string>{"ring2", "--ring-degree 2"},
                       std::pair<std::string, std::string>{
                           "tp2_ulysses2_anything",
-                          "--tp-degree 2 --ulysses-degree 2 --ulysses-anything"}),
+                          "--tp-degree 2 --ulysses-degree 2 --ulysses-anything"},
+                      // Issue 47: the Mistral encoder on rank 0 alone, or streamed from host
+                      // memory, through the CLI's and the worker's --text-encoder-placement.
+                      std::pair<std::string, std::string>{
+                          "tp2_te_own_rank", "--tp-degree 2 --text-encoder-placement own-rank"},
+                      std::pair<std::string, std::string>{
+                          "te_host_streamed", "--text-encoder-placement host-streamed"}),
     [](const auto& info) { return info.param.first; });
+
+// The prompt-embedding cache through the worker: two images of one prompt (seeds 42 and 43)
+// encode it once, the second says so in the log, and the first still equals the goldens.
+TEST(Flux2DevCliRequests, PromptCacheEncodesOncePerQueue) {
+  std::string log;
+  const std::string out = tmp("cache");
+  ASSERT_EQ(runCli("--tp-degree 2 --num-images 2 --prompt-cache 4 "
+                   "--text-encoder-placement own-rank",
+                   out, log),
+            0)
+      << log;
+  EXPECT_NE(log.find("image 1: prompt embeddings from the cache (1 hit, 0 encoded)"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("image 0: prompt embeddings from the cache"), std::string::npos) << log;
+  EXPECT_LE(test::maxAbsDiff(load(out + "-0.safetensors", "final_latents"),
+                             test::golden("run.0.final_latents")),
+            1e-4);
+  EXPECT_GT(test::maxAbsDiff(load(out + "-1.safetensors", "final_latents"),
+                             test::golden("run.0.final_latents")),
+            1e-3);  // seed 43: another image from the same embeddings
+  EXPECT_NE(runCli("--text-encoder-placement nowhere", tmp("bad"), log), 0);
+  EXPECT_NE(log.find("nowhere"), std::string::npos) << log;
+}
 
 // Guidance-distilled: a negative prompt is not read (the family's declaration says why) and does
 // not change the image; cfg 2 is refused naming the reason.

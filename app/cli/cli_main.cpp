@@ -99,6 +99,7 @@ int runLocal(const CliOptions& o) {
   po.dtype = cpuComputeDType(o);
   po.device = o.device;
   po.vae_tiling = vaeTilingOf(o.vaeTiling);
+  applyTextEncoderOptions(o, po);
   spdlog::info("loading {} ({}, {})", o.model, computeDTypeName(po.dtype), o.device);
   auto t0 = std::chrono::steady_clock::now();
   const std::unique_ptr<DiffusionPipeline> pipeline = loadPipeline(model, po);
@@ -163,6 +164,7 @@ int runBench(const CliOptions& o, int warmup) {
   po.dtype = cpuComputeDType(o);
   po.device = o.device;
   po.vae_tiling = vaeTilingOf(o.vaeTiling);
+  applyTextEncoderOptions(o, po);
   auto t0 = std::chrono::steady_clock::now();
   const std::unique_ptr<DiffusionPipeline> pipeline = loadPipeline(model, po);
   DiffusionPipeline& pipe = *pipeline;
@@ -244,6 +246,7 @@ int runEvalDemo(const CliOptions& o, const EvalDemoOptions& e) {
     po.dtype = cpuComputeDType(o);
     po.device = o.device;
     po.vae_tiling = vaeTilingOf(o.vaeTiling);
+    applyTextEncoderOptions(o, po);
     pipeline = loadPipeline(ModelFolder::open(o.sources()), po);
   }
   int W = e.size, H = e.size;
@@ -391,6 +394,16 @@ int main(int argc, char** argv) {
                   "0.25; 0: the VAE's sample_size; FLUX.1 and FLUX.2 VAEs); with several ranks "
                   "the tiles are shared over the tp / cp / cfg group (default -1: off)")
         ->check(CLI::Range(-1, 1 << 20));
+    a->add_option("--text-encoder-placement", o.textEncoderPlacement,
+                  "where the text encoder lives: sharded (under the tp group, the default), "
+                  "own-rank (one rank of each tp x cp group encodes and broadcasts; the others "
+                  "never load it), host-streamed (weights in host memory, one layer at a time on "
+                  "the device), once (loaded per request, freed before the steps)")
+        ->check(CLI::IsMember({"sharded", "own-rank", "host-streamed", "once"}));
+    a->add_option("--prompt-cache", o.promptCache,
+                  "keep the prompt embeddings of the last N distinct prompt texts, so a queue of "
+                  "variations encodes each prompt once (default 0: off)")
+        ->check(CLI::Range(0, 100000));
     a->add_option("--output", o.output,
                   "output PNG (with data parallel / several images: FILE-i.png); an existing file "
                   "is refused unless --overwrite");

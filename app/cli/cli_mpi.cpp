@@ -110,6 +110,8 @@ class CliSessionView : public launcher::SessionObserver {
     } else if (const auto* l = std::get_if<protocol::LogEvent>(&ev)) {
       if (l->level == "warning" && !o_.jsonEvents)
         std::cerr << "warning: " << l->message << std::endl;
+      else if (l->level == "info" && !o_.jsonEvents)
+        spdlog::info("{}", l->message);
     } else if (const auto* e = std::get_if<protocol::ErrorEvent>(&ev)) {
       const std::string msg =
           "rank " + std::to_string(e->rank) + ": " +
@@ -160,6 +162,14 @@ launcher::MpirunLaunch mpirunLaunch(const CliOptions& o) {
   if (o.vaeTiling >= 0) {
     launch.extra_worker_args.push_back("--vae-tiling");
     launch.extra_worker_args.push_back(std::to_string(o.vaeTiling));
+  }
+  if (o.textEncoderPlacement != "sharded") {
+    launch.extra_worker_args.push_back("--text-encoder-placement");
+    launch.extra_worker_args.push_back(o.textEncoderPlacement);
+  }
+  if (o.promptCache > 0) {
+    launch.extra_worker_args.push_back("--prompt-cache");
+    launch.extra_worker_args.push_back(std::to_string(o.promptCache));
   }
   launch.network_interface = o.networkInterface;
   launch.isolate = launcher::isolationProgram(exeDir());

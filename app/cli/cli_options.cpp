@@ -14,6 +14,8 @@
 #include "app/common/generation.h"
 #include "app/protocol/protocol.h"
 #include "backend/io/lora_file.h"
+#include "backend/models/text_encoder_placement.h"
+#include "backend/pipelines/diffusion_pipeline.h"
 
 namespace dit::cli {
 
@@ -151,6 +153,11 @@ protocol::GenerateRequest request(const CliOptions& o) {
   if (!o.outputTensors.empty()) r.output_tensors = fs::absolute(o.outputTensors).string();
   r.overwrite = o.overwrite;
   return r;
+}
+
+void applyTextEncoderOptions(const CliOptions& o, PipelineOptions& po) {
+  po.text_encoder = parseTextEncoderPlacement(o.textEncoderPlacement);
+  po.prompt_cache = o.promptCache;
 }
 
 VaeTiling vaeTilingOf(int pixels) {

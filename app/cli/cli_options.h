@@ -12,6 +12,10 @@
 #include "backend/models/autoencoders/autoencoder_kl_config.h"
 #include "parallel/strategy.h"
 
+namespace dit {
+struct PipelineOptions;
+}
+
 namespace dit::cli {
 
 struct CliOptions {
@@ -44,10 +48,19 @@ struct CliOptions {
   /// --vae-tiling PIXELS: -1 off (default), 0 the VAE config's sample_size, N a tile of N pixels
   /// (diffusers' enable_tiling() with tile_sample_min_size N, overlap 0.25).
   int vaeTiling = -1;
+  /// --text-encoder-placement: sharded (default) | own-rank | host-streamed | once
+  /// (backend/models/text_encoder_placement.h).
+  std::string textEncoderPlacement = "sharded";
+  /// --prompt-cache N: entries of the prompt-embedding cache (0 = off).
+  int promptCache = 0;
 };
 
 /// The pipeline's VaeTiling of --vae-tiling (vaeTiling < -1 is refused by the option's check).
 VaeTiling vaeTilingOf(int pixels);
+
+/// Sets the pipeline options' text side from --text-encoder-placement and --prompt-cache. Throws
+/// std::invalid_argument naming a placement that is not one of the four.
+void applyTextEncoderOptions(const CliOptions& o, PipelineOptions& po);
 
 /// A family knob's value from the command line (--<knob> V, --set name=V): a number, or for an
 /// integer knob of range 0 .. 1 also on / off / true / false / yes / no. Throws

@@ -283,6 +283,14 @@ bool Worker::runImages(const protocol::GenerateRequest& req,
       break;
     }
     stage_ = "idle";
+    // The prompt-embedding cache (--prompt-cache) said so: this image's prompts were not encoded.
+    if (mine && leader && run.result.prompt_cache_hits > 0)
+      emitTyped(protocol::LogEvent{req.id, rank_, "info",
+                                   "image " + std::to_string(index) +
+                                       ": prompt embeddings from the cache (" +
+                                       std::to_string(run.result.prompt_cache_hits) + " hit" +
+                                       (run.result.prompt_cache_hits == 1 ? "" : "s") + ", " +
+                                       std::to_string(run.result.prompts_encoded) + " encoded)"});
     // Issue 18: results come home. A replica leader other than rank 0 may be on another host:
     // it writes its files to a private temporary folder, sends their bytes to rank 0 (through
     // the group, under the collective timeout), and rank 0 writes them where the user asked

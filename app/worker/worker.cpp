@@ -325,6 +325,8 @@ PipelineOptions Worker::buildMesh() {
   }
   if (s_.cfg_degree == 2) po.cfg = mesh_->group("cfg");
   po.vae_tiling = vaeTiling_;
+  po.text_encoder = textEncoder_;
+  po.prompt_cache = promptCache_;
   // Every rank of tp, cp and cfg holds the same final latents: the tiles go over the largest.
   for (const char* dim : {"cfg", "cp", "tp"})
     if (mesh_->size(dim) > 1 && (!po.vae_decode || mesh_->size(dim) >= po.vae_decode->size()))

@@ -31,6 +31,7 @@
 #include "backend/family_runtime.h"
 #include "backend/io/model_folder.h"
 #include "backend/models/autoencoders/autoencoder_kl_config.h"
+#include "backend/models/text_encoder_placement.h"
 #include "parallel/device_mesh.h"
 #include "parallel/process_group.h"
 #include "parallel/runtime.h"
@@ -60,6 +61,12 @@ class Worker {
   /// Tiled VAE decode for the pipelines this worker loads (--vae-tiling); the final decode's tiles
   /// are shared over the largest of the tp, cp and cfg groups. Call before run().
   void setVaeTiling(const VaeTiling& t) { vaeTiling_ = t; }
+  /// Where the pipelines' text encoders live and the prompt-embedding cache's entries
+  /// (--text-encoder-placement, --prompt-cache; PipelineOptions). Call before run().
+  void setTextEncoder(TextEncoderPlacement p, int promptCache) {
+    textEncoder_ = p;
+    promptCache_ = promptCache;
+  }
 
   /// The rank's whole life; returns the process exit code (2: start-up refused). Throws on any
   /// error the group cannot survive (runOrAbort then ends the group).
@@ -152,6 +159,8 @@ class Worker {
   ModelSources src_;
   std::string modelDir_, dtype_, device_ = "cpu", stage_ = "idle";
   VaeTiling vaeTiling_;
+  TextEncoderPlacement textEncoder_ = TextEncoderPlacement::Sharded;
+  int promptCache_ = 0;
   BlasInfo blas_;
   at::ScalarType computeDtype_ = at::kFloat;  ///< resolveComputeDType(dtype_, device)
   int rank_ = 0;

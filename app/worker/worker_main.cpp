@@ -23,6 +23,7 @@
 #include "app/worker/worker.h"
 #include "backend/io/model_folder.h"
 #include "backend/io/weight_source.h"
+#include "backend/models/text_encoder_placement.h"
 #include "parallel/event_lines.h"
 #include "parallel/runtime.h"
 #include "parallel/strategy.h"
@@ -81,6 +82,13 @@ int main(int argc, char** argv) {
   app.add_option("--vae-tiling", vaeTiling,
                  "tiled VAE decode: tile PIXELS (0: the VAE's sample_size; -1: off)")
       ->check(CLI::Range(-1, 1 << 20));
+  std::string textEncoderPlacement = "sharded";
+  app.add_option("--text-encoder-placement", textEncoderPlacement,
+                 "sharded | own-rank | host-streamed | once (where the text encoder lives)")
+      ->check(CLI::IsMember({"sharded", "own-rank", "host-streamed", "once"}));
+  int promptCache = 0;
+  app.add_option("--prompt-cache", promptCache, "entries of the prompt-embedding cache (0: off)")
+      ->check(CLI::Range(0, 100000));
   bool allowNonFinite = false;
   app.add_flag("--allow-nonfinite-weights", allowNonFinite,
                "load checkpoints that hold NaN or Inf (refused by default)");
@@ -103,6 +111,7 @@ int main(int argc, char** argv) {
     t.enabled = vaeTiling >= 0;
     t.tile_sample_min_size = vaeTiling > 0 ? vaeTiling : 0;
     w.setVaeTiling(t);
+    w.setTextEncoder(parseTextEncoderPlacement(textEncoderPlacement), promptCache);
     return w.run();
   });
   finalizeRuntime();

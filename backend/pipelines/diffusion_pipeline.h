@@ -21,6 +21,7 @@
 #include "backend/models/autoencoders/autoencoder_kl_config.h"
 #include "backend/models/cache/step_cache_config.h"
 #include "backend/models/diffusion_transformer.h"
+#include "backend/models/text_encoder_placement.h"
 #include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
 
 namespace dit {
@@ -39,6 +40,13 @@ struct PipelineOptions {
   /// the same final latents (a tp, cp or cfg group). Null = this rank decodes every tile.
   /// Previews (decode() outside generate()) never use it.
   std::shared_ptr<ProcessGroup> vae_decode;
+  /// Where the text encoders live (backend/models/text_encoder_placement.h): sharded under the
+  /// tp group (default), on one rank of the tp x cp group (own-rank), in host memory streamed
+  /// layer by layer (host-streamed), or loaded per request and freed before the steps (once).
+  TextEncoderPlacement text_encoder = TextEncoderPlacement::Sharded;
+  /// Entries of the prompt-embedding cache (pipelines/prompt_encoding.h: one per distinct prompt
+  /// text and max_sequence_length, least recently used dropped first); 0 = no cache.
+  int prompt_cache = 0;
 };
 
 /// The pipeline's resolved input for one image (what diffusers' pipeline __call__ takes). Zero or
@@ -122,9 +130,15 @@ struct GenerationResult {
   std::vector<double> cache_rel_l1;
   /// Image-to-image / inpainting intermediates (float32, CPU), diffusers' names: vae_eps, noise,
   /// image_latents (unpacked), image_in ([1,3,H,W] preprocessed), and for inpainting mask_in,
-  /// masked_image_in, masked_image_vae_eps, masked_image_latents, mask_latents (packed).
+  /// masked_image_in, masked_image_vae_eps, masked_image_latents, mask_latents (packed); from
+  /// generate(): prompt_embeds / negative_prompt_embeds, the encoder_hidden_states this rank's
+  /// transformer got ([1, L, D] or the family's shape) for the branches it ran.
   std::map<std::string, at::Tensor> tensors;
   std::map<std::string, double> timings_ms;  ///< tokenize, encode, step.i, denoise, decode
+  /// Prompt texts of this image whose conditioning came from the prompt-embedding cache, and
+  /// those this rank's group encoded (PipelineOptions::prompt_cache).
+  int prompt_cache_hits = 0;
+  int prompts_encoded = 0;
 };
 
 /// What the worker's `ready` event reports about the loaded model (app/PROTOCOL.md).

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,6 +14,7 @@
 #include "backend/models/cache/step_cache.h"
 #include "backend/models/family.h"
 #include "backend/pipelines/image_processor.h"
+#include "backend/pipelines/prompt_encoding.h"
 #include "parallel/context_parallel.h"
 #include "parallel/process_group.h"
 #include "parallel/strategy.h"
@@ -53,11 +55,62 @@ FlowMatchPipeline::FlowMatchPipeline(const ModelFolder& model, const PipelineOpt
   auto issues = validateDegrees(s);
   if (issues.empty()) issues = validateForModel(s, model.dims());
   if (!issues.empty()) throw std::invalid_argument(joinIssues(issues));
+  if (opts.prompt_cache < 0)
+    throw std::invalid_argument("the prompt-embedding cache size must be >= 0 entries, got " +
+                                std::to_string(opts.prompt_cache));
+  if (opts.prompt_cache > 0) {
+    // The encoders' identity: what they were loaded from and how they compute.
+    std::string id = model.path;
+    for (const char* c : {"text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2"})
+      id += std::string("|") + c + "=" + model.component(c);
+    id += std::string("|") + c10::toString(opts.dtype) + "|" + opts.device;
+    promptCache_ = std::make_unique<PromptEmbeddingCache>(static_cast<size_t>(opts.prompt_cache),
+                                                          std::move(id));
+  }
 }
 
 FlowMatchPipeline::~FlowMatchPipeline() = default;
 
 bool FlowMatchPipeline::cfgParallel() const { return opts_.cfg && opts_.cfg->size() == 2; }
+
+bool FlowMatchPipeline::encodesPrompts() const { return dit::encodesPrompts(opts_); }
+bool FlowMatchPipeline::loadsTextEncodersAtStart() const {
+  return dit::loadsTextEncodersAtStart(opts_);
+}
+std::shared_ptr<ProcessGroup> FlowMatchPipeline::textEncoderTp() const {
+  return textEncoderTpGroup(opts_);
+}
+uint64_t FlowMatchPipeline::promptCacheHits() const {
+  return promptCache_ ? promptCache_->hits() : 0;
+}
+uint64_t FlowMatchPipeline::promptCacheMisses() const {
+  return promptCache_ ? promptCache_->misses() : 0;
+}
+
+PromptConditioning FlowMatchPipeline::conditioning(const std::string& text, int maxSeq,
+                                                   GenerationResult& res) {
+  PromptConditioning c;
+  std::string key;
+  if (promptCache_) {
+    // Every rank of a group sees the same prompts in the same order, so all agree on a hit.
+    key = promptCache_->key(text, maxSeq);
+    if (promptCache_->find(key, device_, c.inputs)) {
+      ++res.prompt_cache_hits;
+      spdlog::info("prompt-embedding cache hit ({} hits, {} of {} entries)", promptCache_->hits(),
+                   promptCache_->size(), promptCache_->capacity());
+      return c;
+    }
+  }
+  if (encodesPrompts()) {
+    if (!textEncodersLoaded()) loadTextEncoders();  // `once`: loaded for this request
+    c = encodePromptConditioning(text, maxSeq);
+  }
+  if (opts_.text_encoder == TextEncoderPlacement::OwnRank)
+    broadcastConditioning(opts_, device_, c.inputs, c.tokenize_ms, c.encode_ms);
+  ++res.prompts_encoded;
+  if (promptCache_) promptCache_->put(key, c.inputs);
+  return c;
+}
 
 PipelineInputs FlowMatchPipeline::resolve(PipelineInputs p) const {
   RequestValues v;
@@ -137,12 +190,24 @@ GenerationResult FlowMatchPipeline::generate(const PipelineInputs& params0,
   const auto t0 = Clock::now();
   // Under CFG parallel each half encodes only the prompt it denoises.
   PromptConditioning pos, neg;
-  if (!cfgParallel() || cfgRank == 0)
-    pos = encodePromptConditioning(p.prompt, p.max_sequence_length);
+  GenerationResult counts;
+  if (!cfgParallel() || cfgRank == 0) pos = conditioning(p.prompt, p.max_sequence_length, counts);
   if (cfg.enabled() && (!cfgParallel() || cfgRank == 1))
-    neg = encodePromptConditioning(cfg.negativePrompt(), p.max_sequence_length);
+    neg = conditioning(cfg.negativePrompt(), p.max_sequence_length, counts);
+  // `once`: the encoders leave before the steps (their memory goes back to the allocator).
+  if (opts_.text_encoder == TextEncoderPlacement::Once && textEncodersLoaded())
+    releaseTextEncoders();
   const double encodeTotal = msSince(t0);
   GenerationResult r = denoise(p, pos, neg, cb);
+  r.prompt_cache_hits = counts.prompt_cache_hits;
+  r.prompts_encoded = counts.prompts_encoded;
+  // The conditioning the transformer got on this rank (whatever the placement and the cache).
+  auto record = [&r](const char* name, const PromptConditioning& c) {
+    if (auto it = c.inputs.find("encoder_hidden_states"); it != c.inputs.end())
+      r.tensors[name] = it->second.to(at::kCPU, at::kFloat);
+  };
+  record("prompt_embeds", pos);
+  record("negative_prompt_embeds", neg);
   r.timings_ms["tokenize"] = pos.tokenize_ms + neg.tokenize_ms;
   r.timings_ms["encode"] = pos.encode_ms + neg.encode_ms;
   r.timings_ms["encode_total"] = encodeTotal;

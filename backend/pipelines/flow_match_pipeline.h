@@ -40,6 +40,7 @@
 namespace dit {
 
 struct FamilySpec;
+class PromptEmbeddingCache;
 
 /// One prompt's text conditioning as the transformer takes it (diffusers' encode_prompt output),
 /// by the transformer's input names: e.g. FLUX.1 "encoder_hidden_states" [1, L, 4096],
@@ -97,6 +98,14 @@ class FlowMatchPipeline : public DiffusionPipeline {
   /// The guider for resolved inputs `p` (the family's GuiderSpec).
   Guider guider(const PipelineInputs& p) const { return Guider(spec_.guider, p); }
 
+  /// The text encoders are loaded on this rank now (false on an own-rank placement's other
+  /// ranks, and under `once` between requests).
+  virtual bool textEncodersLoaded() const = 0;
+  /// The prompt-embedding cache's hits and misses since the pipeline was built (0 without a
+  /// cache: PipelineOptions::prompt_cache 0).
+  uint64_t promptCacheHits() const;
+  uint64_t promptCacheMisses() const;
+
  protected:
   /// Checks the device (CUDA build for "cuda", no float16 on the CPU) and the tensor-parallel
   /// degree against the family's declared plans (model.dims()), before any weight is read.
@@ -127,10 +136,30 @@ class FlowMatchPipeline : public DiffusionPipeline {
   /// Pixels per latent pixel (the family's SizeRule).
   int vaeScaleFactor() const { return spec_.size.vae_scale_factor; }
 
+  /// This rank runs the text encoders (encodesPrompts(options()): always, except on an own-rank
+  /// placement's other ranks) and loads them when the pipeline is built (not under `once`).
+  bool encodesPrompts() const;
+  bool loadsTextEncodersAtStart() const;
+  /// The group a text encoder with its own tensor-parallel plan is sharded under (the
+  /// transformer's tp group; null under own-rank: the encoding rank holds it whole).
+  std::shared_ptr<ProcessGroup> textEncoderTp() const;
+  /// The text-encoder placement host-streamed: Qwen3Model's streamTo device.
+  bool streamsTextEncoder() const {
+    return opts_.text_encoder == TextEncoderPlacement::HostStreamed;
+  }
+
   // ---- Family hooks ----
-  /// One prompt's conditioning (collective over the text encoder's groups).
+  /// One prompt's conditioning (collective over the text encoder's groups). Called only on a
+  /// rank that encodesPrompts(), with the encoders loaded.
   virtual PromptConditioning encodePromptConditioning(const std::string& prompt,
                                                       int max_sequence_length) = 0;
+  /// Loads this rank's text encoders (the `once` placement calls it before each request's
+  /// prompts; a family loads them from its constructor when loadsTextEncodersAtStart()), sharded
+  /// under textEncoderTp(), host-resident when streamsTextEncoder(). Throws as loading does.
+  virtual void loadTextEncoders() = 0;
+  /// Frees this rank's text encoders (tokenizers may stay: they are small and requestWarnings
+  /// reads them). No-op when none are loaded.
+  virtual void releaseTextEncoders() = 0;
   virtual const SchedulerConfig& schedulerConfig() const = 0;
   /// The scheduler configuration of one request: schedulerConfig() (the folder's
   /// scheduler_config.json) unless the family reads a request knob into it, as diffusers'
@@ -197,6 +226,11 @@ class FlowMatchPipeline : public DiffusionPipeline {
 
  private:
   void checkCfg(const Guider& guider) const;
+  /// One prompt text's conditioning as the placement and the cache give it: from the cache, or
+  /// encoded on this rank (loading the encoders first under `once`) and, under own-rank,
+  /// broadcast over the tp x cp group. Counts in `res` (prompt_cache_hits / prompts_encoded).
+  PromptConditioning conditioning(const std::string& text, int max_sequence_length,
+                                  GenerationResult& res);
   /// The request's reference images, once per request (encode_references stage): read, fitted,
   /// preprocessed, encoded and packed into s.reference_tokens (device, compute dtype) and
   /// s.reference_ids; res.tensors gets "ref_image.<i>", "ref_latents" [1, S_ref, C] and
@@ -216,6 +250,7 @@ class FlowMatchPipeline : public DiffusionPipeline {
   RequestSpec spec_;          ///< requestSpecOf(model_)
   std::string familyName_;    ///< FamilySpec::display_name, named in refusals
   bool finalDecode_ = false;  ///< inside generate()'s final decode (finalDecodeGroup())
+  std::unique_ptr<PromptEmbeddingCache> promptCache_;  ///< PipelineOptions::prompt_cache > 0
 };
 
 }  // namespace dit

@@ -5,6 +5,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <functional>
+#include <limits>
+#include <optional>
 #include <stdexcept>
 
 #include "backend/io/weight_loader.h"
@@ -14,6 +17,8 @@
 #include "backend/tokenizers/qwen2_tokenizer.h"
 #include "parallel/process_group.h"
 #include "parallel/strategy.h"
+#include "parallel/tensor_parallel/layers.h"
+#include "parallel/tensor_parallel/weight_storage.h"
 
 namespace dit {
 namespace {
@@ -38,6 +43,70 @@ struct Layer {
   at::Tensor kvIndex;  // int64 [local query heads]: local KV head used by each local query head
 };
 
+using TensorMap = std::function<at::Tensor(const at::Tensor&)>;
+
+// `l` rebuilt with every tensor passed through `f` (same class, name, shard spec and group).
+LinearPtr mapLinear(const LinearPtr& l, const TensorMap& f,
+                    const std::shared_ptr<ProcessGroup>& tp) {
+  using namespace tensor_parallel;
+  const at::Tensor w = f(l->weight());
+  const at::Tensor b = l->bias().defined() ? f(l->bias()) : at::Tensor();
+  LinearPtr n;
+  if (const auto* c = dynamic_cast<const ColumnParallelLinear*>(l.get()))
+    n = std::make_shared<ColumnParallelLinear>(l->name(), w, b, l->spec(), tp, c->gatherOutput());
+  else if (const auto* r = dynamic_cast<const RowParallelLinear*>(l.get()))
+    n = std::make_shared<RowParallelLinear>(l->name(), w, b, l->spec(), tp, r->inputIsParallel());
+  else
+    n = std::make_shared<ReplicatedLinear>(l->name(), w, b);
+  if (const WeightStorage* st = l->weightStorage()) {
+    auto copy = std::make_shared<WeightStorage>(*st);
+    if (copy->table.defined()) copy->table = f(copy->table);
+    if (copy->rowScale.defined()) copy->rowScale = f(copy->rowScale);
+    n->setWeightStorage(std::move(copy));
+  }
+  return n;
+}
+
+// The layer with every tensor passed through `f`.
+Layer mapLayer(const Layer& L, const TensorMap& f, const std::shared_ptr<ProcessGroup>& tp) {
+  auto opt = [&](const at::Tensor& t) { return t.defined() ? f(t) : t; };
+  Layer n;
+  n.input_layernorm = opt(L.input_layernorm);
+  n.post_attention_layernorm = opt(L.post_attention_layernorm);
+  n.q_norm = opt(L.q_norm);
+  n.k_norm = opt(L.k_norm);
+  n.q_proj = mapLinear(L.q_proj, f, tp);
+  n.k_proj = mapLinear(L.k_proj, f, tp);
+  n.v_proj = mapLinear(L.v_proj, f, tp);
+  n.o_proj = mapLinear(L.o_proj, f, tp);
+  n.gate_proj = mapLinear(L.gate_proj, f, tp);
+  n.up_proj = mapLinear(L.up_proj, f, tp);
+  n.down_proj = mapLinear(L.down_proj, f, tp);
+  n.kvIndex = opt(L.kvIndex);
+  return n;
+}
+
+// Bytes of a layer's tensors (weights, norms; the kvIndex too, it travels with the layer).
+uint64_t layerBytes(const Layer& L) {
+  uint64_t b = 0;
+  auto add = [&](const at::Tensor& t) {
+    if (t.defined()) b += static_cast<uint64_t>(t.nbytes());
+  };
+  for (const at::Tensor* t :
+       {&L.input_layernorm, &L.post_attention_layernorm, &L.q_norm, &L.k_norm, &L.kvIndex})
+    add(*t);
+  for (const LinearPtr* l :
+       {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj}) {
+    add((*l)->weight());
+    add((*l)->bias());
+    if (const auto* st = (*l)->weightStorage()) {
+      add(st->table);
+      add(st->rowScale);
+    }
+  }
+  return b;
+}
+
 }  // namespace
 
 struct Qwen3Model::Impl {
@@ -50,13 +119,24 @@ struct Qwen3Model::Impl {
   std::string replicatedReason;
   at::ScalarType dtype = at::kFloat;
   uint64_t bytes = 0;
+  std::shared_ptr<ProcessGroup> tp;
+  std::optional<c10::Device> streamTo;  ///< host streaming: the device the layers visit
+  uint64_t largestLayer = 0;
 };
 
 Qwen3Model::Qwen3Model(const Qwen3Config& cfg, WeightSource& source,
-                       std::shared_ptr<ProcessGroup> tp, int maxLayer)
+                       std::shared_ptr<ProcessGroup> tp, int maxLayer,
+                       std::optional<c10::Device> streamTo)
     : d_(std::make_unique<Impl>()) {
   auto& D = *d_;
   D.cfg = cfg;
+  D.tp = tp;
+  D.streamTo = streamTo;
+  if (streamTo && !source.device().is_cpu())
+    throw std::invalid_argument(
+        "Qwen3Model: host streaming needs its weights read into host memory (a CPU "
+        "WeightSource), not " +
+        source.device().str());
   D.maxLayer = maxLayer < 0 ? cfg.num_hidden_layers : maxLayer;
   if (D.maxLayer > cfg.num_hidden_layers)
     throw std::invalid_argument("Qwen3Model: maxLayer " + std::to_string(maxLayer) +
@@ -123,6 +203,14 @@ Qwen3Model::Qwen3Model(const Qwen3Config& cfg, WeightSource& source,
   }
   if (withNorm) D.norm = w.param(D.prefix + "norm.weight", {H});
   D.parameters = w.parameters();
+  // Page-locked host copies when the layers stream to a GPU (asynchronous DMA copies).
+  if (streamTo && streamTo->is_cuda()) {
+    const TensorMap pin = [](const at::Tensor& t) { return t.is_pinned() ? t : t.pin_memory(); };
+    D.embed_tokens = pin(D.embed_tokens);
+    if (D.norm.defined()) D.norm = pin(D.norm);
+    for (Layer& L : D.layers) L = mapLayer(L, pin, tp);
+  }
+  for (const Layer& L : D.layers) D.largestLayer = std::max(D.largestLayer, layerBytes(L));
   const int64_t eb = static_cast<int64_t>(c10::elementSize(D.dtype));
   for (const auto& p : D.parameters) {
     int64_t n = 1;
@@ -133,6 +221,11 @@ Qwen3Model::Qwen3Model(const Qwen3Config& cfg, WeightSource& source,
 
 Qwen3Model::~Qwen3Model() = default;
 uint64_t Qwen3Model::weightBytes() const { return d_->bytes; }
+bool Qwen3Model::streamed() const { return d_->streamTo.has_value(); }
+c10::Device Qwen3Model::computeDevice() const {
+  return d_->streamTo ? *d_->streamTo : d_->embed_tokens.device();
+}
+uint64_t Qwen3Model::largestLayerBytes() const { return d_->largestLayer; }
 int Qwen3Model::layersLoaded() const { return d_->maxLayer; }
 const std::string& Qwen3Model::replicatedReason() const { return d_->replicatedReason; }
 const Qwen3Config& Qwen3Model::config() const { return d_->cfg; }
@@ -168,12 +261,13 @@ std::vector<at::Tensor> Qwen3Model::hiddenStates(const at::Tensor& input_ids,
       throw std::invalid_argument("Qwen3Model::hiddenStates: token id outside [0, vocab_size " +
                                   std::to_string(c.vocab_size) + ")");
   }
-  const auto dev = D.embed_tokens.device();
-  const auto ids = input_ids.to(dev);
-  const int64_t B = ids.size(0), L = ids.size(1), Dh = c.head_dim;
+  const auto dev = computeDevice();
+  const int64_t B = input_ids.size(0), L = input_ids.size(1), Dh = c.head_dim;
   const int64_t layersToRun = std::min<int64_t>(top, c.num_hidden_layers);
 
-  at::Tensor x = at::embedding(D.embed_tokens, ids);  // [B, L, H]
+  // Streaming: the lookup on the host table, only the looked-up rows travel.
+  at::Tensor x = D.streamTo ? at::embedding(D.embed_tokens, input_ids.to(at::kCPU)).to(dev)
+                            : at::embedding(D.embed_tokens, input_ids.to(dev));  // [B, L, H]
   // RoPE tables (transformers Qwen3RotaryEmbedding, default rope): float32.
   const auto fopt = at::TensorOptions().dtype(at::kFloat).device(dev);
   const auto invFreq =
@@ -209,8 +303,14 @@ std::vector<at::Tensor> Qwen3Model::hiddenStates(const at::Tensor& input_ids,
   std::vector<bool> keep(states.size(), false);
   for (int k : indices) keep[static_cast<size_t>(k)] = true;
   if (keep[0]) states[0] = x;
+  // Streaming: each layer's weights copied to the device (fresh tensors) for its forward only.
+  const TensorMap toDevice = [dev](const at::Tensor& t) {
+    return t.to(dev, t.scalar_type(), /*non_blocking=*/true, /*copy=*/true);
+  };
   for (int64_t li = 0; li < layersToRun; ++li) {
-    const Layer& Ly = D.layers[static_cast<size_t>(li)];
+    Layer visiting;
+    if (D.streamTo) visiting = mapLayer(D.layers[static_cast<size_t>(li)], toDevice, D.tp);
+    const Layer& Ly = D.streamTo ? visiting : D.layers[static_cast<size_t>(li)];
     at::Tensor residual = x;
     at::Tensor h = rmsNorm(x, Ly.input_layernorm, c.rms_norm_eps);
     auto q = Ly.q_proj->forward(h);
@@ -244,7 +344,7 @@ std::vector<at::Tensor> Qwen3Model::hiddenStates(const at::Tensor& input_ids,
   out.reserve(indices.size());
   for (int k : indices) {
     at::Tensor t = k == c.num_hidden_layers
-                       ? rmsNorm(states[static_cast<size_t>(k)], D.norm, c.rms_norm_eps)
+                       ? rmsNorm(states[static_cast<size_t>(k)], D.norm.to(dev), c.rms_norm_eps)
                        : states[static_cast<size_t>(k)];
     out.push_back(t.to(at::kFloat));
   }

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,12 +51,20 @@ class MistralTokenizer;
 /// num_key_value_heads; the whole model is replicated (logged, see replicatedReason()) when tp
 /// does not divide num_attention_heads or intermediate_size. Device and dtype are the
 /// WeightSource's.
+///
+/// Host streaming (the text-encoder placement host-streamed, text_encoder_placement.h): with
+/// `streamTo` set, the WeightSource is a host (CPU) one and the weights stay there (page-locked
+/// when streamTo is a CUDA device, so the copies are DMA); hiddenStates() looks the embeddings up
+/// on the host and copies each decoder layer's weights into fresh tensors on streamTo right
+/// before its forward, dropping them after it, so the device holds one layer at a time
+/// (largestLayerBytes()). The numbers are those of the resident model (the same kernels on the
+/// same device).
 class Qwen3Model {
  public:
   /// Throws ModelFileError for missing / mismatching tensors, std::invalid_argument for maxLayer
-  /// outside [0, num_hidden_layers].
+  /// outside [0, num_hidden_layers] or a streamTo with a non-CPU WeightSource.
   Qwen3Model(const Qwen3Config& cfg, WeightSource& w, std::shared_ptr<ProcessGroup> tp = nullptr,
-             int maxLayer = -1);
+             int maxLayer = -1, std::optional<c10::Device> streamTo = std::nullopt);
   ~Qwen3Model();
   Qwen3Model(const Qwen3Model&) = delete;
   Qwen3Model& operator=(const Qwen3Model&) = delete;
@@ -65,15 +75,21 @@ class Qwen3Model {
   /// [B, L] (1 = real token, 0 = padding): causal AND key-padding mask, position ids 0..L-1 for
   /// every row (padding does not shift them; with positions_from_mask cumsum(mask) - 1, padding
   /// positions 1). Returns float32 [B, L, hidden_size] per index, in
-  /// the order asked, on the weights' device. Collective over the tp group (every rank gets the
+  /// the order asked, on computeDevice(). Collective over the tp group (every rank gets the
   /// same result). Throws std::invalid_argument for bad shapes/dtypes, an id out of range or an
   /// index outside [0, maxLayer] (num_hidden_layers allowed only when maxLayer is it).
   std::vector<at::Tensor> hiddenStates(const at::Tensor& input_ids,
                                        const at::Tensor& attention_mask,
                                        const std::vector<int>& indices) const;
 
-  /// Bytes of weights this rank holds (compute dtype).
+  /// Bytes of weights this rank holds (compute dtype; in host memory when streamed()).
   uint64_t weightBytes() const;
+  /// The weights stay on the host and stream to computeDevice() layer by layer.
+  bool streamed() const;
+  /// Where hiddenStates() computes: streamTo, or the weights' device.
+  c10::Device computeDevice() const;
+  /// Bytes of this rank's largest decoder layer (what streaming holds on the device at once).
+  uint64_t largestLayerBytes() const;
   /// Decoder layers loaded (= maxLayer).
   int layersLoaded() const;
   /// Empty when the tp plan applies; otherwise why this rank holds the whole model.

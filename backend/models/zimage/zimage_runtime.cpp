@@ -10,6 +10,7 @@
 #include "backend/models/autoencoders/autoencoder_kl.h"
 #include "backend/models/text_encoders/modeling_qwen3.h"
 #include "backend/models/zimage/transformer_zimage.h"
+#include "backend/pipelines/prompt_encoding.h"
 #include "backend/pipelines/zimage/pipeline_zimage.h"
 
 namespace dit {
@@ -19,8 +20,10 @@ FamilyRuntime zimageRuntime() {
   r.pipeline_class = "ZImagePipeline";
   r.loadPipeline = [](const ModelFolder& model,
                       const PipelineOptions& opts) -> std::unique_ptr<DiffusionPipeline> {
-    return std::make_unique<ZImagePipeline>(model, opts,
-                                            std::make_unique<ZImagePromptEncoder>(model, opts));
+    // Own-rank: only the encoding rank of each group holds the text side.
+    return std::make_unique<ZImagePipeline>(
+        model, opts,
+        encodesPrompts(opts) ? std::make_unique<ZImagePromptEncoder>(model, opts) : nullptr);
   };
   r.loadTransformer =
       [](const nlohmann::json& config, const std::string& file, WeightSource& w,

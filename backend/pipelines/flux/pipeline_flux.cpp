@@ -60,16 +60,12 @@ FluxPipeline::FluxPipeline(const ModelFolder& model, const PipelineOptions& opts
     D.transformer = std::make_unique<FluxTransformer2DModel>(D.cfg.transformer, *w, opts.parallel);
     D.bytes["transformer"] = w->bytesLoaded();
   }
-  {
-    auto w = WeightSource::forComponent(model, "text_encoder", "model", opts.dtype, device());
-    D.clip = std::make_unique<CLIPTextModel>(D.cfg.text_encoder, *w);
-    D.bytes["text_encoder"] = w->bytesLoaded();
-  }
-  {
-    auto w = WeightSource::forComponent(model, "text_encoder_2", "model", opts.dtype, device());
-    D.t5 = std::make_unique<T5EncoderModel>(D.cfg.text_encoder_2, *w);
-    D.bytes["text_encoder_2"] = w->bytesLoaded();
-  }
+  if (opts.text_encoder == TextEncoderPlacement::HostStreamed)
+    throw std::invalid_argument(
+        "--text-encoder-placement host-streamed: FLUX.1's CLIP and T5 encoders are not streamed "
+        "from host memory in this build (the Qwen3 / Mistral / Qwen2.5-VL encoders of FLUX.2, "
+        "Z-Image and Qwen-Image are); use once, own-rank or sharded");
+  if (loadsTextEncodersAtStart()) loadTextEncoders();
   {
     auto w =
         WeightSource::forComponent(model, "vae", "diffusion_pytorch_model", opts.dtype, device());
@@ -77,6 +73,33 @@ FluxPipeline::FluxPipeline(const ModelFolder& model, const PipelineOptions& opts
     D.vae->setTiling(opts.vae_tiling);
     D.bytes["vae"] = w->bytesLoaded();
   }
+}
+
+bool FluxPipeline::textEncodersLoaded() const { return d_->clip && d_->t5; }
+
+void FluxPipeline::loadTextEncoders() {
+  auto& D = *d_;
+  // CLIP and T5 have no tensor-parallel plan: whole on the ranks that encode.
+  if (!D.clip) {
+    auto w =
+        WeightSource::forComponent(model(), "text_encoder", "model", options().dtype, device());
+    D.clip = std::make_unique<CLIPTextModel>(D.cfg.text_encoder, *w);
+    D.bytes["text_encoder"] = w->bytesLoaded();
+  }
+  if (!D.t5) {
+    auto w =
+        WeightSource::forComponent(model(), "text_encoder_2", "model", options().dtype, device());
+    D.t5 = std::make_unique<T5EncoderModel>(D.cfg.text_encoder_2, *w);
+    D.bytes["text_encoder_2"] = w->bytesLoaded();
+  }
+}
+
+void FluxPipeline::releaseTextEncoders() {
+  auto& D = *d_;
+  D.clip.reset();
+  D.t5.reset();
+  D.bytes.erase("text_encoder");
+  D.bytes.erase("text_encoder_2");
 }
 
 void checkCheckpointMatchesConfig(const ModelFolder& model) {
@@ -147,6 +170,10 @@ int img2imgStart(int steps, double strength) { return img2imgStartIndex(steps, s
 
 PromptEmbeds FluxPipeline::encodePrompt(const std::string& prompt, int maxLen) {
   auto& D = *d_;
+  if (!textEncodersLoaded())
+    throw std::invalid_argument(
+        "FluxPipeline::encodePrompt: the text encoders are not loaded on this rank (placement " +
+        std::string(textEncoderPlacementName(options().text_encoder)) + ")");
   PromptEmbeds e;
   auto t0 = Clock::now();
   auto clipIds = D.clipTok->encodePadded(prompt, D.cfg.tokenizer_max_length);

@@ -63,10 +63,14 @@ class FluxPipeline : public FlowMatchPipeline {
   FluxTransformer2DModel& transformer() override;
   /// Bytes of weights held by this rank, per component ("transformer", "text_encoder", ...).
   std::map<std::string, uint64_t> weightBytes() const override;
+  bool textEncodersLoaded() const override;
 
  protected:
   PromptConditioning encodePromptConditioning(const std::string& prompt,
                                               int max_sequence_length) override;
+  /// CLIP and T5 (whole: no tensor-parallel plan); host-streamed is refused at construction.
+  void loadTextEncoders() override;
+  void releaseTextEncoders() override;
   const SchedulerConfig& schedulerConfig() const override;
   /// calculate_shift(image_seq_len, base_image_seq_len, max_image_seq_len, base_shift, max_shift).
   double scheduleMu(int image_seq_len, int steps) const override;

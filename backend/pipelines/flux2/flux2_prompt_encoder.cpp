@@ -6,12 +6,15 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <optional>
 #include <regex>
+#include <stdexcept>
 
 #include "backend/io/safetensors.h"
 #include "backend/io/weight_source.h"
 #include "backend/models/text_encoders/modeling_qwen3.h"
 #include "backend/pipelines/flux2/pipeline_flux2.h"
+#include "backend/pipelines/prompt_encoding.h"
 #include "backend/tokenizers/mistral_tokenizer.h"
 #include "backend/tokenizers/qwen2_tokenizer.h"
 
@@ -19,32 +22,70 @@ namespace dit {
 
 namespace {
 
-class Qwen3PromptEncoder : public Flux2PromptEncoder {
+// The decoder of either encoder as `opts` places it: under textEncoderTpGroup(opts), read into
+// host memory and streamed to the device under host-streamed.
+std::unique_ptr<Qwen3Model> loadDecoder(const ModelFolder& model, const PipelineOptions& opts,
+                                        int maxLayer) {
+  const Flux2PipelineConfig& cfg = flux2Config(model);
+  const bool stream = opts.text_encoder == TextEncoderPlacement::HostStreamed;
+  const c10::Device device(opts.device);
+  auto w = WeightSource::forComponent(model, "text_encoder", "model", opts.dtype,
+                                      stream ? c10::Device(at::kCPU) : device);
+  auto m = std::make_unique<Qwen3Model>(cfg.text_encoder, *w, textEncoderTpGroup(opts), maxLayer,
+                                        stream ? std::optional<c10::Device>(device) : std::nullopt);
+  if (m->streamed())
+    spdlog::info(
+        "FLUX.2 text encoder in host memory ({} bytes), streamed to {} one layer at a time "
+        "(largest {} bytes)",
+        m->weightBytes(), device.str(), m->largestLayerBytes());
+  return m;
+}
+
+// What both encoders share: the options, the layers asked, the decoder's lifetime.
+class DecoderPromptEncoder : public Flux2PromptEncoder {
+ public:
+  DecoderPromptEncoder(const ModelFolder& model, const PipelineOptions& opts)
+      : model_(model), opts_(opts), layers_(flux2Config(model).text_encoder_out_layers) {}
+  uint64_t weightBytes() const override { return decoder_ ? decoder_->weightBytes() : 0; }
+  void release() override { decoder_.reset(); }
+  bool loaded() const override { return decoder_ != nullptr; }
+
+ protected:
+  const Qwen3Model& decoder() const {
+    if (!decoder_)
+      throw std::logic_error("the FLUX.2 text encoder is not loaded (released after its prompts)");
+    return *decoder_;
+  }
+  int maxLayer() const { return *std::max_element(layers_.begin(), layers_.end()); }
+  ModelFolder model_;
+  PipelineOptions opts_;
+  std::vector<int> layers_;
+  std::unique_ptr<Qwen3Model> decoder_;
+};
+
+class Qwen3PromptEncoder : public DecoderPromptEncoder {
  public:
   Qwen3PromptEncoder(const ModelFolder& model, const PipelineOptions& opts)
-      : tokenizer_(Qwen2Tokenizer::fromFolder(model.component("tokenizer"))),
-        layers_(flux2Config(model).text_encoder_out_layers) {
-    const Flux2PipelineConfig& cfg = flux2Config(model);
-    auto w = WeightSource::forComponent(model, "text_encoder", "model", opts.dtype,
-                                        c10::Device(opts.device));
-    const int maxLayer = *std::max_element(layers_.begin(), layers_.end());
-    model_ = std::make_unique<Qwen3Model>(cfg.text_encoder, *w, opts.parallel.tp, maxLayer);
-    if (!model_->replicatedReason().empty())
+      : DecoderPromptEncoder(model, opts),
+        tokenizer_(Qwen2Tokenizer::fromFolder(model.component("tokenizer"))) {
+    if (loadsTextEncodersAtStart(opts)) load();
+  }
+  void load() override {
+    if (decoder_) return;
+    decoder_ = loadDecoder(model_, opts_, maxLayer());
+    if (!decoder_->replicatedReason().empty())
       spdlog::info("FLUX.2 text encoder replicated on every tp rank: {}",
-                   model_->replicatedReason());
+                   decoder_->replicatedReason());
   }
   at::Tensor encode(const std::string& prompt, int maxLen) const override {
-    return qwen3PromptEmbeds(tokenizer_, *model_, prompt, maxLen, layers_);
+    return qwen3PromptEmbeds(tokenizer_, decoder(), prompt, maxLen, layers_);
   }
   size_t untruncatedTokens(const std::string& prompt) const override {
     return tokenizer_.encode(tokenizer_.applyChatTemplate(prompt), 0).untruncated_length;
   }
-  uint64_t weightBytes() const override { return model_->weightBytes(); }
 
  private:
   Qwen2Tokenizer tokenizer_;
-  std::vector<int> layers_;
-  std::unique_ptr<Qwen3Model> model_;
 };
 
 // The config keys a text-encoder tensor's shape follows, for a tensor that disagrees with
@@ -74,17 +115,18 @@ std::string mistralShapeKeys(const std::string& tensor, const Qwen3Config& c) {
   return H + " elements";
 }
 
-class MistralPromptEncoder : public Flux2PromptEncoder {
+class MistralPromptEncoder : public DecoderPromptEncoder {
  public:
   MistralPromptEncoder(const ModelFolder& model, const PipelineOptions& opts)
-      : tokenizer_(MistralTokenizer::fromFolder(model.component("tokenizer"))),
-        layers_(flux2Config(model).text_encoder_out_layers) {
-    const Flux2PipelineConfig& cfg = flux2Config(model);
-    auto w = WeightSource::forComponent(model, "text_encoder", "model", opts.dtype,
-                                        c10::Device(opts.device));
-    const int maxLayer = *std::max_element(layers_.begin(), layers_.end());
+      : DecoderPromptEncoder(model, opts),
+        tokenizer_(MistralTokenizer::fromFolder(model.component("tokenizer"))) {
+    if (loadsTextEncodersAtStart(opts)) load();
+  }
+  void load() override {
+    if (decoder_) return;
+    const Flux2PipelineConfig& cfg = flux2Config(model_);
     try {
-      model_ = std::make_unique<Qwen3Model>(cfg.text_encoder, *w, opts.parallel.tp, maxLayer);
+      decoder_ = loadDecoder(model_, opts_, maxLayer());
     } catch (const ModelFileError& e) {
       // A tensor whose shape disagrees with the config: name the config keys it follows.
       static const std::regex named("tensor '([^']+)'.* has shape");
@@ -94,28 +136,26 @@ class MistralPromptEncoder : public Flux2PromptEncoder {
       throw ModelFileError(e.file(), cause + " (text_encoder/config.json's text_config: " +
                                          mistralShapeKeys(mt[1].str(), cfg.text_encoder) + ")");
     }
-    if (!model_->replicatedReason().empty())
+    if (!decoder_->replicatedReason().empty())
       spdlog::info("FLUX.2 [dev] text encoder replicated on every tp rank: {}",
-                   model_->replicatedReason());
+                   decoder_->replicatedReason());
   }
   at::Tensor encode(const std::string& prompt, int maxLen) const override {
-    return mistralPromptEmbeds(tokenizer_, *model_, prompt, maxLen, layers_);
+    return mistralPromptEmbeds(tokenizer_, decoder(), prompt, maxLen, layers_);
   }
   size_t untruncatedTokens(const std::string& prompt) const override {
     return tokenizer_.encode(tokenizer_.applyChatTemplate(prompt), 0).untruncated_length;
   }
-  uint64_t weightBytes() const override { return model_->weightBytes(); }
 
  private:
   MistralTokenizer tokenizer_;
-  std::vector<int> layers_;
-  std::unique_ptr<Qwen3Model> model_;
 };
 
 }  // namespace
 
 std::unique_ptr<Flux2PromptEncoder> loadFlux2PromptEncoder(const ModelFolder& model,
                                                            const PipelineOptions& opts) {
+  if (!encodesPrompts(opts)) return nullptr;  // own-rank: another rank of the group encodes
   if (flux2Config(model).mistral) return std::make_unique<MistralPromptEncoder>(model, opts);
   return std::make_unique<Qwen3PromptEncoder>(model, opts);
 }

@@ -69,12 +69,33 @@ Flux2KleinPipeline::Flux2KleinPipeline(const ModelFolder& model, const PipelineO
     D.bytes["vae"] = w->bytesLoaded();
   }
   D.encoder = std::move(encoder);
-  if (D.encoder) D.bytes["text_encoder"] = D.encoder->weightBytes();
 }
 
 Flux2KleinPipeline::~Flux2KleinPipeline() = default;
 DiffusionTransformer& Flux2KleinPipeline::transformer() { return *d_->transformer; }
-std::map<std::string, uint64_t> Flux2KleinPipeline::weightBytes() const { return d_->bytes; }
+std::map<std::string, uint64_t> Flux2KleinPipeline::weightBytes() const {
+  std::map<std::string, uint64_t> b = d_->bytes;
+  // What this rank holds now: none under own-rank on the other ranks, none between requests
+  // under once.
+  if (d_->encoder && d_->encoder->loaded())
+    b["text_encoder"] = d_->encoder->weightBytes();
+  else
+    b.erase("text_encoder");
+  return b;
+}
+
+bool Flux2KleinPipeline::textEncodersLoaded() const { return d_->encoder && d_->encoder->loaded(); }
+
+void Flux2KleinPipeline::loadTextEncoders() {
+  if (!d_->encoder)
+    throw std::invalid_argument(
+        "this FLUX.2 pipeline was loaded without its text encoder: prompts cannot be encoded");
+  d_->encoder->load();
+}
+
+void Flux2KleinPipeline::releaseTextEncoders() {
+  if (d_->encoder) d_->encoder->release();
+}
 
 PipelineModelInfo Flux2KleinPipeline::info() const {
   const auto& t = d_->cfg.transformer;

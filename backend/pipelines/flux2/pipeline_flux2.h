@@ -48,12 +48,22 @@ class Flux2PromptEncoder {
   virtual at::Tensor encode(const std::string& prompt, int max_sequence_length) const = 0;
   /// Tokens of the chat-template string before truncation (for the truncation warning).
   virtual size_t untruncatedTokens(const std::string& prompt) const = 0;
-  /// Bytes of text-encoder weights this rank holds.
+  /// Bytes of text-encoder weights this rank holds (0 while released; host bytes when
+  /// streamed).
   virtual uint64_t weightBytes() const = 0;
+  /// Loads the encoder's weights (the tokenizer stays loaded throughout). No-op when loaded.
+  /// Throws as loading does.
+  virtual void load() = 0;
+  /// Frees the encoder's weights; encode() then throws until load(). No-op when released.
+  virtual void release() = 0;
+  virtual bool loaded() const = 0;
 };
 
-/// Loads the FLUX.2 text encoder and tokenizer of `model` (text_encoder/, tokenizer/) under the
-/// transformer's tp group (pipelines/flux2/flux2_prompt_encoder.cpp).
+/// The FLUX.2 text side of `model` (tokenizer/, text_encoder/) as `opts` places it
+/// (pipelines/flux2/flux2_prompt_encoder.cpp): the tokenizer always; the encoder's weights under
+/// textEncoderTpGroup(opts) (the transformer's tp group; whole under own-rank), in host memory
+/// streamed layer by layer under host-streamed, not yet under once (loaded per request). Null on
+/// an own-rank placement's ranks that do not encode (encodesPrompts(opts) false).
 std::unique_ptr<Flux2PromptEncoder> loadFlux2PromptEncoder(const ModelFolder& model,
                                                            const PipelineOptions& opts);
 
@@ -83,6 +93,7 @@ class Flux2KleinPipeline : public FlowMatchPipeline {
   std::vector<std::string> requestWarnings(const PipelineInputs& p) const override;
   DiffusionTransformer& transformer() override;
   std::map<std::string, uint64_t> weightBytes() const override;
+  bool textEncodersLoaded() const override;
 
   /// CFG is on for these inputs: guidance > 1 and the model is not distilled.
   bool doClassifierFreeGuidance(const PipelineInputs& p) const;
@@ -113,6 +124,8 @@ class Flux2KleinPipeline : public FlowMatchPipeline {
   at::Tensor encodeReference(const at::Tensor& image, int index, GenerationResult& res) override;
   /// (10 + 10 index, y, x, 0) int64 [h * w, 4] (_prepare_image_ids).
   at::Tensor referenceIds(int index, int64_t h, int64_t w) const override;
+  void loadTextEncoders() override;
+  void releaseTextEncoders() override;
   /// img_ids (0, y, x, 0); `guidance` [1] = the request's guidance when the transformer has the
   /// guidance embedding (FLUX.2 [dev]); with reference images their ids appended (T = 10, 20, ...);
   /// with an init image the image latents are appended as conditioning tokens with ids (10, y, x,

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -145,13 +146,36 @@ QwenImagePipeline::QwenImagePipeline(const ModelFolder& model, const PipelineOpt
   if (withTextEncoder) {
     D.tokenizer =
         std::make_unique<Qwen2Tokenizer>(Qwen2Tokenizer::fromFolder(model.component("tokenizer")));
-    auto w = WeightSource::forComponent(model, "text_encoder", "model", opts.dtype, device());
-    D.text_encoder = std::make_unique<Qwen3Model>(D.cfg.text_encoder, *w, opts.parallel.tp);
-    if (!D.text_encoder->replicatedReason().empty())
-      spdlog::info("Qwen-Image text encoder replicated on every tp rank: {}",
-                   D.text_encoder->replicatedReason());
-    D.bytes["text_encoder"] = D.text_encoder->weightBytes();
+    if (loadsTextEncodersAtStart()) loadTextEncoders();
   }
+}
+
+bool QwenImagePipeline::textEncodersLoaded() const { return d_->text_encoder != nullptr; }
+
+void QwenImagePipeline::loadTextEncoders() {
+  auto& D = *d_;
+  if (!D.tokenizer)
+    throw std::invalid_argument(
+        "this Qwen-Image pipeline was loaded without its text encoder: prompts cannot be "
+        "encoded");
+  if (D.text_encoder) return;
+  // Placed as the options say: under textEncoderTp() (whole under own-rank), in host memory
+  // streamed layer by layer under host-streamed.
+  const bool stream = streamsTextEncoder();
+  auto w = WeightSource::forComponent(model(), "text_encoder", "model", options().dtype,
+                                      stream ? c10::Device(at::kCPU) : device());
+  D.text_encoder =
+      std::make_unique<Qwen3Model>(D.cfg.text_encoder, *w, textEncoderTp(), -1,
+                                   stream ? std::optional<c10::Device>(device()) : std::nullopt);
+  if (!D.text_encoder->replicatedReason().empty())
+    spdlog::info("Qwen-Image text encoder replicated on every tp rank: {}",
+                 D.text_encoder->replicatedReason());
+  D.bytes["text_encoder"] = D.text_encoder->weightBytes();
+}
+
+void QwenImagePipeline::releaseTextEncoders() {
+  d_->text_encoder.reset();
+  d_->bytes.erase("text_encoder");
 }
 
 QwenImagePipeline::~QwenImagePipeline() = default;

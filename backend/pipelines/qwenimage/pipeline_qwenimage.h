@@ -81,6 +81,7 @@ class QwenImagePipeline : public FlowMatchPipeline {
   std::vector<std::string> requestWarnings(const PipelineInputs& p) const override;
   DiffusionTransformer& transformer() override;
   std::map<std::string, uint64_t> weightBytes() const override;
+  bool textEncodersLoaded() const override;
 
   /// The pipeline's prompt embeddings of `prompts` (see qwenImagePromptEmbeds). Throws
   /// std::invalid_argument when loaded without a text encoder.
@@ -91,6 +92,10 @@ class QwenImagePipeline : public FlowMatchPipeline {
  protected:
   PromptConditioning encodePromptConditioning(const std::string& prompt,
                                               int max_sequence_length) override;
+  /// The Qwen2.5-VL encoder placed as PipelineOptions::text_encoder says (the tokenizer is loaded
+  /// with the pipeline whenever it has a text side).
+  void loadTextEncoders() override;
+  void releaseTextEncoders() override;
   const SchedulerConfig& schedulerConfig() const override;
   /// calculate_shift(image_seq_len, base/max image_seq_len, base/max shift).
   double scheduleMu(int image_seq_len, int steps) const override;

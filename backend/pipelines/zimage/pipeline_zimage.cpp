@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <utility>
@@ -14,6 +15,7 @@
 #include "backend/models/text_encoders/modeling_qwen3.h"
 #include "backend/models/zimage/transformer_zimage.h"
 #include "backend/models/zimage/zimage_family.h"
+#include "backend/pipelines/prompt_encoding.h"
 #include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
 #include "backend/tokenizers/qwen2_tokenizer.h"
 
@@ -35,6 +37,8 @@ std::string num(double v) {
 
 struct ZImagePromptEncoder::Impl {
   Qwen2Tokenizer tokenizer;
+  ModelFolder folder;
+  PipelineOptions opts;
   int layer = 0;
   std::unique_ptr<Qwen3Model> model;
   explicit Impl(Qwen2Tokenizer t) : tokenizer(std::move(t)) {}
@@ -42,16 +46,30 @@ struct ZImagePromptEncoder::Impl {
 
 ZImagePromptEncoder::ZImagePromptEncoder(const ModelFolder& model, const PipelineOptions& opts)
     : d_(new Impl(Qwen2Tokenizer::fromFolder(model.component("tokenizer")))) {
-  const ZImagePipelineConfig& cfg = zimageConfig(model);
-  d_->layer = cfg.textEncoderLayer();
-  auto w = WeightSource::forComponent(model, "text_encoder", "model", opts.dtype,
-                                      c10::Device(opts.device));
+  d_->folder = model;
+  d_->opts = opts;
+  d_->layer = zimageConfig(model).textEncoderLayer();
+  if (loadsTextEncodersAtStart(opts)) load();
+}
+
+void ZImagePromptEncoder::load() {
+  if (d_->model) return;
+  const ZImagePipelineConfig& cfg = zimageConfig(d_->folder);
+  const bool stream = d_->opts.text_encoder == TextEncoderPlacement::HostStreamed;
+  const c10::Device device(d_->opts.device);
+  auto w = WeightSource::forComponent(d_->folder, "text_encoder", "model", d_->opts.dtype,
+                                      stream ? c10::Device(at::kCPU) : device);
   // hidden_states[-2]: the decoder layers up to num_hidden_layers - 1, no final norm.
-  d_->model = std::make_unique<Qwen3Model>(cfg.text_encoder, *w, opts.parallel.tp, d_->layer);
+  d_->model =
+      std::make_unique<Qwen3Model>(cfg.text_encoder, *w, textEncoderTpGroup(d_->opts), d_->layer,
+                                   stream ? std::optional<c10::Device>(device) : std::nullopt);
   if (!d_->model->replicatedReason().empty())
     spdlog::info("Z-Image text encoder replicated on every tp rank: {}",
                  d_->model->replicatedReason());
 }
+
+void ZImagePromptEncoder::release() { d_->model.reset(); }
+bool ZImagePromptEncoder::loaded() const { return d_->model != nullptr; }
 
 ZImagePromptEncoder::~ZImagePromptEncoder() = default;
 
@@ -65,6 +83,8 @@ std::pair<at::Tensor, at::Tensor> ZImagePromptEncoder::tokenize(const std::strin
 }
 
 at::Tensor ZImagePromptEncoder::encode(const std::string& prompt, int maxLen) const {
+  if (!d_->model)
+    throw std::logic_error("the Z-Image text encoder is not loaded (released after its prompts)");
   auto [ids, mask] = tokenize(prompt, maxLen);
   const int64_t n = mask.sum().item<int64_t>();
   const at::Tensor h =
@@ -77,7 +97,9 @@ size_t ZImagePromptEncoder::untruncatedTokens(const std::string& prompt) const {
   return d_->tokenizer.encode(d_->tokenizer.applyChatTemplate(prompt, true), 0).untruncated_length;
 }
 
-uint64_t ZImagePromptEncoder::weightBytes() const { return d_->model->weightBytes(); }
+uint64_t ZImagePromptEncoder::weightBytes() const {
+  return d_->model ? d_->model->weightBytes() : 0;
+}
 
 // ---- ZImagePipeline ----
 
@@ -110,12 +132,28 @@ ZImagePipeline::ZImagePipeline(const ModelFolder& model, const PipelineOptions& 
     D.bytes["vae"] = w->bytesLoaded();
   }
   D.encoder = std::move(encoder);
-  if (D.encoder) D.bytes["text_encoder"] = D.encoder->weightBytes();
 }
 
 ZImagePipeline::~ZImagePipeline() = default;
 DiffusionTransformer& ZImagePipeline::transformer() { return *d_->transformer; }
-std::map<std::string, uint64_t> ZImagePipeline::weightBytes() const { return d_->bytes; }
+std::map<std::string, uint64_t> ZImagePipeline::weightBytes() const {
+  std::map<std::string, uint64_t> b = d_->bytes;
+  if (d_->encoder && d_->encoder->loaded()) b["text_encoder"] = d_->encoder->weightBytes();
+  return b;
+}
+
+bool ZImagePipeline::textEncodersLoaded() const { return d_->encoder && d_->encoder->loaded(); }
+
+void ZImagePipeline::loadTextEncoders() {
+  if (!d_->encoder)
+    throw std::invalid_argument(
+        "this Z-Image pipeline was loaded without its text encoder: prompts cannot be encoded");
+  d_->encoder->load();
+}
+
+void ZImagePipeline::releaseTextEncoders() {
+  if (d_->encoder) d_->encoder->release();
+}
 
 PipelineModelInfo ZImagePipeline::info() const {
   const auto& t = d_->cfg.transformer;

@@ -34,12 +34,13 @@ class AutoencoderKL;
 class Qwen2Tokenizer;
 class Qwen3Model;
 
-/// The text side of ZImagePipeline (_encode_prompt): Qwen2Tokenizer + Qwen3Model loaded under the
-/// transformer's tp group, with the decoder layers up to hidden_states[-2] only.
+/// The text side of ZImagePipeline (_encode_prompt): Qwen2Tokenizer + Qwen3Model placed as
+/// PipelineOptions::text_encoder says (under the transformer's tp group by default), with the
+/// decoder layers up to hidden_states[-2] only.
 class ZImagePromptEncoder {
  public:
-  /// Loads tokenizer/ and text_encoder/ of `model` (layers 1 .. num_hidden_layers - 1). Throws
-  /// ModelFileError naming the file.
+  /// Loads tokenizer/ and text_encoder/ of `model` (layers 1 .. num_hidden_layers - 1; the
+  /// encoder's weights not yet under the once placement). Throws ModelFileError naming the file.
   ZImagePromptEncoder(const ModelFolder& model, const PipelineOptions& opts);
   ~ZImagePromptEncoder();
   /// The chat-template string (enable_thinking=True) tokenized: {input_ids, attention_mask} int64
@@ -51,7 +52,15 @@ class ZImagePromptEncoder {
   at::Tensor encode(const std::string& prompt, int max_sequence_length) const;
   /// Tokens of the chat-template string before truncation.
   size_t untruncatedTokens(const std::string& prompt) const;
+  /// Bytes of the encoder's weights this rank holds (0 while released; host bytes when
+  /// streamed).
   uint64_t weightBytes() const;
+  /// Loads the encoder's weights as the options place them (textEncoderTpGroup, host-streamed);
+  /// the tokenizer stays loaded throughout. No-op when loaded.
+  void load();
+  /// Frees the encoder's weights (encode() throws until load()).
+  void release();
+  bool loaded() const;
 
  private:
   struct Impl;
@@ -82,10 +91,13 @@ class ZImagePipeline : public FlowMatchPipeline {
   std::vector<std::string> requestWarnings(const PipelineInputs& p) const override;
   DiffusionTransformer& transformer() override;
   std::map<std::string, uint64_t> weightBytes() const override;
+  bool textEncodersLoaded() const override;
 
  protected:
   PromptConditioning encodePromptConditioning(const std::string& prompt,
                                               int max_sequence_length) override;
+  void loadTextEncoders() override;
+  void releaseTextEncoders() override;
   const SchedulerConfig& schedulerConfig() const override;
   /// The folder's scheduler config with the request's `shift` knob as its static shift
   /// (diffusers: FlowMatchEulerDiscreteScheduler.from_config(config, shift=S)); the folder's
