@@ -13,3 +13,14 @@ foreach(_np 2 4)
     LABELS "parallel;mpi" PROCESSORS ${_np} TIMEOUT 300
     ENVIRONMENT "OMP_NUM_THREADS=1;DITSTUDIO_COLLECTIVE_TIMEOUT_S=120")
 endforeach()
+# ditstudio-vae-bench (the decode memory per rank, docs/planner.md) still runs: a narrow VAE, 3 x 3
+# tiles of 64 px shared by 2 ranks (seconds), its JSON names every rank's decode peak.
+if(TARGET ditstudio-vae-bench)
+  add_test(NAME vae_bench_smoke_np2
+           COMMAND ${DITSTUDIO_MPIRUN} -np 2 $<TARGET_FILE:ditstudio-vae-bench>
+                   --block-out-channels 32,32,32,32 --width 128 --height 128 --tile 64)
+  set_tests_properties(vae_bench_smoke_np2 PROPERTIES
+    LABELS "bench;mpi" PROCESSORS 2 TIMEOUT 120
+    ENVIRONMENT "OMP_NUM_THREADS=1;DITSTUDIO_COLLECTIVE_TIMEOUT_S=120"
+    PASS_REGULAR_EXPRESSION "\"max_decode_peak_bytes\": [1-9]")
+endif()

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/io/weight_source.h"
 #include "backend/nn/conv2d.h"
@@ -356,25 +359,66 @@ void blendInPlace(const at::Tensor& a, at::Tensor& b, int64_t blendExtent, int64
 
 }  // namespace
 
+namespace {
+
+// diffusers tiled_decode's blend loop, one tile at a time in row-major order: tile k is blended
+// in place with the already blended tile above (kept from the previous row) and the one to its
+// left (blend_v, then blend_h), cropped to row_limit, and a finished row is concatenated into a
+// strip. Holds two rows of tiles and the strips, never the whole grid: a rank that blends what
+// others decoded can take each tile as it comes. The arithmetic is diffusers' order exactly.
+class TileBlender {
+ public:
+  explicit TileBlender(const VaeTileGrid& g)
+      : g_(g), above_(static_cast<size_t>(g.cols())), row_(static_cast<size_t>(g.cols())) {}
+
+  /// Adds tile k (k = 0, 1, ... in order; [B, C, <= tile_sample, <= tile_sample]); modifies it
+  /// in place.
+  void add(int64_t k, at::Tensor tile) {
+    if (k != next_)
+      throw std::logic_error("TileBlender: tile " + std::to_string(k) + " given, " +
+                             std::to_string(next_) + " expected");
+    const int64_t i = k / g_.cols(), j = k % g_.cols();
+    if (i > 0) blendInPlace(above_[static_cast<size_t>(j)], tile, g_.blend_extent, 2);
+    if (j > 0) blendInPlace(row_[static_cast<size_t>(j - 1)], tile, g_.blend_extent, 3);
+    pieces_.push_back(tile.narrow(2, 0, std::min(g_.row_limit, tile.size(2)))
+                          .narrow(3, 0, std::min(g_.row_limit, tile.size(3))));
+    row_[static_cast<size_t>(j)] = std::move(tile);
+    if (j == g_.cols() - 1) {  // the row is done: its strip, and it becomes the row above
+      strips_.push_back(at::cat(pieces_, 3));
+      pieces_.clear();
+      std::swap(above_, row_);
+      for (at::Tensor& t : row_) t = at::Tensor();
+    }
+    ++next_;
+  }
+  /// The blended image [B, C, sum of row crops, sum of column crops] once every tile was added.
+  at::Tensor result() {
+    if (next_ != g_.count())
+      throw std::logic_error("TileBlender: " + std::to_string(next_) + " of " +
+                             std::to_string(g_.count()) + " tiles added");
+    above_.clear();
+    at::Tensor image = at::cat(strips_, 2);
+    strips_.clear();
+    return image;
+  }
+
+ private:
+  const VaeTileGrid& g_;
+  std::vector<at::Tensor> above_, row_, pieces_, strips_;
+  int64_t next_ = 0;
+};
+
+}  // namespace
+
 at::Tensor blendVaeTiles(const VaeTileGrid& g, std::vector<at::Tensor>& tiles) {
   if (static_cast<int64_t>(tiles.size()) != g.count())
     throw std::invalid_argument("blendVaeTiles: " + std::to_string(tiles.size()) +
                                 " tiles for a grid of " + std::to_string(g.count()));
-  std::vector<at::Tensor> resultRows;
-  for (int64_t i = 0; i < g.rows(); ++i) {
-    std::vector<at::Tensor> resultRow;
-    for (int64_t j = 0; j < g.cols(); ++j) {
-      at::Tensor& tile = tiles[static_cast<size_t>(i * g.cols() + j)];
-      if (i > 0)
-        blendInPlace(tiles[static_cast<size_t>((i - 1) * g.cols() + j)], tile, g.blend_extent, 2);
-      if (j > 0)
-        blendInPlace(tiles[static_cast<size_t>(i * g.cols() + j - 1)], tile, g.blend_extent, 3);
-      resultRow.push_back(tile.narrow(2, 0, std::min(g.row_limit, tile.size(2)))
-                              .narrow(3, 0, std::min(g.row_limit, tile.size(3))));
-    }
-    resultRows.push_back(at::cat(resultRow, 3));
-  }
-  return at::cat(resultRows, 2);
+  TileBlender blend(g);
+  // The blender keeps handles to the tiles it blends; the caller's tensors share their storage,
+  // so they are blended in place as documented.
+  for (int64_t k = 0; k < g.count(); ++k) blend.add(k, tiles[static_cast<size_t>(k)]);
+  return blend.result();
 }
 
 void AutoencoderKL::setTiling(const VaeTiling& tiling) {
@@ -422,21 +466,26 @@ at::Tensor AutoencoderKL::tiledDecode(const at::Tensor& z, ProcessGroup& group) 
     return std::vector<int64_t>{B, C, std::min(g.tile_latent, z.size(2) - i) * vsf,
                                 std::min(g.tile_latent, z.size(3) - j) * vsf};
   };
-  std::vector<at::Tensor> tiles(static_cast<size_t>(n));
-  for (int64_t k = first(rank); k < first(rank + 1); ++k)
-    tiles[static_cast<size_t>(k)] = decodeTile(z, g, k).contiguous();
   at::Tensor image;
   if (rank == 0) {
+    // Rank 0 blends each tile as it comes (its own as it decodes them, then each rank's in
+    // order): it holds two rows of tiles and the image, never the whole grid.
+    TileBlender blend(g);
+    for (int64_t k = first(0); k < first(1); ++k) blend.add(k, decodeTile(z, g, k).contiguous());
     for (int r = 1; r < size; ++r)
       for (int64_t k = first(r); k < first(r + 1); ++k) {
         at::Tensor t = at::empty(tileShape(k), opts);
         group.recv(t, r)->wait();
-        tiles[static_cast<size_t>(k)] = t;
+        blend.add(k, std::move(t));
       }
-    image = blendVaeTiles(g, tiles).contiguous();
+    image = blend.result().contiguous();
   } else {
+    // The other ranks decode their share, then send it in order when rank 0 asks.
+    std::vector<at::Tensor> mine;
     for (int64_t k = first(rank); k < first(rank + 1); ++k)
-      group.send(tiles[static_cast<size_t>(k)], 0)->wait();
+      mine.push_back(decodeTile(z, g, k).contiguous());
+    for (const at::Tensor& t : mine) group.send(t, 0)->wait();
+    mine.clear();
     image = at::empty({B, C, z.size(2) * vsf, z.size(3) * vsf}, opts);
   }
   group.broadcast(image, 0)->wait();

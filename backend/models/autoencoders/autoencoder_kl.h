@@ -79,8 +79,9 @@ class AutoencoderKL {
   /// tiling()'s (enabled or not). Throws std::invalid_argument as makeVaeTileGrid.
   at::Tensor tiledDecode(const at::Tensor& z) const;
   /// tiledDecode with the tiles shared out over `group`: rank r decodes tiles
-  /// [r * n / size, (r + 1) * n / size) of the n = grid.count() tiles, sends them to rank 0,
-  /// which blends them (blendVaeTiles) and broadcasts the image; every rank returns it. Equal
+  /// [r * n / size, (r + 1) * n / size) of the n = grid.count() tiles and sends them to rank 0,
+  /// which blends each as it comes (its own as it decodes them, then rank 1's, ...: it holds two
+  /// rows of tiles, not all n) and broadcasts the image; every rank returns it. Equal
   /// bit for bit to tiledDecode on one rank when every rank computes alike (same device kind
   /// and thread count). Collective over `group` (all ranks pass the same z shape and dtype).
   at::Tensor tiledDecode(const at::Tensor& z, ProcessGroup& group) const;
