@@ -9,6 +9,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "backend/nn/fused_rows_kernel.h"
 #include "parallel/cpu_math.h"
 
 namespace dit::nn {
@@ -30,6 +31,24 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void geluTanhF32(
   }
 }
 
+}  // namespace
+
+// silu(x) * g = x / (1 + exp(-x)) * g over rows (fused_rows_kernel.h); here, not in
+// fused_rows_kernel.cpp, because expClamped's rounding trick needs this file's flags (no
+// reassociation).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void detail::siluMulRowsF32(
+    const FusedRows& a) {
+  const int64_t n = a.C;
+  for (int64_t r = a.r0; r < a.r1; ++r) {
+    const float* __restrict x = a.x + r * a.ldx;
+    const float* __restrict g = a.shift + r * a.ldShift;
+    float* __restrict y = a.y + r * a.ldy;
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (1.0f + cpu_math::expClamped(-x[i])) * g[i];
+  }
+}
+
+namespace {
+
 __attribute__((target_clones("avx512f", "avx2", "default"))) void bf16ToF32(
     const uint16_t* __restrict in, float* __restrict out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = cpu_math::bf16BitsToFloat(in[i]);
@@ -42,12 +61,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void f32ToBf16(
 
 }  // namespace
 
-namespace {
-
-// The stride between t's rows when t is rows of unit stride with one stride between consecutive
-// rows (all leading dimensions folded; size-1 dimensions ignored), such as a narrow of a
-// contiguous tensor's last dimension; -1 otherwise (or when rows would overlap).
-int64_t uniformRowStride(const at::Tensor& t) {
+int64_t detail::uniformRowStride(const at::Tensor& t) {
   if (t.dim() == 0) return 1;
   const int64_t n = t.size(-1);
   if (n > 1 && t.stride(-1) != 1) return -1;
@@ -64,6 +78,8 @@ int64_t uniformRowStride(const at::Tensor& t) {
   }
   return ld;
 }
+
+namespace {
 
 // out rows [rows, n] with row stride ld (unit stride within a row) <- gelu of xc's rows (row
 // stride ldx, unit stride within a row).
@@ -109,7 +125,7 @@ void checkCpu(const at::Tensor& t, const char* what) {
 at::Tensor geluTanhCpu(const at::Tensor& x) {
   checkCpu(x, "the tensor");
   // A strided x whose rows are uniform (a narrow of a fused projection's output) is read in place.
-  const int64_t ldx = uniformRowStride(x);
+  const int64_t ldx = detail::uniformRowStride(x);
   const at::Tensor xc = ldx >= 0 ? x : x.contiguous();
   at::Tensor y = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
   const int64_t n = xc.dim() == 0 ? 1 : xc.size(-1);
@@ -128,7 +144,7 @@ void geluTanhCpuOut(const at::Tensor& x, const at::Tensor& out) {
                                 std::string(c10::toString(x.scalar_type())) + ", out " +
                                 c10::toString(out.scalar_type()) + ")");
   if (x.numel() == 0) return;
-  const int64_t ld = uniformRowStride(out);
+  const int64_t ld = detail::uniformRowStride(out);
   if (ld < 0)
     throw std::invalid_argument(
         "geluTanhCpuOut: out must be rows of unit stride with one row stride (such as a narrow "
@@ -136,7 +152,7 @@ void geluTanhCpuOut(const at::Tensor& x, const at::Tensor& out) {
   if (const auto o = at::get_overlap_status(x, out);
       o == at::MemOverlapStatus::Full || o == at::MemOverlapStatus::Partial)
     throw std::invalid_argument("geluTanhCpuOut: out must not overlap x");
-  const int64_t ldx = uniformRowStride(x);
+  const int64_t ldx = detail::uniformRowStride(x);
   const at::Tensor xc = ldx >= 0 ? x : x.contiguous();
   const int64_t n = x.size(-1);
   geluTanhRows(xc, ldx >= 0 ? ldx : n, out.data_ptr(), x.numel() / n, n, ld);

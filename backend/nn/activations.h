@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <string>
 
 namespace dit::nn {
@@ -33,5 +34,13 @@ at::Tensor geluTanhCpu(const at::Tensor& x);
 /// Throws std::invalid_argument for another device or dtype, a shape or dtype mismatch, an out
 /// whose rows are not laid out that way, or an out that overlaps x.
 void geluTanhCpuOut(const at::Tensor& x, const at::Tensor& out);
+
+namespace detail {
+/// The stride between t's rows when t is rows of unit stride (its last dimension) with one stride
+/// between consecutive rows (all leading dimensions folded; size-1 dimensions ignored), such as a
+/// narrow of a contiguous tensor's last dimension; -1 otherwise (or when rows would overlap). The
+/// row layout the project's CPU kernels (geluTanhCpuOut, fused_ops.h) read and write in place.
+int64_t uniformRowStride(const at::Tensor& t);
+}  // namespace detail
 
 }  // namespace dit::nn

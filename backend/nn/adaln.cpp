@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "backend/io/weight_loader.h"
+#include "backend/nn/fused_ops.h"
 #include "parallel/torch_compat.h"
 
 namespace dit::nn {
@@ -19,6 +20,11 @@ bool reducedOnCpu(const at::Tensor& x) {
                         x.scalar_type() == at::kHalf);
 }
 
+// The fused float32 CPU kernel takes x [B, S, C] and per-batch scale/shift.
+bool fusedModulationApplies(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& shift) {
+  return x.dim() == 3 && fusedRowsApply(x) && fusedRowsApply(scale) && fusedRowsApply(shift);
+}
+
 }  // namespace
 
 // bfloat16/float16 on the CPU: the norm and the modulation in float32 with one rounding to x's
@@ -28,6 +34,9 @@ bool reducedOnCpu(const at::Tensor& x) {
 // (norm, mul, add).
 at::Tensor layerNormModulate(const at::Tensor& x, const at::Tensor& scale,
                              const at::Tensor& shift) {
+  // float32 on the CPU: norm and modulation in one pass over each row (nn::layerNormModulateCpu)
+  // instead of layer_norm, 1 + scale and addcmul.
+  if (fusedModulationApplies(x, scale, shift)) return layerNormModulateCpu(x, scale, shift, 1e-6);
   if (reducedOnCpu(x)) {
     const at::Tensor h = layerNorm(x.to(at::kFloat));
     return at::addcmul(shift.unsqueeze(1).to(at::kFloat), h,
@@ -93,6 +102,8 @@ std::vector<Modulation::Params> Modulation::operator()(const at::Tensor& silu_te
 }
 
 at::Tensor Modulation::apply(const at::Tensor& x, const Params& p) {
+  if (fusedModulationApplies(x, p.scale, p.shift))
+    return layerNormModulateCpu(x, p.scale, p.shift, 1e-6);
   return (1 + p.scale) * layerNorm(x) + p.shift;
 }
 

@@ -4,8 +4,10 @@
 
 #include <stdexcept>
 #include <tuple>
+#include <vector>
 
 #include "backend/io/weight_loader.h"
+#include "backend/nn/fused_ops.h"
 #include "parallel/context_parallel.h"
 
 namespace dit::flux2 {
@@ -13,6 +15,20 @@ namespace dit::flux2 {
 using nn::Modulation;
 
 namespace {
+
+// to_out's input cat(a, silu(gate) * value) [B, S, C_local + M_local]. float32 on the CPU: the
+// SwiGLU written straight into its right-hand part (nn::siluMulCpu), only a copied in.
+at::Tensor attnAndSwiGLU(const at::Tensor& a, const at::Tensor& gate, const at::Tensor& value) {
+  if (!nn::fusedRowsApply(gate) || !nn::fusedRowsApply(a) || a.dim() != gate.dim())
+    return at::cat({a, at::silu(gate) * value}, -1);
+  std::vector<int64_t> shape = gate.sizes().vec();
+  const int64_t ca = a.size(-1), m = gate.size(-1);
+  shape.back() = ca + m;
+  at::Tensor buf = at::empty(shape, gate.options().memory_format(at::MemoryFormat::Contiguous));
+  nn::siluMulCpu(gate, value, buf.narrow(-1, ca, m));
+  buf.narrow(-1, 0, ca).copy_(a);
+  return buf;
+}
 
 // The part of a reference K or V [B, S_ref, H_local, D] this rank keeps: under Ulysses only the
 // heads it attends over after the all-to-all (ContextParallel::ulyssesHeads), else all.
@@ -45,10 +61,11 @@ std::pair<at::Tensor, at::Tensor> Flux2TransformerBlock::operator()(
     std::tie(attn_output, context_attn_output) = attn(n, nc, cos, sin, attention);
     if (seam) nn::cacheRecord(seam, {attn_output, context_attn_output});
   }
-  hs = hs + mi[0].gate * attn_output;
-  hs = hs + mi[1].gate * ff(Modulation::apply(hs, mi[1]));
-  enc = enc + mt[0].gate * context_attn_output;
-  enc = enc + mt[1].gate * ff_context(Modulation::apply(enc, mt[1]));
+  // Gated residuals x + gate * y as one addcmul each (one pass, one temporary fewer).
+  hs = at::addcmul(hs, mi[0].gate, attn_output);
+  hs = at::addcmul(hs, mi[1].gate, ff(Modulation::apply(hs, mi[1])));
+  enc = at::addcmul(enc, mt[0].gate, context_attn_output);
+  enc = at::addcmul(enc, mt[1].gate, ff_context(Modulation::apply(enc, mt[1])));
   if (enc.scalar_type() == at::kHalf) enc = enc.clamp(-65504, 65504);
   return {enc, hs};
 }
@@ -65,8 +82,8 @@ std::pair<at::Tensor, at::Tensor> Flux2TransformerBlock::forwardKV(
     auto [ar, k, v] = attn.referenceAttention(Modulation::apply(r, mr[0]), ref->cos, ref->sin);
     kv.k = keptHeads(attention, k);
     kv.v = keptHeads(attention, v);
-    r = r + mr[0].gate * ar;
-    r = r + mr[1].gate * ff(Modulation::apply(r, mr[1]));
+    r = at::addcmul(r, mr[0].gate, ar);
+    r = at::addcmul(r, mr[1].gate, ff(Modulation::apply(r, mr[1])));
     ref->hidden = r;
   }
   if (!kv.k.defined())
@@ -82,10 +99,11 @@ std::pair<at::Tensor, at::Tensor> Flux2TransformerBlock::forwardKV(
              kv.v);
     if (seam) nn::cacheRecord(seam, {attn_output, context_attn_output});
   }
-  hs = hs + mi[0].gate * attn_output;
-  hs = hs + mi[1].gate * ff(Modulation::apply(hs, mi[1]));
-  enc = enc + mt[0].gate * context_attn_output;
-  enc = enc + mt[1].gate * ff_context(Modulation::apply(enc, mt[1]));
+  // Gated residuals x + gate * y as one addcmul each (one pass, one temporary fewer).
+  hs = at::addcmul(hs, mi[0].gate, attn_output);
+  hs = at::addcmul(hs, mi[1].gate, ff(Modulation::apply(hs, mi[1])));
+  enc = at::addcmul(enc, mt[0].gate, context_attn_output);
+  enc = at::addcmul(enc, mt[1].gate, ff_context(Modulation::apply(enc, mt[1])));
   if (enc.scalar_type() == at::kHalf) enc = enc.clamp(-65504, 65504);
   return {enc, hs};
 }
@@ -114,10 +132,10 @@ at::Tensor Flux2SingleTransformerBlock::operator()(const at::Tensor& x,
     at::Tensor gate = h.narrow(-1, 3 * cLocal, mLocal),
                value = h.narrow(-1, 3 * cLocal + mLocal, mLocal);
     at::Tensor a = attn.attendProjected(q, k, v, cos, sin, attention);
-    out = to_out->forward(at::cat({a, at::silu(gate) * value}, -1));
+    out = to_out->forward(attnAndSwiGLU(a, gate, value));
     if (seam) nn::cacheRecord(seam, {out});
   }
-  at::Tensor y = x + m[0].gate * out;
+  at::Tensor y = at::addcmul(x, m[0].gate, out);
   if (y.scalar_type() == at::kHalf) y = y.clamp(-65504, 65504);
   return y;
 }
@@ -127,8 +145,10 @@ at::Tensor Flux2SingleTransformerBlock::forwardKV(
     const at::Tensor& sin, const nn::AttentionBackend& attention,
     const nn::AttentionCacheSeam* seam, Flux2LayerKV& kv, Flux2ReferenceStream* ref) const {
   // Local rows of to_qkv_mlp_proj: [q, k, v] (cLocal each), then [gate, value] (mLocal each).
-  auto mlp = [this](const at::Tensor& h) {
-    return at::silu(h.narrow(-1, 3 * cLocal, mLocal)) * h.narrow(-1, 3 * cLocal + mLocal, mLocal);
+  // to_out's input cat(attention, silu(gate) * value).
+  auto toOutInput = [this](const at::Tensor& a, const at::Tensor& h) {
+    return attnAndSwiGLU(a, h.narrow(-1, 3 * cLocal, mLocal),
+                         h.narrow(-1, 3 * cLocal + mLocal, mLocal));
   };
   if (ref) {
     const at::Tensor& r = ref->hidden;
@@ -138,7 +158,7 @@ at::Tensor Flux2SingleTransformerBlock::forwardKV(
                                              h.narrow(-1, 2 * cLocal, cLocal), ref->cos, ref->sin);
     kv.k = keptHeads(attention, k);
     kv.v = keptHeads(attention, v);
-    at::Tensor y = r + mr[0].gate * to_out->forward(at::cat({a, mlp(h)}, -1));
+    at::Tensor y = at::addcmul(r, mr[0].gate, to_out->forward(toOutInput(a, h)));
     if (y.scalar_type() == at::kHalf) y = y.clamp(-65504, 65504);
     ref->hidden = y;
   }
@@ -152,10 +172,10 @@ at::Tensor Flux2SingleTransformerBlock::forwardKV(
     at::Tensor a =
         attn.attendProjected(h.narrow(-1, 0, cLocal), h.narrow(-1, cLocal, cLocal),
                              h.narrow(-1, 2 * cLocal, cLocal), cos, sin, attention, kv.k, kv.v);
-    out = to_out->forward(at::cat({a, mlp(h)}, -1));
+    out = to_out->forward(toOutInput(a, h));
     if (seam) nn::cacheRecord(seam, {out});
   }
-  at::Tensor y = x + m[0].gate * out;
+  at::Tensor y = at::addcmul(x, m[0].gate, out);
   if (y.scalar_type() == at::kHalf) y = y.clamp(-65504, 65504);
   return y;
 }

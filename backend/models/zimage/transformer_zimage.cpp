@@ -13,6 +13,7 @@
 #include "backend/models/zimage/zimage_plan.h"
 #include "backend/nn/attention.h"
 #include "backend/nn/embeddings.h"
+#include "backend/nn/fused_ops.h"
 #include "backend/nn/qk_norm_rope.h"
 
 namespace dit {
@@ -86,25 +87,44 @@ class ZImageTransformerBlock {
                         const nn::AttentionBackend& backend,
                         const nn::AttentionCacheSeam* seam) const {
     const bool m = !mod.empty();
-    at::Tensor h = nn::rmsNorm(x, attention_norm1_, eps_);
-    if (m) h = h * mod[0].scale;
+    const at::Tensor scaleMsa = m ? mod[0].scale : at::Tensor(),
+                     gateMsa = m ? mod[0].gate : at::Tensor();
+    const at::Tensor scaleMlp = m ? mod[1].scale : at::Tensor(),
+                     gateMlp = m ? mod[1].gate : at::Tensor();
     at::Tensor a;
     if (nn::cachePredicts(seam)) {
       a = nn::cachePrediction(*seam).at(0).to(x.scalar_type());
     } else {
-      a = attention(h, cos, sin, backend);
+      a = attention(normMul(x, attention_norm1_, scaleMsa), cos, sin, backend);
       if (seam) nn::cacheRecord(seam, {a});
     }
-    a = nn::rmsNorm(a, attention_norm2_, eps_);
-    x = m ? x + mod[0].gate * a : x + a;
-    h = nn::rmsNorm(x, ffn_norm1_, eps_);
-    if (m) h = h * mod[1].scale;
-    const auto g = w13_->forwardParts(h);
-    at::Tensor f = nn::rmsNorm(w2_->forward(at::silu(g[0]) * g[1]), ffn_norm2_, eps_);
-    return m ? x + mod[1].gate * f : x + f;
+    x = normResidual(x, a, attention_norm2_, gateMsa);
+    const auto g = w13_->forwardParts(normMul(x, ffn_norm1_, scaleMlp));
+    const at::Tensor f =
+        w2_->forward(nn::fusedRowsApply(g[0]) ? nn::siluMulCpu(g[0], g[1]) : at::silu(g[0]) * g[1]);
+    return normResidual(x, f, ffn_norm2_, gateMlp);
   }
 
  private:
+  // rmsNorm(x, w) * scale (scale undefined: none). float32 on the CPU: one pass
+  // (nn::rmsNormMulCpu) instead of square, mean, rsqrt and two products.
+  at::Tensor normMul(const at::Tensor& x, const at::Tensor& w, const at::Tensor& scale) const {
+    if (x.dim() == 3 && nn::fusedRowsApply(x) && nn::fusedRowsApply(w) &&
+        (!scale.defined() || nn::fusedRowsApply(scale)))
+      return nn::rmsNormMulCpu(x, w, eps_, scale);
+    const at::Tensor h = nn::rmsNorm(x, w, eps_);
+    return scale.defined() ? h * scale : h;
+  }
+  // x + gate * rmsNorm(y, w) (gate undefined: x + rmsNorm(y, w)), one pass where normMul's is.
+  at::Tensor normResidual(const at::Tensor& x, const at::Tensor& y, const at::Tensor& w,
+                          const at::Tensor& gate) const {
+    if (y.dim() == 3 && nn::fusedRowsApply(y) && nn::fusedRowsApply(x) && nn::fusedRowsApply(w) &&
+        (!gate.defined() || nn::fusedRowsApply(gate)))
+      return nn::rmsNormResidualCpu(x, y, w, eps_, gate);
+    const at::Tensor n = nn::rmsNorm(y, w, eps_);
+    return gate.defined() ? x + gate * n : x + n;
+  }
+
   at::Tensor attention(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                        const nn::AttentionBackend& backend) const {
     const auto dt = x.scalar_type();
