@@ -2,6 +2,7 @@
 #include "parallel/tensor_parallel/layers.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <stdexcept>
@@ -45,6 +46,25 @@ void checkSpec(const std::string& layer, const ShardSpec& spec, int64_t dim,
         layer + ": shard spec (dim " + str(spec.dim) + ", part " + str(spec.part) + " of " +
         str(spec.parts) + ") does not match the layer (dim " + str(dim) + ") and its group (rank " +
         str(groupRank(g)) + " of " + str(size) + ")");
+}
+
+// One float32 input row on the CPU (a modulation or embedding linear applied to silu(temb) [B = 1,
+// C]): a GEMM of one row packs the whole weight before multiplying, while a matrix-vector product
+// streams it once (the product is bound by the weight's bytes). No autograd (training keeps
+// at::linear).
+bool oneRowOnCpu(const at::Tensor& x, const at::Tensor& w) {
+  return x.dim() >= 1 && x.numel() == x.size(-1) && x.size(-1) > 0 && x.is_cpu() && w.is_cpu() &&
+         x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat && w.dim() == 2 &&
+         !(at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad()));
+}
+
+// x [..., in] holding one row, w [out, in] -> [..., out] = w x (+ bias).
+at::Tensor matVec(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
+  const at::Tensor v = x.reshape({x.size(-1)});
+  at::Tensor y = bias.defined() ? at::addmv(bias, w, v) : at::mv(w, v);
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = w.size(0);
+  return y.view(shape);
 }
 
 }  // namespace
@@ -102,8 +122,11 @@ void Linear::checkInput(const at::Tensor& x, int64_t expectedIn) const {
 }
 
 at::Tensor Linear::matmul(const at::Tensor& x, const at::Tensor& bias) const {
-  if (!storage_ || !storage_->blockRows())
-    return at::linear(x, computeWeight(x.scalar_type()), bias);
+  if (!storage_ || !storage_->blockRows()) {
+    const at::Tensor w = computeWeight(x.scalar_type());
+    if (oneRowOnCpu(x, w)) return matVec(x, w, bias);
+    return at::linear(x, w, bias);
+  }
   // Block rows: dequantize a tile of output rows and multiply, tile after tile (the weight stays
   // quantized; at most kDequantTileBytes of it is float32 at once).
   const int64_t out = weight_.size(0), in = storage_->inFeatures;
