@@ -135,14 +135,115 @@ TEST(PlacementPlanner, FluxTwoDevOnTwoEightyGigabyteRanksIsTpTwoWithTheMemoryMod
   ASSERT_EQ(p.components.size(), 3u);
   EXPECT_NE(p.components[1].placement.find("sharded under the transformer's tp group"),
             std::string::npos);
-  // Placements this build cannot run are named as such and never chosen.
-  int unavailable = 0;
+  // The other text-encoder placements are sized at the chosen strategy and not chosen (the
+  // request allows sharded only): each says how to ask for it.
+  EXPECT_EQ(p.text_encoder, TextEncoderPlacement::Sharded);
+  int placements = 0;
   for (const PlanAlternative& a : p.alternatives)
-    if (!a.runnable) {
-      ++unavailable;
-      EXPECT_NE(a.why.find("not available in this build"), std::string::npos);
+    if (a.what.rfind("text encoder", 0) == 0) {
+      ++placements;
+      EXPECT_TRUE(a.runnable) << a.what;  // the Mistral encoder streams, shards, moves
+      EXPECT_GT(a.peak, 0u) << a.what;
+      EXPECT_NE(a.why.find("not considered: plan --text-encoder"), std::string::npos) << a.why;
     }
-  EXPECT_EQ(unavailable, 3);
+  EXPECT_EQ(placements, 3);
+}
+
+// Issue 47: the text encoder placed. Each placement's memory per rank from the one memory model
+// and the family's text-encoder facts: own-rank holds the whole encoder on the encoding rank,
+// host-streamed only its largest layer on the device (the rest in host memory), once makes it a
+// stage of its own. On one 80 GiB GPU FLUX.2 [dev] does not fit with the encoder resident, but
+// does with it streamed from host memory, which --text-encoder auto then chooses.
+TEST(PlacementPlanner, TextEncoderPlacementsSizedAndChosen) {
+  const KnownModel k = findKnownModel(kDev);
+  const RequestDims rd = PlannerRequest{}.dims();
+  const MemoryEstimate base = estimateKnownModelMemory(k, strategy(1, 1, 1, 1), rd, 2, false);
+  const uint64_t te = k.memory(1, 2).text_encoder_bytes;
+  const uint64_t layer = k.memory(1, 2).text_encoder_layer_bytes;
+  // One Mistral-Small-3.1 decoder layer against its 30 layers and the embeddings.
+  EXPECT_GT(layer, 0u);
+  EXPECT_LT(layer * 25, te);
+  EXPECT_EQ(k.memory(2, 2).text_encoder_layer_bytes * 2, layer + 2 * 5120 * 2);  // norms whole
+  PlannerRequest req;
+  req.text_encoder_placements = {TextEncoderPlacement::Sharded, TextEncoderPlacement::OwnRank,
+                                 TextEncoderPlacement::HostStreamed, TextEncoderPlacement::Once};
+  const Plan p = planPlacement(plannerModel(k), ranks(1, 80 * GiB), req);
+  ASSERT_TRUE(p.fits) << p.message;
+  EXPECT_EQ(p.text_encoder, TextEncoderPlacement::HostStreamed);
+  EXPECT_EQ(p.memory.text_encoder_weights, layer);
+  EXPECT_EQ(p.memory.weights, base.weights - te + layer);
+  EXPECT_EQ(p.memory.peak(), base.peak() - te + layer);
+  EXPECT_EQ(p.text_encoder_host_bytes, te);
+  EXPECT_NE(p.components[1].placement.find("streamed to the device one layer at a time"),
+            std::string::npos);
+  EXPECT_NE(p.components[1].reason.find("resident (sharded) its peak would be " +
+                                        formatBytes(base.peak())),
+            std::string::npos)
+      << p.components[1].reason;
+  // Once: the encoder is a stage of its own, but it still meets the resident transformer while
+  // it encodes, so on one GPU it does not fit either.
+  bool sawOnce = false, sawOwn = false;
+  for (const PlanAlternative& a : p.alternatives) {
+    if (a.what.find("(once)") != std::string::npos) {
+      sawOnce = true;
+      MemoryEstimate once = base;
+      once.weights -= te;
+      once.text_encoder_weights = 0;
+      once.text_encode = te;
+      EXPECT_EQ(a.peak, once.peak());
+      EXPECT_EQ(a.peak, std::max(base.peak() - te, base.weights));
+      EXPECT_FALSE(a.fits);
+      EXPECT_NE(a.why.find("text encoding " + formatBytes(te)), std::string::npos) << a.why;
+    }
+    if (a.what.find("(own-rank)") != std::string::npos) {
+      sawOwn = true;
+      EXPECT_EQ(a.peak, base.peak());  // one rank: the encoding rank holds it whole anyway
+      EXPECT_FALSE(a.fits);
+    }
+  }
+  EXPECT_TRUE(sawOnce);
+  EXPECT_TRUE(sawOwn);
+  // tp 2 on 2 x 80 GiB fits resident, so auto keeps the encoder sharded; own-rank there puts the
+  // whole encoder on the encoding rank.
+  const Plan two = planPlacement(plannerModel(k), ranks(2, 80 * GiB), req);
+  ASSERT_TRUE(two.fits);
+  EXPECT_EQ(two.text_encoder, TextEncoderPlacement::Sharded);
+  const MemoryEstimate tp2 = estimateKnownModelMemory(k, strategy(2, 2, 1, 1), rd, 2, false);
+  for (const PlanAlternative& a : two.alternatives) {
+    if (a.what.find("(own-rank)") != std::string::npos) {
+      EXPECT_EQ(a.peak, tp2.peak() - tp2.text_encoder_weights + te);
+    }
+  }
+  // A folder whose encoders do not stream (FLUX.1: CLIP and T5) says so.
+  const Plan flux1 =
+      planPlacement(plannerModel(ModelFolder::open(DITSTUDIO_TEST_DATA "/tiny-flux-A")),
+                    ranks(1, 8 * GiB, 1, "cpu"), [] {
+                      PlannerRequest r;
+                      r.width = r.height = 64;
+                      r.text_len = 48;
+                      r.element_bytes = 4;
+                      r.dtype = "float32";
+                      return r;
+                    }());
+  bool sawNotStreamed = false;
+  for (const PlanAlternative& a : flux1.alternatives)
+    if (!a.runnable && a.why.find("FLUX.1's CLIP and T5 are not streamed") != std::string::npos)
+      sawNotStreamed = true;
+  EXPECT_TRUE(sawNotStreamed);
+}
+
+TEST(PlanCli, TextEncoderAutoFitsOneEightyGigabyteGpu) {
+  const CliResult r = runCli(
+      "--known 'FLUX.2 [dev]' --ranks 1 --memory 80G --text-encoder auto "
+      "--json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["text_encoder_placement"], "host-streamed");
+  EXPECT_GT(j["memory_per_rank"]["text_encoder_host"].get<uint64_t>(),
+            j["memory_per_rank"]["text_encoder_weights"].get<uint64_t>() * 25);
+  const CliResult bad = runCli("--known 'FLUX.2 [dev]' --memory 80G --text-encoder somewhere");
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_NE(bad.out.find("somewhere"), std::string::npos) << bad.out;
 }
 
 TEST(PlacementPlanner, FourRanksPreferUlyssesOverRingAndTheSmallestTp) {
@@ -168,8 +269,8 @@ TEST(PlacementPlanner, EightTwentyFourGigabyteRanksNeedTpEight) {
   ASSERT_TRUE(p.fits) << p.message;
   EXPECT_EQ(p.strategy.tp_degree, 8);
   for (const PlanAlternative& a : p.alternatives)
-    if (a.runnable && a.valid) {
-      EXPECT_FALSE(a.fits) << a.what;  // nothing smaller fits
+    if (a.runnable && a.valid && a.what.rfind("text encoder", 0) != 0) {
+      EXPECT_FALSE(a.fits) << a.what;  // no other strategy fits (text-encoder placements do)
     }
   expectSameEstimate(p.memory, estimateKnownModelMemory(k, strategy(8, 8, 1, 1),
                                                         PlannerRequest{}.dims(), 2, false));
@@ -316,7 +417,7 @@ TEST(PlanCli, DocsShowTheCurrentOutput) {
                             << "`: regenerate it from the CLI";
     ++blocks;
   }
-  EXPECT_EQ(blocks, 5);
+  EXPECT_EQ(blocks, 6);
 }
 
 // CPU ranks without --memory: this host's MemAvailable shared by the ranks on it.

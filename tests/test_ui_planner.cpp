@@ -58,7 +58,7 @@ class UiPlannerTest : public QObject {
     const QString html = d.findChild<QTextBrowser*>()->toPlainText();
     QVERIFY2(html.contains("sharded under the transformer's tp group"), qPrintable(html));
     QVERIFY(html.contains(QString::fromStdString(dit::formatBytes(e.peak()))));
-    QVERIFY(html.contains("not available in this build"));
+    QVERIFY(html.contains("text encoder kept in host memory, streamed layer by layer"));
     // Apply hands over the plan's strategy.
     QSignalSpy spy(&d, &AdvisorDialog::applyRequested);
     QVERIFY(d.applyButton()->isEnabled());

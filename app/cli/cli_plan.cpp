@@ -5,10 +5,13 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "backend/io/model_folder.h"
 #include "backend/models/memory_estimate.h"
 #include "backend/models/placement_planner.h"
+#include "backend/models/text_encoder_placement.h"
 
 namespace dit::cli {
 
@@ -36,6 +39,9 @@ CLI::App* addPlanCommand(CLI::App& app, PlanOptions& o) {
   p->add_option("--usable", o.usable,
                 "share of each rank's memory a plan may fill, (0, 1] (default 0.9)");
   p->add_flag("--true-cfg", o.true_cfg, "the request runs true CFG (cfg 2 is considered)");
+  p->add_option("--text-encoder", o.text_encoder,
+                "the text-encoder placement the plan may use: sharded (default), own-rank, "
+                "host-streamed, once, or auto (the first of those under which a strategy fits)");
   p->add_flag("--json", o.json, "print the plan as JSON");
   return p;
 }
@@ -78,6 +84,18 @@ int runPlan(const PlanOptions& o) {
     request.width = o.width > 0 ? o.width : model.dims.defaultImageSide();
     request.height = o.height > 0 ? o.height : model.dims.defaultImageSide();
     request.text_len = o.text_len;
+    if (o.text_encoder == "auto")
+      request.text_encoder_placements = {
+          TextEncoderPlacement::Sharded, TextEncoderPlacement::OwnRank,
+          TextEncoderPlacement::HostStreamed, TextEncoderPlacement::Once};
+    else {
+      const std::vector<std::string> names = textEncoderPlacementNames();
+      if (std::find(names.begin(), names.end(), o.text_encoder) == names.end())
+        throw std::invalid_argument("--text-encoder \"" + o.text_encoder +
+                                    "\" is not one of sharded, own-rank, host-streamed, once, "
+                                    "auto");
+      request.text_encoder_placements = {parseTextEncoderPlacement(o.text_encoder)};
+    }
     request.dtype = o.dtype;
     request.element_bytes = o.dtype == "float32" ? 4 : 2;
     request.true_cfg = o.true_cfg;

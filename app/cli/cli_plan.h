@@ -20,6 +20,9 @@ struct PlanOptions {
   std::string device = "cuda";
   double usable = 0.9;
   bool true_cfg = false;
+  /// --text-encoder: the placement the plan may use (sharded, own-rank, host-streamed, once), or
+  /// auto (each in that order of preference).
+  std::string text_encoder = "sharded";
   bool json = false;
   bool list_known = false;
 };

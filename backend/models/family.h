@@ -66,14 +66,18 @@ struct VaeDecoderShape {
 struct FamilyMemoryFacts {
   /// Bytes of the text encoders one rank holds at the tensor-parallel degree asked for.
   uint64_t text_encoder_bytes = 0;
+  /// Bytes of the text encoder's largest layer one rank holds at that degree: what the
+  /// host-streamed placement keeps on the device at a time (text_encoder_placement.h). 0: the
+  /// family's encoders are not streamed (FLUX.1's CLIP and T5).
+  uint64_t text_encoder_layer_bytes = 0;
   /// Channels of the VAE decoder's full-resolution stage (block_out_channels[0]).
   int vae_decoder_channels = 128;
+  /// The VAE decoder's shape (its config); its channels empty when not known.
+  VaeDecoderShape vae_decoder;
   /// What the estimate assumed that changes the picture (e.g. an encoder replicated on every tp
   /// rank because its plan does not divide); empty otherwise.
   std::string note;
 };
-  /// The VAE decoder's shape (its config); its channels empty when not known.
-  VaeDecoderShape vae_decoder;
 
 /// A real-size model of the family, for the strategy advisor and the placement planner (no
 /// weights needed): its declared transformer dims and the parameters of everything else the

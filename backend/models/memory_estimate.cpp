@@ -44,7 +44,7 @@ uint64_t cpuScoreBlockBytes(uint64_t heads, uint64_t q, uint64_t k, uint64_t eb)
 }  // namespace
 
 uint64_t MemoryEstimate::peak() const {
-  return add(weights, std::max(add(activations, attention), vae_decode));
+  return add(weights, std::max({add(activations, attention), vae_decode, text_encode}));
 }
 
 std::string MemoryEstimate::describe() const {

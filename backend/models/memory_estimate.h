@@ -28,10 +28,15 @@ struct MemoryEstimate {
   uint64_t activations = 0;  ///< transformer block activations at this rank's token count
   uint64_t attention = 0;    ///< transformer attention (output, log-sum-exp, a score block)
   uint64_t vae_decode = 0;   ///< VAE decoder: its peak of live feature maps (vae_decode_memory.h)
+  /// The text-encoding stage's own weights when they are not among `weights`: the `once`
+  /// text-encoder placement loads the encoder for the prompts and frees it before the steps, so
+  /// it is a stage like the others (0 for a resident encoder; text_encoder_placement.h).
+  uint64_t text_encode = 0;
   /// What the estimate assumed that changes the picture, e.g. "text encoder replicated on every
   /// tp rank: ..." when a component's plan does not divide by tp; empty otherwise.
   std::string note;
-  /// The peak while the request runs: weights + max(transformer stage, VAE stage).
+  /// The peak while the request runs: weights + max(text-encoding stage, transformer stage, VAE
+  /// stage).
   uint64_t peak() const;
   /// Peak minus the weights: what a request needs on top of a loaded model.
   uint64_t requestBytes() const { return peak() - weights; }

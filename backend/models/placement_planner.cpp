@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdint>
 #include <iomanip>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <tuple>
+#include <utility>
 
 #include "backend/io/model_folder.h"
 #include "backend/models/family_registry.h"
@@ -48,9 +51,93 @@ std::string strategyName(const Strategy& s) {
 struct Candidate {
   Strategy s;
   std::vector<StrategyIssue> issues;
-  MemoryEstimate e;
+  MemoryEstimate sharded;  ///< the memory model's estimate (text encoder sharded / resident)
+  MemoryEstimate e;        ///< under the plan's text-encoder placement
   bool fits = false;
 };
+
+// `e` (the memory model's estimate for s: text encoder sharded under tp, resident) with the text
+// encoder placed as `pl`; nullopt, and `why`, when the model's encoders cannot be placed so.
+// own-rank: the encoding rank holds the whole encoder (the largest per-rank figure); the other
+// ranks none. host-streamed: the device holds its largest layer at tp; on CPU ranks the host
+// store is in the same memory, so it adds the layer's copy instead. once: the encoder is a stage
+// of its own (text_encode), freed before the steps.
+std::optional<MemoryEstimate> placedEstimate(const PlannerModel& model, const MemoryEstimate& e,
+                                             const Strategy& s, TextEncoderPlacement pl, int64_t eb,
+                                             bool cpuRanks, std::string* why) {
+  if (pl == TextEncoderPlacement::Sharded) return e;
+  if (!model.text_encoder) {
+    if (why) *why = "the model declares no text-encoder memory facts to size it with";
+    return std::nullopt;
+  }
+  MemoryEstimate r = e;
+  const uint64_t te = e.text_encoder_weights;
+  r.weights -= te;
+  r.text_encoder_weights = 0;
+  switch (pl) {
+    case TextEncoderPlacement::OwnRank:
+      r.text_encoder_weights = model.text_encoder(1, eb).text_encoder_bytes;
+      break;
+    case TextEncoderPlacement::HostStreamed: {
+      const uint64_t layer =
+          model.text_encoder(std::max(1, s.tp_degree), eb).text_encoder_layer_bytes;
+      if (layer == 0) {
+        if (why)
+          *why =
+              "not available for this model's text encoders (streaming is implemented for the "
+              "Qwen3 / Mistral / Qwen2.5-VL decoders; FLUX.1's CLIP and T5 are not streamed)";
+        return std::nullopt;
+      }
+      r.text_encoder_weights = layer + (cpuRanks ? te : 0);
+      break;
+    }
+    case TextEncoderPlacement::Once:
+      r.text_encode = te;
+      break;
+    case TextEncoderPlacement::Sharded:
+      break;
+  }
+  r.weights += r.text_encoder_weights;
+  return r;
+}
+
+// What a placement costs besides memory, in words (the alternatives and the chosen row).
+std::string placementCost(TextEncoderPlacement pl, uint64_t te, uint64_t whole, bool cpuRanks) {
+  switch (pl) {
+    case TextEncoderPlacement::Sharded:
+      return "it stays resident with the transformer: every rank of the tp group holds its shard "
+             "and the group encodes together";
+    case TextEncoderPlacement::OwnRank:
+      return "one rank of each tp x cp group holds the whole encoder (" + formatBytes(whole) +
+             ") and broadcasts the prompt embeddings; the other ranks hold none, but the "
+             "encoding rank's peak is the plan's";
+    case TextEncoderPlacement::HostStreamed:
+      return "every prompt copies the encoder's " + formatBytes(te) +
+             " per rank from host memory, one layer at a time, and host memory keeps it" +
+             std::string(cpuRanks ? "; on CPU ranks host and device memory are one, so the "
+                                    "device saves nothing"
+                                  : "");
+    case TextEncoderPlacement::Once:
+      return "the encoder (" + formatBytes(te) +
+             " per rank) is read from disk again for every request's prompts (a prompt cache "
+             "hit skips it)";
+  }
+  return "";
+}
+
+std::string placementLabel(TextEncoderPlacement pl) {
+  switch (pl) {
+    case TextEncoderPlacement::Sharded:
+      return "text encoder sharded under the tp group, resident";
+    case TextEncoderPlacement::OwnRank:
+      return "text encoder on a rank of its own (own-rank)";
+    case TextEncoderPlacement::HostStreamed:
+      return "text encoder kept in host memory, streamed layer by layer (host-streamed)";
+    case TextEncoderPlacement::Once:
+      return "text encoder run once per prompt, then freed (once)";
+  }
+  return "";
+}
 
 // The ranking of a fitting strategy: smaller is faster (see planPlacement's doc).
 using RankKey = std::tuple<int, int, int, int, int, int>;
@@ -95,7 +182,9 @@ std::string breakdown(const MemoryEstimate& e) {
          formatBytes(e.transformer_weights) + ", text encoder " +
          formatBytes(e.text_encoder_weights) + ", VAE " + formatBytes(e.vae_weights) +
          ") + max(activations " + formatBytes(e.activations) + " + attention " +
-         formatBytes(e.attention) + ", VAE decode " + formatBytes(e.vae_decode) + ")";
+         formatBytes(e.attention) + ", VAE decode " + formatBytes(e.vae_decode) +
+         (e.text_encode > 0 ? ", text encoding " + formatBytes(e.text_encode) : std::string()) +
+         ")";
 }
 
 nlohmann::json strategyJson(const Strategy& s) {
@@ -133,6 +222,7 @@ PlannerModel plannerModel(const ModelFolder& m) {
   p.estimate = [m](const Strategy& s, const RequestDims& r, int64_t eb, bool scores) {
     return estimateRequestMemory(m, s, r, eb, scores);
   };
+  p.text_encoder = [m](int tp, int64_t eb) { return familyOf(m).memory(m, std::max(1, tp), eb); };
   return p;
 }
 
@@ -143,6 +233,7 @@ PlannerModel plannerModel(const KnownModel& k) {
   p.estimate = [k](const Strategy& s, const RequestDims& r, int64_t eb, bool scores) {
     return estimateKnownModelMemory(k, s, r, eb, scores);
   };
+  if (k.memory) p.text_encoder = [k](int tp, int64_t eb) { return k.memory(std::max(1, tp), eb); };
   return p;
 }
 
@@ -223,12 +314,51 @@ Plan planPlacement(const PlannerModel& model, const PlannerRanks& ranks,
           if (anything(v) && strictValid) continue;
           if (c.issues.empty()) {
             if (!anything(v)) strictValid = true;
-            c.e = model.estimate(v, rd, eb, scores);
+            c.e = c.sharded = model.estimate(v, rd, eb, scores);
             c.fits = c.e.peak() <= p.usable;
           }
           cands.push_back(std::move(c));
         }
       }
+
+  // The text-encoder placement: the first of the request's under which some strategy fits
+  // (else the one with the least peak), every candidate sized under it.
+  std::vector<TextEncoderPlacement> order = request.text_encoder_placements;
+  if (order.empty()) order.push_back(TextEncoderPlacement::Sharded);
+  auto placeAll = [&](TextEncoderPlacement pl) {
+    bool any = false;
+    uint64_t least = UINT64_MAX;
+    for (Candidate& c : cands) {
+      if (!c.issues.empty()) continue;
+      const auto e = placedEstimate(model, c.sharded, c.s, pl, eb, scores, nullptr);
+      c.e = e ? *e : c.sharded;
+      c.fits = e && c.e.peak() <= p.usable;
+      any = any || c.fits;
+      if (e) least = std::min(least, c.e.peak());
+    }
+    return std::make_pair(any, least);
+  };
+  TextEncoderPlacement placement = order.front();
+  {
+    bool found = false;
+    uint64_t least = UINT64_MAX;
+    TextEncoderPlacement leanestPl = order.front();
+    for (TextEncoderPlacement pl : order) {
+      const auto [any, pLeast] = placeAll(pl);
+      if (any) {
+        placement = pl;
+        found = true;
+        break;
+      }
+      if (pLeast < least) {
+        least = pLeast;
+        leanestPl = pl;
+      }
+    }
+    if (!found) placement = leanestPl;
+    placeAll(placement);
+  }
+  p.text_encoder = placement;
 
   const Candidate* best = nullptr;
   const Candidate* leanest = nullptr;  // least peak among the valid ones
@@ -250,6 +380,8 @@ Plan planPlacement(const PlannerModel& model, const PlannerRanks& ranks,
     const Strategy& s = chosen->s;
     p.strategy = s;
     p.memory = chosen->e;
+    if (placement == TextEncoderPlacement::HostStreamed)
+      p.text_encoder_host_bytes = chosen->sharded.text_encoder_weights;
     p.headroom = p.fits ? p.usable - p.memory.peak() : 0;
     const std::string dtype = request.dtype;
 
@@ -328,7 +460,29 @@ Plan planPlacement(const PlannerModel& model, const PlannerRanks& ranks,
     te.component = "text encoder";
     te.dtype = dtype;
     te.weights_per_rank = p.memory.text_encoder_weights;
-    if (s.tp_degree > 1 && te.weights_per_rank < whole.text_encoder_weights) {
+    const uint64_t teShard = chosen->sharded.text_encoder_weights;
+    // Why not resident: the sharded placement's peak at this strategy, when it does not fit.
+    const std::string residentPeak =
+        "resident (sharded) its peak would be " + formatBytes(chosen->sharded.peak()) +
+        " per rank" +
+        (chosen->sharded.peak() > p.usable ? " > " + formatBytes(p.usable) + " usable" : "");
+    if (placement == TextEncoderPlacement::OwnRank) {
+      te.placement = "whole on one rank of each tp x cp group (own-rank), broadcast to the others";
+      te.reason = placementCost(placement, teShard, te.weights_per_rank, scores);
+    } else if (placement == TextEncoderPlacement::HostStreamed) {
+      te.placement = "in host memory (" + formatBytes(teShard) +
+                     " per rank), streamed to the device one layer at a time (host-streamed)";
+      te.reason = residentPeak + "; streamed, the device holds its largest layer (" +
+                  formatBytes(te.weights_per_rank) + ") while it encodes; " +
+                  placementCost(placement, teShard, 0, scores);
+    } else if (placement == TextEncoderPlacement::Once) {
+      te.weights_per_rank = p.memory.text_encode;
+      te.placement = "loaded for each request's prompts, freed before the steps (once)";
+      te.reason = residentPeak + "; loaded only while it encodes, its " +
+                  formatBytes(te.weights_per_rank) +
+                  " are a stage of their own instead of weights held through the steps; " +
+                  placementCost(placement, teShard, 0, scores);
+    } else if (s.tp_degree > 1 && te.weights_per_rank < whole.text_encoder_weights) {
       te.placement = "sharded under the transformer's tp group (tp " + std::to_string(s.tp_degree) +
                      "), replicated across the other groups";
       te.reason = "its own plan divides at tp " + std::to_string(s.tp_degree) + " (" +
@@ -397,22 +551,36 @@ Plan planPlacement(const PlannerModel& model, const PlannerRanks& ranks,
     }
     p.alternatives.push_back(a);
   }
-  // Placements this build cannot run: named, never chosen.
+  // The other text-encoder placements at the chosen strategy, sized; those the request did not
+  // allow say how to ask for them.
   if (chosen) {
-    const MemoryEstimate& e = p.memory;
-    const uint64_t withoutTe = e.peak() - e.text_encoder_weights;
-    p.alternatives.push_back(
-        {"text encoder run once per prompt, then freed", false, true, false, 0,
-         "not available in this build (the encoder stays resident); it would lower the peak per "
-         "rank from " +
-             formatBytes(e.peak()) + " to about " + formatBytes(withoutTe) + " during the steps" +
-             (!p.fits && withoutTe <= p.usable
-                  ? ", which would fit the " + formatBytes(p.usable) + " usable"
-                  : std::string())});
-    p.alternatives.push_back(
-        {"text encoder on ranks of its own", false, true, false, 0, "not available in this build"});
-    p.alternatives.push_back({"text encoder kept in host memory, streamed layer by layer", false,
-                              true, false, 0, "not available in this build"});
+    const uint64_t te = chosen->sharded.text_encoder_weights;
+    for (TextEncoderPlacement pl :
+         {TextEncoderPlacement::Sharded, TextEncoderPlacement::OwnRank,
+          TextEncoderPlacement::HostStreamed, TextEncoderPlacement::Once}) {
+      if (pl == placement) continue;
+      PlanAlternative a;
+      a.what = placementLabel(pl);
+      std::string whyNot;
+      const auto e = placedEstimate(model, chosen->sharded, chosen->s, pl, eb, scores, &whyNot);
+      if (!e) {
+        a.runnable = false;
+        a.why = whyNot;
+        p.alternatives.push_back(a);
+        continue;
+      }
+      a.peak = e->peak();
+      a.fits = a.peak <= p.usable;
+      const bool allowed = std::find(order.begin(), order.end(), pl) != order.end();
+      a.why = a.fits ? "fits (peak " + formatBytes(a.peak) + " per rank) but " +
+                           placementCost(pl, te, e->text_encoder_weights, scores)
+                     : "peak " + formatBytes(a.peak) + " per rank > " + formatBytes(p.usable) +
+                           " usable (" + breakdown(*e) + ")";
+      if (!allowed)
+        a.why += std::string("; not considered: plan --text-encoder ") +
+                 textEncoderPlacementName(pl) + " or auto";
+      p.alternatives.push_back(a);
+    }
   }
 
   if (p.fits) {
@@ -468,6 +636,13 @@ std::string planText(const Plan& p) {
       << "  attention      " << formatBytes(e.attention) << "\n"
       << "  VAE decode     " << formatBytes(e.vae_decode) << "  (after the steps: max with "
       << "activations + attention)\n"
+      << (e.text_encode > 0 ? "  text encoding  " + formatBytes(e.text_encode) +
+                                  "  (the encoder, before the steps: max with the stages)\n"
+                            : std::string())
+      << (p.text_encoder_host_bytes > 0
+              ? "  host memory    " + formatBytes(p.text_encoder_host_bytes) +
+                    "  (the streamed text encoder, not in the peak)\n"
+              : std::string())
       << "  peak           " << formatBytes(e.peak()) << "\n"
       << "  usable         " << formatBytes(p.usable) << "  ("
       << static_cast<int>(std::lround(p.ranks.usable_fraction * 100)) << "% of "
@@ -486,9 +661,13 @@ std::string planText(const Plan& p) {
       rejected = true;
     }
   if (!rejected) o << "  (none: no other strategy has this many ranks)\n";
-  o << "\nNot available in this build:\n";
+  bool unavailable = false;
   for (const PlanAlternative& a : p.alternatives)
-    if (!a.runnable) o << "  - " << a.what << ": " << a.why << "\n";
+    if (!a.runnable) {
+      if (!unavailable) o << "\nNot available:\n";
+      unavailable = true;
+      o << "  - " << a.what << ": " << a.why << "\n";
+    }
   return o.str();
 }
 
@@ -508,6 +687,7 @@ nlohmann::json planJson(const Plan& p) {
   j["message"] = p.message;
   if (p.any_valid) {
     j["strategy"] = strategyJson(p.strategy);
+    j["text_encoder_placement"] = textEncoderPlacementName(p.text_encoder);
     const MemoryEstimate& e = p.memory;
     j["memory_per_rank"] = {{"weights", e.weights},
                             {"transformer_weights", e.transformer_weights},
@@ -516,6 +696,8 @@ nlohmann::json planJson(const Plan& p) {
                             {"activations", e.activations},
                             {"attention", e.attention},
                             {"vae_decode", e.vae_decode},
+                            {"text_encode", e.text_encode},
+                            {"text_encoder_host", p.text_encoder_host_bytes},
                             {"peak", e.peak()},
                             {"usable", p.usable},
                             {"headroom", p.headroom}};

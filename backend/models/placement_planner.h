@@ -17,6 +17,7 @@
 
 #include "backend/models/family.h"
 #include "backend/models/memory_estimate.h"
+#include "backend/models/text_encoder_placement.h"
 #include "parallel/strategy.h"
 
 namespace dit {
@@ -46,6 +47,11 @@ struct PlannerRequest {
   std::string dtype = "bfloat16";   ///< its name, shown in the plan
   /// The request runs an unconditional branch (true CFG): cfg 2 is then among the strategies.
   bool true_cfg = false;
+  /// The text-encoder placements the plan may choose (text_encoder_placement.h), in order of
+  /// preference: the first one under which some strategy fits wins, then the fastest strategy
+  /// under it. The others are sized and reported as alternatives. Default: sharded only
+  /// (`ditstudio-cli plan --text-encoder auto`: sharded, own-rank, host-streamed, once).
+  std::vector<TextEncoderPlacement> text_encoder_placements{TextEncoderPlacement::Sharded};
   RequestDims dims() const;
 };
 
@@ -58,6 +64,10 @@ struct PlannerModel {
   std::function<MemoryEstimate(const Strategy& s, const RequestDims& r, int64_t elementBytes,
                                bool scoresMaterialized)>
       estimate;
+  /// The text encoders' memory facts at tensor-parallel degree tp (FamilySpec::memory /
+  /// KnownModel::memory: bytes per rank, largest layer); null when the model declares none (then
+  /// only the sharded placement is sized).
+  std::function<FamilyMemoryFacts(int tp, int64_t elementBytes)> text_encoder;
 };
 
 /// The opened folder `m` (copied into the estimate's closure). Throws what ModelFolder::dims does.
@@ -99,8 +109,16 @@ struct Plan {
   bool fits = false;
   bool any_valid = false;  ///< some strategy passes the rules for this model, request and count
   Strategy strategy;
-  MemoryEstimate memory;  ///< the one memory model's estimate per rank for `strategy`
-  uint64_t usable = 0;    ///< memory_per_rank x usable_fraction
+  /// Where the text encoder lives in this plan (one of request.text_encoder_placements).
+  TextEncoderPlacement text_encoder = TextEncoderPlacement::Sharded;
+  /// The one memory model's estimate per rank for `strategy`, with the text encoder's term as
+  /// `text_encoder` places it (own-rank: the encoding rank's, the largest; host-streamed: its
+  /// largest layer; once: a stage of its own, text_encode).
+  MemoryEstimate memory;
+  /// Host memory per rank the text encoder takes under host-streamed (its weights at tp), 0
+  /// otherwise.
+  uint64_t text_encoder_host_bytes = 0;
+  uint64_t usable = 0;  ///< memory_per_rank x usable_fraction
   /// usable - memory.peak() (0 when it does not fit).
   uint64_t headroom = 0;
   std::vector<ComponentPlacement> components;
@@ -114,8 +132,9 @@ struct Plan {
 
 /// Plans `model` on `ranks` for `request`: every strategy with world = ranks.count (cfg 1, or 2
 /// with true CFG; tp x ulysses x ring; the anything variants where strict splits are refused) is
-/// checked by the strategy rules and estimated by the memory model; of those that fit, the one
-/// with the fewest and cheapest collectives wins: a tp group that crosses hosts last, then the
+/// checked by the strategy rules and estimated by the memory model, under each of the request's
+/// text-encoder placements in turn (the first under which one fits is kept); of those that fit, the
+/// one with the fewest and cheapest collectives wins: a tp group that crosses hosts last, then the
 /// smallest tp, then cfg 2, then a Ulysses group inside a host, then strict splits, then the
 /// largest Ulysses degree (ring across hosts). Throws std::invalid_argument for ranks.count < 1,
 /// hosts not dividing count, memory_per_rank 0 or a request without a size.

@@ -36,6 +36,7 @@ FamilyMemoryFacts flux2TextEncoderFacts(const Qwen3Config& te, const std::vector
   FamilyMemoryFacts r;
   if (!reason.empty()) r.note = "text encoder replicated on every tp rank: " + reason;
   r.text_encoder_bytes = plan.bytesPerRank(table, std::max(1, tp), eb);
+  r.text_encoder_layer_bytes = qwen3LayerBytesPerRank(te, tp, eb, prefix);
   return r;
 }
 
@@ -81,8 +82,8 @@ FamilySpec flux2KleinFamily() {
                                                 c.mistral, tp, elementBytes);
     if (!c.vae.block_out_channels.empty())
       r.vae_decoder_channels = c.vae.block_out_channels.front();
-    return r;
     r.vae_decoder = vaeDecoderShape(c.vae);
+    return r;
   };
   f.facts = [](const ModelFolder& m) {
     const Flux2PipelineConfig& c = flux2Config(m);

@@ -35,6 +35,7 @@ FamilyMemoryFacts qwenImageTextEncoderFacts(const Qwen3Config& te, int tp, int64
   FamilyMemoryFacts r;
   if (!reason.empty()) r.note = "text encoder replicated on every tp rank: " + reason;
   r.text_encoder_bytes = plan.bytesPerRank(table, std::max(1, tp), eb);
+  r.text_encoder_layer_bytes = qwen3LayerBytesPerRank(te, tp, eb);
   return r;
 }
 }  // namespace
@@ -62,8 +63,8 @@ FamilySpec qwenImageFamily() {
     const QwenImagePipelineConfig& c = qwenImageConfig(m);
     FamilyMemoryFacts r = qwenImageTextEncoderFacts(c.text_encoder, tp, elementBytes);
     r.vae_decoder_channels = c.vae.base_dim * c.vae.dim_mult.front();
-    return r;
     r.vae_decoder = vaeDecoderShape(c.vae);
+    return r;
   };
   f.facts = [](const ModelFolder& m) {
     const QwenImagePipelineConfig& c = qwenImageConfig(m);
@@ -107,9 +108,9 @@ FamilySpec qwenImageFamily() {
          [te](int tp, int64_t eb) {
            FamilyMemoryFacts r = qwenImageTextEncoderFacts(te, tp, eb);
            r.vae_decoder_channels = 96;  // base_dim x dim_mult[0]
-           return r;
            // diffusers' AutoencoderKLQwenImage defaults are Qwen-Image's VAE.
            r.vae_decoder = vaeDecoderShape(AutoencoderKLQwenImageConfig{});
+           return r;
          },
          vae}};
   };

@@ -55,4 +55,17 @@ ShardingPlan qwen3ShardingPlan(const Qwen3Config& c, const std::string& prefix) 
   return plan;
 }
 
+uint64_t qwen3LayerBytesPerRank(const Qwen3Config& c, int tp, int64_t elementBytes,
+                                const std::string& prefix) {
+  if (c.num_hidden_layers < 1) return 0;
+  const int64_t eb = elementBytes < 1 ? 1 : elementBytes;
+  const int t = tp < 1 ? 1 : tp;
+  // One layer with the embedding minus the embedding alone, through the same resolved plan.
+  const ParameterTable one = qwen3ParameterTable(c, 1, false, "F32", eb, prefix);
+  const ParameterTable none = qwen3ParameterTable(c, 0, false, "F32", eb, prefix);
+  std::string reason;
+  const ShardingPlan plan = qwen3ShardingPlan(c, prefix).resolve(one, t, &reason);
+  return plan.bytesPerRank(one, t, eb) - plan.bytesPerRank(none, t, eb);
+}
+
 }  // namespace dit

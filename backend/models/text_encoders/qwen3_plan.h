@@ -31,4 +31,11 @@ ParameterTable qwen3ParameterTable(const Qwen3Config& c, int layers = -1, bool w
 /// `prefix` as in qwen3ParameterTable.
 ShardingPlan qwen3ShardingPlan(const Qwen3Config& c, const std::string& prefix = "model.");
 
+/// Bytes of one decoder layer one rank holds at tensor-parallel degree `tp` (>= 1) under
+/// qwen3ShardingPlan (whole when the plan replicates), in a compute dtype of `elementBytes`
+/// bytes: what the host-streamed text-encoder placement holds on the device at a time
+/// (Qwen3Model::largestLayerBytes without the layer's small int64 head map).
+uint64_t qwen3LayerBytesPerRank(const Qwen3Config& c, int tp, int64_t elementBytes,
+                                const std::string& prefix = "model.");
+
 }  // namespace dit

@@ -48,10 +48,11 @@ FamilySpec zimageFamily() {
     FamilyMemoryFacts r;
     if (!reason.empty()) r.note = "text encoder replicated on every tp rank: " + reason;
     r.text_encoder_bytes = plan.bytesPerRank(table, std::max(1, tp), eb);
+    r.text_encoder_layer_bytes = qwen3LayerBytesPerRank(c.text_encoder, tp, eb);
     if (!c.vae.block_out_channels.empty())
       r.vae_decoder_channels = c.vae.block_out_channels.front();
-    return r;
     r.vae_decoder = vaeDecoderShape(c.vae);
+    return r;
   };
   f.facts = [](const ModelFolder& m) {
     const ZImagePipelineConfig& c = zimageConfig(m);
