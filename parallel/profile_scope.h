@@ -34,4 +34,4 @@ class ProfileScope {
 #define DIT_PROFILE_SCOPE_CAT(a, b) DIT_PROFILE_SCOPE_CAT2(a, b)
 /// A ProfileScope named `name` until the end of the enclosing block.
 #define DIT_PROFILE_SCOPE(name) \
-  ::dit::ProfileScope DIT_PROFILE_SCOPE_CAT(dit_profile_scope_, __LINE__)(name)
+  ::dit::ProfileScope DIT_PROFILE_SCOPE_CAT(dit_profile_scope_, __COUNTER__)(name)
