@@ -13,9 +13,9 @@ set_tests_properties(${_planner_tests} PROPERTIES LABELS "backend;planner;unit" 
 # The memory model against measurement (issue 47's +-10% criterion): the planned peak per rank of
 # every family's fixture at 256 and 512 px on 1 and 2 CPU ranks against the measured peak RSS
 # increase of a real run (and, reported, the peak bytes held from malloc and glibc's heap growth).
-# DISABLED: the model now matches the bytes held for FLUX.2 [klein], Qwen-Image and Z-Image
-# (within 2-6%), but RSS adds the kernels' code pages and glibc's heap fragmentation (1.15-2.1 x
-# the bytes held), so RSS / planned is 1.6-3.2 (docs/planner.md "Checked against measurement");
+# DISABLED: the model now matches the bytes held (18 of 20 rows within 10%, FLUX.2, Qwen-Image,
+# Z-Image within 1-8%), but RSS adds the kernels' code pages and glibc's heap fragmentation (1.2-2.2 x
+# the bytes held), so RSS / planned is 1.6-3.4 (docs/planner.md "Checked against measurement");
 # run it by hand with `python3 tests/memory_model_check.py build [--criterion live]`.
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND)

@@ -219,6 +219,9 @@ uint64_t vaeDecodePeakBytes(const VaeDecoderShape& s, int64_t height, int64_t wi
   const uint64_t eb = static_cast<uint64_t>(std::max<int64_t>(1, elementBytes));
   Live L(eb, cpu);
   const uint64_t lc = static_cast<uint64_t>(std::max(1, s.latent_channels));
+  // The pipeline's latents stay alive while the VAE decodes (FlowMatchPipeline: the noise it
+  // drew, its packed form, the denoised latents): three latent-sized tensors.
+  T latents = L.alloc(3 * lc, p0);
   uint64_t c = static_cast<uint64_t>(s.channels[0]);
   // post_quant_conv (1x1, named: alive to the end) and conv_in.
   T z = L.conv(lc, lc, p0, 1);
@@ -256,6 +259,7 @@ uint64_t vaeDecodePeakBytes(const VaeDecoderShape& s, int64_t height, int64_t wi
   (void)L.conv(c, 3, p, 3);  // the image, returned
   L.release(a);
   L.release(z);
+  L.release(latents);
   return L.peak();
 }
 

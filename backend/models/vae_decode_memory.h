@@ -26,7 +26,8 @@ VaeDecoderShape vaeDecoderShape(const AutoencoderKLQwenImageConfig& c);
 VaeDecoderShape standardVaeDecoderShape(int c0);
 
 /// Peak bytes of the tensors alive while the decoder turns a latent into a height x width image
-/// (pixels) in a compute dtype of `elementBytes` bytes, on top of the weights and the latent.
+/// (pixels) in a compute dtype of `elementBytes` bytes, on top of the weights, counting the
+/// pipeline's latents alive meanwhile (the noise, its packed form, the denoised latents).
 /// Follows the decoder op by op: the resnets (the norm and activation outputs held while their
 /// convolution runs: C++ temporaries live to the end of the expression), the nearest upsampling
 /// and its convolution, the mid block's attention (q, k, v, the output and its projection, one
