@@ -9,7 +9,7 @@ add_dependencies(test_strategies ditstudio-cli ditstudio-worker)
 set(_strategy_cases tp2 tp2_odd tp4 ring2 ring4 ulysses2 ulysses4 unified2x2 ulysses_anything2
     ulysses_anything4 ulysses_anything3_heads ring_anything2 ring_anything4
     ulysses_anything4_text47 ring_anything4_text47 tp2_ulysses2 tp2_ring2 cfg2 cfg2_tp2
-    tp2_te_own_rank ulysses2_te_once)
+    tp2_te_own_rank ulysses2_te_once cfg2_tp2_te_own_rank)
 foreach(_c IN LISTS _strategy_cases)
   dit_gtest_filter_test(strategy_${_c} test_strategies "Cpu/Strategies.MatchesSingleRank/${_c}"
                         "parallel;mpi;strategy" 240)

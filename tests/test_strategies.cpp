@@ -106,9 +106,12 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"tp2_ulysses2", "--tp-degree 2 --ulysses-degree 2", 0},
         Case{"tp2_ring2", "--tp-degree 2 --ring-degree 2", 0}, Case{"cfg2", "--cfg-degree 2", 2},
         Case{"cfg2_tp2", "--cfg-degree 2 --tp-degree 2", 2},
-        // Issue 47: CLIP and T5 on one rank of the group (broadcast), or loaded per request.
+        // Issue 47: CLIP and T5 on one rank of the group (broadcast; with cfg 2 one per CFG half),
+        // or loaded per request.
         Case{"tp2_te_own_rank", "--tp-degree 2 --text-encoder-placement own-rank", 0},
-        Case{"ulysses2_te_once", "--ulysses-degree 2 --text-encoder-placement once", 0}),
+        Case{"ulysses2_te_once", "--ulysses-degree 2 --text-encoder-placement once", 0},
+        Case{"cfg2_tp2_te_own_rank",
+             "--cfg-degree 2 --tp-degree 2 --text-encoder-placement own-rank --prompt-cache 2", 2}),
     [](const auto& info) { return info.param.name; });
 
 TEST(DataParallel, ReplicasUseSeedPlusIndex) {
