@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -655,6 +656,38 @@ TEST(RemoteRankWatch, StallCheckKeepsTheStateForTheError) {
   EXPECT_EQ(RemoteRankWatch::stallAfter(8), 4s);
   EXPECT_EQ(RemoteRankWatch::stallAfter(1), 2s);
   EXPECT_EQ(RemoteRankWatch::stallAfter(300), 60s);
+}
+
+// The GUI's race (seen under load): the stall check's ssh is still out when the error comes. The
+// error waits for that answer ("stopped") instead of asking again after the group's abort ended
+// the stopped rank (which would say "exited").
+TEST(RemoteRankWatch, ErrorDuringTheStallCheckWaitsForItsAnswer) {
+  using namespace std::chrono_literals;
+  const HostPlan plan{{"127.0.0.1", {0}}, {"hb", {1}}};
+  std::atomic<int> queries{0};
+  std::atomic<bool> release{false};
+  RemoteRankWatch watch(plan, "", [&](const std::string&, std::int64_t) -> std::string {
+    if (++queries == 1) {  // the stall check: answers late
+      while (!release) std::this_thread::sleep_for(5ms);
+      return "stopped (state T: SIGSTOP or a debugger)";
+    }
+    return "exited";  // a second question, after the abort
+  });
+  std::thread stall([&] { watch.askStall({{0, 4241}, {1, 4242}}); });
+  while (queries == 0) std::this_thread::sleep_for(1ms);
+  std::thread late([&] {
+    std::this_thread::sleep_for(100ms);
+    release = true;
+  });
+  const std::string named = watch.rewrite(
+      "x: rank 1 (pid 4242 on mh-host-b) is on another host that did not answer (is the link to "
+      "it up?)");
+  stall.join();
+  late.join();
+  EXPECT_EQ(named,
+            "x: rank 1 (pid 4242 on mh-host-b) is stopped (state T: SIGSTOP or a debugger) "
+            "(asked over ssh): it is not cut off, it does not run");
+  EXPECT_EQ(queries, 1);
 }
 
 // The hostfile plan and pre-flight the CLI and the GUI share: the plan is reported before any

@@ -119,18 +119,34 @@ std::vector<RemoteRankState> RemoteRankWatch::checkStall(
 
 std::vector<RemoteRankState> RemoteRankWatch::askStall(
     const std::map<int, std::int64_t>& rank_pids) {
-  std::vector<RemoteRankState> named;
+  // The remote ranks, marked as being asked about before the first question: an error that
+  // comes meanwhile waits for these answers instead of asking again (rewriteWith).
+  std::vector<std::pair<int, std::int64_t>> remote;
   for (const auto& [rank, pid] : rank_pids) {
     const std::string host = hostOfRank(plan_, rank);
-    if (host.empty() || isLocalHost(host)) continue;
-    const std::string state = query_(host, pid);  // outside the lock: ssh takes seconds
+    if (!host.empty() && !isLocalHost(host)) remote.emplace_back(rank, pid);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& rp : remote) ++asking_[rp.first];
+  }
+  std::vector<RemoteRankState> named;
+  for (const auto& [rank, pid] : remote) {
+    const std::string host = hostOfRank(plan_, rank);
+    std::string state;
+    try {
+      state = query_(host, pid);  // outside the lock: ssh takes seconds
+    } catch (...) {               // documented not to throw
+    }
     const bool stoppedOrExited = state.rfind("stopped", 0) == 0 || state == "exited";
-    if (stoppedOrExited) {
+    {
       // Kept for the error that follows. No answer is not kept: on a loaded host one ssh can
       // take longer than its bound, and the error's rewrite() asks once more (bounded too).
       std::lock_guard<std::mutex> lock(mu_);
-      known_[rank] = state;
+      if (stoppedOrExited) known_[rank] = state;
+      if (--asking_[rank] <= 0) asking_.erase(rank);
     }
+    asked_.notify_all();
     if (stoppedOrExited) named.push_back({rank, pid, host, state});
   }
   return named;
@@ -177,7 +193,10 @@ std::string RemoteRankWatch::rewriteWith(const std::string& given, bool ask) {
     if (!host.empty() && !isLocalHost(host)) {
       std::optional<std::string> state;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        std::unique_lock<std::mutex> lock(mu_);
+        // A stall check asking about this rank now: its answer, not a second question.
+        if (ask)
+          asked_.wait_for(lock, std::chrono::seconds(30), [&] { return !asking_.count(rank); });
         if (const auto k = known_.find(rank); k != known_.end()) state = k->second;
       }
       if (!state && ask) {

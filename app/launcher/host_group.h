@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -129,7 +130,10 @@ class RemoteRankWatch {
   /// HOST does not answer over ssh either: the link to it is down (or the host is)", or, running,
   /// "rank R (pid P on HOST) is still running (...) (asked over ssh): the connection between the
   /// hosts dropped, not the rank". The state kept by checkStall() is used when there is one,
-  /// else the host is asked now (blocking: the query's bound). A running rank's silent clause,
+  /// else the host is asked now (blocking: the query's bound); a rank a stall check is asking
+  /// about at that moment is not asked again: its answer is waited for (at most 30 s; on a
+  /// loaded host that ssh can outlast the error, and the group's abort would then end a stopped
+  /// rank before a second question, which would say "exited"). A running rank's silent clause,
   /// and any other text, stay as they are. Never throws (but std::bad_alloc).
   std::string rewrite(const std::string& message);
   /// rewrite() with the states known so far only (never asks): a clause whose rank's state is
@@ -158,6 +162,8 @@ class RemoteRankWatch {
   SteadyClock::time_point lastEvent_;
   bool stallChecked_ = false;
   std::map<int, std::string> known_;
+  std::map<int, int> asking_;      ///< ranks a stall check is asking about now (how many checks)
+  std::condition_variable asked_;  ///< notified when a stall check's question is answered
 
   std::string rewriteWith(const std::string& text, bool ask);
 };
