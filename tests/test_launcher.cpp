@@ -238,6 +238,12 @@ while IFS= read -r line; do
           echo "[rank 1] fatal: boom" >&2
           if [ "$mode" = fatal_hang ]; then trap '' TERM; while :; do sleep 0.05; done; fi
           exit 1 ;;
+        fatal_two)  # rank 0's timeout names the cause; rank 1, woken by the teardown, times out too
+          ev0='@@DIT {"event":"error","id":null,"rank":0,"message":"collective timeout: rank 1 is stopped","fatal":true}'
+          ev1='@@DIT {"event":"error","id":null,"rank":1,"message":"collective timeout: rank 0 did not answer","fatal":true}'
+          echo "$ev0"; echo "$ev0" >&2
+          echo "$ev1"; echo "$ev1" >&2
+          exit 1 ;;
         crash)
           echo "mpirun noticed that process rank 1 with PID 0 on node h exited on signal 9 (Killed)." >&2
           exit 137 ;;
@@ -387,6 +393,25 @@ TEST_F(SessionTest, FatalErrorOnBothStreamsIsReportedOnce) {
   // The text before the stderr copy is output; the copy is not.
   EXPECT_NE(std::find(r.output.begin(), r.output.end(), "[rank 0/2] da"), r.output.end());
   EXPECT_EQ(s.lastFailure().message, "rank 1: boom");
+}
+
+TEST_F(SessionTest, TheFirstFatalErrorIsTheGroupsFailure) {
+  // Issue 45 (the GUI's multihost case failed in CI): rank 0's timeout named rank 1 as stopped;
+  // MPI_Abort's SIGCONT then woke rank 1, whose own collective had timed out meanwhile. The
+  // group's failure (the window's banner) is the first fatal error, the cause, not the last.
+  Recorder r;
+  WorkerSession s(&r);
+  ASSERT_TRUE(s.start(launch("fatal_two")));
+  s.submit({});
+  ASSERT_TRUE(pollUntil(s, [&] { return s.state() == State::Failed; }));
+  // Each reported once (the stderr copies dropped), in order.
+  ASSERT_EQ(r.errors.size(), 2u);
+  EXPECT_EQ(r.errors[0].rank, 0);
+  EXPECT_EQ(r.errors[1].rank, 1);
+  ASSERT_EQ(r.groupFailures.size(), 1u);
+  EXPECT_EQ(r.groupFailures[0].rank, 0);
+  EXPECT_EQ(r.groupFailures[0].message, "rank 0: collective timeout: rank 1 is stopped");
+  EXPECT_EQ(s.lastFailure().message, "rank 0: collective timeout: rank 1 is stopped");
 }
 
 TEST_F(SessionTest, FatalErrorEndsAGroupThatDoesNotExit) {

@@ -127,6 +127,7 @@ bool WorkerSession::start(const SessionLaunch& launch) {
       std::find(launch.argv.begin(), launch.argv.end(), "--hostfile") != launch.argv.end();
   readyInfo_ = nullptr;
   fatalEvent_.reset();
+  fatalSeen_.clear();
   lastFailure_ = {};
   help_.clear();
   inHelp_ = false;
@@ -437,9 +438,10 @@ void WorkerSession::flushHelp() {
 // ------------------------------------------------------------------------------ events
 
 bool WorkerSession::isRepeatedFatal(const protocol::Event& ev) const {
-  if (!isFatalError(ev) || !fatalEvent_) return false;
+  if (!isFatalError(ev) || fatalSeen_.empty()) return false;
   const auto e = std::get<protocol::ErrorEvent>(protocol::decodeEvent(ev));
-  return fatalEvent_->rank == e.rank && fatalEvent_->message == rankMessage(e.rank, e.message);
+  return std::find(fatalSeen_.begin(), fatalSeen_.end(),
+                   std::make_pair(e.rank, rankMessage(e.rank, e.message))) != fatalSeen_.end();
 }
 
 void WorkerSession::handleEvent(const protocol::Event& ev) {
@@ -528,7 +530,11 @@ void WorkerSession::handleError(const protocol::ErrorEvent& e) {
       if (queue_[i].sent && !queue_[i].accepted) failed = static_cast<int>(i);
     if (failed >= 0) f.id = queue_[static_cast<std::size_t>(failed)].id();
   }
-  if (f.fatal) fatalEvent_ = f;
+  if (f.fatal) {
+    fatalSeen_.emplace_back(f.rank, f.message);
+    // The first fatal error is the cause; the ones after it are the teardown's consequences.
+    if (!fatalEvent_) fatalEvent_ = f;
+  }
   lastFailure_ = f;
   observer_->logLine(f.rank, "error", e.message);
   observer_->errorReported(f);

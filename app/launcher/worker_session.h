@@ -231,7 +231,13 @@ class WorkerSession {
   std::map<int, protocol::RankStats> lastRanks_;
   int world_ = 0;
   nlohmann::json readyInfo_;
+  /// The group's first fatal error event: the cause the session reports when the group ends.
+  /// Later fatal errors are the teardown's consequences (a stopped rank that MPI_Abort's SIGCONT
+  /// wakes finds its own collective timed out, issue 45) and never replace it.
   std::optional<GroupFailure> fatalEvent_;
+  /// Every fatal error event seen (rank, message as rankMessage() words it): a rank's second copy
+  /// of one (abortGroup writes it to stdout and stderr) is dropped.
+  std::vector<std::pair<int, std::string>> fatalSeen_;
   GroupFailure lastFailure_;
   std::vector<QueuedRequest> queue_;
   int nextId_ = 1;
