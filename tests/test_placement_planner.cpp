@@ -324,6 +324,76 @@ TEST(PlacementPlanner, FixtureFolderPlanEqualsEstimateRequestMemory) {
   EXPECT_LT(q.memory.text_encoder_weights, e1.text_encoder_weights);
 }
 
+// The worker's and the CLI's refusals size the text encoders as the group places them (issue 47:
+// they used to count them sharded and resident whatever the placement): the same figures as the
+// planner's for each placement, `once` in the request's bytes, FLUX.1's CLIP and T5 not streamed.
+TEST(PlacementPlanner, RefusalEstimateCountsTheTextEncoderPlacement) {
+  const ModelFolder m = ModelFolder::open(DITSTUDIO_TEST_DATA "/tiny-flux2dev-A");
+  const RequestDims rd = [] {
+    PlannerRequest r;
+    r.width = r.height = 64;
+    r.text_len = 64;
+    return r.dims();
+  }();
+  const Strategy s = strategy(2, 2, 1, 1, "cpu");
+  const MemoryEstimate sharded = estimateRequestMemory(m, s, rd, 4, true);
+  const uint64_t te = sharded.text_encoder_weights;
+  EXPECT_EQ(te, textEncoderBytesPerRank(m, 2, 4));
+  expectSameEstimate(estimateRequestMemory(m, s, rd, 4, true, TextEncoderPlacement::Sharded),
+                     sharded);
+  // once: loaded for the request's prompts, so the request needs at least the encoder's bytes.
+  const MemoryEstimate once = estimateRequestMemory(m, s, rd, 4, true, TextEncoderPlacement::Once);
+  EXPECT_EQ(once.text_encode, te);
+  EXPECT_EQ(once.text_encoder_weights, 0u);
+  EXPECT_EQ(once.weights, sharded.weights - te);
+  EXPECT_GE(once.requestBytes(), te);
+  EXPECT_GT(once.requestBytes(), sharded.requestBytes() - 1);
+  // own-rank: the encoding rank holds the whole encoder.
+  const MemoryEstimate own =
+      estimateRequestMemory(m, s, rd, 4, true, TextEncoderPlacement::OwnRank);
+  EXPECT_EQ(own.text_encoder_weights, textEncoderBytesPerRank(m, 1, 4));
+  EXPECT_EQ(own.weights, sharded.weights - te + textEncoderBytesPerRank(m, 1, 4));
+  // host-streamed on CPU ranks: the resident shard plus its largest layer's copy.
+  const MemoryEstimate streamed =
+      estimateRequestMemory(m, s, rd, 4, true, TextEncoderPlacement::HostStreamed);
+  EXPECT_GT(streamed.text_encoder_weights, te);
+  EXPECT_LT(streamed.text_encoder_weights, 2 * te);
+  // The planner's figures for the same strategy and placements are these.
+  for (TextEncoderPlacement pl : {TextEncoderPlacement::OwnRank, TextEncoderPlacement::Once,
+                                  TextEncoderPlacement::HostStreamed}) {
+    PlannerRequest req;
+    req.width = req.height = 64;
+    req.text_len = 64;
+    req.element_bytes = 4;
+    req.dtype = "float32";
+    req.text_encoder_placements = {pl};
+    // A budget between the tp 2 and the tp 1 peaks of this placement: the plan is tp 2.
+    const uint64_t p1 =
+        estimateRequestMemory(m, strategy(2, 1, 2, 1, "cpu"), rd, 4, true, pl).peak();
+    const uint64_t p2 = estimateRequestMemory(m, s, rd, 4, true, pl).peak();
+    ASSERT_LT(p2, p1) << textEncoderPlacementName(pl);
+    const uint64_t budget = static_cast<uint64_t>((p1 + p2) / 2 / 0.9);
+    const Plan p = planPlacement(plannerModel(m), ranks(2, budget, 1, "cpu"), req);
+    ASSERT_TRUE(p.fits) << p.message;
+    EXPECT_EQ(p.text_encoder, pl);
+    ASSERT_EQ(p.strategy.tp_degree, 2) << textEncoderPlacementName(pl);
+    expectSameEstimate(p.memory, estimateRequestMemory(m, p.strategy, rd, 4, true, pl));
+    EXPECT_EQ(p.memory.text_encode,
+              estimateRequestMemory(m, p.strategy, rd, 4, true, pl).text_encode);
+  }
+  // FLUX.1's CLIP and T5 are not streamed: refused naming the placement.
+  const ModelFolder flux1 = ModelFolder::open(DITSTUDIO_TEST_DATA "/tiny-flux-A");
+  try {
+    (void)estimateRequestMemory(flux1, strategy(1, 1, 1, 1, "cpu"), rd, 4, true,
+                                TextEncoderPlacement::HostStreamed);
+    ADD_FAILURE() << "host-streamed FLUX.1 encoders were not refused";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("text-encoder placement host-streamed: not available"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(PlacementPlanner, BadInputsAreRefused) {
   const PlannerModel k = plannerModel(findKnownModel(kDev));
   EXPECT_THROW(planPlacement(k, ranks(0, GiB), PlannerRequest{}), std::invalid_argument);

@@ -52,13 +52,15 @@ namespace fs = std::filesystem;
 namespace {
 
 // The memory estimate before anything is loaded: `ranks` ranks on this host, each holding its
-// weights plus the resolved request's activations, attention and VAE decode.
+// weights (the text encoders as --text-encoder-placement places them) plus the resolved
+// request's text encoding, activations, attention and VAE decode.
 void refuseMemory(const CliOptions& o, const ModelFolder& model, const ResolvedRequest& r,
                   int ranks) {
   const RequestDims rd = r.dims();
   const bool cuda = o.device == "cuda";
   const MemoryEstimate est =
-      estimateRequestMemory(model, o.strategy, rd, o.dtype == "float32" ? 4 : 2, !cuda);
+      estimateRequestMemory(model, o.strategy, rd, o.dtype == "float32" ? 4 : 2, !cuda,
+                            parseTextEncoderPlacement(o.textEncoderPlacement));
   std::string refusal;
   if (cuda) {
     if (auto avail = deviceMemoryAvailable(c10::Device("cuda:0")); avail && ranks == 1)

@@ -120,8 +120,10 @@ bool Worker::refuseRequest(const protocol::GenerateRequest& req, const PipelineI
       rd.height = base.height;
       rd.text_len = base.max_sequence_length;
       const bool cuda = device_.rfind("cuda", 0) == 0;
+      // The text encoders as this group places them (`once` loads them for the request).
       const MemoryEstimate est = estimateRequestMemory(
-          pipe_->model(), s_, rd, static_cast<int>(c10::elementSize(computeDtype_)), !cuda);
+          pipe_->model(), s_, rd, static_cast<int>(c10::elementSize(computeDtype_)), !cuda,
+          textEncoder_);
       if (cuda) {
         if (auto avail = deviceMemoryAvailable(c10::Device(device_)))
           refusal = memoryRefusal(est, est.requestBytes(), 1, *avail, rd,

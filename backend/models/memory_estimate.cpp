@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 
 #include "backend/io/safetensors.h"
 #include "backend/io/stored_weight_bytes.h"
@@ -129,6 +130,56 @@ MemoryEstimate estimateRequestMemory(const ModelFolder& m, const Strategy& s, co
   e.vae_weights = componentBytes(m, "vae", "diffusion_pytorch_model", elementBytes);
   e.weights = add(add(e.transformer_weights, e.text_encoder_weights), e.vae_weights);
   return e;
+}
+
+std::optional<MemoryEstimate> placeTextEncoder(const MemoryEstimate& e, TextEncoderPlacement pl,
+                                               uint64_t wholeEncoderBytes, uint64_t layerBytesAtTp,
+                                               bool cpuRanks, std::string* why) {
+  if (pl == TextEncoderPlacement::Sharded) return e;
+  MemoryEstimate r = e;
+  const uint64_t te = e.text_encoder_weights;
+  r.weights -= te;
+  r.text_encoder_weights = 0;
+  switch (pl) {
+    case TextEncoderPlacement::OwnRank:
+      r.text_encoder_weights = wholeEncoderBytes;
+      break;
+    case TextEncoderPlacement::HostStreamed:
+      if (layerBytesAtTp == 0) {
+        if (why)
+          *why =
+              "not available for this model's text encoders (streaming is implemented for the "
+              "Qwen3 / Mistral / Qwen2.5-VL decoders; FLUX.1's CLIP and T5 are not streamed)";
+        return std::nullopt;
+      }
+      r.text_encoder_weights = add(layerBytesAtTp, cpuRanks ? te : 0);
+      break;
+    case TextEncoderPlacement::Once:
+      r.text_encode = te;
+      break;
+    case TextEncoderPlacement::Sharded:
+      break;
+  }
+  r.weights = add(r.weights, r.text_encoder_weights);
+  return r;
+}
+
+MemoryEstimate estimateRequestMemory(const ModelFolder& m, const Strategy& s, const RequestDims& r,
+                                     int64_t elementBytes, bool scoresMaterialized,
+                                     TextEncoderPlacement pl) {
+  const MemoryEstimate e = estimateRequestMemory(m, s, r, elementBytes, scoresMaterialized);
+  if (pl == TextEncoderPlacement::Sharded) return e;
+  const int64_t eb = std::max<int64_t>(1, elementBytes);
+  const uint64_t whole =
+      pl == TextEncoderPlacement::OwnRank ? familyOf(m).memory(m, 1, eb).text_encoder_bytes : 0;
+  const uint64_t layer =
+      pl == TextEncoderPlacement::HostStreamed
+          ? familyOf(m).memory(m, std::max(1, s.tp_degree), eb).text_encoder_layer_bytes
+          : 0;
+  std::string why;
+  if (auto placed = placeTextEncoder(e, pl, whole, layer, scoresMaterialized, &why)) return *placed;
+  throw std::invalid_argument(std::string("text-encoder placement ") +
+                              textEncoderPlacementName(pl) + ": " + why);
 }
 
 MemoryEstimate estimateKnownModelMemory(const KnownModel& k, const Strategy& s,

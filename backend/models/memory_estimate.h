@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backend/io/model_folder.h"
+#include "backend/models/text_encoder_placement.h"
 #include "parallel/strategy.h"
 
 namespace dit {
@@ -58,6 +59,32 @@ struct MemoryEstimate {
 /// Throws ModelFileError when a component's weights cannot be read (headers only).
 MemoryEstimate estimateRequestMemory(const ModelFolder& m, const Strategy& s, const RequestDims& r,
                                      int64_t elementBytes, bool scoresMaterialized);
+
+/// `e` (an estimate with the text encoders sharded under tp and resident, as
+/// estimateRequestMemory gives it) with the text encoders placed as `pl`
+/// (text_encoder_placement.h), for the rank that holds the most:
+///  * own-rank: the encoding rank holds the whole encoder (`wholeEncoderBytes`, the family's
+///    text-encoder bytes at tp 1);
+///  * host-streamed: the device holds the encoder's largest layer at tp (`layerBytesAtTp`); on
+///    CPU ranks (`cpuRanks`) the host store is the same memory, so the layer's copy adds to the
+///    resident shard;
+///  * once: the encoder is a stage of its own (`text_encode`), loaded for a request's prompts
+///    and freed before the steps, so it adds to requestBytes() instead of the weights;
+///  * sharded: `e` as it is.
+/// Returns nullopt, and sets `why` when not null, when the encoders cannot be placed so
+/// (host-streamed with `layerBytesAtTp` 0: FLUX.1's CLIP and T5 are not streamed).
+std::optional<MemoryEstimate> placeTextEncoder(const MemoryEstimate& e, TextEncoderPlacement pl,
+                                               uint64_t wholeEncoderBytes, uint64_t layerBytesAtTp,
+                                               bool cpuRanks, std::string* why = nullptr);
+
+/// estimateRequestMemory with the text encoders placed as `pl` (placeTextEncoder, the family's
+/// memory facts at tp 1 and at s.tp_degree): what the worker's and the CLI's refusals check, so
+/// that e.g. `once` counts the encoder the request loads. `scoresMaterialized` also means CPU
+/// ranks. Throws ModelFileError as estimateRequestMemory, std::invalid_argument naming the
+/// placement when the model's encoders cannot be placed so.
+MemoryEstimate estimateRequestMemory(const ModelFolder& m, const Strategy& s, const RequestDims& r,
+                                     int64_t elementBytes, bool scoresMaterialized,
+                                     TextEncoderPlacement pl);
 
 /// The transformer and VAE stages of the estimate without a model folder (the advisor's known
 /// models): activations, attention and VAE decode as estimateRequestMemory computes them from

@@ -70,35 +70,13 @@ std::optional<MemoryEstimate> placedEstimate(const PlannerModel& model, const Me
     if (why) *why = "the model declares no text-encoder memory facts to size it with";
     return std::nullopt;
   }
-  MemoryEstimate r = e;
-  const uint64_t te = e.text_encoder_weights;
-  r.weights -= te;
-  r.text_encoder_weights = 0;
-  switch (pl) {
-    case TextEncoderPlacement::OwnRank:
-      r.text_encoder_weights = model.text_encoder(1, eb).text_encoder_bytes;
-      break;
-    case TextEncoderPlacement::HostStreamed: {
-      const uint64_t layer =
-          model.text_encoder(std::max(1, s.tp_degree), eb).text_encoder_layer_bytes;
-      if (layer == 0) {
-        if (why)
-          *why =
-              "not available for this model's text encoders (streaming is implemented for the "
-              "Qwen3 / Mistral / Qwen2.5-VL decoders; FLUX.1's CLIP and T5 are not streamed)";
-        return std::nullopt;
-      }
-      r.text_encoder_weights = layer + (cpuRanks ? te : 0);
-      break;
-    }
-    case TextEncoderPlacement::Once:
-      r.text_encode = te;
-      break;
-    case TextEncoderPlacement::Sharded:
-      break;
-  }
-  r.weights += r.text_encoder_weights;
-  return r;
+  const uint64_t whole =
+      pl == TextEncoderPlacement::OwnRank ? model.text_encoder(1, eb).text_encoder_bytes : 0;
+  const uint64_t layer =
+      pl == TextEncoderPlacement::HostStreamed
+          ? model.text_encoder(std::max(1, s.tp_degree), eb).text_encoder_layer_bytes
+          : 0;
+  return placeTextEncoder(e, pl, whole, layer, cpuRanks, why);
 }
 
 // What a placement costs besides memory, in words (the alternatives and the chosen row).
