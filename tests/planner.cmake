@@ -2,7 +2,8 @@
 # known FLUX.2 [dev] config and on tiny-flux2dev-A): its figures against the one memory model;
 # docs/planner.md against the CLI's output.
 add_executable(test_placement_planner test_placement_planner.cpp)
-target_link_libraries(test_placement_planner PRIVATE dit_backend_core GTest::gtest GTest::gtest_main)
+target_link_libraries(test_placement_planner PRIVATE dit_backend_core dit_protocol GTest::gtest
+  GTest::gtest_main)
 target_compile_definitions(test_placement_planner PRIVATE
   DITSTUDIO_TEST_DATA="${DITSTUDIO_TEST_DATA}" DITSTUDIO_CLI="$<TARGET_FILE:ditstudio-cli>"
   DITSTUDIO_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

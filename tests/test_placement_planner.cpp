@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "app/protocol/run_options.h"
 #include "backend/io/model_folder.h"
 #include "backend/models/memory_estimate.h"
 #include "backend/models/placement_planner.h"
@@ -392,6 +393,14 @@ TEST(PlacementPlanner, RefusalEstimateCountsTheTextEncoderPlacement) {
               std::string::npos)
         << e.what();
   }
+}
+
+// The launchers' list of placements (app/protocol/run_options.h: the worker's and the CLI's flag
+// checks, the GUI's combo, the server's pool key) is the pipelines' own.
+TEST(PlacementPlanner, RunOptionChoicesAreThePlacements) {
+  EXPECT_EQ(dit::protocol::textEncoderPlacementChoices(), textEncoderPlacementNames());
+  for (const std::string& name : dit::protocol::textEncoderPlacementChoices())
+    EXPECT_EQ(textEncoderPlacementName(parseTextEncoderPlacement(name)), name);
 }
 
 TEST(PlacementPlanner, BadInputsAreRefused) {

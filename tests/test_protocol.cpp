@@ -19,6 +19,7 @@
 #include "app/protocol/events.h"
 #include "app/protocol/file_fingerprint.h"
 #include "app/protocol/protocol.h"
+#include "app/protocol/run_options.h"
 #include "app/protocol/strategy_args.h"
 #include "strategy_util.h"
 
@@ -413,6 +414,50 @@ TEST(Protocol, WorkerArgvFromStrategy) {
   EXPECT_EQ(json(back), json(s));
   // Registering twice on one app is refused (one definition of the flags).
   EXPECT_THROW(addStrategyOptions(app, back), CLI::OptionAlreadyAdded);
+}
+
+// Issue 47: the group's run options, written by every launcher (CLI, server pool, GUI) and parsed
+// back by the worker's registration: defaults leave the argv alone, a value outside a range is
+// refused on both ends with the option named.
+TEST(Protocol, RunOptionsRoundTrip) {
+  EXPECT_TRUE(runOptionArgs(RunOptions{}).empty());
+  RunOptions o;
+  o.vae_tiling = 0;
+  o.text_encoder_placement = "own-rank";
+  o.prompt_cache = 8;
+  const std::vector<std::string> expected = {
+      "--vae-tiling", "0", "--text-encoder-placement", "own-rank", "--prompt-cache", "8"};
+  EXPECT_EQ(runOptionArgs(o), expected);
+  RunOptions back;
+  CLI::App app;
+  addRunOptions(app, back);
+  std::vector<const char*> cargv{"worker"};
+  for (const auto& a : expected) cargv.push_back(a.c_str());
+  app.parse(static_cast<int>(cargv.size()), cargv.data());
+  EXPECT_EQ(back, o);
+  EXPECT_THROW(addRunOptions(app, back), CLI::OptionAlreadyAdded);
+  // Refused by the parser and by the writer, naming the option.
+  for (const std::vector<const char*>& bad :
+       {std::vector<const char*>{"w", "--text-encoder-placement", "everywhere"},
+        std::vector<const char*>{"w", "--vae-tiling", "-2"},
+        std::vector<const char*>{"w", "--prompt-cache", "100001"}}) {
+    RunOptions r;
+    CLI::App a;
+    addRunOptions(a, r);
+    EXPECT_THROW(a.parse(static_cast<int>(bad.size()), bad.data()), CLI::ValidationError) << bad[1];
+  }
+  RunOptions wrong;
+  wrong.text_encoder_placement = "everywhere";
+  EXPECT_EQ(runOptionsIssue(wrong),
+            "unknown text-encoder placement 'everywhere' (expected sharded, own-rank, "
+            "host-streamed or once)");
+  EXPECT_THROW(runOptionArgs(wrong), std::invalid_argument);
+  wrong = RunOptions{};
+  wrong.vae_tiling = -5;
+  EXPECT_NE(runOptionsIssue(wrong).find("vae tiling -5 is out of range"), std::string::npos);
+  wrong = RunOptions{};
+  wrong.prompt_cache = -1;
+  EXPECT_NE(runOptionsIssue(wrong).find("prompt cache -1 is out of range"), std::string::npos);
 }
 
 TEST(Protocol, ThreadPlacement) {

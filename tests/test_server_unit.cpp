@@ -68,6 +68,22 @@ TEST(ServerPool, GroupSpecKeys) {
   EXPECT_TRUE(d.preflight);
   EXPECT_NE(messageOf([&] { parseGroupSpec("preflight=yes", d); }).find("must be 0 or 1"),
             std::string::npos);
+  // The group's run options (issue 47), as the CLI's flags of the same names.
+  const GroupSpec r =
+      parseGroupSpec("text_encoder_placement=once,prompt_cache=4,vae_tiling=256", d);
+  EXPECT_EQ(r.run.text_encoder_placement, "once");
+  EXPECT_EQ(r.run.prompt_cache, 4);
+  EXPECT_EQ(r.run.vae_tiling, 256);
+  EXPECT_EQ(parseGroupSpec("vae_tiling=off", r).run.vae_tiling, -1);
+  EXPECT_EQ(d.run, dit::protocol::RunOptions{});
+  EXPECT_NE(messageOf([&] {
+              parseGroupSpec("text_encoder_placement=everywhere", d);
+            }).find("text_encoder_placement: unknown text-encoder placement 'everywhere'"),
+            std::string::npos);
+  EXPECT_NE(messageOf([&] {
+              parseGroupSpec("prompt_cache=many", d);
+            }).find("prompt_cache must be an integer"),
+            std::string::npos);
 }
 
 // The GUI's Serve API (issue 45): a pool over a group that runs elsewhere. Its jobs are handed

@@ -20,6 +20,7 @@
 #include "ui/preset_panel.h"
 #include "ui/preset_plan.h"
 #include "ui/preset_store.h"
+#include "ui/worker_command.h"
 
 using namespace dit::ui;
 
@@ -125,6 +126,29 @@ class UiPresetPlanTest : public QObject {
                qPrintable(p->description));
     // A second plan gets its own name.
     QCOMPARE(w->savePlanPreset(plan), QString("Plan: FLUX.2 [dev] on 4 x 80.0 GiB (2)"));
+  }
+
+  // Issue 47: a plan that places the text encoder other than sharded (FLUX.2 [dev] on one 80 GiB
+  // GPU: streamed from host memory) makes a preset whose group runs it so, and applying the
+  // preset puts the placement in the worker's command line.
+  void aPlansTextEncoderPlacementIsThePresetsRunOption() {
+    dit::PlannerRanks r;
+    r.count = 1;
+    r.memory_per_rank = 80 * kGiB;
+    dit::PlannerRequest req;
+    req.text_encoder_placements = {
+        dit::TextEncoderPlacement::Sharded, dit::TextEncoderPlacement::OwnRank,
+        dit::TextEncoderPlacement::HostStreamed, dit::TextEncoderPlacement::Once};
+    const dit::Plan plan =
+        dit::planPlacement(dit::plannerModel(dit::findKnownModel("FLUX.2 [dev]")), r, req);
+    QVERIFY2(plan.fits, plan.message.c_str());
+    QCOMPARE(plan.text_encoder, dit::TextEncoderPlacement::HostStreamed);
+    const Preset p = presetFromPlan(plan, Preset{}, "one GPU");
+    QCOMPARE(p.run.text_encoder_placement, std::string("host-streamed"));
+    auto w = window();
+    w->applyPreset(p);
+    const QString args = buildLaunchCommand(w->launchConfig()).arguments.join(' ');
+    QVERIFY2(args.contains("--text-encoder-placement host-streamed"), qPrintable(args));
   }
 
   // Loaded where each GPU has 24 GiB: the plan's peak per rank (48.5 GiB) against 21.6 GiB

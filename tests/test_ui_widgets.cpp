@@ -3,6 +3,7 @@
 // against the scripted mpirun stand-in (image in the gallery, per-rank monitor, crash banner
 // naming the rank, restart). The real worker: test_ui_integration.
 #include <QAction>
+#include <QComboBox>
 #include <QDir>
 #include <QDoubleSpinBox>
 #include <QFile>
@@ -302,6 +303,50 @@ class TestWidgets : public QObject {
     QVERIFY(again.load());
     QVERIFY(again.find("two hosts"));
     QCOMPARE(again.find("two hosts")->hosts.networkInterface, QString("10.77.0.0/24"));
+  }
+
+  // Issue 47: the group's run options in the window (Strategy tab): the worker starts with them,
+  // a preset keeps them, a change while the group runs means a restart, and a bad value in a
+  // presets file is refused with the preset's name.
+  void runOptionsInTheLaunchAndPresets() {
+    QTemporaryDir data;
+    auto w = makeWindow(data);
+    StrategyEditor* e = w->strategyEditor();
+    // Defaults: no run-option flag on the worker's command line.
+    QCOMPARE(e->vaeTilingSpin()->text(), QString("off"));
+    QCOMPARE(e->promptCacheSpin()->text(), QString("off"));
+    QString args = buildLaunchCommand(w->launchConfig()).arguments.join(' ');
+    QVERIFY2(!args.contains("--text-encoder-placement") && !args.contains("--prompt-cache") &&
+                 !args.contains("--vae-tiling"),
+             qPrintable(args));
+    e->textEncoderCombo()->setCurrentText("once");
+    e->promptCacheSpin()->setValue(4);
+    e->vaeTilingSpin()->setValue(256);
+    args = buildLaunchCommand(w->launchConfig()).arguments.join(' ');
+    QVERIFY2(args.contains("--vae-tiling 256 --text-encoder-placement once --prompt-cache 4"),
+             qPrintable(args));
+    QVERIFY(w->presetPanel()->saveCurrentAs("encoder once"));
+    e->setRunOptions(dit::protocol::RunOptions{});
+    QCOMPARE(e->textEncoderCombo()->currentText(), QString("sharded"));
+    w->applyPreset(*w->presetStore()->find("encoder once"));
+    QCOMPARE(e->runOptions().text_encoder_placement, std::string("once"));
+    QCOMPARE(e->runOptions().prompt_cache, 4);
+    QCOMPARE(e->runOptions().vae_tiling, 256);
+    PresetStore again(data.path());
+    QVERIFY(again.load());
+    QVERIFY(again.find("encoder once"));
+    QCOMPARE(again.find("encoder once")->run.text_encoder_placement, std::string("once"));
+    QJsonObject j = again.find("encoder once")->toJson();
+    QCOMPARE(j.value("run").toObject().value("prompt_cache").toInt(), 4);
+    // A placement no worker takes: the preset is refused, naming it.
+    QJsonObject run = j.value("run").toObject();
+    run["text_encoder_placement"] = "everywhere";
+    j["run"] = run;
+    QString error;
+    QVERIFY(!Preset::fromJson(j, &error));
+    QVERIFY2(error.contains("preset \"encoder once\"") &&
+                 error.contains("unknown text-encoder placement 'everywhere'"),
+             qPrintable(error));
   }
 
   void advisorApplies() {

@@ -31,6 +31,7 @@ void MainWindow::applyPreset(const Preset& p, bool withGeneration) {
   editor_->setStrategy(p.strategy);
   editor_->setHostfile(p.hostfile);
   editor_->setHostSettings(p.hosts);
+  editor_->setRunOptions(p.run);
   if (withGeneration && !p.model.model.isEmpty())
     restoreModel(p.model, tr("preset \"%1\"").arg(p.name));
   if (p.hasGeneration && withGeneration) {
@@ -101,6 +102,7 @@ Preset MainWindow::currentPreset() const {
   p.strategy = editor_->strategy();
   p.hostfile = editor_->hostfile();
   p.hosts = editor_->hostSettings();
+  p.run = editor_->runOptions();
   p.hasGeneration = true;
   p.generation = genPanel_->params();
   // Reference images with the SHA-256 of the files as they are now (the request leaves a file

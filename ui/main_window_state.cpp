@@ -29,6 +29,7 @@ LaunchConfig MainWindow::launchConfig() const {
   c.components = genPanel_->components();
   c.hostfile = editor_->hostfile();
   c.hosts = editor_->hostSettings();
+  c.run = editor_->runOptions();
   c.workerPath = options_.workerPath;
   c.mpirunPath = options_.mpirunPath;
   return c;
@@ -48,7 +49,7 @@ bool MainWindow::configDiffers() const {
   return !sameStrategy(now.strategy, run.strategy) ||
          QDir::cleanPath(now.modelDir) != QDir::cleanPath(run.modelDir) ||
          !(now.components == run.components) || now.hostfile != run.hostfile ||
-         (!now.hostfile.isEmpty() && !(now.hosts == run.hosts));
+         !(now.run == run.run) || (!now.hostfile.isEmpty() && !(now.hosts == run.hosts));
 }
 
 void MainWindow::revalidate() {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backend/models/memory_estimate.h"
+#include "backend/models/text_encoder_placement.h"
 
 namespace dit::ui {
 
@@ -56,6 +57,8 @@ Preset presetFromPlan(const dit::Plan& plan, const Preset& current, const QStrin
   p.name = name;
   p.builtin = false;
   p.strategy = plan.strategy;
+  // The group runs the text encoder where the plan placed it.
+  p.run.text_encoder_placement = dit::textEncoderPlacementName(plan.text_encoder);
   p.plan = planRecord(plan);
   QStringList lines{QString::fromStdString(plan.message)};
   for (const std::string& r : plan.reasons) lines << QString::fromStdString(r);

@@ -22,6 +22,12 @@ QJsonObject Preset::toJson() const {
   if (!hosts.sshOptions.isEmpty()) h["ssh_options"] = hosts.sshOptions;
   if (!hosts.mpirunArgs.isEmpty()) h["mpirun_args"] = hosts.mpirunArgs;
   if (!h.isEmpty()) j["hosts"] = h;
+  QJsonObject r;
+  if (run.vae_tiling >= 0) r["vae_tiling"] = run.vae_tiling;
+  if (run.text_encoder_placement != "sharded")
+    r["text_encoder_placement"] = QString::fromStdString(run.text_encoder_placement);
+  if (run.prompt_cache > 0) r["prompt_cache"] = run.prompt_cache;
+  if (!r.isEmpty()) j["run"] = r;
   if (hasGeneration) j["generation"] = paramsToQJson(generation);
   model.writeTo(j);
   if (!plan.isEmpty()) j["plan"] = plan;
@@ -46,6 +52,16 @@ std::optional<Preset> Preset::fromJson(const QJsonObject& j, QString* error) {
   p.hosts.portRange = h.value("port_range").toString();
   p.hosts.sshOptions = h.value("ssh_options").toString();
   p.hosts.mpirunArgs = h.value("mpirun_args").toString();
+  const QJsonObject r = j.value("run").toObject();
+  p.run.vae_tiling = r.value("vae_tiling").toInt(-1);
+  p.run.text_encoder_placement =
+      r.value("text_encoder_placement").toString(QStringLiteral("sharded")).toStdString();
+  p.run.prompt_cache = r.value("prompt_cache").toInt(0);
+  if (const std::string issue = dit::protocol::runOptionsIssue(p.run); !issue.empty()) {
+    if (error)
+      *error = QStringLiteral("preset \"%1\": %2").arg(p.name, QString::fromStdString(issue));
+    return std::nullopt;
+  }
   p.model = ModelSourcePaths::readFrom(j);
   p.plan = j.value("plan").toObject();
   try {

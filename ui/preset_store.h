@@ -15,6 +15,7 @@
 #include <QStringList>
 #include <optional>
 
+#include "app/protocol/run_options.h"
 #include "parallel/strategy.h"
 #include "ui/generation_params.h"
 #include "ui/model_sources.h"
@@ -28,7 +29,10 @@ struct Preset {
   QString description;
   dit::Strategy strategy;
   QString hostfile;
-  HostSettings hosts;          ///< network/ssh settings of a hostfile group
+  HostSettings hosts;  ///< network/ssh settings of a hostfile group
+  /// The group's run options ("run": {"vae_tiling", "text_encoder_placement", "prompt_cache"},
+  /// those not at their default); a preset from a plan carries the plan's placement.
+  dit::protocol::RunOptions run;
   bool hasGeneration = false;  ///< whether `generation` holds values
   GenerationParams generation;
   /// The model and its components ("model", "components"); empty model: none recorded (the

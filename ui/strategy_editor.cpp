@@ -156,6 +156,30 @@ StrategyEditor::StrategyEditor(QWidget* parent) : QWidget(parent) {
                           tr("With a hostfile: extra mpirun arguments, whitespace-separated "
                              "(--mpirun-args)"));
   form->addRow(tr("mpirun args"), mpirunArgs_);
+  // The group's run options (app/protocol/run_options.h): the worker starts with them.
+  textEncoder_ = new QComboBox(box);
+  for (const std::string& name : dit::protocol::textEncoderPlacementChoices())
+    textEncoder_->addItem(QString::fromStdString(name));
+  textEncoder_->setToolTip(
+      tr("Where the text encoder lives (--text-encoder-placement): sharded under the tp group "
+         "(default); own-rank: one rank of each tp x cp group encodes and broadcasts, the others "
+         "never load it; host-streamed: weights in host memory, one layer at a time on the "
+         "device (Qwen3 / Mistral / Qwen2.5-VL encoders); once: loaded per request, freed "
+         "before the steps"));
+  form->addRow(tr("Text encoder"), textEncoder_);
+  promptCache_ = spin(0, 4096,
+                      tr("Prompt embeddings kept for the last N distinct prompts, so a queue of "
+                         "variations encodes each prompt once (--prompt-cache; 0: off)"));
+  promptCache_->setSpecialValueText(tr("off"));
+  form->addRow(tr("Prompt cache"), promptCache_);
+  vaeTiling_ = spin(-1, 4096,
+                    tr("Decode the image in tiles of this many pixels (--vae-tiling, diffusers' "
+                       "enable_tiling(), overlap 0.25); 0: the VAE's sample_size; the tiles are "
+                       "shared over the group's ranks"));
+  vaeTiling_->setSpecialValueText(tr("off"));
+  vaeTiling_->setSuffix(tr(" px"));
+  vaeTiling_->setValue(-1);
+  form->addRow(tr("VAE tiling"), vaeTiling_);
   auto* buttons = new QHBoxLayout;
   auto* fill = new QPushButton(tr("Ranks = product"), box);
   fill->setToolTip(tr("Set the number of ranks to dp × cfg × ring × ulysses × tp"));
@@ -204,9 +228,10 @@ StrategyEditor::StrategyEditor(QWidget* parent) : QWidget(parent) {
     summary_->setText(strategyText(s));
     if (!loading_) Q_EMIT changed();
   };
-  for (QSpinBox* s : {world_, tp_, ring_, ulysses_, cfg_, dp_})
+  for (QSpinBox* s : {world_, tp_, ring_, ulysses_, cfg_, dp_, promptCache_, vaeTiling_})
     connect(s, &QSpinBox::valueChanged, this, emitChanged);
   connect(device_, &QComboBox::currentTextChanged, this, emitChanged);
+  connect(textEncoder_, &QComboBox::currentTextChanged, this, emitChanged);
   connect(ulyssesAnything_, &QCheckBox::toggled, this, emitChanged);
   connect(ringAnything_, &QCheckBox::toggled, this, emitChanged);
   for (QLineEdit* e : {hostfile_, network_, portRange_, sshOptions_, mpirunArgs_})
@@ -273,6 +298,24 @@ void StrategyEditor::setHostSettings(const HostSettings& h) {
   portRange_->setText(h.portRange);
   sshOptions_->setText(h.sshOptions);
   mpirunArgs_->setText(h.mpirunArgs);
+  loading_ = false;
+  Q_EMIT changed();
+}
+
+dit::protocol::RunOptions StrategyEditor::runOptions() const {
+  dit::protocol::RunOptions o;
+  o.text_encoder_placement = textEncoder_->currentText().toStdString();
+  o.prompt_cache = promptCache_->value();
+  o.vae_tiling = vaeTiling_->value();
+  return o;
+}
+
+void StrategyEditor::setRunOptions(const dit::protocol::RunOptions& o) {
+  loading_ = true;
+  const int at = textEncoder_->findText(QString::fromStdString(o.text_encoder_placement));
+  textEncoder_->setCurrentIndex(at >= 0 ? at : 0);
+  promptCache_->setValue(o.prompt_cache);
+  vaeTiling_->setValue(o.vae_tiling);
   loading_ = false;
   Q_EMIT changed();
 }

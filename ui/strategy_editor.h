@@ -1,11 +1,13 @@
-// Strategy editor: ranks, device, tp/ring/ulysses/cfg/dp degrees, the anything modes and an
-// optional hostfile; shows the validation messages inline and the resulting mesh as a grid of
+// Strategy editor: ranks, device, tp/ring/ulysses/cfg/dp degrees, the anything modes, an
+// optional hostfile and the group's run options (text-encoder placement, prompt cache, VAE
+// tiling); shows the validation messages inline and the resulting mesh as a grid of
 // rank boxes; opens the advisor.
 #pragma once
 
 #include <QStringList>
 #include <QWidget>
 
+#include "app/protocol/run_options.h"
 #include "parallel/strategy.h"
 #include "ui/mesh_layout.h"
 #include "ui/worker_command.h"
@@ -51,6 +53,11 @@ class StrategyEditor : public QWidget {
   HostSettings hostSettings() const;
   /// Shows `h` in the network/ssh fields (no changed() per field: one at the end).
   void setHostSettings(const HostSettings& h);
+  /// The group's run options: text-encoder placement, prompt cache, VAE tiling.
+  dit::protocol::RunOptions runOptions() const;
+  /// Shows `o` in the run-option fields (one changed() at the end). A placement this editor does
+  /// not list is shown as "sharded".
+  void setRunOptions(const dit::protocol::RunOptions& o);
   /// Shows the messages (start-blocking ones first). Empty lists show "valid".
   void setIssues(const QStringList& startIssues, const QStringList& requestIssues);
   QString issuesText() const;
@@ -69,6 +76,9 @@ class StrategyEditor : public QWidget {
   QLineEdit* portRangeEdit() const { return portRange_; }
   QLineEdit* sshOptionsEdit() const { return sshOptions_; }
   QLineEdit* mpirunArgsEdit() const { return mpirunArgs_; }
+  QComboBox* textEncoderCombo() const { return textEncoder_; }
+  QSpinBox* promptCacheSpin() const { return promptCache_; }
+  QSpinBox* vaeTilingSpin() const { return vaeTiling_; }
 
  Q_SIGNALS:
   void changed();
@@ -89,6 +99,9 @@ class StrategyEditor : public QWidget {
   QLineEdit* portRange_;
   QLineEdit* sshOptions_;
   QLineEdit* mpirunArgs_;
+  QComboBox* textEncoder_;
+  QSpinBox* promptCache_;
+  QSpinBox* vaeTiling_;
   QLabel* issues_;
   QLabel* summary_;
   MeshView* mesh_;

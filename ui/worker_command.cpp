@@ -29,6 +29,7 @@ dit::launcher::MpirunLaunch mpirunLaunch(const LaunchConfig& c) {
   l.worker = (c.workerPath.isEmpty() ? defaultWorkerPath() : c.workerPath).toStdString();
   l.model = c.modelDir.toStdString();
   l.extra_worker_args = toStd(c.components.workerArgs() + c.extraWorkerArgs);
+  for (const std::string& a : dit::protocol::runOptionArgs(c.run)) l.extra_worker_args.push_back(a);
   l.network_interface = c.hosts.networkInterface.trimmed().toStdString();
   l.port_range = c.hosts.portRange.trimmed().toStdString();
   l.ssh_options = c.hosts.sshOptions.trimmed().toStdString();

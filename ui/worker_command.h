@@ -10,6 +10,7 @@
 
 #include "app/launcher/group_start.h"
 #include "app/launcher/launch.h"
+#include "app/protocol/run_options.h"
 #include "parallel/strategy.h"
 #include "ui/model_sources.h"
 
@@ -27,11 +28,13 @@ struct HostSettings {
 
 /// What the controller needs to start a process group.
 struct LaunchConfig {
-  dit::Strategy strategy;       ///< world = mpirun -np; degrees become the worker's strategy flags
-  QString modelDir;             ///< --model
-  ModelComponents components;   ///< --config, --vae, --text-encoder, ... (those given)
-  QString hostfile;             ///< optional mpirun --hostfile
-  HostSettings hosts;           ///< network/ssh settings, used with a hostfile only
+  dit::Strategy strategy;      ///< world = mpirun -np; degrees become the worker's strategy flags
+  QString modelDir;            ///< --model
+  ModelComponents components;  ///< --config, --vae, --text-encoder, ... (those given)
+  QString hostfile;            ///< optional mpirun --hostfile
+  HostSettings hosts;          ///< network/ssh settings, used with a hostfile only
+  /// --vae-tiling, --text-encoder-placement, --prompt-cache (app/protocol/run_options.h)
+  dit::protocol::RunOptions run;
   QString workerPath;           ///< ditstudio-worker executable (empty: defaultWorkerPath())
   QString mpirunPath;           ///< mpirun executable (empty: defaultMpirun())
   QStringList extraWorkerArgs;  ///< appended after the strategy flags (e.g. "--dtype", "float32")

@@ -60,7 +60,7 @@ void refuseMemory(const CliOptions& o, const ModelFolder& model, const ResolvedR
   const bool cuda = o.device == "cuda";
   const MemoryEstimate est =
       estimateRequestMemory(model, o.strategy, rd, o.dtype == "float32" ? 4 : 2, !cuda,
-                            parseTextEncoderPlacement(o.textEncoderPlacement));
+                            parseTextEncoderPlacement(o.run.text_encoder_placement));
   std::string refusal;
   if (cuda) {
     if (auto avail = deviceMemoryAvailable(c10::Device("cuda:0")); avail && ranks == 1)
@@ -100,7 +100,7 @@ int runLocal(const CliOptions& o) {
   PipelineOptions po;
   po.dtype = cpuComputeDType(o);
   po.device = o.device;
-  po.vae_tiling = vaeTilingOf(o.vaeTiling);
+  po.vae_tiling = vaeTilingOf(o.run.vae_tiling);
   applyTextEncoderOptions(o, po);
   spdlog::info("loading {} ({}, {})", o.model, computeDTypeName(po.dtype), o.device);
   auto t0 = std::chrono::steady_clock::now();
@@ -165,7 +165,7 @@ int runBench(const CliOptions& o, int warmup) {
   PipelineOptions po;
   po.dtype = cpuComputeDType(o);
   po.device = o.device;
-  po.vae_tiling = vaeTilingOf(o.vaeTiling);
+  po.vae_tiling = vaeTilingOf(o.run.vae_tiling);
   applyTextEncoderOptions(o, po);
   auto t0 = std::chrono::steady_clock::now();
   const std::unique_ptr<DiffusionPipeline> pipeline = loadPipeline(model, po);
@@ -247,7 +247,7 @@ int runEvalDemo(const CliOptions& o, const EvalDemoOptions& e) {
     PipelineOptions po;
     po.dtype = cpuComputeDType(o);
     po.device = o.device;
-    po.vae_tiling = vaeTilingOf(o.vaeTiling);
+    po.vae_tiling = vaeTilingOf(o.run.vae_tiling);
     applyTextEncoderOptions(o, po);
     pipeline = loadPipeline(ModelFolder::open(o.sources()), po);
   }
@@ -391,21 +391,7 @@ int main(int argc, char** argv) {
                   "Qwen-Image 1024, FLUX.2 [klein] its text encoder's positions)");
     a->add_option("--dtype", o.dtype, "float32 | bfloat16 | float16");
     a->add_option("--device", o.device, "cpu | cuda");
-    a->add_option("--vae-tiling", o.vaeTiling,
-                  "decode the image in tiles of PIXELS (diffusers' enable_tiling(), overlap "
-                  "0.25; 0: the VAE's sample_size; FLUX.1 and FLUX.2 VAEs); with several ranks "
-                  "the tiles are shared over the tp / cp / cfg group (default -1: off)")
-        ->check(CLI::Range(-1, 1 << 20));
-    a->add_option("--text-encoder-placement", o.textEncoderPlacement,
-                  "where the text encoder lives: sharded (under the tp group, the default), "
-                  "own-rank (one rank of each tp x cp group encodes and broadcasts; the others "
-                  "never load it), host-streamed (weights in host memory, one layer at a time on "
-                  "the device), once (loaded per request, freed before the steps)")
-        ->check(CLI::IsMember({"sharded", "own-rank", "host-streamed", "once"}));
-    a->add_option("--prompt-cache", o.promptCache,
-                  "keep the prompt embeddings of the last N distinct prompt texts, so a queue of "
-                  "variations encodes each prompt once (default 0: off)")
-        ->check(CLI::Range(0, 100000));
+    protocol::addRunOptions(*a, o.run);
     a->add_option("--output", o.output,
                   "output PNG (with data parallel / several images: FILE-i.png); an existing file "
                   "is refused unless --overwrite");

@@ -159,18 +159,7 @@ launcher::MpirunLaunch mpirunLaunch(const CliOptions& o) {
   launch.extra_worker_args = {"--dtype", o.dtype};
   for (const auto& a : modelSourceArgs(o.src)) launch.extra_worker_args.push_back(a);
   if (o.allowNonFinite) launch.extra_worker_args.push_back("--allow-nonfinite-weights");
-  if (o.vaeTiling >= 0) {
-    launch.extra_worker_args.push_back("--vae-tiling");
-    launch.extra_worker_args.push_back(std::to_string(o.vaeTiling));
-  }
-  if (o.textEncoderPlacement != "sharded") {
-    launch.extra_worker_args.push_back("--text-encoder-placement");
-    launch.extra_worker_args.push_back(o.textEncoderPlacement);
-  }
-  if (o.promptCache > 0) {
-    launch.extra_worker_args.push_back("--prompt-cache");
-    launch.extra_worker_args.push_back(std::to_string(o.promptCache));
-  }
+  for (const auto& a : protocol::runOptionArgs(o.run)) launch.extra_worker_args.push_back(a);
   launch.network_interface = o.networkInterface;
   launch.isolate = launcher::isolationProgram(exeDir());
   launch.ssh_options = o.sshOptions;

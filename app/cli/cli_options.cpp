@@ -156,8 +156,8 @@ protocol::GenerateRequest request(const CliOptions& o) {
 }
 
 void applyTextEncoderOptions(const CliOptions& o, PipelineOptions& po) {
-  po.text_encoder = parseTextEncoderPlacement(o.textEncoderPlacement);
-  po.prompt_cache = o.promptCache;
+  po.text_encoder = parseTextEncoderPlacement(o.run.text_encoder_placement);
+  po.prompt_cache = o.run.prompt_cache;
 }
 
 VaeTiling vaeTilingOf(int pixels) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "app/protocol/protocol.h"
+#include "app/protocol/run_options.h"
 #include "backend/io/model_folder.h"
 #include "backend/models/autoencoders/autoencoder_kl_config.h"
 #include "parallel/strategy.h"
@@ -45,14 +46,9 @@ struct CliOptions {
   }
   std::vector<std::string> loras;   ///< --lora FILE[:STRENGTH], repeatable
   std::vector<std::string> images;  ///< --image FILE, repeatable: the reference images in order
-  /// --vae-tiling PIXELS: -1 off (default), 0 the VAE config's sample_size, N a tile of N pixels
-  /// (diffusers' enable_tiling() with tile_sample_min_size N, overlap 0.25).
-  int vaeTiling = -1;
-  /// --text-encoder-placement: sharded (default) | own-rank | host-streamed | once
-  /// (backend/models/text_encoder_placement.h).
-  std::string textEncoderPlacement = "sharded";
-  /// --prompt-cache N: entries of the prompt-embedding cache (0 = off).
-  int promptCache = 0;
+  /// --vae-tiling, --text-encoder-placement, --prompt-cache: the group's run options, as the
+  /// worker takes them (app/protocol/run_options.h).
+  protocol::RunOptions run;
 };
 
 /// The pipeline's VaeTiling of --vae-tiling (vaeTiling < -1 is refused by the option's check).

@@ -341,6 +341,7 @@ void Pool::start() {
     l.model = g.spec.model;
     l.extra_worker_args = {"--dtype", g.spec.dtype};
     for (const auto& a : g.spec.model_args) l.extra_worker_args.push_back(a);
+    for (const auto& a : protocol::runOptionArgs(g.spec.run)) l.extra_worker_args.push_back(a);
     l.network_interface = g.spec.network_interface;
     l.ssh_options = g.spec.ssh_options;
     l.port_range = g.spec.port_range;

@@ -27,6 +27,7 @@
 #include "app/launcher/host_group.h"
 #include "app/launcher/worker_session.h"
 #include "app/protocol/protocol.h"
+#include "app/protocol/run_options.h"
 #include "parallel/strategy.h"
 
 namespace dit::server {
@@ -51,13 +52,18 @@ struct GroupSpec {
   std::string ssh_options;  ///< ssh options for the pre-flight and mpirun's daemons
   std::string port_range;   ///< "MIN-MAX": every port the group listens on ("" = any)
   bool preflight = true;    ///< check every other host over ssh before mpirun starts
+  /// --vae-tiling, --text-encoder-placement, --prompt-cache for every rank
+  /// (app/protocol/run_options.h; the CLI's flags of the same names).
+  protocol::RunOptions run;
 };
 
 /// Parses one `--pool` entry "key=value,key=value" over `defaults`. Keys: name, model, np,
 /// tp (tp_degree), ring (ring_degree), ulysses (ulysses_degree), cfg (cfg_degree), dp (dp_degree),
 /// threads (omp_threads), device, dtype, devices (CUDA_VISIBLE_DEVICES, separated by ':' or
 /// '+'), cpus (taskset for mpirun, ':' or '+' separated), hostfile, network_interface,
-/// ssh_options, port_range, preflight (0 or 1). Throws std::invalid_argument naming the entry and
+/// ssh_options, port_range, preflight (0 or 1), vae_tiling (-1 off, 0 the VAE's sample_size, or
+/// tile pixels), text_encoder_placement (sharded, own-rank, host-streamed, once), prompt_cache
+/// (entries, 0 off). Throws std::invalid_argument naming the entry and
 /// the key.
 GroupSpec parseGroupSpec(const std::string& spec, const GroupSpec& defaults);
 /// A pool file: JSON {"groups": [{"name", "model", "np", "tp_degree", ..., "omp_threads",

@@ -73,11 +73,21 @@ void setKey(GroupSpec& g, const std::string& key, const std::string& value,
     if (value != "0" && value != "1")
       throw std::invalid_argument(what + " must be 0 or 1, got '" + value + "'");
     g.preflight = value == "1";
-  } else
+  } else if (key == "vae_tiling") {
+    g.run.vae_tiling = value == "-1" || value == "off" ? -1 : toInt(what, value);
+  } else if (key == "text_encoder_placement") {
+    g.run.text_encoder_placement = value;
+  } else if (key == "prompt_cache") {
+    g.run.prompt_cache = toInt(what, value);
+  } else {
     throw std::invalid_argument(where + ": unknown key '" + key +
                                 "' (name, model, np, tp, ring, ulysses, cfg, dp, threads, device, "
                                 "dtype, devices, cpus, hostfile, network_interface, ssh_options, "
-                                "port_range, preflight)");
+                                "port_range, preflight, vae_tiling, text_encoder_placement, "
+                                "prompt_cache)");
+  }
+  if (const std::string issue = protocol::runOptionsIssue(g.run); !issue.empty())
+    throw std::invalid_argument(what + ": " + issue);
 }
 
 }  // namespace

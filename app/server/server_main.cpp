@@ -14,6 +14,7 @@
 #include <iostream>
 #include <thread>
 
+#include "app/protocol/run_options.h"
 #include "app/protocol/strategy_args.h"
 #include "app/server/http_server.h"
 #include "app/server/pool.h"
@@ -136,6 +137,7 @@ int main(int argc, char** argv) {
   app.add_option("--omp-threads", g.omp_threads, "OpenMP threads per rank")->capture_default_str();
   app.add_option("--device", g.device, "cpu | cuda")->capture_default_str();
   app.add_option("--dtype", g.dtype, "float32 | bfloat16 | float16")->capture_default_str();
+  protocol::addRunOptions(app, g.run);
   app.add_option("--hostfile", g.hostfile, "mpirun hostfile (a group over several machines)");
   app.add_option("--network-interface", g.network_interface,
                  "with --hostfile: interfaces / subnets for the MPI traffic");
@@ -153,7 +155,8 @@ int main(int argc, char** argv) {
       "--pool", poolSpecs,
       "one group per use, key=value,... over the options above: name, model, np, tp, "
       "ring, ulysses, cfg, dp, threads, device, dtype, devices (CUDA_VISIBLE_DEVICES, "
-      "'+'-separated), cpus (the CPUs mpirun starts on, '+'-separated), hostfile; e.g. --pool "
+      "'+'-separated), cpus (the CPUs mpirun starts on, '+'-separated), hostfile, vae_tiling, "
+      "text_encoder_placement, prompt_cache; e.g. --pool "
       "np=2,tp=2,devices=0+1 --pool "
       "np=2,tp=2,devices=2+3");
   app.add_option("--pool-file", poolFile,

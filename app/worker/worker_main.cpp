@@ -19,6 +19,7 @@
 #include "app/protocol/file_fingerprint.h"
 #include "app/protocol/port_probe.h"
 #include "app/protocol/protocol.h"
+#include "app/protocol/run_options.h"
 #include "app/protocol/strategy_args.h"
 #include "app/worker/worker.h"
 #include "backend/io/model_folder.h"
@@ -78,17 +79,8 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype, "float32 | bfloat16 | float16");
   app.add_option("--device", s.device, "cpu | cuda");
   protocol::addStrategyOptions(app, s);
-  int vaeTiling = -1;
-  app.add_option("--vae-tiling", vaeTiling,
-                 "tiled VAE decode: tile PIXELS (0: the VAE's sample_size; -1: off)")
-      ->check(CLI::Range(-1, 1 << 20));
-  std::string textEncoderPlacement = "sharded";
-  app.add_option("--text-encoder-placement", textEncoderPlacement,
-                 "sharded | own-rank | host-streamed | once (where the text encoder lives)")
-      ->check(CLI::IsMember({"sharded", "own-rank", "host-streamed", "once"}));
-  int promptCache = 0;
-  app.add_option("--prompt-cache", promptCache, "entries of the prompt-embedding cache (0: off)")
-      ->check(CLI::Range(0, 100000));
+  protocol::RunOptions run;
+  protocol::addRunOptions(app, run);
   bool allowNonFinite = false;
   app.add_flag("--allow-nonfinite-weights", allowNonFinite,
                "load checkpoints that hold NaN or Inf (refused by default)");
@@ -108,10 +100,10 @@ int main(int argc, char** argv) {
   int rc = runOrAbort([&] {
     worker::Worker w(s, src, dtype, blas);
     VaeTiling t;
-    t.enabled = vaeTiling >= 0;
-    t.tile_sample_min_size = vaeTiling > 0 ? vaeTiling : 0;
+    t.enabled = run.vae_tiling >= 0;
+    t.tile_sample_min_size = run.vae_tiling > 0 ? run.vae_tiling : 0;
     w.setVaeTiling(t);
-    w.setTextEncoder(parseTextEncoderPlacement(textEncoderPlacement), promptCache);
+    w.setTextEncoder(parseTextEncoderPlacement(run.text_encoder_placement), run.prompt_cache);
     return w.run();
   });
   finalizeRuntime();
