@@ -64,6 +64,7 @@ PKGS=(
   openssh-client openssh-server  # multi-host groups (ssh) and the `multihost` test (sshd)
   iproute2  # the `multihost` test: network namespaces and a veth pair (ip netns, ip link)
   nftables  # the `multihost` test's firewall on its second host (--port-range)
+  curl  # the `multihost` test's server case asks ditstudio-server over HTTP
   libcpp-httplib-dev libwebp-dev  # ditstudio-server: HTTP (server-sent events) and WebP output
   nodejs  # the server tests drive it with the official `openai` npm client (tests/server/client)
   chromium  # server_page: the server's page in headless Chromium
