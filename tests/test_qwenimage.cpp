@@ -23,7 +23,9 @@
 #include "backend/models/family_registry.h"
 #include "backend/models/qwenimage/qwenimage_plan.h"
 #include "backend/models/qwenimage/transformer_qwenimage.h"
+#include "backend/models/text_encoder_placement.h"
 #include "backend/models/text_encoders/modeling_qwen3.h"
+#include "backend/pipelines/flow_match_pipeline.h"
 #include "backend/pipelines/qwenimage/pipeline_qwenimage.h"
 #include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
 #include "backend/tokenizers/qwen2_tokenizer.h"
@@ -270,10 +272,11 @@ TEST(QwenImageScheduler, ShiftTerminalTablesMatch) {
   EXPECT_THROW((void)flowMatchSchedule(cfg, 1, 0.5), std::invalid_argument);  // 0 / 0 in diffusers
 }
 
-TEST(QwenImagePipeline, RunsFromPromptsMatchDiffusers) {
-  const ModelFolder m = ModelFolder::open(test::fixtureDir());
-  EXPECT_EQ(m.pipeline_class, "QwenImagePipeline");
-  auto pipe = loadPipeline(m, PipelineOptions{});
+namespace {
+
+// Every one-prompt run of golden.json from its prompt through `pipe`: the noise and initial
+// latents exactly, the final latents and image within expectClose's tolerance.
+void expectPromptRunsMatch(DiffusionPipeline& pipe, const std::string& label) {
   const auto& runs = test::goldenJson().at("runs");
   for (size_t n = 0; n < runs.size(); ++n) {
     const auto& r = runs[n];
@@ -290,13 +293,23 @@ TEST(QwenImagePipeline, RunsFromPromptsMatchDiffusers) {
     in.width = r.at("width");
     in.steps = r.at("steps");
     const std::string k = "run." + std::to_string(n) + ".";
-    const GenerationResult res = pipe->generate(in);
+    SCOPED_TRACE(label + " " + k);
+    const GenerationResult res = pipe.generate(in);
     EXPECT_TRUE(res.tensors.at("initial_noise").equal(test::golden(k + "initial_noise"))) << k;
     EXPECT_TRUE(res.initial_latents.equal(test::golden(k + "initial_latents"))) << k;
     expectClose(res.final_latents, test::golden(k + "final_latents"), k + "final_latents");
     expectClose(res.image.unsqueeze(0), test::golden(k + "image"), k + "image");
     EXPECT_EQ(res.steps_done, in.steps);
   }
+}
+
+}  // namespace
+
+TEST(QwenImagePipeline, RunsFromPromptsMatchDiffusers) {
+  const ModelFolder m = ModelFolder::open(test::fixtureDir());
+  EXPECT_EQ(m.pipeline_class, "QwenImagePipeline");
+  auto pipe = loadPipeline(m, PipelineOptions{});
+  expectPromptRunsMatch(*pipe, "resident");
   // The VAE chain through the pipeline's decode (unpack, de-normalise, decode, postprocess).
   expectClose(pipe->decode(test::golden("vae.chain.in_packed"), 24, 32),
               test::golden("vae.chain.image"), "chain image");
@@ -315,6 +328,27 @@ TEST(QwenImagePipeline, RunsFromPromptsMatchDiffusers) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("Qwen-Image"), std::string::npos) << e.what();
   }
+}
+
+// Issue 47: the Qwen2.5-VL text encoder streamed from host memory one decoder layer at a time,
+// and loaded once per request and freed before the steps: the same runs as the resident encoder
+// (diffusers' goldens); `once` holds nothing of the encoder between requests.
+TEST(QwenImagePipeline, TextEncoderPlacementsMatchDiffusers) {
+  const ModelFolder m = ModelFolder::open(test::fixtureDir());
+  PipelineOptions streamedOpts;
+  streamedOpts.text_encoder = TextEncoderPlacement::HostStreamed;
+  auto streamed = loadPipeline(m, streamedOpts);
+  EXPECT_GT(streamed->weightBytes().count("text_encoder"), 0u);  // in host memory
+  expectPromptRunsMatch(*streamed, "host-streamed");
+  PipelineOptions onceOpts;
+  onceOpts.text_encoder = TextEncoderPlacement::Once;
+  auto once = loadPipeline(m, onceOpts);
+  auto& flow = dynamic_cast<FlowMatchPipeline&>(*once);
+  EXPECT_FALSE(flow.textEncodersLoaded());
+  EXPECT_EQ(once->weightBytes().count("text_encoder"), 0u);
+  expectPromptRunsMatch(*once, "once");
+  EXPECT_FALSE(flow.textEncodersLoaded()) << "freed before the steps";
+  EXPECT_EQ(once->weightBytes().count("text_encoder"), 0u);
 }
 
 TEST(QwenImageFamily, RecordAndPlans) {

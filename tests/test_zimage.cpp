@@ -32,10 +32,12 @@
 #include "backend/models/autoencoders/autoencoder_kl.h"
 #include "backend/models/family_registry.h"
 #include "backend/models/memory_estimate.h"
+#include "backend/models/text_encoder_placement.h"
 #include "backend/models/text_encoders/modeling_qwen3.h"
 #include "backend/models/zimage/transformer_zimage.h"
 #include "backend/models/zimage/zimage_plan.h"
 #include "backend/nn/lora_loader.h"
+#include "backend/pipelines/flow_match_pipeline.h"
 #include "backend/pipelines/zimage/pipeline_zimage.h"
 #include "backend/schedulers/flow_match_euler_discrete_scheduler.h"
 #include "backend/tokenizers/qwen2_tokenizer.h"
@@ -479,6 +481,33 @@ TEST(ZImagePipeline, RunsFromPromptsMatchDiffusers) {
   const auto warnings = pipe->requestWarnings(runInputs(3));
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("truncated"), std::string::npos) << warnings[0];
+}
+
+// Issue 47: the Qwen3 text encoder streamed from host memory one decoder layer at a time, and
+// loaded once per request and freed before the steps: the same runs as the resident encoder
+// (diffusers' goldens, runs 0 and 1); `once` holds nothing of the encoder between requests.
+TEST(ZImagePipeline, TextEncoderPlacementsMatchDiffusers) {
+  if (worldSize() != 1) GTEST_SKIP() << "one-rank test";
+  const ModelFolder folder = ModelFolder::open(test::fixtureDir());
+  for (TextEncoderPlacement pl : {TextEncoderPlacement::HostStreamed, TextEncoderPlacement::Once}) {
+    SCOPED_TRACE(textEncoderPlacementName(pl));
+    PipelineOptions opts;
+    opts.text_encoder = pl;
+    auto pipe = loadPipeline(folder, opts);
+    auto& flow = dynamic_cast<FlowMatchPipeline&>(*pipe);
+    EXPECT_EQ(pipe->weightBytes().count("text_encoder"),
+              pl == TextEncoderPlacement::HostStreamed ? 1u : 0u);
+    for (int n = 0; n < 2; ++n) {
+      SCOPED_TRACE("run " + std::to_string(n));
+      std::vector<at::Tensor> steps;
+      const GenerationResult res = pipe->generate(runInputs(n), recordSteps(steps));
+      expectRunMatches(n, res, steps);
+    }
+    if (pl == TextEncoderPlacement::Once) {
+      EXPECT_FALSE(flow.textEncodersLoaded()) << "freed before the steps";
+      EXPECT_EQ(pipe->weightBytes().count("text_encoder"), 0u);
+    }
+  }
 }
 
 TEST(ZImagePipeline, Bfloat16RunFinishesFinite) {
