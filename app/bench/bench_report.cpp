@@ -17,6 +17,7 @@
 #include "backend/io/tensor_io.h"
 #include "backend/io/weight_source.h"
 #include "backend/models/checkpoint_layouts.h"
+#include "backend/models/memory_estimate.h"
 #include "parallel/attention.h"
 #include "parallel/strategy.h"
 #include "parallel/torch_compat.h"
@@ -197,6 +198,18 @@ ordered_json ranksReport(const Args& a, const BenchModel& m, const BenchResults&
   const int steps = r.steps;
   ordered_json ranks = ordered_json::array();
   const uint64_t expected = expectedWeightBytes(a, m, es);
+  // The memory model's peak for this rank (issue 47): the transformer's weights at tp plus its
+  // stage (activations and attention, estimateTransformerMemory) for each image of the batch.
+  ModelDims dims = m.md;
+  dims.vae_scale_factor = m.vaeScale;
+  RequestDims rd;
+  rd.width = a.width;
+  rd.height = a.height;
+  rd.text_len = a.textLen;
+  const MemoryEstimate stage = estimateTransformerMemory(dims, s, rd, static_cast<int64_t>(es),
+                                                         s.device.rfind("cuda", 0) != 0);
+  const uint64_t planned = expected + static_cast<uint64_t>(std::max(1, a.batch)) *
+                                          (stage.activations + stage.attention);
   for (int rank = 0; rank < world; ++rank) {
     auto v = [&](int i) { return r.rankRows[rank][i].item<int64_t>(); };
     ordered_json rj;
@@ -213,6 +226,12 @@ ordered_json ranksReport(const Args& a, const BenchModel& m, const BenchResults&
     rj["rss_peak_load_growth_bytes"] = v(kRssPeakLoad) - v(kRssBefore);
     rj["rss_bytes"] = v(kRss);
     rj["rss_peak_bytes"] = v(kRssPeak);
+    rj["planned_peak_bytes"] = planned;
+    rj["rss_peak_growth_bytes"] = v(kRssPeak) - v(kRssBefore);
+    rj["rss_peak_growth_over_planned"] =
+        planned > 0
+            ? static_cast<double>(v(kRssPeak) - v(kRssBefore)) / static_cast<double>(planned)
+            : 0.0;
     rj["dev_after_load_bytes"] = v(kDevAfterLoad);
     rj["dev_peak_load_bytes"] = v(kDevPeakLoad);
     rj["dev_bytes"] = v(kDev);
@@ -244,6 +263,12 @@ ordered_json notes(bool hwmReset) {
        "VmRSS/VmHWM of the process (host). VmHWM was reset (clear_refs) just before loading: " +
            std::string(hwmReset ? "yes" : "no (lifetime peak)") +
            "; rss_peak_load_bytes is VmHWM right after the load, rss_peak_bytes at the end"},
+      {"planned_peak_bytes",
+       "the memory model's peak for this rank (backend/models/memory_estimate.h): the "
+       "transformer's weights at tp (expected_weight_bytes) + its stage per image of the batch "
+       "(estimateTransformerMemory: activations and attention; no text encoder or VAE here); "
+       "rss_peak_growth_bytes = rss_peak_bytes - rss_before_load_bytes, the measured counterpart "
+       "on CPU ranks"},
       {"dev",
        "CUDA caching allocator allocated_bytes (aggregate), current and peak; 0 on cpu; peak reset "
        "before loading"},

@@ -260,7 +260,12 @@ at::Tensor WeightSource::randomTensor(const std::string& name, std::vector<int64
   const bool isBias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
   if (isNorm && !isBias) return at::ones(shape, at::TensorOptions().dtype(dtype_));
   if (isBias) return at::zeros(shape, at::TensorOptions().dtype(dtype_));
-  return (at::randn(shape, gen, at::TensorOptions().dtype(at::kFloat)) * std_).to(dtype_);
+  // Drawn and scaled in place (the values of randn(shape, gen) * std): no second full-size
+  // temporary per tensor, whose freed holes would grow the heap past the weights while loading.
+  at::Tensor t = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
+  t.normal_(0.0, 1.0, gen);
+  t.mul_(std_);
+  return t.to(dtype_);
 }
 
 at::Tensor WeightSource::get(const std::string& name, const std::vector<int64_t>& shape) {
