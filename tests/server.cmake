@@ -4,7 +4,9 @@
 # and security defaults. Each test starts its own server(s) on free loopback ports.
 if(TARGET dit_server)
   add_executable(test_server_unit ${CMAKE_CURRENT_LIST_DIR}/test_server_unit.cpp)
-  target_link_libraries(test_server_unit PRIVATE dit_server GTest::gtest GTest::gtest_main)
+  target_link_libraries(test_server_unit PRIVATE dit_server dit_backend_core GTest::gtest
+    GTest::gtest_main)
+  target_compile_definitions(test_server_unit PRIVATE DITSTUDIO_TEST_DATA="${DITSTUDIO_TEST_DATA}")
   gtest_add_tests(TARGET test_server_unit TEST_LIST _server_unit_tests)
   set_tests_properties(${_server_unit_tests} PROPERTIES LABELS "unit;server" TIMEOUT 60)
   # What the server checks before any work starts (request_guard, uploads): unit and fuzz.

@@ -15,6 +15,9 @@
 #include "app/protocol/events.h"
 #include "app/server/image_codec.h"
 #include "app/server/pool.h"
+#include "backend/io/model_folder.h"
+#include "backend/models/placement_planner.h"
+#include "backend/models/text_encoder_placement.h"
 
 using namespace dit::server;
 namespace fs = std::filesystem;
@@ -84,6 +87,69 @@ TEST(ServerPool, GroupSpecKeys) {
               parseGroupSpec("prompt_cache=many", d);
             }).find("prompt_cache must be an integer"),
             std::string::npos);
+}
+
+// Issue 47: the server uses the placement planner for its groups (--plan): the group's degrees,
+// ranks and text-encoder placement become the plan's (the same plan `ditstudio-cli plan
+// --text-encoder auto` makes); what it cannot plan is refused naming the group.
+TEST(ServerPool, PlanChoosesTheGroupsDegreesAndPlacement) {
+  GroupSpec g;
+  g.name = "a";
+  g.model = DITSTUDIO_TEST_DATA "/tiny-flux2dev-A";
+  g.np = 2;
+  g.device = "cpu";
+  g.dtype = "float32";
+  GroupPlanSettings ps;
+  ps.memory = "1G";
+  GroupSpec planned = g;
+  const std::string text = planGroup(planned, ps);
+  // The planner's own plan for the same inputs.
+  const dit::PlannerModel model = dit::plannerModel(dit::ModelFolder::open(g.model));
+  dit::PlannerRanks ranks;
+  ranks.count = 2;
+  ranks.memory_per_rank = dit::parseMemorySize("1G");
+  ranks.device = "cpu";
+  dit::PlannerRequest req;
+  req.width = req.height = model.dims.defaultImageSide();
+  req.text_len = 512;
+  req.dtype = "float32";
+  req.element_bytes = 4;
+  req.text_encoder_placements = {
+      dit::TextEncoderPlacement::Sharded, dit::TextEncoderPlacement::OwnRank,
+      dit::TextEncoderPlacement::HostStreamed, dit::TextEncoderPlacement::Once};
+  const dit::Plan want = dit::planPlacement(model, ranks, req);
+  ASSERT_TRUE(want.fits) << want.message;
+  EXPECT_EQ(text, dit::planText(want));
+  EXPECT_EQ(planned.np, 2);
+  EXPECT_EQ(planned.strategy.tp_degree, want.strategy.tp_degree);
+  EXPECT_EQ(planned.strategy.ulysses_degree, want.strategy.ulysses_degree);
+  EXPECT_EQ(planned.strategy.ring_degree, want.strategy.ring_degree);
+  EXPECT_EQ(planned.strategy.ulysses_anything, want.strategy.ulysses_anything);
+  EXPECT_EQ(planned.strategy.device, "cpu");
+  EXPECT_EQ(planned.run.text_encoder_placement, dit::textEncoderPlacementName(want.text_encoder));
+  // Refused, naming the group: degrees of its own, a hostfile, a GPU group without memory, a
+  // memory nothing fits in (with what it needs).
+  GroupSpec withTp = g;
+  withTp.strategy.tp_degree = 2;
+  EXPECT_NE(messageOf([&] {
+              planGroup(withTp, ps);
+            }).find("group a: --plan chooses the degrees: give the ranks (np) only"),
+            std::string::npos);
+  GroupSpec hosts = g;
+  hosts.hostfile = "/h";
+  EXPECT_NE(messageOf([&] { planGroup(hosts, ps); }).find("does not plan hostfile groups"),
+            std::string::npos);
+  GroupSpec gpu = g;
+  gpu.device = "cuda";
+  EXPECT_NE(messageOf([&] {
+              planGroup(gpu, GroupPlanSettings{});
+            }).find("group a: --plan needs --plan-memory"),
+            std::string::npos);
+  GroupPlanSettings tiny;
+  tiny.memory = "1M";
+  const std::string none = messageOf([&] { planGroup(g, tiny); });
+  EXPECT_NE(none.find("group a: --plan: "), std::string::npos) << none;
+  EXPECT_NE(none.find("MiB"), std::string::npos) << none;
 }
 
 // The GUI's Serve API (issue 45): a pool over a group that runs elsewhere. Its jobs are handed

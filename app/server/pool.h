@@ -66,6 +66,27 @@ struct GroupSpec {
 /// (entries, 0 off). Throws std::invalid_argument naming the entry and
 /// the key.
 GroupSpec parseGroupSpec(const std::string& spec, const GroupSpec& defaults);
+
+/// What `--plan` plans a group for besides the group itself (ditstudio-cli plan's options).
+struct GroupPlanSettings {
+  /// Memory per rank ("80G", "24GiB", bytes; parseMemorySize); "" = on CPU groups this host's
+  /// MemAvailable divided by the group's ranks (CUDA groups need it).
+  std::string memory;
+  double usable = 0.9;        ///< share of each rank's memory a plan may fill, (0, 1]
+  int width = 0, height = 0;  ///< the request size planned for (0: the model's default side)
+  int text_len = 512;         ///< text tokens planned for
+};
+
+/// Lets the placement planner (backend/models/placement_planner.h) choose a group's degrees and
+/// its text-encoder placement for its ranks (np; 1 when 0), device and dtype: the strategy that
+/// fits, under the first of sharded, own-rank, host-streamed and once that fits (issue 47: the
+/// server uses the planner for its groups). Sets g.strategy's degrees, g.np and
+/// g.run.text_encoder_placement, and returns the plan as text (planText) for the log. Throws
+/// std::invalid_argument naming the group when it gives degrees of its own (the plan chooses
+/// them), has a hostfile (not planned: give the degrees), is a CUDA group without `memory`, or
+/// when nothing fits (the plan's message: the smallest memory per rank it needs); ModelFileError
+/// when the model's configs cannot be read.
+std::string planGroup(GroupSpec& g, const GroupPlanSettings& p);
 /// A pool file: JSON {"groups": [{"name", "model", "np", "tp_degree", ..., "omp_threads",
 /// "device", "dtype", "devices", "hostfile"}, ...]} (or the array alone). Throws
 /// std::invalid_argument naming the file, the group and the field.

@@ -7,6 +7,10 @@
 #include <stdexcept>
 
 #include "app/server/pool.h"
+#include "backend/io/model_folder.h"
+#include "backend/models/memory_estimate.h"
+#include "backend/models/placement_planner.h"
+#include "backend/models/text_encoder_placement.h"
 
 namespace dit::server {
 
@@ -135,6 +139,51 @@ std::vector<GroupSpec> parsePoolFile(const std::string& path, const GroupSpec& d
     out.push_back(std::move(g));
   }
   return out;
+}
+
+std::string planGroup(GroupSpec& g, const GroupPlanSettings& p) {
+  const std::string who = "group " + (g.name.empty() ? std::string("g0") : g.name) + ": ";
+  const Strategy& d = g.strategy;
+  if (d.tp_degree != 1 || d.ring_degree != 1 || d.ulysses_degree != 1 || d.cfg_degree != 1 ||
+      d.dp_degree != 1 || d.ulysses_anything || d.ring_anything)
+    throw std::invalid_argument(who + "--plan chooses the degrees: give the ranks (np) only");
+  if (!g.hostfile.empty())
+    throw std::invalid_argument(who + "--plan does not plan hostfile groups: give the degrees");
+  if (!(p.usable > 0 && p.usable <= 1))
+    throw std::invalid_argument("--plan-usable must be in (0, 1]");
+  const int count = std::max(1, g.np);
+  PlannerRanks ranks;
+  ranks.count = count;
+  ranks.device = g.device;
+  ranks.usable_fraction = p.usable;
+  if (!p.memory.empty()) {
+    ranks.memory_per_rank = parseMemorySize(p.memory);
+  } else if (g.device == "cpu") {
+    const std::optional<uint64_t> avail = hostMemoryAvailable();
+    if (!avail)
+      throw std::invalid_argument(who + "--plan needs --plan-memory: /proc/meminfo cannot be read");
+    ranks.memory_per_rank = *avail / static_cast<uint64_t>(count);
+  } else {
+    throw std::invalid_argument(who + "--plan needs --plan-memory (per GPU, e.g. 80G)");
+  }
+  const PlannerModel model = plannerModel(ModelFolder::open(g.model));
+  PlannerRequest request;
+  request.width = p.width > 0 ? p.width : model.dims.defaultImageSide();
+  request.height = p.height > 0 ? p.height : model.dims.defaultImageSide();
+  request.text_len = p.text_len;
+  request.dtype = g.dtype;
+  request.element_bytes = g.dtype == "float32" ? 4 : 2;
+  request.text_encoder_placements = {TextEncoderPlacement::Sharded, TextEncoderPlacement::OwnRank,
+                                     TextEncoderPlacement::HostStreamed,
+                                     TextEncoderPlacement::Once};
+  const Plan plan = planPlacement(model, ranks, request);
+  if (!plan.fits) throw std::invalid_argument(who + "--plan: " + plan.message);
+  const std::string device = g.device;
+  g.strategy = plan.strategy;
+  g.strategy.device = device;
+  g.np = plan.strategy.world;
+  g.run.text_encoder_placement = textEncoderPlacementName(plan.text_encoder);
+  return planText(plan);
 }
 
 std::string modelId(const std::string& modelPath) {

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <thread>
 
 #include "app/protocol/run_options.h"
@@ -159,6 +160,17 @@ int main(int argc, char** argv) {
       "text_encoder_placement, prompt_cache; e.g. --pool "
       "np=2,tp=2,devices=0+1 --pool "
       "np=2,tp=2,devices=2+3");
+  bool plan = false;
+  server::GroupPlanSettings planSettings;
+  app.add_flag("--plan", plan,
+               "let the placement planner choose each group's degrees and text-encoder placement "
+               "for its ranks (--np), device and dtype, and print the plan (docs/planner.md)");
+  app.add_option("--plan-memory", planSettings.memory,
+                 "with --plan: memory per rank (80G, 24GiB, bytes); default on CPU: this host's "
+                 "MemAvailable / ranks; CUDA groups need it");
+  app.add_option("--plan-usable", planSettings.usable,
+                 "with --plan: share of each rank's memory a plan may fill, (0, 1]")
+      ->capture_default_str();
   app.add_option("--pool-file", poolFile,
                  "JSON {\"groups\": [{\"name\", \"model\", \"np\", \"tp_degree\", ...}]}");
   CLI11_PARSE(app, argc, argv);
@@ -187,6 +199,15 @@ int main(int argc, char** argv) {
     }
     for (auto& s : specs)
       if (s.model.empty()) s.model = defaultModel();
+    if (plan)
+      for (size_t i = 0; i < specs.size(); ++i) {
+        server::GroupSpec& s = specs[i];
+        if (s.name.empty()) s.name = "g" + std::to_string(i);  // the pool's own default name
+        const std::string text = server::planGroup(s, planSettings);
+        std::istringstream lines(text);
+        for (std::string line; std::getline(lines, line);)
+          std::cerr << "group " << s.name << ": plan: " << line << std::endl;
+      }
 
     if (so.token.empty() && !tokenFile.empty()) {
       std::ifstream in(tokenFile);
