@@ -87,6 +87,12 @@ TEST(ServerPool, GroupSpecKeys) {
               parseGroupSpec("prompt_cache=many", d);
             }).find("prompt_cache must be an integer"),
             std::string::npos);
+  // The CLI's ranges, in its words.
+  EXPECT_EQ(parseGroupSpec("prompt_cache=100000,vae_tiling=8192", d).run.prompt_cache, 100000);
+  EXPECT_NE(messageOf([&] {
+              parseGroupSpec("vae_tiling=-2", d);
+            }).find("vae_tiling: vae tiling -2 is out of range (-1: off"),
+            std::string::npos);
 }
 
 // Issue 47: the server uses the placement planner for its groups (--plan): the group's degrees,
@@ -127,6 +133,19 @@ TEST(ServerPool, PlanChoosesTheGroupsDegreesAndPlacement) {
   EXPECT_EQ(planned.strategy.ulysses_anything, want.strategy.ulysses_anything);
   EXPECT_EQ(planned.strategy.device, "cpu");
   EXPECT_EQ(planned.run.text_encoder_placement, dit::textEncoderPlacementName(want.text_encoder));
+  // A placement the group gives is kept (planned under it alone).
+  GroupSpec once = g;
+  once.run.text_encoder_placement = "once";
+  const std::string onceText = planGroup(once, ps);
+  req.text_encoder_placements = {dit::TextEncoderPlacement::Once};
+  EXPECT_EQ(onceText, dit::planText(dit::planPlacement(model, ranks, req)));
+  EXPECT_EQ(once.run.text_encoder_placement, "once");
+  // The group's component flags are the model the plan opens: a missing VAE is named.
+  GroupSpec badVae = g;
+  badVae.model_args = {"--vae", "/nonexistent/vae"};
+  const std::string vaeMsg = messageOf([&] { planGroup(badVae, ps); });
+  EXPECT_NE(vaeMsg.find("group a: --plan: "), std::string::npos) << vaeMsg;
+  EXPECT_NE(vaeMsg.find("/nonexistent/vae"), std::string::npos) << vaeMsg;
   // Refused, naming the group: degrees of its own, a hostfile, a GPU group without memory, a
   // memory nothing fits in (with what it needs).
   GroupSpec withTp = g;

@@ -167,12 +167,12 @@ StrategyEditor::StrategyEditor(QWidget* parent) : QWidget(parent) {
          "device (Qwen3 / Mistral / Qwen2.5-VL encoders); once: loaded per request, freed "
          "before the steps"));
   form->addRow(tr("Text encoder"), textEncoder_);
-  promptCache_ = spin(0, 4096,
+  promptCache_ = spin(0, dit::protocol::kMaxPromptCacheEntries,
                       tr("Prompt embeddings kept for the last N distinct prompts, so a queue of "
                          "variations encodes each prompt once (--prompt-cache; 0: off)"));
   promptCache_->setSpecialValueText(tr("off"));
   form->addRow(tr("Prompt cache"), promptCache_);
-  vaeTiling_ = spin(-1, 4096,
+  vaeTiling_ = spin(-1, dit::protocol::kMaxVaeTilePixels,
                     tr("Decode the image in tiles of this many pixels (--vae-tiling, diffusers' "
                        "enable_tiling(), overlap 0.25); 0: the VAE's sample_size; the tiles are "
                        "shared over the group's ranks"));

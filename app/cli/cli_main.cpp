@@ -58,15 +58,29 @@ void refuseMemory(const CliOptions& o, const ModelFolder& model, const ResolvedR
                   int ranks) {
   const RequestDims rd = r.dims();
   const bool cuda = o.device == "cuda";
-  const MemoryEstimate est =
-      estimateRequestMemory(model, o.strategy, rd, o.dtype == "float32" ? 4 : 2, !cuda,
-                            parseTextEncoderPlacement(o.run.text_encoder_placement));
+  const TextEncoderPlacement pl = parseTextEncoderPlacement(o.run.text_encoder_placement);
+  const int64_t eb = o.dtype == "float32" ? 4 : 2;
+  const MemoryEstimate est = estimateRequestMemory(model, o.strategy, rd, eb, !cuda, pl);
   std::string refusal;
   if (cuda) {
     if (auto avail = deviceMemoryAvailable(c10::Device("cuda:0")); avail && ranks == 1)
       refusal = memoryRefusal(est, est.peak(), 1, *avail, rd, "free device memory on cuda:0");
   } else if (auto avail = hostMemoryAvailable()) {
-    refusal = memoryRefusal(est, est.peak(), ranks, *avail, rd, "host memory (MemAvailable)");
+    // own-rank: one rank of each tp x cp group holds the whole encoder, the others none. Their
+    // sum is checked; the refusal names the encoding rank's figure, the largest.
+    uint64_t need = 0;
+    if (pl == TextEncoderPlacement::OwnRank && ranks > 1) {
+      const Strategy& s = o.strategy;
+      const int encoders =
+          std::max(1, ranks / std::max(1, s.tp_degree * s.ring_degree * s.ulysses_degree));
+      MemoryEstimate other = est;
+      other.weights -= other.text_encoder_weights;
+      other.text_encoder_weights = 0;
+      need = static_cast<uint64_t>(encoders) * est.peak() +
+             static_cast<uint64_t>(ranks - encoders) * other.peak();
+    }
+    if (need == 0 || need > *avail)
+      refusal = memoryRefusal(est, est.peak(), ranks, *avail, rd, "host memory (MemAvailable)");
   }
   if (!refusal.empty()) throw std::invalid_argument(refusal);
   spdlog::debug("memory estimate per rank: {}", est.describe());

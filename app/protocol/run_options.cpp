@@ -7,8 +7,8 @@
 namespace dit::protocol {
 
 namespace {
-constexpr int kMaxVaeTile = 1 << 20;
-constexpr int kMaxPromptCache = 100000;
+constexpr int kMaxVaeTile = kMaxVaeTilePixels;
+constexpr int kMaxPromptCache = kMaxPromptCacheEntries;
 }  // namespace
 
 const std::vector<std::string>& textEncoderPlacementChoices() {

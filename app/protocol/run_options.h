@@ -15,6 +15,10 @@ class App;
 
 namespace dit::protocol {
 
+/// The largest --vae-tiling tile (pixels) and --prompt-cache size (entries) the options take.
+constexpr int kMaxVaeTilePixels = 1 << 20;
+constexpr int kMaxPromptCacheEntries = 100000;
+
 /// The text-encoder placements, as backend/models/text_encoder_placement.h names them (a test
 /// keeps the two lists equal): sharded, own-rank, host-streamed, once.
 const std::vector<std::string>& textEncoderPlacementChoices();

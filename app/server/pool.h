@@ -75,17 +75,21 @@ struct GroupPlanSettings {
   double usable = 0.9;        ///< share of each rank's memory a plan may fill, (0, 1]
   int width = 0, height = 0;  ///< the request size planned for (0: the model's default side)
   int text_len = 512;         ///< text tokens planned for
+  /// CPU ranks of every group on this host sharing its MemAvailable (the pool's groups without
+  /// a hostfile); 0 = the planned group's own ranks.
+  int host_ranks = 0;
 };
 
 /// Lets the placement planner (backend/models/placement_planner.h) choose a group's degrees and
-/// its text-encoder placement for its ranks (np; 1 when 0), device and dtype: the strategy that
-/// fits, under the first of sharded, own-rank, host-streamed and once that fits (issue 47: the
-/// server uses the planner for its groups). Sets g.strategy's degrees, g.np and
+/// its text-encoder placement for its ranks (np; 1 when 0), device, dtype and model sources
+/// (model_args): the strategy that fits, under the first of sharded, own-rank, host-streamed and
+/// once that fits, or under the group's own placement when it gives one (issue 47: the server
+/// uses the planner for its groups). Sets g.strategy's degrees, g.np and
 /// g.run.text_encoder_placement, and returns the plan as text (planText) for the log. Throws
 /// std::invalid_argument naming the group when it gives degrees of its own (the plan chooses
 /// them), has a hostfile (not planned: give the degrees), is a CUDA group without `memory`, or
-/// when nothing fits (the plan's message: the smallest memory per rank it needs); ModelFileError
-/// when the model's configs cannot be read.
+/// when nothing fits (the plan's message: the smallest memory per rank it needs) or the model's
+/// configs cannot be read (naming the group and the file).
 std::string planGroup(GroupSpec& g, const GroupPlanSettings& p);
 /// A pool file: JSON {"groups": [{"name", "model", "np", "tp_degree", ..., "omp_threads",
 /// "device", "dtype", "devices", "hostfile"}, ...]} (or the array alone). Throws

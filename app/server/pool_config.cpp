@@ -30,6 +30,18 @@ int toInt(const std::string& what, const std::string& v) {
   }
 }
 
+// A run option's integer (any int; runOptionsIssue checks its range, as the CLI's flags do).
+int toRunInt(const std::string& what, const std::string& v) {
+  try {
+    size_t used = 0;
+    const long x = std::stol(v, &used);
+    if (used != v.size() || x < -(1L << 30) || x > (1L << 30)) throw std::invalid_argument(v);
+    return static_cast<int>(x);
+  } catch (const std::logic_error&) {
+    throw std::invalid_argument(what + " must be an integer, got '" + v + "'");
+  }
+}
+
 void setKey(GroupSpec& g, const std::string& key, const std::string& value,
             const std::string& where) {
   const std::string what = where + ": " + key;
@@ -78,11 +90,11 @@ void setKey(GroupSpec& g, const std::string& key, const std::string& value,
       throw std::invalid_argument(what + " must be 0 or 1, got '" + value + "'");
     g.preflight = value == "1";
   } else if (key == "vae_tiling") {
-    g.run.vae_tiling = value == "-1" || value == "off" ? -1 : toInt(what, value);
+    g.run.vae_tiling = value == "off" ? -1 : toRunInt(what, value);
   } else if (key == "text_encoder_placement") {
     g.run.text_encoder_placement = value;
   } else if (key == "prompt_cache") {
-    g.run.prompt_cache = toInt(what, value);
+    g.run.prompt_cache = toRunInt(what, value);
   } else {
     throw std::invalid_argument(where + ": unknown key '" + key +
                                 "' (name, model, np, tp, ring, ulysses, cfg, dp, threads, device, "
@@ -162,20 +174,48 @@ std::string planGroup(GroupSpec& g, const GroupPlanSettings& p) {
     const std::optional<uint64_t> avail = hostMemoryAvailable();
     if (!avail)
       throw std::invalid_argument(who + "--plan needs --plan-memory: /proc/meminfo cannot be read");
-    ranks.memory_per_rank = *avail / static_cast<uint64_t>(count);
+    ranks.memory_per_rank = *avail / static_cast<uint64_t>(std::max(count, p.host_ranks));
   } else {
     throw std::invalid_argument(who + "--plan needs --plan-memory (per GPU, e.g. 80G)");
   }
-  const PlannerModel model = plannerModel(ModelFolder::open(g.model));
+  // The model as the ranks open it: the folder or file and the component flags.
+  ModelSources src;
+  src.model = g.model;
+  for (size_t i = 0; i + 1 < g.model_args.size(); i += 2) {
+    const std::string& flag = g.model_args[i];
+    const std::string& value = g.model_args[i + 1];
+    if (flag == "--config")
+      src.config = value;
+    else if (flag == "--vae")
+      src.vae = value;
+    else if (flag == "--text-encoder")
+      src.text_encoder = value;
+    else if (flag == "--text-encoder-2")
+      src.text_encoder_2 = value;
+    else if (flag == "--tokenizer")
+      src.tokenizer = value;
+    else if (flag == "--tokenizer-2")
+      src.tokenizer_2 = value;
+  }
+  PlannerModel model;
+  try {
+    model = plannerModel(ModelFolder::open(src));
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(who + "--plan: " + e.what());
+  }
   PlannerRequest request;
   request.width = p.width > 0 ? p.width : model.dims.defaultImageSide();
   request.height = p.height > 0 ? p.height : model.dims.defaultImageSide();
   request.text_len = p.text_len;
   request.dtype = g.dtype;
   request.element_bytes = g.dtype == "float32" ? 4 : 2;
-  request.text_encoder_placements = {TextEncoderPlacement::Sharded, TextEncoderPlacement::OwnRank,
-                                     TextEncoderPlacement::HostStreamed,
-                                     TextEncoderPlacement::Once};
+  // A placement the group gives is kept; otherwise the first that fits.
+  if (g.run.text_encoder_placement != "sharded")
+    request.text_encoder_placements = {parseTextEncoderPlacement(g.run.text_encoder_placement)};
+  else
+    request.text_encoder_placements = {TextEncoderPlacement::Sharded, TextEncoderPlacement::OwnRank,
+                                       TextEncoderPlacement::HostStreamed,
+                                       TextEncoderPlacement::Once};
   const Plan plan = planPlacement(model, ranks, request);
   if (!plan.fits) throw std::invalid_argument(who + "--plan: " + plan.message);
   const std::string device = g.device;

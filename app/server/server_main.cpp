@@ -199,6 +199,11 @@ int main(int argc, char** argv) {
     }
     for (auto& s : specs)
       if (s.model.empty()) s.model = defaultModel();
+    if (plan) {
+      // CPU groups on this host share its MemAvailable.
+      for (const server::GroupSpec& s : specs)
+        if (s.device == "cpu" && s.hostfile.empty()) planSettings.host_ranks += std::max(1, s.np);
+    }
     if (plan)
       for (size_t i = 0; i < specs.size(); ++i) {
         server::GroupSpec& s = specs[i];
