@@ -57,10 +57,22 @@ std::optional<Preset> Preset::fromJson(const QJsonObject& j, QString* error) {
   p.run.text_encoder_placement =
       r.value("text_encoder_placement").toString(QStringLiteral("sharded")).toStdString();
   p.run.prompt_cache = r.value("prompt_cache").toInt(0);
-  if (const std::string issue = dit::protocol::runOptionsIssue(p.run); !issue.empty()) {
-    if (error)
-      *error = QStringLiteral("preset \"%1\": %2").arg(p.name, QString::fromStdString(issue));
-    return std::nullopt;
+  // A run option no worker takes (a placement from a newer build, a value out of range) falls
+  // back to its default: the preset itself is kept (dropping it would lose it at the next save).
+  const dit::protocol::RunOptions defaults;
+  auto keepIfValid = [](const dit::protocol::RunOptions& one) {
+    return dit::protocol::runOptionsIssue(one).empty();
+  };
+  {
+    dit::protocol::RunOptions one = defaults;
+    one.vae_tiling = p.run.vae_tiling;
+    if (!keepIfValid(one)) p.run.vae_tiling = defaults.vae_tiling;
+    one = defaults;
+    one.text_encoder_placement = p.run.text_encoder_placement;
+    if (!keepIfValid(one)) p.run.text_encoder_placement = defaults.text_encoder_placement;
+    one = defaults;
+    one.prompt_cache = p.run.prompt_cache;
+    if (!keepIfValid(one)) p.run.prompt_cache = defaults.prompt_cache;
   }
   p.model = ModelSourcePaths::readFrom(j);
   p.plan = j.value("plan").toObject();

@@ -31,7 +31,8 @@ struct Preset {
   QString hostfile;
   HostSettings hosts;  ///< network/ssh settings of a hostfile group
   /// The group's run options ("run": {"vae_tiling", "text_encoder_placement", "prompt_cache"},
-  /// those not at their default); a preset from a plan carries the plan's placement.
+  /// those not at their default); a preset from a plan carries the plan's placement. A value no
+  /// worker takes falls back to its default when the preset is read.
   dit::protocol::RunOptions run;
   bool hasGeneration = false;  ///< whether `generation` holds values
   GenerationParams generation;
