@@ -410,6 +410,16 @@ class TestWidgets : public QObject {
     QTRY_COMPARE_WITH_TIMEOUT(w->gallery()->count(), 2, 15000);
     QCOMPARE(w->controller()->config().strategy.world, 4);
     QCOMPARE(w->rankModel()->world(), 4);
+    // A run option changed while running (issue 47): also a restart, with the option.
+    QTRY_VERIFY_WITH_TIMEOUT(w->statusText().contains("ready"), 5000);
+    QVERIFY(!w->statusText().contains("strategy changed"));
+    w->strategyEditor()->textEncoderCombo()->setCurrentText("once");
+    QVERIFY2(w->statusText().contains("strategy changed"), qPrintable(w->statusText()));
+    QVERIFY(!w->generate().isEmpty());
+    QTRY_COMPARE_WITH_TIMEOUT(w->gallery()->count(), 3, 15000);
+    QCOMPARE(w->controller()->config().run.text_encoder_placement, std::string("once"));
+    QVERIFY(
+        w->controller()->command().arguments.join(' ').contains("--text-encoder-placement once"));
     w->stopGroup();
     QTRY_COMPARE_WITH_TIMEOUT(w->controller()->state(), WorkerController::State::Stopped, 10000);
   }
