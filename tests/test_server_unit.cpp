@@ -162,7 +162,7 @@ TEST(ServerPool, PlanChoosesTheGroupsDegreesAndPlacement) {
   gpu.device = "cuda";
   EXPECT_NE(messageOf([&] {
               planGroup(gpu, GroupPlanSettings{});
-            }).find("group a: --plan needs --plan-memory"),
+            }).find("group a: --plan: needs --plan-memory (per GPU"),
             std::string::npos);
   GroupPlanSettings tiny;
   tiny.memory = "1M";

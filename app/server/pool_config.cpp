@@ -6,11 +6,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "app/common/group_plan.h"
 #include "app/server/pool.h"
-#include "backend/io/model_folder.h"
-#include "backend/models/memory_estimate.h"
-#include "backend/models/placement_planner.h"
-#include "backend/models/text_encoder_placement.h"
 
 namespace dit::server {
 
@@ -161,69 +158,47 @@ std::string planGroup(GroupSpec& g, const GroupPlanSettings& p) {
     throw std::invalid_argument(who + "--plan chooses the degrees: give the ranks (np) only");
   if (!g.hostfile.empty())
     throw std::invalid_argument(who + "--plan does not plan hostfile groups: give the degrees");
-  if (!(p.usable > 0 && p.usable <= 1))
-    throw std::invalid_argument("--plan-usable must be in (0, 1]");
-  const int count = std::max(1, g.np);
-  PlannerRanks ranks;
-  ranks.count = count;
-  ranks.device = g.device;
-  ranks.usable_fraction = p.usable;
-  if (!p.memory.empty()) {
-    ranks.memory_per_rank = parseMemorySize(p.memory);
-  } else if (g.device == "cpu") {
-    const std::optional<uint64_t> avail = hostMemoryAvailable();
-    if (!avail)
-      throw std::invalid_argument(who + "--plan needs --plan-memory: /proc/meminfo cannot be read");
-    ranks.memory_per_rank = *avail / static_cast<uint64_t>(std::max(count, p.host_ranks));
-  } else {
-    throw std::invalid_argument(who + "--plan needs --plan-memory (per GPU, e.g. 80G)");
-  }
+  GroupPlanInput in;
   // The model as the ranks open it: the folder or file and the component flags.
-  ModelSources src;
-  src.model = g.model;
+  in.sources.model = g.model;
   for (size_t i = 0; i + 1 < g.model_args.size(); i += 2) {
     const std::string& flag = g.model_args[i];
     const std::string& value = g.model_args[i + 1];
     if (flag == "--config")
-      src.config = value;
+      in.sources.config = value;
     else if (flag == "--vae")
-      src.vae = value;
+      in.sources.vae = value;
     else if (flag == "--text-encoder")
-      src.text_encoder = value;
+      in.sources.text_encoder = value;
     else if (flag == "--text-encoder-2")
-      src.text_encoder_2 = value;
+      in.sources.text_encoder_2 = value;
     else if (flag == "--tokenizer")
-      src.tokenizer = value;
+      in.sources.tokenizer = value;
     else if (flag == "--tokenizer-2")
-      src.tokenizer_2 = value;
+      in.sources.tokenizer_2 = value;
   }
-  PlannerModel model;
+  in.ranks = std::max(1, g.np);
+  in.device = g.device;
+  in.dtype = g.dtype;
+  in.memory = p.memory;
+  in.host_ranks = p.host_ranks;
+  in.usable = p.usable;
+  in.width = p.width;
+  in.height = p.height;
+  in.text_len = p.text_len;
+  // A placement the group gives is kept; otherwise the first that fits.
+  if (g.run.text_encoder_placement != "sharded")
+    in.text_encoder_placement = g.run.text_encoder_placement;
+  GroupPlanResult r;
   try {
-    model = plannerModel(ModelFolder::open(src));
+    r = planGroupPlacement(in);
   } catch (const std::exception& e) {
     throw std::invalid_argument(who + "--plan: " + e.what());
   }
-  PlannerRequest request;
-  request.width = p.width > 0 ? p.width : model.dims.defaultImageSide();
-  request.height = p.height > 0 ? p.height : model.dims.defaultImageSide();
-  request.text_len = p.text_len;
-  request.dtype = g.dtype;
-  request.element_bytes = g.dtype == "float32" ? 4 : 2;
-  // A placement the group gives is kept; otherwise the first that fits.
-  if (g.run.text_encoder_placement != "sharded")
-    request.text_encoder_placements = {parseTextEncoderPlacement(g.run.text_encoder_placement)};
-  else
-    request.text_encoder_placements = {TextEncoderPlacement::Sharded, TextEncoderPlacement::OwnRank,
-                                       TextEncoderPlacement::HostStreamed,
-                                       TextEncoderPlacement::Once};
-  const Plan plan = planPlacement(model, ranks, request);
-  if (!plan.fits) throw std::invalid_argument(who + "--plan: " + plan.message);
-  const std::string device = g.device;
-  g.strategy = plan.strategy;
-  g.strategy.device = device;
-  g.np = plan.strategy.world;
-  g.run.text_encoder_placement = textEncoderPlacementName(plan.text_encoder);
-  return planText(plan);
+  g.strategy = r.strategy;
+  g.np = r.strategy.world;
+  g.run.text_encoder_placement = r.text_encoder_placement;
+  return r.text;
 }
 
 std::string modelId(const std::string& modelPath) {
