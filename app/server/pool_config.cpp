@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "app/common/group_plan.h"
+#include "app/common/model_source_options.h"
 #include "app/server/pool.h"
 
 namespace dit::server {
@@ -159,23 +160,16 @@ std::string planGroup(GroupSpec& g, const GroupPlanSettings& p) {
   if (!g.hostfile.empty())
     throw std::invalid_argument(who + "--plan does not plan hostfile groups: give the degrees");
   GroupPlanInput in;
-  // The model as the ranks open it: the folder or file and the component flags.
+  // The model as the ranks open it: the folder or file and the component flags, read back with
+  // the flags' one definition (model_source_options.h; CLI11 takes the arguments reversed).
   in.sources.model = g.model;
-  for (size_t i = 0; i + 1 < g.model_args.size(); i += 2) {
-    const std::string& flag = g.model_args[i];
-    const std::string& value = g.model_args[i + 1];
-    if (flag == "--config")
-      in.sources.config = value;
-    else if (flag == "--vae")
-      in.sources.vae = value;
-    else if (flag == "--text-encoder")
-      in.sources.text_encoder = value;
-    else if (flag == "--text-encoder-2")
-      in.sources.text_encoder_2 = value;
-    else if (flag == "--tokenizer")
-      in.sources.tokenizer = value;
-    else if (flag == "--tokenizer-2")
-      in.sources.tokenizer_2 = value;
+  try {
+    CLI::App flags;
+    addModelSourceOptions(flags, in.sources);
+    std::vector<std::string> args(g.model_args.rbegin(), g.model_args.rend());
+    flags.parse(args);
+  } catch (const CLI::ParseError& e) {
+    throw std::invalid_argument(who + "--plan: the model's component flags: " + e.what());
   }
   in.ranks = std::max(1, g.np);
   in.device = g.device;
